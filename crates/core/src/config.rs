@@ -1,0 +1,462 @@
+//! Typed, layered configuration: built-in defaults → TOML file → `PMW_*` environment variables,
+//! validated at load. Split in two so a broken API-only setting can never stop push or live.
+//!
+//! Sources, later wins:
+//! 1. defaults (below, per field);
+//! 2. the TOML file named by `PMW_CONFIG` (optional; flat keys, e.g. `postgres_url = "…"`);
+//! 3. environment variables `PMW_<KEY>` (e.g. `PMW_POSTGRES_URL`).
+//!
+//! Core settings ([`CoreConfig`], loaded by every service):
+//!
+//! | variable | default | meaning |
+//! |---|---|---|
+//! | `PMW_CONFIG` | unset | path of a TOML file with any of the keys below |
+//! | `PMW_POSTGRES_URL` | `postgres://pmw@127.0.0.1:55432/pmw` | Postgres (secret: never logged). Lock and LISTEN sessions connect directly, never through PgBouncer transaction pooling |
+//! | `PMW_POSTGRES_POOL_SIZE` | `16` | pooled connections per process |
+//! | `PMW_CLICKHOUSE_URL` | `http://127.0.0.1:58123` | ClickHouse HTTP interface |
+//! | `PMW_CLICKHOUSE_DATABASE` | `pmw` | ClickHouse database |
+//! | `PMW_CLICKHOUSE_USER` | `default` | ClickHouse user |
+//! | `PMW_CLICKHOUSE_PASSWORD` | empty | ClickHouse password (secret) |
+//! | `PMW_RPC_WS_URL` | `ws://127.0.0.1:58545` | chain RPC, WebSocket (`newHeads`) |
+//! | `PMW_RPC_HTTP_URL` | `http://127.0.0.1:58545` | chain RPC, HTTP (fallback polling, backfill) |
+//! | `PMW_INSTANCE` | the service name | instance name shown in status/heartbeats (`push-a`, `push-b`) |
+//! | `PMW_LOG_FORMAT` | `text` | `text` or `json` |
+//! | `PMW_LOG` | `info` | tracing filter directives (`info,pmw_push=debug`) |
+//!
+//! API settings ([`ApiConfig`], loaded only by `pmw-api`):
+//!
+//! | variable | default | meaning |
+//! |---|---|---|
+//! | `PMW_API_LISTEN` | `127.0.0.1:8080` | API listen address (loopback: Caddy is the public listener) |
+//! | `PMW_API_MAX_BODY_BYTES` | `65536` | request body limit |
+//! | `PMW_API_RATE_PER_SEC` | `20` | per-key sustained request rate |
+//! | `PMW_API_RATE_BURST` | `40` | per-key burst |
+//! | `PMW_API_WS_TICKET_TTL_SECS` | `60` | lifetime of a browser WebSocket ticket |
+//! | `PMW_API_DEFAULT_PLAN` | `free` | plan given to new accounts; must name a plan |
+//! | `PMW_API_PLANS` | free and pro | plans as a table (TOML file) or JSON in the variable: `{"free":{"max_wallets":10,…}}` |
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use figment::providers::{Env, Format, Toml};
+use figment::Figment;
+use secrecy::{ExposeSecret, SecretString};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+
+/// A configuration that cannot be used. Services exit 78 on this.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("configuration could not be read: {0}")]
+    Load(String),
+    #[error("invalid setting {key}: {reason}")]
+    Invalid { key: &'static str, reason: String },
+}
+
+impl ConfigError {
+    pub fn invalid(key: &'static str, reason: impl Into<String>) -> ConfigError {
+        ConfigError::Invalid {
+            key,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// A settings struct that checks itself after loading.
+pub trait Validate {
+    fn validate(&self) -> Result<(), ConfigError>;
+}
+
+/// The layered sources: defaults come from serde, then `PMW_CONFIG`'s file, then `PMW_*`.
+pub fn figment() -> Figment {
+    let mut f = Figment::new();
+    if let Ok(path) = std::env::var("PMW_CONFIG") {
+        f = f.merge(Toml::file_exact(PathBuf::from(path)));
+    }
+    f.merge(Env::prefixed("PMW_").ignore(&["config"]))
+}
+
+/// Load and validate any settings struct from the layered sources.
+pub fn load<T: DeserializeOwned + Validate>() -> Result<T, ConfigError> {
+    load_from(figment())
+}
+
+/// Load and validate from an explicit figment (tests layer their own values on top).
+pub fn load_from<T: DeserializeOwned + Validate>(f: Figment) -> Result<T, ConfigError> {
+    let cfg: T = f.extract().map_err(|e| ConfigError::Load(e.to_string()))?;
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// Everything push and live need: storage and chain. Nothing API-specific.
+#[derive(Clone, Deserialize)]
+pub struct CoreConfig {
+    #[serde(default = "defaults::postgres_url")]
+    pub postgres_url: SecretString,
+    #[serde(default = "defaults::pool_size")]
+    pub postgres_pool_size: usize,
+    #[serde(default = "defaults::clickhouse_url")]
+    pub clickhouse_url: String,
+    #[serde(default = "defaults::clickhouse_database")]
+    pub clickhouse_database: String,
+    #[serde(default = "defaults::clickhouse_user")]
+    pub clickhouse_user: String,
+    #[serde(default = "defaults::empty_secret")]
+    pub clickhouse_password: SecretString,
+    #[serde(default = "defaults::rpc_ws_url")]
+    pub rpc_ws_url: String,
+    #[serde(default = "defaults::rpc_http_url")]
+    pub rpc_http_url: String,
+    #[serde(default)]
+    pub instance: Option<String>,
+    #[serde(default)]
+    pub log_format: LogFormat,
+    #[serde(default = "defaults::log", rename = "log")]
+    pub log_filter: String,
+}
+
+impl CoreConfig {
+    pub fn load() -> Result<CoreConfig, ConfigError> {
+        load()
+    }
+
+    /// The Postgres connection settings parsed from the secret URL.
+    pub fn postgres(&self) -> tokio_postgres::Config {
+        // Validated at load.
+        tokio_postgres::Config::from_str(self.postgres_url.expose_secret())
+            .expect("postgres_url validated at load")
+    }
+
+    /// The instance name, defaulting to the service name.
+    pub fn instance_or(&self, service: &str) -> String {
+        self.instance.clone().unwrap_or_else(|| service.to_string())
+    }
+}
+
+impl fmt::Debug for CoreConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let pg = self.postgres();
+        f.debug_struct("CoreConfig")
+            .field("postgres_host", &pg.get_hosts())
+            .field("postgres_port", &pg.get_ports())
+            .field("postgres_db", &pg.get_dbname())
+            .field("postgres_password", &"[redacted]")
+            .field("postgres_pool_size", &self.postgres_pool_size)
+            .field("clickhouse_url", &self.clickhouse_url)
+            .field("clickhouse_database", &self.clickhouse_database)
+            .field("clickhouse_user", &self.clickhouse_user)
+            .field("clickhouse_password", &"[redacted]")
+            .field("rpc_ws_url", &redact_url(&self.rpc_ws_url))
+            .field("rpc_http_url", &redact_url(&self.rpc_http_url))
+            .field("instance", &self.instance)
+            .field("log_format", &self.log_format)
+            .field("log", &self.log_filter)
+            .finish()
+    }
+}
+
+/// RPC URLs often carry an API key in the path or query: keep scheme and host only.
+fn redact_url(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let host = rest.split(['/', '?']).next().unwrap_or("");
+            let host = host.rsplit('@').next().unwrap_or(host);
+            let redacted = rest.len() > host.len();
+            format!("{scheme}://{host}{}", if redacted { "/[redacted]" } else { "" })
+        }
+        None => "[redacted]".into(),
+    }
+}
+
+impl Validate for CoreConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        let pg = tokio_postgres::Config::from_str(self.postgres_url.expose_secret())
+            .map_err(|e| ConfigError::invalid("PMW_POSTGRES_URL", e.to_string()))?;
+        if pg.get_hosts().is_empty() {
+            return Err(ConfigError::invalid("PMW_POSTGRES_URL", "no host"));
+        }
+        if self.postgres_pool_size == 0 {
+            return Err(ConfigError::invalid("PMW_POSTGRES_POOL_SIZE", "must be at least 1"));
+        }
+        check_scheme("PMW_CLICKHOUSE_URL", &self.clickhouse_url, &["http", "https"])?;
+        if self.clickhouse_database.is_empty()
+            || !self
+                .clickhouse_database
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        {
+            return Err(ConfigError::invalid(
+                "PMW_CLICKHOUSE_DATABASE",
+                "must be a non-empty identifier of letters, digits and _",
+            ));
+        }
+        check_scheme("PMW_RPC_WS_URL", &self.rpc_ws_url, &["ws", "wss"])?;
+        check_scheme("PMW_RPC_HTTP_URL", &self.rpc_http_url, &["http", "https"])?;
+        tracing_subscriber::EnvFilter::try_new(&self.log_filter)
+            .map_err(|e| ConfigError::invalid("PMW_LOG", e.to_string()))?;
+        Ok(())
+    }
+}
+
+fn check_scheme(key: &'static str, url: &str, allowed: &[&str]) -> Result<(), ConfigError> {
+    let ok = url
+        .split_once("://")
+        .is_some_and(|(s, rest)| allowed.contains(&s) && !rest.is_empty());
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError::invalid(
+            key,
+            format!("must be a {} URL", allowed.join("/")),
+        ))
+    }
+}
+
+/// Limits of one subscription plan.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Plan {
+    pub max_wallets: u32,
+    pub max_webhook_endpoints: u32,
+    pub max_ws_sessions: u32,
+}
+
+/// Settings only the API reads: listen address, auth, limits, plans.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ApiConfig {
+    #[serde(default = "defaults::api_listen")]
+    pub api_listen: SocketAddr,
+    #[serde(default = "defaults::max_body")]
+    pub api_max_body_bytes: usize,
+    #[serde(default = "defaults::rate")]
+    pub api_rate_per_sec: u32,
+    #[serde(default = "defaults::burst")]
+    pub api_rate_burst: u32,
+    #[serde(default = "defaults::ticket_ttl")]
+    pub api_ws_ticket_ttl_secs: u64,
+    #[serde(default = "defaults::default_plan")]
+    pub api_default_plan: String,
+    #[serde(default = "defaults::plans", deserialize_with = "plans_from_table_or_json")]
+    pub api_plans: BTreeMap<String, Plan>,
+}
+
+impl ApiConfig {
+    pub fn load() -> Result<ApiConfig, ConfigError> {
+        load()
+    }
+}
+
+/// `PMW_API_PLANS` arrives as a JSON string from the environment, a table from TOML.
+fn plans_from_table_or_json<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, Plan>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Table(BTreeMap<String, Plan>),
+        Json(String),
+    }
+    match Raw::deserialize(d)? {
+        Raw::Table(t) => Ok(t),
+        Raw::Json(s) => serde_json::from_str(&s).map_err(serde::de::Error::custom),
+    }
+}
+
+impl Validate for ApiConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.api_plans.is_empty() {
+            return Err(ConfigError::invalid("PMW_API_PLANS", "at least one plan is required"));
+        }
+        if !self.api_plans.contains_key(&self.api_default_plan) {
+            return Err(ConfigError::invalid(
+                "PMW_API_DEFAULT_PLAN",
+                format!(
+                    "plan {:?} is not one of {:?}",
+                    self.api_default_plan,
+                    self.api_plans.keys().collect::<Vec<_>>()
+                ),
+            ));
+        }
+        if self.api_rate_per_sec == 0 || self.api_rate_burst == 0 {
+            return Err(ConfigError::invalid("PMW_API_RATE_PER_SEC", "rate and burst must be positive"));
+        }
+        if self.api_max_body_bytes < 1024 {
+            return Err(ConfigError::invalid("PMW_API_MAX_BODY_BYTES", "must be at least 1024"));
+        }
+        if !(5..=3600).contains(&self.api_ws_ticket_ttl_secs) {
+            return Err(ConfigError::invalid("PMW_API_WS_TICKET_TTL_SECS", "must be 5..=3600"));
+        }
+        Ok(())
+    }
+}
+
+mod defaults {
+    use super::*;
+
+    pub fn postgres_url() -> SecretString {
+        SecretString::from("postgres://pmw@127.0.0.1:55432/pmw")
+    }
+    pub fn pool_size() -> usize {
+        16
+    }
+    pub fn clickhouse_url() -> String {
+        "http://127.0.0.1:58123".into()
+    }
+    pub fn clickhouse_database() -> String {
+        "pmw".into()
+    }
+    pub fn clickhouse_user() -> String {
+        "default".into()
+    }
+    pub fn empty_secret() -> SecretString {
+        SecretString::from("")
+    }
+    pub fn rpc_ws_url() -> String {
+        "ws://127.0.0.1:58545".into()
+    }
+    pub fn rpc_http_url() -> String {
+        "http://127.0.0.1:58545".into()
+    }
+    pub fn log() -> String {
+        "info".into()
+    }
+    pub fn api_listen() -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], 8080))
+    }
+    pub fn max_body() -> usize {
+        64 * 1024
+    }
+    pub fn rate() -> u32 {
+        20
+    }
+    pub fn burst() -> u32 {
+        40
+    }
+    pub fn ticket_ttl() -> u64 {
+        60
+    }
+    pub fn default_plan() -> String {
+        "free".into()
+    }
+    pub fn plans() -> BTreeMap<String, Plan> {
+        BTreeMap::from([
+            (
+                "free".to_string(),
+                Plan {
+                    max_wallets: 10,
+                    max_webhook_endpoints: 1,
+                    max_ws_sessions: 2,
+                },
+            ),
+            (
+                "pro".to_string(),
+                Plan {
+                    max_wallets: 500,
+                    max_webhook_endpoints: 10,
+                    max_ws_sessions: 50,
+                },
+            ),
+        ])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use figment::providers::Serialized;
+
+    fn with(pairs: &[(&str, &str)]) -> Figment {
+        let mut f = Figment::new();
+        for (k, v) in pairs {
+            f = f.merge(Serialized::default(k, v));
+        }
+        f
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        let core: CoreConfig = load_from(Figment::new()).unwrap();
+        assert_eq!(core.clickhouse_database, "pmw");
+        assert_eq!(core.postgres().get_ports(), &[55432]);
+        let api: ApiConfig = load_from(Figment::new()).unwrap();
+        assert_eq!(api.api_default_plan, "free");
+    }
+
+    #[test]
+    fn broken_api_settings_do_not_stop_core() {
+        let f = with(&[("api_default_plan", "platinum"), ("api_rate_per_sec", "fast")]);
+        assert!(load_from::<ApiConfig>(f.clone()).is_err());
+        let core: CoreConfig = load_from(f).expect("core must load despite broken api settings");
+        assert_eq!(core.clickhouse_url, "http://127.0.0.1:58123");
+    }
+
+    #[test]
+    fn unknown_default_plan_names_the_key() {
+        let err = load_from::<ApiConfig>(with(&[("api_default_plan", "platinum")])).unwrap_err();
+        assert!(err.to_string().contains("PMW_API_DEFAULT_PLAN"), "{err}");
+    }
+
+    #[test]
+    fn plans_accept_json_from_env_form() {
+        let api: ApiConfig = load_from(with(&[
+            ("api_plans", r#"{"solo":{"max_wallets":3,"max_webhook_endpoints":0,"max_ws_sessions":1}}"#),
+            ("api_default_plan", "solo"),
+        ]))
+        .unwrap();
+        assert_eq!(api.api_plans["solo"].max_wallets, 3);
+    }
+
+    #[test]
+    fn invalid_core_values_are_rejected_with_their_key() {
+        for (k, v, key) in [
+            ("clickhouse_url", "ftp://x", "PMW_CLICKHOUSE_URL"),
+            ("rpc_ws_url", "http://x", "PMW_RPC_WS_URL"),
+            ("clickhouse_database", "a;drop", "PMW_CLICKHOUSE_DATABASE"),
+            ("postgres_url", "postgres://", "PMW_POSTGRES_URL"),
+        ] {
+            let err = load_from::<CoreConfig>(with(&[(k, v)])).unwrap_err().to_string();
+            assert!(err.contains(key), "{k}={v}: {err}");
+        }
+        assert!(load_from::<CoreConfig>(with(&[("postgres_pool_size", "0")])).is_err());
+    }
+
+    #[test]
+    fn secrets_never_appear_in_debug_output() {
+        let core: CoreConfig = load_from(with(&[
+            ("postgres_url", "postgres://pmw:hunter2@db.internal:5432/pmw"),
+            ("clickhouse_password", "chpass-s3cret"),
+            ("rpc_ws_url", "wss://polygon.example/v2/rpc-key-abc"),
+        ]))
+        .unwrap();
+        let dbg = format!("{core:?}");
+        for secret in ["hunter2", "chpass-s3cret", "rpc-key-abc"] {
+            assert!(!dbg.contains(secret), "{secret} leaked: {dbg}");
+        }
+        assert!(dbg.contains("db.internal"), "{dbg}");
+    }
+
+    #[test]
+    fn env_layer_overrides_file_layer() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file("pmw.toml", "clickhouse_database = \"from_file\"\ninstance = \"push-a\"")?;
+            jail.set_env("PMW_CONFIG", "pmw.toml");
+            jail.set_env("PMW_CLICKHOUSE_DATABASE", "from_env");
+            let core = CoreConfig::load().map_err(|e| e.to_string())?;
+            assert_eq!(core.clickhouse_database, "from_env");
+            assert_eq!(core.instance.as_deref(), Some("push-a"));
+            Ok(())
+        });
+    }
+}

@@ -1,0 +1,111 @@
+//! Postgres access: a deadpool pool for ordinary queries, and dedicated unpooled sessions for
+//! LISTEN and advisory locks (pooled connections are driven in a way that drops notifications).
+
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use futures::StreamExt;
+use tokio::sync::mpsc;
+use tokio_postgres::{AsyncMessage, Client, NoTls, Notification};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::CoreConfig;
+
+pub use deadpool_postgres::{Object as PooledClient, Pool as PgPool};
+
+/// Postgres failures outside a query's own error.
+#[derive(Debug, thiserror::Error)]
+pub enum PgError {
+    #[error("postgres: {0}")]
+    Query(#[from] tokio_postgres::Error),
+    #[error("postgres pool: {0}")]
+    Pool(#[from] deadpool_postgres::PoolError),
+    #[error("postgres pool setup: {0}")]
+    Build(String),
+}
+
+/// The pooled client for ordinary, short statements.
+pub fn pool(cfg: &CoreConfig, application_name: &str) -> Result<Pool, PgError> {
+    let mut pg = cfg.postgres();
+    pg.application_name(application_name);
+    pg.connect_timeout(Duration::from_secs(5));
+    let mgr = Manager::from_config(
+        pg,
+        NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(mgr)
+        .max_size(cfg.postgres_pool_size)
+        .wait_timeout(Some(Duration::from_secs(10)))
+        .create_timeout(Some(Duration::from_secs(5)))
+        .runtime(deadpool_postgres::Runtime::Tokio1)
+        .build()
+        .map_err(|e| PgError::Build(e.to_string()))
+}
+
+/// A dedicated session: its own TCP connection, driven by `poll_message` so notifications reach
+/// [`Session::notifications`]. `lost` is cancelled the moment the connection ends.
+pub struct Session {
+    pub client: Client,
+    pub notifications: mpsc::UnboundedReceiver<Notification>,
+    lost: CancellationToken,
+}
+
+impl Session {
+    /// Cancelled when the server connection is gone (restart, network, terminate).
+    pub fn lost(&self) -> CancellationToken {
+        self.lost.clone()
+    }
+
+    pub fn is_lost(&self) -> bool {
+        self.lost.is_cancelled()
+    }
+}
+
+/// Open a dedicated session with TCP keepalives (idle 180 s, interval 10 s, 6 probes) so a dead
+/// peer is noticed. `application_name` makes it recognisable in `pg_stat_activity`.
+pub async fn dedicated(cfg: &CoreConfig, application_name: &str) -> Result<Session, PgError> {
+    let mut pg = cfg.postgres();
+    pg.application_name(application_name)
+        .connect_timeout(Duration::from_secs(5))
+        .keepalives(true)
+        .keepalives_idle(Duration::from_secs(180))
+        .keepalives_interval(Duration::from_secs(10))
+        .keepalives_retries(6);
+    let (client, mut conn) = pg.connect(NoTls).await?;
+    let (tx, rx) = mpsc::unbounded_channel();
+    let lost = CancellationToken::new();
+    let lost_tx = lost.clone();
+    let name = application_name.to_string();
+    tokio::spawn(async move {
+        let mut messages = futures::stream::poll_fn(move |cx| conn.poll_message(cx));
+        loop {
+            match messages.next().await {
+                Some(Ok(AsyncMessage::Notification(n))) => {
+                    // The receiver may be gone (nobody listens): that is fine.
+                    let _ = tx.send(n);
+                }
+                Some(Ok(AsyncMessage::Notice(n))) => {
+                    tracing::debug!(session = %name, notice = %n.message(), "postgres notice");
+                }
+                Some(Ok(_)) => {}
+                Some(Err(e)) => {
+                    tracing::warn!(session = %name, error = %e, "postgres session lost");
+                    break;
+                }
+                None => {
+                    tracing::info!(session = %name, "postgres session closed");
+                    break;
+                }
+            }
+        }
+        lost_tx.cancel();
+    });
+    Ok(Session {
+        client,
+        notifications: rx,
+        lost,
+    })
+}

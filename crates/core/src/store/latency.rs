@@ -1,0 +1,70 @@
+//! Latency rows: one `ingest_latency` row per block (live) and one `push_latency` row per delivery
+//! (push). Written as Int64 milliseconds through RowBinary: no timezone can touch them.
+
+use serde::{Deserialize, Serialize};
+
+use super::window::Window;
+use crate::ch::ChClient;
+
+/// Ingest timings of one block. `head_lead_ms` is a clock diagnostic, never a latency origin.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, clickhouse::Row)]
+pub struct IngestLatencyRow {
+    pub block_number: u64,
+    pub block_hash: String,
+    pub t_detect_ms: i64,
+    pub t_logs_ms: i64,
+    pub t_stored_ms: i64,
+    pub head_lead_ms: i64,
+    pub trade_count: u32,
+    pub backfilled: u8,
+}
+
+/// One delivered message (channel `ws` or `webhook`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, clickhouse::Row)]
+pub struct PushLatencyRow {
+    pub block_number: u64,
+    pub log_index: u32,
+    pub channel: String,
+    pub target_id: u64,
+    pub t_detect_ms: i64,
+    pub t_push_ms: i64,
+    pub epoch: u64,
+    pub backfilled: u8,
+}
+
+/// Insert ingest latency rows (the production write path used by `pmw-live`).
+pub async fn insert_ingest(ch: &ChClient, rows: &[IngestLatencyRow]) -> Result<(), clickhouse::error::Error> {
+    insert_all(ch, "ingest_latency", rows).await
+}
+
+/// Insert push latency rows (the production write path used by `pmw-push`).
+pub async fn insert_push(ch: &ChClient, rows: &[PushLatencyRow]) -> Result<(), clickhouse::error::Error> {
+    insert_all(ch, "push_latency", rows).await
+}
+
+/// Insert a batch in one INSERT; an empty batch is a no-op.
+pub async fn insert_all<T>(ch: &ChClient, table: &str, rows: &[T]) -> Result<(), clickhouse::error::Error>
+where
+    T: clickhouse::RowOwned + clickhouse::RowWrite,
+{
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let mut insert = ch.insert::<T>(table).await?;
+    for row in rows {
+        insert.write(row).await?;
+    }
+    insert.end().await
+}
+
+/// Ingest rows detected inside `w` (both bounds applied), de-duplicated, in block order.
+pub async fn ingest_in_window(ch: &ChClient, w: Window) -> Result<Vec<IngestLatencyRow>, clickhouse::error::Error> {
+    ch.query(
+        "SELECT block_number, block_hash, t_detect_ms, t_logs_ms, t_stored_ms, head_lead_ms, trade_count, backfilled \
+         FROM ingest_latency FINAL WHERE t_detect_ms >= ? AND t_detect_ms < ? ORDER BY block_number",
+    )
+    .bind(w.from_ms)
+    .bind(w.to_ms)
+    .fetch_all()
+    .await
+}

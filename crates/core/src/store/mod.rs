@@ -1,0 +1,7 @@
+//! The production ClickHouse write and read paths for facts (trades and latency rows).
+
+pub mod latency;
+pub mod window;
+
+pub use latency::{IngestLatencyRow, PushLatencyRow};
+pub use window::Window;
