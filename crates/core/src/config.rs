@@ -174,7 +174,10 @@ fn redact_url(url: &str) -> String {
             let host = rest.split(['/', '?']).next().unwrap_or("");
             let host = host.rsplit('@').next().unwrap_or(host);
             let redacted = rest.len() > host.len();
-            format!("{scheme}://{host}{}", if redacted { "/[redacted]" } else { "" })
+            format!(
+                "{scheme}://{host}{}",
+                if redacted { "/[redacted]" } else { "" }
+            )
         }
         None => "[redacted]".into(),
     }
@@ -188,9 +191,16 @@ impl Validate for CoreConfig {
             return Err(ConfigError::invalid("PMW_POSTGRES_URL", "no host"));
         }
         if self.postgres_pool_size == 0 {
-            return Err(ConfigError::invalid("PMW_POSTGRES_POOL_SIZE", "must be at least 1"));
+            return Err(ConfigError::invalid(
+                "PMW_POSTGRES_POOL_SIZE",
+                "must be at least 1",
+            ));
         }
-        check_scheme("PMW_CLICKHOUSE_URL", &self.clickhouse_url, &["http", "https"])?;
+        check_scheme(
+            "PMW_CLICKHOUSE_URL",
+            &self.clickhouse_url,
+            &["http", "https"],
+        )?;
         if self.clickhouse_database.is_empty()
             || !self
                 .clickhouse_database
@@ -248,7 +258,10 @@ pub struct ApiConfig {
     pub api_ws_ticket_ttl_secs: u64,
     #[serde(default = "defaults::default_plan")]
     pub api_default_plan: String,
-    #[serde(default = "defaults::plans", deserialize_with = "plans_from_table_or_json")]
+    #[serde(
+        default = "defaults::plans",
+        deserialize_with = "plans_from_table_or_json"
+    )]
     pub api_plans: BTreeMap<String, Plan>,
 }
 
@@ -277,7 +290,10 @@ fn plans_from_table_or_json<'de, D: serde::Deserializer<'de>>(
 impl Validate for ApiConfig {
     fn validate(&self) -> Result<(), ConfigError> {
         if self.api_plans.is_empty() {
-            return Err(ConfigError::invalid("PMW_API_PLANS", "at least one plan is required"));
+            return Err(ConfigError::invalid(
+                "PMW_API_PLANS",
+                "at least one plan is required",
+            ));
         }
         if !self.api_plans.contains_key(&self.api_default_plan) {
             return Err(ConfigError::invalid(
@@ -290,13 +306,22 @@ impl Validate for ApiConfig {
             ));
         }
         if self.api_rate_per_sec == 0 || self.api_rate_burst == 0 {
-            return Err(ConfigError::invalid("PMW_API_RATE_PER_SEC", "rate and burst must be positive"));
+            return Err(ConfigError::invalid(
+                "PMW_API_RATE_PER_SEC",
+                "rate and burst must be positive",
+            ));
         }
         if self.api_max_body_bytes < 1024 {
-            return Err(ConfigError::invalid("PMW_API_MAX_BODY_BYTES", "must be at least 1024"));
+            return Err(ConfigError::invalid(
+                "PMW_API_MAX_BODY_BYTES",
+                "must be at least 1024",
+            ));
         }
         if !(5..=3600).contains(&self.api_ws_ticket_ttl_secs) {
-            return Err(ConfigError::invalid("PMW_API_WS_TICKET_TTL_SECS", "must be 5..=3600"));
+            return Err(ConfigError::invalid(
+                "PMW_API_WS_TICKET_TTL_SECS",
+                "must be 5..=3600",
+            ));
         }
         Ok(())
     }
@@ -396,7 +421,10 @@ mod tests {
 
     #[test]
     fn broken_api_settings_do_not_stop_core() {
-        let f = with(&[("api_default_plan", "platinum"), ("api_rate_per_sec", "fast")]);
+        let f = with(&[
+            ("api_default_plan", "platinum"),
+            ("api_rate_per_sec", "fast"),
+        ]);
         assert!(load_from::<ApiConfig>(f.clone()).is_err());
         let core: CoreConfig = load_from(f).expect("core must load despite broken api settings");
         assert_eq!(core.clickhouse_url, "http://127.0.0.1:58123");
@@ -411,7 +439,10 @@ mod tests {
     #[test]
     fn plans_accept_json_from_env_form() {
         let api: ApiConfig = load_from(with(&[
-            ("api_plans", r#"{"solo":{"max_wallets":3,"max_webhook_endpoints":0,"max_ws_sessions":1}}"#),
+            (
+                "api_plans",
+                r#"{"solo":{"max_wallets":3,"max_webhook_endpoints":0,"max_ws_sessions":1}}"#,
+            ),
             ("api_default_plan", "solo"),
         ]))
         .unwrap();
@@ -426,7 +457,9 @@ mod tests {
             ("clickhouse_database", "a;drop", "PMW_CLICKHOUSE_DATABASE"),
             ("postgres_url", "postgres://", "PMW_POSTGRES_URL"),
         ] {
-            let err = load_from::<CoreConfig>(with(&[(k, v)])).unwrap_err().to_string();
+            let err = load_from::<CoreConfig>(with(&[(k, v)]))
+                .unwrap_err()
+                .to_string();
             assert!(err.contains(key), "{k}={v}: {err}");
         }
         assert!(load_from::<CoreConfig>(with(&[("postgres_pool_size", "0")])).is_err());
@@ -435,7 +468,10 @@ mod tests {
     #[test]
     fn secrets_never_appear_in_debug_output() {
         let core: CoreConfig = load_from(with(&[
-            ("postgres_url", "postgres://pmw:hunter2@db.internal:5432/pmw"),
+            (
+                "postgres_url",
+                "postgres://pmw:hunter2@db.internal:5432/pmw",
+            ),
             ("clickhouse_password", "chpass-s3cret"),
             ("rpc_ws_url", "wss://polygon.example/v2/rpc-key-abc"),
         ]))
@@ -450,7 +486,10 @@ mod tests {
     #[test]
     fn env_layer_overrides_file_layer() {
         figment::Jail::expect_with(|jail| {
-            jail.create_file("pmw.toml", "clickhouse_database = \"from_file\"\ninstance = \"push-a\"")?;
+            jail.create_file(
+                "pmw.toml",
+                "clickhouse_database = \"from_file\"\ninstance = \"push-a\"",
+            )?;
             jail.set_env("PMW_CONFIG", "pmw.toml");
             jail.set_env("PMW_CLICKHOUSE_DATABASE", "from_env");
             let core = CoreConfig::load().map_err(|e| e.to_string())?;

@@ -4,10 +4,12 @@
 pub mod ch;
 pub mod config;
 pub mod exit;
+pub mod heartbeat;
 pub mod migrate;
 pub mod pg;
 pub mod service;
 pub mod shutdown;
+pub mod storage;
 pub mod store;
 pub mod telemetry;
 pub mod types;

@@ -31,7 +31,11 @@ macro_rules! migration {
         Migration {
             version: $version,
             name: $name,
-            sql: include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../migrations/", $path)),
+            sql: include_str!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../migrations/",
+                $path
+            )),
         }
     };
 }
@@ -109,14 +113,22 @@ pub async fn migrate_postgres(client: &mut Client) -> Result<Vec<u32>, SchemaErr
         .await?;
     let applied = pg_applied(&tx).await?;
     check_checksums(Store::Postgres, POSTGRES, &applied)?;
-    for m in POSTGRES.iter().filter(|m| !applied.contains_key(&m.version)) {
+    for m in POSTGRES
+        .iter()
+        .filter(|m| !applied.contains_key(&m.version))
+    {
         tx.batch_execute(m.sql).await?;
         tx.execute(
             "INSERT INTO schema_migrations (version, name, checksum, applied_ms) VALUES ($1, $2, $3, $4)",
             &[&(m.version as i32), &m.name, &m.checksum(), &UnixMs::now().0],
         )
         .await?;
-        tracing::info!(store = "postgres", version = m.version, name = m.name, "migration applied");
+        tracing::info!(
+            store = "postgres",
+            version = m.version,
+            name = m.name,
+            "migration applied"
+        );
         applied_now.push(m.version);
     }
     tx.commit().await?;
@@ -127,7 +139,10 @@ async fn pg_applied(
     client: &impl tokio_postgres::GenericClient,
 ) -> Result<BTreeMap<u32, String>, tokio_postgres::Error> {
     let rows = client
-        .query("SELECT version, checksum FROM schema_migrations ORDER BY version", &[])
+        .query(
+            "SELECT version, checksum FROM schema_migrations ORDER BY version",
+            &[],
+        )
         .await?;
     Ok(rows
         .iter()
@@ -179,7 +194,10 @@ pub async fn migrate_clickhouse(ch: &ChClient) -> Result<Vec<u32>, SchemaError> 
     let applied = ch_applied(ch).await?;
     check_checksums(Store::ClickHouse, CLICKHOUSE, &applied)?;
     let mut applied_now = Vec::new();
-    for m in CLICKHOUSE.iter().filter(|m| !applied.contains_key(&m.version)) {
+    for m in CLICKHOUSE
+        .iter()
+        .filter(|m| !applied.contains_key(&m.version))
+    {
         for stmt in clickhouse_statements(m.sql) {
             ch.query(&stmt).execute().await?;
         }
@@ -193,7 +211,12 @@ pub async fn migrate_clickhouse(ch: &ChClient) -> Result<Vec<u32>, SchemaError> 
             })
             .await?;
         insert.end().await?;
-        tracing::info!(store = "clickhouse", version = m.version, name = m.name, "migration applied");
+        tracing::info!(
+            store = "clickhouse",
+            version = m.version,
+            name = m.name,
+            "migration applied"
+        );
         applied_now.push(m.version);
     }
     Ok(applied_now)
@@ -202,7 +225,8 @@ pub async fn migrate_clickhouse(ch: &ChClient) -> Result<Vec<u32>, SchemaError> 
 /// Migrate both stores. The Postgres advisory lock is held on `pg` for the ClickHouse part too,
 /// so two concurrent runs do not interleave.
 pub async fn migrate_all(pg: &mut Client, ch: &ChClient) -> Result<MigrateReport, SchemaError> {
-    pg.execute("SELECT pg_advisory_lock($1)", &[&MIGRATE_LOCK]).await?;
+    pg.execute("SELECT pg_advisory_lock($1)", &[&MIGRATE_LOCK])
+        .await?;
     let result = async {
         let postgres_applied = migrate_postgres(pg).await?;
         let clickhouse_applied = migrate_clickhouse(ch).await?;
@@ -212,7 +236,8 @@ pub async fn migrate_all(pg: &mut Client, ch: &ChClient) -> Result<MigrateReport
         })
     }
     .await;
-    pg.execute("SELECT pg_advisory_unlock($1)", &[&MIGRATE_LOCK]).await?;
+    pg.execute("SELECT pg_advisory_unlock($1)", &[&MIGRATE_LOCK])
+        .await?;
     result
 }
 
@@ -290,9 +315,17 @@ mod tests {
             .filter(|n| n.ends_with(".sql"))
             .collect();
         files.sort();
-        assert_eq!(files.len(), list.len(), "{dir}: every .sql file must be listed in migrate.rs");
+        assert_eq!(
+            files.len(),
+            list.len(),
+            "{dir}: every .sql file must be listed in migrate.rs"
+        );
         for (i, (file, m)) in files.iter().zip(list).enumerate() {
-            assert_eq!(m.version as usize, i + 1, "{dir}: versions must be 1..n in order");
+            assert_eq!(
+                m.version as usize,
+                i + 1,
+                "{dir}: versions must be 1..n in order"
+            );
             assert_eq!(*file, format!("{:04}_{}.sql", m.version, m.name), "{dir}");
         }
     }
@@ -306,15 +339,29 @@ mod tests {
     #[test]
     fn clickhouse_statements_split_and_drop_comments() {
         let stmts = clickhouse_statements("-- a; comment;\nCREATE TABLE a (x UInt8) ENGINE = Log;\n\n-- b\nCREATE TABLE b (y UInt8) ENGINE = Log;\n");
-        assert_eq!(stmts, vec!["CREATE TABLE a (x UInt8) ENGINE = Log", "CREATE TABLE b (y UInt8) ENGINE = Log"]);
+        assert_eq!(
+            stmts,
+            vec![
+                "CREATE TABLE a (x UInt8) ENGINE = Log",
+                "CREATE TABLE b (y UInt8) ENGINE = Log"
+            ]
+        );
     }
 
     #[test]
     fn clickhouse_migrations_have_no_placeholders_or_datetime64() {
         for m in CLICKHOUSE {
             for s in clickhouse_statements(m.sql) {
-                assert!(!s.contains('?'), "migration {}: '?' is a bind placeholder: {s}", m.version);
-                assert!(!s.contains("DateTime"), "migration {}: times are Int64 ms: {s}", m.version);
+                assert!(
+                    !s.contains('?'),
+                    "migration {}: '?' is a bind placeholder: {s}",
+                    m.version
+                );
+                assert!(
+                    !s.contains("DateTime"),
+                    "migration {}: times are Int64 ms: {s}",
+                    m.version
+                );
             }
         }
     }

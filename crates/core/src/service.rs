@@ -23,7 +23,10 @@ where
         }
     };
     crate::telemetry::init(cfg.log_format, &cfg.log_filter);
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             tracing::error!(error = %e, "cannot start runtime");
@@ -44,6 +47,26 @@ where
             let code = e.exit_code();
             tracing::error!(service, code, error = %e, "exiting");
             ExitCode::from(code)
+        }
+    }
+}
+
+/// Heartbeat every `every` until shutdown: the behaviour of a service with no loop of its own yet.
+pub async fn beat_until_shutdown(
+    heartbeat: crate::heartbeat::Heartbeat,
+    every: std::time::Duration,
+    shutdown: CancellationToken,
+) {
+    loop {
+        if let Err(e) = heartbeat
+            .beat(&serde_json::json!({ "state": "idle" }))
+            .await
+        {
+            tracing::warn!(error = %e, "heartbeat failed");
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(every) => {}
         }
     }
 }

@@ -10,6 +10,7 @@ pub fn init(format: LogFormat, filter: &str) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(true);
     let _ = match format {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),

@@ -33,17 +33,27 @@ pub struct PushLatencyRow {
 }
 
 /// Insert ingest latency rows (the production write path used by `pmw-live`).
-pub async fn insert_ingest(ch: &ChClient, rows: &[IngestLatencyRow]) -> Result<(), clickhouse::error::Error> {
+pub async fn insert_ingest(
+    ch: &ChClient,
+    rows: &[IngestLatencyRow],
+) -> Result<(), clickhouse::error::Error> {
     insert_all(ch, "ingest_latency", rows).await
 }
 
 /// Insert push latency rows (the production write path used by `pmw-push`).
-pub async fn insert_push(ch: &ChClient, rows: &[PushLatencyRow]) -> Result<(), clickhouse::error::Error> {
+pub async fn insert_push(
+    ch: &ChClient,
+    rows: &[PushLatencyRow],
+) -> Result<(), clickhouse::error::Error> {
     insert_all(ch, "push_latency", rows).await
 }
 
 /// Insert a batch in one INSERT; an empty batch is a no-op.
-pub async fn insert_all<T>(ch: &ChClient, table: &str, rows: &[T]) -> Result<(), clickhouse::error::Error>
+pub async fn insert_all<T>(
+    ch: &ChClient,
+    table: &str,
+    rows: &[T],
+) -> Result<(), clickhouse::error::Error>
 where
     T: clickhouse::RowOwned + clickhouse::RowWrite,
 {
@@ -58,7 +68,10 @@ where
 }
 
 /// Ingest rows detected inside `w` (both bounds applied), de-duplicated, in block order.
-pub async fn ingest_in_window(ch: &ChClient, w: Window) -> Result<Vec<IngestLatencyRow>, clickhouse::error::Error> {
+pub async fn ingest_in_window(
+    ch: &ChClient,
+    w: Window,
+) -> Result<Vec<IngestLatencyRow>, clickhouse::error::Error> {
     ch.query(
         "SELECT block_number, block_hash, t_detect_ms, t_logs_ms, t_stored_ms, head_lead_ms, trade_count, backfilled \
          FROM ingest_latency FINAL WHERE t_detect_ms >= ? AND t_detect_ms < ? ORDER BY block_number",

@@ -33,7 +33,13 @@ mod tests {
     #[test]
     fn bounds_are_two_sided() {
         let w = Window::ending_at(UnixMs(10_000), Duration::from_secs(3));
-        assert_eq!(w, Window { from_ms: 7_000, to_ms: 10_001 });
+        assert_eq!(
+            w,
+            Window {
+                from_ms: 7_000,
+                to_ms: 10_001
+            }
+        );
         assert!(w.contains(7_000) && w.contains(10_000));
         assert!(!w.contains(6_999) && !w.contains(10_001) && !w.contains(i64::MAX));
     }

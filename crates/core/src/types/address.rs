@@ -178,8 +178,12 @@ mod tests {
 
     #[test]
     fn single_case_forms_need_no_checksum() {
-        let lower: Address = "0x5aaeb6053f3e94c9b9a09f33669435e7ef1beaed".parse().unwrap();
-        let upper: Address = "0x5AAEB6053F3E94C9B9A09F33669435E7EF1BEAED".parse().unwrap();
+        let lower: Address = "0x5aaeb6053f3e94c9b9a09f33669435e7ef1beaed"
+            .parse()
+            .unwrap();
+        let upper: Address = "0x5AAEB6053F3E94C9B9A09F33669435E7EF1BEAED"
+            .parse()
+            .unwrap();
         assert_eq!(lower, upper);
         assert_eq!(lower.0[0], 0x5a);
         assert_eq!(lower.0[19], 0xed);
@@ -187,11 +191,15 @@ mod tests {
 
     #[test]
     fn serde_uses_lowercase_and_validates() {
-        let a: Address = serde_json::from_str("\"0xfB6916095ca1df60bB79Ce92cE3Ea74c37c5d359\"").unwrap();
+        let a: Address =
+            serde_json::from_str("\"0xfB6916095ca1df60bB79Ce92cE3Ea74c37c5d359\"").unwrap();
         assert_eq!(
             serde_json::to_string(&a).unwrap(),
             "\"0xfb6916095ca1df60bb79ce92ce3ea74c37c5d359\""
         );
-        assert!(serde_json::from_str::<Address>("\"0xfb6916095CA1df60bB79Ce92cE3Ea74c37c5d359\"").is_err());
+        assert!(
+            serde_json::from_str::<Address>("\"0xfb6916095CA1df60bB79Ce92cE3Ea74c37c5d359\"")
+                .is_err()
+        );
     }
 }

@@ -68,12 +68,19 @@ impl FromStr for Cursor {
         }
         let b = s.as_bytes();
         let digits_ok = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_digit);
-        if b[BLOCK_DIGITS] != b'-' || !digits_ok(0..BLOCK_DIGITS) || !digits_ok(BLOCK_DIGITS + 1..LEN) {
+        if b[BLOCK_DIGITS] != b'-'
+            || !digits_ok(0..BLOCK_DIGITS)
+            || !digits_ok(BLOCK_DIGITS + 1..LEN)
+        {
             return Err(CursorError::BadFormat);
         }
         // Digits were checked above and fit their types by width.
-        let block = s[..BLOCK_DIGITS].parse().map_err(|_| CursorError::BadFormat)?;
-        let log_index = s[BLOCK_DIGITS + 1..].parse().map_err(|_| CursorError::BadFormat)?;
+        let block = s[..BLOCK_DIGITS]
+            .parse()
+            .map_err(|_| CursorError::BadFormat)?;
+        let log_index = s[BLOCK_DIGITS + 1..]
+            .parse()
+            .map_err(|_| CursorError::BadFormat)?;
         Ok(Cursor { block, log_index })
     }
 }
@@ -108,7 +115,18 @@ mod tests {
 
     #[test]
     fn string_order_equals_ledger_order() {
-        let blocks = [0u64, 1, 9, 10, 99, 100, 65_000_000, 81_234_567, 100_000_000, MAX_BLOCK];
+        let blocks = [
+            0u64,
+            1,
+            9,
+            10,
+            99,
+            100,
+            65_000_000,
+            81_234_567,
+            100_000_000,
+            MAX_BLOCK,
+        ];
         let logs = [0u32, 1, 9, 10, 255, 1_000, 99_999, MAX_LOG_INDEX];
         let mut all = Vec::new();
         for b in blocks {
@@ -129,7 +147,11 @@ mod tests {
 
     #[test]
     fn parse_round_trips() {
-        for c in [Cursor::ORIGIN, Cursor::new(7, 3).unwrap(), Cursor::new(MAX_BLOCK, 0).unwrap()] {
+        for c in [
+            Cursor::ORIGIN,
+            Cursor::new(7, 3).unwrap(),
+            Cursor::new(MAX_BLOCK, 0).unwrap(),
+        ] {
             assert_eq!(c.to_string().parse::<Cursor>().unwrap(), c);
         }
     }
@@ -137,13 +159,34 @@ mod tests {
     #[test]
     fn bad_input_is_rejected_clearly() {
         assert_eq!("".parse::<Cursor>(), Err(CursorError::BadLength(0)));
-        assert_eq!("81234567-42".parse::<Cursor>(), Err(CursorError::BadLength(11)));
-        assert_eq!("000081234567_000042".parse::<Cursor>(), Err(CursorError::BadFormat));
-        assert_eq!("00008123456a-000042".parse::<Cursor>(), Err(CursorError::BadFormat));
-        assert_eq!("000081234567-0000-2".parse::<Cursor>(), Err(CursorError::BadFormat));
-        assert_eq!("+00081234567-000042".parse::<Cursor>(), Err(CursorError::BadFormat));
-        assert_eq!(Cursor::new(MAX_BLOCK + 1, 0), Err(CursorError::BlockTooLarge(MAX_BLOCK + 1)));
-        assert_eq!(Cursor::new(0, 1_000_000), Err(CursorError::LogIndexTooLarge(1_000_000)));
+        assert_eq!(
+            "81234567-42".parse::<Cursor>(),
+            Err(CursorError::BadLength(11))
+        );
+        assert_eq!(
+            "000081234567_000042".parse::<Cursor>(),
+            Err(CursorError::BadFormat)
+        );
+        assert_eq!(
+            "00008123456a-000042".parse::<Cursor>(),
+            Err(CursorError::BadFormat)
+        );
+        assert_eq!(
+            "000081234567-0000-2".parse::<Cursor>(),
+            Err(CursorError::BadFormat)
+        );
+        assert_eq!(
+            "+00081234567-000042".parse::<Cursor>(),
+            Err(CursorError::BadFormat)
+        );
+        assert_eq!(
+            Cursor::new(MAX_BLOCK + 1, 0),
+            Err(CursorError::BlockTooLarge(MAX_BLOCK + 1))
+        );
+        assert_eq!(
+            Cursor::new(0, 1_000_000),
+            Err(CursorError::LogIndexTooLarge(1_000_000))
+        );
         let msg = "garbage".parse::<Cursor>().unwrap_err().to_string();
         assert!(msg.contains("000012345678-000042"), "{msg}");
     }
@@ -151,7 +194,10 @@ mod tests {
     #[test]
     fn serde_uses_the_string_form() {
         let c = Cursor::new(5, 6).unwrap();
-        assert_eq!(serde_json::to_string(&c).unwrap(), "\"000000000005-000006\"");
+        assert_eq!(
+            serde_json::to_string(&c).unwrap(),
+            "\"000000000005-000006\""
+        );
         assert!(serde_json::from_str::<Cursor>("\"5-6\"").is_err());
     }
 }

@@ -5,7 +5,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 /// Milliseconds since the Unix epoch, UTC. Never seconds, never a timezone-naive string.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug, Default, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug, Default, Serialize, Deserialize,
+)]
 #[serde(transparent)]
 pub struct UnixMs(pub i64);
 
@@ -40,7 +42,10 @@ mod tests {
 
     #[test]
     fn rfc3339_is_utc_with_z() {
-        assert_eq!(UnixMs(1_764_672_000_123).to_rfc3339(), "2025-12-02T10:40:00.123Z");
+        assert_eq!(
+            UnixMs(1_764_672_000_123).to_rfc3339(),
+            "2025-12-02T10:40:00.123Z"
+        );
         assert_eq!(UnixMs::from_secs(1), UnixMs(1000));
     }
 

@@ -1,0 +1,43 @@
+//! Service heartbeats in Postgres (`heartbeats`, a tiny HOT-updated table) for status and readiness.
+
+use crate::pg::PgPool;
+use crate::types::UnixMs;
+
+/// One instance's heartbeat row.
+#[derive(Clone)]
+pub struct Heartbeat {
+    pool: PgPool,
+    service: String,
+    instance: String,
+    started_ms: i64,
+}
+
+impl Heartbeat {
+    pub fn new(pool: PgPool, service: &str, instance: &str) -> Heartbeat {
+        Heartbeat {
+            pool,
+            service: service.into(),
+            instance: instance.into(),
+            started_ms: UnixMs::now().0,
+        }
+    }
+
+    /// Upsert this instance's row with a fresh beat and `state`.
+    pub async fn beat(&self, state: &serde_json::Value) -> Result<(), crate::pg::PgError> {
+        let client = self.pool.get().await?;
+        client
+            .execute(
+                include_str!("sql/heartbeat_upsert.sql"),
+                &[
+                    &self.service,
+                    &self.instance,
+                    &(std::process::id() as i32),
+                    &self.started_ms,
+                    &UnixMs::now().0,
+                    &tokio_postgres::types::Json(state),
+                ],
+            )
+            .await?;
+        Ok(())
+    }
+}

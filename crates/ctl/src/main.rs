@@ -1,0 +1,5 @@
+use clap::Parser;
+
+fn main() -> std::process::ExitCode {
+    pmwctl::main(pmwctl::Cli::parse())
+}

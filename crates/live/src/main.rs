@@ -1,0 +1,3 @@
+fn main() -> std::process::ExitCode {
+    pmw_core::service::main(pmw_live::SERVICE, pmw_live::run)
+}

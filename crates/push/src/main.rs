@@ -1,0 +1,3 @@
+fn main() -> std::process::ExitCode {
+    pmw_core::service::main(pmw_push::SERVICE, pmw_push::run)
+}

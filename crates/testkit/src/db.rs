@@ -1,0 +1,153 @@
+//! A private Postgres database and ClickHouse database per test, migrated through the production
+//! migration code, dropped when the test ends.
+
+use figment::providers::Serialized;
+use figment::Figment;
+use pmw_core::ch::{self, ChClient};
+use pmw_core::config::{self, CoreConfig};
+use pmw_core::migrate;
+use pmw_core::pg::{self, PgPool};
+use rand::Rng;
+use tokio_postgres::NoTls;
+
+use crate::stack::stack_env;
+
+/// One test's databases. Dropped (with `FORCE`) when this value is dropped.
+pub struct TestDb {
+    pub name: String,
+    pub cfg: CoreConfig,
+    pub pg: PgPool,
+    pub ch: ChClient,
+    admin_url: String,
+}
+
+impl TestDb {
+    /// Fresh databases with every migration applied.
+    pub async fn new() -> TestDb {
+        let db = TestDb::empty().await;
+        let mut client = db.connect().await;
+        migrate::migrate_all(&mut client, &db.ch)
+            .await
+            .expect("migrations apply to empty databases");
+        db
+    }
+
+    /// Fresh, empty databases (no migrations): for migration and schema-guard tests.
+    pub async fn empty() -> TestDb {
+        pmw_core::telemetry::init_for_tests();
+        let env = stack_env();
+        let admin_url = env.get("PMW_POSTGRES_URL").to_string();
+        let name = format!(
+            "t_{}_{:08x}",
+            std::process::id(),
+            rand::thread_rng().gen::<u32>()
+        );
+        let (admin, conn) = tokio_postgres::connect(&admin_url, NoTls)
+            .await
+            .expect("connect to the stack's postgres");
+        tokio::spawn(conn);
+        admin
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .expect("create test database");
+        let base = admin_url.rsplit_once('/').expect("url has a database").0;
+        let cfg: CoreConfig = config::load_from(
+            Figment::new()
+                .merge(Serialized::default(
+                    "postgres_url",
+                    format!("{base}/{name}"),
+                ))
+                .merge(Serialized::default("postgres_pool_size", 8))
+                .merge(Serialized::default(
+                    "clickhouse_url",
+                    env.get("PMW_CLICKHOUSE_URL"),
+                ))
+                .merge(Serialized::default("clickhouse_database", &name))
+                .merge(Serialized::default("rpc_ws_url", env.get("PMW_RPC_WS_URL")))
+                .merge(Serialized::default(
+                    "rpc_http_url",
+                    env.get("PMW_RPC_HTTP_URL"),
+                )),
+        )
+        .expect("test config is valid");
+        ch::server_client(&cfg)
+            .query(&format!("CREATE DATABASE {name}"))
+            .execute()
+            .await
+            .expect("create clickhouse test database");
+        let pg = pg::pool(&cfg, "pmw-test").expect("pool");
+        let ch = ch::client(&cfg);
+        TestDb {
+            name,
+            cfg,
+            pg,
+            ch,
+            admin_url,
+        }
+    }
+
+    /// A new unpooled connection to the test database.
+    pub async fn connect(&self) -> tokio_postgres::Client {
+        let (client, conn) = self
+            .cfg
+            .postgres()
+            .connect(NoTls)
+            .await
+            .expect("connect to test database");
+        tokio::spawn(conn);
+        client
+    }
+
+    /// Environment variables that point a child process at these databases.
+    pub fn env(&self) -> Vec<(String, String)> {
+        let env = stack_env();
+        let base = self.admin_url.rsplit_once('/').expect("url").0;
+        vec![
+            ("PMW_POSTGRES_URL".into(), format!("{base}/{}", self.name)),
+            (
+                "PMW_CLICKHOUSE_URL".into(),
+                env.get("PMW_CLICKHOUSE_URL").into(),
+            ),
+            ("PMW_CLICKHOUSE_DATABASE".into(), self.name.clone()),
+            ("PMW_RPC_WS_URL".into(), env.get("PMW_RPC_WS_URL").into()),
+            (
+                "PMW_RPC_HTTP_URL".into(),
+                env.get("PMW_RPC_HTTP_URL").into(),
+            ),
+        ]
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        let admin_url = self.admin_url.clone();
+        let cfg = self.cfg.clone();
+        // Drop runs inside the test's runtime: clean up on a thread with its own runtime.
+        let cleanup = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("cleanup runtime");
+            rt.block_on(async move {
+                if let Ok((admin, conn)) = tokio_postgres::connect(&admin_url, NoTls).await {
+                    tokio::spawn(conn);
+                    if let Err(e) = admin
+                        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .await
+                    {
+                        eprintln!("testkit: could not drop postgres database {name}: {e}");
+                    }
+                }
+                if let Err(e) = ch::server_client(&cfg)
+                    .query(&format!("DROP DATABASE IF EXISTS {name}"))
+                    .execute()
+                    .await
+                {
+                    eprintln!("testkit: could not drop clickhouse database {name}: {e}");
+                }
+            });
+        });
+        let _ = cleanup.join();
+    }
+}

@@ -1,0 +1,91 @@
+//! The local stack as the project's scripts start it: read its environment, start it if needed.
+
+use std::collections::HashMap;
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// The `PMW_*` variables printed by `scripts/stack env`.
+#[derive(Debug, Clone)]
+pub struct StackEnv {
+    pub vars: HashMap<String, String>,
+}
+
+impl StackEnv {
+    pub fn get(&self, key: &str) -> &str {
+        self.vars
+            .get(key)
+            .map(String::as_str)
+            .unwrap_or_else(|| panic!("scripts/stack env did not print {key}"))
+    }
+}
+
+/// The repository root (two levels above this crate).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("repo root")
+}
+
+fn stack_script() -> PathBuf {
+    repo_root().join("scripts/stack")
+}
+
+fn read_env() -> StackEnv {
+    let out = Command::new(stack_script())
+        .arg("env")
+        .output()
+        .expect("run scripts/stack env");
+    assert!(
+        out.status.success(),
+        "scripts/stack env failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let vars = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.strip_prefix("export "))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.trim_matches(['"', '\'']).to_string()))
+        .collect();
+    StackEnv { vars }
+}
+
+fn reachable(url_host_port: &str) -> bool {
+    let hp = url_host_port
+        .split("://")
+        .nth(1)
+        .unwrap_or(url_host_port)
+        .rsplit('@')
+        .next()
+        .unwrap_or("")
+        .split('/')
+        .next()
+        .unwrap_or("");
+    hp.parse()
+        .ok()
+        .map(|addr| TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok())
+        .unwrap_or(false)
+}
+
+/// The stack's environment; starts Postgres, ClickHouse and anvil through `scripts/stack up`
+/// when they are not reachable (the script serialises concurrent callers with a lock).
+pub fn stack_env() -> &'static StackEnv {
+    static ENV: OnceLock<StackEnv> = OnceLock::new();
+    ENV.get_or_init(|| {
+        let env = read_env();
+        let up = ["PMW_POSTGRES_URL", "PMW_CLICKHOUSE_URL", "PMW_RPC_HTTP_URL"]
+            .iter()
+            .all(|k| reachable(env.get(k)));
+        if !up {
+            let status = Command::new(stack_script())
+                .arg("up")
+                .status()
+                .expect("run scripts/stack up");
+            assert!(status.success(), "scripts/stack up failed");
+        }
+        env
+    })
+}

@@ -1,0 +1,200 @@
+//! Foundation guarantees on the real servers: times survive the production ClickHouse write path
+//! on a server running in Asia/Shanghai, windows are two-sided, dedicated Postgres sessions
+//! deliver notifications and report their loss.
+
+use std::time::Duration;
+
+use pmw_core::pg;
+use pmw_core::store::{latency, IngestLatencyRow, Window};
+use pmw_core::UnixMs;
+use pmw_testkit::TestDb;
+use serde::Deserialize;
+
+fn row(block: u64, t_detect_ms: i64) -> IngestLatencyRow {
+    IngestLatencyRow {
+        block_number: block,
+        block_hash: format!("0x{block:064x}"),
+        t_detect_ms,
+        t_logs_ms: t_detect_ms + 50,
+        t_stored_ms: t_detect_ms + 128,
+        head_lead_ms: -740,
+        trade_count: 3,
+        backfilled: 0,
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct ReadBack {
+    block_number: String,
+    t_detect_ms: String,
+    t_stored_ms: String,
+    head_lead_ms: String,
+    server_local: String,
+    utc: String,
+}
+
+#[tokio::test]
+async fn times_round_trip_exactly_through_the_production_write_path_in_a_non_utc_server() {
+    let db = TestDb::new().await;
+    let tz: String = db.ch.query("SELECT timezone()").fetch_one().await.unwrap();
+    assert_eq!(
+        tz, "Asia/Shanghai",
+        "the test server must run in a non-UTC timezone to mean anything"
+    );
+
+    // 2025-12-02T10:40:00.123Z: sub-second part, and a UTC date/hour that differs from Shanghai's.
+    let t = 1_764_672_000_123_i64;
+    let now = UnixMs::now().0;
+    latency::insert_ingest(&db.ch, &[row(1, t), row(2, now)])
+        .await
+        .unwrap();
+
+    // Read back over a different path than the write (JSON text, not RowBinary), and let the
+    // server render the instant in its own zone and in UTC: the stored value is an instant.
+    let mut cursor = db
+        .ch
+        .query(
+            "SELECT block_number, t_detect_ms, t_stored_ms, head_lead_ms, \
+             toString(toDateTime(intDiv(t_detect_ms, 1000))) AS server_local, \
+             toString(toDateTime(intDiv(t_detect_ms, 1000), 'UTC')) AS utc \
+             FROM ingest_latency ORDER BY block_number",
+        )
+        .fetch_bytes("JSONEachRow")
+        .unwrap();
+    let bytes = cursor.collect().await.unwrap();
+    let rows: Vec<ReadBack> = String::from_utf8(bytes.to_vec())
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        rows.len(),
+        2,
+        "both rows must read back (an empty result is a failure, not a pass)"
+    );
+    assert_eq!(rows[0].block_number, "1");
+    assert_eq!(rows[0].t_detect_ms, t.to_string());
+    assert_eq!(rows[0].t_stored_ms, (t + 128).to_string());
+    assert_eq!(rows[0].head_lead_ms, "-740");
+    assert_eq!(rows[0].utc, "2025-12-02 10:40:00");
+    assert_eq!(rows[0].server_local, "2025-12-02 18:40:00");
+    assert_eq!(rows[1].t_detect_ms, now.to_string());
+
+    // And the typed read path gives back the identical rows.
+    let typed = latency::ingest_in_window(
+        &db.ch,
+        Window {
+            from_ms: 0,
+            to_ms: i64::MAX,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(typed, vec![row(1, t), row(2, now)]);
+}
+
+#[tokio::test]
+async fn window_queries_are_bounded_on_both_sides() {
+    let db = TestDb::new().await;
+    let now = UnixMs::now();
+    let hour = 3_600_000;
+    let far_future = 253_402_300_799_000; // 9999-12-31T23:59:59Z, the seed's saturated value
+    latency::insert_ingest(
+        &db.ch,
+        &[
+            row(10, now.0 - 2 * hour), // before the 1h window
+            row(11, now.0 - hour / 2), // inside
+            row(12, now.0 - 1),        // inside
+            row(13, far_future),       // corrupt: far future
+            row(14, 1_000),            // corrupt: far past
+        ],
+    )
+    .await
+    .unwrap();
+    let last_hour = Window::ending_at(now, Duration::from_secs(3600));
+    let got: Vec<u64> = latency::ingest_in_window(&db.ch, last_hour)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.block_number)
+        .collect();
+    assert_eq!(got, vec![11, 12]);
+    let last_day = Window::ending_at(now, Duration::from_secs(86_400));
+    let got: Vec<u64> = latency::ingest_in_window(&db.ch, last_day)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.block_number)
+        .collect();
+    assert_eq!(
+        got,
+        vec![10, 11, 12],
+        "the far-future row must sit in no window"
+    );
+}
+
+#[tokio::test]
+async fn reinserted_block_reads_once() {
+    let db = TestDb::new().await;
+    let t = UnixMs::now().0;
+    // A crash between insert and watermark update re-inserts the same block.
+    latency::insert_ingest(&db.ch, &[row(20, t)]).await.unwrap();
+    latency::insert_ingest(&db.ch, &[row(20, t)]).await.unwrap();
+    let got = latency::ingest_in_window(
+        &db.ch,
+        Window {
+            from_ms: 0,
+            to_ms: i64::MAX,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(got.len(), 1, "readers de-duplicate: {got:?}");
+}
+
+#[tokio::test]
+async fn dedicated_session_delivers_notifications_and_reports_its_loss() {
+    let db = TestDb::new().await;
+    let mut session = pg::dedicated(&db.cfg, "pmw-test-listen").await.unwrap();
+    session
+        .client
+        .batch_execute("LISTEN pmw_blocks")
+        .await
+        .unwrap();
+    let pid: i32 = session
+        .client
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+
+    let other = db.connect().await;
+    other
+        .execute("SELECT pg_notify('pmw_blocks', '42')", &[])
+        .await
+        .unwrap();
+    let n = tokio::time::timeout(Duration::from_secs(10), session.notifications.recv())
+        .await
+        .expect("notification within 10 s")
+        .expect("channel open");
+    assert_eq!((n.channel(), n.payload()), ("pmw_blocks", "42"));
+
+    let app: String = other
+        .query_one(
+            "SELECT application_name FROM pg_stat_activity WHERE pid = $1",
+            &[&pid],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(app, "pmw-test-listen");
+
+    assert!(!session.is_lost());
+    other
+        .execute("SELECT pg_terminate_backend($1)", &[&pid])
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), session.lost().cancelled())
+        .await
+        .expect("a terminated session is reported lost");
+}
