@@ -484,6 +484,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::result_large_err)] // figment's own Jail API returns its Error by value
     fn env_layer_overrides_file_layer() {
         figment::Jail::expect_with(|jail| {
             jail.create_file(

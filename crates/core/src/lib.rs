@@ -5,6 +5,7 @@ pub mod ch;
 pub mod config;
 pub mod exit;
 pub mod heartbeat;
+pub mod lock;
 pub mod migrate;
 pub mod pg;
 pub mod service;
@@ -12,6 +13,7 @@ pub mod shutdown;
 pub mod storage;
 pub mod store;
 pub mod telemetry;
+pub mod trade;
 pub mod types;
 
 pub use config::{ApiConfig, CoreConfig};

@@ -47,7 +47,7 @@ pub const POSTGRES: &[Migration] = &[migration!(1, "init", "postgres/0001_init.s
 pub const CLICKHOUSE: &[Migration] = &[migration!(1, "init", "clickhouse/0001_init.sql")];
 
 /// Advisory lock key serialising concurrent `pmwctl migrate` runs (per database).
-const MIGRATE_LOCK: i64 = 0x706d_775f_6d69_67; // "pmw_mig"
+const MIGRATE_LOCK: i64 = 7_000;
 
 /// Which store a schema problem is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,5 +1,6 @@
 //! pmwctl: the operator's tool. Each subcommand lives in its own module.
 
+mod decode_log;
 mod migrate;
 
 use std::process::ExitCode;
@@ -22,10 +23,15 @@ pub enum Command {
     Migrate,
     /// Show applied and known schema versions; exits 78 when they differ.
     Schema,
+    /// Decode one `eth_getLogs` log object (JSON on stdin) into the trade pmw would push.
+    DecodeLog,
 }
 
 /// Run the CLI and map the outcome to an exit code (0, 75 transient, 78 config/schema, 1 other).
 pub fn main(cli: Cli) -> ExitCode {
+    if let Command::DecodeLog = cli.command {
+        return decode_log_stdin();
+    }
     let cfg = match config::load::<CoreConfig>() {
         Ok(c) => c,
         Err(e) => {
@@ -57,5 +63,25 @@ async fn run(cli: Cli, cfg: CoreConfig) -> Result<(), ServiceError> {
     match cli.command {
         Command::Migrate => migrate::migrate(&cfg).await,
         Command::Schema => migrate::schema(&cfg).await,
+        Command::DecodeLog => unreachable!("handled before loading config"),
+    }
+}
+
+/// No configuration needed: pure decoding. Exit 0 with JSON, or 1 with the reason on stderr.
+fn decode_log_stdin() -> ExitCode {
+    let mut input = String::new();
+    if let Err(e) = std::io::Read::read_to_string(&mut std::io::stdin(), &mut input) {
+        eprintln!("pmwctl decode-log: cannot read stdin: {e}");
+        return ExitCode::from(exit::BUG);
+    }
+    match decode_log::decode_text(&input) {
+        Ok(v) => {
+            println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("pmwctl decode-log: {e}");
+            ExitCode::from(exit::BUG)
+        }
     }
 }

@@ -1,7 +1,9 @@
 //! The production ClickHouse write and read paths for facts (trades and latency rows).
 
 pub mod latency;
+pub mod trades;
 pub mod window;
 
 pub use latency::{IngestLatencyRow, PushLatencyRow};
+pub use trades::{TradeRow, WalletTradeRow};
 pub use window::Window;

@@ -1,0 +1,124 @@
+//! Writer locks: a session-level advisory lock held on a dedicated, unpooled session, waited for
+//! in segments (`lock_timeout`, retry on 55P03 in the same session) so the waiting session never
+//! pins `backend_xmin` for longer than one segment. Losing the session means losing the lock.
+
+use std::time::Duration;
+
+use tokio_postgres::error::SqlState;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::CoreConfig;
+use crate::pg::{self, PgError, Session};
+
+/// Advisory lock keys (one namespace per database).
+pub mod keys {
+    /// The single ingest writer.
+    pub const LIVE: i64 = 7_001;
+    /// The stats writer.
+    pub const STATS: i64 = 7_002;
+    /// Push leader of slot 0 (`PUSH_BASE + slot` for K slots).
+    pub const PUSH_BASE: i64 = 7_100;
+}
+
+/// A held writer lock. Dropping it closes the session, which releases the lock.
+pub struct WriterLock {
+    session: Session,
+    key: i64,
+    pid: i32,
+}
+
+impl WriterLock {
+    /// Wait for `key` on a new dedicated session, in segments of `segment`. Returns `Ok(None)`
+    /// when `shutdown` fires first. Any error (including the session's loss) is returned.
+    pub async fn acquire(
+        cfg: &CoreConfig,
+        application_name: &str,
+        key: i64,
+        segment: Duration,
+        shutdown: &CancellationToken,
+    ) -> Result<Option<WriterLock>, PgError> {
+        let session = pg::dedicated(cfg, application_name).await?;
+        let pid: i32 = session
+            .client
+            .query_one("SELECT pg_backend_pid()", &[])
+            .await?
+            .get(0);
+        // SET cannot take a bind parameter; the value is an integer we format ourselves.
+        let ms = segment.as_millis().max(1);
+        session
+            .client
+            .batch_execute(&format!("SET lock_timeout = {ms}"))
+            .await?;
+        let mut segments = 0u64;
+        loop {
+            // Its own autocommit statement: when it times out its snapshot is released.
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&key];
+            let outcome = tokio::select! {
+                r = session.client.execute("SELECT pg_advisory_lock($1)", &params) => r,
+                _ = shutdown.cancelled() => return Ok(None),
+            };
+            match outcome {
+                Ok(_) => {
+                    tracing::info!(key, pid, segments, "writer lock acquired");
+                    return Ok(Some(WriterLock { session, key, pid }));
+                }
+                Err(e) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {
+                    segments += 1;
+                    tracing::debug!(key, segments, "writer lock wait segment elapsed");
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Try once without waiting.
+    pub async fn try_acquire(
+        cfg: &CoreConfig,
+        application_name: &str,
+        key: i64,
+    ) -> Result<Option<WriterLock>, PgError> {
+        let session = pg::dedicated(cfg, application_name).await?;
+        let row = session
+            .client
+            .query_one("SELECT pg_try_advisory_lock($1), pg_backend_pid()", &[&key])
+            .await?;
+        let (got, pid): (bool, i32) = (row.get(0), row.get(1));
+        Ok(got.then_some(WriterLock { session, key, pid }))
+    }
+
+    /// Backend pid of the lock session, for fencing statements (see [`fence_sql`]).
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    pub fn key(&self) -> i64 {
+        self.key
+    }
+
+    /// Cancelled when the lock session is gone: the lock is lost, stop writing.
+    pub fn lost(&self) -> CancellationToken {
+        self.session.lost()
+    }
+
+    /// Release the lock explicitly and close the session.
+    pub async fn release(self) -> Result<(), PgError> {
+        self.session
+            .client
+            .execute("SELECT pg_advisory_unlock($1)", &[&self.key])
+            .await?;
+        tracing::info!(key = self.key, "writer lock released");
+        Ok(())
+    }
+}
+
+/// A SQL predicate true only while the session with backend pid `$pid_param` holds advisory lock
+/// `key`: add it to a write's WHERE clause so a writer that lost its lock writes nothing.
+pub fn fence_sql(key: i64, pid_param: &str) -> String {
+    let classid = (key >> 32) as u32;
+    let objid = (key & 0xffff_ffff) as u32;
+    format!(
+        "EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND classid = {classid} \
+         AND objid = {objid} AND objsubid = 1 AND granted AND pid = {pid_param} \
+         AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))"
+    )
+}

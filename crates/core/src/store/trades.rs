@@ -1,0 +1,222 @@
+//! Trade rows in ClickHouse: the write path (`trades` and the per-wallet copy, keyed by the fill's
+//! maker) and de-duplicated reads by cursor. Rows are re-inserted after a crash and retracted by a
+//! newer version after a reorg, so every read keeps only the latest version of each identity
+//! `(block_number, log_index, block_hash)` and then drops retracted ones.
+
+use serde::{Deserialize, Serialize};
+
+use super::latency::insert_all;
+use crate::ch::ChClient;
+use crate::trade::{format_units6, Fill, Side};
+use crate::types::Cursor;
+
+/// One decoded `OrderFilled`, as stored. Amounts are exact decimal strings (6 decimals applied).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, clickhouse::Row)]
+pub struct TradeRow {
+    pub block_number: u64,
+    pub log_index: u32,
+    pub block_hash: String,
+    pub tx_hash: String,
+    pub block_time_ms: i64,
+    pub exchange: String,
+    pub exchange_version: u8,
+    pub order_hash: String,
+    pub maker: String,
+    pub taker: String,
+    /// 0 = BUY, 1 = SELL, from the maker's (the fill owner's) point of view.
+    pub side: u8,
+    pub token_id: String,
+    pub shares: String,
+    pub collateral: String,
+    pub price: String,
+    pub fee: String,
+    /// `collateral` or `shares`: V1 BUY pays its fee in outcome shares.
+    pub fee_asset: String,
+    pub t_detect_ms: i64,
+    pub backfilled: u8,
+    pub retracted: u8,
+    pub version: u64,
+}
+
+/// The per-wallet copy: the same row keyed by `wallet` (= `maker`, the owner of the fill).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, clickhouse::Row)]
+pub struct WalletTradeRow {
+    pub wallet: String,
+    pub block_number: u64,
+    pub log_index: u32,
+    pub block_hash: String,
+    pub tx_hash: String,
+    pub block_time_ms: i64,
+    pub exchange: String,
+    pub exchange_version: u8,
+    pub order_hash: String,
+    pub maker: String,
+    pub taker: String,
+    pub side: u8,
+    pub token_id: String,
+    pub shares: String,
+    pub collateral: String,
+    pub price: String,
+    pub fee: String,
+    pub fee_asset: String,
+    pub t_detect_ms: i64,
+    pub backfilled: u8,
+    pub retracted: u8,
+    pub version: u64,
+}
+
+impl TradeRow {
+    /// The stored form of a decoded fill. `version` orders re-inserts and retractions.
+    pub fn from_fill(
+        fill: &Fill,
+        block_time_ms: i64,
+        t_detect_ms: i64,
+        backfilled: bool,
+        version: u64,
+    ) -> TradeRow {
+        TradeRow {
+            block_number: fill.block_number,
+            log_index: fill.log_index,
+            block_hash: format!("0x{}", hex::encode(fill.block_hash)),
+            tx_hash: format!("0x{}", hex::encode(fill.tx_hash)),
+            block_time_ms,
+            exchange: fill.exchange.to_lower_hex(),
+            exchange_version: fill.version.number(),
+            order_hash: format!("0x{}", hex::encode(fill.order_hash)),
+            maker: fill.maker.to_lower_hex(),
+            taker: fill.taker.to_lower_hex(),
+            side: match fill.side {
+                Side::Buy => 0,
+                Side::Sell => 1,
+            },
+            token_id: fill.token_id.to_string(),
+            shares: format_units6(fill.shares),
+            collateral: format_units6(fill.collateral),
+            price: fill.price().text,
+            fee: format_units6(fill.fee),
+            fee_asset: fill.fee_asset.as_str().to_string(),
+            t_detect_ms,
+            backfilled: u8::from(backfilled),
+            retracted: 0,
+            version,
+        }
+    }
+
+    pub fn cursor(&self) -> Cursor {
+        Cursor {
+            block: self.block_number,
+            log_index: self.log_index,
+        }
+    }
+
+    /// The per-wallet copy of this row: owned by its maker, never its taker.
+    pub fn for_wallet(&self) -> WalletTradeRow {
+        let t = self.clone();
+        WalletTradeRow {
+            wallet: t.maker.clone(),
+            block_number: t.block_number,
+            log_index: t.log_index,
+            block_hash: t.block_hash,
+            tx_hash: t.tx_hash,
+            block_time_ms: t.block_time_ms,
+            exchange: t.exchange,
+            exchange_version: t.exchange_version,
+            order_hash: t.order_hash,
+            maker: t.maker,
+            taker: t.taker,
+            side: t.side,
+            token_id: t.token_id,
+            shares: t.shares,
+            collateral: t.collateral,
+            price: t.price,
+            fee: t.fee,
+            fee_asset: t.fee_asset,
+            t_detect_ms: t.t_detect_ms,
+            backfilled: t.backfilled,
+            retracted: t.retracted,
+            version: t.version,
+        }
+    }
+}
+
+/// Insert trades into `trades` and their per-wallet copies into `trades_by_wallet`.
+pub async fn insert_trades(
+    ch: &ChClient,
+    rows: &[TradeRow],
+) -> Result<(), clickhouse::error::Error> {
+    insert_all(ch, "trades", rows).await?;
+    let by_wallet: Vec<WalletTradeRow> = rows.iter().map(TradeRow::for_wallet).collect();
+    insert_all(ch, "trades_by_wallet", &by_wallet).await
+}
+
+const COLUMNS: &str = "block_number, log_index, block_hash, tx_hash, block_time_ms, exchange, \
+    exchange_version, order_hash, maker, taker, side, token_id, shares, collateral, price, fee, \
+    fee_asset, t_detect_ms, backfilled, retracted, version";
+
+/// Visible trades after `after`, up to and including block `up_to` (the ingest watermark), in
+/// ledger order, at most `limit`.
+pub async fn trades_after(
+    ch: &ChClient,
+    after: Cursor,
+    up_to: u64,
+    limit: u64,
+) -> Result<Vec<TradeRow>, clickhouse::error::Error> {
+    let sql = format!(
+        "SELECT {COLUMNS} FROM ( \
+           SELECT {COLUMNS} FROM trades \
+           WHERE block_number >= ? AND block_number <= ? \
+           ORDER BY block_number, log_index, block_hash, version DESC \
+           LIMIT 1 BY block_number, log_index, block_hash \
+         ) WHERE retracted = 0 AND (block_number, log_index) > (?, ?) \
+         ORDER BY block_number, log_index LIMIT ?"
+    );
+    ch.query(&sql)
+        .bind(after.block)
+        .bind(up_to)
+        .bind(after.block)
+        .bind(after.log_index)
+        .bind(limit)
+        .fetch_all()
+        .await
+}
+
+/// The visible trades of one block (number and hash), in log order.
+pub async fn trades_of_block(
+    ch: &ChClient,
+    block_number: u64,
+    block_hash: &str,
+) -> Result<Vec<TradeRow>, clickhouse::error::Error> {
+    let sql = format!(
+        "SELECT {COLUMNS} FROM ( \
+           SELECT {COLUMNS} FROM trades WHERE block_number = ? AND block_hash = ? \
+           ORDER BY log_index, version DESC LIMIT 1 BY block_number, log_index, block_hash \
+         ) WHERE retracted = 0 ORDER BY log_index"
+    );
+    ch.query(&sql)
+        .bind(block_number)
+        .bind(block_hash)
+        .fetch_all()
+        .await
+}
+
+/// Retract the visible trades of an orphaned block: re-insert them with `retracted = 1` and a
+/// newer `version`. Idempotent. Returns the retracted rows (as they were before retraction).
+pub async fn retract_block(
+    ch: &ChClient,
+    block_number: u64,
+    block_hash: &str,
+    version: u64,
+) -> Result<Vec<TradeRow>, clickhouse::error::Error> {
+    let visible = trades_of_block(ch, block_number, block_hash).await?;
+    let retractions: Vec<TradeRow> = visible
+        .iter()
+        .cloned()
+        .map(|mut r| {
+            r.retracted = 1;
+            r.version = version.max(r.version + 1);
+            r
+        })
+        .collect();
+    insert_trades(ch, &retractions).await?;
+    Ok(visible)
+}

@@ -1,0 +1,98 @@
+//! pmw-live settings, beyond the core config (layered the same way: defaults → `PMW_CONFIG` file →
+//! environment).
+//!
+//! | variable | default | meaning |
+//! |---|---|---|
+//! | `PMW_LIVE_REORG_MAX_DEPTH` | `64` | deepest reorg walked back before giving up (exit 1: a human must look) |
+//! | `PMW_LIVE_LOCK_SEGMENT_MS` | `300000` | one segment of the writer-lock wait (`lock_timeout`) |
+//! | `PMW_LIVE_POLL_INTERVAL_MS` | `1000` | HTTP head polling period while the WebSocket is down |
+//! | `PMW_LIVE_WS_STALL_MS` | `30000` | a WebSocket silent this long is treated as lost |
+//! | `PMW_LIVE_START_BLOCK` | unset | first block to ingest when no watermark exists (default: the first head seen) |
+//! | `PMW_GAMMA_URL` | `https://gamma-api.polymarket.com` | Gamma-compatible market metadata API |
+
+use std::time::Duration;
+
+use pmw_core::config::{ConfigError, Validate};
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct LiveConfig {
+    #[serde(default = "d::depth")]
+    pub live_reorg_max_depth: u64,
+    #[serde(default = "d::segment")]
+    pub live_lock_segment_ms: u64,
+    #[serde(default = "d::poll")]
+    pub live_poll_interval_ms: u64,
+    #[serde(default = "d::stall")]
+    pub live_ws_stall_ms: u64,
+    #[serde(default)]
+    pub live_start_block: Option<u64>,
+    #[serde(default = "d::gamma")]
+    pub gamma_url: String,
+}
+
+mod d {
+    pub fn depth() -> u64 {
+        64
+    }
+    pub fn segment() -> u64 {
+        300_000
+    }
+    pub fn poll() -> u64 {
+        1_000
+    }
+    pub fn stall() -> u64 {
+        30_000
+    }
+    pub fn gamma() -> String {
+        "https://gamma-api.polymarket.com".into()
+    }
+}
+
+impl LiveConfig {
+    pub fn lock_segment(&self) -> Duration {
+        Duration::from_millis(self.live_lock_segment_ms)
+    }
+    pub fn poll_interval(&self) -> Duration {
+        Duration::from_millis(self.live_poll_interval_ms)
+    }
+    pub fn ws_stall(&self) -> Duration {
+        Duration::from_millis(self.live_ws_stall_ms)
+    }
+}
+
+impl Default for LiveConfig {
+    fn default() -> Self {
+        pmw_core::config::load_from(figment::Figment::new()).expect("defaults are valid")
+    }
+}
+
+impl Validate for LiveConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.live_reorg_max_depth == 0 {
+            return Err(ConfigError::invalid(
+                "PMW_LIVE_REORG_MAX_DEPTH",
+                "must be at least 1",
+            ));
+        }
+        if self.live_lock_segment_ms < 10 {
+            return Err(ConfigError::invalid(
+                "PMW_LIVE_LOCK_SEGMENT_MS",
+                "must be at least 10",
+            ));
+        }
+        if self.live_poll_interval_ms < 10 || self.live_ws_stall_ms < 100 {
+            return Err(ConfigError::invalid(
+                "PMW_LIVE_POLL_INTERVAL_MS",
+                "poll ≥ 10 ms, stall ≥ 100 ms",
+            ));
+        }
+        if !(self.gamma_url.starts_with("http://") || self.gamma_url.starts_with("https://")) {
+            return Err(ConfigError::invalid(
+                "PMW_GAMMA_URL",
+                "must be an http(s) URL",
+            ));
+        }
+        Ok(())
+    }
+}
