@@ -21,6 +21,16 @@ PMW_PG_DATA="$PMW_STACK_DIR/pg"            # owned by the postgres OS user when 
 PMW_PG_SOCK="$PMW_STACK_DIR/pg-sock"       # unix socket dir
 PMW_PG_LOG="$PMW_STACK_DIR/log/postgres.log"
 PMW_CH_DIR="$PMW_STACK_DIR/ch"
+# ClickHouse 18.16 writes ~2 files per column for every INSERT (no compact parts before 20.3);
+# on this kind of VM disk that costs ~50 ms per small INSERT. The dev/test stack's data is
+# disposable, so it lives in memory when /dev/shm is available (override with PMW_CH_DATA).
+if [ -z "${PMW_CH_DATA:-}" ]; then
+  if [ -d /dev/shm ] && [ -w /dev/shm ]; then
+    PMW_CH_DATA="/dev/shm/pmw-ch-$(id -un)"
+  else
+    PMW_CH_DATA="$PMW_CH_DIR/data"
+  fi
+fi
 PMW_CH_LOG="$PMW_STACK_DIR/log/clickhouse.log"
 PMW_ANVIL_LOG="$PMW_STACK_DIR/log/anvil.log"
 PMW_NODE_DIR="$ROOT/tools/node"

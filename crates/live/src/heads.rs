@@ -1,6 +1,9 @@
-//! The head source: new heads over WebSocket; when it drops, `block listener lost`, HTTP polling of
-//! the head meanwhile, and reconnection with backoff. Owns reconnection end to end.
+//! The head source: new heads over WebSocket, plus an HTTP poll of the latest head running all
+//! the time (a silent or dropped subscription can never stall ingest). When the WebSocket drops:
+//! `block listener lost`, reconnect with backoff; the poll keeps heads flowing meanwhile.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -23,61 +26,43 @@ const BACKOFF_MAX: Duration = Duration::from_secs(30);
 impl HeadSource {
     /// Run until `shutdown`, sending heads to `tx`.
     pub async fn run(self, chain: Chain, tx: mpsc::Sender<SeenHead>, shutdown: CancellationToken) {
+        let poller = tokio::spawn(poll_heads(
+            chain,
+            tx.clone(),
+            self.poll_interval,
+            shutdown.clone(),
+        ));
         let mut backoff = BACKOFF_MIN;
         loop {
-            let polling = CancellationToken::new();
-            let poller = tokio::spawn(poll_heads(
-                chain.clone(),
-                tx.clone(),
-                self.poll_interval,
-                polling.clone(),
-            ));
-            let stop_polling = polling.clone();
-            let connected = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-            let was_connected = connected.clone();
-            let on_connected = move || {
-                stop_polling.cancel();
-                connected.store(true, std::sync::atomic::Ordering::Relaxed);
-            };
+            let connected = Arc::new(AtomicBool::new(false));
+            let flag = connected.clone();
             let outcome = tokio::select! {
-                r = chain::follow_heads(&self.ws_url, &tx, self.stall, on_connected) => r,
+                r = chain::follow_heads(&self.ws_url, &tx, self.stall, move || flag.store(true, Ordering::Relaxed)) => r,
                 _ = shutdown.cancelled() => Ok(()),
             };
-            polling.cancel();
-            let _ = poller.await;
             if shutdown.is_cancelled() || tx.is_closed() {
-                return;
+                break;
             }
-            if was_connected.load(std::sync::atomic::Ordering::Relaxed) {
+            if connected.load(Ordering::Relaxed) {
                 backoff = BACKOFF_MIN;
             }
             match outcome {
-                Ok(()) => return,
+                Ok(()) => break,
                 Err(e) => {
                     tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "block listener lost");
                 }
             }
-            // Poll over HTTP while waiting to reconnect.
-            let polling = CancellationToken::new();
-            let poller = tokio::spawn(poll_heads(
-                chain.clone(),
-                tx.clone(),
-                self.poll_interval,
-                polling.clone(),
-            ));
             tokio::select! {
                 _ = tokio::time::sleep(backoff) => {}
-                _ = shutdown.cancelled() => {}
+                _ = shutdown.cancelled() => break,
             }
-            polling.cancel();
-            let _ = poller.await;
             backoff = (backoff * 2).min(BACKOFF_MAX);
         }
+        let _ = poller.await;
     }
 }
 
-/// Poll the latest head over HTTP every `every` until `stop`; the first poll waits one period
-/// (the WebSocket may connect at once, in which case nothing is polled).
+/// Poll the latest head over HTTP every `every` until `stop`, sending each new one.
 async fn poll_heads(
     chain: Chain,
     tx: mpsc::Sender<SeenHead>,

@@ -56,6 +56,7 @@ pub struct IngestStats {
     pub undecodable_logs: u64,
     pub reorgs: u64,
     pub retracted: u64,
+    pub latency_rows_lost: u64,
 }
 
 /// Recent heads seen live, by number, so gap blocks that did arrive keep their detect time.
@@ -125,9 +126,15 @@ impl Ingester {
         Ok(self.cursor)
     }
 
-    /// Remember a head seen live.
+    /// Remember a head seen live. The earliest arrival of a given header wins (the WebSocket and the poll may both see it).
     pub fn saw(&mut self, seen: SeenHead) {
-        self.book.insert(seen.head.number, seen);
+        match self.book.get(&seen.head.number) {
+            Some(prev)
+                if prev.head.hash == seen.head.hash && prev.t_detect_ms <= seen.t_detect_ms => {}
+            _ => {
+                self.book.insert(seen.head.number, seen);
+            }
+        }
         while self.book.len() > BOOK_SIZE {
             self.book.pop_first();
         }
@@ -234,20 +241,6 @@ impl Ingester {
         }
         trades::insert_trades(&self.ch, &rows).await?;
         let t_stored = UnixMs::now();
-        latency::insert_ingest(
-            &self.ch,
-            &[IngestLatencyRow {
-                block_number: head.number,
-                block_hash: head.hash_hex(),
-                t_detect_ms: t_detect.0,
-                t_logs_ms: t_logs.0,
-                t_stored_ms: t_stored.0,
-                head_lead_ms: t_detect.0 - block_time_ms,
-                trade_count: rows.len() as u32,
-                backfilled: u8::from(backfilled),
-            }],
-        )
-        .await?;
         let mut client = self.pg.get().await?;
         let tx = client.transaction().await?;
         tx.execute(
@@ -283,6 +276,22 @@ impl Ingester {
         });
         self.notifier.notify(head.number);
         self.names.seen(rows.iter().map(|r| r.token_id.clone()));
+        // The latency row is written after the watermark moves: it is a measurement, not a
+        // fact readers wait for, and its INSERT would otherwise delay every push by a round trip.
+        let latency_row = IngestLatencyRow {
+            block_number: head.number,
+            block_hash: head.hash_hex(),
+            t_detect_ms: t_detect.0,
+            t_logs_ms: t_logs.0,
+            t_stored_ms: t_stored.0,
+            head_lead_ms: t_detect.0 - block_time_ms,
+            trade_count: rows.len() as u32,
+            backfilled: u8::from(backfilled),
+        };
+        if let Err(e) = latency::insert_ingest(&self.ch, &[latency_row]).await {
+            self.stats.latency_rows_lost += 1;
+            tracing::warn!(block = head.number, error = %e, "ingest latency row not stored");
+        }
         self.stats.blocks += 1;
         self.stats.backfilled_blocks += u64::from(backfilled);
         self.stats.trades += rows.len() as u64;

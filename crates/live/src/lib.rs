@@ -122,11 +122,13 @@ pub async fn run_with(
     loop {
         if target.is_none() {
             tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => break,
                 h = heads.recv() => match h {
                     Some(seen) => { target = Some(seen.head.clone()); ingester.saw(seen); }
+                    None if shutdown.is_cancelled() => break,
                     None => return Err(ServiceError::Bug(anyhow::anyhow!("head source stopped"))),
                 },
-                _ = shutdown.cancelled() => break,
                 _ = lost.cancelled() => return Err(ServiceError::transient("live lock session lost")),
                 _ = tokio::time::sleep(HEARTBEAT_EVERY) => {}
             }

@@ -5,11 +5,13 @@
 mod db;
 mod guard;
 mod proc;
+mod proxy;
 mod service;
 mod stack;
 
 pub use db::TestDb;
 pub use guard::schema_guard;
 pub use proc::{run_bin, ChildService};
+pub use proxy::TcpProxy;
 pub use service::ServiceHandle;
 pub use stack::{repo_root, stack_env, StackEnv};

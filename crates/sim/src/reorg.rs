@@ -1,0 +1,222 @@
+//! Chain reorganisations with anvil's `anvil_reorg`: the last `depth` blocks are replaced by
+//! `depth` new blocks on their parent (so newHeads subscribers get a head whose parent hash
+//! differs from the block they had at that height). The new branch carries fresh matches and,
+//! optionally, the orphaned transactions again; the simulator marks the fills of orphaned
+//! blocks `orphaned` and records the new branch's fills with their new block hashes.
+
+use std::collections::HashSet;
+
+use anyhow::{ensure, Context};
+use serde::Serialize;
+
+use crate::abi::keccak256;
+use crate::emitted::{decode_order_filled, Emitted};
+use crate::rpc::{Block, TxRequest};
+use crate::sim::{exchange_of, SentTx, Sim};
+use crate::types::B256;
+
+/// What a reorg replaces and with what.
+#[derive(Clone, Debug)]
+pub struct ReorgPlan {
+    /// Blocks to replace (≥ 1, less than the head's number).
+    pub depth: u64,
+    /// Fresh matches mined into each new block.
+    pub new_matches_per_block: u32,
+    /// Also mine every orphaned simulator transaction again, at the same offset from the
+    /// common ancestor (as a real reorg usually re-includes them).
+    pub replay_orphaned: bool,
+}
+
+impl ReorgPlan {
+    /// `depth` blocks replaced by blocks holding one fresh match each.
+    pub fn new(depth: u64) -> ReorgPlan {
+        ReorgPlan {
+            depth,
+            new_matches_per_block: 1,
+            replay_orphaned: false,
+        }
+    }
+}
+
+/// A block's identity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct BlockRef {
+    pub number: u64,
+    pub hash: B256,
+    pub parent_hash: B256,
+}
+
+impl From<&Block> for BlockRef {
+    fn from(b: &Block) -> BlockRef {
+        BlockRef {
+            number: b.number.0,
+            hash: b.hash,
+            parent_hash: b.parent_hash,
+        }
+    }
+}
+
+/// What a reorg did.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReorgOutcome {
+    /// The head before the reorg.
+    pub old_head: BlockRef,
+    /// The head right after it.
+    pub new_head: BlockRef,
+    /// The last block both branches share (as planned: `old_head.number - depth`).
+    pub common_ancestor: u64,
+    /// Hashes of the blocks that left the canonical chain.
+    pub orphaned_blocks: Vec<B256>,
+    /// Records newly marked orphaned.
+    pub orphaned: Vec<Emitted>,
+    /// Fills of the new branch.
+    pub added: Vec<Emitted>,
+}
+
+impl Sim {
+    /// Replaces the last `depth` blocks with `depth` new ones, one fresh match in each.
+    pub async fn reorg(&self, depth: u64) -> anyhow::Result<ReorgOutcome> {
+        self.reorg_with(ReorgPlan::new(depth)).await
+    }
+
+    /// Reorganises the chain per `plan` with `anvil_reorg` and updates the record.
+    pub async fn reorg_with(&self, plan: ReorgPlan) -> anyhow::Result<ReorgOutcome> {
+        let rpc = &self.inner.rpc;
+        let mut state = self.inner.chain.lock().await;
+        let old = rpc.latest_block().await?;
+        ensure!(plan.depth >= 1, "reorg depth must be at least 1");
+        ensure!(
+            plan.depth < old.number.0,
+            "reorg depth {} reaches genesis (head is {})",
+            plan.depth,
+            old.number.0
+        );
+        let ancestor = old.number.0 - plan.depth;
+        let mut old_hashes = Vec::new();
+        for n in ancestor + 1..=old.number.0 {
+            old_hashes.push(
+                rpc.block(n)
+                    .await?
+                    .context("old branch block vanished")?
+                    .hash,
+            );
+        }
+
+        let mut txs: Vec<(TxRequest, u64)> = Vec::new();
+        for offset in 0..plan.depth {
+            for _ in 0..plan.new_matches_per_block {
+                let m = state.planner.plan(&self.inner.config);
+                state.match_ids.insert(keccak256(m.calldata()), m.id);
+                txs.push((
+                    self.tx_request(m.exchange.address, m.calldata(), m.makers.len() + 1),
+                    offset,
+                ));
+            }
+        }
+        if plan.replay_orphaned {
+            let mut replays: Vec<&SentTx> = state
+                .sent
+                .values()
+                .filter(|t| t.block_number > ancestor)
+                .collect();
+            replays.sort_by_key(|t| t.block_number);
+            for t in replays {
+                // Each fill takes at least 7 calldata words: an upper bound for the gas limit.
+                let fills = t.input.len() / 224 + 1;
+                txs.push((
+                    self.tx_request(t.to, t.input.clone(), fills),
+                    t.block_number - ancestor - 1,
+                ));
+            }
+        }
+        txs.sort_by_key(|(_, offset)| *offset);
+
+        rpc.anvil_reorg(plan.depth, &txs)
+            .await
+            .context("anvil_reorg")?;
+        let new = rpc.latest_block().await?;
+        tracing::info!(depth = plan.depth, ancestor, old_head = %old.hash, new_head = %new.hash, "reorg");
+
+        // Canonical hashes from the first possibly replaced block up to the head.
+        let mut canonical = std::collections::HashMap::new();
+        for n in ancestor + 1..=new.number.0 {
+            if let Some(b) = rpc.block(n).await? {
+                canonical.insert(n, b.hash);
+            }
+        }
+        let is_canonical =
+            |number: u64, hash: &B256| number <= ancestor || canonical.get(&number) == Some(hash);
+
+        // Mark orphaned fills; forget orphaned transactions.
+        let orphaned: Vec<Emitted> = {
+            let mut emitted = self.inner.emitted.lock().expect("emitted lock");
+            emitted
+                .iter_mut()
+                .filter(|e| !e.orphaned && !is_canonical(e.block_number, &e.block_hash))
+                .map(|e| {
+                    e.orphaned = true;
+                    e.clone()
+                })
+                .collect()
+        };
+        state
+            .sent
+            .retain(|_, t| is_canonical(t.block_number, &t.block_hash));
+
+        // Record the simulator's transactions in the new branch.
+        let known: HashSet<(B256, B256)> = self
+            .inner
+            .emitted
+            .lock()
+            .expect("emitted lock")
+            .iter()
+            .map(|e| (e.tx_hash, e.block_hash))
+            .collect();
+        let mut added = Vec::new();
+        for n in ancestor + 1..=new.number.0 {
+            let block = rpc
+                .block_with_txs(n)
+                .await?
+                .context("new branch block vanished")?;
+            for tx in block.transactions {
+                let Some(exchange) = exchange_of(tx.to) else {
+                    continue;
+                };
+                if tx.from != self.inner.sender || known.contains(&(tx.hash, block.hash)) {
+                    continue;
+                }
+                let receipt = rpc
+                    .receipt(&tx.hash)
+                    .await?
+                    .context("receipt of a mined tx")?;
+                let match_id = state.match_ids.get(&keccak256(&tx.input.0)).copied();
+                for log in &receipt.logs {
+                    if let Some(fill) = decode_order_filled(log)? {
+                        added.push(fill.record(log, match_id));
+                    }
+                }
+                state.sent.insert(
+                    tx.hash,
+                    SentTx {
+                        to: exchange.address,
+                        input: tx.input.0,
+                        block_number: n,
+                        block_hash: block.hash,
+                    },
+                );
+            }
+        }
+        if let Some(report) = self.inner.report.lock().expect("report lock").as_mut() {
+            report.write(&orphaned)?;
+        }
+        self.record(&added)?;
+        Ok(ReorgOutcome {
+            old_head: BlockRef::from(&old),
+            new_head: BlockRef::from(&new),
+            common_ancestor: ancestor,
+            orphaned_blocks: old_hashes,
+            orphaned,
+            added,
+        })
+    }
+}
