@@ -16,6 +16,7 @@ CREATE TABLE push_cursor (
     slot         smallint PRIMARY KEY,
     block_number bigint   NOT NULL,
     log_index    integer  NOT NULL,
+    reorg_id     bigint   NOT NULL DEFAULT 0,
     epoch        bigint   NOT NULL,
     updated_ms   bigint   NOT NULL
 ) WITH (fillfactor = 20, autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 500,
@@ -116,18 +117,25 @@ CREATE TABLE webhook_endpoints (
 );
 CREATE INDEX webhook_endpoints_account ON webhook_endpoints (account_id);
 
--- WebSocket delivery claims, fenced by epoch. A new leader voids its predecessor's leftovers;
--- WS claims are never re-claimed on timeout (resending an old trade after a newer one breaks
--- clients that keep a high-water cursor).
+-- WebSocket delivery claims: each push round claims the ledger range it delivers, fenced by
+-- epoch, in the same statement as the cursor move. A new leader voids its predecessor's claims
+-- still open (ranges it may not have delivered live; clients recover them by resuming with
+-- their cursor). WS claims are never re-claimed on timeout: resending an old trade after a
+-- newer one breaks clients that keep a high-water cursor.
 CREATE TABLE ws_claims (
-    account_id   bigint  NOT NULL,
-    block_number bigint  NOT NULL,
-    log_index    integer NOT NULL,
-    epoch        bigint  NOT NULL,
-    claimed_ms   bigint  NOT NULL,
-    voided       boolean NOT NULL DEFAULT false,
-    PRIMARY KEY (account_id, block_number, log_index)
+    id          bigserial PRIMARY KEY,
+    slot        smallint NOT NULL,
+    epoch       bigint   NOT NULL,
+    from_block  bigint   NOT NULL,
+    from_log    integer  NOT NULL,
+    to_block    bigint   NOT NULL,
+    to_log      integer  NOT NULL,
+    trades      integer  NOT NULL,
+    state       text     NOT NULL CHECK (state IN ('claimed', 'delivered', 'voided')),
+    claimed_ms  bigint   NOT NULL,
+    done_ms     bigint
 );
+CREATE INDEX ws_claims_open ON ws_claims (slot, epoch) WHERE state = 'claimed';
 
 -- Webhook deliveries and their retry state: survives restarts and leader changes.
 -- `id` is the stable `webhook-id` of every attempt of this message.

@@ -1,6 +1,7 @@
 //! pmw core: configuration, telemetry, storage clients, schema migrations, domain types, exit
 //! codes and shutdown, shared by every pmw service.
 
+pub mod auth;
 pub mod ch;
 pub mod config;
 pub mod exit;
@@ -10,6 +11,7 @@ pub mod migrate;
 pub mod pg;
 pub mod service;
 pub mod shutdown;
+pub mod ssrf;
 pub mod storage;
 pub mod store;
 pub mod telemetry;

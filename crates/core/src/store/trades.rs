@@ -220,3 +220,57 @@ pub async fn retract_block(
     insert_trades(ch, &retractions).await?;
     Ok(visible)
 }
+
+/// Trades whose latest version is a retraction, in blocks `(after_block, through_block]`.
+pub async fn retracted_between(
+    ch: &ChClient,
+    after_block: u64,
+    through_block: u64,
+) -> Result<Vec<TradeRow>, clickhouse::error::Error> {
+    let sql = format!(
+        "SELECT {COLUMNS} FROM ( \
+           SELECT {COLUMNS} FROM trades WHERE block_number > ? AND block_number <= ? \
+           ORDER BY block_number, log_index, block_hash, version DESC \
+           LIMIT 1 BY block_number, log_index, block_hash \
+         ) WHERE retracted = 1 ORDER BY block_number, log_index"
+    );
+    ch.query(&sql)
+        .bind(after_block)
+        .bind(through_block)
+        .fetch_all()
+        .await
+}
+
+/// Visible trades of `wallets` (their own fills) in `(after, through]`, ledger order, at most
+/// `limit`: the per-wallet table read for resumes and keyset backfill.
+pub async fn wallet_trades_between(
+    ch: &ChClient,
+    wallets: &[String],
+    after: Cursor,
+    through: Cursor,
+    limit: u64,
+) -> Result<Vec<TradeRow>, clickhouse::error::Error> {
+    if wallets.is_empty() || through <= after {
+        return Ok(Vec::new());
+    }
+    let sql = format!(
+        "SELECT {COLUMNS} FROM ( \
+           SELECT {COLUMNS} FROM trades_by_wallet \
+           WHERE wallet IN ? AND block_number >= ? AND block_number <= ? \
+           ORDER BY wallet, block_number, log_index, block_hash, version DESC \
+           LIMIT 1 BY wallet, block_number, log_index, block_hash \
+         ) WHERE retracted = 0 AND (block_number, log_index) > (?, ?) AND (block_number, log_index) <= (?, ?) \
+         ORDER BY block_number, log_index LIMIT ?"
+    );
+    ch.query(&sql)
+        .bind(wallets)
+        .bind(after.block)
+        .bind(through.block)
+        .bind(after.block)
+        .bind(after.log_index)
+        .bind(through.block)
+        .bind(through.log_index)
+        .bind(limit)
+        .fetch_all()
+        .await
+}

@@ -1,7 +1,7 @@
 //! Domain value types shared by every service: wallet addresses, trade cursors, millisecond times.
 
 mod address;
-mod cursor;
+pub mod cursor;
 mod time;
 
 pub use address::{Address, AddressError};

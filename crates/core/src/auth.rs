@@ -1,0 +1,108 @@
+//! API keys and WebSocket tickets: random secrets shown once, stored only as SHA-256, looked up by
+//! hash. Shared by the API (which issues them) and push (which authenticates WebSocket clients).
+
+use rand::RngCore;
+use sha2::{Digest, Sha256};
+
+use crate::pg::PgPool;
+use crate::UnixMs;
+
+/// Prefix of every API key.
+pub const KEY_PREFIX: &str = "pmw_";
+/// Prefix of every WebSocket ticket.
+pub const TICKET_PREFIX: &str = "pmwt_";
+
+/// SHA-256 of a presented secret (key or ticket), the only form stored.
+pub fn hash_secret(secret: &str) -> [u8; 32] {
+    Sha256::digest(secret.as_bytes()).into()
+}
+
+/// A new random secret `<prefix><64 hex chars>` and its display prefix (first 12 characters).
+pub fn generate(prefix: &str) -> (String, String) {
+    let mut bytes = [0u8; 32];
+    rand::thread_rng().fill_bytes(&mut bytes);
+    let secret = format!("{prefix}{}", hex::encode(bytes));
+    let display = secret[..prefix.len() + 8].to_string();
+    (secret, display)
+}
+
+/// Who a presented credential belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Principal {
+    pub account_id: i64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    #[error("missing credentials")]
+    Missing,
+    #[error("invalid or revoked credentials")]
+    Invalid,
+    #[error("postgres: {0}")]
+    Store(#[from] crate::pg::PgError),
+}
+
+impl From<tokio_postgres::Error> for AuthError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        AuthError::Store(e.into())
+    }
+}
+
+impl From<deadpool_postgres::PoolError> for AuthError {
+    fn from(e: deadpool_postgres::PoolError) -> Self {
+        AuthError::Store(e.into())
+    }
+}
+
+/// Resolve an API key (`pmw_…`) to its account: not revoked, account not disabled.
+pub async fn account_for_key(pool: &PgPool, key: &str) -> Result<Principal, AuthError> {
+    if !key.starts_with(KEY_PREFIX) || key.len() > 200 {
+        return Err(AuthError::Invalid);
+    }
+    let client = pool.get().await?;
+    let row = client
+        .query_opt(
+            "SELECT k.account_id FROM api_keys k JOIN accounts a ON a.id = k.account_id \
+             WHERE k.key_hash = $1 AND k.revoked_ms IS NULL AND a.disabled_ms IS NULL",
+            &[&hash_secret(key).as_slice()],
+        )
+        .await?;
+    row.map(|r| Principal { account_id: r.get(0) }).ok_or(AuthError::Invalid)
+}
+
+/// Redeem a WebSocket ticket (`pmwt_…`): valid once, before it expires.
+pub async fn redeem_ticket(pool: &PgPool, ticket: &str) -> Result<Principal, AuthError> {
+    if !ticket.starts_with(TICKET_PREFIX) || ticket.len() > 200 {
+        return Err(AuthError::Invalid);
+    }
+    let client = pool.get().await?;
+    let row = client
+        .query_opt(
+            "UPDATE ws_tickets SET used_ms = $2 WHERE ticket_hash = $1 AND used_ms IS NULL AND expires_ms > $2 \
+             RETURNING account_id",
+            &[&hash_secret(ticket).as_slice(), &UnixMs::now().0],
+        )
+        .await?;
+    row.map(|r| Principal { account_id: r.get(0) }).ok_or(AuthError::Invalid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_keys_are_random_prefixed_and_hash_stably() {
+        let (a, pa) = generate(KEY_PREFIX);
+        let (b, _) = generate(KEY_PREFIX);
+        assert_ne!(a, b);
+        assert!(a.starts_with("pmw_") && a.len() == 4 + 64, "{a}");
+        assert_eq!(pa, a[..12]);
+        assert_eq!(hash_secret(&a), hash_secret(&a));
+        assert_ne!(hash_secret(&a), hash_secret(&b));
+        // SHA-256("abc"), FIPS 180-2 test vector.
+        assert_eq!(
+            hex::encode(hash_secret("abc")),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+}
