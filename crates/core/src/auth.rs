@@ -67,7 +67,10 @@ pub async fn account_for_key(pool: &PgPool, key: &str) -> Result<Principal, Auth
             &[&hash_secret(key).as_slice()],
         )
         .await?;
-    row.map(|r| Principal { account_id: r.get(0) }).ok_or(AuthError::Invalid)
+    row.map(|r| Principal {
+        account_id: r.get(0),
+    })
+    .ok_or(AuthError::Invalid)
 }
 
 /// Redeem a WebSocket ticket (`pmwt_…`): valid once, before it expires.
@@ -83,7 +86,10 @@ pub async fn redeem_ticket(pool: &PgPool, ticket: &str) -> Result<Principal, Aut
             &[&hash_secret(ticket).as_slice(), &UnixMs::now().0],
         )
         .await?;
-    row.map(|r| Principal { account_id: r.get(0) }).ok_or(AuthError::Invalid)
+    row.map(|r| Principal {
+        account_id: r.get(0),
+    })
+    .ok_or(AuthError::Invalid)
 }
 
 #[cfg(test)]

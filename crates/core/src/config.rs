@@ -23,21 +23,9 @@
 //! | `PMW_LOG_FORMAT` | `text` | `text` or `json` |
 //! | `PMW_LOG` | `info` | tracing filter directives (`info,pmw_push=debug`) |
 //!
-//! API settings ([`ApiConfig`], loaded only by `pmw-api`):
-//!
-//! | variable | default | meaning |
-//! |---|---|---|
-//! | `PMW_API_LISTEN` | `127.0.0.1:8080` | API listen address (loopback: Caddy is the public listener) |
-//! | `PMW_API_MAX_BODY_BYTES` | `65536` | request body limit |
-//! | `PMW_API_RATE_PER_SEC` | `20` | per-key sustained request rate |
-//! | `PMW_API_RATE_BURST` | `40` | per-key burst |
-//! | `PMW_API_WS_TICKET_TTL_SECS` | `60` | lifetime of a browser WebSocket ticket |
-//! | `PMW_API_DEFAULT_PLAN` | `free` | plan given to new accounts; must name a plan |
-//! | `PMW_API_PLANS` | free and pro | plans as a table (TOML file) or JSON in the variable: `{"free":{"max_wallets":10,…}}` |
+//! API settings ([`ApiConfig`], loaded only by `pmw-api`): the `PMW_API_*` table in [`api`].
 
-use std::collections::BTreeMap;
 use std::fmt;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::str::FromStr;
 
@@ -46,6 +34,10 @@ use figment::Figment;
 use secrecy::{ExposeSecret, SecretString};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
+
+pub mod api;
+
+pub use api::{ApiConfig, Plan};
 
 /// A configuration that cannot be used. Services exit 78 on this.
 #[derive(Debug, thiserror::Error)]
@@ -234,99 +226,6 @@ fn check_scheme(key: &'static str, url: &str, allowed: &[&str]) -> Result<(), Co
     }
 }
 
-/// Limits of one subscription plan.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Plan {
-    pub max_wallets: u32,
-    pub max_webhook_endpoints: u32,
-    pub max_ws_sessions: u32,
-}
-
-/// Settings only the API reads: listen address, auth, limits, plans.
-#[derive(Debug, Clone, Deserialize)]
-pub struct ApiConfig {
-    #[serde(default = "defaults::api_listen")]
-    pub api_listen: SocketAddr,
-    #[serde(default = "defaults::max_body")]
-    pub api_max_body_bytes: usize,
-    #[serde(default = "defaults::rate")]
-    pub api_rate_per_sec: u32,
-    #[serde(default = "defaults::burst")]
-    pub api_rate_burst: u32,
-    #[serde(default = "defaults::ticket_ttl")]
-    pub api_ws_ticket_ttl_secs: u64,
-    #[serde(default = "defaults::default_plan")]
-    pub api_default_plan: String,
-    #[serde(
-        default = "defaults::plans",
-        deserialize_with = "plans_from_table_or_json"
-    )]
-    pub api_plans: BTreeMap<String, Plan>,
-}
-
-impl ApiConfig {
-    pub fn load() -> Result<ApiConfig, ConfigError> {
-        load()
-    }
-}
-
-/// `PMW_API_PLANS` arrives as a JSON string from the environment, a table from TOML.
-fn plans_from_table_or_json<'de, D: serde::Deserializer<'de>>(
-    d: D,
-) -> Result<BTreeMap<String, Plan>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Raw {
-        Table(BTreeMap<String, Plan>),
-        Json(String),
-    }
-    match Raw::deserialize(d)? {
-        Raw::Table(t) => Ok(t),
-        Raw::Json(s) => serde_json::from_str(&s).map_err(serde::de::Error::custom),
-    }
-}
-
-impl Validate for ApiConfig {
-    fn validate(&self) -> Result<(), ConfigError> {
-        if self.api_plans.is_empty() {
-            return Err(ConfigError::invalid(
-                "PMW_API_PLANS",
-                "at least one plan is required",
-            ));
-        }
-        if !self.api_plans.contains_key(&self.api_default_plan) {
-            return Err(ConfigError::invalid(
-                "PMW_API_DEFAULT_PLAN",
-                format!(
-                    "plan {:?} is not one of {:?}",
-                    self.api_default_plan,
-                    self.api_plans.keys().collect::<Vec<_>>()
-                ),
-            ));
-        }
-        if self.api_rate_per_sec == 0 || self.api_rate_burst == 0 {
-            return Err(ConfigError::invalid(
-                "PMW_API_RATE_PER_SEC",
-                "rate and burst must be positive",
-            ));
-        }
-        if self.api_max_body_bytes < 1024 {
-            return Err(ConfigError::invalid(
-                "PMW_API_MAX_BODY_BYTES",
-                "must be at least 1024",
-            ));
-        }
-        if !(5..=3600).contains(&self.api_ws_ticket_ttl_secs) {
-            return Err(ConfigError::invalid(
-                "PMW_API_WS_TICKET_TTL_SECS",
-                "must be 5..=3600",
-            ));
-        }
-        Ok(())
-    }
-}
-
 mod defaults {
     use super::*;
 
@@ -356,44 +255,6 @@ mod defaults {
     }
     pub fn log() -> String {
         "info".into()
-    }
-    pub fn api_listen() -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], 8080))
-    }
-    pub fn max_body() -> usize {
-        64 * 1024
-    }
-    pub fn rate() -> u32 {
-        20
-    }
-    pub fn burst() -> u32 {
-        40
-    }
-    pub fn ticket_ttl() -> u64 {
-        60
-    }
-    pub fn default_plan() -> String {
-        "free".into()
-    }
-    pub fn plans() -> BTreeMap<String, Plan> {
-        BTreeMap::from([
-            (
-                "free".to_string(),
-                Plan {
-                    max_wallets: 10,
-                    max_webhook_endpoints: 1,
-                    max_ws_sessions: 2,
-                },
-            ),
-            (
-                "pro".to_string(),
-                Plan {
-                    max_wallets: 500,
-                    max_webhook_endpoints: 10,
-                    max_ws_sessions: 50,
-                },
-            ),
-        ])
     }
 }
 

@@ -7,6 +7,7 @@ pub mod config;
 pub mod exit;
 pub mod heartbeat;
 pub mod lock;
+pub mod metrics;
 pub mod migrate;
 pub mod pg;
 pub mod service;

@@ -210,15 +210,21 @@ async fn resolve_due(
         .map(|(id, _)| ("clob_token_ids", id.as_str()))
         .collect();
     let url = format!("{}/markets", gamma_url.trim_end_matches('/'));
-    let markets: Vec<GammaMarket> = http
-        .get(&url)
-        .query(&query)
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?;
-    let resolved = tokens_of(&markets);
+    let fetched: Result<Vec<GammaMarket>, reqwest::Error> = async {
+        http.get(&url)
+            .query(&query)
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await
+    }
+    .await;
+    // A failed request counts as a miss for every asked token: they back off like misses.
+    let (resolved, failure) = match fetched {
+        Ok(markets) => (tokens_of(&markets), None),
+        Err(e) => (Vec::new(), Some(e)),
+    };
     let now = UnixMs::now().0;
     for (id, attempts) in &due {
         if let Some(r) = resolved.iter().find(|r| &r.token_id == id) {
@@ -244,6 +250,9 @@ async fn resolve_due(
                 )
                 .await?;
         }
+    }
+    if let Some(e) = failure {
+        return Err(e.into());
     }
     tracing::debug!(
         asked = due.len(),

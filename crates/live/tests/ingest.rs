@@ -403,3 +403,60 @@ async fn paced_blocks_report_ingest_latency() {
     );
     live.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn market_names_are_resolved_in_the_background_from_a_gamma_api() {
+    let h = Harness::new().await;
+    let markets = pmw_sim::demo_markets();
+    let (gamma, _server) = pmw_sim::markets::serve("127.0.0.1:0".parse().unwrap(), markets.clone())
+        .await
+        .unwrap();
+    let cfg = pmw_live::LiveConfig {
+        gamma_url: format!("http://{gamma}"),
+        ..h.live_config().await
+    };
+    let live = h.start_live(h.core(), cfg);
+    h.sim.run_matches(8).await.unwrap();
+    h.wait_caught_up(CATCH_UP).await;
+    let tokens: BTreeSet<String> = h
+        .sim
+        .canonical()
+        .iter()
+        .map(|e| e.token_id.0.to_string())
+        .collect();
+    let c = h.db.connect().await;
+    let deadline = tokio::time::Instant::now() + CATCH_UP;
+    loop {
+        let resolved: i64 = c
+            .query_one("SELECT count(*) FROM market_names WHERE status = 'resolved' AND token_id = ANY($1)", &[&tokens.iter().cloned().collect::<Vec<_>>()])
+            .await
+            .unwrap()
+            .get(0);
+        if resolved as usize == tokens.len() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "names not resolved: {resolved} of {}",
+            tokens.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for m in &markets {
+        for (i, t) in m.token_ids.iter().enumerate() {
+            if let Some(r) = c
+                .query_opt(
+                    "SELECT question, outcome, outcome_index FROM market_names WHERE token_id = $1",
+                    &[&t.0.to_string()],
+                )
+                .await
+                .unwrap()
+            {
+                assert_eq!(r.get::<_, String>(0), m.question);
+                assert_eq!(r.get::<_, String>(1), m.outcomes[i]);
+                assert_eq!(r.get::<_, i32>(2), i as i32);
+            }
+        }
+    }
+    live.stop().await.unwrap();
+}

@@ -253,17 +253,35 @@ pub async fn wallet_trades_between(
     if wallets.is_empty() || through <= after {
         return Ok(Vec::new());
     }
+    // An IN list over the primary key's first column (18.16 has no array IN). The list is
+    // inlined, so every element must be a lowercase 0x address: anything else is refused.
+    let valid = |w: &String| {
+        w.len() == 42
+            && w.starts_with("0x")
+            && w[2..]
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    if let Some(bad) = wallets.iter().find(|w| !valid(w)) {
+        return Err(clickhouse::error::Error::Custom(format!(
+            "not a lowercase wallet address: {bad:?}"
+        )));
+    }
+    let list = wallets
+        .iter()
+        .map(|w| format!("'{w}'"))
+        .collect::<Vec<_>>()
+        .join(",");
     let sql = format!(
         "SELECT {COLUMNS} FROM ( \
            SELECT {COLUMNS} FROM trades_by_wallet \
-           WHERE wallet IN ? AND block_number >= ? AND block_number <= ? \
+           WHERE wallet IN ({list}) AND block_number >= ? AND block_number <= ? \
            ORDER BY wallet, block_number, log_index, block_hash, version DESC \
            LIMIT 1 BY wallet, block_number, log_index, block_hash \
          ) WHERE retracted = 0 AND (block_number, log_index) > (?, ?) AND (block_number, log_index) <= (?, ?) \
          ORDER BY block_number, log_index LIMIT ?"
     );
     ch.query(&sql)
-        .bind(wallets)
         .bind(after.block)
         .bind(through.block)
         .bind(after.block)

@@ -1,0 +1,262 @@
+//! API-only settings ([`ApiConfig`]), loaded only by `pmw-api` (and never by push or live, so a
+//! broken `PMW_API_*` value cannot stop the push path). Same layering as the core settings.
+//!
+//! | variable | default | meaning |
+//! |---|---|---|
+//! | `PMW_API_LISTEN` | `127.0.0.1:8080` | API listen address (loopback only: Caddy is the public listener) |
+//! | `PMW_API_MAX_BODY_BYTES` | `65536` | request body limit (413 beyond) |
+//! | `PMW_API_RATE_PER_SEC` | `20` | per-key sustained request rate (429 + `Retry-After` beyond) |
+//! | `PMW_API_RATE_BURST` | `40` | per-key burst |
+//! | `PMW_API_WS_TICKET_TTL_SECS` | `60` | lifetime of a browser WebSocket ticket |
+//! | `PMW_API_DEFAULT_PLAN` | `free` | plan given to new accounts; must name a plan |
+//! | `PMW_API_PLANS` | free and pro | plans as a table (TOML file) or JSON in the variable: `{"free":{"max_wallets":10,"max_webhook_endpoints":1,"max_ws_sessions":2}}` |
+//! | `PMW_API_ALLOW_PRIVATE_WEBHOOKS` | `false` | accept webhook URLs on loopback/private/link-local addresses and local names (tests, on-prem); push has its own `PMW_PUSH_ALLOW_PRIVATE_WEBHOOKS` |
+//! | `PMW_API_READY_ROUND_MAX_AGE_MS` | `15000` | `/v1/ready` is 503 when the push leader's heartbeat or its last completed round is older |
+//! | `PMW_API_READY_LATENCY_MAX_MS` | `5000` | `/v1/ready` is 503 when the median detect→push (WS, live rows) exceeds this |
+//! | `PMW_API_READY_LATENCY_WINDOW_MS` | `1200000` | the window of that median (20 min, bounded on both sides) |
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use serde::Deserialize;
+
+use super::{ConfigError, Validate};
+
+/// Limits of one subscription plan.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Plan {
+    pub max_wallets: u32,
+    pub max_webhook_endpoints: u32,
+    pub max_ws_sessions: u32,
+}
+
+/// Settings only the API reads: listen address, auth, limits, plans, readiness thresholds.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ApiConfig {
+    #[serde(default = "defaults::api_listen")]
+    pub api_listen: SocketAddr,
+    #[serde(default = "defaults::max_body")]
+    pub api_max_body_bytes: usize,
+    #[serde(default = "defaults::rate")]
+    pub api_rate_per_sec: u32,
+    #[serde(default = "defaults::burst")]
+    pub api_rate_burst: u32,
+    #[serde(default = "defaults::ticket_ttl")]
+    pub api_ws_ticket_ttl_secs: u64,
+    #[serde(default = "defaults::default_plan")]
+    pub api_default_plan: String,
+    #[serde(
+        default = "defaults::plans",
+        deserialize_with = "plans_from_table_or_json"
+    )]
+    pub api_plans: BTreeMap<String, Plan>,
+    #[serde(default)]
+    pub api_allow_private_webhooks: bool,
+    #[serde(default = "defaults::ready_round_age")]
+    pub api_ready_round_max_age_ms: u64,
+    #[serde(default = "defaults::ready_latency")]
+    pub api_ready_latency_max_ms: u64,
+    #[serde(default = "defaults::ready_window")]
+    pub api_ready_latency_window_ms: u64,
+}
+
+impl ApiConfig {
+    pub fn load() -> Result<ApiConfig, ConfigError> {
+        super::load()
+    }
+
+    /// The plan named `name`, or the default plan when `name` is not configured (any more).
+    pub fn plan(&self, name: &str) -> (&str, &Plan) {
+        match self.api_plans.get_key_value(name) {
+            Some((k, p)) => (k.as_str(), p),
+            None => (
+                self.api_default_plan.as_str(),
+                &self.api_plans[&self.api_default_plan],
+            ),
+        }
+    }
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        super::load_from(figment::Figment::new()).expect("api defaults are valid")
+    }
+}
+
+/// `PMW_API_PLANS` arrives as a JSON string from the environment, a table from TOML.
+fn plans_from_table_or_json<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, Plan>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Table(BTreeMap<String, Plan>),
+        Json(String),
+    }
+    match Raw::deserialize(d)? {
+        Raw::Table(t) => Ok(t),
+        Raw::Json(s) => serde_json::from_str(&s).map_err(serde::de::Error::custom),
+    }
+}
+
+impl Validate for ApiConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if !self.api_listen.ip().is_loopback() {
+            return Err(ConfigError::invalid(
+                "PMW_API_LISTEN",
+                "the API listens on loopback only (Caddy is the public listener)",
+            ));
+        }
+        if self.api_plans.is_empty() {
+            return Err(ConfigError::invalid(
+                "PMW_API_PLANS",
+                "at least one plan is required",
+            ));
+        }
+        if !self.api_plans.contains_key(&self.api_default_plan) {
+            return Err(ConfigError::invalid(
+                "PMW_API_DEFAULT_PLAN",
+                format!(
+                    "plan {:?} is not one of {:?}",
+                    self.api_default_plan,
+                    self.api_plans.keys().collect::<Vec<_>>()
+                ),
+            ));
+        }
+        if self.api_rate_per_sec == 0 || self.api_rate_burst == 0 {
+            return Err(ConfigError::invalid(
+                "PMW_API_RATE_PER_SEC",
+                "rate and burst must be positive",
+            ));
+        }
+        if self.api_max_body_bytes < 1024 {
+            return Err(ConfigError::invalid(
+                "PMW_API_MAX_BODY_BYTES",
+                "must be at least 1024",
+            ));
+        }
+        if !(5..=3600).contains(&self.api_ws_ticket_ttl_secs) {
+            return Err(ConfigError::invalid(
+                "PMW_API_WS_TICKET_TTL_SECS",
+                "must be 5..=3600",
+            ));
+        }
+        if self.api_ready_round_max_age_ms < 1_000 {
+            return Err(ConfigError::invalid(
+                "PMW_API_READY_ROUND_MAX_AGE_MS",
+                "must be at least 1000",
+            ));
+        }
+        if self.api_ready_latency_max_ms == 0 {
+            return Err(ConfigError::invalid(
+                "PMW_API_READY_LATENCY_MAX_MS",
+                "must be positive",
+            ));
+        }
+        if !(1_000..=86_400_000).contains(&self.api_ready_latency_window_ms) {
+            return Err(ConfigError::invalid(
+                "PMW_API_READY_LATENCY_WINDOW_MS",
+                "must be 1000..=86400000",
+            ));
+        }
+        Ok(())
+    }
+}
+
+mod defaults {
+    use super::*;
+
+    pub fn api_listen() -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], 8080))
+    }
+    pub fn max_body() -> usize {
+        64 * 1024
+    }
+    pub fn rate() -> u32 {
+        20
+    }
+    pub fn burst() -> u32 {
+        40
+    }
+    pub fn ticket_ttl() -> u64 {
+        60
+    }
+    pub fn default_plan() -> String {
+        "free".into()
+    }
+    pub fn ready_round_age() -> u64 {
+        15_000
+    }
+    pub fn ready_latency() -> u64 {
+        5_000
+    }
+    pub fn ready_window() -> u64 {
+        20 * 60 * 1_000
+    }
+    pub fn plans() -> BTreeMap<String, Plan> {
+        BTreeMap::from([
+            (
+                "free".to_string(),
+                Plan {
+                    max_wallets: 10,
+                    max_webhook_endpoints: 1,
+                    max_ws_sessions: 2,
+                },
+            ),
+            (
+                "pro".to_string(),
+                Plan {
+                    max_wallets: 500,
+                    max_webhook_endpoints: 10,
+                    max_ws_sessions: 50,
+                },
+            ),
+        ])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::load_from;
+    use figment::providers::Serialized;
+    use figment::Figment;
+
+    #[test]
+    fn new_api_settings_default_and_validate() {
+        let api = ApiConfig::default();
+        assert!(!api.api_allow_private_webhooks);
+        assert_eq!(api.api_ready_latency_max_ms, 5_000);
+        assert_eq!(api.api_ready_latency_window_ms, 1_200_000);
+        assert_eq!(
+            api.plan("gone").0,
+            "free",
+            "an unknown plan falls back to the default"
+        );
+        let cases: [(&str, serde_json::Value, &str); 3] = [
+            ("api_listen", "0.0.0.0:8080".into(), "PMW_API_LISTEN"),
+            (
+                "api_ready_round_max_age_ms",
+                10.into(),
+                "PMW_API_READY_ROUND_MAX_AGE_MS",
+            ),
+            (
+                "api_ready_latency_window_ms",
+                1.into(),
+                "PMW_API_READY_LATENCY_WINDOW_MS",
+            ),
+        ];
+        for (k, v, key) in cases {
+            let err = load_from::<ApiConfig>(Figment::new().merge(Serialized::default(k, &v)))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(key), "{k}={v}: {err}");
+        }
+        let api: ApiConfig = load_from(
+            Figment::new().merge(Serialized::default("api_allow_private_webhooks", true)),
+        )
+        .unwrap();
+        assert!(api.api_allow_private_webhooks);
+    }
+}

@@ -1,0 +1,136 @@
+//! pmw-push settings beyond the core config (same layering: defaults → `PMW_CONFIG` → env).
+//!
+//! | variable | default | meaning |
+//! |---|---|---|
+//! | `PMW_PUSH_LISTEN` | `127.0.0.1:8081` | WebSocket listen address, bound only once this instance leads |
+//! | `PMW_PUSH_SLOT` | `0` | leader slot (one leader/standby pair per slot) |
+//! | `PMW_PUSH_WORKER` / `PUSH_WORKER` | `1` | `0` refuses to start (the push worker is disabled here) |
+//! | `PMW_PUSH_LOCK_SEGMENT_MS` | `300000` | one segment of the standby's lock wait (`lock_timeout`) |
+//! | `PMW_PUSH_FALLBACK_MS` | `3000` | poll period when no NOTIFY arrives |
+//! | `PMW_PUSH_LEGACY_POLL_MS` | unset | benchmark baseline: no LISTEN wake-up, sleep this long between rounds |
+//! | `PMW_PUSH_ROUND_LIMIT` | `5000` | trades read per round |
+//! | `PMW_PUSH_ROUND_DEADLINE_MS` | `10000` | on SIGTERM, how long the current round may take before exiting with the lock held |
+//! | `PMW_PUSH_WS_QUEUE` | `1024` | frames queued per WebSocket session before it is closed as a slow consumer (1013) |
+//! | `PMW_PUSH_WS_HEARTBEAT_MS` | `15000` | heartbeat period per session |
+//! | `PMW_PUSH_RESUME_MAX_TRADES` | `10000` | most trades replayed on `since=`; beyond, the client is told to backfill over REST |
+//! | `PMW_PUSH_READY_MAX_AGE_MS` | `15000` | `/health` is 503 when no round completed for this long |
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use pmw_core::config::{ConfigError, Validate};
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct PushConfig {
+    #[serde(default = "d::listen")]
+    pub push_listen: SocketAddr,
+    #[serde(default)]
+    pub push_slot: i16,
+    #[serde(default = "d::yes")]
+    pub push_worker: bool,
+    #[serde(default = "d::segment")]
+    pub push_lock_segment_ms: u64,
+    #[serde(default = "d::fallback")]
+    pub push_fallback_ms: u64,
+    #[serde(default)]
+    pub push_legacy_poll_ms: Option<u64>,
+    #[serde(default = "d::limit")]
+    pub push_round_limit: u64,
+    #[serde(default = "d::deadline")]
+    pub push_round_deadline_ms: u64,
+    #[serde(default = "d::queue")]
+    pub push_ws_queue: usize,
+    #[serde(default = "d::heartbeat")]
+    pub push_ws_heartbeat_ms: u64,
+    #[serde(default = "d::resume")]
+    pub push_resume_max_trades: u64,
+    #[serde(default = "d::ready")]
+    pub push_ready_max_age_ms: u64,
+}
+
+mod d {
+    use std::net::SocketAddr;
+    pub fn listen() -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], 8081))
+    }
+    pub fn yes() -> bool {
+        true
+    }
+    pub fn segment() -> u64 {
+        300_000
+    }
+    pub fn fallback() -> u64 {
+        3_000
+    }
+    pub fn limit() -> u64 {
+        5_000
+    }
+    pub fn deadline() -> u64 {
+        10_000
+    }
+    pub fn queue() -> usize {
+        1_024
+    }
+    pub fn heartbeat() -> u64 {
+        15_000
+    }
+    pub fn resume() -> u64 {
+        10_000
+    }
+    pub fn ready() -> u64 {
+        15_000
+    }
+}
+
+impl Default for PushConfig {
+    fn default() -> Self {
+        pmw_core::config::load_from(figment::Figment::new()).expect("defaults are valid")
+    }
+}
+
+impl PushConfig {
+    /// From the layered sources; `PUSH_WORKER` (unprefixed, as operators know it) is honoured too.
+    pub fn load() -> Result<PushConfig, ConfigError> {
+        let mut f = pmw_core::config::figment();
+        if let Ok(v) = std::env::var("PUSH_WORKER") {
+            f = f.merge(figment::providers::Serialized::default(
+                "push_worker",
+                v != "0",
+            ));
+        }
+        pmw_core::config::load_from(f)
+    }
+
+    pub fn ms(v: u64) -> Duration {
+        Duration::from_millis(v)
+    }
+}
+
+impl Validate for PushConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if !self.push_listen.ip().is_loopback() {
+            return Err(ConfigError::invalid(
+                "PMW_PUSH_LISTEN",
+                "push listens on loopback only (Caddy is the public listener)",
+            ));
+        }
+        if self.push_slot < 0 {
+            return Err(ConfigError::invalid("PMW_PUSH_SLOT", "must be ≥ 0"));
+        }
+        if self.push_lock_segment_ms < 10 || self.push_fallback_ms < 10 {
+            return Err(ConfigError::invalid(
+                "PMW_PUSH_FALLBACK_MS",
+                "lock segment and fallback must be ≥ 10 ms",
+            ));
+        }
+        if self.push_round_limit == 0 || self.push_ws_queue < 8 || self.push_resume_max_trades == 0
+        {
+            return Err(ConfigError::invalid(
+                "PMW_PUSH_WS_QUEUE",
+                "round limit, queue (≥ 8) and resume window must be positive",
+            ));
+        }
+        Ok(())
+    }
+}

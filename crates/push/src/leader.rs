@@ -1,0 +1,81 @@
+//! Taking leadership of a push slot: wait for the slot's advisory lock (in segments, on a
+//! dedicated session), bump PushEpoch, void the predecessor's open WS claims, make sure the push
+//! cursor exists. Only then does the caller LISTEN and bind its port.
+
+use std::time::Duration;
+
+use pmw_core::lock::{keys, WriterLock};
+use pmw_core::pg::{PgError, PgPool};
+use pmw_core::types::cursor::MAX_LOG_INDEX;
+use pmw_core::{CoreConfig, Cursor, UnixMs};
+use tokio_util::sync::CancellationToken;
+
+/// What this process holds once it leads.
+pub struct Leadership {
+    pub lock: WriterLock,
+    pub epoch: i64,
+    pub cursor: Cursor,
+    pub reorg_id: i64,
+}
+
+pub fn lock_key(slot: i16) -> i64 {
+    keys::PUSH_BASE + i64::from(slot)
+}
+
+/// Wait for the lock (standby), then take over. `Ok(None)` if shutdown came first.
+pub async fn take(
+    cfg: &CoreConfig,
+    pool: &PgPool,
+    instance: &str,
+    slot: i16,
+    segment: Duration,
+    shutdown: &CancellationToken,
+) -> Result<Option<Leadership>, PgError> {
+    let app = format!("pmw-push:{instance}:lock");
+    let Some(lock) = WriterLock::acquire(cfg, &app, lock_key(slot), segment, shutdown).await?
+    else {
+        return Ok(None);
+    };
+    let now = UnixMs::now().0;
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    let epoch: i64 = tx
+        .query_one(
+            include_str!("sql/bump_epoch.sql"),
+            &[&slot, &instance, &now],
+        )
+        .await?
+        .get(0);
+    let voided = tx
+        .execute(include_str!("sql/void_claims.sql"), &[&slot, &epoch, &now])
+        .await?;
+    // First leader ever: start at the ingest watermark (no history replay).
+    let start: i64 = tx
+        .query_opt("SELECT block_number FROM ingest_cursor WHERE id = 1", &[])
+        .await?
+        .map_or(0, |r| r.get(0));
+    tx.execute(
+        "INSERT INTO push_cursor (slot, block_number, log_index, epoch, updated_ms) VALUES ($1, $2, $3, $4, $5) \
+         ON CONFLICT (slot) DO NOTHING",
+        &[&slot, &start, &(MAX_LOG_INDEX as i32), &epoch, &now],
+    )
+    .await?;
+    let row = tx
+        .query_one(
+            "SELECT block_number, log_index, reorg_id FROM push_cursor WHERE slot = $1",
+            &[&slot],
+        )
+        .await?;
+    tx.commit().await?;
+    let cursor = Cursor {
+        block: row.get::<_, i64>(0) as u64,
+        log_index: row.get::<_, i32>(1) as u32,
+    };
+    tracing::info!(slot, epoch, voided, cursor = %cursor, "leading");
+    Ok(Some(Leadership {
+        lock,
+        epoch,
+        cursor,
+        reorg_id: row.get(2),
+    }))
+}

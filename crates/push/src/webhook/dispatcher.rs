@@ -1,0 +1,271 @@
+//! The dispatcher: scans for endpoints with due deliveries (on [`Dispatcher::wake`], after each
+//! busy queue ends, and at least every `poll_interval` or when the next retry falls due) and
+//! runs one queue task per endpoint. It stops on shutdown (letting attempts in flight finish),
+//! and on a fence: once its epoch is no longer current it aborts every queue and reports
+//! [`WebhookError::Fenced`].
+
+use std::collections::HashSet;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use pmw_core::ch::ChClient;
+use pmw_core::pg::PgPool;
+use pmw_core::UnixMs;
+use tokio::sync::Notify;
+use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::client::GuardedClient;
+use super::queue::{run_endpoint, Ctx};
+use super::record::Recorder;
+use super::stats::{StatsSnapshot, WebhookStats};
+use super::store;
+use super::{WebhookConfig, WebhookError};
+
+/// How long the ClickHouse writer may take to flush when the dispatcher ends.
+const FLUSH_WITHIN: Duration = Duration::from_secs(10);
+
+/// A running delivery engine for one epoch.
+pub struct Dispatcher {
+    wake: Arc<Notify>,
+    stats: Arc<WebhookStats>,
+    stop: CancellationToken,
+    task: Option<JoinHandle<Result<(), WebhookError>>>,
+    result: Option<Result<(), WebhookError>>,
+}
+
+impl Dispatcher {
+    /// Start delivering for `epoch`. Stops when `shutdown` (or [`Dispatcher::stop`]) fires, or
+    /// when the epoch is fenced; [`Dispatcher::wait`] tells which.
+    pub fn spawn(
+        pool: PgPool,
+        ch: ChClient,
+        epoch: i64,
+        config: WebhookConfig,
+        shutdown: CancellationToken,
+    ) -> Dispatcher {
+        let wake = Arc::new(Notify::new());
+        let stats = Arc::new(WebhookStats::default());
+        let stop = shutdown.child_token();
+        let task = tokio::spawn(run(
+            pool,
+            ch,
+            epoch,
+            config,
+            stop.clone(),
+            wake.clone(),
+            stats.clone(),
+        ));
+        Dispatcher {
+            wake,
+            stats,
+            stop,
+            task: Some(task),
+            result: None,
+        }
+    }
+
+    /// New deliveries were committed: look now rather than at the next poll.
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    /// The live counters (cheap to clone and keep).
+    pub fn stats(&self) -> Arc<WebhookStats> {
+        self.stats.clone()
+    }
+
+    pub fn snapshot(&self) -> StatsSnapshot {
+        self.stats.snapshot()
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.result.is_some() || self.task.as_ref().is_some_and(JoinHandle::is_finished)
+    }
+
+    /// Wait until the dispatcher ends and return why (cancel-safe; may be called again).
+    pub async fn wait(&mut self) -> Result<(), WebhookError> {
+        if let Some(task) = self.task.as_mut() {
+            let r = match task.await {
+                Ok(r) => r,
+                Err(e) => Err(WebhookError::Task(e.to_string())),
+            };
+            self.task = None;
+            self.result = Some(r);
+        }
+        self.result.clone().unwrap_or(Ok(()))
+    }
+
+    /// Stop: no new claims, attempts in flight finish (bounded by the timeout), facts flushed.
+    pub async fn stop(mut self) -> Result<(), WebhookError> {
+        self.stop.cancel();
+        self.wait().await
+    }
+}
+
+impl Drop for Dispatcher {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+async fn run(
+    pool: PgPool,
+    ch: ChClient,
+    epoch: i64,
+    cfg: WebhookConfig,
+    stop: CancellationToken,
+    wake: Arc<Notify>,
+    stats: Arc<WebhookStats>,
+) -> Result<(), WebhookError> {
+    let client = match GuardedClient::new(cfg.timeout, cfg.allow_private_destinations) {
+        Ok(c) => c,
+        Err(e) => {
+            stats.set_error(&e);
+            stats.stopped.store(true, Relaxed);
+            return Err(WebhookError::Client(e.to_string()));
+        }
+    };
+    let recorder = Recorder::spawn(ch, stats.clone());
+    let ctx = Arc::new(Ctx {
+        pool,
+        client,
+        facts: recorder.tx.clone(),
+        stats: stats.clone(),
+        cfg,
+        epoch,
+    });
+    tracing::info!(slot = ctx.cfg.slot, epoch, "webhook dispatcher started");
+    let result = coordinate(&ctx, &stop, &wake).await;
+    match &result {
+        Err(e @ WebhookError::Fenced { .. }) => {
+            stats.fenced.store(true, Relaxed);
+            stats.set_error(e);
+            tracing::warn!(
+                slot = ctx.cfg.slot,
+                epoch,
+                "webhook dispatcher fenced, stopped"
+            );
+        }
+        Err(e) => {
+            stats.set_error(e);
+            tracing::error!(epoch, error = %e, "webhook dispatcher failed");
+        }
+        Ok(()) => tracing::info!(epoch, "webhook dispatcher stopped"),
+    }
+    drop(ctx);
+    recorder.close(FLUSH_WITHIN).await;
+    stats.stopped.store(true, Relaxed);
+    result
+}
+
+async fn coordinate(
+    ctx: &Arc<Ctx>,
+    stop: &CancellationToken,
+    wake: &Notify,
+) -> Result<(), WebhookError> {
+    let queue_stop = CancellationToken::new();
+    let mut queues: JoinSet<(i64, Result<u64, WebhookError>)> = JoinSet::new();
+    let mut running: HashSet<i64> = HashSet::new();
+    let mut next_scan = Instant::now();
+    let fenced = loop {
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => break None,
+            Some(done) = queues.join_next() => {
+                let (endpoint, r) = match done {
+                    Ok(v) => v,
+                    Err(e) => {
+                        // Queues catch their own panics; only an abort lands here.
+                        tracing::error!(error = %e, "webhook queue task lost");
+                        continue;
+                    }
+                };
+                running.remove(&endpoint);
+                match r {
+                    Err(e @ WebhookError::Fenced { .. }) => break Some(e),
+                    Err(e) => {
+                        ctx.stats.set_error(&e);
+                        tracing::warn!(endpoint, error = %e, "webhook queue ended with error");
+                    }
+                    // It worked through deliveries: more may have become due meanwhile.
+                    Ok(n) if n > 0 => next_scan = Instant::now(),
+                    Ok(_) => {}
+                }
+                ctx.stats.active_endpoints.store(running.len() as u64, Relaxed);
+                continue;
+            }
+            _ = wake.notified() => {}
+            _ = tokio::time::sleep_until(next_scan) => {}
+        }
+        let now = UnixMs::now().as_i64();
+        let scanned = match ctx.pool.get().await {
+            Ok(c) => store::scan(&**c, ctx.cfg.slot, ctx.epoch, now, ctx.stale_before(now)).await,
+            Err(e) => Err(e.into()),
+        };
+        let mut wait = ctx.cfg.poll_interval;
+        match scanned {
+            Ok(s) if !s.current => {
+                break Some(WebhookError::Fenced {
+                    slot: ctx.cfg.slot,
+                    epoch: ctx.epoch,
+                })
+            }
+            Ok(s) => {
+                ctx.stats.backlog.store(s.backlog.max(0) as u64, Relaxed);
+                ctx.stats.due.store(s.due.max(0) as u64, Relaxed);
+                ctx.stats.last_scan_ms.store(now, Relaxed);
+                for endpoint in s.due_endpoints {
+                    if running.insert(endpoint) {
+                        let (ctx, stop) = (ctx.clone(), queue_stop.clone());
+                        queues.spawn(async move {
+                            let r = AssertUnwindSafe(run_endpoint(ctx, endpoint, stop))
+                                .catch_unwind()
+                                .await
+                                .unwrap_or_else(|_| {
+                                    Err(WebhookError::Task(format!(
+                                        "queue of endpoint {endpoint} panicked"
+                                    )))
+                                });
+                            (endpoint, r)
+                        });
+                    }
+                }
+                ctx.stats
+                    .active_endpoints
+                    .store(running.len() as u64, Relaxed);
+                if let Some(due) = s.next_due_ms {
+                    let until = Duration::from_millis((due - now).max(1) as u64);
+                    wait = wait.min(until);
+                }
+            }
+            Err(e) => {
+                ctx.stats.set_error(&e);
+                tracing::warn!(error = %e, "webhook scan failed");
+            }
+        }
+        next_scan = Instant::now() + wait;
+    };
+    if let Some(e) = fenced {
+        // Stop delivering at once: in-flight attempts could not record their results anyway.
+        queues.abort_all();
+        while queues.join_next().await.is_some() {}
+        ctx.stats.active_endpoints.store(0, Relaxed);
+        return Err(e);
+    }
+    queue_stop.cancel();
+    while let Some(done) = queues.join_next().await {
+        if let Ok((endpoint, Err(e))) = done {
+            if matches!(e, WebhookError::Fenced { .. }) {
+                return Err(e);
+            }
+            tracing::warn!(endpoint, error = %e, "webhook queue ended with error");
+        }
+    }
+    ctx.stats.active_endpoints.store(0, Relaxed);
+    Ok(())
+}

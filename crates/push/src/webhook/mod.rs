@@ -1,0 +1,207 @@
+//! Signed webhooks: Standard Webhooks signatures, an SSRF-guarded HTTP client, a published retry
+//! schedule and a delivery engine whose whole state lives in Postgres (`webhook_deliveries`), so
+//! it survives restarts and leader changes. At least once, with a `webhook-id` stable across
+//! retries.
+//!
+//! Flow: the push loop calls [`enqueue`] inside the transaction that moves its cursor (fenced by
+//! the push epoch in the same statement), commits, then [`Dispatcher::wake`]. The dispatcher
+//! finds endpoints with due deliveries and runs one queue per endpoint (independent of each
+//! other; cursor order within an endpoint; at most `max_in_flight_per_endpoint` attempts in
+//! flight). Each claim and each result update checks the epoch in the same statement; a
+//! dispatcher whose epoch was bumped gets [`WebhookError::Fenced`] and stops. Every attempt is
+//! logged to ClickHouse `delivery_log`; each delivered message adds one `push_latency` row
+//! (channel `webhook`, `target_id` = endpoint id).
+//!
+//! Settings (same layering as the core config: defaults → `PMW_CONFIG` → env):
+//!
+//! | variable | default | meaning |
+//! |---|---|---|
+//! | `PMW_PUSH_WEBHOOK_TIMEOUT_MS` | `10000` | whole-attempt timeout (connect, send, response head) |
+//! | `PMW_PUSH_ALLOW_PRIVATE_WEBHOOKS` | `false` | allow loopback/private/link-local destinations (tests, on-prem) |
+//! | `PMW_PUSH_WEBHOOK_MAX_IN_FLIGHT` | `4` | attempts in flight per endpoint |
+//! | `PMW_PUSH_WEBHOOK_POLL_MS` | `1000` | how often due retries are looked for without a wake-up |
+//! | `PMW_PUSH_SLOT` | `0` | push slot whose epoch fences claims and updates |
+//!
+//! The retry schedule is in [`retry`]; signing in [`sign`]; the SSRF rules in
+//! [`pmw_core::ssrf`] and [`client`].
+
+pub mod client;
+mod dispatcher;
+mod queue;
+pub mod record;
+pub mod retry;
+pub mod sign;
+mod stats;
+mod store;
+
+use std::time::Duration;
+
+use figment::Figment;
+use pmw_core::config::{ConfigError, Validate};
+use serde::Deserialize;
+
+pub use dispatcher::Dispatcher;
+pub use stats::{StatsSnapshot, WebhookStats};
+pub use store::{enqueue, enqueue_in_slot, webhook_id, DeliveryKind, NewDelivery};
+
+/// Delivery engine settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookConfig {
+    /// Timeout of one attempt.
+    pub timeout: Duration,
+    /// Allow destinations that are loopback, private, link-local, … (off in production).
+    pub allow_private_destinations: bool,
+    /// Attempts in flight per endpoint (1 = strictly one at a time, in cursor order).
+    pub max_in_flight_per_endpoint: usize,
+    /// Look for due retries at least this often.
+    pub poll_interval: Duration,
+    /// Push slot whose `push_epoch` row fences every write.
+    pub slot: i16,
+}
+
+impl Default for WebhookConfig {
+    fn default() -> WebhookConfig {
+        WebhookConfig {
+            timeout: Duration::from_millis(d::timeout()),
+            allow_private_destinations: false,
+            max_in_flight_per_endpoint: d::in_flight(),
+            poll_interval: Duration::from_millis(d::poll()),
+            slot: 0,
+        }
+    }
+}
+
+impl WebhookConfig {
+    /// A claim of this dispatcher's own epoch older than this was abandoned (attempts are
+    /// bounded by the timeout) and may be taken again.
+    pub fn claim_ttl(&self) -> Duration {
+        self.timeout * 2 + Duration::from_secs(30)
+    }
+
+    /// Load from the standard sources (`PMW_CONFIG`, `PMW_*`).
+    pub fn load() -> Result<WebhookConfig, ConfigError> {
+        WebhookConfig::from_figment(pmw_core::config::figment())
+    }
+
+    /// Load from an explicit figment.
+    pub fn from_figment(f: Figment) -> Result<WebhookConfig, ConfigError> {
+        let s: WebhookSettings = pmw_core::config::load_from(f)?;
+        Ok(WebhookConfig {
+            timeout: Duration::from_millis(s.push_webhook_timeout_ms),
+            allow_private_destinations: s.push_allow_private_webhooks,
+            max_in_flight_per_endpoint: s.push_webhook_max_in_flight,
+            poll_interval: Duration::from_millis(s.push_webhook_poll_ms),
+            slot: s.push_slot,
+        })
+    }
+}
+
+/// The raw settings, keyed like the environment variables.
+#[derive(Debug, Clone, Deserialize)]
+struct WebhookSettings {
+    #[serde(default = "d::timeout")]
+    push_webhook_timeout_ms: u64,
+    #[serde(default)]
+    push_allow_private_webhooks: bool,
+    #[serde(default = "d::in_flight")]
+    push_webhook_max_in_flight: usize,
+    #[serde(default = "d::poll")]
+    push_webhook_poll_ms: u64,
+    #[serde(default)]
+    push_slot: i16,
+}
+
+impl Validate for WebhookSettings {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if !(100..=120_000).contains(&self.push_webhook_timeout_ms) {
+            return Err(ConfigError::invalid(
+                "PMW_PUSH_WEBHOOK_TIMEOUT_MS",
+                "must be between 100 and 120000",
+            ));
+        }
+        if !(1..=64).contains(&self.push_webhook_max_in_flight) {
+            return Err(ConfigError::invalid(
+                "PMW_PUSH_WEBHOOK_MAX_IN_FLIGHT",
+                "must be between 1 and 64",
+            ));
+        }
+        if !(10..=60_000).contains(&self.push_webhook_poll_ms) {
+            return Err(ConfigError::invalid(
+                "PMW_PUSH_WEBHOOK_POLL_MS",
+                "must be between 10 and 60000",
+            ));
+        }
+        Ok(())
+    }
+}
+
+mod d {
+    pub fn timeout() -> u64 {
+        10_000
+    }
+    pub fn in_flight() -> usize {
+        4
+    }
+    pub fn poll() -> u64 {
+        1_000
+    }
+}
+
+/// Why the delivery engine stopped or a write failed. Cloneable so [`Dispatcher::wait`] can
+/// report the final result more than once.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WebhookError {
+    /// The push epoch moved on: this dispatcher's writes no longer land and it has stopped.
+    #[error("fenced: push epoch {epoch} of slot {slot} is no longer current")]
+    Fenced { slot: i16, epoch: i64 },
+    #[error("webhook postgres: {0}")]
+    Db(String),
+    #[error("{0}")]
+    Client(String),
+    #[error("webhook task failed: {0}")]
+    Task(String),
+}
+
+impl From<tokio_postgres::Error> for WebhookError {
+    fn from(e: tokio_postgres::Error) -> WebhookError {
+        WebhookError::Db(e.to_string())
+    }
+}
+
+impl From<deadpool_postgres::PoolError> for WebhookError {
+    fn from(e: deadpool_postgres::PoolError) -> WebhookError {
+        WebhookError::Db(e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use figment::providers::Serialized;
+
+    #[test]
+    fn webhook_config_defaults_and_overrides() {
+        let c = WebhookConfig::from_figment(Figment::new()).unwrap();
+        assert_eq!(c, WebhookConfig::default());
+        assert_eq!(c.timeout, Duration::from_secs(10));
+        assert!(!c.allow_private_destinations);
+        let c = WebhookConfig::from_figment(
+            Figment::new()
+                .merge(Serialized::default("push_webhook_timeout_ms", 2500))
+                .merge(Serialized::default("push_allow_private_webhooks", true))
+                .merge(Serialized::default("push_webhook_max_in_flight", 1)),
+        )
+        .unwrap();
+        assert_eq!(c.timeout, Duration::from_millis(2500));
+        assert!(c.allow_private_destinations);
+        assert_eq!(c.max_in_flight_per_endpoint, 1);
+        let e = WebhookConfig::from_figment(
+            Figment::new().merge(Serialized::default("push_webhook_max_in_flight", 0)),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("PMW_PUSH_WEBHOOK_MAX_IN_FLIGHT"),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,310 @@
+//! Postgres side of the delivery engine: enqueue, scan, claim and finish `webhook_deliveries`
+//! rows. Every write takes the slot's `push_epoch` row `FOR SHARE` in the same statement and
+//! lands only while the epoch is current, so a deposed leader's writes fail.
+
+use pmw_core::{Cursor, UnixMs};
+use serde::{Deserialize, Serialize};
+use tokio_postgres::{GenericClient, Transaction};
+
+use super::WebhookError;
+
+/// What a delivery carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeliveryKind {
+    Trade,
+    Retract,
+}
+
+impl DeliveryKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeliveryKind::Trade => "trade",
+            DeliveryKind::Retract => "retract",
+        }
+    }
+}
+
+impl std::str::FromStr for DeliveryKind {
+    type Err = WebhookError;
+
+    /// `"trade"` or `"retract"`.
+    fn from_str(s: &str) -> Result<DeliveryKind, WebhookError> {
+        match s {
+            "trade" => Ok(DeliveryKind::Trade),
+            "retract" => Ok(DeliveryKind::Retract),
+            other => Err(WebhookError::Task(format!(
+                "unknown delivery kind {other:?}"
+            ))),
+        }
+    }
+}
+
+/// One message for one endpoint, enqueued by the push loop.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewDelivery {
+    /// The stable `webhook-id` of every attempt (see [`webhook_id`]).
+    pub id: String,
+    pub endpoint_id: i64,
+    pub kind: DeliveryKind,
+    pub cursor: Cursor,
+    /// The JSON body (a `trade` or `retract` object). When it is an object, its top-level
+    /// `t_push_ms` is set to the send time of each attempt.
+    pub payload: serde_json::Value,
+    pub t_detect_ms: i64,
+}
+
+/// A `webhook-id` stable across retries: `msg_<cursor>_<block hash prefix>_<endpoint>_<kind>`.
+/// The block hash prefix keeps a trade re-mined at the same `(block, log_index)` after a reorg
+/// from colliding with the orphaned one (which `ON CONFLICT DO NOTHING` would drop).
+pub fn webhook_id(
+    cursor: Cursor,
+    block_hash: &str,
+    endpoint_id: i64,
+    kind: DeliveryKind,
+) -> String {
+    let h = block_hash.trim_start_matches("0x");
+    let prefix = h.get(..8).unwrap_or(h);
+    format!("msg_{cursor}_{prefix}_{endpoint_id}_{}", kind.as_str())
+}
+
+const FENCE: &str =
+    "fence AS MATERIALIZED (SELECT 1 FROM push_epoch WHERE slot = $1 AND epoch = $2 FOR SHARE)";
+
+/// Insert deliveries for slot 0 (see [`enqueue_in_slot`]).
+pub async fn enqueue(
+    tx: &Transaction<'_>,
+    epoch: i64,
+    items: &[NewDelivery],
+) -> Result<u64, WebhookError> {
+    enqueue_in_slot(tx, 0, epoch, items).await
+}
+
+/// Insert deliveries as `pending`, due now, inside the caller's transaction (the one that moves
+/// the cursor). Ids already present are skipped (`ON CONFLICT (id) DO NOTHING`). The insert
+/// happens only if the slot's epoch is still `epoch` (same statement, row `FOR SHARE`);
+/// otherwise [`WebhookError::Fenced`]. Returns the number of rows inserted.
+pub async fn enqueue_in_slot(
+    tx: &Transaction<'_>,
+    slot: i16,
+    epoch: i64,
+    items: &[NewDelivery],
+) -> Result<u64, WebhookError> {
+    if items.is_empty() {
+        return Ok(0);
+    }
+    let now = UnixMs::now().as_i64();
+    let ids: Vec<&str> = items.iter().map(|d| d.id.as_str()).collect();
+    let endpoints: Vec<i64> = items.iter().map(|d| d.endpoint_id).collect();
+    let kinds: Vec<&str> = items.iter().map(|d| d.kind.as_str()).collect();
+    let blocks: Vec<i64> = items.iter().map(|d| d.cursor.block as i64).collect();
+    let logs: Vec<i32> = items.iter().map(|d| d.cursor.log_index as i32).collect();
+    let payloads: Vec<&serde_json::Value> = items.iter().map(|d| &d.payload).collect();
+    let detects: Vec<i64> = items.iter().map(|d| d.t_detect_ms).collect();
+    let sql = format!(
+        "WITH {FENCE}, ins AS ( \
+           INSERT INTO webhook_deliveries (id, endpoint_id, kind, block_number, log_index, payload, \
+             state, attempts, next_attempt_ms, t_detect_ms, created_ms) \
+           SELECT x.id, x.endpoint_id, x.kind, x.block_number, x.log_index, x.payload, \
+             'pending', 0, $3, x.t_detect_ms, $3 \
+           FROM unnest($4::text[], $5::bigint[], $6::text[], $7::bigint[], $8::int[], $9::jsonb[], $10::bigint[]) \
+             AS x(id, endpoint_id, kind, block_number, log_index, payload, t_detect_ms) \
+           WHERE EXISTS (SELECT 1 FROM fence) \
+           ON CONFLICT (id) DO NOTHING RETURNING 1) \
+         SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM ins)"
+    );
+    let row = tx
+        .query_one(
+            &sql,
+            &[
+                &slot, &epoch, &now, &ids, &endpoints, &kinds, &blocks, &logs, &payloads, &detects,
+            ],
+        )
+        .await?;
+    if row.get::<_, i64>(0) == 0 {
+        return Err(WebhookError::Fenced { slot, epoch });
+    }
+    Ok(row.get::<_, i64>(1) as u64)
+}
+
+/// What the dispatcher learns from one scan.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Scan {
+    pub current: bool,
+    pub due_endpoints: Vec<i64>,
+    pub backlog: i64,
+    pub due: i64,
+    pub next_due_ms: Option<i64>,
+}
+
+/// Which endpoints have claimable due deliveries (same conditions as [`claim`]), the backlog,
+/// and whether `epoch` is still current.
+pub(crate) async fn scan(
+    c: &impl GenericClient,
+    slot: i16,
+    epoch: i64,
+    now: i64,
+    stale_before: i64,
+) -> Result<Scan, WebhookError> {
+    let row = c
+        .query_one(
+            "WITH p AS (SELECT d.endpoint_id, d.next_attempt_ms, d.claimed_epoch, d.claimed_ms \
+               FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id AND e.enabled \
+               WHERE d.state = 'pending') \
+             SELECT EXISTS (SELECT 1 FROM push_epoch WHERE slot = $1 AND epoch = $2), \
+               coalesce((SELECT array_agg(DISTINCT endpoint_id) FROM p WHERE next_attempt_ms <= $3 \
+                 AND (claimed_epoch IS DISTINCT FROM $2 OR claimed_ms < $4)), '{}'::bigint[]), \
+               (SELECT count(*) FROM p), \
+               (SELECT count(*) FROM p WHERE next_attempt_ms <= $3), \
+               (SELECT min(next_attempt_ms) FROM p WHERE next_attempt_ms > $3)",
+            &[&slot, &epoch, &now, &stale_before],
+        )
+        .await?;
+    Ok(Scan {
+        current: row.get(0),
+        due_endpoints: row.get(1),
+        backlog: row.get(2),
+        due: row.get(3),
+        next_due_ms: row.get(4),
+    })
+}
+
+/// A claimed delivery with its endpoint's current settings.
+#[derive(Debug, Clone)]
+pub(crate) struct Claimed {
+    pub id: String,
+    pub endpoint_id: i64,
+    pub account_id: i64,
+    pub kind: String,
+    pub block_number: i64,
+    pub log_index: i32,
+    pub payload: serde_json::Value,
+    pub attempts: i32,
+    pub t_detect_ms: i64,
+    pub url: String,
+    pub secret: String,
+    pub previous_secret: Option<String>,
+    pub previous_expires_ms: Option<i64>,
+}
+
+/// Claim up to `limit` due deliveries of one enabled endpoint, in cursor order, for `epoch`.
+/// Unclaimed rows, rows claimed under another epoch (a predecessor's leftovers: webhooks are
+/// at least once) and this epoch's abandoned claims (older than `stale_before`) qualify.
+pub(crate) async fn claim(
+    c: &impl GenericClient,
+    slot: i16,
+    epoch: i64,
+    endpoint_id: i64,
+    now: i64,
+    stale_before: i64,
+    limit: i64,
+) -> Result<Vec<Claimed>, WebhookError> {
+    let sql = format!(
+        "WITH {FENCE}, due AS ( \
+           SELECT d.id FROM webhook_deliveries d \
+           WHERE d.endpoint_id = $3 AND d.state = 'pending' AND d.next_attempt_ms <= $4 \
+             AND (d.claimed_epoch IS DISTINCT FROM $2 OR d.claimed_ms < $5) \
+             AND EXISTS (SELECT 1 FROM fence) \
+           ORDER BY d.block_number, d.log_index, d.id LIMIT $6 FOR UPDATE SKIP LOCKED), \
+         upd AS ( \
+           UPDATE webhook_deliveries d SET claimed_epoch = $2, claimed_ms = $4 \
+           FROM due, webhook_endpoints e \
+           WHERE d.id = due.id AND e.id = d.endpoint_id AND e.enabled \
+           RETURNING d.id, d.endpoint_id, e.account_id, d.kind, d.block_number, d.log_index, d.payload, \
+             d.attempts, d.t_detect_ms, e.url, e.secret, e.previous_secret, e.previous_expires_ms) \
+         SELECT (SELECT count(*) FROM fence), upd.* FROM (SELECT 1) one LEFT JOIN upd ON true"
+    );
+    let rows = c
+        .query(
+            &sql,
+            &[&slot, &epoch, &endpoint_id, &now, &stale_before, &limit],
+        )
+        .await?;
+    if rows.first().map(|r| r.get::<_, i64>(0)) != Some(1) {
+        return Err(WebhookError::Fenced { slot, epoch });
+    }
+    let mut out: Vec<Claimed> = rows
+        .iter()
+        .filter(|r| r.get::<_, Option<String>>(1).is_some())
+        .map(|r| Claimed {
+            id: r.get(1),
+            endpoint_id: r.get(2),
+            account_id: r.get(3),
+            kind: r.get(4),
+            block_number: r.get(5),
+            log_index: r.get(6),
+            payload: r.get(7),
+            attempts: r.get(8),
+            t_detect_ms: r.get(9),
+            url: r.get(10),
+            secret: r.get(11),
+            previous_secret: r.get(12),
+            previous_expires_ms: r.get(13),
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        (a.block_number, a.log_index, &a.id).cmp(&(b.block_number, b.log_index, &b.id))
+    });
+    Ok(out)
+}
+
+/// The result of one attempt, written back to the row.
+#[derive(Debug, Clone)]
+pub(crate) struct Finish {
+    pub state: &'static str,
+    pub attempts: i32,
+    pub next_attempt_ms: i64,
+    pub last_status: Option<i32>,
+    pub last_error: Option<String>,
+    pub done_ms: Option<i64>,
+    /// Disable the endpoint (410) with this reason.
+    pub disable: Option<String>,
+}
+
+/// Write an attempt's result (releasing the claim when the delivery stays pending) and, for a
+/// 410, disable the endpoint, in one fenced statement. `Ok(false)` when the row was no longer
+/// ours (deleted, or taken again after our claim went stale).
+pub(crate) async fn finish(
+    c: &impl GenericClient,
+    slot: i16,
+    epoch: i64,
+    id: &str,
+    f: &Finish,
+    now: i64,
+) -> Result<bool, WebhookError> {
+    let sql = format!(
+        "WITH {FENCE}, d AS ( \
+           UPDATE webhook_deliveries SET state = $4, attempts = $5, next_attempt_ms = $6, \
+             last_status = $7, last_error = $8, done_ms = $9, \
+             claimed_epoch = CASE WHEN $4 = 'pending' THEN NULL ELSE claimed_epoch END, \
+             claimed_ms = CASE WHEN $4 = 'pending' THEN NULL ELSE claimed_ms END \
+           WHERE id = $3 AND claimed_epoch = $2 AND EXISTS (SELECT 1 FROM fence) \
+           RETURNING endpoint_id), \
+         e AS ( \
+           UPDATE webhook_endpoints SET enabled = false, disabled_reason = $10, updated_ms = $11 \
+           WHERE $10::text IS NOT NULL AND enabled AND id IN (SELECT endpoint_id FROM d) RETURNING 1) \
+         SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM d), (SELECT count(*) FROM e)"
+    );
+    let row = c
+        .query_one(
+            &sql,
+            &[
+                &slot,
+                &epoch,
+                &id,
+                &f.state,
+                &f.attempts,
+                &f.next_attempt_ms,
+                &f.last_status,
+                &f.last_error,
+                &f.done_ms,
+                &f.disable,
+                &now,
+            ],
+        )
+        .await?;
+    if row.get::<_, i64>(0) == 0 {
+        return Err(WebhookError::Fenced { slot, epoch });
+    }
+    Ok(row.get::<_, i64>(1) == 1)
+}

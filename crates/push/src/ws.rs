@@ -1,0 +1,212 @@
+//! The `/v1/ws` endpoint: authenticate (API key header or browser ticket), register with the hub,
+//! replay what the client missed since its cursor, then stream live frames in ledger order with
+//! heartbeats. Close codes: 1008 auth/policy, 1012 restart, 1013 slow consumer.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{Query, State};
+use axum::http::HeaderMap;
+use axum::response::Response;
+use futures::StreamExt;
+use pmw_core::auth::{self, Principal};
+use pmw_core::store::{trades, PushLatencyRow};
+use pmw_core::{Cursor, UnixMs};
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use crate::hub::Item;
+use crate::payload;
+use crate::AppState;
+
+const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub async fn upgrade(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+    ws: WebSocketUpgrade,
+) -> Response {
+    let bearer = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_string);
+    let who = match (bearer, q.get("ticket")) {
+        (Some(key), _) => auth::account_for_key(&st.pool, &key).await,
+        (None, Some(t)) => auth::redeem_ticket(&st.pool, t).await,
+        (None, None) => Err(auth::AuthError::Missing),
+    };
+    let since = q.get("since").map(|s| s.parse::<Cursor>());
+    ws.read_buffer_size(4 * 1024)
+        .write_buffer_size(8 * 1024)
+        .max_message_size(16 * 1024)
+        .on_upgrade(move |socket| session(st, socket, who, since))
+}
+
+async fn close(socket: &mut WebSocket, code: u16, reason: &str) {
+    let frame = CloseFrame {
+        code,
+        reason: reason.to_string().into(),
+    };
+    let _ = tokio::time::timeout(SEND_TIMEOUT, socket.send(Message::Close(Some(frame)))).await;
+}
+
+async fn session(
+    st: AppState,
+    mut socket: WebSocket,
+    who: Result<Principal, auth::AuthError>,
+    since: Option<Result<Cursor, pmw_core::types::CursorError>>,
+) {
+    let account = match who {
+        Ok(p) => p.account_id,
+        Err(auth::AuthError::Store(e)) => {
+            tracing::warn!(error = %e, "ws auth unavailable");
+            return close(&mut socket, 1013, "try again later").await;
+        }
+        Err(e) => return close(&mut socket, 1008, &e.to_string()).await,
+    };
+    let since = match since {
+        None => None,
+        Some(Ok(c)) => Some(c),
+        Some(Err(e)) => return close(&mut socket, 1008, &format!("invalid since: {e}")).await,
+    };
+    let (tx, mut rx) = mpsc::channel::<Arc<Item>>(st.cfg.push_ws_queue);
+    let code = Arc::new(AtomicU16::new(1013));
+    let (id, dispatched) = st.hub.register(account, tx, code.clone());
+    let outcome = stream(&st, &mut socket, account, id, since, dispatched, &mut rx).await;
+    st.hub.unregister(id);
+    match outcome {
+        Ok(()) => {
+            let c = code.load(Ordering::SeqCst);
+            let reason = if c == 1012 {
+                "service restart"
+            } else {
+                "slow consumer: resume with since"
+            };
+            close(&mut socket, c, reason).await;
+        }
+        Err(Ended::Client) => {}
+        Err(Ended::Policy(reason)) => close(&mut socket, 1008, &reason).await,
+        Err(Ended::Failed(e)) => {
+            tracing::warn!(session = id, error = %e, "ws session failed");
+            close(&mut socket, 1011, "server error").await;
+        }
+    }
+}
+
+enum Ended {
+    Client,
+    Policy(String),
+    Failed(String),
+}
+
+async fn send(socket: &mut WebSocket, text: String) -> Result<(), Ended> {
+    match tokio::time::timeout(SEND_TIMEOUT, socket.send(Message::Text(text.into()))).await {
+        Ok(Ok(())) => Ok(()),
+        _ => Err(Ended::Client),
+    }
+}
+
+/// Replay then live. `Ok(())` when the hub let the session go (restart or slow consumer).
+#[allow(clippy::too_many_arguments)]
+async fn stream(
+    st: &AppState,
+    socket: &mut WebSocket,
+    account: i64,
+    id: u64,
+    since: Option<Cursor>,
+    dispatched: Cursor,
+    rx: &mut mpsc::Receiver<Arc<Item>>,
+) -> Result<(), Ended> {
+    let mut last = since.unwrap_or(dispatched);
+    let hello = json!({
+        "type": "hello", "session": id, "account": account, "epoch": st.epoch,
+        "cursor": last.to_string(), "head": st.hub.head(),
+    });
+    send(socket, hello.to_string()).await?;
+    if let Some(since) = since.filter(|s| *s < dispatched) {
+        let wallets = st
+            .subs
+            .current()
+            .await
+            .wallets_by_account
+            .get(&account)
+            .cloned()
+            .unwrap_or_default();
+        let max = st.cfg.push_resume_max_trades;
+        let rows = trades::wallet_trades_between(&st.ch, &wallets, since, dispatched, max + 1)
+            .await
+            .map_err(|e| Ended::Failed(e.to_string()))?;
+        if rows.len() as u64 > max {
+            let msg = json!({"type": "resync", "after": since.to_string(), "reason": "resume window exceeded: backfill with GET /v1/trades"});
+            send(socket, msg.to_string()).await?;
+            return Err(Ended::Policy(
+                "resume window exceeded; backfill over REST".into(),
+            ));
+        }
+        for row in rows {
+            let now = UnixMs::now().0;
+            let body = payload::trade_body(&row, None).to_string();
+            send(socket, payload::stamp("trade", &body, now)).await?;
+            st.recorder.record(latency_row(
+                &row.cursor(),
+                row.t_detect_ms,
+                now,
+                account,
+                st.epoch,
+                true,
+            ));
+            last = row.cursor();
+        }
+    }
+    let every = Duration::from_millis(st.cfg.push_ws_heartbeat_ms);
+    let mut heartbeat = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    loop {
+        tokio::select! {
+            frame = rx.recv() => {
+                let Some(item) = frame else { return Ok(()) };
+                if item.kind == "trade" && item.cursor <= last {
+                    continue; // already replayed: no duplicate at the seam
+                }
+                let now = UnixMs::now().0;
+                send(socket, payload::stamp(item.kind, &item.body, now)).await?;
+                if item.kind == "trade" {
+                    last = item.cursor;
+                    st.recorder.record(latency_row(&item.cursor, item.t_detect_ms, now, account, st.epoch, false));
+                }
+            }
+            _ = heartbeat.tick() => {
+                let hb = json!({"type": "heartbeat", "head": st.hub.head(), "cursor": last.to_string(), "t_ms": UnixMs::now().0});
+                send(socket, hb.to_string()).await?;
+            }
+            msg = socket.next() => match msg {
+                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return Err(Ended::Client),
+                Some(Ok(_)) => {}
+            },
+        }
+    }
+}
+
+fn latency_row(
+    c: &Cursor,
+    t_detect_ms: i64,
+    t_push_ms: i64,
+    account: i64,
+    epoch: i64,
+    backfilled: bool,
+) -> PushLatencyRow {
+    PushLatencyRow {
+        block_number: c.block,
+        log_index: c.log_index,
+        channel: "ws".into(),
+        target_id: account as u64,
+        t_detect_ms,
+        t_push_ms,
+        epoch: epoch as u64,
+        backfilled: u8::from(backfilled),
+    }
+}
