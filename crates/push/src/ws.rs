@@ -174,7 +174,11 @@ async fn stream(
                 }
                 let now = UnixMs::now().0;
                 send(socket, payload::stamp(item.kind, &item.body, now)).await?;
-                if item.kind == "trade" {
+                if item.kind == "retract" {
+                    // The ledger changed under the client: what follows the retracted trade is
+                    // delivered again from the new branch.
+                    last = last.min(before(item.cursor));
+                } else {
                     last = item.cursor;
                     st.recorder.record(latency_row(&item.cursor, item.t_detect_ms, now, account, st.epoch, false));
                 }
@@ -188,6 +192,20 @@ async fn stream(
                 Some(Ok(_)) => {}
             },
         }
+    }
+}
+
+/// The cursor just before `c`.
+fn before(c: Cursor) -> Cursor {
+    match c.log_index {
+        0 => Cursor {
+            block: c.block.saturating_sub(1),
+            log_index: pmw_core::types::cursor::MAX_LOG_INDEX,
+        },
+        i => Cursor {
+            block: c.block,
+            log_index: i - 1,
+        },
     }
 }
 

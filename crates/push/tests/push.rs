@@ -424,3 +424,189 @@ async fn a_killed_listen_session_is_caught_up_from_the_cursor() {
     let seen = c.done.await.unwrap();
     assert_eq!(seen.trades, h.expected(&mine, start));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paced_trades_report_client_observed_latency_and_carry_heartbeats() {
+    let h = Harness::new().await;
+    let (push, addr) = h.leader("push-a").await;
+    let mine = demo_wallets(6);
+    let (account, key) = h.account(&mine).await;
+    let mut c = connect(addr, &key, None).await;
+    let start: Cursor = first_of(&mut c, "hello").await["cursor"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    h.sim
+        .spawn(
+            RunConfig {
+                matches_per_block: 1,
+                interval: Duration::from_millis(250),
+                count: Some(20),
+                duration: None,
+            },
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    h.wait_pushed(WITHIN).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await; // at least one heartbeat (1 s)
+    push.stop().await.unwrap();
+    let seen = c.done.await.unwrap();
+    assert_eq!(seen.trades, h.expected(&mine, start));
+    let mut lat: Vec<i64> = seen
+        .frames
+        .iter()
+        .filter(|f| f["type"] == "trade")
+        .map(|f| f["_recv_ms"].as_i64().unwrap() - f["t_detect_ms"].as_i64().unwrap())
+        .collect();
+    lat.sort_unstable();
+    let p = |q: f64| lat[((q * lat.len() as f64).ceil() as usize).clamp(1, lat.len()) - 1];
+    println!(
+        "client-observed detect→push over {} trades: p50 {} ms, p99 {} ms",
+        lat.len(),
+        p(0.5),
+        p(0.99)
+    );
+    let hb = seen
+        .frames
+        .iter()
+        .find(|f| f["type"] == "heartbeat")
+        .expect("a heartbeat frame");
+    assert!(
+        hb["head"].as_u64().unwrap() > 0,
+        "heartbeat carries the chain head: {hb}"
+    );
+    assert!(
+        hb["cursor"].as_str().unwrap().parse::<Cursor>().is_ok(),
+        "heartbeat carries the session cursor: {hb}"
+    );
+    // One push_latency row per delivered frame, never before detection.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let rows: Vec<(i64, i64)> = h
+        .db
+        .ch
+        .query("SELECT t_detect_ms, t_push_ms FROM push_latency WHERE channel = 'ws' AND target_id = ?")
+        .bind(account as u64)
+        .fetch_all()
+        .await
+        .unwrap();
+    assert_eq!(
+        rows.len(),
+        seen.trades.len(),
+        "one latency row per delivered frame"
+    );
+    assert!(rows.iter().all(|(d, p)| p >= d));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_credentials_and_bad_cursors_close_with_1008() {
+    let h = Harness::new().await;
+    let (push, addr) = h.leader("push-a").await;
+    let (_, key) = h.account(&demo_wallets(2)).await;
+    for (url, k) in [
+        (format!("ws://{addr}/v1/ws"), None),
+        (
+            format!("ws://{addr}/v1/ws"),
+            Some("pmw_0000000000000000000000000000000000000000000000000000000000000000"),
+        ),
+        (format!("ws://{addr}/v1/ws?ticket=pmwt_nope"), None),
+        (format!("ws://{addr}/v1/ws?since=12-3"), Some(key.as_str())),
+    ] {
+        let c = common::connect_url(&url, k).await;
+        let seen = c.done.await.unwrap();
+        assert_eq!(seen.close_code, Some(1008), "{url} with {k:?}");
+        assert!(seen.trades.is_empty());
+    }
+    push.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reorg_retracts_delivered_trades_and_delivers_the_new_branch() {
+    let h = Harness::new().await;
+    let (push, addr) = h.leader("push-a").await;
+    let mine = demo_wallets(6);
+    let (_, key) = h.account(&mine).await;
+    let mut c = connect(addr, &key, None).await;
+    let start: Cursor = first_of(&mut c, "hello").await["cursor"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    h.sim.run_matches(6).await.unwrap();
+    h.wait_pushed(WITHIN).await;
+    let outcome = h.sim.reorg(2).await.unwrap();
+    h.sim.run_matches(1).await.unwrap();
+    h.wait_pushed(WITHIN).await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    push.stop().await.unwrap();
+    let seen = c.done.await.unwrap();
+    let retracted: std::collections::BTreeSet<(String, String)> = seen
+        .frames
+        .iter()
+        .filter(|f| f["type"] == "retract")
+        .map(|f| {
+            (
+                f["cursor"].as_str().unwrap().to_string(),
+                f["trade"]["block_hash"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let orphaned: std::collections::BTreeSet<(String, String)> = outcome
+        .orphaned
+        .iter()
+        .filter(|e| mine.contains(&e.maker))
+        .map(|e| {
+            (
+                Cursor {
+                    block: e.block_number,
+                    log_index: e.log_index as u32,
+                }
+                .to_string(),
+                e.block_hash.to_string(),
+            )
+        })
+        .collect();
+    assert!(!orphaned.is_empty());
+    assert_eq!(
+        retracted, orphaned,
+        "every delivered orphaned trade is retracted, nothing else"
+    );
+    // The final view (trades minus retractions) is the canonical chain's.
+    let mut live: Vec<(String, String)> = Vec::new();
+    for f in &seen.frames {
+        let key = || {
+            (
+                f["cursor"].as_str().unwrap().to_string(),
+                f["trade"]["block_hash"].as_str().unwrap().to_string(),
+            )
+        };
+        if f["type"] == "trade" {
+            live.push(key());
+        } else if f["type"] == "retract" {
+            let k = key();
+            live.retain(|x| *x != k);
+        }
+    }
+    let mut canonical: Vec<(String, String)> = h
+        .sim
+        .canonical()
+        .iter()
+        .filter(|e| mine.contains(&e.maker))
+        .map(|e| {
+            (
+                Cursor {
+                    block: e.block_number,
+                    log_index: e.log_index as u32,
+                },
+                e.block_hash.to_string(),
+            )
+        })
+        .filter(|(c, _)| *c > start)
+        .map(|(c, hsh)| (c.to_string(), hsh))
+        .collect();
+    canonical.sort();
+    live.sort();
+    assert_eq!(live, canonical);
+}

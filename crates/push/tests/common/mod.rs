@@ -215,7 +215,8 @@ pub async fn connect_url(url: &str, key: Option<&str>) -> Client {
         while let Some(msg) = stream.next().await {
             match msg {
                 Ok(Message::Text(t)) => {
-                    let v: Value = serde_json::from_str(&t).unwrap();
+                    let mut v: Value = serde_json::from_str(&t).unwrap();
+                    v["_recv_ms"] = Value::from(UnixMs::now().0);
                     if v["type"] == "trade" {
                         seen.trades
                             .push(v["cursor"].as_str().unwrap().parse().unwrap());
