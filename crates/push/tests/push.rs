@@ -610,3 +610,68 @@ async fn a_reorg_retracts_delivered_trades_and_delivers_the_new_branch() {
     live.sort();
     assert_eq!(live, canonical);
 }
+
+#[path = "webhook_support/py.rs"]
+#[allow(dead_code)]
+mod py;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhooks_deliver_each_matched_trade_once_verified_by_the_official_library() {
+    let h = Harness::new().await;
+    let (push, _addr) = h.leader("push-a").await;
+    let mine = vec![demo_wallets(6)[0], demo_wallets(6)[3]];
+    let (account, _key) = h.account(&mine).await;
+    let secret = pmw_push::webhook::sign::Secret::generate();
+    let receiver = py::PyReceiver::start(&secret.expose()).await;
+    let c = h.db.connect().await;
+    let now = pmw_core::UnixMs::now().0;
+    c.execute(
+        "INSERT INTO webhook_endpoints (account_id, url, secret, created_ms, updated_ms) VALUES ($1, $2, $3, $4, $4)",
+        &[&account, &receiver.url(), &secret.expose(), &now],
+    )
+    .await
+    .unwrap();
+    c.execute("SELECT pg_notify('pmw_subscriptions', '')", &[])
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let start = Cursor {
+        block: h.sim.rpc().latest_block().await.unwrap().number.0,
+        log_index: pmw_core::types::cursor::MAX_LOG_INDEX,
+    };
+    h.sim.run_matches(12).await.unwrap();
+    h.wait_pushed(WITHIN).await;
+    let expected = h.expected(&mine, start);
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    while receiver.verdicts().len() < expected.len() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of {} webhooks arrived",
+            receiver.verdicts().len(),
+            expected.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    push.stop().await.unwrap();
+    let verdicts = receiver.verdicts();
+    assert!(
+        verdicts.iter().all(|v| v["ok"] == true),
+        "every signature verifies: {verdicts:?}"
+    );
+    let mut got: Vec<Cursor> = verdicts
+        .iter()
+        .map(|v| {
+            v["id"]
+                .as_str()
+                .unwrap()
+                .split('_')
+                .nth(1)
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    got.sort();
+    assert_eq!(got, expected, "each matched trade delivered exactly once");
+}
