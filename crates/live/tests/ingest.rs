@@ -460,3 +460,65 @@ async fn market_names_are_resolved_in_the_background_from_a_gamma_api() {
     }
     live.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_postgres_exits_75_and_a_restart_misses_nothing() {
+    let h = Harness::new().await;
+    let pg_url = pmw_testkit::stack_env().get("PMW_POSTGRES_URL").to_string();
+    let pg_port: u16 = pg_url
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let proxy = TcpProxy::start(format!("127.0.0.1:{pg_port}").parse().unwrap()).await;
+    let mut core = h.core();
+    let via_proxy = format!("postgres://pmw@{}/{}", proxy.addr, h.db.name);
+    core = pmw_core::config::load_from::<pmw_core::CoreConfig>(
+        figment::Figment::new()
+            .merge(figment::providers::Serialized::default(
+                "postgres_url",
+                via_proxy,
+            ))
+            .merge(figment::providers::Serialized::default(
+                "clickhouse_url",
+                core.clickhouse_url.clone(),
+            ))
+            .merge(figment::providers::Serialized::default(
+                "clickhouse_database",
+                core.clickhouse_database.clone(),
+            ))
+            .merge(figment::providers::Serialized::default(
+                "rpc_ws_url",
+                core.rpc_ws_url.clone(),
+            ))
+            .merge(figment::providers::Serialized::default(
+                "rpc_http_url",
+                core.rpc_http_url.clone(),
+            )),
+    )
+    .unwrap();
+    let cfg = h.live_config().await;
+    let live = h.start_live(core, cfg.clone());
+    h.sim.run_matches(3).await.unwrap();
+    h.wait_caught_up(CATCH_UP).await;
+    proxy.cut();
+    let outcome = tokio::time::timeout(CATCH_UP, live.join())
+        .await
+        .expect("live notices the lost session");
+    assert_eq!(
+        outcome.unwrap_err().exit_code(),
+        75,
+        "a lost lock session is a transient failure"
+    );
+    h.sim.run_matches(4).await.unwrap(); // mined while live is down
+    proxy.restore();
+    let live = h.start_live(h.core(), cfg);
+    h.sim.run_matches(2).await.unwrap();
+    h.wait_caught_up(CATCH_UP).await;
+    assert_exactly_emitted(&h.visible().await, &h.sim.canonical());
+    live.stop().await.unwrap();
+}

@@ -675,3 +675,32 @@ async fn webhooks_deliver_each_matched_trade_once_verified_by_the_official_libra
     got.sort();
     assert_eq!(got, expected, "each matched trade delivered exactly once");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_is_ready_only_after_a_round_and_reports_the_leader() {
+    let h = Harness::new().await;
+    let (push, addr) = h.leader("push-a").await;
+    let url = format!("http://{addr}/health");
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    let body = loop {
+        let r = reqwest::get(&url).await.unwrap();
+        let status = r.status().as_u16();
+        let body: serde_json::Value = r.json().await.unwrap();
+        assert_eq!(
+            status == 200,
+            body["ready"] == true,
+            "status follows readiness: {body}"
+        );
+        if status == 200 {
+            break body;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never ready: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(body["last_round_ms"].as_i64().unwrap() > 0);
+    assert!(body["epoch"].as_i64().unwrap() >= 1);
+    push.stop().await.unwrap();
+}
