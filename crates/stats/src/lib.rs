@@ -1,19 +1,205 @@
-//! pmw-stats: latency aggregates, the public dashboard and retention jobs.
+//! pmw-stats: latency aggregates for 1h/24h/7d/30d, the public dashboard page (`GET /latency`)
+//! and its JSON (`GET /latency.json`), and the retention job of the latency tables. One writer,
+//! holding the `stats` advisory lock; it binds its loopback port only once it holds the lock.
 
+pub mod charts;
+pub mod config;
+pub mod error;
+pub mod http;
+pub mod model;
+pub mod page;
+pub mod query;
+pub mod retention;
+pub mod snapshot;
+
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use pmw_core::heartbeat::Heartbeat;
+use pmw_core::lock::{keys, WriterLock};
 use pmw_core::storage::Storage;
-use pmw_core::{CoreConfig, ServiceError};
+use pmw_core::{CoreConfig, ServiceError, UnixMs};
+use tokio::sync::oneshot;
+use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
+
+pub use config::StatsConfig;
+pub use error::StatsError;
+pub use snapshot::Snapshot;
 
 /// Service name used in logs, heartbeats and `application_name`.
 pub const SERVICE: &str = "pmw-stats";
 
-/// Run the service until `shutdown` is cancelled.
+const HEARTBEAT_EVERY: Duration = Duration::from_secs(5);
+const SERVER_STOP_DEADLINE: Duration = Duration::from_secs(5);
+
+/// Run with settings from the environment until `shutdown`.
 pub async fn run(cfg: CoreConfig, shutdown: CancellationToken) -> Result<(), ServiceError> {
+    let stats = StatsConfig::load()?;
+    run_with(cfg, stats, shutdown, None).await
+}
+
+/// Run with explicit settings (tests run it in-process). `bound` receives the listening address
+/// once the lock is held and the port is bound (tests listen on port 0).
+pub async fn run_with(
+    cfg: CoreConfig,
+    stats: StatsConfig,
+    shutdown: CancellationToken,
+    bound: Option<oneshot::Sender<SocketAddr>>,
+) -> Result<(), ServiceError> {
     let storage = Storage::open(&cfg, SERVICE).await?;
     let heartbeat = Heartbeat::new(storage.pg.clone(), SERVICE, &cfg.instance_or(SERVICE));
-    pmw_core::service::beat_until_shutdown(heartbeat, Duration::from_secs(5), shutdown).await;
+    let Some(lock) = wait_for_lock(&cfg, &stats, &heartbeat, &shutdown).await? else {
+        return Ok(());
+    };
+    let listener = tokio::net::TcpListener::bind(stats.stats_listen)
+        .await
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::AddrInUse => {
+                ServiceError::transient(format!("cannot bind {}: {e}", stats.stats_listen))
+            }
+            _ => ServiceError::Config(format!("cannot bind {}: {e}", stats.stats_listen)),
+        })?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| ServiceError::Bug(e.into()))?;
+    tracing::info!(%addr, "serving latency dashboard");
+    if let Some(tx) = bound {
+        let _ = tx.send(addr);
+    }
+
+    let shared = http::Shared::new(stats.stats_interval_ms);
+    let server_stop = CancellationToken::new();
+    let _stop_server = server_stop.clone().drop_guard();
+    let mut server = tokio::spawn({
+        let stop = server_stop.clone();
+        let app = http::router(shared.clone());
+        async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(stop.cancelled_owned())
+                .await
+        }
+    });
+
+    let lost = lock.lost();
+    let mut refresh = tokio::time::interval(stats.interval());
+    refresh.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut retention = tokio::time::interval(stats.retention_interval());
+    retention.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut beat = tokio::time::interval(HEARTBEAT_EVERY);
+    beat.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut state = LoopState::default();
+    loop {
+        tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => break,
+            _ = lost.cancelled() => return Err(ServiceError::transient("stats lock session lost")),
+            r = &mut server => {
+                return Err(ServiceError::Bug(anyhow::anyhow!("dashboard server stopped: {r:?}")));
+            }
+            _ = refresh.tick() => {
+                let outcome = tokio::select! {
+                    r = query::compute(&storage.ch, UnixMs::now()) => r,
+                    _ = shutdown.cancelled() => continue,
+                    _ = lost.cancelled() => continue,
+                };
+                state.refreshed(&shared, outcome);
+            }
+            _ = retention.tick() => {
+                let outcome = tokio::select! {
+                    r = retention::drop_expired(&storage.ch, UnixMs::now(), stats.stats_retention_days) => r,
+                    _ = shutdown.cancelled() => continue,
+                    _ = lost.cancelled() => continue,
+                };
+                match outcome {
+                    Ok(d) => {
+                        state.partitions_dropped += d.len() as u64;
+                        tracing::info!(dropped = d.len(), "retention done");
+                    }
+                    Err(e) => tracing::warn!(error = %e, "retention failed"),
+                }
+            }
+            _ = beat.tick() => {
+                let s = serde_json::json!({
+                    "state": "serving",
+                    "listen": addr.to_string(),
+                    "snapshot_ms": shared.snapshot().map(|s| s.generated_at_ms),
+                    "refreshes": state.refreshes,
+                    "refresh_failures": state.failures,
+                    "partitions_dropped": state.partitions_dropped,
+                });
+                if let Err(e) = heartbeat.beat(&s).await {
+                    tracing::warn!(error = %e, "heartbeat failed");
+                }
+            }
+        }
+    }
+    server_stop.cancel();
+    if tokio::time::timeout(SERVER_STOP_DEADLINE, &mut server)
+        .await
+        .is_err()
+    {
+        tracing::warn!("dashboard server did not stop in time");
+        server.abort();
+    }
+    if let Err(e) = lock.release().await {
+        tracing::warn!(error = %e, "releasing the stats lock failed (it ends with the session)");
+    }
     Ok(())
+}
+
+/// Counters of the main loop, for the heartbeat.
+#[derive(Default)]
+struct LoopState {
+    refreshes: u64,
+    failures: u64,
+    partitions_dropped: u64,
+}
+
+impl LoopState {
+    fn refreshed(&mut self, shared: &http::Shared, outcome: Result<Snapshot, StatsError>) {
+        match outcome {
+            Ok(s) => {
+                self.refreshes += 1;
+                tracing::debug!(at = %s.generated_at, "snapshot refreshed");
+                shared.publish(s);
+            }
+            Err(e) => {
+                self.failures += 1;
+                tracing::warn!(error = %e, "snapshot refresh failed");
+                shared.failed(e.to_string());
+            }
+        }
+    }
+}
+
+/// Wait for the stats writer lock (segmented), beating "waiting for lock" meanwhile. `None` when
+/// shutdown comes first.
+async fn wait_for_lock(
+    cfg: &CoreConfig,
+    stats: &StatsConfig,
+    heartbeat: &Heartbeat,
+    shutdown: &CancellationToken,
+) -> Result<Option<WriterLock>, ServiceError> {
+    let application_name = format!("{SERVICE}:lock");
+    let acquire = WriterLock::acquire(
+        cfg,
+        &application_name,
+        keys::STATS,
+        stats.lock_segment(),
+        shutdown,
+    );
+    tokio::pin!(acquire);
+    let waiting = serde_json::json!({ "state": "waiting for lock" });
+    loop {
+        if let Err(e) = heartbeat.beat(&waiting).await {
+            tracing::warn!(error = %e, "heartbeat failed");
+        }
+        tokio::select! {
+            r = &mut acquire => {
+                return r.map_err(|e| ServiceError::transient(format!("cannot take the stats lock: {e}")));
+            }
+            _ = tokio::time::sleep(HEARTBEAT_EVERY) => {}
+        }
+    }
 }

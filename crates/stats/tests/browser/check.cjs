@@ -1,0 +1,135 @@
+// Load the dashboard in headless Chromium (Debian's /usr/bin/chromium) driven by playwright-core,
+// record every request, console error and page error, read the headline figures as shown, compare
+// them with /latency.json, count the charts and save a full-page screenshot.
+//
+// usage: PMW_NODE_MODULES=<tools/node/node_modules> node check.cjs <page-url> <screenshot.png>
+// Prints one JSON report on stdout; the Rust test (tests/browser.rs) asserts on it.
+'use strict';
+
+const fs = require('fs');
+const os = require('os');
+const path = require('path');
+
+const modules = process.env.PMW_NODE_MODULES;
+if (!modules) {
+  console.error('PMW_NODE_MODULES is not set');
+  process.exit(2);
+}
+const { chromium } = require(path.join(modules, 'playwright-core'));
+
+const LOCAL_HOSTS = new Set(['127.0.0.1', 'localhost', '[::1]']);
+
+function isLocal(u) {
+  try {
+    const url = new URL(u);
+    return (url.protocol === 'http:' || url.protocol === 'https:') && LOCAL_HOSTS.has(url.hostname);
+  } catch (e) {
+    return false;
+  }
+}
+
+function expectedText(p50) {
+  return p50 === null || p50 === undefined ? 'no data' : `${p50} ms`;
+}
+
+async function main() {
+  const [url, shot] = process.argv.slice(2);
+  if (!url || !shot) {
+    console.error('usage: node check.cjs <page-url> <screenshot.png>');
+    process.exit(2);
+  }
+  const userDataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'pmw-chromium-'));
+  const report = {
+    status: null,
+    requests: [],
+    blocked: [],
+    failed: [],
+    console_errors: [],
+    page_errors: [],
+    headline: [],
+    json_figures: null,
+    mismatches: [],
+    svg_count: 0,
+    svg_visible: 0,
+    title: null,
+    screenshot: shot,
+  };
+  let ctx;
+  try {
+    ctx = await chromium.launchPersistentContext(userDataDir, {
+      executablePath: process.env.PMW_CHROMIUM || '/usr/bin/chromium',
+      headless: true,
+      chromiumSandbox: false,
+      args: [
+        '--headless',
+        '--no-sandbox',
+        '--disable-gpu',
+        '--disable-quic',
+        '--no-first-run',
+        '--disable-background-networking',
+        '--disable-component-update',
+        '--disable-sync',
+      ],
+      viewport: { width: 1200, height: 900 },
+      timeout: 60000,
+    });
+    // Anything that is not this machine is recorded and never sent.
+    await ctx.route('**/*', (route) => {
+      const u = route.request().url();
+      if (isLocal(u) || u.startsWith('data:')) {
+        return route.continue();
+      }
+      report.blocked.push(u);
+      return route.abort();
+    });
+    ctx.on('request', (r) => report.requests.push(r.url()));
+    ctx.on('requestfailed', (r) => report.failed.push(`${r.url()}: ${r.failure() && r.failure().errorText}`));
+    const page = ctx.pages()[0] || (await ctx.newPage());
+    page.on('console', (m) => {
+      if (m.type() === 'error') report.console_errors.push(m.text());
+    });
+    page.on('pageerror', (e) => report.page_errors.push(String(e)));
+
+    const resp = await page.goto(url, { waitUntil: 'load', timeout: 30000 });
+    report.status = resp.status();
+    report.title = await page.title();
+    const cards = page.locator('.headline-value');
+    const n = await cards.count();
+    for (let i = 0; i < n; i++) {
+      const card = cards.nth(i);
+      report.headline.push({
+        window: await card.getAttribute('data-window'),
+        p50_attr: await card.getAttribute('data-p50-ms'),
+        text: (await card.innerText()).trim(),
+        visible: await card.isVisible(),
+      });
+    }
+    const svgs = page.locator('figure svg');
+    report.svg_count = await svgs.count();
+    for (let i = 0; i < report.svg_count; i++) {
+      if (await svgs.nth(i).isVisible()) report.svg_visible += 1;
+    }
+    await page.screenshot({ path: shot, fullPage: true });
+
+    // The JSON, fetched by the same browser, must say what the page shows.
+    const jsonUrl = new URL('/latency.json', url).href;
+    const jr = await page.goto(jsonUrl, { timeout: 30000 });
+    const json = JSON.parse(await jr.text());
+    report.json_figures = json.headline.figures;
+    for (const f of json.headline.figures) {
+      const shown = report.headline.find((h) => h.window === f.window);
+      if (!shown || shown.text !== expectedText(f.p50_ms) || !shown.visible) {
+        report.mismatches.push({ window: f.window, json: f.p50_ms, shown: shown || null });
+      }
+    }
+  } finally {
+    if (ctx) await ctx.close();
+    fs.rmSync(userDataDir, { recursive: true, force: true });
+  }
+  process.stdout.write(JSON.stringify(report) + '\n');
+}
+
+main().catch((e) => {
+  console.error(e && e.stack ? e.stack : String(e));
+  process.exit(1);
+});
