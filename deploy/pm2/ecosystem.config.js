@@ -1,0 +1,59 @@
+// pm2 ecosystem for pmw: the same file runs production hosts, `scripts/dev` and the drills.
+//
+// Restart policy by exit code (the services' contract, see README "Operations"):
+//   0  clean stop          -> stays stopped (stop_exit_codes)
+//   78 config/schema error -> stays stopped: a human must fix it (stop_exit_codes)
+//   75 lost infrastructure -> restarted at once (first delay 200 ms, exponential backoff
+//                             resets after 30 s of uptime)
+//   other (a bug)          -> restarted with the same exponential backoff, so a crash loop
+//                             does not hammer Postgres; it shows up in `pm2 ls` restarts.
+// kill_timeout is longer than push's round deadline (PMW_PUSH_ROUND_DEADLINE_MS, 10 s) so a
+// graceful stop finishes its round, releases the lock and closes sockets with 1012.
+//
+// Binaries come from PMW_BIN_DIR; database and chain settings from the environment of
+// `pm2 start` (PMW_POSTGRES_URL, PMW_CLICKHOUSE_URL, …; see crates/core/src/config.rs).
+const bin = process.env.PMW_BIN_DIR || '/usr/local/lib/pmw/bin';
+const port = (name, dflt) => process.env[name] || String(dflt);
+
+const common = {
+  interpreter: 'none',
+  autorestart: true,
+  stop_exit_codes: [0, 78],
+  exp_backoff_restart_delay: 200,
+  min_uptime: 30000,
+  max_restarts: 100000,
+  kill_signal: 'SIGTERM',
+  kill_timeout: 20000,
+  merge_logs: true,
+  time: true,
+};
+
+module.exports = {
+  apps: [
+    { ...common, name: 'pmw-live', script: `${bin}/pmw-live`, env: { PMW_INSTANCE: 'live' } },
+    {
+      ...common,
+      name: 'pmw-push-a',
+      script: `${bin}/pmw-push`,
+      env: { PMW_INSTANCE: 'push-a', PMW_PUSH_LISTEN: `127.0.0.1:${port('PMW_PUSH_A_PORT', 8081)}` },
+    },
+    {
+      ...common,
+      name: 'pmw-push-b',
+      script: `${bin}/pmw-push`,
+      env: { PMW_INSTANCE: 'push-b', PMW_PUSH_LISTEN: `127.0.0.1:${port('PMW_PUSH_B_PORT', 8091)}` },
+    },
+    {
+      ...common,
+      name: 'pmw-api',
+      script: `${bin}/pmw-api`,
+      env: { PMW_INSTANCE: 'api', PMW_API_LISTEN: `127.0.0.1:${port('PMW_API_PORT', 8080)}` },
+    },
+    {
+      ...common,
+      name: 'pmw-stats',
+      script: `${bin}/pmw-stats`,
+      env: { PMW_INSTANCE: 'stats', PMW_STATS_LISTEN: `127.0.0.1:${port('PMW_STATS_PORT', 8082)}` },
+    },
+  ],
+};
