@@ -1,0 +1,25 @@
+# shellcheck shell=bash
+# pm2 for pmw: the pinned binary from tools/pm2 with a private PM2_HOME (default in the stack
+# dir), so the project's pm2 never touches another pm2 on the host.
+PMW_PM2_BIN="$ROOT/tools/pm2/node_modules/.bin/pm2"
+export PM2_HOME="${PM2_HOME:-$PMW_STACK_DIR/pm2}"
+
+pm2_cmd() { "$PMW_PM2_BIN" "$@"; }
+
+# The instance (push-a/push-b) that leads slot 0 now, from push_epoch.
+push_leader() {
+  "$PMW_PG_BIN/psql" -X -qAt "$PMW_POSTGRES_URL" -c "SELECT leader FROM push_epoch WHERE slot = 0" 2>/dev/null
+}
+
+# Wait until `instance` has a fresh heartbeat with role $2 (standby/leader), up to $3 seconds.
+wait_push_role() {
+  local instance="$1" role="$2" secs="${3:-60}" since="$4" i
+  for i in $(seq 1 $((secs * 10))); do
+    if [ "$("$PMW_PG_BIN/psql" -X -qAt "$PMW_POSTGRES_URL" -c \
+      "SELECT state->>'role' FROM heartbeats WHERE service = 'pmw-push' AND instance = '$instance' AND beat_ms >= $since" 2>/dev/null)" = "$role" ]; then
+      return 0
+    fi
+    sleep 0.1
+  done
+  return 1
+}
