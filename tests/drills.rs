@@ -56,6 +56,7 @@ impl Drop for Pm2 {
 
 #[derive(Default)]
 struct ClientLog {
+    first_hello: Option<Cursor>,
     trades: Vec<Cursor>,
     duplicates: usize,
     out_of_order: usize,
@@ -109,6 +110,14 @@ async fn resilient_client(
             let mut l = log.lock().unwrap();
             match v["type"].as_str() {
                 Some("hello") => {
+                    // No trade yet: the hello's cursor is where this stream starts, so it is the
+                    // resume point (without it, trades dispatched before a reconnect are missed).
+                    if last.is_none() {
+                        last = v["cursor"].as_str().and_then(|c| c.parse().ok());
+                    }
+                    if l.first_hello.is_none() {
+                        l.first_hello = last;
+                    }
                     if let Some(at) = dropped_at.take() {
                         l.gaps_ms.push(at.elapsed().as_millis() as u64);
                         l.reconnects += 1;
@@ -142,135 +151,293 @@ fn pct(v: &mut [u64], q: f64) -> u64 {
     v[((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1]
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rolling_push_restart_under_load_through_caddy_loses_nothing() {
-    let db = TestDb::new().await;
-    let anvil = Anvil::spawn().await.unwrap();
-    let sim = Sim::connect(&anvil.http_url()).await.unwrap();
-    sim.install_emitters().await.unwrap();
-    let head = sim.rpc().latest_block().await.unwrap().number.0;
-    let (pa, pb, site, admin) = (free_port(), free_port(), free_port(), free_port());
-    let stack = stack_env();
-    let mut env: Vec<(String, String)> = db.env();
-    env.retain(|(k, _)| !k.starts_with("PMW_RPC"));
-    env.extend([
-        ("PMW_RPC_WS_URL".into(), anvil.ws_url()),
-        ("PMW_RPC_HTTP_URL".into(), anvil.http_url()),
-        (
-            "PMW_BIN_DIR".into(),
-            repo_root()
-                .join("target/debug")
-                .to_string_lossy()
-                .into_owned(),
-        ),
-        ("PMW_PUSH_A_PORT".into(), pa.to_string()),
-        ("PMW_PUSH_B_PORT".into(), pb.to_string()),
-        ("PMW_LIVE_START_BLOCK".into(), (head + 1).to_string()),
-        ("PMW_LIVE_POLL_INTERVAL_MS".into(), "200".into()),
-        ("PMW_GAMMA_URL".into(), "http://127.0.0.1:9".into()),
-        ("PMW_PUSH_LOCK_SEGMENT_MS".into(), "1000".into()),
-        ("PMW_PUSH_WS_HEARTBEAT_MS".into(), "1000".into()),
-        ("PMW_PG_BIN".into(), stack.get("PMW_PG_BIN").into()),
-        ("PMW_STACK_DIR".into(), stack.get("PMW_STACK_DIR").into()),
-    ]);
-    let pm2 = Pm2 {
-        home: tempfile::tempdir().unwrap(),
-        env: env.clone(),
-    };
-    let eco = repo_root().join("deploy/pm2/ecosystem.config.js");
-    let out = pm2.run(&[
-        "start",
-        eco.to_str().unwrap(),
-        "--only",
-        "pmw-live,pmw-push-a,pmw-push-b",
-    ]);
-    assert!(
-        out.status.success(),
-        "pm2 start: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+/// The drill stack: a private database and chain, pm2 running live + push-a + push-b from the
+/// production ecosystem file, Caddy with the production Caddyfile, 10 accounts and 100
+/// resuming clients connected through Caddy.
+struct Drill {
+    // Kept alive for the drill (dropped last: the databases go with it).
+    _db: TestDb,
+    sim: Sim,
+    _anvil: Anvil,
+    pm2: Pm2,
+    caddy: tokio::process::Child,
+    env: Vec<(String, String)>,
+    site: u16,
+    accounts: Vec<(String, Vec<pmw_core::Address>)>,
+    clients: Vec<(Vec<pmw_core::Address>, Arc<Mutex<ClientLog>>)>,
+    start_cursor: Cursor,
+    stop: CancellationToken,
+    pg: tokio_postgres::Client,
+}
 
-    let mut caddy = tokio::process::Command::new("caddy")
-        .args(["run", "--adapter", "caddyfile", "--config"])
-        .arg(repo_root().join("caddy/Caddyfile"))
-        .env("PMW_SITE", format!("http://127.0.0.1:{site}"))
-        .env("PMW_PUSH_A", format!("127.0.0.1:{pa}"))
-        .env("PMW_PUSH_B", format!("127.0.0.1:{pb}"))
-        .env("PMW_CADDY_ADMIN", format!("127.0.0.1:{admin}"))
-        .env("HOME", pm2.home.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("caddy");
+impl Drill {
+    async fn start() -> Drill {
+        let db = TestDb::new().await;
+        let anvil = Anvil::spawn().await.unwrap();
+        let sim = Sim::connect(&anvil.http_url()).await.unwrap();
+        sim.install_emitters().await.unwrap();
+        let head = sim.rpc().latest_block().await.unwrap().number.0;
+        let (pa, pb, site, admin) = (free_port(), free_port(), free_port(), free_port());
+        let stack = stack_env();
+        let mut env: Vec<(String, String)> = db.env();
+        env.retain(|(k, _)| !k.starts_with("PMW_RPC"));
+        env.extend([
+            ("PMW_RPC_WS_URL".into(), anvil.ws_url()),
+            ("PMW_RPC_HTTP_URL".into(), anvil.http_url()),
+            (
+                "PMW_BIN_DIR".into(),
+                repo_root()
+                    .join("target/debug")
+                    .to_string_lossy()
+                    .into_owned(),
+            ),
+            ("PMW_PUSH_A_PORT".into(), pa.to_string()),
+            ("PMW_PUSH_B_PORT".into(), pb.to_string()),
+            ("PMW_LIVE_START_BLOCK".into(), (head + 1).to_string()),
+            ("PMW_LIVE_POLL_INTERVAL_MS".into(), "200".into()),
+            ("PMW_GAMMA_URL".into(), "http://127.0.0.1:9".into()),
+            ("PMW_PUSH_LOCK_SEGMENT_MS".into(), "1000".into()),
+            ("PMW_PUSH_WS_HEARTBEAT_MS".into(), "1000".into()),
+            ("PMW_PG_BIN".into(), stack.get("PMW_PG_BIN").into()),
+            ("PMW_STACK_DIR".into(), stack.get("PMW_STACK_DIR").into()),
+        ]);
+        let pm2 = Pm2 {
+            home: tempfile::tempdir().unwrap(),
+            env: env.clone(),
+        };
+        let eco = repo_root().join("deploy/pm2/ecosystem.config.js");
+        let out = pm2.run(&[
+            "start",
+            eco.to_str().unwrap(),
+            "--only",
+            "pmw-live,pmw-push-a,pmw-push-b",
+        ]);
+        assert!(
+            out.status.success(),
+            "pm2 start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
 
-    // Accounts and 100 clients through Caddy.
-    let pg = db.connect().await;
-    let wallets = demo_wallets(6);
-    let mut accounts = Vec::new();
-    for i in 0..10usize {
-        let now = UnixMs::now().0;
-        let id: i64 = pg
-            .query_one("INSERT INTO accounts (name, plan, created_ms) VALUES ('drill', 'pro', $1) RETURNING id", &[&now])
-            .await
-            .unwrap()
-            .get(0);
-        let (key, prefix) = pmw_core::auth::generate(pmw_core::auth::KEY_PREFIX);
-        pg.execute(
-            "INSERT INTO api_keys (account_id, prefix, key_hash, created_ms) VALUES ($1, $2, $3, $4)",
-            &[&id, &prefix, &pmw_core::auth::hash_secret(&key).as_slice(), &now],
-        )
-        .await
-        .unwrap();
-        let mine: Vec<pmw_core::Address> = (0..2).map(|k| wallets[(i + k * 3) % 6]).collect();
-        for w in &mine {
+        let caddy = tokio::process::Command::new("caddy")
+            .args(["run", "--adapter", "caddyfile", "--config"])
+            .arg(repo_root().join("caddy/Caddyfile"))
+            .env("PMW_SITE", format!("http://127.0.0.1:{site}"))
+            .env("PMW_PUSH_A", format!("127.0.0.1:{pa}"))
+            .env("PMW_PUSH_B", format!("127.0.0.1:{pb}"))
+            .env("PMW_CADDY_ADMIN", format!("127.0.0.1:{admin}"))
+            .env("HOME", pm2.home.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("caddy");
+
+        // Accounts and 100 clients through Caddy.
+        let pg = db.connect().await;
+        let wallets = demo_wallets(6);
+        let mut accounts = Vec::new();
+        for i in 0..10usize {
+            let now = UnixMs::now().0;
+            let id: i64 = pg
+                .query_one("INSERT INTO accounts (name, plan, created_ms) VALUES ('drill', 'pro', $1) RETURNING id", &[&now])
+                .await
+                .unwrap()
+                .get(0);
+            let (key, prefix) = pmw_core::auth::generate(pmw_core::auth::KEY_PREFIX);
             pg.execute(
-                "INSERT INTO subscriptions (account_id, wallet, created_ms) VALUES ($1, $2, $3)",
-                &[&id, &w.as_bytes().as_slice(), &now],
+                "INSERT INTO api_keys (account_id, prefix, key_hash, created_ms) VALUES ($1, $2, $3, $4)",
+                &[&id, &prefix, &pmw_core::auth::hash_secret(&key).as_slice(), &now],
             )
             .await
             .unwrap();
+            let mine: Vec<pmw_core::Address> = (0..2).map(|k| wallets[(i + k * 3) % 6]).collect();
+            for w in &mine {
+                pg.execute(
+                    "INSERT INTO subscriptions (account_id, wallet, created_ms) VALUES ($1, $2, $3)",
+                    &[&id, &w.as_bytes().as_slice(), &now],
+                )
+                .await
+                .unwrap();
+            }
+            accounts.push((key, mine));
         }
-        accounts.push((key, mine));
-    }
-    pg.execute("SELECT pg_notify('pmw_subscriptions', '')", &[])
-        .await
-        .unwrap();
-    let url = format!("ws://127.0.0.1:{site}/v1/ws");
-    // Wait until a leader serves through Caddy.
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let mut req = url.as_str().into_client_request().unwrap();
-        req.headers_mut().insert(
-            "authorization",
-            format!("Bearer {}", accounts[0].0).parse().unwrap(),
-        );
-        if tokio_tungstenite::connect_async(req).await.is_ok() {
-            break;
+        pg.execute("SELECT pg_notify('pmw_subscriptions', '')", &[])
+            .await
+            .unwrap();
+        let url = format!("ws://127.0.0.1:{site}/v1/ws");
+        // Wait until a leader serves through Caddy.
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let mut req = url.as_str().into_client_request().unwrap();
+            req.headers_mut().insert(
+                "authorization",
+                format!("Bearer {}", accounts[0].0).parse().unwrap(),
+            );
+            if tokio_tungstenite::connect_async(req).await.is_ok() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no push leader reachable through caddy"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        assert!(
-            Instant::now() < deadline,
-            "no push leader reachable through caddy"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        let start_cursor = Cursor {
+            block: sim.rpc().latest_block().await.unwrap().number.0,
+            log_index: pmw_core::types::cursor::MAX_LOG_INDEX,
+        };
+        let stop = CancellationToken::new();
+        let mut clients = Vec::new();
+        for n in 0..100usize {
+            let (key, mine) = accounts[n % accounts.len()].clone();
+            let log = Arc::new(Mutex::new(ClientLog::default()));
+            tokio::spawn(resilient_client(
+                url.clone(),
+                key,
+                log.clone(),
+                stop.clone(),
+            ));
+            clients.push((mine, log));
+        }
+        // Every client is connected before any trade is emitted.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while clients
+            .iter()
+            .any(|(_, l)| l.lock().unwrap().first_hello.is_none())
+        {
+            assert!(
+                Instant::now() < deadline,
+                "not every client connected through caddy"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Drill {
+            _db: db,
+            sim,
+            _anvil: anvil,
+            pm2,
+            caddy,
+            env,
+            site,
+            accounts,
+            clients,
+            start_cursor,
+            stop,
+            pg,
+        }
     }
-    let start_cursor = Cursor {
-        block: sim.rpc().latest_block().await.unwrap().number.0,
-        log_index: pmw_core::types::cursor::MAX_LOG_INDEX,
-    };
-    let stop = CancellationToken::new();
-    let mut clients = Vec::new();
-    for n in 0..100usize {
-        let (key, mine) = accounts[n % accounts.len()].clone();
-        let log = Arc::new(Mutex::new(ClientLog::default()));
-        tokio::spawn(resilient_client(
-            url.clone(),
-            key,
-            log.clone(),
-            stop.clone(),
-        ));
-        clients.push((mine, log));
+
+    /// The push instance leading now (from push_epoch).
+    async fn leader(&self) -> String {
+        self.pg
+            .query_one("SELECT leader FROM push_epoch WHERE slot = 0", &[])
+            .await
+            .unwrap()
+            .get(0)
     }
+
+    /// Wait until the push cursor reaches the chain head, then let clients settle and stop them.
+    async fn drain(&self) {
+        let final_head = self.sim.rpc().latest_block().await.unwrap().number.0;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let b: Option<i64> = self
+                .pg
+                .query_opt("SELECT block_number FROM push_cursor WHERE slot = 0", &[])
+                .await
+                .unwrap()
+                .map(|r| r.get(0));
+            if b.is_some_and(|b| b as u64 >= final_head) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "push never reached {final_head}: {b:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        self.stop.cancel();
+    }
+
+    /// (lost, duplicated, out of order, reconnects, gap p50, p99, max, frames) over all clients.
+    fn figures(&self) -> Figures {
+        let canonical = self.sim.canonical();
+        let mut f = Figures::default();
+        let mut gaps = Vec::new();
+        for (mine, log) in &self.clients {
+            let l = log.lock().unwrap();
+            let expected: BTreeSet<Cursor> = canonical
+                .iter()
+                .filter(|e| mine.contains(&e.maker))
+                .map(|e| Cursor {
+                    block: e.block_number,
+                    log_index: e.log_index as u32,
+                })
+                .filter(|c| *c > self.start_cursor)
+                .collect();
+            assert!(
+                l.first_hello.is_some_and(|h| h <= self.start_cursor),
+                "client started before the traffic"
+            );
+            let got: BTreeSet<Cursor> = l
+                .trades
+                .iter()
+                .copied()
+                .filter(|c| *c > self.start_cursor)
+                .collect();
+            assert!(
+                l.first_hello.is_some_and(|h| h <= self.start_cursor),
+                "client started before the traffic"
+            );
+            let missing: Vec<_> = expected.difference(&got).collect();
+            if !missing.is_empty() && f.lost == 0 {
+                println!(
+                    "first client with losses: missing {missing:?}; received {:?}",
+                    l.trades
+                );
+            }
+            f.lost += missing.len();
+            f.duplicated += l.duplicates;
+            f.out_of_order += l.out_of_order;
+            f.reconnects += l.reconnects;
+            f.frames += l.trades.len();
+            gaps.extend(l.gaps_ms.iter().copied());
+        }
+        f.gap_p50 = pct(&mut gaps, 0.5);
+        f.gap_p99 = pct(&mut gaps, 0.99);
+        f.gap_max = gaps.iter().max().copied().unwrap_or(0);
+        f
+    }
+}
+
+#[derive(Debug, Default)]
+struct Figures {
+    lost: usize,
+    duplicated: usize,
+    out_of_order: usize,
+    reconnects: usize,
+    frames: usize,
+    gap_p50: u64,
+    gap_p99: u64,
+    gap_max: u64,
+}
+
+impl std::fmt::Display for Figures {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "100 clients, {} frames, lost {}, duplicated {}, out of order {}, reconnects {}, reconnect gap p50 {} ms p99 {} ms max {} ms",
+            self.frames, self.lost, self.duplicated, self.out_of_order, self.reconnects, self.gap_p50, self.gap_p99, self.gap_max
+        )
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rolling_push_restart_under_load_through_caddy_loses_nothing() {
+    let d = Drill::start().await;
+    let (sim, env, site, accounts) = (&d.sim, &d.env, d.site, &d.accounts);
+    let pm2 = &d.pm2;
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     let traffic = sim.spawn(
@@ -299,70 +466,67 @@ async fn rolling_push_restart_under_load_through_caddy_loses_nothing() {
         "scripts/deploy/push failed: {deploy_log}"
     );
     traffic.await.unwrap().unwrap();
-    // Everything emitted is pushed (the push cursor reaches the head), then clients settle.
-    let final_head = sim.rpc().latest_block().await.unwrap().number.0;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let b: Option<i64> = pg
-            .query_opt("SELECT block_number FROM push_cursor WHERE slot = 0", &[])
-            .await
-            .unwrap()
-            .map(|r| r.get(0));
-        if b.is_some_and(|b| b as u64 >= final_head) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "push never reached {final_head}: {b:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    stop.cancel();
-
-    let canonical = sim.canonical();
-    let (mut lost, mut dup, mut ooo, mut reconnects, mut gaps) =
-        (0usize, 0usize, 0usize, 0usize, Vec::new());
-    let mut received = 0usize;
-    for (mine, log) in &clients {
-        let l = log.lock().unwrap();
-        let expected: BTreeSet<Cursor> = canonical
-            .iter()
-            .filter(|e| mine.contains(&e.maker))
-            .map(|e| Cursor {
-                block: e.block_number,
-                log_index: e.log_index as u32,
-            })
-            .filter(|c| *c > start_cursor)
-            .collect();
-        let got: BTreeSet<Cursor> = l
-            .trades
-            .iter()
-            .copied()
-            .filter(|c| *c > start_cursor)
-            .collect();
-        lost += expected.difference(&got).count();
-        dup += l.duplicates;
-        ooo += l.out_of_order;
-        reconnects += l.reconnects;
-        received += l.trades.len();
-        gaps.extend(l.gaps_ms.iter().copied());
-    }
-    let (g50, g99, gmax) = (
-        pct(&mut gaps, 0.5),
-        pct(&mut gaps, 0.99),
-        gaps.iter().max().copied().unwrap_or(0),
-    );
-    println!(
-        "rolling push restart drill: 100 clients, {received} frames, lost {lost}, duplicated {dup}, out of order {ooo}, \
-         reconnects {reconnects}, reconnect gap p50 {g50} ms p99 {g99} ms max {gmax} ms"
-    );
-    let _ = caddy.kill().await;
+    d.drain().await;
+    let f = d.figures();
+    println!("rolling push restart drill: {f}");
     assert!(
-        reconnects >= 100,
-        "every client was moved to the new leader ({reconnects} reconnects)"
+        f.reconnects >= 100,
+        "every client was moved to the new leader ({} reconnects)",
+        f.reconnects
     );
-    assert_eq!(lost, 0, "0 lost");
-    assert_eq!(dup, 0, "0 duplicated");
-    assert_eq!(ooo, 0, "0 out of order");
+    assert_eq!(
+        (f.lost, f.duplicated, f.out_of_order),
+        (0, 0, 0),
+        "0 lost, 0 duplicated, 0 out of order"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_of_the_leader_is_taken_over_and_loses_nothing() {
+    let mut d = Drill::start().await;
+    let traffic = d.sim.spawn(
+        RunConfig {
+            matches_per_block: 2,
+            interval: Duration::from_millis(100),
+            count: Some(120),
+            duration: None,
+        },
+        CancellationToken::new(),
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let leader = d.leader().await;
+    let jlist = d.pm2.run(&["jlist"]);
+    let apps: Vec<serde_json::Value> = serde_json::from_slice(&jlist.stdout).unwrap();
+    let pid = apps
+        .iter()
+        .find(|a| a["name"] == format!("pmw-{leader}"))
+        .unwrap()["pid"]
+        .as_i64()
+        .unwrap();
+    let killed_at = Instant::now();
+    assert!(std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while d.leader().await == leader {
+        assert!(Instant::now() < deadline, "the standby never took over");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let takeover = killed_at.elapsed();
+    traffic.await.unwrap().unwrap();
+    d.drain().await;
+    let f = d.figures();
+    println!("kill -9 drill: takeover {} ms; {f}", takeover.as_millis());
+    let _ = d.caddy.kill().await;
+    assert_eq!(
+        (f.lost, f.duplicated, f.out_of_order),
+        (0, 0, 0),
+        "0 lost, 0 duplicated, 0 out of order"
+    );
+    assert!(
+        f.reconnects >= 100,
+        "every client resumed on the new leader"
+    );
 }
