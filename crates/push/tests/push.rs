@@ -173,8 +173,11 @@ async fn standby_waits_without_listening_and_push_worker_0_refuses() {
     b.stop().await.unwrap();
 }
 
+/// `exclusive_`: run alone (scripts/test's second pass). A snapshot's xmin is the oldest running
+/// xid of the whole cluster, so a long transaction in another test's database would pin the
+/// standby's fresh segments too and make this measurement meaningless.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_standby_lock_wait_does_not_pin_backend_xmin() {
+async fn exclusive_the_standby_lock_wait_does_not_pin_backend_xmin() {
     let h = Harness::new().await;
     let (a, _) = h.leader("push-a").await;
     let mut cfg = h.push_config();
