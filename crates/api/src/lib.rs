@@ -1,19 +1,94 @@
-//! pmw-api: the subscriber REST API (keys, subscriptions, webhook endpoints, backfill, readiness).
+//! pmw-api: the subscriber REST API (keys, subscriptions, webhook endpoints, backfill, delivery
+//! log, readiness), on loopback behind Caddy. Routes and their OpenAPI document are built
+//! together in [`routes`]; errors leave through [`error::ApiError`]; auth and rate limits are in
+//! [`auth`]. API-only settings ([`ApiConfig`]) are loaded here and nowhere else, so a broken
+//! `PMW_API_*` value stops the API (exit 78) and never push or live.
 
+pub mod accounts;
+pub mod auth;
+pub mod error;
+pub mod extract;
+mod http;
+pub mod routes;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
+use pmw_core::ch::ChClient;
 use pmw_core::heartbeat::Heartbeat;
+use pmw_core::pg::PgPool;
 use pmw_core::storage::Storage;
-use pmw_core::{CoreConfig, ServiceError};
+use pmw_core::{ApiConfig, CoreConfig, ServiceError};
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-/// Service name used in logs, heartbeats and `application_name`.
+/// Service name used in logs, heartbeats, metrics and `application_name`.
 pub const SERVICE: &str = "pmw-api";
 
-/// Run the service until `shutdown` is cancelled.
+/// Shared by every handler.
+#[derive(Clone)]
+pub struct AppState {
+    pub pg: PgPool,
+    pub ch: ChClient,
+    pub cfg: Arc<ApiConfig>,
+    pub limiter: Arc<auth::Limiter>,
+}
+
+/// Run with settings from the environment until `shutdown`. A broken API setting is a
+/// configuration error (exit 78).
 pub async fn run(cfg: CoreConfig, shutdown: CancellationToken) -> Result<(), ServiceError> {
+    let api = ApiConfig::load()?;
+    run_with(cfg, api, shutdown, None).await
+}
+
+/// Run with explicit settings; `bound` receives the listen address (tests listen on port 0).
+pub async fn run_with(
+    cfg: CoreConfig,
+    api: ApiConfig,
+    shutdown: CancellationToken,
+    bound: Option<oneshot::Sender<SocketAddr>>,
+) -> Result<(), ServiceError> {
     let storage = Storage::open(&cfg, SERVICE).await?;
+    pmw_core::metrics::install();
+    let listener = tokio::net::TcpListener::bind(api.api_listen)
+        .await
+        .map_err(|e| ServiceError::transient(format!("cannot bind {}: {e}", api.api_listen)))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| ServiceError::Bug(e.into()))?;
+    tracing::info!(%addr, "listening");
+    if let Some(b) = bound {
+        let _ = b.send(addr);
+    }
+    let state = AppState {
+        pg: storage.pg.clone(),
+        ch: storage.ch.clone(),
+        limiter: auth::limiter(&api),
+        cfg: Arc::new(api),
+    };
+    let app = http::app(state.clone());
     let heartbeat = Heartbeat::new(storage.pg.clone(), SERVICE, &cfg.instance_or(SERVICE));
-    pmw_core::service::beat_until_shutdown(heartbeat, Duration::from_secs(5), shutdown).await;
-    Ok(())
+    let beats = tokio::spawn(beat(heartbeat, addr, state, shutdown.clone()));
+    let stop = shutdown.clone();
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(async move { stop.cancelled().await })
+        .await;
+    beats.abort();
+    served.map_err(|e| ServiceError::Bug(e.into()))
+}
+
+/// Heartbeat every 5 s; also forget idle rate-limiter keys.
+async fn beat(hb: Heartbeat, addr: SocketAddr, st: AppState, shutdown: CancellationToken) {
+    let state = serde_json::json!({ "role": "api", "listen": addr.to_string() });
+    loop {
+        if let Err(e) = hb.beat(&state).await {
+            tracing::warn!(error = %e, "heartbeat failed");
+        }
+        st.limiter.retain_recent();
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+        }
+    }
 }

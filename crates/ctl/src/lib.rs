@@ -1,7 +1,13 @@
 //! pmwctl: the operator's tool. Each subcommand lives in its own module.
 
+mod account;
+mod conn;
 mod decode_log;
+mod diag;
+mod key;
 mod migrate;
+mod status;
+mod watch;
 
 use std::process::ExitCode;
 
@@ -25,6 +31,22 @@ pub enum Command {
     Schema,
     /// Decode one `eth_getLogs` log object (JSON on stdin) into the trade pmw would push.
     DecodeLog,
+    /// Accounts: create, list.
+    Account {
+        #[command(subcommand)]
+        cmd: account::AccountCmd,
+    },
+    /// API keys: create (printed once), revoke by prefix.
+    Key {
+        #[command(subcommand)]
+        cmd: key::KeyCmd,
+    },
+    /// Push leader and epoch, ingest and push cursors with their lag, last round, webhook backlog.
+    Status(status::StatusArgs),
+    /// The latency runbook: push read interval, LISTEN or polling, xmin holders, hot tables.
+    Diag(diag::DiagArgs),
+    /// A reference WebSocket client: prints trades, keeps its cursor, resumes after disconnects.
+    Watch(watch::WatchArgs),
 }
 
 /// Run the CLI and map the outcome to an exit code (0, 75 transient, 78 config/schema, 1 other).
@@ -64,6 +86,11 @@ async fn run(cli: Cli, cfg: CoreConfig) -> Result<(), ServiceError> {
         Command::Migrate => migrate::migrate(&cfg).await,
         Command::Schema => migrate::schema(&cfg).await,
         Command::DecodeLog => unreachable!("handled before loading config"),
+        Command::Account { cmd } => account::run(&cfg, cmd).await,
+        Command::Key { cmd } => key::run(&cfg, cmd).await,
+        Command::Status(args) => status::run(&cfg, args).await,
+        Command::Diag(args) => diag::run(&cfg, args).await,
+        Command::Watch(args) => watch::run(args, watch::on_signals()).await,
     }
 }
 

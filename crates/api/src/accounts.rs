@@ -1,0 +1,219 @@
+//! Accounts and API keys in Postgres, shared by the API and `pmwctl account|key`. Keys are
+//! random (`pmw_` + 64 hex), returned once by [`create_key`], stored as SHA-256 and shown by
+//! their 12-character prefix.
+
+use pmw_core::auth::{self, KEY_PREFIX};
+use pmw_core::UnixMs;
+use serde::Serialize;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::GenericClient;
+use utoipa::ToSchema;
+
+/// Most active keys one account may hold.
+pub const MAX_KEYS_PER_ACCOUNT: i64 = 20;
+/// Longest label of a key or subscription, in characters.
+pub const MAX_LABEL_CHARS: usize = 200;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AccountError {
+    #[error("postgres: {0}")]
+    Db(#[from] tokio_postgres::Error),
+    #[error("no such account: {0}")]
+    NoAccount(i64),
+    #[error("no active key with prefix {0:?}")]
+    NoKey(String),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// One account.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Account {
+    pub id: i64,
+    pub name: String,
+    pub email: Option<String>,
+    pub plan: String,
+    pub created_ms: i64,
+    pub disabled_ms: Option<i64>,
+}
+
+/// One API key as shown after creation: never the key itself.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct KeyInfo {
+    #[schema(example = "pmw_1a2b3c4d")]
+    pub prefix: String,
+    pub label: String,
+    pub created_ms: i64,
+    pub revoked_ms: Option<i64>,
+}
+
+/// A key just created: the only time `key` is ever shown.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct NewKey {
+    pub key: String,
+    pub prefix: String,
+    pub label: String,
+    pub account_id: i64,
+    pub created_ms: i64,
+}
+
+fn check_label(label: &str) -> Result<(), AccountError> {
+    if label.chars().count() > MAX_LABEL_CHARS || label.chars().any(char::is_control) {
+        return Err(AccountError::Invalid(format!(
+            "label must be at most {MAX_LABEL_CHARS} characters without control characters"
+        )));
+    }
+    Ok(())
+}
+
+/// Create an account on `plan` (the caller checks the plan exists).
+pub async fn create_account(
+    c: &impl GenericClient,
+    name: &str,
+    email: Option<&str>,
+    plan: &str,
+) -> Result<Account, AccountError> {
+    if name.trim().is_empty() || name.chars().count() > MAX_LABEL_CHARS {
+        return Err(AccountError::Invalid(format!(
+            "name must be 1 to {MAX_LABEL_CHARS} characters"
+        )));
+    }
+    if email.is_some_and(|e| !e.contains('@') || e.len() > 320) {
+        return Err(AccountError::Invalid("email is not an address".into()));
+    }
+    let now = UnixMs::now().0;
+    let row = c
+        .query_one(
+            "INSERT INTO accounts (name, email, plan, created_ms) VALUES ($1, $2, $3, $4) RETURNING id",
+            &[&name, &email, &plan, &now],
+        )
+        .await?;
+    Ok(Account {
+        id: row.get(0),
+        name: name.into(),
+        email: email.map(Into::into),
+        plan: plan.into(),
+        created_ms: now,
+        disabled_ms: None,
+    })
+}
+
+/// Every account, oldest first.
+pub async fn list_accounts(c: &impl GenericClient) -> Result<Vec<Account>, AccountError> {
+    let rows = c
+        .query(
+            "SELECT id, name, email, plan, created_ms, disabled_ms FROM accounts ORDER BY id",
+            &[],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| Account {
+            id: r.get(0),
+            name: r.get(1),
+            email: r.get(2),
+            plan: r.get(3),
+            created_ms: r.get(4),
+            disabled_ms: r.get(5),
+        })
+        .collect())
+}
+
+/// Create a key for `account_id` (retrying the rare prefix collision). At most
+/// [`MAX_KEYS_PER_ACCOUNT`] active keys per account.
+pub async fn create_key(
+    c: &impl GenericClient,
+    account_id: i64,
+    label: &str,
+) -> Result<NewKey, AccountError> {
+    check_label(label)?;
+    let active: i64 = c
+        .query_opt(
+            "SELECT (SELECT count(*) FROM api_keys WHERE account_id = a.id AND revoked_ms IS NULL) \
+             FROM accounts a WHERE a.id = $1",
+            &[&account_id],
+        )
+        .await?
+        .ok_or(AccountError::NoAccount(account_id))?
+        .get(0);
+    if active >= MAX_KEYS_PER_ACCOUNT {
+        return Err(AccountError::Invalid(format!(
+            "an account holds at most {MAX_KEYS_PER_ACCOUNT} active keys; revoke one first"
+        )));
+    }
+    let now = UnixMs::now().0;
+    for _ in 0..5 {
+        let (key, prefix) = auth::generate(KEY_PREFIX);
+        let inserted = c
+            .execute(
+                "INSERT INTO api_keys (account_id, prefix, key_hash, label, created_ms) \
+                 VALUES ($1, $2, $3, $4, $5)",
+                &[
+                    &account_id,
+                    &prefix,
+                    &auth::hash_secret(&key).as_slice(),
+                    &label,
+                    &now,
+                ],
+            )
+            .await;
+        match inserted {
+            Ok(_) => {
+                return Ok(NewKey {
+                    key,
+                    prefix,
+                    label: label.into(),
+                    account_id,
+                    created_ms: now,
+                })
+            }
+            Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(AccountError::Invalid(
+        "could not generate a unique key prefix; try again".into(),
+    ))
+}
+
+/// Revoke the active key with `prefix`, if `account_id` is given only when it is that
+/// account's. Returns the revoked key's account.
+pub async fn revoke_key(
+    c: &impl GenericClient,
+    prefix: &str,
+    account_id: Option<i64>,
+) -> Result<i64, AccountError> {
+    let row = c
+        .query_opt(
+            "UPDATE api_keys SET revoked_ms = $2 \
+             WHERE prefix = $1 AND revoked_ms IS NULL AND ($3::bigint IS NULL OR account_id = $3) \
+             RETURNING account_id",
+            &[&prefix, &UnixMs::now().0, &account_id],
+        )
+        .await?;
+    row.map(|r| r.get(0))
+        .ok_or_else(|| AccountError::NoKey(prefix.into()))
+}
+
+/// The keys of one account, newest first.
+pub async fn list_keys(
+    c: &impl GenericClient,
+    account_id: i64,
+) -> Result<Vec<KeyInfo>, AccountError> {
+    let rows = c
+        .query(
+            "SELECT prefix, label, created_ms, revoked_ms FROM api_keys WHERE account_id = $1 \
+             ORDER BY created_ms DESC, id DESC",
+            &[&account_id],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| KeyInfo {
+            prefix: r.get(0),
+            label: r.get(1),
+            created_ms: r.get(2),
+            revoked_ms: r.get(3),
+        })
+        .collect())
+}

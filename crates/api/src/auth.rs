@@ -1,0 +1,117 @@
+//! Authentication by API key (`Authorization: Bearer pmw_…`, looked up by its SHA-256: not
+//! revoked, account not disabled) and per-key rate limiting (a `governor` GCRA limiter keyed by
+//! key id; over the limit → 429 with `Retry-After`).
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+
+use axum::extract::FromRequestParts;
+use axum::http::header::AUTHORIZATION;
+use axum::http::request::Parts;
+use governor::clock::{Clock, DefaultClock};
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use pmw_core::auth::{hash_secret, KEY_PREFIX};
+use pmw_core::ApiConfig;
+
+use crate::error::ApiError;
+use crate::AppState;
+
+/// Per-key limiter.
+pub type Limiter = DefaultKeyedRateLimiter<i64>;
+
+/// The limiter configured by `PMW_API_RATE_PER_SEC` / `PMW_API_RATE_BURST` (validated > 0).
+pub fn limiter(cfg: &ApiConfig) -> Arc<Limiter> {
+    let rate = NonZeroU32::new(cfg.api_rate_per_sec).unwrap_or(NonZeroU32::MIN);
+    let burst = NonZeroU32::new(cfg.api_rate_burst).unwrap_or(rate);
+    Arc::new(RateLimiter::keyed(
+        Quota::per_second(rate).allow_burst(burst),
+    ))
+}
+
+/// The caller, once its key checked out and its request fits the rate limit.
+#[derive(Debug, Clone)]
+pub struct Auth {
+    pub account_id: i64,
+    pub key_id: i64,
+    pub key_prefix: String,
+    /// The account's plan name as stored (resolved against the config by [`ApiConfig::plan`]).
+    pub plan: String,
+}
+
+/// The presented key, from `Authorization: Bearer <key>` (scheme case-insensitive).
+fn bearer(parts: &Parts) -> Result<&str, ApiError> {
+    let value = parts
+        .headers
+        .get(AUTHORIZATION)
+        .ok_or_else(|| ApiError::unauthorized("missing Authorization: Bearer pmw_… header"))?
+        .to_str()
+        .map_err(|_| ApiError::unauthorized("Authorization header is not valid text"))?;
+    let (scheme, key) = value
+        .split_once(' ')
+        .ok_or_else(|| ApiError::unauthorized("Authorization must be: Bearer pmw_…"))?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return Err(ApiError::unauthorized(
+            "Authorization must be: Bearer pmw_…",
+        ));
+    }
+    Ok(key.trim())
+}
+
+impl FromRequestParts<AppState> for Auth {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, st: &AppState) -> Result<Self, Self::Rejection> {
+        let key = bearer(parts)?;
+        if !key.starts_with(KEY_PREFIX) || key.len() > 200 {
+            return Err(ApiError::unauthorized("invalid or revoked API key"));
+        }
+        let client = st.pg.get().await?;
+        let row = client
+            .query_opt(
+                "SELECT k.id, k.prefix, a.id, a.plan FROM api_keys k \
+                 JOIN accounts a ON a.id = k.account_id \
+                 WHERE k.key_hash = $1 AND k.revoked_ms IS NULL AND a.disabled_ms IS NULL",
+                &[&hash_secret(key).as_slice()],
+            )
+            .await?;
+        let Some(row) = row else {
+            return Err(ApiError::unauthorized("invalid or revoked API key"));
+        };
+        let auth = Auth {
+            key_id: row.get(0),
+            key_prefix: row.get(1),
+            account_id: row.get(2),
+            plan: row.get(3),
+        };
+        if let Err(not_until) = st.limiter.check_key(&auth.key_id) {
+            let wait = not_until.wait_time_from(DefaultClock::default().now());
+            return Err(ApiError::rate_limited(wait.as_secs_f64().ceil() as u64));
+        }
+        Ok(auth)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limiter_allows_the_burst_then_refuses_per_key() {
+        let cfg = ApiConfig {
+            api_rate_per_sec: 1,
+            api_rate_burst: 3,
+            ..ApiConfig::default()
+        };
+        let l = limiter(&cfg);
+        for _ in 0..3 {
+            assert!(l.check_key(&1).is_ok());
+        }
+        let refused = l.check_key(&1).unwrap_err();
+        let wait = refused.wait_time_from(DefaultClock::default().now());
+        assert!(
+            wait.as_millis() > 0 && wait.as_millis() <= 1_000,
+            "{wait:?}"
+        );
+        assert!(l.check_key(&2).is_ok(), "keys are limited independently");
+    }
+}

@@ -1,0 +1,92 @@
+//! Extractors that wrap axum's `Json`, `Query` and `Path` and turn their rejections into
+//! [`ApiError`]s, so bad input is always a 4xx in the error shape, never a 500 or plain text.
+
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
+use axum::http::request::Parts;
+use axum::Json;
+use serde::de::DeserializeOwned;
+
+use crate::error::ApiError;
+
+/// A JSON body. Request types use `#[serde(deny_unknown_fields)]`.
+pub struct ApiJson<T>(pub T);
+
+impl<T, S> FromRequest<S> for ApiJson<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let Json(v) = Json::<T>::from_request(req, state).await?;
+        Ok(ApiJson(v))
+    }
+}
+
+/// An optional JSON body: no body (or an empty one) gives `T::default()`.
+pub struct OptionalJson<T>(pub T);
+
+impl<T, S> FromRequest<S> for OptionalJson<T>
+where
+    T: DeserializeOwned + Default,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let empty = req
+            .headers()
+            .get(axum::http::header::CONTENT_LENGTH)
+            .is_some_and(|v| v == "0")
+            || (req
+                .headers()
+                .get(axum::http::header::CONTENT_TYPE)
+                .is_none()
+                && req
+                    .headers()
+                    .get(axum::http::header::TRANSFER_ENCODING)
+                    .is_none()
+                && req
+                    .headers()
+                    .get(axum::http::header::CONTENT_LENGTH)
+                    .is_none());
+        if empty {
+            return Ok(OptionalJson(T::default()));
+        }
+        let ApiJson(v) = ApiJson::<T>::from_request(req, state).await?;
+        Ok(OptionalJson(v))
+    }
+}
+
+/// A query string.
+pub struct ApiQuery<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for ApiQuery<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let Query(v) = Query::<T>::from_request_parts(parts, state).await?;
+        Ok(ApiQuery(v))
+    }
+}
+
+/// Path parameters.
+pub struct ApiPath<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for ApiPath<T>
+where
+    T: DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let Path(v) = Path::<T>::from_request_parts(parts, state).await?;
+        Ok(ApiPath(v))
+    }
+}

@@ -1,0 +1,246 @@
+//! The delivery log of an endpoint (every attempt, from ClickHouse `delivery_log`, newest first,
+//! keyset-paginated) and replay: enqueue the account's trades after a cursor for one endpoint
+//! again, as `webhook_deliveries` rows in the push engine's shape (same `webhook-id` as the
+//! original message, so receivers that already have it can drop the duplicate).
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use pmw_core::store::{trades, TradeRow};
+use pmw_core::{Cursor, UnixMs};
+use pmw_push::payload;
+use pmw_push::webhook::{webhook_id, DeliveryKind};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::trades::{check_limit, followed, markets, parse_cursor};
+use super::webhooks::owned;
+use crate::auth::Auth;
+use crate::error::{ApiError, ErrorBody};
+use crate::extract::{ApiJson, ApiPath, ApiQuery};
+use crate::AppState;
+
+/// Default and largest page of the delivery log.
+pub const LOG_DEFAULT_LIMIT: u32 = 100;
+pub const LOG_MAX_LIMIT: u32 = 1_000;
+/// Default and largest replay.
+pub const REPLAY_DEFAULT_LIMIT: u32 = 1_000;
+pub const REPLAY_MAX_LIMIT: u32 = 10_000;
+
+/// One attempt.
+#[derive(Debug, Serialize, Deserialize, ToSchema, clickhouse::Row)]
+pub struct Attempt {
+    /// The message's `webhook-id` (stable across retries).
+    pub delivery_id: String,
+    /// 1 for the first attempt.
+    pub attempt: u32,
+    /// `trade` or `retract`.
+    pub kind: String,
+    pub block_number: u64,
+    pub log_index: u32,
+    pub t_attempt_ms: i64,
+    pub duration_ms: i64,
+    /// HTTP status, 0 when no response arrived.
+    pub status_code: u16,
+    /// `delivered`, `retry`, `failed`, `gone`, …
+    pub outcome: String,
+    pub error: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AttemptPage {
+    pub attempts: Vec<Attempt>,
+    /// Pass as `cursor` for the next (older) page; absent on the last page.
+    pub next: Option<String>,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct LogQuery {
+    /// From a previous page's `next`.
+    pub cursor: Option<String>,
+    /// Page size, 1..=1000 (default 100).
+    pub limit: Option<u32>,
+}
+
+/// `<t_attempt_ms>.<attempt>.<delivery_id>`: the position after which older attempts follow.
+fn parse_log_cursor(s: &str) -> Result<(i64, u32, String), ApiError> {
+    let bad = || {
+        ApiError::bad_request(
+            "invalid_cursor",
+            format!("{s:?} is not a delivery log cursor"),
+        )
+    };
+    let (t, rest) = s.split_once('.').ok_or_else(bad)?;
+    let (a, id) = rest.split_once('.').ok_or_else(bad)?;
+    if id.is_empty() || id.len() > 200 {
+        return Err(bad());
+    }
+    Ok((
+        t.parse().map_err(|_| bad())?,
+        a.parse().map_err(|_| bad())?,
+        id.to_string(),
+    ))
+}
+
+/// Attempts of one endpoint, newest first.
+#[utoipa::path(get, path = "/v1/webhooks/{id}/deliveries", tag = "webhooks", security(("api_key" = [])),
+    params(("id" = i64, Path), LogQuery),
+    responses((status = 200, body = AttemptPage), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
+pub async fn log(
+    State(st): State<AppState>,
+    who: Auth,
+    ApiPath(id): ApiPath<i64>,
+    ApiQuery(q): ApiQuery<LogQuery>,
+) -> Result<Json<AttemptPage>, ApiError> {
+    let limit = check_limit(q.limit, LOG_DEFAULT_LIMIT, LOG_MAX_LIMIT)?;
+    let (t, attempt, did) = match &q.cursor {
+        Some(s) => parse_log_cursor(s)?,
+        None => (i64::MAX, u32::MAX, String::new()),
+    };
+    let c = st.pg.get().await?;
+    owned(&c, who.account_id, id).await?;
+    // Newest first by (t_attempt_ms, delivery_id, attempt); the first page starts above all.
+    let first = q.cursor.is_none();
+    let mut rows: Vec<Attempt> = st
+        .ch
+        .query(
+            "SELECT delivery_id, attempt, kind, block_number, log_index, t_attempt_ms, duration_ms, \
+               status_code, outcome, error FROM delivery_log \
+             WHERE endpoint_id = ? AND (? OR (t_attempt_ms, delivery_id, attempt) < (?, ?, ?)) \
+             ORDER BY t_attempt_ms DESC, delivery_id DESC, attempt DESC LIMIT ?",
+        )
+        .bind(id as u64)
+        .bind(u8::from(first))
+        .bind(t)
+        .bind(&did)
+        .bind(attempt)
+        .bind(u64::from(limit) + 1)
+        .fetch_all()
+        .await?;
+    let more = rows.len() > limit as usize;
+    rows.truncate(limit as usize);
+    let next = more
+        .then(|| {
+            rows.last()
+                .map(|r| format!("{}.{}.{}", r.t_attempt_ms, r.attempt, r.delivery_id))
+        })
+        .flatten();
+    Ok(Json(AttemptPage {
+        attempts: rows,
+        next,
+    }))
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Replay {
+    /// Replay trades strictly after this cursor.
+    #[schema(example = "000081234567-000042")]
+    pub after: String,
+    /// At most this many trades, 1..=10000 (default 1000).
+    pub limit: Option<u32>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ReplayOutcome {
+    /// Deliveries queued (new, or finished ones queued again).
+    pub enqueued: u64,
+    /// Trades found for the account's wallets in the range.
+    pub trades: usize,
+    /// Call again with `after = next` for the rest when `more`.
+    pub next: String,
+    pub more: bool,
+}
+
+/// Queue the account's trades after `after` (up to what push has already processed) for this
+/// endpoint again. Already pending messages stay as they are.
+#[utoipa::path(post, path = "/v1/webhooks/{id}/replay", tag = "webhooks", security(("api_key" = [])),
+    params(("id" = i64, Path)), request_body = Replay,
+    responses((status = 202, body = ReplayOutcome), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "endpoint disabled"), (status = 422, body = ErrorBody)))]
+pub async fn replay(
+    State(st): State<AppState>,
+    who: Auth,
+    ApiPath(id): ApiPath<i64>,
+    ApiJson(body): ApiJson<Replay>,
+) -> Result<(StatusCode, Json<ReplayOutcome>), ApiError> {
+    let after = parse_cursor(&body.after)?;
+    let limit = check_limit(body.limit, REPLAY_DEFAULT_LIMIT, REPLAY_MAX_LIMIT)?;
+    let mut c = st.pg.get().await?;
+    let endpoint = owned(&c, who.account_id, id).await?;
+    if !endpoint.enabled {
+        return Err(ApiError::conflict(
+            "endpoint_disabled",
+            "the endpoint is disabled; enable it before replaying",
+        ));
+    }
+    let wallets = followed(&c, who.account_id).await?;
+    // Up to what push has processed: later trades reach the endpoint through push itself.
+    let through = c
+        .query_opt(
+            "SELECT block_number, log_index FROM push_cursor WHERE slot = 0",
+            &[],
+        )
+        .await?
+        .map(|r| Cursor {
+            block: r.get::<_, i64>(0) as u64,
+            log_index: r.get::<_, i32>(1) as u32,
+        })
+        .unwrap_or(Cursor::ORIGIN);
+    let mut rows =
+        trades::wallet_trades_between(&st.ch, &wallets, after, through, u64::from(limit) + 1)
+            .await?;
+    let more = rows.len() > limit as usize;
+    rows.truncate(limit as usize);
+    let next = rows.last().map_or(after, TradeRow::cursor).to_string();
+    let names = markets(&c, &rows).await?;
+    let now = UnixMs::now().0;
+    let mut ids = Vec::with_capacity(rows.len());
+    let mut blocks = Vec::with_capacity(rows.len());
+    let mut logs = Vec::with_capacity(rows.len());
+    let mut payloads = Vec::with_capacity(rows.len());
+    let mut detects = Vec::with_capacity(rows.len());
+    for r in &rows {
+        let body = payload::trade_body(r, names.get(&r.token_id)).to_string();
+        let stamped: serde_json::Value = serde_json::from_str(&payload::stamp("trade", &body, now))
+            .map_err(|e| ApiError::unavailable("payload", e))?;
+        ids.push(webhook_id(
+            r.cursor(),
+            &r.block_hash,
+            id,
+            DeliveryKind::Trade,
+        ));
+        blocks.push(r.block_number as i64);
+        logs.push(r.log_index as i32);
+        payloads.push(stamped);
+        detects.push(r.t_detect_ms);
+    }
+    let tx = c.transaction().await?;
+    let enqueued = tx
+        .execute(
+            "INSERT INTO webhook_deliveries (id, endpoint_id, kind, block_number, log_index, payload, \
+               state, attempts, next_attempt_ms, t_detect_ms, created_ms) \
+             SELECT x.id, $1, 'trade', x.block_number, x.log_index, x.payload, 'pending', 0, $2, x.t_detect_ms, $2 \
+             FROM unnest($3::text[], $4::bigint[], $5::int[], $6::jsonb[], $7::bigint[]) \
+               AS x(id, block_number, log_index, payload, t_detect_ms) \
+             ON CONFLICT (id) DO UPDATE SET state = 'pending', attempts = 0, next_attempt_ms = $2, \
+               claimed_epoch = NULL, claimed_ms = NULL, last_status = NULL, last_error = NULL, done_ms = NULL \
+             WHERE webhook_deliveries.state <> 'pending'",
+            &[&id, &now, &ids, &blocks, &logs, &payloads, &detects],
+        )
+        .await?;
+    tx.commit().await?;
+    tracing::info!(account = who.account_id, endpoint = id, after = %after, trades = rows.len(), enqueued, "replay queued");
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(ReplayOutcome {
+            enqueued,
+            trades: rows.len(),
+            next,
+            more,
+        }),
+    ))
+}

@@ -1,0 +1,126 @@
+//! Every route of the API, registered together with its OpenAPI operation (`utoipa-axum`), so
+//! the document at `/v1/openapi.json` is generated from the code that serves the routes.
+
+mod account;
+mod deliveries;
+mod ops;
+mod subscriptions;
+mod trades;
+mod webhooks;
+
+use std::sync::OnceLock;
+
+use pmw_core::pg::PooledClient;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::error::ErrorBody;
+use crate::AppState;
+
+pub use trades::TradeOut;
+
+/// The channel push LISTENs on for subscription and endpoint changes.
+pub const CHANGES_CHANNEL: &str = pmw_push::subs::CHANGES_CHANNEL;
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "pmw API",
+        description = "Live Polymarket trades of the wallets you follow: subscriptions, signed \
+            webhooks, keyset backfill, delivery log, readiness. Errors are \
+            `{\"error\":{\"code\",\"message\"}}`. Authenticate with `Authorization: Bearer pmw_…`. \
+            Live trades are pushed over the WebSocket `/v1/ws` (served by pmw-push).",
+        version = "1"
+    ),
+    modifiers(&BearerAuth),
+    components(schemas(ErrorBody)),
+    tags(
+        (name = "account", description = "the caller's account, API keys, WebSocket tickets"),
+        (name = "subscriptions", description = "followed wallets"),
+        (name = "webhooks", description = "webhook endpoints, secrets, delivery log, replay"),
+        (name = "trades", description = "keyset backfill of trades"),
+        (name = "ops", description = "readiness, health, metrics, this document")
+    )
+)]
+struct ApiDoc;
+
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "api_key",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format("pmw_…")
+                    .build(),
+            ),
+        );
+    }
+}
+
+/// The routes with their documentation.
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(account::me))
+        .routes(routes!(account::list_keys, account::create_key))
+        .routes(routes!(account::revoke_key))
+        .routes(routes!(account::ws_ticket))
+        .routes(routes!(subscriptions::list, subscriptions::add))
+        .routes(routes!(subscriptions::remove))
+        .routes(routes!(webhooks::list, webhooks::create))
+        .routes(routes!(
+            webhooks::get_one,
+            webhooks::update,
+            webhooks::delete
+        ))
+        .routes(routes!(webhooks::rotate_secret))
+        .routes(routes!(deliveries::log))
+        .routes(routes!(deliveries::replay))
+        .routes(routes!(trades::list))
+        .routes(routes!(ops::ready))
+        .routes(routes!(ops::health))
+        .routes(routes!(ops::openapi_json))
+        .routes(routes!(ops::metrics))
+}
+
+/// The OpenAPI document as JSON (built once).
+pub fn openapi_json() -> &'static str {
+    static DOC: OnceLock<String> = OnceLock::new();
+    DOC.get_or_init(|| {
+        let (_, api) = router().split_for_parts();
+        api.to_pretty_json()
+            .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    })
+}
+
+/// Wake the push leader: subscriptions or endpoints changed (call inside the changing
+/// transaction, so the notification is delivered exactly when the change commits).
+pub async fn notify_changes(
+    tx: &tokio_postgres::Transaction<'_>,
+) -> Result<(), tokio_postgres::Error> {
+    tx.execute("SELECT pg_notify($1, '')", &[&CHANGES_CHANNEL])
+        .await
+        .map(drop)
+}
+
+/// Lock the account row for the rest of the transaction: plan-limit checks and the insert
+/// they guard are serialised per account.
+pub async fn lock_account(
+    tx: &tokio_postgres::Transaction<'_>,
+    account_id: i64,
+) -> Result<(), tokio_postgres::Error> {
+    tx.execute(
+        "SELECT 1 FROM accounts WHERE id = $1 FOR UPDATE",
+        &[&account_id],
+    )
+    .await
+    .map(drop)
+}
+
+/// A pooled client (typed alias for handlers).
+pub type Client = PooledClient;

@@ -1,0 +1,178 @@
+//! Followed wallets: add (idempotent, EIP-55 checked when mixed case, plan-limited), list,
+//! remove. Every change notifies the push leader in the same transaction.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use pmw_core::{Address, UnixMs};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::accounts::MAX_LABEL_CHARS;
+use crate::auth::Auth;
+use crate::error::{ApiError, ErrorBody};
+use crate::extract::{ApiJson, ApiPath};
+use crate::AppState;
+
+/// Parse a wallet address: 422 with the reason when it is not one.
+pub fn parse_wallet(s: &str) -> Result<Address, ApiError> {
+    s.parse::<Address>()
+        .map_err(|e| ApiError::unprocessable("invalid_address", format!("{s:?}: {e}")))
+}
+
+/// One followed wallet.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Subscription {
+    /// Lowercase `0x…` hex.
+    #[schema(example = "0x1111111111111111111111111111111111111111")]
+    pub wallet: String,
+    pub label: String,
+    pub created_ms: i64,
+}
+
+/// The caller's subscriptions and the plan's limit.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SubscriptionList {
+    pub subscriptions: Vec<Subscription>,
+    pub limit: u32,
+}
+
+/// Follow a wallet.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AddSubscription {
+    /// `0x` + 40 hex digits; mixed case must carry a valid EIP-55 checksum.
+    #[schema(example = "0x1111111111111111111111111111111111111111")]
+    pub wallet: String,
+    #[serde(default)]
+    pub label: String,
+}
+
+#[utoipa::path(get, path = "/v1/subscriptions", tag = "subscriptions", security(("api_key" = [])),
+    responses((status = 200, body = SubscriptionList), (status = 401, body = ErrorBody)))]
+pub async fn list(
+    State(st): State<AppState>,
+    who: Auth,
+) -> Result<Json<SubscriptionList>, ApiError> {
+    let c = st.pg.get().await?;
+    let rows = c
+        .query(
+            "SELECT wallet, label, created_ms FROM subscriptions WHERE account_id = $1 \
+             ORDER BY created_ms, wallet",
+            &[&who.account_id],
+        )
+        .await?;
+    Ok(Json(SubscriptionList {
+        subscriptions: rows
+            .iter()
+            .map(|r| Subscription {
+                wallet: format!("0x{}", hex::encode(r.get::<_, &[u8]>(0))),
+                label: r.get(1),
+                created_ms: r.get(2),
+            })
+            .collect(),
+        limit: st.cfg.plan(&who.plan).1.max_wallets,
+    }))
+}
+
+/// Follow a wallet: 201 when new, 200 when it was already followed (nothing changes).
+#[utoipa::path(post, path = "/v1/subscriptions", tag = "subscriptions", security(("api_key" = [])),
+    request_body = AddSubscription,
+    responses((status = 201, body = Subscription), (status = 200, body = Subscription, description = "already followed"),
+        (status = 400, body = ErrorBody), (status = 403, body = ErrorBody, description = "plan limit"),
+        (status = 413, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn add(
+    State(st): State<AppState>,
+    who: Auth,
+    ApiJson(body): ApiJson<AddSubscription>,
+) -> Result<(StatusCode, Json<Subscription>), ApiError> {
+    let wallet = parse_wallet(&body.wallet)?;
+    if body.label.chars().count() > MAX_LABEL_CHARS || body.label.chars().any(char::is_control) {
+        return Err(ApiError::unprocessable(
+            "invalid_label",
+            format!(
+                "label must be at most {MAX_LABEL_CHARS} characters without control characters"
+            ),
+        ));
+    }
+    let max = st.cfg.plan(&who.plan).1.max_wallets;
+    let mut c = st.pg.get().await?;
+    let tx = c.transaction().await?;
+    super::lock_account(&tx, who.account_id).await?;
+    let bytes = wallet.as_bytes().as_slice();
+    if let Some(r) = tx
+        .query_opt(
+            "SELECT label, created_ms FROM subscriptions WHERE account_id = $1 AND wallet = $2",
+            &[&who.account_id, &bytes],
+        )
+        .await?
+    {
+        return Ok((
+            StatusCode::OK,
+            Json(Subscription {
+                wallet: wallet.to_lower_hex(),
+                label: r.get(0),
+                created_ms: r.get(1),
+            }),
+        ));
+    }
+    let count: i64 = tx
+        .query_one(
+            "SELECT count(*) FROM subscriptions WHERE account_id = $1",
+            &[&who.account_id],
+        )
+        .await?
+        .get(0);
+    if count >= i64::from(max) {
+        return Err(ApiError::plan_limit(format!(
+            "the plan allows {max} wallets and {count} are followed; remove one or upgrade"
+        )));
+    }
+    let now = UnixMs::now().0;
+    tx.execute(
+        "INSERT INTO subscriptions (account_id, wallet, label, created_ms) VALUES ($1, $2, $3, $4)",
+        &[&who.account_id, &bytes, &body.label, &now],
+    )
+    .await?;
+    super::notify_changes(&tx).await?;
+    tx.commit().await?;
+    tracing::info!(account = who.account_id, wallet = %wallet, "subscribed");
+    Ok((
+        StatusCode::CREATED,
+        Json(Subscription {
+            wallet: wallet.to_lower_hex(),
+            label: body.label,
+            created_ms: now,
+        }),
+    ))
+}
+
+/// Stop following a wallet.
+#[utoipa::path(delete, path = "/v1/subscriptions/{wallet}", tag = "subscriptions", security(("api_key" = [])),
+    params(("wallet" = String, Path, description = "the wallet address")),
+    responses((status = 204), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn remove(
+    State(st): State<AppState>,
+    who: Auth,
+    ApiPath(wallet): ApiPath<String>,
+) -> Result<StatusCode, ApiError> {
+    let wallet = parse_wallet(&wallet)?;
+    let mut c = st.pg.get().await?;
+    let tx = c.transaction().await?;
+    let n = tx
+        .execute(
+            "DELETE FROM subscriptions WHERE account_id = $1 AND wallet = $2",
+            &[&who.account_id, &wallet.as_bytes().as_slice()],
+        )
+        .await?;
+    if n == 0 {
+        return Err(ApiError::not_found(format!(
+            "{} is not followed by this account",
+            wallet.to_lower_hex()
+        )));
+    }
+    super::notify_changes(&tx).await?;
+    tx.commit().await?;
+    tracing::info!(account = who.account_id, wallet = %wallet, "unsubscribed");
+    Ok(StatusCode::NO_CONTENT)
+}

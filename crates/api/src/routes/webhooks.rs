@@ -1,0 +1,301 @@
+//! Webhook endpoints: create (URL checked against SSRF rules, plan-limited), list, get,
+//! enable/disable, rotate the signing secret with an overlap window, delete. Secrets are
+//! Standard Webhooks `whsec_…` from `pmw_push::webhook::sign`, shown on create and rotate only.
+//! Every change notifies the push leader in the same transaction.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use pmw_core::ssrf;
+use pmw_core::UnixMs;
+use pmw_push::webhook::sign::Secret;
+use serde::{Deserialize, Serialize};
+use tokio_postgres::Row;
+use utoipa::ToSchema;
+
+use crate::auth::Auth;
+use crate::error::{ApiError, ErrorBody};
+use crate::extract::{ApiJson, ApiPath, OptionalJson};
+use crate::AppState;
+
+/// Default overlap of a rotated secret: the previous one keeps signing this long.
+pub const DEFAULT_OVERLAP_SECS: u64 = 24 * 3600;
+/// Longest overlap.
+pub const MAX_OVERLAP_SECS: u64 = 7 * 24 * 3600;
+
+const COLUMNS: &str =
+    "id, url, enabled, disabled_reason, previous_expires_ms, created_ms, updated_ms";
+
+/// A webhook endpoint (never its secret).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Endpoint {
+    pub id: i64,
+    pub url: String,
+    pub enabled: bool,
+    /// Why it was disabled (by the user, or by a 410 from the receiver).
+    pub disabled_reason: Option<String>,
+    /// While a rotation overlaps, the previous secret also signs until then.
+    pub previous_expires_ms: Option<i64>,
+    pub created_ms: i64,
+    pub updated_ms: i64,
+}
+
+impl Endpoint {
+    fn from_row(r: &Row) -> Endpoint {
+        let now = UnixMs::now().0;
+        Endpoint {
+            id: r.get(0),
+            url: r.get(1),
+            enabled: r.get(2),
+            disabled_reason: r.get(3),
+            previous_expires_ms: r.get::<_, Option<i64>>(4).filter(|t| *t > now),
+            created_ms: r.get(5),
+            updated_ms: r.get(6),
+        }
+    }
+}
+
+/// An endpoint with its signing secret: only in the create and rotate responses.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EndpointWithSecret {
+    #[serde(flatten)]
+    pub endpoint: Endpoint,
+    /// `whsec_…`: verify `webhook-signature` with it (Standard Webhooks).
+    pub secret: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EndpointList {
+    pub endpoints: Vec<Endpoint>,
+    pub limit: u32,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateEndpoint {
+    /// `http` or `https`; must reach a public address.
+    #[schema(example = "https://example.com/hooks/pmw")]
+    pub url: String,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateEndpoint {
+    pub enabled: bool,
+}
+
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RotateSecret {
+    /// How long the previous secret keeps signing (default 86400, at most 604800).
+    pub overlap_secs: Option<u64>,
+}
+
+/// The endpoint `id` of the caller's account, or 404.
+pub async fn owned(
+    c: &crate::routes::Client,
+    account_id: i64,
+    id: i64,
+) -> Result<Endpoint, ApiError> {
+    c.query_opt(
+        &format!("SELECT {COLUMNS} FROM webhook_endpoints WHERE id = $1 AND account_id = $2"),
+        &[&id, &account_id],
+    )
+    .await?
+    .map(|r| Endpoint::from_row(&r))
+    .ok_or_else(|| ApiError::not_found(format!("no webhook endpoint {id}")))
+}
+
+#[utoipa::path(get, path = "/v1/webhooks", tag = "webhooks", security(("api_key" = [])),
+    responses((status = 200, body = EndpointList), (status = 401, body = ErrorBody)))]
+pub async fn list(State(st): State<AppState>, who: Auth) -> Result<Json<EndpointList>, ApiError> {
+    let c = st.pg.get().await?;
+    let rows = c
+        .query(
+            &format!("SELECT {COLUMNS} FROM webhook_endpoints WHERE account_id = $1 ORDER BY id"),
+            &[&who.account_id],
+        )
+        .await?;
+    Ok(Json(EndpointList {
+        endpoints: rows.iter().map(Endpoint::from_row).collect(),
+        limit: st.cfg.plan(&who.plan).1.max_webhook_endpoints,
+    }))
+}
+
+/// Create an endpoint. Its secret is in this response only (and again on rotation).
+#[utoipa::path(post, path = "/v1/webhooks", tag = "webhooks", security(("api_key" = [])),
+    request_body = CreateEndpoint,
+    responses((status = 201, body = EndpointWithSecret), (status = 400, body = ErrorBody),
+        (status = 403, body = ErrorBody, description = "plan limit"),
+        (status = 422, body = ErrorBody, description = "URL refused (scheme, private address, …)")))]
+pub async fn create(
+    State(st): State<AppState>,
+    who: Auth,
+    ApiJson(body): ApiJson<CreateEndpoint>,
+) -> Result<(StatusCode, Json<EndpointWithSecret>), ApiError> {
+    let url = ssrf::validate_url(&body.url, st.cfg.api_allow_private_webhooks)
+        .map_err(|e| ApiError::unprocessable("invalid_url", e.to_string()))?;
+    let max = st.cfg.plan(&who.plan).1.max_webhook_endpoints;
+    let secret = Secret::generate().expose();
+    let now = UnixMs::now().0;
+    let mut c = st.pg.get().await?;
+    let tx = c.transaction().await?;
+    super::lock_account(&tx, who.account_id).await?;
+    let count: i64 = tx
+        .query_one(
+            "SELECT count(*) FROM webhook_endpoints WHERE account_id = $1",
+            &[&who.account_id],
+        )
+        .await?
+        .get(0);
+    if count >= i64::from(max) {
+        return Err(ApiError::plan_limit(format!(
+            "the plan allows {max} webhook endpoints and {count} exist; delete one or upgrade"
+        )));
+    }
+    let row = tx
+        .query_one(
+            &format!(
+                "INSERT INTO webhook_endpoints (account_id, url, secret, created_ms, updated_ms) \
+                 VALUES ($1, $2, $3, $4, $4) RETURNING {COLUMNS}"
+            ),
+            &[&who.account_id, &url.as_str(), &secret, &now],
+        )
+        .await?;
+    super::notify_changes(&tx).await?;
+    tx.commit().await?;
+    let endpoint = Endpoint::from_row(&row);
+    tracing::info!(
+        account = who.account_id,
+        endpoint = endpoint.id,
+        "webhook endpoint created"
+    );
+    Ok((
+        StatusCode::CREATED,
+        Json(EndpointWithSecret { endpoint, secret }),
+    ))
+}
+
+#[utoipa::path(get, path = "/v1/webhooks/{id}", tag = "webhooks", security(("api_key" = [])),
+    params(("id" = i64, Path)),
+    responses((status = 200, body = Endpoint), (status = 404, body = ErrorBody)))]
+pub async fn get_one(
+    State(st): State<AppState>,
+    who: Auth,
+    ApiPath(id): ApiPath<i64>,
+) -> Result<Json<Endpoint>, ApiError> {
+    let c = st.pg.get().await?;
+    Ok(Json(owned(&c, who.account_id, id).await?))
+}
+
+/// Enable or disable an endpoint (re-enabling clears the disabled reason).
+#[utoipa::path(patch, path = "/v1/webhooks/{id}", tag = "webhooks", security(("api_key" = [])),
+    params(("id" = i64, Path)), request_body = UpdateEndpoint,
+    responses((status = 200, body = Endpoint), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn update(
+    State(st): State<AppState>,
+    who: Auth,
+    ApiPath(id): ApiPath<i64>,
+    ApiJson(body): ApiJson<UpdateEndpoint>,
+) -> Result<Json<Endpoint>, ApiError> {
+    let mut c = st.pg.get().await?;
+    let tx = c.transaction().await?;
+    let row = tx
+        .query_opt(
+            &format!(
+                "UPDATE webhook_endpoints SET enabled = $3, updated_ms = $4, \
+                   disabled_reason = CASE WHEN $3 THEN NULL ELSE 'disabled by the account' END \
+                 WHERE id = $1 AND account_id = $2 RETURNING {COLUMNS}"
+            ),
+            &[&id, &who.account_id, &body.enabled, &UnixMs::now().0],
+        )
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("no webhook endpoint {id}")))?;
+    super::notify_changes(&tx).await?;
+    tx.commit().await?;
+    tracing::info!(
+        account = who.account_id,
+        endpoint = id,
+        enabled = body.enabled,
+        "webhook endpoint updated"
+    );
+    Ok(Json(Endpoint::from_row(&row)))
+}
+
+/// Delete an endpoint and its pending deliveries.
+#[utoipa::path(delete, path = "/v1/webhooks/{id}", tag = "webhooks", security(("api_key" = [])),
+    params(("id" = i64, Path)),
+    responses((status = 204), (status = 404, body = ErrorBody)))]
+pub async fn delete(
+    State(st): State<AppState>,
+    who: Auth,
+    ApiPath(id): ApiPath<i64>,
+) -> Result<StatusCode, ApiError> {
+    let mut c = st.pg.get().await?;
+    let tx = c.transaction().await?;
+    let n = tx
+        .execute(
+            "DELETE FROM webhook_endpoints WHERE id = $1 AND account_id = $2",
+            &[&id, &who.account_id],
+        )
+        .await?;
+    if n == 0 {
+        return Err(ApiError::not_found(format!("no webhook endpoint {id}")));
+    }
+    super::notify_changes(&tx).await?;
+    tx.commit().await?;
+    tracing::info!(
+        account = who.account_id,
+        endpoint = id,
+        "webhook endpoint deleted"
+    );
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Rotate the signing secret. The previous secret keeps signing (a second signature in
+/// `webhook-signature`) until `previous_expires_ms`, so receivers can switch without a gap.
+#[utoipa::path(post, path = "/v1/webhooks/{id}/rotate-secret", tag = "webhooks", security(("api_key" = [])),
+    params(("id" = i64, Path)), request_body(content = Option<RotateSecret>, description = "optional"),
+    responses((status = 200, body = EndpointWithSecret), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn rotate_secret(
+    State(st): State<AppState>,
+    who: Auth,
+    ApiPath(id): ApiPath<i64>,
+    OptionalJson(body): OptionalJson<RotateSecret>,
+) -> Result<Json<EndpointWithSecret>, ApiError> {
+    let overlap = body.overlap_secs.unwrap_or(DEFAULT_OVERLAP_SECS);
+    if overlap > MAX_OVERLAP_SECS {
+        return Err(ApiError::unprocessable(
+            "invalid_overlap",
+            format!("overlap_secs must be at most {MAX_OVERLAP_SECS}"),
+        ));
+    }
+    let now = UnixMs::now().0;
+    let expires = (overlap > 0).then(|| now + overlap as i64 * 1_000);
+    let secret = Secret::generate().expose();
+    let mut c = st.pg.get().await?;
+    let tx = c.transaction().await?;
+    let row = tx
+        .query_opt(
+            &format!(
+                "UPDATE webhook_endpoints SET previous_secret = CASE WHEN $4::bigint IS NULL THEN NULL ELSE secret END, \
+                   previous_expires_ms = $4, secret = $3, updated_ms = $5 \
+                 WHERE id = $1 AND account_id = $2 RETURNING {COLUMNS}"
+            ),
+            &[&id, &who.account_id, &secret, &expires, &now],
+        )
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("no webhook endpoint {id}")))?;
+    super::notify_changes(&tx).await?;
+    tx.commit().await?;
+    tracing::info!(
+        account = who.account_id,
+        endpoint = id,
+        overlap_secs = overlap,
+        "webhook secret rotated"
+    );
+    Ok(Json(EndpointWithSecret {
+        endpoint: Endpoint::from_row(&row),
+        secret,
+    }))
+}

@@ -1,0 +1,283 @@
+//! `pmwctl status`: who leads push (push_epoch + heartbeats), the ingest and push cursors and
+//! their lag in blocks (against the chain head when the RPC answers), the age of the leader's
+//! last round, every instance's heartbeat, and the webhook backlog by age. Human-readable, or
+//! `--json` for machines.
+
+use std::time::Duration;
+
+use clap::Args;
+use pmw_core::config::CoreConfig;
+use pmw_core::exit::ServiceError;
+use pmw_core::UnixMs;
+use serde_json::{json, Value};
+
+use crate::conn::{age, connect, db_error};
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// One JSON document on stdout instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Age buckets of pending webhook deliveries: (label, lower bound in ms).
+const BUCKETS: &[(&str, i64)] = &[
+    ("<10s", 0),
+    ("10s-1m", 10_000),
+    ("1m-10m", 60_000),
+    ("10m-1h", 600_000),
+    (">1h", 3_600_000),
+];
+
+/// The chain head from the RPC (`eth_blockNumber`), if it answers within 2 s.
+async fn chain_head(cfg: &CoreConfig) -> Option<u64> {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .ok()?;
+    let v: Value = client
+        .post(&cfg.rpc_http_url)
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "eth_blockNumber", "params": []}))
+        .send()
+        .await
+        .ok()?
+        .json()
+        .await
+        .ok()?;
+    u64::from_str_radix(v["result"].as_str()?.trim_start_matches("0x"), 16).ok()
+}
+
+/// Trades stored after the push cursor up to the watermark: what push has still to deliver.
+/// (The push cursor only moves when a round finds trades, so its block lag alone overstates the
+/// backlog on quiet chains.) `None` when ClickHouse does not answer within 2 s.
+async fn trades_waiting(cfg: &CoreConfig, block: i64, log: i32, watermark: i64) -> Option<u64> {
+    let ch = pmw_core::ch::client(cfg);
+    let q = ch
+        .query(
+            "SELECT count() FROM (SELECT block_number, log_index, retracted FROM trades \
+             WHERE block_number >= ? AND block_number <= ? \
+             ORDER BY block_number, log_index, block_hash, version DESC \
+             LIMIT 1 BY block_number, log_index, block_hash) \
+             WHERE retracted = 0 AND (block_number, log_index) > (?, ?)",
+        )
+        .bind(block)
+        .bind(watermark)
+        .bind(block)
+        .bind(log)
+        .fetch_one::<u64>();
+    tokio::time::timeout(Duration::from_secs(2), q)
+        .await
+        .ok()?
+        .ok()
+}
+
+/// Everything `status` shows, as JSON.
+pub async fn collect(cfg: &CoreConfig) -> Result<Value, ServiceError> {
+    let c = connect(cfg).await?;
+    let now = UnixMs::now().0;
+    let head = chain_head(cfg).await;
+    let ingest = c
+        .query_opt(
+            "SELECT block_number, updated_ms FROM ingest_cursor WHERE id = 1",
+            &[],
+        )
+        .await
+        .map_err(db_error)?
+        .map(|r| (r.get::<_, i64>(0), r.get::<_, i64>(1)));
+    let push = c
+        .query_opt(
+            "SELECT block_number, log_index, epoch, updated_ms FROM push_cursor WHERE slot = 0",
+            &[],
+        )
+        .await
+        .map_err(db_error)?
+        .map(|r| {
+            (
+                r.get::<_, i64>(0),
+                r.get::<_, i32>(1),
+                r.get::<_, i64>(2),
+                r.get::<_, i64>(3),
+            )
+        });
+    let leader = c
+        .query_opt(
+            "SELECT e.slot, e.epoch, e.leader, e.acquired_ms, h.beat_ms, h.state, h.pid \
+             FROM push_epoch e LEFT JOIN heartbeats h ON h.service = 'pmw-push' AND h.instance = e.leader \
+             WHERE e.slot = 0",
+            &[],
+        )
+        .await
+        .map_err(db_error)?
+        .map(|r| {
+            let state: Option<Value> = r.get(5);
+            let state = state.unwrap_or(Value::Null);
+            let beat: Option<i64> = r.get(4);
+            json!({
+                "slot": r.get::<_, i16>(0), "epoch": r.get::<_, i64>(1), "instance": r.get::<_, String>(2),
+                "acquired_ms": r.get::<_, i64>(3), "pid": r.get::<_, Option<i32>>(6),
+                "role": state["role"], "beat_age_ms": beat.map(|b| now - b),
+                "last_round_age_ms": state["last_round_ms"].as_i64().filter(|t| *t > 0).map(|t| now - t),
+                "listener": state["listener"], "sessions": state["sessions"], "errors": state["errors"],
+                "cursor": state["cursor"],
+            })
+        });
+    let instances: Vec<Value> = c
+        .query(
+            "SELECT service, instance, pid, started_ms, beat_ms, state->>'role' FROM heartbeats ORDER BY service, instance",
+            &[],
+        )
+        .await
+        .map_err(db_error)?
+        .iter()
+        .map(|r| {
+            json!({
+                "service": r.get::<_, String>(0), "instance": r.get::<_, String>(1), "pid": r.get::<_, i32>(2),
+                "up_ms": now - r.get::<_, i64>(3), "beat_age_ms": now - r.get::<_, i64>(4),
+                "role": r.get::<_, Option<String>>(5),
+            })
+        })
+        .collect();
+    let hooks = c
+        .query_one(
+            "SELECT count(*) FILTER (WHERE state = 'pending'), \
+               count(*) FILTER (WHERE state = 'pending' AND next_attempt_ms <= $1), \
+               count(*) FILTER (WHERE state = 'failed'), \
+               min(created_ms) FILTER (WHERE state = 'pending'), \
+               count(*) FILTER (WHERE state = 'pending' AND $1 - created_ms < 10000), \
+               count(*) FILTER (WHERE state = 'pending' AND $1 - created_ms >= 10000 AND $1 - created_ms < 60000), \
+               count(*) FILTER (WHERE state = 'pending' AND $1 - created_ms >= 60000 AND $1 - created_ms < 600000), \
+               count(*) FILTER (WHERE state = 'pending' AND $1 - created_ms >= 600000 AND $1 - created_ms < 3600000), \
+               count(*) FILTER (WHERE state = 'pending' AND $1 - created_ms >= 3600000) \
+             FROM webhook_deliveries",
+            &[&now],
+        )
+        .await
+        .map_err(db_error)?;
+    let by_age: Vec<Value> = BUCKETS
+        .iter()
+        .enumerate()
+        .map(|(i, (label, _))| json!({"age": label, "count": hooks.get::<_, i64>(4 + i)}))
+        .collect();
+    let ingest_block = ingest.map(|i| i.0);
+    let push_block = push.map(|p| p.0);
+    let waiting = match (ingest, push) {
+        (Some((wm, _)), Some((b, l, _, _))) => trades_waiting(cfg, b, l, wm).await,
+        _ => None,
+    };
+    Ok(json!({
+        "now_ms": now,
+        "chain_head": head,
+        "ingest": ingest.map(|(b, u)| json!({"block": b, "updated_age_ms": now - u})),
+        "push": push.map(|(b, l, e, u)| json!({
+            "block": b, "log_index": l, "cursor": format!("{b:012}-{l:06}"), "epoch": e, "updated_age_ms": now - u,
+        })),
+        "lag_blocks": {
+            "ingest": head.zip(ingest_block).map(|(h, i)| h as i64 - i),
+            "push": ingest_block.zip(push_block).map(|(i, p)| i - p),
+        },
+        "push_backlog_trades": waiting,
+        "leader": leader,
+        "instances": instances,
+        "webhooks": {
+            "pending": hooks.get::<_, i64>(0), "due": hooks.get::<_, i64>(1), "failed": hooks.get::<_, i64>(2),
+            "oldest_pending_age_ms": hooks.get::<_, Option<i64>>(3).map(|t| now - t),
+            "by_age": by_age,
+        },
+    }))
+}
+
+fn opt_age(v: &Value) -> String {
+    v.as_i64().map_or_else(|| "-".into(), age)
+}
+
+fn text(s: &Value) -> String {
+    let mut out = String::new();
+    let mut line = |l: String| {
+        out.push_str(&l);
+        out.push('\n');
+    };
+    match &s["leader"] {
+        Value::Null => line("push leader   none (no push_epoch row: push never led)".into()),
+        l => line(format!(
+            "push leader   {} (pid {}), epoch {}, since {}; heartbeat {} ago, role {}, last round {} ago, listener {}, {} ws sessions",
+            l["instance"].as_str().unwrap_or("?"),
+            l["pid"],
+            l["epoch"],
+            UnixMs(l["acquired_ms"].as_i64().unwrap_or(0)).to_rfc3339(),
+            opt_age(&l["beat_age_ms"]),
+            l["role"].as_str().unwrap_or("unknown"),
+            opt_age(&l["last_round_age_ms"]),
+            l["listener"].as_str().unwrap_or("unknown"),
+            l["sessions"],
+        )),
+    }
+    line(format!(
+        "chain head    {}",
+        s["chain_head"]
+            .as_u64()
+            .map_or("unknown (RPC did not answer)".into(), |h| h.to_string())
+    ));
+    line(match &s["ingest"] {
+        Value::Null => "ingest        no watermark yet".into(),
+        i => format!(
+            "ingest        block {} (moved {} ago), {} blocks behind the head",
+            i["block"],
+            opt_age(&i["updated_age_ms"]),
+            s["lag_blocks"]["ingest"]
+                .as_i64()
+                .map_or("?".into(), |l| l.to_string())
+        ),
+    });
+    line(match &s["push"] {
+        Value::Null => "push cursor   none yet".into(),
+        p => format!(
+            "push cursor   {} (epoch {}, moved {} ago), {} blocks behind ingest, {} trades waiting",
+            p["cursor"].as_str().unwrap_or("?"),
+            p["epoch"],
+            opt_age(&p["updated_age_ms"]),
+            s["lag_blocks"]["push"]
+                .as_i64()
+                .map_or("?".into(), |l| l.to_string()),
+            s["push_backlog_trades"]
+                .as_u64()
+                .map_or("?".into(), |l| l.to_string())
+        ),
+    });
+    let w = &s["webhooks"];
+    let buckets: Vec<String> = w["by_age"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|b| format!("{} {}", b["age"].as_str().unwrap_or(""), b["count"]))
+        .collect();
+    line(format!(
+        "webhooks      {} pending ({} due), {} failed; by age: {}",
+        w["pending"],
+        w["due"],
+        w["failed"],
+        buckets.join(", ")
+    ));
+    line("instances".into());
+    for i in s["instances"].as_array().into_iter().flatten() {
+        line(format!(
+            "  {:<10} {:<10} pid {:<8} role {:<8} beat {} ago, up {}",
+            i["service"].as_str().unwrap_or(""),
+            i["instance"].as_str().unwrap_or(""),
+            i["pid"],
+            i["role"].as_str().unwrap_or("-"),
+            opt_age(&i["beat_age_ms"]),
+            opt_age(&i["up_ms"]),
+        ));
+    }
+    out
+}
+
+pub async fn run(cfg: &CoreConfig, args: StatusArgs) -> Result<(), ServiceError> {
+    let s = collect(cfg).await?;
+    if args.json {
+        println!("{s}");
+    } else {
+        print!("{}", text(&s));
+    }
+    Ok(())
+}
