@@ -202,6 +202,11 @@ async fn session(
         match v["type"].as_str() {
             Some("hello") => {
                 *backoff = BACKOFF_MIN;
+                // Before the first trade, the stream's starting cursor is the resume point:
+                // otherwise trades dispatched while reconnecting would be skipped.
+                if cursor.is_none() {
+                    *cursor = v["cursor"].as_str().and_then(|s| s.parse::<Cursor>().ok());
+                }
                 if args.verbose {
                     eprintln!(
                         "hello session {} epoch {} cursor {} head {}",
@@ -227,7 +232,18 @@ async fn session(
                     }
                 }
             }
-            Some("retract") => println!("{} RETRACTED {}", v["cursor"].as_str().unwrap_or("?"), v["trade"]["wallet"].as_str().unwrap_or("")),
+            Some("retract") => {
+                println!("{} RETRACTED {}", v["cursor"].as_str().unwrap_or("?"), v["trade"]["wallet"].as_str().unwrap_or(""));
+                // A reorg replaced the ledger from this trade on: the new branch follows, so the
+                // resume point moves to just before it.
+                if let Some(c) = v["cursor"].as_str().and_then(|s| s.parse::<Cursor>().ok()) {
+                    let before = match c.log_index {
+                        0 => Cursor { block: c.block.saturating_sub(1), log_index: pmw_core::types::cursor::MAX_LOG_INDEX },
+                        i => Cursor { block: c.block, log_index: i - 1 },
+                    };
+                    *cursor = Some(cursor.map_or(before, |last| last.min(before)));
+                }
+            }
             Some("heartbeat") if args.verbose => eprintln!(
                 "heartbeat head {} cursor {}",
                 v["head"],
