@@ -707,3 +707,87 @@ async fn health_is_ready_only_after_a_round_and_reports_the_leader() {
     assert!(body["epoch"].as_i64().unwrap() >= 1);
     push.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_detect_to_push_p50_matches_what_clients_observe() {
+    let h = Harness::new().await;
+    let (push, addr) = h.leader("push-a").await;
+    let mine = demo_wallets(6);
+    let (_, key) = h.account(&mine).await;
+    let mut c = connect(addr, &key, None).await;
+    first_of(&mut c, "hello").await;
+    h.sim
+        .spawn(
+            RunConfig {
+                matches_per_block: 1,
+                interval: Duration::from_millis(200),
+                count: Some(30),
+                duration: None,
+            },
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    h.wait_pushed(WITHIN).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await; // latency rows flushed (500 ms batches)
+    push.stop().await.unwrap();
+    let seen = c.done.await.unwrap();
+    let mut client: Vec<i64> = seen
+        .frames
+        .iter()
+        .filter(|f| f["type"] == "trade")
+        .map(|f| f["_recv_ms"].as_i64().unwrap() - f["t_detect_ms"].as_i64().unwrap())
+        .collect();
+    client.sort_unstable();
+    let client_p50 = client[client.len() / 2];
+
+    let stats_cfg = pmw_stats::config::StatsConfig {
+        stats_listen: "127.0.0.1:0".parse().unwrap(),
+        stats_interval_ms: 200,
+        ..pmw_stats::config::StatsConfig::default()
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let core = h.core();
+    let stats = pmw_testkit::ServiceHandle::spawn(move |stop| {
+        pmw_stats::run_with(core, stats_cfg, stop, Some(tx))
+    });
+    let saddr = tokio::time::timeout(WITHIN, rx).await.unwrap().unwrap();
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    let json: serde_json::Value = loop {
+        let r = reqwest::get(format!("http://{saddr}/latency.json"))
+            .await
+            .unwrap();
+        if r.status() == 200 {
+            let v: serde_json::Value = r.json().await.unwrap();
+            if v["headline"]["figures"][0]["count"].as_u64().unwrap_or(0) > 0 {
+                break v;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no dashboard figures"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    stats.stop().await.unwrap();
+    let fig = &json["headline"]["figures"][0];
+    assert_eq!(fig["window"], "1h");
+    let dash_p50 = fig["p50_ms"].as_i64().unwrap();
+    println!(
+        "dashboard detect→push (WS) p50 {dash_p50} ms over {} deliveries; client-observed p50 {client_p50} ms over {} trades",
+        fig["count"],
+        client.len()
+    );
+    assert_eq!(
+        fig["count"].as_u64().unwrap(),
+        client.len() as u64,
+        "one dashboard row per frame the client got"
+    );
+    // The server stamps t_push_ms just before the write; the client reads after: the client's
+    // figure can only be later, by the socket hop.
+    assert!(
+        client_p50 >= dash_p50,
+        "client {client_p50} ms < dashboard {dash_p50} ms"
+    );
+}
