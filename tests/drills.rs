@@ -155,8 +155,7 @@ fn pct(v: &mut [u64], q: f64) -> u64 {
 /// production ecosystem file, Caddy with the production Caddyfile, 10 accounts and 100
 /// resuming clients connected through Caddy.
 struct Drill {
-    // Kept alive for the drill (dropped last: the databases go with it).
-    _db: TestDb,
+    db: TestDb,
     sim: Sim,
     _anvil: Anvil,
     pm2: Pm2,
@@ -167,22 +166,58 @@ struct Drill {
     clients: Vec<(Vec<pmw_core::Address>, Arc<Mutex<ClientLog>>)>,
     start_cursor: Cursor,
     stop: CancellationToken,
-    pg: tokio_postgres::Client,
+    rpc_proxy: Option<pmw_testkit::TcpProxy>,
+}
+
+/// How a drill's stack is put together.
+#[derive(Default)]
+struct Opts {
+    /// The stack holding Postgres/ClickHouse (default: the shared one).
+    stack: Option<pmw_testkit::StackEnv>,
+    /// Put live's WebSocket RPC behind a breakable proxy.
+    rpc_proxy: bool,
 }
 
 impl Drill {
     async fn start() -> Drill {
-        let db = TestDb::new().await;
+        Drill::start_with(Opts::default()).await
+    }
+
+    async fn start_with(opts: Opts) -> Drill {
+        let stack = opts.stack.clone().unwrap_or_else(|| stack_env().clone());
+        let db = TestDb::new_on(&stack).await;
         let anvil = Anvil::spawn().await.unwrap();
         let sim = Sim::connect(&anvil.http_url()).await.unwrap();
         sim.install_emitters().await.unwrap();
         let head = sim.rpc().latest_block().await.unwrap().number.0;
-        let (pa, pb, site, admin) = (free_port(), free_port(), free_port(), free_port());
-        let stack = stack_env();
+        let rpc_proxy = if opts.rpc_proxy {
+            Some(
+                pmw_testkit::TcpProxy::start(
+                    format!("127.0.0.1:{}", anvil.port()).parse().unwrap(),
+                )
+                .await,
+            )
+        } else {
+            None
+        };
+        let (pa, pb, site, admin, api_port) = (
+            free_port(),
+            free_port(),
+            free_port(),
+            free_port(),
+            free_port(),
+        );
         let mut env: Vec<(String, String)> = db.env();
         env.retain(|(k, _)| !k.starts_with("PMW_RPC"));
         env.extend([
-            ("PMW_RPC_WS_URL".into(), anvil.ws_url()),
+            (
+                "PMW_RPC_WS_URL".into(),
+                match &rpc_proxy {
+                    Some(p) => format!("ws://{}", p.addr),
+                    None => anvil.ws_url(),
+                },
+            ),
+            ("PMW_API_PORT".into(), api_port.to_string()),
             ("PMW_RPC_HTTP_URL".into(), anvil.http_url()),
             (
                 "PMW_BIN_DIR".into(),
@@ -210,7 +245,7 @@ impl Drill {
             "start",
             eco.to_str().unwrap(),
             "--only",
-            "pmw-live,pmw-push-a,pmw-push-b",
+            "pmw-live,pmw-push-a,pmw-push-b,pmw-api",
         ]);
         assert!(
             out.status.success(),
@@ -224,6 +259,7 @@ impl Drill {
             .env("PMW_SITE", format!("http://127.0.0.1:{site}"))
             .env("PMW_PUSH_A", format!("127.0.0.1:{pa}"))
             .env("PMW_PUSH_B", format!("127.0.0.1:{pb}"))
+            .env("PMW_API", format!("127.0.0.1:{api_port}"))
             .env("PMW_CADDY_ADMIN", format!("127.0.0.1:{admin}"))
             .env("HOME", pm2.home.path())
             .stdout(Stdio::null())
@@ -312,7 +348,7 @@ impl Drill {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         Drill {
-            _db: db,
+            db,
             sim,
             _anvil: anvil,
             pm2,
@@ -323,13 +359,15 @@ impl Drill {
             clients,
             start_cursor,
             stop,
-            pg,
+            rpc_proxy,
         }
     }
 
     /// The push instance leading now (from push_epoch).
     async fn leader(&self) -> String {
-        self.pg
+        self.db
+            .connect()
+            .await
             .query_one("SELECT leader FROM push_epoch WHERE slot = 0", &[])
             .await
             .unwrap()
@@ -342,7 +380,9 @@ impl Drill {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let b: Option<i64> = self
-                .pg
+                .db
+                .connect()
+                .await
                 .query_opt("SELECT block_number FROM push_cursor WHERE slot = 0", &[])
                 .await
                 .unwrap()
@@ -411,6 +451,50 @@ impl Drill {
     }
 }
 
+/// Write a drill's figures into docs/OPERATIONS.md between its markers (the doc's figures are
+/// written by the drill run, never by hand). A lock file serialises concurrent drills.
+fn record(drill: &str, figures: &str) {
+    let doc = repo_root().join("docs/OPERATIONS.md");
+    let lock = repo_root().join("docs/.OPERATIONS.md.lock");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&lock)
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "docs lock held too long");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let result = (|| {
+        let text = std::fs::read_to_string(&doc).ok()?;
+        let (begin, end) = (
+            format!("<!-- drill:{drill} -->"),
+            format!("<!-- /drill:{drill} -->"),
+        );
+        let a = text.find(&begin)? + begin.len();
+        let b = text.find(&end)?;
+        let when = chrono::Utc::now().format("%Y-%m-%d %H:%M UTC");
+        let rev = std::process::Command::new("git")
+            .args(["rev-parse", "--short", "HEAD"])
+            .current_dir(repo_root())
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default();
+        let updated = format!(
+            "{}\n{figures} (measured {when}, rev {rev})\n{}",
+            &text[..a],
+            &text[b..]
+        );
+        std::fs::write(&doc, updated).ok()
+    })();
+    let _ = std::fs::remove_file(&lock);
+    assert!(
+        result.is_some(),
+        "docs/OPERATIONS.md lacks the markers for drill {drill}"
+    );
+}
+
 #[derive(Debug, Default)]
 struct Figures {
     lost: usize,
@@ -469,6 +553,7 @@ async fn rolling_push_restart_under_load_through_caddy_loses_nothing() {
     d.drain().await;
     let f = d.figures();
     println!("rolling push restart drill: {f}");
+    record("rolling-restart", &format!("{f}"));
     assert!(
         f.reconnects >= 100,
         "every client was moved to the new leader ({} reconnects)",
@@ -519,6 +604,10 @@ async fn kill_9_of_the_leader_is_taken_over_and_loses_nothing() {
     d.drain().await;
     let f = d.figures();
     println!("kill -9 drill: takeover {} ms; {f}", takeover.as_millis());
+    record(
+        "kill-9",
+        &format!("takeover {} ms; {f}", takeover.as_millis()),
+    );
     let _ = d.caddy.kill().await;
     assert_eq!(
         (f.lost, f.duplicated, f.out_of_order),
@@ -528,5 +617,233 @@ async fn kill_9_of_the_leader_is_taken_over_and_loses_nothing() {
     assert!(
         f.reconnects >= 100,
         "every client resumed on the new leader"
+    );
+}
+
+/// pm2's own log: how many times `app` exited at all.
+fn any_exits(pm2: &Pm2, app: &str) -> usize {
+    let log = std::fs::read_to_string(pm2.home.path().join("pm2.log")).unwrap_or_default();
+    let needle = format!("App [{app}:");
+    log.lines()
+        .filter(|l| l.contains(&needle) && l.contains("exited with code"))
+        .count()
+}
+
+/// pm2's own log of exits: how many times `app` exited with `code`.
+fn exits(pm2: &Pm2, app: &str, code: i32) -> usize {
+    let log = std::fs::read_to_string(pm2.home.path().join("pm2.log")).unwrap_or_default();
+    let needle = format!("App [{app}:");
+    log.lines()
+        .filter(|l| l.contains(&needle) && l.contains(&format!("exited with code [{code}]")))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_restart_exits_75_is_restarted_by_pm2_and_loses_nothing() {
+    let ps = pmw_testkit::PrivateStack::start();
+    let d = Drill::start_with(Opts {
+        stack: Some(ps.env.clone()),
+        ..Opts::default()
+    })
+    .await;
+    let traffic = d.sim.spawn(
+        RunConfig {
+            matches_per_block: 2,
+            interval: Duration::from_millis(100),
+            count: Some(160),
+            duration: None,
+        },
+        CancellationToken::new(),
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // /v1/ready through Caddy, every 100 ms.
+    let ready_log: Arc<Mutex<Vec<(Instant, u16)>>> = Arc::default();
+    let poll_stop = CancellationToken::new();
+    {
+        let (log, stop, url) = (
+            ready_log.clone(),
+            poll_stop.clone(),
+            format!("http://127.0.0.1:{}/v1/ready", d.site),
+        );
+        tokio::spawn(async move {
+            let http = reqwest::Client::builder()
+                .timeout(Duration::from_secs(2))
+                .build()
+                .unwrap();
+            while !stop.is_cancelled() {
+                let status = http
+                    .get(&url)
+                    .send()
+                    .await
+                    .map(|r| r.status().as_u16())
+                    .unwrap_or(0);
+                log.lock().unwrap().push((Instant::now(), status));
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+    }
+    let t0 = Instant::now();
+    ps.run(&["pg-ctl", "restart", "-m", "fast", "-w"]);
+    let pg_back = t0.elapsed();
+    // All online again: every app restarted by pm2 and /v1/ready 200 again.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let all_online = loop {
+        let ok200 = ready_log
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(t, s)| *t > t0 + pg_back && *s == 200);
+        let jlist = d.pm2.run(&["jlist"]);
+        let apps: Vec<serde_json::Value> =
+            serde_json::from_slice(&jlist.stdout).unwrap_or_default();
+        let online = !apps.is_empty() && apps.iter().all(|a| a["pm2_env"]["status"] == "online");
+        if ok200 && online {
+            break t0.elapsed();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "services did not all come back: {apps:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    traffic.await.unwrap().unwrap();
+    d.drain().await;
+    poll_stop.cancel();
+    let f = d.figures();
+    let statuses = ready_log.lock().unwrap().clone();
+    let saw_503 = statuses.iter().any(|(t, s)| *t >= t0 && *s != 200);
+    let last_ok = statuses.last().is_some_and(|(_, s)| *s == 200);
+    let exited: Vec<(String, usize)> = ["pmw-live", "pmw-push-a", "pmw-push-b"]
+        .iter()
+        .map(|a| (a.to_string(), exits(&d.pm2, a, 75)))
+        .collect();
+    let figures = format!(
+        "Postgres back in {} ms, all services online in {} ms, push gap (max client reconnect gap) {} ms; exits with 75: {exited:?}; ready 503 during the gap: {saw_503}, 200 after: {last_ok}; {f}",
+        pg_back.as_millis(),
+        all_online.as_millis(),
+        f.gap_max
+    );
+    println!("postgres restart drill: {figures}");
+    record("postgres-restart", &figures);
+    for (app, n) in &exited {
+        assert!(
+            *n >= 1,
+            "{app} lost its session and must exit 75 (pm2 log shows {n})"
+        );
+    }
+    assert!(saw_503, "/v1/ready must not stay 200 through the gap");
+    assert!(last_ok, "/v1/ready is 200 after");
+    assert_eq!(
+        (f.lost, f.duplicated, f.out_of_order),
+        (0, 0, 0),
+        "0 lost, 0 duplicated, 0 out of order"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clickhouse_down_30s_is_waited_out_and_loses_nothing() {
+    let ps = pmw_testkit::PrivateStack::start();
+    let d = Drill::start_with(Opts {
+        stack: Some(ps.env.clone()),
+        ..Opts::default()
+    })
+    .await;
+    let traffic = d.sim.spawn(
+        RunConfig {
+            matches_per_block: 2,
+            interval: Duration::from_millis(100),
+            count: Some(150),
+            duration: None,
+        },
+        CancellationToken::new(),
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    ps.run(&["down", "ch"]);
+    let t0 = Instant::now();
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    ps.run(&["up", "ch"]);
+    let outage = t0.elapsed();
+    traffic.await.unwrap().unwrap();
+    d.drain().await;
+    let caught_up = t0.elapsed();
+    let f = d.figures();
+    let restarts: Vec<(String, usize)> = ["pmw-live", "pmw-push-a", "pmw-push-b"]
+        .iter()
+        .map(|a| (a.to_string(), any_exits(&d.pm2, a)))
+        .collect();
+    let figures = format!(
+        "ClickHouse unreachable for {} ms (stopped, 30 s, started); everything delivered {} ms after it stopped; service exits during the outage: {restarts:?}; {f}",
+        outage.as_millis(),
+        caught_up.as_millis()
+    );
+    println!("clickhouse outage drill: {figures}");
+    record("clickhouse-outage", &figures);
+    assert!(
+        restarts.iter().all(|(_, n)| *n == 0),
+        "live and push wait and retry, they do not exit: {restarts:?}"
+    );
+    assert_eq!(
+        (f.lost, f.duplicated, f.out_of_order),
+        (0, 0, 0),
+        "0 lost, 0 duplicated, 0 out of order"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rpc_websocket_cut_is_logged_and_misses_no_block() {
+    let d = Drill::start_with(Opts {
+        rpc_proxy: true,
+        ..Opts::default()
+    })
+    .await;
+    let proxy = d.rpc_proxy.as_ref().expect("proxied rpc");
+    let traffic = d.sim.spawn(
+        RunConfig {
+            matches_per_block: 2,
+            interval: Duration::from_millis(100),
+            count: Some(120),
+            duration: None,
+        },
+        CancellationToken::new(),
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let first_block = d.start_cursor.block + 1;
+    proxy.cut();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    proxy.restore();
+    traffic.await.unwrap().unwrap();
+    d.drain().await;
+    let f = d.figures();
+    let head = d.sim.rpc().latest_block().await.unwrap().number.0;
+    let ingested: Vec<u64> = d
+        .db
+        .ch
+        .query("SELECT DISTINCT block_number FROM ingest_latency WHERE block_number >= ? ORDER BY block_number")
+        .bind(first_block)
+        .fetch_all()
+        .await
+        .unwrap();
+    let expected: Vec<u64> = (first_block..=head).collect();
+    let missed = expected.iter().filter(|b| !ingested.contains(b)).count();
+    let logs = std::fs::read_dir(d.pm2.home.path().join("logs"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("pmw-live"))
+        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+        .collect::<String>();
+    let lost_logged = logs.matches("block listener lost").count();
+    let figures = format!(
+        "WebSocket to the RPC cut for 5 s: `block listener lost` logged {lost_logged} times, blocks {}..={head}: missed {missed}, reconnections through the proxy {}; {f}",
+        first_block,
+        proxy.accepted()
+    );
+    println!("rpc cut drill: {figures}");
+    record("rpc-cut", &figures);
+    assert!(lost_logged >= 1, "live must log `block listener lost`");
+    assert_eq!(missed, 0, "0 blocks missed");
+    assert_eq!(
+        (f.lost, f.duplicated, f.out_of_order),
+        (0, 0, 0),
+        "0 lost, 0 duplicated, 0 out of order"
     );
 }

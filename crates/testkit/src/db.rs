@@ -10,7 +10,7 @@ use pmw_core::pg::{self, PgPool};
 use rand::Rng;
 use tokio_postgres::NoTls;
 
-use crate::stack::stack_env;
+use crate::stack::{stack_env, StackEnv};
 
 /// One test's databases. Dropped (with `FORCE`) when this value is dropped.
 pub struct TestDb {
@@ -19,12 +19,18 @@ pub struct TestDb {
     pub pg: PgPool,
     pub ch: ChClient,
     admin_url: String,
+    stack: StackEnv,
 }
 
 impl TestDb {
     /// Fresh databases with every migration applied.
     pub async fn new() -> TestDb {
-        let db = TestDb::empty().await;
+        TestDb::new_on(stack_env()).await
+    }
+
+    /// Fresh migrated databases on another stack (e.g. a [`crate::PrivateStack`]).
+    pub async fn new_on(env: &StackEnv) -> TestDb {
+        let db = TestDb::empty_on(env).await;
         let mut client = db.connect().await;
         migrate::migrate_all(&mut client, &db.ch)
             .await
@@ -34,8 +40,12 @@ impl TestDb {
 
     /// Fresh, empty databases (no migrations): for migration and schema-guard tests.
     pub async fn empty() -> TestDb {
+        TestDb::empty_on(stack_env()).await
+    }
+
+    /// Fresh, empty databases on `env`'s stack.
+    pub async fn empty_on(env: &StackEnv) -> TestDb {
         pmw_core::telemetry::init_for_tests();
-        let env = stack_env();
         let admin_url = env.get("PMW_POSTGRES_URL").to_string();
         let name = format!(
             "t_{}_{:08x}",
@@ -83,6 +93,7 @@ impl TestDb {
             pg,
             ch,
             admin_url,
+            stack: env.clone(),
         }
     }
 
@@ -100,7 +111,7 @@ impl TestDb {
 
     /// Environment variables that point a child process at these databases.
     pub fn env(&self) -> Vec<(String, String)> {
-        let env = stack_env();
+        let env = &self.stack;
         let base = self.admin_url.rsplit_once('/').expect("url").0;
         vec![
             ("PMW_POSTGRES_URL".into(), format!("{base}/{}", self.name)),

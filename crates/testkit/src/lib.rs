@@ -4,6 +4,7 @@
 
 mod db;
 mod guard;
+mod private;
 mod proc;
 mod proxy;
 mod service;
@@ -11,6 +12,7 @@ mod stack;
 
 pub use db::TestDb;
 pub use guard::schema_guard;
+pub use private::PrivateStack;
 pub use proc::{run_bin, ChildService};
 pub use proxy::TcpProxy;
 pub use service::ServiceHandle;
