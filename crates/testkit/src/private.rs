@@ -16,7 +16,11 @@ pub struct PrivateStack {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 impl PrivateStack {
@@ -33,7 +37,13 @@ impl PrivateStack {
             ("PMW_CH_TCP_PORT".into(), free_port().to_string()),
             ("PMW_ANVIL_PORT".into(), free_port().to_string()),
         ];
-        let mut stack = PrivateStack { env: StackEnv { vars: HashMap::new() }, vars, dirs: vec![state, ch_data] };
+        let mut stack = PrivateStack {
+            env: StackEnv {
+                vars: HashMap::new(),
+            },
+            vars,
+            dirs: vec![state, ch_data],
+        };
         stack.run(&["up", "pg", "ch"]);
         let out = Command::new(repo_root().join("scripts/stack"))
             .arg("env")

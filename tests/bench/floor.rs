@@ -1,0 +1,151 @@
+//! The floor: the bare cost on this machine of the hops every pushed trade must take, each timed
+//! alone over N sequential repetitions (after a few unmeasured warm-ups), through the production
+//! code where there is one: `eth_getLogs` by block hash (`pmw_live::chain::Chain::logs`, HTTP,
+//! the allowlist and topics pmw-live uses), one ClickHouse INSERT of 100 trade rows
+//! (`pmw_core::store::latency::insert_all`, the function `insert_trades` calls, into a copy of
+//! `trades` so push never sees them), one ClickHouse read (`trades_after`, push's round read), one
+//! Postgres round trip (`SELECT 1` on a pooled connection), one WebSocket frame (a real rendered
+//! trade frame sent by a tungstenite server and received by a tungstenite client over loopback).
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure};
+use futures::{SinkExt, StreamExt};
+use pmw_core::store::{latency, trades, TradeRow};
+use pmw_core::trade::exchange::ORDER_FILLED_TOPICS;
+use pmw_core::trade::Allowlist;
+use pmw_core::{Address, Cursor};
+use tokio_tungstenite::tungstenite::Message;
+
+use crate::setup::Bench;
+use crate::stats::Summary;
+
+const WARMUP: usize = 5;
+
+/// One hop's cost.
+pub struct Hop {
+    pub name: &'static str,
+    pub how: &'static str,
+    pub cost: Summary,
+}
+
+pub struct Floor {
+    pub hops: Vec<Hop>,
+}
+
+impl Floor {
+    /// The floor: the sum of the hops' medians.
+    pub fn sum_p50(&self) -> f64 {
+        self.hops.iter().map(|h| h.cost.p50).sum()
+    }
+}
+
+/// Time `f` `reps` times (after [`WARMUP`] unmeasured calls), in ms.
+async fn time<F, Fut, T>(reps: usize, mut f: F) -> anyhow::Result<Summary>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<T>>,
+{
+    let mut v = Vec::with_capacity(reps);
+    for i in 0..WARMUP + reps {
+        let t = Instant::now();
+        f().await?;
+        if i >= WARMUP {
+            v.push(t.elapsed().as_secs_f64() * 1_000.0);
+        }
+    }
+    Summary::of(&v).ok_or_else(|| anyhow::anyhow!("no repetitions"))
+}
+
+pub async fn measure(b: &Bench, reps: usize) -> anyhow::Result<Floor> {
+    // A block with trades, ingested by pmw-live.
+    let fills = b.sim.run_block(4).await?;
+    let last = fills
+        .last()
+        .ok_or_else(|| anyhow::anyhow!("the simulator emitted nothing"))?;
+    let (block, hash) = (last.block_number, last.block_hash.0);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while b.cursors().await?.0.unwrap_or(0) < block {
+        ensure!(
+            Instant::now() < deadline,
+            "pmw-live did not ingest block {block}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let ch = &b.db.ch;
+    let stored = trades::trades_after(ch, Cursor::default(), block, 1_000).await?;
+    ensure!(!stored.is_empty(), "no stored trades to copy");
+    let rows: Vec<TradeRow> = stored.iter().cycle().take(100).cloned().collect();
+    let frame = pmw_push::payload::stamp(
+        "trade",
+        &pmw_push::payload::trade_body(&stored[0], None).to_string(),
+        pmw_core::UnixMs::now().0,
+    );
+
+    let chain = pmw_live::chain::Chain::new(&b.anvil.http_url())?;
+    let addrs: Vec<Address> = Allowlist::polymarket().addresses().collect();
+    let logs = time(reps, || async {
+        let l = chain.logs(&hash, &addrs, &ORDER_FILLED_TOPICS).await?;
+        ensure!(!l.is_empty(), "getLogs returned no logs");
+        Ok(())
+    })
+    .await?;
+
+    ch.query("CREATE TABLE floor_trades AS trades")
+        .execute()
+        .await?;
+    let insert = time(reps, || async {
+        Ok(latency::insert_all(ch, "floor_trades", &rows).await?)
+    })
+    .await?;
+    let read = time(reps, || async {
+        let r = trades::trades_after(ch, Cursor::default(), block, 100).await?;
+        ensure!(!r.is_empty(), "read returned nothing");
+        Ok(())
+    })
+    .await?;
+
+    let pg = b.db.pg.get().await?;
+    let pg_rt = time(reps, || async { Ok(pg.query_one("SELECT 1", &[]).await?) }).await?;
+    drop(pg);
+
+    let ws = ws_frames(reps, frame).await?;
+    Ok(Floor {
+        hops: vec![
+            Hop { name: "eth_getLogs by block hash", how: "`pmw_live::chain::Chain::logs` (HTTP, 4 exchange addresses, 2 topics) on a block with 4 matches", cost: logs },
+            Hop { name: "ClickHouse INSERT, 100 rows", how: "`pmw_core::store::latency::insert_all` of 100 trade rows (what `insert_trades` does per table) into a copy of `trades`", cost: insert },
+            Hop { name: "ClickHouse read", how: "`pmw_core::store::trades::trades_after` (push's round read, de-duplicated), up to 100 rows", cost: read },
+            Hop { name: "Postgres round trip", how: "`SELECT 1` on a pooled connection", cost: pg_rt },
+            Hop { name: "WebSocket frame", how: "a rendered trade frame, tungstenite send → tungstenite receive over loopback (NODELAY)", cost: ws },
+        ],
+    })
+}
+
+/// One-way frame cost: send on the server side, receive on the client side, one task, loopback.
+async fn ws_frames(reps: usize, frame: String) -> anyhow::Result<Summary> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let accept = tokio::spawn(async move {
+        let (tcp, _) = listener.accept().await?;
+        tcp.set_nodelay(true)?;
+        anyhow::Ok(tokio_tungstenite::accept_async(tcp).await?)
+    });
+    let (mut client, _) =
+        tokio_tungstenite::connect_async_with_config(format!("ws://{addr}"), None, true).await?;
+    let mut server = accept.await??;
+    let n = frame.len();
+    let mut v = Vec::with_capacity(reps);
+    for i in 0..WARMUP + reps {
+        let t = Instant::now();
+        server.send(Message::text(frame.clone())).await?;
+        match client.next().await {
+            Some(Ok(Message::Text(m))) if m.len() == n => {}
+            other => bail!("unexpected frame: {other:?}"),
+        }
+        if i >= WARMUP {
+            v.push(t.elapsed().as_secs_f64() * 1_000.0);
+        }
+    }
+    Summary::of(&v).ok_or_else(|| anyhow::anyhow!("no repetitions"))
+}

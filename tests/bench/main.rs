@@ -1,0 +1,270 @@
+//! pmw-bench: the benchmark behind `scripts/bench` (docs/BENCHMARKS.md). On the real local stack
+//! with a private database and a private anvil it measures, in one run: client-observed
+//! detect→push for WebSocket and webhooks, for pmw and for the seed's polling design as a
+//! baseline; the floor (bare hop costs on this machine); fan-out capacity and memory per session;
+//! sustained throughput; pmw-live's ingest stages. It writes the markdown report and exits
+//! non-zero when the run produced no numbers or delivered nothing.
+
+mod clients;
+mod floor;
+mod hooks;
+mod ingest;
+mod machine;
+mod phases;
+mod procs;
+mod report;
+mod setup;
+mod stats;
+mod throughput;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::Parser;
+
+use clients::Collector;
+
+/// How each figure is measured (printed at the end of the report).
+pub const HOW: &[&str] = &[
+    "**Client-observed detect→push**: every WebSocket client (tokio-tungstenite, one task, 4 KiB read buffer) and every webhook receiver (axum, answers 204) stamps the wall clock when a `trade` message arrives and subtracts the message's `t_detect_ms`, which pmw-live stamped with the same clock when the block header arrived. Percentiles are nearest-rank over all deliveries of the window (per-delivery differences, never differences of medians); `t_detect_ms` is whole milliseconds, so figures carry up to 1 ms of truncation.",
+    "**Baseline**: the same binary with `PMW_PUSH_LEGACY_POLL_MS=500`: no LISTEN wake-up, the leader sleeps 500 ms between rounds (the seed's design before its 09-26 change). Same clients, same load, same run; the ratio is baseline ÷ pmw.",
+    "**Floor**: each hop timed alone through the production code path (see the table), the floor is the sum of their p50s: what one trade costs if nothing waits anywhere.",
+    "**Fan-out**: sessions reuse the WebSocket accounts' keys (several sessions per account). Memory is the `VmRSS` of the pmw-push child process read from `/proc/<pid>/status` with the sessions open and idle; the client side's memory is not included.",
+    "**Throughput**: matched trades are fills owned by a followed wallet (every wallet of the simulated world is followed), counted from the simulator's record of what it emitted, per second of the run.",
+    "**Ingest stages**: pmw-live's own `ingest_latency` rows for the blocks detected in the window: `t_logs_ms − t_detect_ms` and `t_stored_ms − t_detect_ms`.",
+];
+
+#[derive(Parser, Debug)]
+#[command(
+    about = "pmw benchmark: writes docs/BENCHMARKS.md (or artifacts/BENCHMARKS.smoke.md with --smoke)"
+)]
+struct Args {
+    /// Tiny scale (a check that the benchmark works, for scripts/test).
+    #[arg(long)]
+    smoke: bool,
+    /// Where to write the markdown.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    #[arg(long)]
+    ws_clients: Option<usize>,
+    #[arg(long)]
+    webhooks: Option<usize>,
+    /// Seconds between blocks (anvil --block-time).
+    #[arg(long)]
+    block_time: Option<f64>,
+    /// The fill rate: simulator matches per block.
+    #[arg(long)]
+    matches_per_block: Option<u32>,
+    /// Seconds of each measured latency window.
+    #[arg(long)]
+    phase_secs: Option<u64>,
+    /// Session counts of the fan-out steps, e.g. 1000,2000,4000.
+    #[arg(long, value_delimiter = ',')]
+    fanout_steps: Option<Vec<usize>>,
+    #[arg(long)]
+    fanout_secs: Option<u64>,
+    /// Matches per block of the throughput steps, e.g. 2,5,10.
+    #[arg(long, value_delimiter = ',')]
+    rates: Option<Vec<u32>>,
+    #[arg(long)]
+    rate_secs: Option<u64>,
+    #[arg(long)]
+    floor_reps: Option<usize>,
+    #[arg(long, default_value_t = 500)]
+    legacy_poll_ms: u64,
+    #[arg(long, default_value_t = 250.0)]
+    p99_budget_ms: f64,
+    /// Wallets of the simulated world, and how many each account follows.
+    #[arg(long, default_value_t = 12)]
+    wallets: usize,
+    #[arg(long, default_value_t = 2)]
+    per_account: usize,
+    /// Directory for the service logs.
+    #[arg(long)]
+    logs: Option<PathBuf>,
+}
+
+/// The resolved settings of one run.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub smoke: bool,
+    pub cores: usize,
+    pub ws_clients: usize,
+    pub webhooks: usize,
+    pub wallets: usize,
+    pub per_account: usize,
+    pub block_time: f64,
+    pub matches_per_block: u32,
+    pub warmup: Duration,
+    pub phase: Duration,
+    pub legacy_poll_ms: u64,
+    pub floor_reps: usize,
+    pub fanout_steps: Vec<usize>,
+    pub fanout_window: Duration,
+    pub p99_budget_ms: f64,
+    pub rates: Vec<u32>,
+    pub rate_window: Duration,
+    pub deadline: Duration,
+}
+
+impl Plan {
+    fn from(a: &Args) -> Plan {
+        let s = a.smoke;
+        let pick = |full: u64, smoke: u64, v: Option<u64>| {
+            Duration::from_secs(v.unwrap_or(if s { smoke } else { full }))
+        };
+        Plan {
+            smoke: s,
+            cores: std::thread::available_parallelism().map_or(0, |n| n.get()),
+            ws_clients: a.ws_clients.unwrap_or(if s { 20 } else { 1_000 }),
+            webhooks: a.webhooks.unwrap_or(if s { 5 } else { 100 }),
+            wallets: a.wallets,
+            per_account: a.per_account.min(a.wallets),
+            block_time: a.block_time.unwrap_or(1.0),
+            matches_per_block: a.matches_per_block.unwrap_or(2),
+            warmup: Duration::from_secs(if s { 2 } else { 5 }),
+            phase: pick(60, 10, a.phase_secs),
+            legacy_poll_ms: a.legacy_poll_ms,
+            floor_reps: a.floor_reps.unwrap_or(if s { 20 } else { 200 }),
+            fanout_steps: a.fanout_steps.clone().unwrap_or_else(|| {
+                if s {
+                    vec![100, 200]
+                } else {
+                    vec![1_000, 2_000, 4_000, 6_000, 8_000, 10_000]
+                }
+            }),
+            fanout_window: pick(20, 8, a.fanout_secs),
+            p99_budget_ms: a.p99_budget_ms,
+            rates: a.rates.clone().unwrap_or_else(|| {
+                if s {
+                    vec![1, 4]
+                } else {
+                    vec![2, 5, 10, 20, 40, 80, 160]
+                }
+            }),
+            rate_window: pick(20, 8, a.rate_secs),
+            deadline: Duration::from_secs(if s { 180 } else { 1_800 }),
+        }
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    match rt.block_on(guarded(args)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("pmw-bench: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// Run within the deadline; SIGTERM/SIGINT end it cleanly (children and databases cleaned up).
+async fn guarded(args: Args) -> anyhow::Result<()> {
+    let plan = Plan::from(&args);
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        r = tokio::time::timeout(plan.deadline, run(args, plan.clone())) => r.unwrap_or_else(|_| bail!("deadline of {:?} passed", plan.deadline)),
+        _ = term.recv() => bail!("terminated"),
+        _ = tokio::signal::ctrl_c() => bail!("interrupted"),
+    }
+}
+
+async fn run(args: Args, plan: Plan) -> anyhow::Result<()> {
+    let root = pmw_testkit::repo_root();
+    let out = args.out.clone().unwrap_or_else(|| {
+        root.join(if plan.smoke {
+            "artifacts/BENCHMARKS.smoke.md"
+        } else {
+            "docs/BENCHMARKS.md"
+        })
+    });
+    let logs = args
+        .logs
+        .clone()
+        .unwrap_or_else(|| root.join("artifacts/bench-logs"));
+    let need = plan
+        .fanout_steps
+        .iter()
+        .max()
+        .copied()
+        .unwrap_or(0)
+        .max(plan.ws_clients) as u64
+        + 1_000;
+    if let Some(n) = machine::nofile_limit().filter(|n| *n < need) {
+        bail!("open-file limit {n} is below the {need} this plan needs: raise it (`ulimit -n`; scripts/bench does)");
+    }
+    let started = Instant::now();
+    let started_utc = chrono::Utc::now().format("%Y-%m-%d %H:%M UTC").to_string();
+    eprintln!("pmw-bench: {plan:?}");
+    let mut b = setup::Bench::new(&plan, logs.clone()).await?;
+    let ws = Arc::new(Collector::default());
+    let hooks = Arc::new(Collector::default());
+    let receivers = hooks::Receivers::start(plan.webhooks, hooks.clone()).await?;
+    b.add_endpoints(&receivers.urls).await?;
+    b.start_live().await?;
+    let run_from_ms = pmw_core::UnixMs::now().0;
+
+    eprintln!("floor ({} repetitions per hop)", plan.floor_reps);
+    let floor = floor::measure(&b, plan.floor_reps).await?;
+    eprintln!("latency: pmw (LISTEN wake-up)");
+    let pmw = phases::latency(&mut b, &plan, None, &ws, &hooks).await?;
+    eprintln!("latency: baseline (legacy poll {} ms)", plan.legacy_poll_ms);
+    let base = phases::latency(&mut b, &plan, Some(plan.legacy_poll_ms), &ws, &hooks).await?;
+    eprintln!("fan-out: steps {:?}", plan.fanout_steps);
+    let fanout = phases::fanout(&mut b, &plan, &ws).await?;
+    eprintln!("throughput: matches per block {:?}", plan.rates);
+    let rates = throughput::throughput(&mut b, &plan, &ws, &hooks).await?;
+
+    let ch = &b.db.ch;
+    let stages = vec![
+        ingest::stages(ch, "pmw latency window", pmw.from_ms, pmw.to_ms).await?,
+        ingest::stages(ch, "baseline latency window", base.from_ms, base.to_ms).await?,
+        ingest::stages(
+            ch,
+            "whole run (throughput steps included)",
+            run_from_ms,
+            pmw_core::UnixMs::now().0 + 1,
+        )
+        .await?,
+    ];
+    let machine = machine::describe(&b).await;
+    if let Some(live) = b.live.take() {
+        live.stop().await?;
+    }
+    let delivered =
+        [&pmw.ws, &pmw.hooks, &base.ws, &base.hooks].map(|s| s.as_ref().map_or(0, |s| s.n));
+    let r = report::Report {
+        plan,
+        started_utc,
+        took_s: started.elapsed().as_secs_f64(),
+        machine,
+        pmw,
+        base,
+        floor,
+        fanout,
+        rates,
+        stages,
+    };
+    let md = report::render(&r);
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&out, &md).with_context(|| format!("write {}", out.display()))?;
+    println!("{md}");
+    eprintln!("pmw-bench: wrote {} in {:.0} s", out.display(), r.took_s);
+    drop(receivers);
+    if delivered.contains(&0) {
+        bail!("no trades delivered on some channel (pmw ws, pmw webhook, baseline ws, baseline webhook: {delivered:?})");
+    }
+    if r.fanout.steps.is_empty() || r.rates.is_empty() || r.stages[0].blocks == 0 {
+        bail!("the run produced no fan-out, throughput or ingest figures");
+    }
+    Ok(())
+}

@@ -1,0 +1,228 @@
+//! The latency phases (pmw as built, and the seed's design as the baseline, in the same run and
+//! with the same load) and the fan-out steps. Each measured window is a simulator run: the trades
+//! of its blocks `(after, upto]`, received by clients that were connected before it started.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pmw_core::Address;
+
+use crate::clients::{Collector, Fleet, Sample};
+use crate::setup::{Account, Bench, Run};
+use crate::stats::Summary;
+use crate::{ingest, Plan};
+
+/// What one design delivered in one window.
+pub struct Latency {
+    pub ws: Option<Summary>,
+    pub hooks: Option<Summary>,
+    pub ws_expected: usize,
+    pub hooks_expected: usize,
+    pub clients: usize,
+    pub failed: usize,
+    /// push's own stamps for the same WebSocket deliveries (`push_latency`, t_push − t_detect).
+    pub server_ws: Option<Summary>,
+    pub ws_parts: ingest::Breakdown,
+    pub hook_parts: ingest::Breakdown,
+    pub fills: usize,
+    pub blocks: u64,
+    pub secs: f64,
+    pub from_ms: i64,
+    pub to_ms: i64,
+}
+
+/// Sessions per wallet among `accounts` (each account once).
+pub fn followers_of(accounts: &[Account]) -> BTreeMap<Address, usize> {
+    let mut m = BTreeMap::new();
+    for a in accounts {
+        for w in &a.wallets {
+            *m.entry(*w).or_default() += 1;
+        }
+    }
+    m
+}
+
+/// Deliveries a run owes: one per fill per session following the fill's owner (its maker).
+pub fn expected(run: &Run, followers: &BTreeMap<Address, usize>) -> usize {
+    run.fills
+        .iter()
+        .map(|f| followers.get(&f.maker).copied().unwrap_or(0))
+        .sum()
+}
+
+/// Wait until no collector grew for one second (at most `within`).
+pub async fn settle(collectors: &[&Arc<Collector>], within: Duration) {
+    let deadline = Instant::now() + within;
+    let mut last: Vec<usize> = collectors.iter().map(|c| c.len()).collect();
+    while Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now: Vec<usize> = collectors.iter().map(|c| c.len()).collect();
+        if now == last {
+            return;
+        }
+        last = now;
+    }
+}
+
+/// One design under the standard load: a fresh push leader (`legacy` = the seed's poll period,
+/// or `None` for pmw as built), `plan.ws_clients` sessions, the webhook endpoints, a warm-up run,
+/// then the measured run.
+pub async fn latency(
+    b: &mut Bench,
+    plan: &Plan,
+    legacy: Option<u64>,
+    ws: &Arc<Collector>,
+    hooks: &Arc<Collector>,
+) -> anyhow::Result<Latency> {
+    let push = b.start_push(legacy).await?;
+    let mut fleet = Fleet::new(push.addr, ws.clone());
+    let failed = fleet.grow(plan.ws_clients, &b.ws_accounts).await;
+    let clients = fleet.live();
+    eprintln!(
+        "  {clients} sessions open ({failed} failed); warm-up {:?}",
+        plan.warmup
+    );
+    let warm = b.run_sim(plan.matches_per_block, plan.warmup).await?;
+    b.wait_pushed(warm.upto, Duration::from_secs(60)).await?;
+    eprintln!(
+        "  measuring {:?} at {} matches/block",
+        plan.phase, plan.matches_per_block
+    );
+    let run = b.run_sim(plan.matches_per_block, plan.phase).await?;
+    if !b.wait_pushed(run.upto, Duration::from_secs(60)).await? {
+        eprintln!(
+            "  warning: push did not reach block {} within 60 s",
+            run.upto
+        );
+    }
+    settle(&[ws, hooks], Duration::from_secs(30)).await;
+    let ws_expected = expected(&run, &fleet.followers());
+    let hooks_expected = expected(&run, &followers_of(&b.hook_accounts));
+    let server_ws = ingest::server_push(&b.db.ch, "ws", run.after, run.upto).await?;
+    let ws_samples = ws.samples(run.after, run.upto);
+    let hook_samples = hooks.samples(run.after, run.upto);
+    let ws_parts = ingest::breakdown(&b.db.ch, &ws_samples, run.after, run.upto).await?;
+    let hook_parts = ingest::breakdown(&b.db.ch, &hook_samples, run.after, run.upto).await?;
+    fleet.clear().await;
+    let code = push.svc.stop().await?;
+    if code != 0 {
+        eprintln!("  warning: push exited {code}");
+    }
+    Ok(Latency {
+        ws: Summary::of(&ws_samples.iter().map(Sample::lat_ms).collect::<Vec<_>>()),
+        hooks: Summary::of(&hook_samples.iter().map(Sample::lat_ms).collect::<Vec<_>>()),
+        ws_expected,
+        hooks_expected,
+        clients,
+        failed,
+        server_ws,
+        ws_parts,
+        hook_parts,
+        fills: run.fills.len(),
+        blocks: run.upto - run.after,
+        secs: run.secs,
+        from_ms: run.from_ms,
+        to_ms: run.to_ms,
+    })
+}
+
+/// One fan-out step.
+pub struct Step {
+    pub sessions: usize,
+    pub live: usize,
+    pub failed: usize,
+    /// push's RSS with these sessions open and idle, before the step's traffic.
+    pub rss_kib: Option<u64>,
+    pub lat: Option<Summary>,
+    pub delivered: usize,
+    pub expected: usize,
+    pub ok: bool,
+}
+
+pub struct FanOut {
+    /// push's RSS after it leads, before any session.
+    pub rss0_kib: Option<u64>,
+    pub steps: Vec<Step>,
+}
+
+impl FanOut {
+    /// The largest step that held every session with p99 within budget (steps are tried in
+    /// order and stop at the first that does not).
+    pub fn capacity(&self) -> Option<usize> {
+        self.steps.iter().filter(|s| s.ok).map(|s| s.sessions).max()
+    }
+
+    /// KiB per idle session: (RSS idle at the step − RSS with none) / sessions, for the first
+    /// step (before any traffic) and the largest.
+    pub fn per_session_kib(&self) -> Option<(f64, usize, f64, usize)> {
+        let r0 = self.rss0_kib? as f64;
+        let first = self.steps.first()?;
+        let last = self
+            .steps
+            .iter()
+            .rev()
+            .find(|s| s.rss_kib.is_some() && s.live > 0)?;
+        let f = (first.rss_kib? as f64 - r0) / first.live.max(1) as f64;
+        let l = (last.rss_kib? as f64 - r0) / last.live.max(1) as f64;
+        Some((f, first.live, l, last.live))
+    }
+}
+
+/// Step the number of sessions on one push process up, measuring client-observed latency at
+/// each step, until a step loses sessions or its p99 exceeds the budget.
+pub async fn fanout(b: &mut Bench, plan: &Plan, ws: &Arc<Collector>) -> anyhow::Result<FanOut> {
+    let push = b.start_push(None).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let rss0_kib = push.svc.rss_kib();
+    let mut fleet = Fleet::new(push.addr, ws.clone());
+    let mut steps = Vec::new();
+    for &n in &plan.fanout_steps {
+        let started = Instant::now();
+        let failed = fleet.grow(n, &b.ws_accounts).await;
+        eprintln!(
+            "  {n} sessions: {} open, {failed} failed, connected in {:.1} s",
+            fleet.live(),
+            started.elapsed().as_secs_f64()
+        );
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let rss_kib = push.svc.rss_kib();
+        let run = b
+            .run_sim(plan.matches_per_block, plan.fanout_window)
+            .await?;
+        b.wait_pushed(run.upto, Duration::from_secs(60)).await?;
+        settle(&[ws], Duration::from_secs(30)).await;
+        let lat_v = ws.window(run.after, run.upto);
+        let lat = Summary::of(&lat_v);
+        let live = fleet.live();
+        let expected = expected(&run, &fleet.followers());
+        let ok = fleet.failed == 0 && live == n && lat.is_some_and(|s| s.p99 <= plan.p99_budget_ms);
+        eprintln!(
+            "    p99 {:?} ms over {} of {expected} deliveries, push RSS {:?} KiB{}",
+            lat.map(|s| s.p99),
+            lat_v.len(),
+            rss_kib,
+            if ok {
+                ""
+            } else {
+                ": over budget or sessions lost, stopping"
+            }
+        );
+        steps.push(Step {
+            sessions: n,
+            live,
+            failed,
+            rss_kib,
+            lat,
+            delivered: lat_v.len(),
+            expected,
+            ok,
+        });
+        if !ok {
+            break;
+        }
+    }
+    fleet.clear().await;
+    push.svc.stop().await?;
+    Ok(FanOut { rss0_kib, steps })
+}

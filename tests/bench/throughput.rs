@@ -1,0 +1,146 @@
+//! Sustained throughput: raise the simulator's fill rate step by step, with the standard client
+//! load connected, sampling every 250 ms the chain head, the ingest watermark and the push cursor.
+//! A step kept up when, over its second half, the median push lag (watermark − push cursor) and
+//! the median ingest lag (head − watermark) stayed ≤ 2 blocks, and push reached the run's last
+//! block within 30 s of the run ending. Stepping stops at the first step that did not keep up,
+//! or when the load generator itself fell short of the asked rate.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::clients::{Collector, Fleet};
+use crate::phases::{expected, followers_of, settle};
+use crate::setup::Bench;
+use crate::stats::{median_u64, Summary};
+use crate::Plan;
+
+/// Largest median lag (blocks) over a step's second half that still counts as keeping up.
+pub const MAX_MEDIAN_LAG: u64 = 2;
+/// A step whose achieved match rate is below this share of the asked one hit the generator's limit.
+const GENERATOR_SHORT: f64 = 0.7;
+
+pub struct RateStep {
+    pub matches_per_block: u32,
+    pub secs: f64,
+    pub fills: usize,
+    /// Fills owned by a followed wallet (matched to at least one subscriber).
+    pub matched: usize,
+    /// Sessions still open at the end of the step (a slow consumer is closed with 1013).
+    pub ws_open: usize,
+    pub ws_frames: usize,
+    pub ws_expected: usize,
+    pub push_lag_median: u64,
+    pub push_lag_max: u64,
+    pub ingest_lag_median: u64,
+    pub ingest_lag_max: u64,
+    pub caught_up: bool,
+    pub lat: Option<Summary>,
+    pub kept_up: bool,
+    pub generator_short: bool,
+}
+
+impl RateStep {
+    pub fn matched_per_s(&self) -> f64 {
+        self.matched as f64 / self.secs.max(1e-9)
+    }
+    pub fn fills_per_s(&self) -> f64 {
+        self.fills as f64 / self.secs.max(1e-9)
+    }
+}
+
+/// The last step that kept up.
+pub fn sustained(steps: &[RateStep]) -> Option<&RateStep> {
+    steps.iter().take_while(|s| s.kept_up).last()
+}
+
+pub async fn throughput(
+    b: &mut Bench,
+    plan: &Plan,
+    ws: &Arc<Collector>,
+    hooks: &Arc<Collector>,
+) -> anyhow::Result<Vec<RateStep>> {
+    let push = b.start_push(None).await?;
+    let mut fleet = Fleet::new(push.addr, ws.clone());
+    fleet.grow(plan.ws_clients, &b.ws_accounts).await;
+    let mut all = followers_of(&b.ws_accounts);
+    for (w, n) in followers_of(&b.hook_accounts) {
+        *all.entry(w).or_default() += n;
+    }
+    let mut steps = Vec::new();
+    for &m in &plan.rates {
+        let running = b.start_sim(m, plan.rate_window).await?;
+        let started = Instant::now();
+        let mut samples: Vec<(f64, u64, u64)> = Vec::new(); // (elapsed s, push lag, ingest lag)
+        while !running.is_finished() {
+            let head = b.head().await?;
+            if let (Some(i), Some(p)) = b.cursors().await? {
+                samples.push((
+                    started.elapsed().as_secs_f64(),
+                    i.saturating_sub(p),
+                    head.saturating_sub(i),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        let run = b.finish_sim(running).await?;
+        let caught_up = b.wait_pushed(run.upto, Duration::from_secs(30)).await?;
+        settle(&[ws, hooks], Duration::from_secs(20)).await;
+        let half = run.secs / 2.0;
+        let second: Vec<&(f64, u64, u64)> = samples.iter().filter(|s| s.0 >= half).collect();
+        let push_lags: Vec<u64> = second.iter().map(|s| s.1).collect();
+        let ingest_lags: Vec<u64> = second.iter().map(|s| s.2).collect();
+        let matches = run
+            .fills
+            .iter()
+            .map(|f| f.tx_hash)
+            .collect::<std::collections::BTreeSet<_>>()
+            .len();
+        let asked = m as f64 * run.secs / plan.block_time;
+        let lat_v = ws.window(run.after, run.upto);
+        let step = RateStep {
+            matches_per_block: m,
+            secs: run.secs,
+            fills: run.fills.len(),
+            matched: run
+                .fills
+                .iter()
+                .filter(|f| all.get(&f.maker).is_some_and(|n| *n > 0))
+                .count(),
+            ws_open: fleet.live(),
+            ws_frames: lat_v.len(),
+            ws_expected: expected(&run, &fleet.followers()),
+            push_lag_median: median_u64(&push_lags),
+            push_lag_max: samples.iter().map(|s| s.1).max().unwrap_or(0),
+            ingest_lag_median: median_u64(&ingest_lags),
+            ingest_lag_max: samples.iter().map(|s| s.2).max().unwrap_or(0),
+            caught_up,
+            lat: Summary::of(&lat_v),
+            kept_up: false,
+            generator_short: (matches as f64) < GENERATOR_SHORT * asked,
+        };
+        let kept_up = caught_up
+            && !second.is_empty()
+            && step.push_lag_median <= MAX_MEDIAN_LAG
+            && step.ingest_lag_median <= MAX_MEDIAN_LAG;
+        let step = RateStep { kept_up, ..step };
+        eprintln!(
+            "  {m} matches/block: {:.1} matched trades/s, push lag median {} max {}, ingest lag median {} max {}, {}",
+            step.matched_per_s(),
+            step.push_lag_median,
+            step.push_lag_max,
+            step.ingest_lag_median,
+            step.ingest_lag_max,
+            if kept_up { "kept up" } else { "fell behind" }
+        );
+        let stop = !kept_up || step.generator_short;
+        steps.push(step);
+        if stop {
+            break;
+        }
+        // Let the system drain before the next, higher step.
+        b.wait_pushed(run.upto, Duration::from_secs(30)).await?;
+    }
+    fleet.clear().await;
+    push.svc.stop().await?;
+    Ok(steps)
+}
