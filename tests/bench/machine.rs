@@ -76,7 +76,7 @@ pub async fn describe(b: &Bench) -> Vec<(String, String)> {
         ),
         ("kernel".into(), format!("Linux {kernel}")),
         ("rustc".into(), cmd("rustc", &["-V"])),
-        ("pmw".into(), format!("git {rev}, release build")),
+        ("pmw".into(), format!("git {rev}, {}", build())),
         ("PostgreSQL".into(), pg),
         ("ClickHouse".into(), ch),
         (
@@ -85,6 +85,14 @@ pub async fn describe(b: &Bench) -> Vec<(String, String)> {
         ),
         ("ClickHouse data".into(), ch_data()),
     ]
+}
+
+/// Which cargo profile built the binaries (their directory's name).
+fn build() -> &'static str {
+    match crate::procs::bin_dir() {
+        Ok(d) if d.ends_with("release") => "release build",
+        _ => "dev (debug) build: figures not representative",
+    }
 }
 
 /// Where the stack keeps ClickHouse's data (scripts/bench passes it on).

@@ -138,6 +138,8 @@ pub struct Step {
     pub delivered: usize,
     pub expected: usize,
     pub ok: bool,
+    /// When the step was measured twice: the first window's p99 (over budget).
+    pub first_p99: Option<f64>,
 }
 
 pub struct FanOut {
@@ -170,7 +172,9 @@ impl FanOut {
 }
 
 /// Step the number of sessions on one push process up, measuring client-observed latency at
-/// each step, until a step loses sessions or its p99 exceeds the budget.
+/// each step, until a step loses sessions or its p99 exceeds the budget. A step over budget with
+/// every session open is measured once more (the machine is shared: one noisy window should not
+/// decide), and the second window decides.
 pub async fn fanout(b: &mut Bench, plan: &Plan, ws: &Arc<Collector>) -> anyhow::Result<FanOut> {
     let push = b.start_push(None).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -187,42 +191,61 @@ pub async fn fanout(b: &mut Bench, plan: &Plan, ws: &Arc<Collector>) -> anyhow::
         );
         tokio::time::sleep(Duration::from_secs(3)).await;
         let rss_kib = push.svc.rss_kib();
-        let run = b
-            .run_sim(plan.matches_per_block, plan.fanout_window)
-            .await?;
-        b.wait_pushed(run.upto, Duration::from_secs(60)).await?;
-        settle(&[ws], Duration::from_secs(30)).await;
-        let lat_v = ws.window(run.after, run.upto);
-        let lat = Summary::of(&lat_v);
-        let live = fleet.live();
-        let expected = expected(&run, &fleet.followers());
-        let ok = fleet.failed == 0 && live == n && lat.is_some_and(|s| s.p99 <= plan.p99_budget_ms);
-        eprintln!(
-            "    p99 {:?} ms over {} of {expected} deliveries, push RSS {:?} KiB{}",
-            lat.map(|s| s.p99),
-            lat_v.len(),
-            rss_kib,
-            if ok {
-                ""
-            } else {
-                ": over budget or sessions lost, stopping"
-            }
-        );
+        let mut step = window(b, plan, ws, &fleet, n).await?;
+        if !step.ok && step.live == n && fleet.failed == 0 {
+            eprintln!("    over budget with every session open: measuring once more");
+            let first = step.lat.map(|s| s.p99);
+            step = window(b, plan, ws, &fleet, n).await?;
+            step.first_p99 = first;
+        }
+        let ok = step.ok;
         steps.push(Step {
-            sessions: n,
-            live,
             failed,
             rss_kib,
-            lat,
-            delivered: lat_v.len(),
-            expected,
-            ok,
+            ..step
         });
         if !ok {
+            eprintln!("    over budget or sessions lost: stopping");
             break;
         }
     }
     fleet.clear().await;
     push.svc.stop().await?;
     Ok(FanOut { rss0_kib, steps })
+}
+
+/// One measured window of a fan-out step with `n` sessions.
+async fn window(
+    b: &Bench,
+    plan: &Plan,
+    ws: &Arc<Collector>,
+    fleet: &Fleet,
+    n: usize,
+) -> anyhow::Result<Step> {
+    let run = b
+        .run_sim(plan.matches_per_block, plan.fanout_window)
+        .await?;
+    b.wait_pushed(run.upto, Duration::from_secs(60)).await?;
+    settle(&[ws], Duration::from_secs(30)).await;
+    let lat_v = ws.window(run.after, run.upto);
+    let lat = Summary::of(&lat_v);
+    let live = fleet.live();
+    let expected = expected(&run, &fleet.followers());
+    let ok = fleet.failed == 0 && live == n && lat.is_some_and(|s| s.p99 <= plan.p99_budget_ms);
+    eprintln!(
+        "    p99 {:?} ms over {} of {expected} deliveries",
+        lat.map(|s| s.p99),
+        lat_v.len(),
+    );
+    Ok(Step {
+        sessions: n,
+        live,
+        failed: 0,
+        rss_kib: None,
+        lat,
+        delivered: lat_v.len(),
+        expected,
+        ok,
+        first_p99: None,
+    })
 }
