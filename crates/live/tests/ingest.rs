@@ -156,12 +156,8 @@ async fn ingests_every_fill_once_attributed_to_its_maker_and_never_ahead_of_visi
         );
     }
     let live_rows: Vec<_> = lat.iter().filter(|r| r.backfilled == 0).collect();
-    assert!(
-        live_rows.len() * 2 >= lat.len(),
-        "most blocks were seen live: {} of {}",
-        live_rows.len(),
-        lat.len()
-    );
+    // How many blocks arrive live rather than as gap fills depends on machine load under this
+    // flood (a timing property): the paced test below measures live latency instead.
     let (l50, l99) = p50_p99(
         live_rows
             .iter()
