@@ -41,7 +41,10 @@ macro_rules! migration {
 }
 
 /// Postgres migrations, in order. Every file in `migrations/postgres` must be listed (tested).
-pub const POSTGRES: &[Migration] = &[migration!(1, "init", "postgres/0001_init.sql")];
+pub const POSTGRES: &[Migration] = &[
+    migration!(1, "init", "postgres/0001_init.sql"),
+    migration!(2, "subs_version", "postgres/0002_subs_version.sql"),
+];
 
 /// ClickHouse migrations, in order. Every file in `migrations/clickhouse` must be listed (tested).
 pub const CLICKHOUSE: &[Migration] = &[migration!(1, "init", "clickhouse/0001_init.sql")];

@@ -16,12 +16,36 @@ pub use deadpool_postgres::{Object as PooledClient, Pool as PgPool};
 /// Postgres failures outside a query's own error.
 #[derive(Debug, thiserror::Error)]
 pub enum PgError {
-    #[error("postgres: {0}")]
+    #[error("postgres: {}", describe(.0))]
     Query(#[from] tokio_postgres::Error),
     #[error("postgres pool: {0}")]
     Pool(#[from] deadpool_postgres::PoolError),
     #[error("postgres pool setup: {0}")]
     Build(String),
+}
+
+/// A Postgres error as an operator needs it: the server's own message, SQLSTATE, detail, hint
+/// and constraint when the server sent them (tokio-postgres' `Display` says only "db error"),
+/// else the client-side error.
+pub fn describe(e: &tokio_postgres::Error) -> String {
+    let Some(db) = e.as_db_error() else {
+        return match std::error::Error::source(e) {
+            Some(src) => format!("{e}: {src}"),
+            None => e.to_string(),
+        };
+    };
+    let mut s = format!("{} (sqlstate {})", db.message(), db.code().code());
+    for (k, v) in [
+        ("detail", db.detail()),
+        ("hint", db.hint()),
+        ("table", db.table()),
+        ("constraint", db.constraint()),
+    ] {
+        if let Some(v) = v {
+            s.push_str(&format!("; {k}: {v}"));
+        }
+    }
+    s
 }
 
 /// The pooled client for ordinary, short statements.

@@ -37,7 +37,7 @@ async fn migrate_applies_to_empty_databases_and_is_idempotent() {
     )
     .await;
     assert_eq!(code, 0, "{out}{err}");
-    assert!(out.contains("postgres: applied [1]"), "{out}");
+    assert!(out.contains("postgres: applied [1, 2]"), "{out}");
     assert!(out.contains("clickhouse: applied [1]"), "{out}");
 
     let (code, out, err) = run_bin(
@@ -85,6 +85,7 @@ async fn migrate_applies_to_empty_databases_and_is_idempotent() {
         "push_epoch",
         "reorgs",
         "schema_migrations",
+        "subs_version",
         "subscriptions",
         "webhook_deliveries",
         "webhook_endpoints",
@@ -102,7 +103,8 @@ async fn migrate_applies_to_empty_databases_and_is_idempotent() {
         .unwrap()
         .get(0);
     assert_eq!(
-        versions, 1,
+        versions,
+        pmw_core::migrate::POSTGRES.len() as i64,
         "a second migrate must not record versions twice"
     );
 
@@ -136,7 +138,13 @@ async fn migrate_applies_to_empty_databases_and_is_idempotent() {
 async fn hot_tables_have_low_fillfactor_and_own_autovacuum() {
     let db = TestDb::new().await;
     let pg = db.connect().await;
-    for t in ["ingest_cursor", "push_cursor", "push_epoch", "heartbeats"] {
+    for t in [
+        "ingest_cursor",
+        "push_cursor",
+        "push_epoch",
+        "heartbeats",
+        "subs_version",
+    ] {
         let opts: Vec<String> = pg
             .query_one(
                 "SELECT coalesce(reloptions, '{}') FROM pg_class WHERE relname = $1",
@@ -179,7 +187,7 @@ async fn concurrent_migrate_runs_do_not_conflict() {
     for r in futures_join(runs).await {
         let (code, out, err) = r;
         assert_eq!(code, 0, "{out}{err}");
-        if out.contains("postgres: applied [1]") {
+        if out.contains("postgres: applied [1, 2]") {
             applied += 1;
         }
     }

@@ -1,6 +1,11 @@
-//! The session hub: live WebSocket sessions by account, fan-out of each round's trades into their
-//! bounded queues in ledger order, and the dispatched cursor that makes resume seamless (a session
-//! registered at cursor P receives live every trade after P; replay covers up to P).
+//! The session hub: live WebSocket sessions with the wallets each follows, fan-out of each
+//! round's items into their bounded queues in ledger order, and the dispatched cursor that makes
+//! resume seamless (a session registered at cursor P receives live every trade after P of the
+//! wallets it follows; replay covers up to P).
+//!
+//! A session's wallet set is read from Postgres when it connects, with the `subs_version` it was
+//! read at, and replaced only by an index at least that new: a round still using an older index
+//! can never drop a trade of a wallet the session already follows.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -9,11 +14,15 @@ use std::sync::{Arc, Mutex};
 use pmw_core::Cursor;
 use tokio::sync::mpsc;
 
+use crate::subs::Index;
+
 /// A trade or retraction ready for any session: body rendered once.
 #[derive(Debug)]
 pub struct Item {
     pub kind: &'static str,
     pub cursor: Cursor,
+    /// Lowercase `0x…` owner of the fill (its maker): who follows it gets it.
+    pub wallet: String,
     pub t_detect_ms: i64,
     pub body: String,
 }
@@ -27,6 +36,9 @@ pub type CloseCode = Arc<std::sync::atomic::AtomicU16>;
 
 struct Session {
     account_id: i64,
+    wallets: Vec<String>,
+    /// `subs_version` of `wallets`.
+    version: i64,
     tx: mpsc::Sender<Frame>,
     close: CloseCode,
 }
@@ -34,9 +46,38 @@ struct Session {
 #[derive(Default)]
 struct Inner {
     sessions: HashMap<u64, Session>,
+    by_wallet: HashMap<String, Vec<u64>>,
     by_account: HashMap<i64, Vec<u64>>,
     dispatched: Cursor,
     head: u64,
+}
+
+impl Inner {
+    fn link(&mut self, id: u64) {
+        let s = &self.sessions[&id];
+        for w in &s.wallets {
+            self.by_wallet.entry(w.clone()).or_default().push(id);
+        }
+        self.by_account.entry(s.account_id).or_default().push(id);
+    }
+
+    fn unlink(&mut self, id: u64) -> Option<Session> {
+        let s = self.sessions.remove(&id)?;
+        for w in &s.wallets {
+            drop_id(&mut self.by_wallet, w, id);
+        }
+        drop_id(&mut self.by_account, &s.account_id, id);
+        Some(s)
+    }
+}
+
+fn drop_id<K: std::hash::Hash + Eq + Clone>(map: &mut HashMap<K, Vec<u64>>, key: &K, id: u64) {
+    if let Some(v) = map.get_mut(key) {
+        v.retain(|x| *x != id);
+        if v.is_empty() {
+            map.remove(key);
+        }
+    }
 }
 
 /// Counters for health and tests.
@@ -53,6 +94,15 @@ pub struct Hub {
     pub stats: Arc<HubStats>,
 }
 
+/// A session as it registers: its account, the wallets it follows and their version.
+pub struct Registration {
+    pub account_id: i64,
+    pub wallets: Vec<String>,
+    pub version: i64,
+    pub tx: mpsc::Sender<Frame>,
+    pub close: CloseCode,
+}
+
 impl Hub {
     pub fn new(dispatched: Cursor) -> Hub {
         let hub = Hub::default();
@@ -61,37 +111,60 @@ impl Hub {
     }
 
     /// Register a session; returns its id and the cursor up to which trades were already
-    /// dispatched (everything after it will be queued to this session).
-    pub fn register(
-        &self,
-        account_id: i64,
-        tx: mpsc::Sender<Frame>,
-        close: CloseCode,
-    ) -> (u64, Cursor) {
+    /// dispatched (everything after it, of the session's wallets, will be queued to it).
+    pub fn register(&self, r: Registration) -> (u64, Cursor) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut inner = self.inner.lock().expect("hub lock");
         inner.sessions.insert(
             id,
             Session {
-                account_id,
-                tx,
-                close,
+                account_id: r.account_id,
+                wallets: r.wallets,
+                version: r.version,
+                tx: r.tx,
+                close: r.close,
             },
         );
-        inner.by_account.entry(account_id).or_default().push(id);
+        inner.link(id);
         (id, inner.dispatched)
     }
 
     pub fn unregister(&self, id: u64) {
+        self.inner.lock().expect("hub lock").unlink(id);
+    }
+
+    /// Give every session the wallets `idx` says its account follows, unless the session's own
+    /// set is newer than `idx`.
+    pub fn apply(&self, idx: &Index) {
         let mut inner = self.inner.lock().expect("hub lock");
-        if let Some(s) = inner.sessions.remove(&id) {
-            if let Some(v) = inner.by_account.get_mut(&s.account_id) {
-                v.retain(|x| *x != id);
-                if v.is_empty() {
-                    inner.by_account.remove(&s.account_id);
-                }
-            }
+        let stale: Vec<u64> = inner
+            .sessions
+            .iter()
+            .filter(|(_, s)| s.version < idx.version)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in stale {
+            let Some(mut s) = inner.unlink(id) else {
+                continue;
+            };
+            s.wallets = idx
+                .wallets_by_account
+                .get(&s.account_id)
+                .cloned()
+                .unwrap_or_default();
+            s.version = idx.version;
+            inner.sessions.insert(id, s);
+            inner.link(id);
         }
+    }
+
+    /// Whether any session follows `wallet`.
+    pub fn follows(&self, wallet: &str) -> bool {
+        self.inner
+            .lock()
+            .expect("hub lock")
+            .by_wallet
+            .contains_key(wallet)
     }
 
     pub fn sessions(&self) -> usize {
@@ -120,43 +193,39 @@ impl Hub {
         self.inner.lock().expect("hub lock").dispatched
     }
 
-    /// Queue each account's items (already in ledger order) to its sessions, then move the
-    /// dispatched cursor. A full queue closes that session (slow consumer, 1013); others are
-    /// never slowed.
-    pub fn dispatch(&self, per_account: &HashMap<i64, Vec<Arc<Item>>>, through: Cursor) {
+    /// Queue `items` (in ledger order) to the sessions following each item's wallet, then move
+    /// the dispatched cursor. A full queue closes that session (slow consumer, 1013); others are
+    /// never slowed. Returns the number of frames queued.
+    pub fn dispatch(&self, items: &[Arc<Item>], through: Cursor) -> usize {
         let mut inner = self.inner.lock().expect("hub lock");
-        let mut slow = Vec::new();
-        for (account, items) in per_account {
-            let Some(ids) = inner.by_account.get(account) else {
+        let mut slow: Vec<u64> = Vec::new();
+        let mut queued = 0;
+        for item in items {
+            let Some(ids) = inner.by_wallet.get(&item.wallet) else {
                 continue;
             };
             for id in ids {
-                let s = &inner.sessions[id];
-                for item in items {
-                    match s.tx.try_send(item.clone()) {
-                        Ok(()) => {
-                            self.stats.frames_queued.fetch_add(1, Ordering::Relaxed);
-                        }
-                        Err(_) => {
-                            slow.push(*id);
-                            break;
-                        }
-                    }
+                if slow.contains(id) {
+                    continue;
+                }
+                match inner.sessions[id].tx.try_send(item.clone()) {
+                    Ok(()) => queued += 1,
+                    Err(_) => slow.push(*id),
                 }
             }
         }
+        self.stats
+            .frames_queued
+            .fetch_add(queued as u64, Ordering::Relaxed);
         inner.dispatched = inner.dispatched.max(through);
         for id in slow {
-            if let Some(s) = inner.sessions.remove(&id) {
+            if let Some(s) = inner.unlink(id) {
                 self.stats.slow_closed.fetch_add(1, Ordering::Relaxed);
-                tracing::info!(session = id, account = s.account_id, "slow consumer closed");
                 // Dropping the sender ends the writer, which closes with 1013.
-                if let Some(v) = inner.by_account.get_mut(&s.account_id) {
-                    v.retain(|x| *x != id);
-                }
+                tracing::info!(session = id, account = s.account_id, "slow consumer closed");
             }
         }
-        inner.by_account.retain(|_, v| !v.is_empty());
+        queued
     }
 
     /// Rewind the dispatched cursor after a reorg (the new branch is dispatched again).
@@ -172,5 +241,71 @@ impl Hub {
             s.close.store(code, Ordering::SeqCst);
         }
         inner.by_account.clear();
+        inner.by_wallet.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU16;
+
+    fn item(wallet: &str, log_index: u32) -> Arc<Item> {
+        Arc::new(Item {
+            kind: "trade",
+            cursor: Cursor {
+                block: 1,
+                log_index,
+            },
+            wallet: wallet.into(),
+            t_detect_ms: 0,
+            body: "{}".into(),
+        })
+    }
+
+    fn session(hub: &Hub, wallets: &[&str], version: i64) -> mpsc::Receiver<Frame> {
+        let (tx, rx) = mpsc::channel(16);
+        hub.register(Registration {
+            account_id: 7,
+            wallets: wallets.iter().map(|w| w.to_string()).collect(),
+            version,
+            tx,
+            close: Arc::new(AtomicU16::new(1013)),
+        });
+        rx
+    }
+
+    fn drain(rx: &mut mpsc::Receiver<Frame>) -> Vec<u32> {
+        std::iter::from_fn(|| rx.try_recv().ok())
+            .map(|f| f.cursor.log_index)
+            .collect()
+    }
+
+    #[test]
+    fn an_older_index_never_replaces_a_fresher_session_set() {
+        let hub = Hub::new(Cursor::default());
+        let mut rx = session(&hub, &["0xa", "0xb"], 5);
+        // An index read before the session subscribed to 0xb.
+        let mut old = Index {
+            version: 4,
+            ..Index::default()
+        };
+        old.wallets_by_account.insert(7, vec!["0xa".into()]);
+        hub.apply(&old);
+        hub.dispatch(
+            &[item("0xa", 1), item("0xb", 2), item("0xc", 3)],
+            Cursor::default(),
+        );
+        assert_eq!(drain(&mut rx), vec![1, 2]);
+        // A newer index that removed 0xa: the session stops getting it.
+        let mut new = Index {
+            version: 6,
+            ..Index::default()
+        };
+        new.wallets_by_account.insert(7, vec!["0xb".into()]);
+        hub.apply(&new);
+        hub.dispatch(&[item("0xa", 4), item("0xb", 5)], Cursor::default());
+        assert_eq!(drain(&mut rx), vec![5]);
+        assert!(!hub.follows("0xa") && hub.follows("0xb"));
     }
 }

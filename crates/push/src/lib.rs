@@ -106,15 +106,17 @@ pub async fn run_with(
     let Some(lead) = lead else { return Ok(()) };
     let lost = lead.lock.lost();
 
-    let subs = Subscriptions::default();
-    subs.reload(&storage.pg)
-        .await
-        .map_err(|e| ServiceError::transient(e.to_string()))?;
+    // LISTEN before the first index load: a change committed in between is then either in the
+    // load or notified (and every round checks the index version anyway).
     let mut listen = if push.push_legacy_poll_ms.is_some() {
         None
     } else {
         Some(listen_session(&cfg).await?)
     };
+    let subs = Subscriptions::default();
+    subs.reload(&storage.pg)
+        .await
+        .map_err(|e| ServiceError::transient(e.to_string()))?;
 
     let listener = tokio::net::TcpListener::bind(push.push_listen)
         .await
@@ -198,24 +200,14 @@ pub async fn run_with(
                     tracing::warn!("block listener lost");
                     listen = Some(reconnect_listen(&cfg, &shutdown).await?);
                 }
-                n = async { match listen.as_mut() { Some(s) => s.notifications.recv().await, None => std::future::pending().await } } => {
-                    if n.as_ref().is_some_and(|n| n.channel() == CHANGES_CHANNEL) {
-                        reload_subs(&subs, &storage.pg).await;
-                    }
-                    // Coalesce whatever else is queued.
+                // A block or a subscription change: run a round (it reloads the index when the
+                // version it reads beside the watermark moved). Coalesce whatever else is queued.
+                _ = async { match listen.as_mut() { Some(s) => s.notifications.recv().await, None => std::future::pending().await } } => {
                     if let Some(s) = listen.as_mut() {
-                        while let Ok(n) = s.notifications.try_recv() {
-                            if n.channel() == CHANGES_CHANNEL {
-                                reload_subs(&subs, &storage.pg).await;
-                            }
-                        }
+                        while s.notifications.try_recv().is_ok() {}
                     }
                 }
-                _ = tokio::time::sleep(fallback) => {
-                    if listen.is_some() {
-                        reload_subs(&subs, &storage.pg).await;
-                    }
-                }
+                _ = tokio::time::sleep(fallback) => {}
             }
         }
         let outcome = {
@@ -327,12 +319,6 @@ async fn reconnect_listen(
             _ = shutdown.cancelled() => return Err(ServiceError::transient("shutdown while reconnecting the listener")),
         }
         wait = (wait * 2).min(Duration::from_secs(5));
-    }
-}
-
-async fn reload_subs(subs: &Subscriptions, pool: &PgPool) {
-    if let Err(e) = subs.reload(pool).await {
-        tracing::warn!(error = %e, "subscription reload failed");
     }
 }
 

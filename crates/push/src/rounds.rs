@@ -14,15 +14,17 @@ use pmw_core::{Cursor, UnixMs};
 
 use crate::hub::{Hub, Item};
 use crate::payload::{self, Market};
-use crate::subs::Subscriptions;
+use crate::subs::{Index, Subscriptions};
 use crate::webhook;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RoundError {
     #[error("this leader's epoch was superseded: write fenced off")]
     Fenced,
-    #[error("postgres: {0}")]
+    #[error("postgres: {}", pmw_core::pg::describe(.0))]
     Postgres(#[from] tokio_postgres::Error),
+    #[error("{0}")]
+    Pg(#[from] pmw_core::pg::PgError),
     #[error("postgres pool: {0}")]
     Pool(#[from] deadpool_postgres::PoolError),
     #[error("clickhouse: {0}")]
@@ -38,6 +40,8 @@ pub struct RoundOutcome {
     pub retracted: usize,
     pub frames: usize,
     pub webhooks: u64,
+    /// Deliveries not enqueued because their endpoint was deleted or disabled meanwhile.
+    pub webhooks_skipped: u64,
     /// The round read a full batch: more is waiting.
     pub more: bool,
 }
@@ -53,6 +57,8 @@ pub struct Rounds {
     pub subs: Subscriptions,
     pub hub: Hub,
     names: Names,
+    /// Reload the subscription index before the next round (set after a failed round).
+    reload: bool,
 }
 
 impl Rounds {
@@ -79,33 +85,48 @@ impl Rounds {
             subs,
             hub,
             names: Names::default(),
+            reload: false,
         }
     }
 
+    /// The index to match this round with: reloaded (and given to the hub's sessions) when its
+    /// version is not the one read with the watermark, or after a failed round.
+    async fn index(&mut self, version: i64) -> Result<Arc<Index>, RoundError> {
+        let idx = self.subs.current().await;
+        if idx.version == version && !self.reload {
+            return Ok(idx);
+        }
+        let idx = self.subs.reload(&self.pool).await?;
+        self.hub.apply(&idx);
+        self.reload = false;
+        Ok(idx)
+    }
+
+    /// One round. Any error leaves the cursor where it was and makes the next round reload the
+    /// subscription index (a stale index must never fail rounds forever).
     pub async fn round(&mut self) -> Result<RoundOutcome, RoundError> {
+        let outcome = self.round_inner().await;
+        if outcome.is_err() {
+            self.reload = true;
+        }
+        outcome
+    }
+
+    async fn round_inner(&mut self) -> Result<RoundOutcome, RoundError> {
         let mut client = self.pool.get().await?;
-        let Some(wm) = client
-            .query_opt("SELECT block_number FROM ingest_cursor WHERE id = 1", &[])
-            .await?
-            .map(|r| r.get::<_, i64>(0) as u64)
-        else {
+        let state = client
+            .query_one(include_str!("sql/round_state.sql"), &[&self.reorg_id])
+            .await?;
+        let Some(wm) = state.get::<_, Option<i64>>(0).map(|b| b as u64) else {
             return Ok(RoundOutcome::default());
         };
+        let idx = self.index(state.get(1)).await?;
         self.hub.set_head(wm);
 
         // Reorgs first: retract what was delivered from orphaned blocks, rewind to the ancestor.
         let mut from = self.cursor;
-        let mut reorg_id = self.reorg_id;
-        let mut retracts = Vec::new();
-        for r in client
-            .query(
-                "SELECT id, ancestor FROM reorgs WHERE id > $1 ORDER BY id",
-                &[&self.reorg_id],
-            )
-            .await?
-        {
-            reorg_id = r.get(0);
-            let ancestor = r.get::<_, i64>(1) as u64;
+        let reorg_id = state.get::<_, Option<i64>>(2).unwrap_or(self.reorg_id);
+        if let Some(ancestor) = state.get::<_, Option<i64>>(3).map(|a| a as u64) {
             if ancestor < from.block {
                 from = Cursor {
                     block: ancestor,
@@ -113,6 +134,7 @@ impl Rounds {
                 };
             }
         }
+        let mut retracts = Vec::new();
         if from < self.cursor {
             retracts = trades::retracted_between(&self.ch, from.block, self.cursor.block)
                 .await?
@@ -129,9 +151,9 @@ impl Rounds {
             .refresh(&client, rows.iter().chain(&retracts))
             .await?;
 
-        // Match: a trade belongs to the subscribers of its maker (the owner of the fill).
-        let idx = self.subs.current().await;
-        let mut per_account: HashMap<i64, Vec<Arc<Item>>> = HashMap::new();
+        // Match: a trade belongs to the followers of its maker (the owner of the fill): the
+        // index's accounts for webhooks, and every session whose own wallet set has it.
+        let mut items = Vec::new();
         let mut deliveries = Vec::new();
         let now = UnixMs::now().0;
         for (kind, row) in retracts
@@ -139,35 +161,39 @@ impl Rounds {
             .map(|r| ("retract", r))
             .chain(rows.iter().map(|r| ("trade", r)))
         {
-            let Some(accounts) = idx.accounts_by_wallet.get(&row.maker) else {
+            let accounts = idx.accounts_by_wallet.get(&row.maker);
+            if accounts.is_none() && !self.hub.follows(&row.maker) {
                 continue;
-            };
+            }
             let body = payload::trade_body(row, self.names.get(&row.token_id));
             let item = Arc::new(Item {
                 kind,
                 cursor: row.cursor(),
+                wallet: row.maker.clone(),
                 t_detect_ms: row.t_detect_ms,
                 body: body.to_string(),
             });
-            for account in accounts {
-                per_account.entry(*account).or_default().push(item.clone());
-                for endpoint in idx.endpoints_by_account.get(account).into_iter().flatten() {
-                    let dk = if kind == "trade" {
-                        webhook::DeliveryKind::Trade
-                    } else {
-                        webhook::DeliveryKind::Retract
-                    };
-                    deliveries.push(webhook::NewDelivery {
-                        id: webhook::webhook_id(row.cursor(), &row.block_hash, *endpoint, dk),
-                        endpoint_id: *endpoint,
-                        kind: dk,
-                        cursor: row.cursor(),
-                        payload: serde_json::from_str(&payload::stamp(kind, &item.body, now))
-                            .unwrap_or_default(),
-                        t_detect_ms: row.t_detect_ms,
-                    });
-                }
+            let endpoints = accounts
+                .into_iter()
+                .flatten()
+                .flat_map(|a| idx.endpoints_by_account.get(a).into_iter().flatten());
+            for endpoint in endpoints {
+                let dk = if kind == "trade" {
+                    webhook::DeliveryKind::Trade
+                } else {
+                    webhook::DeliveryKind::Retract
+                };
+                deliveries.push(webhook::NewDelivery {
+                    id: webhook::webhook_id(row.cursor(), &row.block_hash, *endpoint, dk),
+                    endpoint_id: *endpoint,
+                    kind: dk,
+                    cursor: row.cursor(),
+                    payload: serde_json::from_str(&payload::stamp(kind, &item.body, now))
+                        .unwrap_or_default(),
+                    t_detect_ms: row.t_detect_ms,
+                });
             }
+            items.push(item);
         }
 
         let tx = client.transaction().await?;
@@ -191,19 +217,24 @@ impl Rounds {
         let Some(claim) = claim else {
             return Err(RoundError::Fenced);
         };
-        let webhooks = match webhook::enqueue_in_slot(&tx, self.slot, self.epoch, &deliveries).await
+        let enqueued = match webhook::enqueue_in_slot(&tx, self.slot, self.epoch, &deliveries).await
         {
             Ok(n) => n,
             Err(webhook::WebhookError::Fenced { .. }) => return Err(RoundError::Fenced),
             Err(e) => return Err(RoundError::Webhook(e.to_string())),
         };
         tx.commit().await?;
+        if enqueued.skipped > 0 {
+            tracing::debug!(
+                skipped = enqueued.skipped,
+                "webhook deliveries skipped: endpoint deleted or disabled"
+            );
+        }
 
         if from < self.cursor {
             self.hub.rewind(from);
         }
-        let frames = per_account.values().map(Vec::len).sum();
-        self.hub.dispatch(&per_account, through);
+        let frames = self.hub.dispatch(&items, through);
         client
             .execute(
                 include_str!("sql/claim_done.sql"),
@@ -216,7 +247,8 @@ impl Rounds {
             trades: rows.len(),
             retracted: retracts.len(),
             frames,
-            webhooks,
+            webhooks: enqueued.inserted,
+            webhooks_skipped: enqueued.skipped,
             more: rows.len() as u64 >= self.limit,
         })
     }

@@ -1,20 +1,25 @@
 //! The in-memory subscription index: wallet → accounts following it, account → enabled webhook
-//! endpoints. Reloaded whole (it is small) on a change notification from the API and periodically.
+//! endpoints, with the `subs_version` it was read at. Every round compares that version with
+//! the one it reads beside the watermark and reloads when they differ, so a lost NOTIFY never
+//! leaves the index stale (it once stayed stale for as long as blocks kept arriving).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use pmw_core::pg::PgPool;
+use pmw_core::pg::{PgError, PgPool};
 use tokio::sync::RwLock;
 
-/// Channel the API notifies when subscriptions or endpoints change.
+/// Channel the API notifies when subscriptions or endpoints change (a wake-up only: the
+/// version in `subs_version` is what makes a round reload).
 pub const CHANGES_CHANNEL: &str = "pmw_subscriptions";
 
 #[derive(Debug, Default)]
 pub struct Index {
+    /// `subs_version.seq` in the snapshot these maps were read in.
+    pub version: i64,
     /// Lowercase `0x…` wallet → accounts.
     pub accounts_by_wallet: HashMap<String, Vec<i64>>,
-    /// Account → wallets (for resume replays).
+    /// Account → wallets (enabled accounts only).
     pub wallets_by_account: HashMap<i64, Vec<String>>,
     /// Account → enabled webhook endpoint ids.
     pub endpoints_by_account: HashMap<i64, Vec<i64>>,
@@ -31,11 +36,24 @@ impl Subscriptions {
         self.inner.read().await.clone()
     }
 
-    /// Reload from Postgres.
-    pub async fn reload(&self, pool: &PgPool) -> Result<(usize, usize), pmw_core::pg::PgError> {
-        let client = pool.get().await?;
-        let mut idx = Index::default();
-        for r in client
+    /// Reload from Postgres: the version and both maps in one snapshot (REPEATABLE READ), so
+    /// the index is exactly the state at `version`.
+    pub async fn reload(&self, pool: &PgPool) -> Result<Arc<Index>, PgError> {
+        let mut client = pool.get().await?;
+        let tx = client
+            .build_transaction()
+            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await?;
+        let mut idx = Index {
+            version: tx
+                .query_one("SELECT seq FROM subs_version WHERE id = 1", &[])
+                .await?
+                .get(0),
+            ..Index::default()
+        };
+        for r in tx
             .query("SELECT s.account_id, s.wallet FROM subscriptions s JOIN accounts a ON a.id = s.account_id WHERE a.disabled_ms IS NULL", &[])
             .await?
         {
@@ -44,17 +62,52 @@ impl Subscriptions {
             idx.accounts_by_wallet.entry(wallet.clone()).or_default().push(account);
             idx.wallets_by_account.entry(account).or_default().push(wallet);
         }
-        for r in client
+        for r in tx
             .query("SELECT e.account_id, e.id FROM webhook_endpoints e JOIN accounts a ON a.id = e.account_id WHERE e.enabled AND a.disabled_ms IS NULL", &[])
             .await?
         {
             idx.endpoints_by_account.entry(r.get(0)).or_default().push(r.get(1));
         }
-        let counts = (
-            idx.accounts_by_wallet.len(),
-            idx.endpoints_by_account.values().map(Vec::len).sum(),
+        tx.commit().await?;
+        let idx = Arc::new(idx);
+        tracing::info!(
+            version = idx.version,
+            wallets = idx.accounts_by_wallet.len(),
+            accounts = idx.wallets_by_account.len(),
+            endpoints = idx
+                .endpoints_by_account
+                .values()
+                .map(Vec::len)
+                .sum::<usize>(),
+            "subscriptions loaded"
         );
-        *self.inner.write().await = Arc::new(idx);
-        Ok(counts)
+        *self.inner.write().await = idx.clone();
+        Ok(idx)
     }
+}
+
+/// One account's followed wallets and the `subs_version` they were read at, straight from
+/// Postgres (one statement, one snapshot): what a WebSocket session starts with, fresher than
+/// any index a round may still be using.
+pub async fn account_wallets(
+    pool: &PgPool,
+    account_id: i64,
+) -> Result<(i64, Vec<String>), PgError> {
+    let client = pool.get().await?;
+    let row = client
+        .query_one(
+            "SELECT (SELECT seq FROM subs_version WHERE id = 1), \
+                    ARRAY(SELECT s.wallet FROM subscriptions s JOIN accounts a ON a.id = s.account_id \
+                          WHERE s.account_id = $1 AND a.disabled_ms IS NULL ORDER BY s.wallet)",
+            &[&account_id],
+        )
+        .await?;
+    let wallets: Vec<Vec<u8>> = row.get(1);
+    Ok((
+        row.get(0),
+        wallets
+            .iter()
+            .map(|w| format!("0x{}", hex::encode(w)))
+            .collect(),
+    ))
 }

@@ -18,9 +18,8 @@ use pmw_core::{Cursor, UnixMs};
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use crate::hub::Item;
-use crate::payload;
-use crate::AppState;
+use crate::hub::{Item, Registration};
+use crate::{payload, subs, AppState};
 
 const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -74,10 +73,33 @@ async fn session(
         Some(Ok(c)) => Some(c),
         Some(Err(e)) => return close(&mut socket, 1008, &format!("invalid since: {e}")).await,
     };
+    // The wallets this session follows, read now: fresher than any index a round may still use.
+    let (version, wallets) = match subs::account_wallets(&st.pool, account).await {
+        Ok(w) => w,
+        Err(e) => {
+            tracing::warn!(error = %e, "ws subscriptions unavailable");
+            return close(&mut socket, 1013, "try again later").await;
+        }
+    };
     let (tx, mut rx) = mpsc::channel::<Arc<Item>>(st.cfg.push_ws_queue);
     let code = Arc::new(AtomicU16::new(1013));
-    let (id, dispatched) = st.hub.register(account, tx, code.clone());
-    let outcome = stream(&st, &mut socket, account, id, since, dispatched, &mut rx).await;
+    let (id, dispatched) = st.hub.register(Registration {
+        account_id: account,
+        wallets: wallets.clone(),
+        version,
+        tx,
+        close: code.clone(),
+    });
+    let outcome = stream(
+        &st,
+        &mut socket,
+        (account, id),
+        &wallets,
+        since,
+        dispatched,
+        &mut rx,
+    )
+    .await;
     st.hub.unregister(id);
     match outcome {
         Ok(()) => {
@@ -112,12 +134,11 @@ async fn send(socket: &mut WebSocket, text: String) -> Result<(), Ended> {
 }
 
 /// Replay then live. `Ok(())` when the hub let the session go (restart or slow consumer).
-#[allow(clippy::too_many_arguments)]
 async fn stream(
     st: &AppState,
     socket: &mut WebSocket,
-    account: i64,
-    id: u64,
+    (account, id): (i64, u64),
+    wallets: &[String],
     since: Option<Cursor>,
     dispatched: Cursor,
     rx: &mut mpsc::Receiver<Arc<Item>>,
@@ -129,16 +150,8 @@ async fn stream(
     });
     send(socket, hello.to_string()).await?;
     if let Some(since) = since.filter(|s| *s < dispatched) {
-        let wallets = st
-            .subs
-            .current()
-            .await
-            .wallets_by_account
-            .get(&account)
-            .cloned()
-            .unwrap_or_default();
         let max = st.cfg.push_resume_max_trades;
-        let rows = trades::wallet_trades_between(&st.ch, &wallets, since, dispatched, max + 1)
+        let rows = trades::wallet_trades_between(&st.ch, wallets, since, dispatched, max + 1)
             .await
             .map_err(|e| Ended::Failed(e.to_string()))?;
         if rows.len() as u64 > max {

@@ -42,7 +42,7 @@ use serde::Deserialize;
 
 pub use dispatcher::Dispatcher;
 pub use stats::{StatsSnapshot, WebhookStats};
-pub use store::{enqueue, enqueue_in_slot, webhook_id, DeliveryKind, NewDelivery};
+pub use store::{enqueue, enqueue_in_slot, webhook_id, DeliveryKind, Enqueued, NewDelivery};
 
 /// Delivery engine settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -164,7 +164,7 @@ pub enum WebhookError {
 
 impl From<tokio_postgres::Error> for WebhookError {
     fn from(e: tokio_postgres::Error) -> WebhookError {
-        WebhookError::Db(e.to_string())
+        WebhookError::Db(pmw_core::pg::describe(&e))
     }
 }
 

@@ -77,21 +77,33 @@ pub async fn enqueue(
     epoch: i64,
     items: &[NewDelivery],
 ) -> Result<u64, WebhookError> {
-    enqueue_in_slot(tx, 0, epoch, items).await
+    Ok(enqueue_in_slot(tx, 0, epoch, items).await?.inserted)
+}
+
+/// What one enqueue did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Enqueued {
+    /// New `pending` rows.
+    pub inserted: u64,
+    /// Deliveries whose endpoint was deleted or disabled meanwhile: skipped, never an error.
+    pub skipped: u64,
 }
 
 /// Insert deliveries as `pending`, due now, inside the caller's transaction (the one that moves
-/// the cursor). Ids already present are skipped (`ON CONFLICT (id) DO NOTHING`). The insert
+/// the cursor). Ids already present are skipped (`ON CONFLICT (id) DO NOTHING`), and so are
+/// deliveries to endpoints that are gone or disabled by now: the endpoints still there are
+/// locked `FOR KEY SHARE` in the same statement, so a concurrent delete either is seen (and
+/// skipped) or waits for this transaction; one account's churn never fails a round. The insert
 /// happens only if the slot's epoch is still `epoch` (same statement, row `FOR SHARE`);
-/// otherwise [`WebhookError::Fenced`]. Returns the number of rows inserted.
+/// otherwise [`WebhookError::Fenced`].
 pub async fn enqueue_in_slot(
     tx: &Transaction<'_>,
     slot: i16,
     epoch: i64,
     items: &[NewDelivery],
-) -> Result<u64, WebhookError> {
+) -> Result<Enqueued, WebhookError> {
     if items.is_empty() {
-        return Ok(0);
+        return Ok(Enqueued::default());
     }
     let now = UnixMs::now().as_i64();
     let ids: Vec<&str> = items.iter().map(|d| d.id.as_str()).collect();
@@ -101,21 +113,9 @@ pub async fn enqueue_in_slot(
     let logs: Vec<i32> = items.iter().map(|d| d.cursor.log_index as i32).collect();
     let payloads: Vec<&serde_json::Value> = items.iter().map(|d| &d.payload).collect();
     let detects: Vec<i64> = items.iter().map(|d| d.t_detect_ms).collect();
-    let sql = format!(
-        "WITH {FENCE}, ins AS ( \
-           INSERT INTO webhook_deliveries (id, endpoint_id, kind, block_number, log_index, payload, \
-             state, attempts, next_attempt_ms, t_detect_ms, created_ms) \
-           SELECT x.id, x.endpoint_id, x.kind, x.block_number, x.log_index, x.payload, \
-             'pending', 0, $3, x.t_detect_ms, $3 \
-           FROM unnest($4::text[], $5::bigint[], $6::text[], $7::bigint[], $8::int[], $9::jsonb[], $10::bigint[]) \
-             AS x(id, endpoint_id, kind, block_number, log_index, payload, t_detect_ms) \
-           WHERE EXISTS (SELECT 1 FROM fence) \
-           ON CONFLICT (id) DO NOTHING RETURNING 1) \
-         SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM ins)"
-    );
     let row = tx
         .query_one(
-            &sql,
+            include_str!("../sql/enqueue_deliveries.sql"),
             &[
                 &slot, &epoch, &now, &ids, &endpoints, &kinds, &blocks, &logs, &payloads, &detects,
             ],
@@ -124,7 +124,11 @@ pub async fn enqueue_in_slot(
     if row.get::<_, i64>(0) == 0 {
         return Err(WebhookError::Fenced { slot, epoch });
     }
-    Ok(row.get::<_, i64>(1) as u64)
+    let live = row.get::<_, i64>(2) as u64;
+    Ok(Enqueued {
+        inserted: row.get::<_, i64>(1) as u64,
+        skipped: items.len() as u64 - live,
+    })
 }
 
 /// What the dispatcher learns from one scan.

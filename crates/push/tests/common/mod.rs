@@ -103,8 +103,20 @@ impl Harness {
         (h, addr)
     }
 
-    /// An account following `wallets`, with an API key.
+    /// An account following `wallets`, with an API key; push is notified of the change.
     pub async fn account(&self, wallets: &[pmw_core::Address]) -> (i64, String) {
+        let made = self.account_unnotified(wallets).await;
+        self.db
+            .connect()
+            .await
+            .execute("SELECT pg_notify('pmw_subscriptions', '')", &[])
+            .await
+            .unwrap();
+        made
+    }
+
+    /// An account following `wallets`, with an API key, and no NOTIFY (a lost notification).
+    pub async fn account_unnotified(&self, wallets: &[pmw_core::Address]) -> (i64, String) {
         let c = self.db.connect().await;
         let now = UnixMs::now().0;
         let id: i64 = c
@@ -127,9 +139,6 @@ impl Harness {
             .await
             .unwrap();
         }
-        c.execute("SELECT pg_notify('pmw_subscriptions', '')", &[])
-            .await
-            .unwrap();
         (id, key)
     }
 

@@ -1,0 +1,7 @@
+-- What a round starts from, in one statement (one snapshot): the ingest watermark, the
+-- subscription index's version, and the reorgs recorded after this leader's last one (the
+-- newest id and the lowest common ancestor among them).
+SELECT (SELECT block_number FROM ingest_cursor WHERE id = 1),
+       (SELECT seq FROM subs_version WHERE id = 1),
+       (SELECT max(id) FROM reorgs WHERE id > $1),
+       (SELECT min(ancestor) FROM reorgs WHERE id > $1)
