@@ -191,8 +191,18 @@ pub async fn revoke_key(
             &[&prefix, &UnixMs::now().0, &account_id],
         )
         .await?;
-    row.map(|r| r.get(0))
-        .ok_or_else(|| AccountError::NoKey(prefix.into()))
+    let account: i64 = row
+        .map(|r| r.get(0))
+        .ok_or_else(|| AccountError::NoKey(prefix.into()))?;
+    // Its outstanding tickets die with it; open sessions are closed by push, woken now.
+    c.execute(
+        "DELETE FROM ws_tickets WHERE key_id = (SELECT id FROM api_keys WHERE prefix = $1)",
+        &[&prefix],
+    )
+    .await?;
+    c.execute("SELECT pg_notify('pmw_subscriptions', '')", &[])
+        .await?;
+    Ok(account)
 }
 
 /// The keys of one account, newest first.

@@ -50,6 +50,9 @@ pub async fn run_with(
     bound: Option<oneshot::Sender<SocketAddr>>,
 ) -> Result<(), ServiceError> {
     let storage = Storage::open(&cfg, SERVICE).await?;
+    publish_plans(&storage.pg, &api)
+        .await
+        .map_err(|e| ServiceError::transient(format!("cannot publish plans: {e}")))?;
     pmw_core::metrics::install();
     let listener = tokio::net::TcpListener::bind(api.api_listen)
         .await
@@ -76,6 +79,41 @@ pub async fn run_with(
         .await;
     beats.abort();
     served.map_err(|e| ServiceError::Bug(e.into()))
+}
+
+/// Publish the configured plans' session limits to `plans`, where push reads them (push does not
+/// load API settings). Plans no longer configured are removed: their accounts get the default
+/// plan, as [`ApiConfig::plan`] does.
+pub async fn publish_plans(pool: &PgPool, api: &ApiConfig) -> Result<(), pmw_core::pg::PgError> {
+    let mut c = pool.get().await?;
+    let tx = c.transaction().await?;
+    tx.execute(
+        "SELECT pg_advisory_xact_lock($1)",
+        &[&pmw_core::lock::keys::PLANS],
+    )
+    .await?;
+    let names: Vec<&str> = api.api_plans.keys().map(String::as_str).collect();
+    tx.execute("DELETE FROM plans WHERE NOT (name = ANY($1))", &[&names])
+        .await?;
+    tx.execute("UPDATE plans SET is_default = false WHERE is_default", &[])
+        .await?;
+    let now = pmw_core::UnixMs::now().0;
+    for (name, plan) in &api.api_plans {
+        tx.execute(
+            "INSERT INTO plans (name, max_ws_sessions, is_default, updated_ms) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (name) DO UPDATE SET max_ws_sessions = EXCLUDED.max_ws_sessions, \
+             is_default = EXCLUDED.is_default, updated_ms = EXCLUDED.updated_ms",
+            &[
+                name,
+                &(plan.max_ws_sessions.min(i32::MAX as u32) as i32),
+                &(*name == api.api_default_plan),
+                &now,
+            ],
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(())
 }
 
 /// Heartbeat every 5 s; also forget idle rate-limiter keys.

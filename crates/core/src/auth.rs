@@ -30,6 +30,8 @@ pub fn generate(prefix: &str) -> (String, String) {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Principal {
     pub account_id: i64,
+    /// The API key presented, or the key that issued the ticket: revoking it ends the session.
+    pub key_id: i64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -62,13 +64,14 @@ pub async fn account_for_key(pool: &PgPool, key: &str) -> Result<Principal, Auth
     let client = pool.get().await?;
     let row = client
         .query_opt(
-            "SELECT k.account_id FROM api_keys k JOIN accounts a ON a.id = k.account_id \
+            "SELECT k.account_id, k.id FROM api_keys k JOIN accounts a ON a.id = k.account_id \
              WHERE k.key_hash = $1 AND k.revoked_ms IS NULL AND a.disabled_ms IS NULL",
             &[&hash_secret(key).as_slice()],
         )
         .await?;
     row.map(|r| Principal {
         account_id: r.get(0),
+        key_id: r.get(1),
     })
     .ok_or(AuthError::Invalid)
 }
@@ -81,13 +84,17 @@ pub async fn redeem_ticket(pool: &PgPool, ticket: &str) -> Result<Principal, Aut
     let client = pool.get().await?;
     let row = client
         .query_opt(
-            "UPDATE ws_tickets SET used_ms = $2 WHERE ticket_hash = $1 AND used_ms IS NULL AND expires_ms > $2 \
-             RETURNING account_id",
+            "UPDATE ws_tickets t SET used_ms = $2 FROM api_keys k, accounts a \
+             WHERE t.ticket_hash = $1 AND t.used_ms IS NULL AND t.expires_ms > $2 \
+               AND k.id = t.key_id AND k.revoked_ms IS NULL \
+               AND a.id = t.account_id AND a.disabled_ms IS NULL \
+             RETURNING t.account_id, t.key_id",
             &[&hash_secret(ticket).as_slice(), &UnixMs::now().0],
         )
         .await?;
     row.map(|r| Principal {
         account_id: r.get(0),
+        key_id: r.get(1),
     })
     .ok_or(AuthError::Invalid)
 }

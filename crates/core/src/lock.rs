@@ -18,6 +18,8 @@ pub mod keys {
     pub const STATS: i64 = 7_002;
     /// Push leader of slot 0 (`PUSH_BASE + slot` for K slots).
     pub const PUSH_BASE: i64 = 7_100;
+    /// Transaction lock serialising API instances publishing `plans` at start.
+    pub const PLANS: i64 = 7_003;
 }
 
 /// A held writer lock. Dropping it closes the session, which releases the lock.

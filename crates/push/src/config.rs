@@ -14,6 +14,7 @@
 //! | `PMW_PUSH_WS_HEARTBEAT_MS` | `15000` | heartbeat period per session |
 //! | `PMW_PUSH_RESUME_MAX_TRADES` | `10000` | most trades replayed on `since=`; beyond, the client is told to backfill over REST |
 //! | `PMW_PUSH_READY_MAX_AGE_MS` | `15000` | `/health` is 503 when no round completed for this long |
+//! | `PMW_PUSH_STALL_EXIT_MS` | the ready max age | a leader that completes no round for this long (rounds failing, or one round hanging) exits 75 so the standby takes over |
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -47,6 +48,8 @@ pub struct PushConfig {
     pub push_resume_max_trades: u64,
     #[serde(default = "d::ready")]
     pub push_ready_max_age_ms: u64,
+    #[serde(default)]
+    pub push_stall_exit_ms: Option<u64>,
 }
 
 mod d {
@@ -105,6 +108,12 @@ impl PushConfig {
     pub fn ms(v: u64) -> Duration {
         Duration::from_millis(v)
     }
+
+    /// How long a leader may go without completing a round before it hands over.
+    pub fn stall_exit_ms(&self) -> u64 {
+        self.push_stall_exit_ms
+            .unwrap_or(self.push_ready_max_age_ms)
+    }
 }
 
 impl Validate for PushConfig {
@@ -122,6 +131,12 @@ impl Validate for PushConfig {
             return Err(ConfigError::invalid(
                 "PMW_PUSH_FALLBACK_MS",
                 "lock segment and fallback must be ≥ 10 ms",
+            ));
+        }
+        if self.stall_exit_ms() < 1_000 {
+            return Err(ConfigError::invalid(
+                "PMW_PUSH_STALL_EXIT_MS",
+                "must be ≥ 1000 ms (a round must have time to complete)",
             ));
         }
         if self.push_round_limit == 0 || self.push_ws_queue < 8 || self.push_resume_max_trades == 0

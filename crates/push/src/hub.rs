@@ -36,6 +36,7 @@ pub type CloseCode = Arc<std::sync::atomic::AtomicU16>;
 
 struct Session {
     account_id: i64,
+    key_id: i64,
     wallets: Vec<String>,
     /// `subs_version` of `wallets`.
     version: i64,
@@ -94,9 +95,16 @@ pub struct Hub {
     pub stats: Arc<HubStats>,
 }
 
-/// A session as it registers: its account, the wallets it follows and their version.
+/// Refused: the account already has its plan's number of sessions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TooMany(pub u32);
+
+/// A session as it registers: its account and key, the wallets it follows and their version,
+/// and its plan's limit of concurrent sessions.
 pub struct Registration {
     pub account_id: i64,
+    pub key_id: i64,
+    pub max_sessions: Option<u32>,
     pub wallets: Vec<String>,
     pub version: i64,
     pub tx: mpsc::Sender<Frame>,
@@ -111,14 +119,22 @@ impl Hub {
     }
 
     /// Register a session; returns its id and the cursor up to which trades were already
-    /// dispatched (everything after it, of the session's wallets, will be queued to it).
-    pub fn register(&self, r: Registration) -> (u64, Cursor) {
+    /// dispatched (everything after it, of the session's wallets, will be queued to it), or the
+    /// account's limit when it already has that many sessions.
+    pub fn register(&self, r: Registration) -> Result<(u64, Cursor), TooMany> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut inner = self.inner.lock().expect("hub lock");
+        if let Some(max) = r.max_sessions {
+            let open = inner.by_account.get(&r.account_id).map_or(0, Vec::len);
+            if open >= max as usize {
+                return Err(TooMany(max));
+            }
+        }
         inner.sessions.insert(
             id,
             Session {
                 account_id: r.account_id,
+                key_id: r.key_id,
                 wallets: r.wallets,
                 version: r.version,
                 tx: r.tx,
@@ -126,7 +142,7 @@ impl Hub {
             },
         );
         inner.link(id);
-        (id, inner.dispatched)
+        Ok((id, inner.dispatched))
     }
 
     pub fn unregister(&self, id: u64) {
@@ -134,8 +150,9 @@ impl Hub {
     }
 
     /// Give every session the wallets `idx` says its account follows, unless the session's own
-    /// set is newer than `idx`.
-    pub fn apply(&self, idx: &Index) {
+    /// set is newer than `idx`; close (1008) the sessions whose key `idx` no longer lists
+    /// (revoked, or the account disabled). Returns how many were closed.
+    pub fn apply(&self, idx: &Index) -> usize {
         let mut inner = self.inner.lock().expect("hub lock");
         let stale: Vec<u64> = inner
             .sessions
@@ -143,10 +160,23 @@ impl Hub {
             .filter(|(_, s)| s.version < idx.version)
             .map(|(id, _)| *id)
             .collect();
+        let mut revoked = 0;
         for id in stale {
             let Some(mut s) = inner.unlink(id) else {
                 continue;
             };
+            if !idx.live_keys.contains(&s.key_id) {
+                // Dropping the sender ends the writer, which closes with this code.
+                s.close.store(1008, Ordering::SeqCst);
+                revoked += 1;
+                tracing::info!(
+                    session = id,
+                    account = s.account_id,
+                    key = s.key_id,
+                    "session closed: key revoked or account disabled"
+                );
+                continue;
+            }
             s.wallets = idx
                 .wallets_by_account
                 .get(&s.account_id)
@@ -156,6 +186,7 @@ impl Hub {
             inner.sessions.insert(id, s);
             inner.link(id);
         }
+        revoked
     }
 
     /// Whether any session follows `wallet`.
@@ -263,16 +294,28 @@ mod tests {
         })
     }
 
-    fn session(hub: &Hub, wallets: &[&str], version: i64) -> mpsc::Receiver<Frame> {
+    fn register(
+        hub: &Hub,
+        wallets: &[&str],
+        version: i64,
+        max_sessions: Option<u32>,
+    ) -> Result<(mpsc::Receiver<Frame>, CloseCode), TooMany> {
         let (tx, rx) = mpsc::channel(16);
+        let close = Arc::new(AtomicU16::new(1013));
         hub.register(Registration {
             account_id: 7,
+            key_id: 70,
+            max_sessions,
             wallets: wallets.iter().map(|w| w.to_string()).collect(),
             version,
             tx,
-            close: Arc::new(AtomicU16::new(1013)),
-        });
-        rx
+            close: close.clone(),
+        })?;
+        Ok((rx, close))
+    }
+
+    fn session(hub: &Hub, wallets: &[&str], version: i64) -> mpsc::Receiver<Frame> {
+        register(hub, wallets, version, None).unwrap().0
     }
 
     fn drain(rx: &mut mpsc::Receiver<Frame>) -> Vec<u32> {
@@ -288,6 +331,7 @@ mod tests {
         // An index read before the session subscribed to 0xb.
         let mut old = Index {
             version: 4,
+            live_keys: [70].into(),
             ..Index::default()
         };
         old.wallets_by_account.insert(7, vec!["0xa".into()]);
@@ -300,6 +344,7 @@ mod tests {
         // A newer index that removed 0xa: the session stops getting it.
         let mut new = Index {
             version: 6,
+            live_keys: [70].into(),
             ..Index::default()
         };
         new.wallets_by_account.insert(7, vec!["0xb".into()]);
@@ -307,5 +352,37 @@ mod tests {
         hub.dispatch(&[item("0xa", 4), item("0xb", 5)], Cursor::default());
         assert_eq!(drain(&mut rx), vec![5]);
         assert!(!hub.follows("0xa") && hub.follows("0xb"));
+    }
+
+    #[test]
+    fn the_plan_limit_refuses_one_more_session_and_a_revoked_key_closes_with_1008() {
+        let hub = Hub::new(Cursor::default());
+        let (_a, _) = register(&hub, &["0xa"], 1, Some(2)).unwrap();
+        let (mut b, close_b) = register(&hub, &["0xa"], 1, Some(2)).unwrap();
+        assert_eq!(register(&hub, &["0xa"], 1, Some(2)).err(), Some(TooMany(2)));
+        // An index older than the sessions changes nothing, even without their key.
+        assert_eq!(
+            hub.apply(&Index {
+                version: 1,
+                ..Index::default()
+            }),
+            0
+        );
+        assert_eq!(hub.sessions_of(7), 2);
+        // A newer index without the key closes both, with 1008, and frees the slots.
+        assert_eq!(
+            hub.apply(&Index {
+                version: 2,
+                ..Index::default()
+            }),
+            2
+        );
+        assert_eq!(close_b.load(Ordering::SeqCst), 1008);
+        assert!(matches!(
+            b.try_recv(),
+            Err(mpsc::error::TryRecvError::Disconnected)
+        ));
+        assert_eq!(hub.sessions_of(7), 0);
+        assert!(register(&hub, &["0xa"], 3, Some(2)).is_ok());
     }
 }

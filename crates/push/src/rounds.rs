@@ -117,10 +117,11 @@ impl Rounds {
         let state = client
             .query_one(include_str!("sql/round_state.sql"), &[&self.reorg_id])
             .await?;
+        // The index first: revocations and unsubscribes apply even before the first block.
+        let idx = self.index(state.get(1)).await?;
         let Some(wm) = state.get::<_, Option<i64>>(0).map(|b| b as u64) else {
             return Ok(RoundOutcome::default());
         };
-        let idx = self.index(state.get(1)).await?;
         self.hub.set_head(wm);
 
         // Reorgs first: retract what was delivered from orphaned blocks, rewind to the ancestor.

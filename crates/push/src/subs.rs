@@ -3,7 +3,7 @@
 //! the one it reads beside the watermark and reloads when they differ, so a lost NOTIFY never
 //! leaves the index stale (it once stayed stale for as long as blocks kept arriving).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use pmw_core::pg::{PgError, PgPool};
@@ -23,6 +23,8 @@ pub struct Index {
     pub wallets_by_account: HashMap<i64, Vec<String>>,
     /// Account → enabled webhook endpoint ids.
     pub endpoints_by_account: HashMap<i64, Vec<i64>>,
+    /// API keys that may hold a session: not revoked, account enabled.
+    pub live_keys: HashSet<i64>,
 }
 
 /// Shared, swappable index.
@@ -68,6 +70,12 @@ impl Subscriptions {
         {
             idx.endpoints_by_account.entry(r.get(0)).or_default().push(r.get(1));
         }
+        idx.live_keys = tx
+            .query("SELECT k.id FROM api_keys k JOIN accounts a ON a.id = k.account_id WHERE k.revoked_ms IS NULL AND a.disabled_ms IS NULL", &[])
+            .await?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
         tx.commit().await?;
         let idx = Arc::new(idx);
         tracing::info!(
@@ -86,28 +94,29 @@ impl Subscriptions {
     }
 }
 
-/// One account's followed wallets and the `subs_version` they were read at, straight from
-/// Postgres (one statement, one snapshot): what a WebSocket session starts with, fresher than
-/// any index a round may still be using.
-pub async fn account_wallets(
-    pool: &PgPool,
-    account_id: i64,
-) -> Result<(i64, Vec<String>), PgError> {
+/// What a WebSocket session starts with, straight from Postgres in one statement (one
+/// snapshot): the account's followed wallets with the `subs_version` they were read at (fresher
+/// than any index a round may still use), and its plan's session limit (`None`: no plans
+/// published yet, no limit).
+#[derive(Debug, Clone)]
+pub struct Grant {
+    pub version: i64,
+    pub wallets: Vec<String>,
+    pub max_sessions: Option<u32>,
+}
+
+pub async fn grant(pool: &PgPool, account_id: i64) -> Result<Grant, PgError> {
     let client = pool.get().await?;
     let row = client
-        .query_one(
-            "SELECT (SELECT seq FROM subs_version WHERE id = 1), \
-                    ARRAY(SELECT s.wallet FROM subscriptions s JOIN accounts a ON a.id = s.account_id \
-                          WHERE s.account_id = $1 AND a.disabled_ms IS NULL ORDER BY s.wallet)",
-            &[&account_id],
-        )
+        .query_one(include_str!("sql/session_grant.sql"), &[&account_id])
         .await?;
     let wallets: Vec<Vec<u8>> = row.get(1);
-    Ok((
-        row.get(0),
-        wallets
+    Ok(Grant {
+        version: row.get(0),
+        wallets: wallets
             .iter()
             .map(|w| format!("0x{}", hex::encode(w)))
             .collect(),
-    ))
+        max_sessions: row.get::<_, Option<i32>>(2).map(|n| n.max(0) as u32),
+    })
 }

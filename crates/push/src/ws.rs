@@ -18,7 +18,7 @@ use pmw_core::{Cursor, UnixMs};
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use crate::hub::{Item, Registration};
+use crate::hub::{Item, Registration, TooMany};
 use crate::{payload, subs, AppState};
 
 const SEND_TIMEOUT: Duration = Duration::from_secs(10);
@@ -60,8 +60,8 @@ async fn session(
     who: Result<Principal, auth::AuthError>,
     since: Option<Result<Cursor, pmw_core::types::CursorError>>,
 ) {
-    let account = match who {
-        Ok(p) => p.account_id,
+    let who = match who {
+        Ok(p) => p,
         Err(auth::AuthError::Store(e)) => {
             tracing::warn!(error = %e, "ws auth unavailable");
             return close(&mut socket, 1013, "try again later").await;
@@ -73,23 +73,34 @@ async fn session(
         Some(Ok(c)) => Some(c),
         Some(Err(e)) => return close(&mut socket, 1008, &format!("invalid since: {e}")).await,
     };
+    let account = who.account_id;
     // The wallets this session follows, read now: fresher than any index a round may still use.
-    let (version, wallets) = match subs::account_wallets(&st.pool, account).await {
-        Ok(w) => w,
+    let grant = match subs::grant(&st.pool, account).await {
+        Ok(g) => g,
         Err(e) => {
             tracing::warn!(error = %e, "ws subscriptions unavailable");
             return close(&mut socket, 1013, "try again later").await;
         }
     };
+    let wallets = grant.wallets.clone();
     let (tx, mut rx) = mpsc::channel::<Arc<Item>>(st.cfg.push_ws_queue);
     let code = Arc::new(AtomicU16::new(1013));
-    let (id, dispatched) = st.hub.register(Registration {
+    let registered = st.hub.register(Registration {
         account_id: account,
-        wallets: wallets.clone(),
-        version,
+        key_id: who.key_id,
+        max_sessions: grant.max_sessions,
+        wallets: grant.wallets,
+        version: grant.version,
         tx,
         close: code.clone(),
     });
+    let (id, dispatched) = match registered {
+        Ok(r) => r,
+        Err(TooMany(max)) => {
+            let reason = format!("session limit reached: the plan allows {max} WebSocket sessions");
+            return close(&mut socket, 1008, &reason).await;
+        }
+    };
     let outcome = stream(
         &st,
         &mut socket,
@@ -104,10 +115,10 @@ async fn session(
     match outcome {
         Ok(()) => {
             let c = code.load(Ordering::SeqCst);
-            let reason = if c == 1012 {
-                "service restart"
-            } else {
-                "slow consumer: resume with since"
+            let reason = match c {
+                1012 => "service restart",
+                1008 => "credentials revoked or account disabled",
+                _ => "slow consumer: resume with since",
             };
             close(&mut socket, c, reason).await;
         }

@@ -3,6 +3,8 @@
 //! PUSH_WORKER=0), slow consumers, a killed LISTEN session.
 
 mod common;
+#[path = "push/liveness.rs"]
+mod liveness;
 
 use std::time::Duration;
 

@@ -1,5 +1,6 @@
 //! A TCP proxy a test can break: put it between a service and a real server (e.g. live and
-//! anvil's WebSocket), then cut every open connection and refuse new ones for a while.
+//! anvil's WebSocket), then cut every open connection and refuse new ones for a while, or freeze
+//! it (connections are accepted and never answered: a hung server).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -18,6 +19,7 @@ pub struct TcpProxy {
 struct State {
     generation: Mutex<CancellationToken>,
     refusing: AtomicBool,
+    frozen: AtomicBool,
     accepted: AtomicU64,
 }
 
@@ -28,6 +30,7 @@ impl TcpProxy {
         let state = Arc::new(State {
             generation: Mutex::new(CancellationToken::new()),
             refusing: AtomicBool::new(false),
+            frozen: AtomicBool::new(false),
             accepted: AtomicU64::new(0),
         });
         let stop = CancellationToken::new();
@@ -44,6 +47,14 @@ impl TcpProxy {
                 }
                 st.accepted.fetch_add(1, Ordering::SeqCst);
                 let cut = st.generation.lock().unwrap().clone();
+                if st.frozen.load(Ordering::SeqCst) {
+                    // Hold the connection open, unanswered, until the next cut or thaw.
+                    tokio::spawn(async move {
+                        cut.cancelled().await;
+                        drop(inbound);
+                    });
+                    continue;
+                }
                 tokio::spawn(async move {
                     let Ok(mut outbound) = TcpStream::connect(target).await else {
                         return;
@@ -61,14 +72,30 @@ impl TcpProxy {
     /// Close every open connection now; new ones are refused until [`TcpProxy::restore`].
     pub fn cut(&self) {
         self.state.refusing.store(true, Ordering::SeqCst);
-        let mut g = self.state.generation.lock().unwrap();
-        g.cancel();
-        *g = CancellationToken::new();
+        self.new_generation();
     }
 
     /// Accept connections again.
     pub fn restore(&self) {
         self.state.refusing.store(false, Ordering::SeqCst);
+    }
+
+    /// A hung server: close every open connection, then accept new ones and never answer them.
+    pub fn freeze(&self) {
+        self.state.frozen.store(true, Ordering::SeqCst);
+        self.new_generation();
+    }
+
+    /// Forward again; connections held while frozen are closed.
+    pub fn thaw(&self) {
+        self.state.frozen.store(false, Ordering::SeqCst);
+        self.new_generation();
+    }
+
+    fn new_generation(&self) {
+        let mut g = self.state.generation.lock().unwrap();
+        g.cancel();
+        *g = CancellationToken::new();
     }
 
     /// Connections accepted (and forwarded) so far.

@@ -189,10 +189,11 @@ pub async fn ws_ticket(
     }
     let (ticket, _) = auth::generate(TICKET_PREFIX);
     tx.execute(
-        "INSERT INTO ws_tickets (ticket_hash, account_id, expires_ms) VALUES ($1, $2, $3)",
+        "INSERT INTO ws_tickets (ticket_hash, account_id, key_id, expires_ms) VALUES ($1, $2, $3, $4)",
         &[
             &auth::hash_secret(&ticket).as_slice(),
             &who.account_id,
+            &who.key_id,
             &expires_ms,
         ],
     )

@@ -1,0 +1,219 @@
+//! The leader's round loop: wake on a NOTIFY (or after the fallback period), run rounds, back off
+//! on errors, hand over (exit 75) when no round completes for the stall limit, and stop within
+//! the round deadline on shutdown in every state (idle, catching up, failing, mid-round).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use pmw_core::heartbeat::Heartbeat;
+use pmw_core::pg::{self, Session};
+use pmw_core::{CoreConfig, ServiceError, UnixMs};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::hub::Hub;
+use crate::rounds::{RoundError, Rounds};
+use crate::subs::CHANGES_CHANNEL;
+use crate::{webhook, Health, PushConfig, BLOCKS_CHANNEL};
+
+/// How the loop ended without an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stopped {
+    /// Shutdown, with no round in flight: release the lock.
+    Graceful,
+    /// Shutdown, and the round in flight outlived the deadline: exit with the lock held.
+    DeadlinePassed,
+}
+
+pub(crate) struct Driver<'a> {
+    pub cfg: &'a CoreConfig,
+    pub push: &'a PushConfig,
+    pub shutdown: &'a CancellationToken,
+    /// Cancelled when the lock session is gone.
+    pub lost: CancellationToken,
+    /// `None` in the benchmark's legacy polling mode.
+    pub listen: Option<Session>,
+    pub rounds: Rounds,
+    pub hub: Hub,
+    pub health: Arc<Health>,
+    pub heartbeat: &'a Heartbeat,
+    pub dispatcher: &'a mut webhook::Dispatcher,
+    /// When the lost listen session may be reopened next, and the backoff after that.
+    pub relisten_at: Instant,
+    pub relisten_wait: Duration,
+}
+
+impl Driver<'_> {
+    pub(crate) async fn run(mut self) -> Result<Stopped, ServiceError> {
+        let push = self.push;
+        let fallback = PushConfig::ms(push.push_legacy_poll_ms.unwrap_or(push.push_fallback_ms));
+        let deadline = PushConfig::ms(push.push_round_deadline_ms);
+        let stall = PushConfig::ms(push.stall_exit_ms());
+        let epoch = self.rounds.epoch;
+        // Taking the lead counts as progress: a leader that never completes a round hands over.
+        let mut progress = Instant::now();
+        let mut backoff = Duration::from_millis(100);
+        let mut last_beat = 0i64;
+        let mut run_now = true; // catch up from the cursor at once
+        loop {
+            if self.shutdown.is_cancelled() {
+                return Ok(Stopped::Graceful);
+            }
+            if !run_now {
+                self.wait(fallback, progress + stall).await?;
+                if self.shutdown.is_cancelled() {
+                    return Ok(Stopped::Graceful);
+                }
+            }
+            let outcome = {
+                let mut round = std::pin::pin!(self.rounds.round());
+                tokio::select! {
+                    r = &mut round => r,
+                    _ = self.shutdown.cancelled() => match tokio::time::timeout(deadline, &mut round).await {
+                        Ok(r) => r,
+                        Err(_) => {
+                            tracing::error!(deadline_ms = deadline.as_millis() as u64, "round deadline passed on shutdown; exiting with the lock held");
+                            return Ok(Stopped::DeadlinePassed);
+                        }
+                    },
+                    _ = self.lost.cancelled() => return Err(ServiceError::transient("push lock session lost")),
+                    _ = tokio::time::sleep_until(progress + stall) => return Err(stalled(stall, "a round is still running")),
+                }
+            };
+            match outcome {
+                Ok(o) => {
+                    progress = Instant::now();
+                    backoff = Duration::from_millis(100);
+                    self.health.rounds.fetch_add(1, Ordering::Relaxed);
+                    self.health
+                        .last_round_ms
+                        .store(UnixMs::now().0, Ordering::Relaxed);
+                    self.health
+                        .webhooks_skipped
+                        .fetch_add(o.webhooks_skipped, Ordering::Relaxed);
+                    if o.trades + o.retracted > 0 {
+                        self.dispatcher.wake();
+                        tracing::debug!(trades = o.trades, retracted = o.retracted, frames = o.frames, webhooks = o.webhooks, cursor = %self.rounds.cursor, "round");
+                    }
+                    run_now = o.more;
+                }
+                Err(RoundError::Fenced) => {
+                    tracing::error!(epoch, "deposed: a newer leader bumped the epoch");
+                    return Err(ServiceError::transient("push epoch superseded"));
+                }
+                Err(e) => {
+                    self.health.errors.fetch_add(1, Ordering::Relaxed);
+                    *self.health.last_error.lock().expect("health lock") = Some(e.to_string());
+                    if progress.elapsed() >= stall {
+                        return Err(stalled(stall, &e.to_string()));
+                    }
+                    tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "push round failed");
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff) => {}
+                        _ = self.shutdown.cancelled() => return Ok(Stopped::Graceful),
+                        _ = self.lost.cancelled() => return Err(ServiceError::transient("push lock session lost")),
+                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    run_now = true;
+                }
+            }
+            let now = UnixMs::now().0;
+            if now - last_beat >= 1_000 {
+                last_beat = now;
+                self.beat(epoch).await;
+            }
+        }
+    }
+
+    /// Sleep until a NOTIFY, the fallback period or the stall limit; watch the lock session, the
+    /// listen session and the webhook dispatcher meanwhile. A lost listen session is dropped
+    /// (rounds then run every fallback period) and reconnected between rounds, with backoff.
+    async fn wait(&mut self, fallback: Duration, stall_at: Instant) -> Result<(), ServiceError> {
+        if self.listen.is_none() && self.push.push_legacy_poll_ms.is_none() {
+            self.relisten().await;
+        }
+        let listen_lost = self.listen.as_ref().map(Session::lost);
+        tokio::select! {
+            biased;
+            _ = self.shutdown.cancelled() => {}
+            _ = self.lost.cancelled() => return Err(ServiceError::transient("push lock session lost")),
+            r = self.dispatcher.wait() => {
+                let why = match r { Ok(()) => "stopped".to_string(), Err(e) => e.to_string() };
+                return Err(ServiceError::transient(format!("webhook dispatcher ended while leading: {why}")));
+            }
+            _ = async { match &listen_lost { Some(t) => t.cancelled().await, None => std::future::pending().await } } => {
+                tracing::warn!("block listener lost; polling every fallback period until it is back");
+                self.listen = None;
+                self.relisten_at = Instant::now();
+            }
+            // A block or a subscription change: run a round (it reloads the index when the
+            // version it reads beside the watermark moved). Coalesce whatever else is queued.
+            _ = async { match self.listen.as_mut() { Some(s) => s.notifications.recv().await, None => std::future::pending().await } } => {
+                if let Some(s) = self.listen.as_mut() {
+                    while s.notifications.try_recv().is_ok() {}
+                }
+            }
+            _ = tokio::time::sleep(fallback) => {}
+            _ = tokio::time::sleep_until(stall_at) => {}
+        }
+        Ok(())
+    }
+
+    /// One attempt to reopen the listen session, when its backoff allows.
+    async fn relisten(&mut self) {
+        if Instant::now() < self.relisten_at {
+            return;
+        }
+        match listen_session(self.cfg).await {
+            Ok(s) => {
+                tracing::info!("block listener reconnected");
+                self.listen = Some(s);
+                self.relisten_wait = Duration::from_millis(100);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, retry_in_ms = self.relisten_wait.as_millis() as u64, "block listener reconnect failed");
+                self.relisten_at = Instant::now() + self.relisten_wait;
+                self.relisten_wait = (self.relisten_wait * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+
+    async fn beat(&self, epoch: i64) {
+        let h = &self.health;
+        let state = serde_json::json!({
+            "role": "leader", "epoch": epoch, "cursor": self.rounds.cursor.to_string(),
+            "last_round_ms": h.last_round_ms.load(Ordering::Relaxed),
+            "errors": h.errors.load(Ordering::Relaxed), "sessions": self.hub.sessions(),
+            "listener": if self.listen.is_some() { "listen" } else { "poll" },
+        });
+        if let Err(e) = self.heartbeat.beat(&state).await {
+            tracing::warn!(error = %e, "heartbeat failed");
+        }
+    }
+}
+
+fn stalled(stall: Duration, why: &str) -> ServiceError {
+    tracing::error!(
+        stall_ms = stall.as_millis() as u64,
+        last = why,
+        "no round completed within the stall limit; handing over"
+    );
+    ServiceError::transient(format!(
+        "no push round completed for {} ms ({why}); handing over to the standby",
+        stall.as_millis()
+    ))
+}
+
+pub(crate) async fn listen_session(cfg: &CoreConfig) -> Result<Session, ServiceError> {
+    let s = pg::dedicated(cfg, "pmw-push:listen")
+        .await
+        .map_err(|e| ServiceError::transient(format!("cannot open the listen session: {e}")))?;
+    s.client
+        .batch_execute(&format!(
+            "LISTEN {BLOCKS_CHANNEL}; LISTEN {CHANGES_CHANNEL}"
+        ))
+        .await
+        .map_err(|e| ServiceError::transient(format!("LISTEN failed: {e}")))?;
+    Ok(s)
+}

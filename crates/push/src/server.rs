@@ -1,0 +1,68 @@
+//! The leader's HTTP side on the push port: `/v1/ws` (sessions) and `/health` (200 only while
+//! the last round is fresh), with small kernel send buffers per connection.
+
+use std::sync::atomic::Ordering;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::{Json, Router};
+use pmw_core::UnixMs;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::{ws, AppState};
+
+/// Kernel send buffer per WebSocket connection.
+const SEND_BUFFER: usize = 32 * 1024;
+
+/// Serve until `stop` (graceful: no new connections, open ones end with their sessions).
+pub(crate) fn spawn(
+    listener: TcpListener,
+    state: AppState,
+    stop: CancellationToken,
+) -> JoinHandle<std::io::Result<()>> {
+    let app = Router::new()
+        .route("/v1/ws", get(ws::upgrade))
+        .route("/health", get(health))
+        .with_state(state);
+    // Small kernel send buffers per connection: a slow consumer fills its bounded queue (and is
+    // closed) instead of hiding megabytes in the socket; NODELAY for frame latency.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
+        let _ = tcp.set_nodelay(true);
+        let _ = socket2::SockRef::from(&*tcp).set_send_buffer_size(SEND_BUFFER);
+    });
+    tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move { stop.cancelled().await })
+            .await
+    })
+}
+
+async fn health(State(st): State<AppState>) -> impl IntoResponse {
+    let last = st.health.last_round_ms.load(Ordering::Relaxed);
+    let age = UnixMs::now().0 - last;
+    let ready = last > 0 && age <= st.cfg.push_ready_max_age_ms as i64;
+    let body = Json(serde_json::json!({
+        "role": "leader",
+        "epoch": st.epoch,
+        "ready": ready,
+        "last_round_ms": last,
+        "rounds": st.health.rounds.load(Ordering::Relaxed),
+        "errors": st.health.errors.load(Ordering::Relaxed),
+        "last_error": st.health.last_error.lock().expect("health lock").clone(),
+        "webhooks_skipped": st.health.webhooks_skipped.load(Ordering::Relaxed),
+        "sessions": st.hub.sessions(),
+        "latency_rows_lost": st.recorder.lost(),
+    }));
+    (
+        if ready {
+            StatusCode::OK
+        } else {
+            StatusCode::SERVICE_UNAVAILABLE
+        },
+        body,
+    )
+}

@@ -1,0 +1,318 @@
+//! No one stalls anyone (issue 12): one account's churn never fails a round for the others, a
+//! leader that cannot complete rounds hands over (exit 75), SIGTERM finishes in every state,
+//! session limits hold, and revocation closes what it covered.
+
+use std::time::{Duration, Instant};
+
+use pmw_core::{Cursor, ServiceError, UnixMs};
+use pmw_push::PushConfig;
+use pmw_sim::demo_wallets;
+use pmw_testkit::TcpProxy;
+
+use super::common::{connect, first_of, Harness};
+use super::WITHIN;
+
+const SECRET: &str = "whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0";
+
+async fn endpoint(h: &Harness, account: i64) -> i64 {
+    let now = UnixMs::now().0;
+    h.db.connect()
+        .await
+        .query_one(
+            "INSERT INTO webhook_endpoints (account_id, url, secret, created_ms, updated_ms) \
+             VALUES ($1, 'http://127.0.0.1:9/hook', $2, $3, $3) RETURNING id",
+            &[&account, &SECRET, &now],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// The churn stall: an endpoint deleted while the leader's index still lists it made every
+/// round fail on the foreign key, for every account, forever. The trigger that versions the
+/// index is switched off here so the index stays stale on purpose: the delivery to the vanished
+/// endpoint must be skipped (and counted) and everyone else served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_deleted_behind_the_index_is_skipped_and_others_are_served() {
+    let h = Harness::new().await;
+    let wallets = demo_wallets(6);
+    let (watched, key) = h.account(&wallets).await;
+    let mine = endpoint(&h, watched).await;
+    let (churner, _) = h.account(&wallets).await;
+    let doomed = endpoint(&h, churner).await;
+    let (push, addr) = h.leader("push-a").await;
+    let mut c = connect(addr, &key, None).await;
+    let start: Cursor = first_of(&mut c, "hello").await["cursor"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // The index now holds `doomed`; delete it without moving the version.
+    let pg = h.db.connect().await;
+    pg.batch_execute(&format!(
+        "ALTER TABLE webhook_endpoints DISABLE TRIGGER webhook_endpoints_bump_subs_version; \
+         DELETE FROM webhook_endpoints WHERE id = {doomed}"
+    ))
+    .await
+    .unwrap();
+    h.sim.run_matches(6).await.unwrap();
+    h.wait_pushed(WITHIN).await;
+    let health: serde_json::Value = reqwest::get(format!("http://{addr}/health"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    push.stop().await.unwrap();
+    let owed = h.expected(&wallets, start);
+    assert!(!owed.is_empty());
+    assert_eq!(c.done.await.unwrap().trades, owed, "the watched session");
+    let enqueued: i64 = pg
+        .query_one(
+            "SELECT count(*) FROM webhook_deliveries WHERE endpoint_id = $1 AND kind = 'trade'",
+            &[&mine],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(enqueued as usize, owed.len(), "the watched endpoint");
+    println!("health after the churn: {health}");
+    assert!(
+        health["webhooks_skipped"].as_u64().unwrap() >= owed.len() as u64,
+        "deliveries to the vanished endpoint are counted as skipped: {health}"
+    );
+}
+
+/// A leader whose ClickHouse hangs (a proxy that accepts and never answers) completes no round:
+/// it must hand over by exiting 75 within the stall limit, not hold the lock forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_rounds_hang_exits_75_to_hand_over() {
+    let h = Harness::new().await;
+    let ch = TcpProxy::start(ch_addr(&h)).await;
+    let mut core = h.core();
+    core.instance = Some("push-a".into());
+    core.clickhouse_url = format!("http://{}", ch.addr);
+    let push = PushConfig {
+        push_stall_exit_ms: Some(3_000),
+        ..h.push_config()
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let handle = pmw_testkit::ServiceHandle::spawn(move |stop| {
+        pmw_push::run_with(core, push, hooks(), stop, Some(tx))
+    });
+    tokio::time::timeout(WITHIN, rx).await.unwrap().unwrap();
+    h.sim.run_matches(1).await.unwrap();
+    h.wait_pushed(WITHIN).await;
+    ch.freeze();
+    let frozen = Instant::now();
+    h.sim.run_matches(2).await.unwrap();
+    let out = tokio::time::timeout(WITHIN, handle.join())
+        .await
+        .expect("the stalled leader exits by itself");
+    println!(
+        "leader with a hung clickhouse exited after {} ms: {out:?}",
+        frozen.elapsed().as_millis()
+    );
+    assert!(
+        matches!(&out, Err(e @ ServiceError::Transient(_)) if e.exit_code() == 75),
+        "exit 75 (hand over): {out:?}"
+    );
+}
+
+/// SIGTERM while every round fails (ClickHouse refuses connections): the old loop retried the
+/// round forever after shutdown; it must stop at once and release the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_while_rounds_fail_stops_and_releases_the_lock() {
+    let h = Harness::new().await;
+    let ch = TcpProxy::start(ch_addr(&h)).await;
+    let mut core = h.core();
+    core.instance = Some("push-a".into());
+    core.clickhouse_url = format!("http://{}", ch.addr);
+    let push = PushConfig {
+        push_round_deadline_ms: 2_000,
+        push_stall_exit_ms: Some(600_000),
+        ..h.push_config()
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let handle = pmw_testkit::ServiceHandle::spawn(move |stop| {
+        pmw_push::run_with(core, push, hooks(), stop, Some(tx))
+    });
+    tokio::time::timeout(WITHIN, rx).await.unwrap().unwrap();
+    ch.cut();
+    h.sim.run_matches(2).await.unwrap();
+    // Let several rounds fail.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let asked = Instant::now();
+    let out = tokio::time::timeout(Duration::from_secs(30), handle.stop())
+        .await
+        .expect("SIGTERM ends the leader while its rounds fail");
+    println!(
+        "stop while rounds fail took {} ms: {out:?}",
+        asked.elapsed().as_millis()
+    );
+    assert!(out.is_ok(), "{out:?}");
+    // The lock is free: a second leader takes over.
+    let (_b, _) = h.leader("push-b").await;
+}
+
+fn ch_addr(h: &Harness) -> std::net::SocketAddr {
+    let url = url::Url::parse(&h.db.cfg.clickhouse_url).unwrap();
+    format!(
+        "{}:{}",
+        url.host_str().unwrap(),
+        url.port_or_known_default().unwrap()
+    )
+    .parse()
+    .unwrap()
+}
+
+fn hooks() -> pmw_push::webhook::WebhookConfig {
+    pmw_push::webhook::WebhookConfig {
+        allow_private_destinations: true,
+        ..pmw_push::webhook::WebhookConfig::default()
+    }
+}
+
+/// The plan's `max_ws_sessions` caps concurrent sessions (1008 with the reason); a closed one
+/// frees its slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_plan_caps_concurrent_sessions() {
+    let h = Harness::new().await;
+    let pg = h.db.connect().await;
+    pg.execute(
+        "INSERT INTO plans (name, max_ws_sessions, is_default, updated_ms) VALUES ('pro', 2, true, 0)",
+        &[],
+    )
+    .await
+    .unwrap();
+    let (_, key) = h.account(&demo_wallets(2)).await;
+    let (push, addr) = h.leader("push-a").await;
+    let mut a = connect(addr, &key, None).await;
+    first_of(&mut a, "hello").await;
+    let mut b = connect(addr, &key, None).await;
+    first_of(&mut b, "hello").await;
+    let third = connect(addr, &key, None).await.done.await.unwrap();
+    assert_eq!(third.close_code, Some(1008), "{third:?}");
+    b.done.abort();
+    drop(b.events);
+    // The slot is freed once the server sees the close.
+    let deadline = Instant::now() + WITHIN;
+    loop {
+        let mut c = connect(addr, &key, None).await;
+        let v = tokio::time::timeout(Duration::from_secs(10), c.events.recv()).await;
+        if matches!(&v, Ok(Some(f)) if f["type"] == "hello") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the closed session's slot was never freed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    push.stop().await.unwrap();
+}
+
+/// Revoking a key closes its open sessions (1008) and kills its outstanding tickets; disabling
+/// an account closes every session of it; removing a subscription stops that wallet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revocation_closes_sessions_and_tickets_and_unsubscribing_stops_a_wallet() {
+    let h = Harness::new().await;
+    let wallets = demo_wallets(6);
+    let (account, key) = h.account(&wallets[..2]).await;
+    let (other, other_key) = h.account(&wallets[..2]).await;
+    let pg = h.db.connect().await;
+    let key_id: i64 = pg
+        .query_one("SELECT id FROM api_keys WHERE account_id = $1", &[&account])
+        .await
+        .unwrap()
+        .get(0);
+    let (ticket, _) = pmw_core::auth::generate(pmw_core::auth::TICKET_PREFIX);
+    pg.execute(
+        "INSERT INTO ws_tickets (ticket_hash, account_id, key_id, expires_ms) VALUES ($1, $2, $3, $4)",
+        &[&pmw_core::auth::hash_secret(&ticket).as_slice(), &account, &key_id, &(UnixMs::now().0 + 600_000)],
+    )
+    .await
+    .unwrap();
+    let (push, addr) = h.leader("push-a").await;
+    let mut by_key = connect(addr, &key, None).await;
+    first_of(&mut by_key, "hello").await;
+    let mut watched = connect(addr, &other_key, None).await;
+    let start: Cursor = first_of(&mut watched, "hello").await["cursor"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+
+    // Revoke (as the API does: the row, then a NOTIFY).
+    let revoked_at = Instant::now();
+    pg.batch_execute(&format!(
+        "UPDATE api_keys SET revoked_ms = 1 WHERE id = {key_id}; SELECT pg_notify('pmw_subscriptions', '')"
+    ))
+    .await
+    .unwrap();
+    let seen = tokio::time::timeout(WITHIN, by_key.done)
+        .await
+        .expect("the revoked key's session is closed")
+        .unwrap();
+    println!(
+        "revoked key's session closed after {} ms",
+        revoked_at.elapsed().as_millis()
+    );
+    assert_eq!(seen.close_code, Some(1008), "{seen:?}");
+    let url = format!("ws://{addr}/v1/ws?ticket={ticket}");
+    let by_ticket = super::common::connect_url(&url, None)
+        .await
+        .done
+        .await
+        .unwrap();
+    assert_eq!(
+        by_ticket.close_code,
+        Some(1008),
+        "a ticket issued by the revoked key is dead: {by_ticket:?}"
+    );
+
+    // Unsubscribe `other` from wallets[1]: trades of wallets[0] only from then on.
+    h.sim.run_matches(3).await.unwrap();
+    h.wait_pushed(WITHIN).await;
+    let cut: Cursor = Cursor {
+        block: h.sim.rpc().latest_block().await.unwrap().number.0,
+        log_index: pmw_core::types::cursor::MAX_LOG_INDEX,
+    };
+    pg.execute(
+        "DELETE FROM subscriptions WHERE account_id = $1 AND wallet = $2",
+        &[&other, &wallets[1].as_bytes().as_slice()],
+    )
+    .await
+    .unwrap();
+    pg.execute("SELECT pg_notify('pmw_subscriptions', '')", &[])
+        .await
+        .unwrap();
+    // The next round reloads the index before it matches anything.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    h.sim.run_matches(4).await.unwrap();
+    h.wait_pushed(WITHIN).await;
+
+    // Disable the account: its session is closed.
+    pg.batch_execute(&format!(
+        "UPDATE accounts SET disabled_ms = 1 WHERE id = {other}; SELECT pg_notify('pmw_subscriptions', '')"
+    ))
+    .await
+    .unwrap();
+    let seen = tokio::time::timeout(WITHIN, watched.done)
+        .await
+        .expect("the disabled account's session is closed")
+        .unwrap();
+    assert_eq!(seen.close_code, Some(1008), "{seen:?}");
+    push.stop().await.unwrap();
+    let mut owed: Vec<Cursor> = h
+        .expected(&wallets[..2], start)
+        .into_iter()
+        .filter(|c| *c <= cut)
+        .collect();
+    owed.extend(h.expected(&wallets[..1], cut));
+    assert_eq!(
+        seen.trades, owed,
+        "both wallets until the unsubscribe, only the followed one after"
+    );
+}
