@@ -8,7 +8,8 @@
 //! | `PMW_PUSH_LOCK_SEGMENT_MS` | `300000` | one segment of the standby's lock wait (`lock_timeout`) |
 //! | `PMW_PUSH_FALLBACK_MS` | `3000` | poll period when no NOTIFY arrives |
 //! | `PMW_PUSH_LEGACY_POLL_MS` | unset | benchmark baseline: no LISTEN wake-up, sleep this long between rounds |
-//! | `PMW_PUSH_ROUND_LIMIT` | `5000` | trades read per round |
+//! | `PMW_PUSH_ROUND_LIMIT` | `5000` | trades read per round (at most half of `PMW_PUSH_WS_QUEUE`, so a round never overflows a session that keeps up) |
+//! | `PMW_PUSH_ROUND_BLOCKS` | `500` | blocks read per round (catch-up after an outage goes in bounded steps) |
 //! | `PMW_PUSH_ROUND_DEADLINE_MS` | `10000` | on SIGTERM, how long the current round may take before exiting with the lock held |
 //! | `PMW_PUSH_WS_QUEUE` | `1024` | frames queued per WebSocket session before it is closed as a slow consumer (1013) |
 //! | `PMW_PUSH_WS_HEARTBEAT_MS` | `15000` | heartbeat period per session |
@@ -38,6 +39,8 @@ pub struct PushConfig {
     pub push_legacy_poll_ms: Option<u64>,
     #[serde(default = "d::limit")]
     pub push_round_limit: u64,
+    #[serde(default = "d::blocks")]
+    pub push_round_blocks: u64,
     #[serde(default = "d::deadline")]
     pub push_round_deadline_ms: u64,
     #[serde(default = "d::queue")]
@@ -68,6 +71,9 @@ mod d {
     }
     pub fn limit() -> u64 {
         5_000
+    }
+    pub fn blocks() -> u64 {
+        500
     }
     pub fn deadline() -> u64 {
         10_000
@@ -109,6 +115,13 @@ impl PushConfig {
         Duration::from_millis(v)
     }
 
+    /// Trades read per round: the configured limit, capped at half a session queue.
+    pub fn round_trades(&self) -> u64 {
+        self.push_round_limit
+            .min(self.push_ws_queue as u64 / 2)
+            .max(1)
+    }
+
     /// How long a leader may go without completing a round before it hands over.
     pub fn stall_exit_ms(&self) -> u64 {
         self.push_stall_exit_ms
@@ -139,7 +152,10 @@ impl Validate for PushConfig {
                 "must be ≥ 1000 ms (a round must have time to complete)",
             ));
         }
-        if self.push_round_limit == 0 || self.push_ws_queue < 8 || self.push_resume_max_trades == 0
+        if self.push_round_blocks == 0
+            || self.push_round_limit == 0
+            || self.push_ws_queue < 8
+            || self.push_resume_max_trades == 0
         {
             return Err(ConfigError::invalid(
                 "PMW_PUSH_WS_QUEUE",

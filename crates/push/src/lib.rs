@@ -157,7 +157,7 @@ pub async fn run_with(
         lead.epoch,
         lead.cursor,
         lead.reorg_id,
-        push.push_round_limit,
+        (push.round_trades(), push.push_round_blocks),
         subs,
         hub.clone(),
     );

@@ -53,7 +53,12 @@ pub struct Rounds {
     pub epoch: i64,
     pub cursor: Cursor,
     pub reorg_id: i64,
+    /// Trades read per round: at most half a session queue, so a session that keeps up is never
+    /// closed as slow because a catch-up round is larger than its queue.
     pub limit: u64,
+    /// Blocks read per round: catch-up reads are bounded by block range, never a rescan of
+    /// everything from the cursor to the watermark.
+    pub span: u64,
     pub subs: Subscriptions,
     pub hub: Hub,
     names: Names,
@@ -70,7 +75,7 @@ impl Rounds {
         epoch: i64,
         cursor: Cursor,
         reorg_id: i64,
-        limit: u64,
+        (limit, span): (u64, u64),
         subs: Subscriptions,
         hub: Hub,
     ) -> Rounds {
@@ -82,6 +87,7 @@ impl Rounds {
             cursor,
             reorg_id,
             limit,
+            span: span.max(1),
             subs,
             hub,
             names: Names::default(),
@@ -143,11 +149,20 @@ impl Rounds {
                 .filter(|t| t.cursor() <= self.cursor)
                 .collect();
         }
-        let rows = trades::trades_after(&self.ch, from, wm, self.limit).await?;
-        if rows.is_empty() && retracts.is_empty() && reorg_id == self.reorg_id {
+        let up_to = wm.min(from.block.saturating_add(self.span));
+        let rows = trades::trades_after(&self.ch, from, up_to, self.limit).await?;
+        let full = rows.len() as u64 >= self.limit;
+        // A full read ends at its last row; otherwise everything up to `up_to` was read.
+        let through = match rows.last() {
+            Some(last) if full => last.cursor(),
+            _ => from.max(Cursor {
+                block: up_to,
+                log_index: MAX_LOG_INDEX,
+            }),
+        };
+        if through <= from && retracts.is_empty() && reorg_id == self.reorg_id {
             return Ok(RoundOutcome::default());
         }
-        let through = rows.last().map(TradeRow::cursor).unwrap_or(from);
         self.names
             .refresh(&client, rows.iter().chain(&retracts))
             .await?;
@@ -250,7 +265,7 @@ impl Rounds {
             frames,
             webhooks: enqueued.inserted,
             webhooks_skipped: enqueued.skipped,
-            more: rows.len() as u64 >= self.limit,
+            more: full || up_to < wm,
         })
     }
 }

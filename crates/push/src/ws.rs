@@ -22,6 +22,8 @@ use crate::hub::{Item, Registration, TooMany};
 use crate::{payload, subs, AppState};
 
 const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+/// Trades read per replay page.
+const REPLAY_PAGE: u64 = 500;
 
 pub async fn upgrade(
     State(st): State<AppState>,
@@ -161,31 +163,7 @@ async fn stream(
     });
     send(socket, hello.to_string()).await?;
     if let Some(since) = since.filter(|s| *s < dispatched) {
-        let max = st.cfg.push_resume_max_trades;
-        let rows = trades::wallet_trades_between(&st.ch, wallets, since, dispatched, max + 1)
-            .await
-            .map_err(|e| Ended::Failed(e.to_string()))?;
-        if rows.len() as u64 > max {
-            let msg = json!({"type": "resync", "after": since.to_string(), "reason": "resume window exceeded: backfill with GET /v1/trades"});
-            send(socket, msg.to_string()).await?;
-            return Err(Ended::Policy(
-                "resume window exceeded; backfill over REST".into(),
-            ));
-        }
-        for row in rows {
-            let now = UnixMs::now().0;
-            let body = payload::trade_body(&row, None).to_string();
-            send(socket, payload::stamp("trade", &body, now)).await?;
-            st.recorder.record(latency_row(
-                &row.cursor(),
-                row.t_detect_ms,
-                now,
-                account,
-                st.epoch,
-                true,
-            ));
-            last = row.cursor();
-        }
+        last = replay(st, socket, account, wallets, since, dispatched).await?;
     }
     let every = Duration::from_millis(st.cfg.push_ws_heartbeat_ms);
     let mut heartbeat = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
@@ -215,6 +193,54 @@ async fn stream(
                 Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return Err(Ended::Client),
                 Some(Ok(_)) => {}
             },
+        }
+    }
+}
+
+/// Replay `(since, through]` of `wallets` page by page (bounded memory per session), ledger
+/// order; past `push_resume_max_trades` the client gets a `resync` naming the last trade sent and
+/// backfills over REST. Returns the last cursor sent (or `since`).
+async fn replay(
+    st: &AppState,
+    socket: &mut WebSocket,
+    account: i64,
+    wallets: &[String],
+    since: Cursor,
+    through: Cursor,
+) -> Result<Cursor, Ended> {
+    let max = st.cfg.push_resume_max_trades;
+    let mut last = since;
+    let mut sent = 0u64;
+    loop {
+        let page = REPLAY_PAGE.min(max - sent + 1);
+        let rows = trades::wallet_trades_between(&st.ch, wallets, last, through, page)
+            .await
+            .map_err(|e| Ended::Failed(e.to_string()))?;
+        let full = rows.len() as u64 >= page;
+        for row in rows {
+            if sent == max {
+                let msg = json!({"type": "resync", "after": last.to_string(), "reason": "resume window exceeded: backfill with GET /v1/trades"});
+                send(socket, msg.to_string()).await?;
+                return Err(Ended::Policy(
+                    "resume window exceeded; backfill over REST".into(),
+                ));
+            }
+            let now = UnixMs::now().0;
+            let body = payload::trade_body(&row, None).to_string();
+            send(socket, payload::stamp("trade", &body, now)).await?;
+            st.recorder.record(latency_row(
+                &row.cursor(),
+                row.t_detect_ms,
+                now,
+                account,
+                st.epoch,
+                true,
+            ));
+            last = row.cursor();
+            sent += 1;
+        }
+        if !full {
+            return Ok(last);
         }
     }
 }

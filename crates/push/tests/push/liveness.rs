@@ -57,16 +57,26 @@ async fn an_endpoint_deleted_behind_the_index_is_skipped_and_others_are_served()
     .unwrap();
     h.sim.run_matches(6).await.unwrap();
     h.wait_pushed(WITHIN).await;
-    let health: serde_json::Value = reqwest::get(format!("http://{addr}/health"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    push.stop().await.unwrap();
     let owed = h.expected(&wallets, start);
     assert!(!owed.is_empty());
+    // The counter moves when the round that committed the cursor returns: poll for it.
+    let deadline = Instant::now() + WITHIN;
+    let health = loop {
+        let health: serde_json::Value = reqwest::get(format!("http://{addr}/health"))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if health["webhooks_skipped"].as_u64() >= Some(owed.len() as u64)
+            || Instant::now() > deadline
+        {
+            break health;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    push.stop().await.unwrap();
     assert_eq!(c.done.await.unwrap().trades, owed, "the watched session");
     let enqueued: i64 = pg
         .query_one(
@@ -315,4 +325,53 @@ async fn revocation_closes_sessions_and_tickets_and_unsubscribing_stops_a_wallet
         seen.trades, owed,
         "both wallets until the unsubscribe, only the followed one after"
     );
+}
+
+/// A catch-up after an outage (here: ClickHouse unreachable while trades pile up) is read in
+/// rounds of at most half a session queue, so a session that keeps up is never closed as a slow
+/// consumer just because the backlog is larger than its queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_catch_up_larger_than_the_queue_does_not_close_a_fast_session() {
+    let h = Harness::new().await;
+    let wallets = demo_wallets(6);
+    let (_, key) = h.account(&wallets).await;
+    let ch = TcpProxy::start(ch_addr(&h)).await;
+    let mut core = h.core();
+    core.instance = Some("push-a".into());
+    core.clickhouse_url = format!("http://{}", ch.addr);
+    let push = PushConfig {
+        push_ws_queue: 16,
+        push_stall_exit_ms: Some(600_000),
+        ..h.push_config()
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let handle = pmw_testkit::ServiceHandle::spawn(move |stop| {
+        pmw_push::run_with(core, push, hooks(), stop, Some(tx))
+    });
+    let addr = tokio::time::timeout(WITHIN, rx).await.unwrap().unwrap();
+    let mut c = connect(addr, &key, None).await;
+    let start: Cursor = first_of(&mut c, "hello").await["cursor"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    ch.cut();
+    h.sim.run_matches(25).await.unwrap();
+    let owed = h.expected(&wallets, start);
+    assert!(
+        owed.len() > 32,
+        "a backlog of {} trades, twice the queue",
+        owed.len()
+    );
+    ch.restore();
+    h.wait_pushed(WITHIN).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    handle.stop().await.unwrap();
+    let seen = c.done.await.unwrap();
+    assert_eq!(
+        seen.close_code,
+        Some(1012),
+        "closed only by the stop: {seen:?}"
+    );
+    assert_eq!(seen.trades, owed);
 }
