@@ -1,9 +1,11 @@
 //! Foundation guarantees on the real servers: times survive the production ClickHouse write path
 //! on a server running in Asia/Shanghai, windows are two-sided, dedicated Postgres sessions
-//! deliver notifications and report their loss.
+//! deliver notifications and report their loss, pooled Postgres sessions carry their timeouts
+//! and dedicated ones none.
 
 use std::time::Duration;
 
+use pmw_core::lock::WriterLock;
 use pmw_core::pg;
 use pmw_core::store::{latency, IngestLatencyRow, Window};
 use pmw_core::UnixMs;
@@ -197,4 +199,117 @@ async fn dedicated_session_delivers_notifications_and_reports_its_loss() {
     tokio::time::timeout(Duration::from_secs(10), session.lost().cancelled())
         .await
         .expect("a terminated session is reported lost");
+}
+
+async fn show(c: &tokio_postgres::Client, name: &str) -> String {
+    c.query_one(&format!("SHOW {name}"), &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+fn sqlstate(e: &tokio_postgres::Error) -> String {
+    e.code().map(|c| c.code().to_string()).unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pooled_sessions_carry_timeouts_and_dedicated_sessions_do_not() {
+    let db = TestDb::new().await;
+    // The defaults, on the pool every service uses.
+    let c = db.pg.get().await.unwrap();
+    assert_eq!(show(&c, "statement_timeout").await, "30s");
+    assert_eq!(show(&c, "lock_timeout").await, "10s");
+    assert_eq!(
+        show(&c, "idle_in_transaction_session_timeout").await,
+        "1min"
+    );
+    drop(c);
+
+    // Configured values, and what they do.
+    let mut cfg = db.cfg.clone();
+    cfg.postgres_statement_timeout_ms = 800;
+    cfg.postgres_lock_timeout_ms = 300;
+    cfg.postgres_idle_in_transaction_timeout_ms = 500;
+    let pool = pg::pool(&cfg, "pmw-test-timeouts").unwrap();
+    let c = pool.get().await.unwrap();
+    assert_eq!(show(&c, "statement_timeout").await, "800ms");
+    assert_eq!(show(&c, "lock_timeout").await, "300ms");
+    assert_eq!(
+        show(&c, "idle_in_transaction_session_timeout").await,
+        "500ms"
+    );
+    let e = c.execute("SELECT pg_sleep(5)", &[]).await.unwrap_err();
+    assert_eq!(sqlstate(&e), "57014", "statement timeout: {e:?}");
+    // A lock held elsewhere: the pooled wait gives up with 55P03 (before its statement timeout).
+    let holder = db.connect().await;
+    holder
+        .execute("SELECT pg_advisory_lock(4242)", &[])
+        .await
+        .unwrap();
+    let e = c
+        .execute("SELECT pg_advisory_lock(4242)", &[])
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "55P03", "lock timeout: {e:?}");
+    // A transaction left idle is ended by the server.
+    let mut idle = pool.get().await.unwrap();
+    let tx = idle.transaction().await.unwrap();
+    tx.execute("SELECT 1", &[]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert!(
+        tx.execute("SELECT 1", &[]).await.is_err(),
+        "the session idle in its transaction was terminated"
+    );
+    drop(tx);
+    drop(idle);
+
+    // Dedicated sessions ignore even a database default that would cut a long wait.
+    let name = db.name.clone();
+    holder
+        .batch_execute(&format!(
+            "ALTER DATABASE {name} SET statement_timeout = 200; ALTER DATABASE {name} SET lock_timeout = 200"
+        ))
+        .await
+        .unwrap();
+    let plain = db.connect().await;
+    assert_eq!(
+        show(&plain, "statement_timeout").await,
+        "200ms",
+        "the database default applies"
+    );
+    let session = pg::dedicated(&db.cfg, "pmw-test-dedicated").await.unwrap();
+    assert_eq!(show(&session.client, "statement_timeout").await, "0");
+    assert_eq!(show(&session.client, "lock_timeout").await, "0");
+    session
+        .client
+        .execute("SELECT pg_sleep(0.5)", &[])
+        .await
+        .expect("a dedicated session has no statement timeout");
+    // A segmented lock wait longer than the database's timeouts: released after 1 s, acquired.
+    let release = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        holder
+            .execute("SELECT pg_advisory_unlock(4242)", &[])
+            .await
+            .unwrap();
+        holder
+    });
+    let lock = WriterLock::acquire(
+        &db.cfg,
+        "pmw-test-lock",
+        4242,
+        Duration::from_secs(30),
+        &tokio_util::sync::CancellationToken::new(),
+    )
+    .await
+    .expect("the lock wait is not cut by a statement or lock timeout")
+    .expect("acquired");
+    let holder = release.await.unwrap();
+    holder
+        .batch_execute(&format!(
+            "ALTER DATABASE {name} RESET statement_timeout; ALTER DATABASE {name} RESET lock_timeout"
+        ))
+        .await
+        .unwrap();
+    lock.release().await.unwrap();
 }

@@ -13,6 +13,9 @@
 //! | `PMW_CONFIG` | unset | path of a TOML file with any of the keys below |
 //! | `PMW_POSTGRES_URL` | `postgres://pmw@127.0.0.1:55432/pmw` | Postgres (secret: never logged). Lock and LISTEN sessions connect directly, never through PgBouncer transaction pooling |
 //! | `PMW_POSTGRES_POOL_SIZE` | `16` | pooled connections per process |
+//! | `PMW_POSTGRES_STATEMENT_TIMEOUT_MS` | `30000` | `statement_timeout` of pooled sessions (a longer statement fails with SQLSTATE 57014); `0` = none |
+//! | `PMW_POSTGRES_LOCK_TIMEOUT_MS` | `10000` | `lock_timeout` of pooled sessions (a longer lock wait fails with SQLSTATE 55P03); `0` = none |
+//! | `PMW_POSTGRES_IDLE_IN_TRANSACTION_TIMEOUT_MS` | `60000` | `idle_in_transaction_session_timeout` of pooled sessions (the server ends a session idle that long inside a transaction); `0` = none |
 //! | `PMW_CLICKHOUSE_URL` | `http://127.0.0.1:58123` | ClickHouse HTTP interface |
 //! | `PMW_CLICKHOUSE_DATABASE` | `pmw` | ClickHouse database |
 //! | `PMW_CLICKHOUSE_USER` | `default` | ClickHouse user |
@@ -22,6 +25,10 @@
 //! | `PMW_INSTANCE` | the service name | instance name shown in status/heartbeats (`push-a`, `push-b`) |
 //! | `PMW_LOG_FORMAT` | `text` | `text` or `json` |
 //! | `PMW_LOG` | `info` | tracing filter directives (`info,pmw_push=debug`) |
+//!
+//! The three timeouts apply to pooled sessions only. Dedicated sessions (advisory locks, LISTEN;
+//! [`crate::pg::dedicated`]) get none of them: a lock wait is a long statement by design and sets
+//! its own `lock_timeout` per segment ([`crate::lock`]).
 //!
 //! API settings ([`ApiConfig`], loaded only by `pmw-api`): the `PMW_API_*` table in [`api`].
 
@@ -99,6 +106,12 @@ pub struct CoreConfig {
     pub postgres_url: SecretString,
     #[serde(default = "defaults::pool_size")]
     pub postgres_pool_size: usize,
+    #[serde(default = "defaults::statement_timeout")]
+    pub postgres_statement_timeout_ms: u64,
+    #[serde(default = "defaults::lock_timeout")]
+    pub postgres_lock_timeout_ms: u64,
+    #[serde(default = "defaults::idle_in_transaction_timeout")]
+    pub postgres_idle_in_transaction_timeout_ms: u64,
     #[serde(default = "defaults::clickhouse_url")]
     pub clickhouse_url: String,
     #[serde(default = "defaults::clickhouse_database")]
@@ -146,6 +159,15 @@ impl fmt::Debug for CoreConfig {
             .field("postgres_db", &pg.get_dbname())
             .field("postgres_password", &"[redacted]")
             .field("postgres_pool_size", &self.postgres_pool_size)
+            .field(
+                "postgres_statement_timeout_ms",
+                &self.postgres_statement_timeout_ms,
+            )
+            .field("postgres_lock_timeout_ms", &self.postgres_lock_timeout_ms)
+            .field(
+                "postgres_idle_in_transaction_timeout_ms",
+                &self.postgres_idle_in_transaction_timeout_ms,
+            )
             .field("clickhouse_url", &self.clickhouse_url)
             .field("clickhouse_database", &self.clickhouse_database)
             .field("clickhouse_user", &self.clickhouse_user)
@@ -187,6 +209,25 @@ impl Validate for CoreConfig {
                 "PMW_POSTGRES_POOL_SIZE",
                 "must be at least 1",
             ));
+        }
+        for (key, ms) in [
+            (
+                "PMW_POSTGRES_STATEMENT_TIMEOUT_MS",
+                self.postgres_statement_timeout_ms,
+            ),
+            (
+                "PMW_POSTGRES_LOCK_TIMEOUT_MS",
+                self.postgres_lock_timeout_ms,
+            ),
+            (
+                "PMW_POSTGRES_IDLE_IN_TRANSACTION_TIMEOUT_MS",
+                self.postgres_idle_in_transaction_timeout_ms,
+            ),
+        ] {
+            // Postgres takes these as a 32-bit count of milliseconds.
+            if ms > i32::MAX as u64 {
+                return Err(ConfigError::invalid(key, "must be at most 2147483647"));
+            }
         }
         check_scheme(
             "PMW_CLICKHOUSE_URL",
@@ -235,6 +276,15 @@ mod defaults {
     pub fn pool_size() -> usize {
         16
     }
+    pub fn statement_timeout() -> u64 {
+        30_000
+    }
+    pub fn lock_timeout() -> u64 {
+        10_000
+    }
+    pub fn idle_in_transaction_timeout() -> u64 {
+        60_000
+    }
     pub fn clickhouse_url() -> String {
         "http://127.0.0.1:58123".into()
     }
@@ -276,6 +326,14 @@ mod tests {
         let core: CoreConfig = load_from(Figment::new()).unwrap();
         assert_eq!(core.clickhouse_database, "pmw");
         assert_eq!(core.postgres().get_ports(), &[55432]);
+        assert_eq!(
+            (
+                core.postgres_statement_timeout_ms,
+                core.postgres_lock_timeout_ms,
+                core.postgres_idle_in_transaction_timeout_ms
+            ),
+            (30_000, 10_000, 60_000)
+        );
         let api: ApiConfig = load_from(Figment::new()).unwrap();
         assert_eq!(api.api_default_plan, "free");
     }
@@ -324,6 +382,13 @@ mod tests {
             assert!(err.contains(key), "{k}={v}: {err}");
         }
         assert!(load_from::<CoreConfig>(with(&[("postgres_pool_size", "0")])).is_err());
+        let err = load_from::<CoreConfig>(Figment::new().merge(Serialized::default(
+            "postgres_statement_timeout_ms",
+            3_000_000_000u64,
+        )))
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("PMW_POSTGRES_STATEMENT_TIMEOUT_MS"), "{err}");
     }
 
     #[test]

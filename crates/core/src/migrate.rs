@@ -45,6 +45,11 @@ pub const POSTGRES: &[Migration] = &[
     migration!(1, "init", "postgres/0001_init.sql"),
     migration!(2, "subs_version", "postgres/0002_subs_version.sql"),
     migration!(3, "sessions", "postgres/0003_sessions.sql"),
+    migration!(
+        4,
+        "webhook_health_retention",
+        "postgres/0004_webhook_health_retention.sql"
+    ),
 ];
 
 /// ClickHouse migrations, in order. Every file in `migrations/clickhouse` must be listed (tested).

@@ -48,9 +48,53 @@ pub fn describe(e: &tokio_postgres::Error) -> String {
     s
 }
 
-/// The pooled client for ordinary, short statements.
+/// `url_options` with `-c name=value` appended for each setting.
+fn with_settings(url_options: Option<&str>, settings: &[(&str, u64)]) -> String {
+    let mut opts = url_options.unwrap_or("").trim().to_string();
+    for (name, value) in settings {
+        if !opts.is_empty() {
+            opts.push(' ');
+        }
+        opts.push_str(&format!("-c {name}={value}"));
+    }
+    opts
+}
+
+/// The session settings every pooled connection starts with (`-c` options of the startup
+/// packet, after any `options` of the URL): `statement_timeout`, `lock_timeout` and
+/// `idle_in_transaction_session_timeout` from the core config, so no pooled statement, lock wait
+/// or forgotten transaction can hold a connection (and `backend_xmin`) for long. Dedicated
+/// sessions ([`dedicated`]) get none of them.
+pub fn pooled_session_options(cfg: &CoreConfig, url_options: Option<&str>) -> String {
+    with_settings(
+        url_options,
+        &[
+            ("statement_timeout", cfg.postgres_statement_timeout_ms),
+            ("lock_timeout", cfg.postgres_lock_timeout_ms),
+            (
+                "idle_in_transaction_session_timeout",
+                cfg.postgres_idle_in_transaction_timeout_ms,
+            ),
+        ],
+    )
+}
+
+/// The settings of a dedicated session: no `statement_timeout` and no `lock_timeout`, whatever
+/// the database or role defaults say, so a segmented lock wait ends only by its own per-segment
+/// `SET lock_timeout` ([`crate::lock`]) and a LISTEN session is never cut.
+pub fn dedicated_session_options(url_options: Option<&str>) -> String {
+    with_settings(
+        url_options,
+        &[("statement_timeout", 0), ("lock_timeout", 0)],
+    )
+}
+
+/// The pooled client for ordinary, short statements. Its sessions carry the timeouts of
+/// [`pooled_session_options`].
 pub fn pool(cfg: &CoreConfig, application_name: &str) -> Result<Pool, PgError> {
     let mut pg = cfg.postgres();
+    let options = pooled_session_options(cfg, pg.get_options());
+    pg.options(options);
     pg.application_name(application_name);
     pg.connect_timeout(Duration::from_secs(5));
     let mgr = Manager::from_config(
@@ -89,10 +133,14 @@ impl Session {
 }
 
 /// Open a dedicated session with TCP keepalives (idle 180 s, interval 10 s, 6 probes) so a dead
-/// peer is noticed. `application_name` makes it recognisable in `pg_stat_activity`.
+/// peer is noticed. `application_name` makes it recognisable in `pg_stat_activity`. It carries
+/// none of the pooled timeouts ([`dedicated_session_options`]): an advisory lock wait or a LISTEN
+/// session is long by design.
 pub async fn dedicated(cfg: &CoreConfig, application_name: &str) -> Result<Session, PgError> {
     let mut pg = cfg.postgres();
-    pg.application_name(application_name)
+    let options = dedicated_session_options(pg.get_options());
+    pg.options(options)
+        .application_name(application_name)
         .connect_timeout(Duration::from_secs(5))
         .keepalives(true)
         .keepalives_idle(Duration::from_secs(180))

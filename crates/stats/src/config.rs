@@ -7,7 +7,11 @@
 //! | `PMW_STATS_INTERVAL_MS` | `60000` | how often the latency snapshot is recomputed |
 //! | `PMW_STATS_LOCK_SEGMENT_MS` | `300000` | one segment of the writer-lock wait (`lock_timeout`) |
 //! | `PMW_STATS_RETENTION_DAYS` | `32` | latency partitions (UTC days) ending more than this many days ago are dropped: the 30-day window plus a margin; at least 31 |
-//! | `PMW_STATS_RETENTION_INTERVAL_MS` | `86400000` | how often the retention job runs (also once at start) |
+//! | `PMW_STATS_RETENTION_INTERVAL_MS` | `3600000` | how often the retention jobs run (also once at start) |
+//! | `PMW_STATS_WS_CLAIMS_RETENTION_SECS` | `86400` (1 day) | Postgres `ws_claims` rows `delivered` or `voided` longer ago are deleted; at least 60 |
+//! | `PMW_STATS_WEBHOOK_DELIVERIES_RETENTION_SECS` | `604800` (7 days) | Postgres `webhook_deliveries` rows `delivered` or `failed` longer ago are deleted (pending ones never); at least 60 |
+//! | `PMW_STATS_DELIVERY_LOG_RETENTION_DAYS` | `30` | ClickHouse `delivery_log` day partitions (UTC) ending more than this many days ago are dropped; at least 1 |
+//! | `PMW_STATS_RETENTION_BATCH` | `1000` | rows per Postgres DELETE statement of the retention job (1–100000) |
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -28,6 +32,14 @@ pub struct StatsConfig {
     pub stats_retention_days: u32,
     #[serde(default = "d::retention_interval")]
     pub stats_retention_interval_ms: u64,
+    #[serde(default = "d::ws_claims_retention")]
+    pub stats_ws_claims_retention_secs: u64,
+    #[serde(default = "d::webhook_deliveries_retention")]
+    pub stats_webhook_deliveries_retention_secs: u64,
+    #[serde(default = "d::delivery_log_retention")]
+    pub stats_delivery_log_retention_days: u32,
+    #[serde(default = "d::retention_batch")]
+    pub stats_retention_batch: u32,
 }
 
 mod d {
@@ -46,7 +58,19 @@ mod d {
         32
     }
     pub fn retention_interval() -> u64 {
-        86_400_000
+        3_600_000
+    }
+    pub fn ws_claims_retention() -> u64 {
+        86_400
+    }
+    pub fn webhook_deliveries_retention() -> u64 {
+        7 * 86_400
+    }
+    pub fn delivery_log_retention() -> u32 {
+        30
+    }
+    pub fn retention_batch() -> u32 {
+        1_000
     }
 }
 
@@ -62,6 +86,14 @@ impl StatsConfig {
     }
     pub fn retention_interval(&self) -> Duration {
         Duration::from_millis(self.stats_retention_interval_ms)
+    }
+    /// Retention of finished Postgres rows.
+    pub fn row_retention(&self) -> crate::purge::RowRetention {
+        crate::purge::RowRetention {
+            ws_claims: Duration::from_secs(self.stats_ws_claims_retention_secs),
+            webhook_deliveries: Duration::from_secs(self.stats_webhook_deliveries_retention_secs),
+            batch: self.stats_retention_batch,
+        }
     }
 }
 
@@ -97,6 +129,35 @@ impl Validate for StatsConfig {
                 "must be at least 31 (the 30-day window must stay whole)",
             ));
         }
+        for (key, secs) in [
+            (
+                "PMW_STATS_WS_CLAIMS_RETENTION_SECS",
+                self.stats_ws_claims_retention_secs,
+            ),
+            (
+                "PMW_STATS_WEBHOOK_DELIVERIES_RETENTION_SECS",
+                self.stats_webhook_deliveries_retention_secs,
+            ),
+        ] {
+            if !(60..=10 * 365 * 86_400).contains(&secs) {
+                return Err(ConfigError::invalid(
+                    key,
+                    "must be between 60 and 315360000 (10 years)",
+                ));
+            }
+        }
+        if self.stats_delivery_log_retention_days < 1 {
+            return Err(ConfigError::invalid(
+                "PMW_STATS_DELIVERY_LOG_RETENTION_DAYS",
+                "must be at least 1",
+            ));
+        }
+        if !(1..=100_000).contains(&self.stats_retention_batch) {
+            return Err(ConfigError::invalid(
+                "PMW_STATS_RETENTION_BATCH",
+                "must be between 1 and 100000",
+            ));
+        }
         if self.stats_retention_interval_ms < 1_000 {
             return Err(ConfigError::invalid(
                 "PMW_STATS_RETENTION_INTERVAL_MS",
@@ -118,6 +179,13 @@ mod tests {
         let c = StatsConfig::default();
         assert_eq!(c.stats_listen, "127.0.0.1:8082".parse().unwrap());
         assert_eq!(c.interval(), Duration::from_secs(60));
+        let keep = c.row_retention();
+        assert_eq!(keep.ws_claims, Duration::from_secs(86_400));
+        assert_eq!(keep.webhook_deliveries, Duration::from_secs(7 * 86_400));
+        assert_eq!(
+            (c.stats_delivery_log_retention_days, keep.batch),
+            (30, 1_000)
+        );
     }
 
     #[test]
@@ -137,6 +205,26 @@ mod tests {
                 "stats_interval_ms",
                 serde_json::json!(5),
                 "PMW_STATS_INTERVAL_MS",
+            ),
+            (
+                "stats_ws_claims_retention_secs",
+                serde_json::json!(1),
+                "PMW_STATS_WS_CLAIMS_RETENTION_SECS",
+            ),
+            (
+                "stats_webhook_deliveries_retention_secs",
+                serde_json::json!(0),
+                "PMW_STATS_WEBHOOK_DELIVERIES_RETENTION_SECS",
+            ),
+            (
+                "stats_delivery_log_retention_days",
+                serde_json::json!(0),
+                "PMW_STATS_DELIVERY_LOG_RETENTION_DAYS",
+            ),
+            (
+                "stats_retention_batch",
+                serde_json::json!(0),
+                "PMW_STATS_RETENTION_BATCH",
             ),
         ] {
             let err = pmw_core::config::load_from::<StatsConfig>(

@@ -13,4 +13,12 @@ pub enum StatsError {
     },
     #[error("chart: {0}")]
     Chart(String),
+    #[error("{0}")]
+    Postgres(#[from] pmw_core::pg::PgError),
+}
+
+impl From<tokio_postgres::Error> for StatsError {
+    fn from(e: tokio_postgres::Error) -> StatsError {
+        StatsError::Postgres(e.into())
+    }
 }

@@ -1,6 +1,8 @@
 //! pmw-stats: latency aggregates for 1h/24h/7d/30d, the public dashboard page (`GET /latency`)
-//! and its JSON (`GET /latency.json`), and the retention job of the latency tables. One writer,
-//! holding the `stats` advisory lock; it binds its loopback port only once it holds the lock.
+//! and its JSON (`GET /latency.json`), and the retention jobs: latency and `delivery_log` day
+//! partitions in ClickHouse ([`retention`]), finished `ws_claims` and `webhook_deliveries` rows
+//! in Postgres ([`purge`]). One writer, holding the `stats` advisory lock; it binds its loopback
+//! port only once it holds the lock.
 
 pub mod charts;
 pub mod config;
@@ -8,6 +10,7 @@ pub mod error;
 pub mod http;
 pub mod model;
 pub mod page;
+pub mod purge;
 pub mod query;
 pub mod retention;
 pub mod snapshot;
@@ -106,18 +109,11 @@ pub async fn run_with(
                 state.refreshed(&shared, outcome);
             }
             _ = retention.tick() => {
-                let outcome = tokio::select! {
-                    r = retention::drop_expired(&storage.ch, UnixMs::now(), stats.stats_retention_days) => r,
+                tokio::select! {
+                    _ = run_retention(&storage, &stats, &mut state, &shutdown) => {}
                     _ = shutdown.cancelled() => continue,
                     _ = lost.cancelled() => continue,
                 };
-                match outcome {
-                    Ok(d) => {
-                        state.partitions_dropped += d.len() as u64;
-                        tracing::info!(dropped = d.len(), "retention done");
-                    }
-                    Err(e) => tracing::warn!(error = %e, "retention failed"),
-                }
             }
             _ = beat.tick() => {
                 let s = serde_json::json!({
@@ -127,6 +123,7 @@ pub async fn run_with(
                     "refreshes": state.refreshes,
                     "refresh_failures": state.failures,
                     "partitions_dropped": state.partitions_dropped,
+                    "rows_purged": state.rows_purged,
                 });
                 if let Err(e) = heartbeat.beat(&s).await {
                     tracing::warn!(error = %e, "heartbeat failed");
@@ -154,6 +151,46 @@ struct LoopState {
     refreshes: u64,
     failures: u64,
     partitions_dropped: u64,
+    rows_purged: u64,
+}
+
+/// One run of the retention jobs; each job's failure is logged and the others still run.
+async fn run_retention(
+    storage: &Storage,
+    stats: &StatsConfig,
+    state: &mut LoopState,
+    shutdown: &CancellationToken,
+) {
+    let now = UnixMs::now();
+    let mut dropped = 0;
+    for (what, outcome) in [
+        (
+            "latency",
+            retention::drop_expired(&storage.ch, now, stats.stats_retention_days).await,
+        ),
+        (
+            "delivery_log",
+            retention::drop_expired_delivery_log(
+                &storage.ch,
+                now,
+                stats.stats_delivery_log_retention_days,
+            )
+            .await,
+        ),
+    ] {
+        match outcome {
+            Ok(d) => dropped += d.len() as u64,
+            Err(e) => tracing::warn!(job = what, error = %e, "retention failed"),
+        }
+    }
+    state.partitions_dropped += dropped;
+    let mut purged = 0;
+    match purge::purge_finished(&storage.pg, now, &stats.row_retention(), shutdown).await {
+        Ok(p) => purged = p.iter().map(|p| p.rows).sum::<u64>(),
+        Err(e) => tracing::warn!(job = "postgres rows", error = %e, "retention failed"),
+    }
+    state.rows_purged += purged;
+    tracing::info!(partitions = dropped, rows = purged, "retention done");
 }
 
 impl LoopState {

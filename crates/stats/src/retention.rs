@@ -1,7 +1,9 @@
-//! Retention: drop whole latency partitions older than the 30-day window plus a margin. The
-//! latency tables are partitioned by `intDiv(t_*_ms, 86400000)` (a UTC day number, free of any
+//! Retention in ClickHouse: drop whole day partitions of the latency tables older than the
+//! 30-day window plus a margin, and of the webhook `delivery_log` older than its own retention.
+//! These tables are partitioned by `intDiv(t_*_ms, 86400000)` (a UTC day number, free of any
 //! timezone), so a partition is dropped only when every row it can hold is older than the cutoff.
-//! Only `ingest_latency` and `push_latency` are touched; trades never are.
+//! Only `ingest_latency`, `push_latency` and `delivery_log` are touched; trades never are.
+//! Finished Postgres rows are in [`crate::purge`].
 
 use clickhouse::Row;
 use pmw_core::ch::ChClient;
@@ -11,8 +13,10 @@ use serde::Deserialize;
 use crate::error::StatsError;
 use crate::model::DAY_MS;
 
-/// The tables retention may drop partitions of.
+/// The latency tables (kept for the dashboard's windows).
 pub const TABLES: [&str; 2] = ["ingest_latency", "push_latency"];
+/// The webhook attempt log (kept for the API's delivery log).
+pub const DELIVERY_LOG: &str = "delivery_log";
 
 #[derive(Debug, Row, Deserialize)]
 struct PartRow {
@@ -44,19 +48,41 @@ pub async fn drop_expired(
     now: UnixMs,
     keep_days: u32,
 ) -> Result<Vec<Dropped>, StatsError> {
-    let cutoff = now.0 - i64::from(keep_days) * DAY_MS;
+    drop_before(ch, &TABLES, now.0 - i64::from(keep_days) * DAY_MS).await
+}
+
+/// Drop the partitions of `delivery_log` whose rows all lie before `now - keep_days`.
+pub async fn drop_expired_delivery_log(
+    ch: &ChClient,
+    now: UnixMs,
+    keep_days: u32,
+) -> Result<Vec<Dropped>, StatsError> {
+    drop_before(ch, &[DELIVERY_LOG], now.0 - i64::from(keep_days) * DAY_MS).await
+}
+
+/// Drop the day partitions of `tables` (ours, by constant) that end at or before `cutoff`.
+async fn drop_before(
+    ch: &ChClient,
+    tables: &[&'static str],
+    cutoff: i64,
+) -> Result<Vec<Dropped>, StatsError> {
+    // The names are constants of this module, never input.
+    let list = tables
+        .iter()
+        .map(|t| format!("'{t}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
     let parts: Vec<PartRow> = ch
-        .query(
+        .query(&format!(
             "SELECT table, partition, partition_id FROM system.parts \
-             WHERE database = currentDatabase() AND active \
-             AND table IN ('ingest_latency', 'push_latency') \
-             GROUP BY table, partition, partition_id ORDER BY table, partition_id",
-        )
+             WHERE database = currentDatabase() AND active AND table IN ({list}) \
+             GROUP BY table, partition, partition_id ORDER BY table, partition_id"
+        ))
         .fetch_all()
         .await?;
     let mut dropped = Vec::new();
     for p in parts {
-        let table = TABLES
+        let table = tables
             .iter()
             .find(|t| **t == p.table)
             .copied()
@@ -79,7 +105,7 @@ pub async fn drop_expired(
         ))
         .execute()
         .await?;
-        tracing::info!(table, day, "latency partition dropped");
+        tracing::info!(table, day, "partition dropped");
         dropped.push(Dropped {
             table: table.to_string(),
             day,

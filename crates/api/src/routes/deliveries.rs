@@ -219,6 +219,22 @@ pub async fn replay(
         detects.push(r.t_detect_ms);
     }
     let tx = c.transaction().await?;
+    // Checked again under a share lock: a disable (which expires pending deliveries) either
+    // committed before (409) or waits for this insert and then expires it.
+    let still_enabled = tx
+        .query_opt(
+            "SELECT enabled FROM webhook_endpoints WHERE id = $1 FOR SHARE",
+            &[&id],
+        )
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("no webhook endpoint {id}")))?
+        .get::<_, bool>(0);
+    if !still_enabled {
+        return Err(ApiError::conflict(
+            "endpoint_disabled",
+            "the endpoint is disabled; enable it before replaying",
+        ));
+    }
     let enqueued = tx
         .execute(
             "INSERT INTO webhook_deliveries (id, endpoint_id, kind, block_number, log_index, payload, \

@@ -8,6 +8,7 @@ use axum::http::StatusCode;
 use axum::Json;
 use pmw_core::ssrf;
 use pmw_core::UnixMs;
+use pmw_push::webhook::expire_pending;
 use pmw_push::webhook::sign::Secret;
 use serde::{Deserialize, Serialize};
 use tokio_postgres::Row;
@@ -32,7 +33,8 @@ pub struct Endpoint {
     pub id: i64,
     pub url: String,
     pub enabled: bool,
-    /// Why it was disabled (by the user, or by a 410 from the receiver).
+    /// Why it was disabled: by the account, by a 410 from the receiver, or by the dispatcher
+    /// after every attempt failed for the configured period (5 days by default).
     pub disabled_reason: Option<String>,
     /// While a rotation overlaps, the previous secret also signs until then.
     pub previous_expires_ms: Option<i64>,
@@ -188,7 +190,9 @@ pub async fn get_one(
     Ok(Json(owned(&c, who.account_id, id).await?))
 }
 
-/// Enable or disable an endpoint (re-enabling clears the disabled reason).
+/// Enable or disable an endpoint (re-enabling clears the disabled reason). Disabling expires
+/// the endpoint's pending deliveries in the same transaction (`failed`, `last_error`
+/// `endpoint disabled: …`): re-enabling delivers trades from then on, never a backlog at once.
 #[utoipa::path(patch, path = "/v1/webhooks/{id}", tag = "webhooks", security(("api_key" = [])),
     params(("id" = i64, Path)), request_body = UpdateEndpoint,
     responses((status = 200, body = Endpoint), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
@@ -198,25 +202,48 @@ pub async fn update(
     ApiPath(id): ApiPath<i64>,
     ApiJson(body): ApiJson<UpdateEndpoint>,
 ) -> Result<Json<Endpoint>, ApiError> {
+    let now = UnixMs::now().0;
     let mut c = st.pg.get().await?;
     let tx = c.transaction().await?;
-    let row = tx
+    // The row lock comes first (as in the dispatcher when it disables), then the deliveries.
+    let was: bool = tx
         .query_opt(
-            &format!(
-                "UPDATE webhook_endpoints SET enabled = $3, updated_ms = $4, \
-                   disabled_reason = CASE WHEN $3 THEN NULL ELSE 'disabled by the account' END \
-                 WHERE id = $1 AND account_id = $2 RETURNING {COLUMNS}"
-            ),
-            &[&id, &who.account_id, &body.enabled, &UnixMs::now().0],
+            "SELECT enabled FROM webhook_endpoints WHERE id = $1 AND account_id = $2 FOR NO KEY UPDATE",
+            &[&id, &who.account_id],
         )
         .await?
-        .ok_or_else(|| ApiError::not_found(format!("no webhook endpoint {id}")))?;
+        .ok_or_else(|| ApiError::not_found(format!("no webhook endpoint {id}")))?
+        .get(0);
+    let row = tx
+        .query_one(
+            &format!(
+                "UPDATE webhook_endpoints SET enabled = $2, updated_ms = $3, \
+                   disabled_reason = CASE WHEN $2 THEN NULL \
+                     ELSE coalesce(disabled_reason, 'disabled by the account') END \
+                 WHERE id = $1 RETURNING {COLUMNS}"
+            ),
+            &[&id, &body.enabled, &now],
+        )
+        .await?;
+    let mut expired = 0;
+    if !(was && body.enabled) {
+        // Disabling: its pending deliveries expire. Re-enabling: whatever is still pending was
+        // queued while it was disabled (a round that raced the disable) and expires too.
+        let reason = match (was, body.enabled) {
+            (true, false) => "disabled by the account",
+            _ => "queued while disabled",
+        };
+        expired = expire_pending(&*tx, id, reason, now)
+            .await
+            .map_err(|e| ApiError::unavailable("postgres", e))?;
+    }
     super::notify_changes(&tx).await?;
     tx.commit().await?;
     tracing::info!(
         account = who.account_id,
         endpoint = id,
         enabled = body.enabled,
+        expired,
         "webhook endpoint updated"
     );
     Ok(Json(Endpoint::from_row(&row)))

@@ -21,6 +21,18 @@
 //! | `PMW_PUSH_WEBHOOK_MAX_IN_FLIGHT` | `4` | attempts in flight per endpoint |
 //! | `PMW_PUSH_WEBHOOK_POLL_MS` | `1000` | how often due retries are looked for without a wake-up |
 //! | `PMW_PUSH_SLOT` | `0` | push slot whose epoch fences claims and updates |
+//! | `PMW_PUSH_WEBHOOK_DISABLE_AFTER_MS` | `432000000` (5 days) | an endpoint whose every attempt has failed for this long is disabled; `0` = never |
+//!
+//! Disabling (a 410, the rule below, or the account through the API) expires the endpoint's
+//! pending deliveries in the same transaction: they become `failed` with `last_error`
+//! `endpoint disabled: <reason>` and are never sent, so re-enabling starts from new trades
+//! instead of firing a backlog all at once ([`expire_pending`]).
+//!
+//! Persistently failing endpoints (Svix's rule): `webhook_failing` holds, per endpoint, the time
+//! of the first failed attempt since its last successful one (set on that failure, deleted on
+//! any 2xx). An attempt that fails while that time is older than
+//! `PMW_PUSH_WEBHOOK_DISABLE_AFTER_MS` disables the endpoint with a `disabled_reason` saying
+//! since when it has failed and the last error; the attempt's `delivery_log` row says so too.
 //!
 //! The retry schedule is in [`retry`]; signing in [`sign`]; the SSRF rules in
 //! [`pmw_core::ssrf`] and [`client`].
@@ -42,7 +54,9 @@ use serde::Deserialize;
 
 pub use dispatcher::Dispatcher;
 pub use stats::{StatsSnapshot, WebhookStats};
-pub use store::{enqueue, enqueue_in_slot, webhook_id, DeliveryKind, Enqueued, NewDelivery};
+pub use store::{
+    enqueue, enqueue_in_slot, expire_pending, webhook_id, DeliveryKind, Enqueued, NewDelivery,
+};
 
 /// Delivery engine settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,6 +71,8 @@ pub struct WebhookConfig {
     pub poll_interval: Duration,
     /// Push slot whose `push_epoch` row fences every write.
     pub slot: i16,
+    /// Disable an endpoint whose every attempt has failed for this long (`None` = never).
+    pub disable_failing_after: Option<Duration>,
 }
 
 impl Default for WebhookConfig {
@@ -67,6 +83,7 @@ impl Default for WebhookConfig {
             max_in_flight_per_endpoint: d::in_flight(),
             poll_interval: Duration::from_millis(d::poll()),
             slot: 0,
+            disable_failing_after: Some(Duration::from_millis(d::disable_after())),
         }
     }
 }
@@ -92,6 +109,8 @@ impl WebhookConfig {
             max_in_flight_per_endpoint: s.push_webhook_max_in_flight,
             poll_interval: Duration::from_millis(s.push_webhook_poll_ms),
             slot: s.push_slot,
+            disable_failing_after: (s.push_webhook_disable_after_ms > 0)
+                .then(|| Duration::from_millis(s.push_webhook_disable_after_ms)),
         })
     }
 }
@@ -109,6 +128,8 @@ struct WebhookSettings {
     push_webhook_poll_ms: u64,
     #[serde(default)]
     push_slot: i16,
+    #[serde(default = "d::disable_after")]
+    push_webhook_disable_after_ms: u64,
 }
 
 impl Validate for WebhookSettings {
@@ -131,6 +152,12 @@ impl Validate for WebhookSettings {
                 "must be between 10 and 60000",
             ));
         }
+        if (1..1_000).contains(&self.push_webhook_disable_after_ms) {
+            return Err(ConfigError::invalid(
+                "PMW_PUSH_WEBHOOK_DISABLE_AFTER_MS",
+                "must be 0 (never) or at least 1000",
+            ));
+        }
         Ok(())
     }
 }
@@ -144,6 +171,9 @@ mod d {
     }
     pub fn poll() -> u64 {
         1_000
+    }
+    pub fn disable_after() -> u64 {
+        5 * 24 * 3_600_000
     }
 }
 
@@ -195,6 +225,23 @@ mod tests {
         assert_eq!(c.timeout, Duration::from_millis(2500));
         assert!(c.allow_private_destinations);
         assert_eq!(c.max_in_flight_per_endpoint, 1);
+        assert_eq!(
+            WebhookConfig::default().disable_failing_after,
+            Some(Duration::from_secs(5 * 24 * 3600))
+        );
+        let never = WebhookConfig::from_figment(
+            Figment::new().merge(Serialized::default("push_webhook_disable_after_ms", 0)),
+        )
+        .unwrap();
+        assert_eq!(never.disable_failing_after, None);
+        let e = WebhookConfig::from_figment(
+            Figment::new().merge(Serialized::default("push_webhook_disable_after_ms", 5)),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("PMW_PUSH_WEBHOOK_DISABLE_AFTER_MS"),
+            "{e}"
+        );
         let e = WebhookConfig::from_figment(
             Figment::new().merge(Serialized::default("push_webhook_max_in_flight", 0)),
         )

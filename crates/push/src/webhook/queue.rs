@@ -3,7 +3,7 @@
 //! separate tasks, so a slow or failing endpoint never delays another.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use pmw_core::pg::PgPool;
 use pmw_core::store::latency::PushLatencyRow;
@@ -17,7 +17,7 @@ use super::record::{self, DeliveryLogRow, Fact, CHANNEL};
 use super::retry::{self, Next, Outcome};
 use super::sign::{sign_headers, Secret};
 use super::stats::WebhookStats;
-use super::store::{self, Claimed, Finish};
+use super::store::{self, Claimed, Disable, Finish, Finished, Health};
 use super::{WebhookConfig, WebhookError};
 
 /// What every queue of one dispatcher shares.
@@ -163,20 +163,10 @@ async fn attempt(ctx: Arc<Ctx>, c: Claimed) -> Result<(), WebhookError> {
     let duration_ms = started.elapsed().as_millis() as i64;
     let now = UnixMs::now().as_i64();
     let next = retry::plan(number as u32, outcome, retry_after, &mut rand::thread_rng());
-    let (state, next_attempt_ms, done_ms, disable) = match next {
-        Next::Delivered => ("delivered", now, Some(now), None),
-        Next::RetryIn(d) => ("pending", now + d.as_millis() as i64, None, None),
-        Next::Failed => ("failed", now, Some(now), None),
-        Next::Disable => (
-            "failed",
-            now,
-            Some(now),
-            Some(format!(
-                "410 Gone from {} at {}",
-                c.url,
-                UnixMs(now).to_rfc3339()
-            )),
-        ),
+    let (state, next_attempt_ms, done_ms) = match next {
+        Next::Delivered => ("delivered", now, Some(now)),
+        Next::RetryIn(d) => ("pending", now + d.as_millis() as i64, None),
+        Next::Failed | Next::Disable => ("failed", now, Some(now)),
     };
     let finish = Finish {
         state,
@@ -185,8 +175,34 @@ async fn attempt(ctx: Arc<Ctx>, c: Claimed) -> Result<(), WebhookError> {
         last_status: status.map(i32::from),
         last_error: (!error.is_empty()).then(|| error.clone()),
         done_ms,
-        disable,
+        health: health(next, c.failing_since_ms),
+        disable: disable(&ctx.cfg, next, &c, now),
     };
+    let written = match ctx.pool.get().await {
+        Ok(mut client) => {
+            store::finish(
+                &mut client,
+                ctx.cfg.slot,
+                ctx.epoch,
+                c.endpoint_id,
+                &c.id,
+                &finish,
+                now,
+            )
+            .await
+        }
+        Err(e) => Err(e.into()),
+    };
+    let mut log_error = error.clone();
+    if let Ok(Finished {
+        disabled: Some(reason),
+        ..
+    }) = &written
+    {
+        log_error = format!("{error}; endpoint disabled: {reason}")
+            .trim_start_matches("; ")
+            .to_string();
+    }
     record::send(
         &ctx.facts,
         &ctx.stats,
@@ -202,19 +218,17 @@ async fn attempt(ctx: Arc<Ctx>, c: Claimed) -> Result<(), WebhookError> {
             duration_ms,
             status_code: status.unwrap_or(0),
             outcome: outcome.as_str().to_string(),
-            error: error.clone(),
+            error: log_error,
         }),
     );
-    let client = ctx.pool.get().await?;
-    let landed = store::finish(&**client, ctx.cfg.slot, ctx.epoch, &c.id, &finish, now).await?;
-    drop(client);
+    let written = written?;
     let s = &ctx.stats;
     match next {
         Next::Delivered => WebhookStats::add(&s.delivered, 1),
         _ => WebhookStats::add(&s.failed_attempts, 1),
     }
     match next {
-        Next::Delivered if landed => record::send(
+        Next::Delivered if written.landed => record::send(
             &ctx.facts,
             s,
             Fact::Latency(PushLatencyRow {
@@ -228,21 +242,88 @@ async fn attempt(ctx: Arc<Ctx>, c: Claimed) -> Result<(), WebhookError> {
                 backfilled: 0,
             }),
         ),
-        Next::Failed => {
+        Next::Failed | Next::Disable => {
             WebhookStats::add(&s.failed_final, 1);
             tracing::warn!(id = %c.id, endpoint = c.endpoint_id, attempts = number, error = %error, "webhook failed for good");
         }
-        Next::Disable => {
-            WebhookStats::add(&s.failed_final, 1);
-            WebhookStats::add(&s.endpoints_disabled, 1);
-            tracing::warn!(endpoint = c.endpoint_id, url = %c.url, "webhook endpoint disabled (410)");
-        }
         _ => {}
     }
-    if !landed {
+    if let Some(reason) = &written.disabled {
+        WebhookStats::add(&s.endpoints_disabled, 1);
+        WebhookStats::add(&s.deliveries_expired, written.expired);
+        tracing::warn!(endpoint = c.endpoint_id, url = %c.url, expired = written.expired, reason = %reason, "webhook endpoint disabled");
+    }
+    if !written.landed {
         tracing::debug!(id = %c.id, "webhook result not ours any more");
     }
     tracing::debug!(id = %c.id, endpoint = c.endpoint_id, attempt = number, status = status.unwrap_or(0),
         outcome = outcome.as_str(), ms = duration_ms, "webhook attempt");
     Ok(())
+}
+
+/// The failure-run transition of this attempt, judged from what the claim saw (`failing_since`):
+/// only a change writes.
+fn health(next: Next, failing_since: Option<i64>) -> Health {
+    match (next, failing_since) {
+        (Next::Delivered, Some(_)) => Health::Recovered,
+        (Next::Delivered, None) | (_, Some(_)) => Health::Keep,
+        (_, None) => Health::StartFailing,
+    }
+}
+
+/// Whether this attempt disables its endpoint: a 410 always; another failure when the endpoint
+/// has failed every attempt for the configured period (re-checked in the write's transaction).
+fn disable(cfg: &WebhookConfig, next: Next, c: &Claimed, now: i64) -> Option<Disable> {
+    match next {
+        Next::Delivered => None,
+        Next::Disable => Some(Disable::Gone(format!(
+            "410 Gone from {} at {}",
+            c.url,
+            UnixMs(now).to_rfc3339()
+        ))),
+        Next::RetryIn(_) | Next::Failed => {
+            let period = cfg.disable_failing_after?;
+            let cutoff_ms = now - period.as_millis() as i64;
+            c.failing_since_ms
+                .filter(|since| *since <= cutoff_ms)
+                .map(|_| Disable::FailingSince {
+                    cutoff_ms,
+                    period: human(period),
+                })
+        }
+    }
+}
+
+/// A period as operators write it: `5 d`, `36 h`, `90 min`, `2 s`, `1500 ms`.
+fn human(d: Duration) -> String {
+    let ms = d.as_millis();
+    for (unit, size) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("min", 60_000),
+        ("s", 1_000),
+    ] {
+        if ms >= size && ms.is_multiple_of(size) {
+            return format!("{} {unit}", ms / size);
+        }
+    }
+    format!("{ms} ms")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn webhook_health_writes_only_transitions() {
+        let retry = Next::RetryIn(Duration::from_secs(5));
+        assert_eq!(health(Next::Delivered, None), Health::Keep);
+        assert_eq!(health(Next::Delivered, Some(1)), Health::Recovered);
+        assert_eq!(health(retry, None), Health::StartFailing);
+        assert_eq!(health(retry, Some(1)), Health::Keep);
+        assert_eq!(health(Next::Failed, None), Health::StartFailing);
+        assert_eq!(human(Duration::from_secs(5 * 86_400)), "5 d");
+        assert_eq!(human(Duration::from_secs(2)), "2 s");
+        assert_eq!(human(Duration::from_millis(2_500)), "2500 ms");
+    }
 }

@@ -12,6 +12,7 @@ pub struct WebhookStats {
     pub(crate) failed_attempts: AtomicU64,
     pub(crate) failed_final: AtomicU64,
     pub(crate) endpoints_disabled: AtomicU64,
+    pub(crate) deliveries_expired: AtomicU64,
     pub(crate) backlog: AtomicU64,
     pub(crate) due: AtomicU64,
     pub(crate) active_endpoints: AtomicU64,
@@ -32,8 +33,10 @@ pub struct StatsSnapshot {
     pub failed_attempts: u64,
     /// Deliveries failed for good (attempts exhausted or 410).
     pub failed_final: u64,
-    /// Endpoints disabled by a 410.
+    /// Endpoints disabled by this dispatcher (410, or failing for the configured period).
     pub endpoints_disabled: u64,
+    /// Pending deliveries expired because this dispatcher disabled their endpoint.
+    pub deliveries_expired: u64,
     /// Pending deliveries of enabled endpoints (due or in backoff) at the last scan.
     pub backlog: u64,
     /// Pending deliveries due now at the last scan.
@@ -61,6 +64,7 @@ impl WebhookStats {
             failed_attempts: self.failed_attempts.load(Relaxed),
             failed_final: self.failed_final.load(Relaxed),
             endpoints_disabled: self.endpoints_disabled.load(Relaxed),
+            deliveries_expired: self.deliveries_expired.load(Relaxed),
             backlog: self.backlog.load(Relaxed),
             due: self.due.load(Relaxed),
             active_endpoints: self.active_endpoints.load(Relaxed),

@@ -1,6 +1,8 @@
 //! Postgres side of the delivery engine: enqueue, scan, claim and finish `webhook_deliveries`
-//! rows. Every write takes the slot's `push_epoch` row `FOR SHARE` in the same statement and
-//! lands only while the epoch is current, so a deposed leader's writes fail.
+//! rows, track each endpoint's run of failures (`webhook_failing`), disable endpoints and expire
+//! their pending deliveries. Every write of push takes the slot's `push_epoch` row `FOR SHARE`
+//! in the same statement (or transaction) and lands only while the epoch is current, so a
+//! deposed leader's writes fail. [`expire_pending`] is also the API's, unfenced.
 
 use pmw_core::{Cursor, UnixMs};
 use serde::{Deserialize, Serialize};
@@ -189,6 +191,8 @@ pub(crate) struct Claimed {
     pub secret: String,
     pub previous_secret: Option<String>,
     pub previous_expires_ms: Option<i64>,
+    /// When the endpoint's current run of failed attempts began (`webhook_failing`), if any.
+    pub failing_since_ms: Option<i64>,
 }
 
 /// Claim up to `limit` due deliveries of one enabled endpoint, in cursor order, for `epoch`.
@@ -215,7 +219,8 @@ pub(crate) async fn claim(
            FROM due, webhook_endpoints e \
            WHERE d.id = due.id AND e.id = d.endpoint_id AND e.enabled \
            RETURNING d.id, d.endpoint_id, e.account_id, d.kind, d.block_number, d.log_index, d.payload, \
-             d.attempts, d.t_detect_ms, e.url, e.secret, e.previous_secret, e.previous_expires_ms) \
+             d.attempts, d.t_detect_ms, e.url, e.secret, e.previous_secret, e.previous_expires_ms, \
+             (SELECT f.since_ms FROM webhook_failing f WHERE f.endpoint_id = d.endpoint_id)) \
          SELECT (SELECT count(*) FROM fence), upd.* FROM (SELECT 1) one LEFT JOIN upd ON true"
     );
     let rows = c
@@ -244,6 +249,7 @@ pub(crate) async fn claim(
             secret: r.get(11),
             previous_secret: r.get(12),
             previous_expires_ms: r.get(13),
+            failing_since_ms: r.get(14),
         })
         .collect();
     out.sort_by(|a, b| {
@@ -261,20 +267,146 @@ pub(crate) struct Finish {
     pub last_status: Option<i32>,
     pub last_error: Option<String>,
     pub done_ms: Option<i64>,
-    /// Disable the endpoint (410) with this reason.
-    pub disable: Option<String>,
+    /// What this attempt changes in the endpoint's run of failures.
+    pub health: Health,
+    /// Disable the endpoint.
+    pub disable: Option<Disable>,
 }
 
-/// Write an attempt's result (releasing the claim when the delivery stays pending) and, for a
-/// 410, disable the endpoint, in one fenced statement. `Ok(false)` when the row was no longer
-/// ours (deleted, or taken again after our claim went stale).
+/// The endpoint's `webhook_failing` transition after an attempt. Only transitions write, so a
+/// steadily succeeding (or steadily failing) endpoint costs no extra statement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Health {
+    /// Nothing changes.
+    Keep,
+    /// A failure after a success: the run of failures starts now.
+    StartFailing,
+    /// A success after failures: the run ends.
+    Recovered,
+}
+
+/// Why an attempt disables its endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Disable {
+    /// Unconditionally (410 Gone), with this reason.
+    Gone(String),
+    /// If its run of failures (re-read in the transaction) began at or before `cutoff_ms`.
+    FailingSince { cutoff_ms: i64, period: String },
+}
+
+/// What writing an attempt's result did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Finished {
+    /// The row was still ours and took the result.
+    pub landed: bool,
+    /// The endpoint was disabled, with this reason.
+    pub disabled: Option<String>,
+    /// Pending deliveries expired with it.
+    pub expired: u64,
+}
+
+/// Write an attempt's result (releasing the claim when the delivery stays pending), fenced by
+/// the epoch: one statement, or, when the endpoint's failure run changes or it is to be
+/// disabled, one transaction with that transition and, when still true, the disabling and the
+/// expiry of its pending deliveries. A result lands only
+/// while the row is ours and still pending (an expired row takes a late 2xx, never a retry).
+/// `landed: false` when the row was no longer ours (deleted, expired, or taken again after our
+/// claim went stale).
 pub(crate) async fn finish(
+    client: &mut tokio_postgres::Client,
+    slot: i16,
+    epoch: i64,
+    endpoint_id: i64,
+    id: &str,
+    f: &Finish,
+    now: i64,
+) -> Result<Finished, WebhookError> {
+    if f.health == Health::Keep && f.disable.is_none() {
+        // The common case: one statement, no transaction.
+        let landed = update_delivery(&*client, slot, epoch, id, f).await?;
+        return Ok(Finished {
+            landed,
+            ..Finished::default()
+        });
+    }
+    let tx = client.transaction().await?;
+    if f.health == Health::StartFailing || f.disable.is_some() {
+        // Lock the endpoint first, as the API does before it expires deliveries (no deadlock
+        // with it), and so a concurrent delete waits for this transaction (the insert into
+        // `webhook_failing` needs the row).
+        let lock = if f.disable.is_some() {
+            "SELECT 1 FROM webhook_endpoints WHERE id = $1 FOR NO KEY UPDATE"
+        } else {
+            "SELECT 1 FROM webhook_endpoints WHERE id = $1 FOR KEY SHARE"
+        };
+        if tx.query_opt(lock, &[&endpoint_id]).await?.is_none() {
+            // Deleted with its deliveries.
+            return Ok(Finished::default());
+        }
+    }
+    let mut out = Finished {
+        landed: update_delivery(&tx, slot, epoch, id, f).await?,
+        ..Finished::default()
+    };
+    if !out.landed {
+        tx.commit().await?;
+        return Ok(out);
+    }
+    match f.health {
+        Health::Keep => {}
+        Health::StartFailing => {
+            tx.execute(
+                "INSERT INTO webhook_failing (endpoint_id, since_ms) VALUES ($1, $2) \
+                 ON CONFLICT (endpoint_id) DO NOTHING",
+                &[&endpoint_id, &now],
+            )
+            .await?;
+        }
+        Health::Recovered => {
+            tx.execute(
+                "DELETE FROM webhook_failing WHERE endpoint_id = $1",
+                &[&endpoint_id],
+            )
+            .await?;
+        }
+    }
+    let reason = match &f.disable {
+        None => None,
+        Some(Disable::Gone(reason)) => Some(reason.clone()),
+        Some(Disable::FailingSince { cutoff_ms, period }) => tx
+            .query_opt(
+                "SELECT since_ms FROM webhook_failing WHERE endpoint_id = $1",
+                &[&endpoint_id],
+            )
+            .await?
+            .map(|r| r.get::<_, i64>(0))
+            .filter(|since| since <= cutoff_ms)
+            .map(|since| failing_reason(since, period, f.last_error.as_deref())),
+    };
+    if let Some(reason) = reason {
+        let disabled = tx
+            .execute(
+                "UPDATE webhook_endpoints SET enabled = false, disabled_reason = $2, updated_ms = $3 \
+                 WHERE id = $1 AND enabled",
+                &[&endpoint_id, &reason, &now],
+            )
+            .await?;
+        if disabled == 1 {
+            out.expired = expire_pending(&tx, endpoint_id, &reason, now).await?;
+            out.disabled = Some(reason);
+        }
+    }
+    tx.commit().await?;
+    Ok(out)
+}
+
+/// The fenced update of the delivery row; `Ok(false)` when it was not ours any more.
+async fn update_delivery(
     c: &impl GenericClient,
     slot: i16,
     epoch: i64,
     id: &str,
     f: &Finish,
-    now: i64,
 ) -> Result<bool, WebhookError> {
     let sql = format!(
         "WITH {FENCE}, d AS ( \
@@ -282,12 +414,10 @@ pub(crate) async fn finish(
              last_status = $7, last_error = $8, done_ms = $9, \
              claimed_epoch = CASE WHEN $4 = 'pending' THEN NULL ELSE claimed_epoch END, \
              claimed_ms = CASE WHEN $4 = 'pending' THEN NULL ELSE claimed_ms END \
-           WHERE id = $3 AND claimed_epoch = $2 AND EXISTS (SELECT 1 FROM fence) \
-           RETURNING endpoint_id), \
-         e AS ( \
-           UPDATE webhook_endpoints SET enabled = false, disabled_reason = $10, updated_ms = $11 \
-           WHERE $10::text IS NOT NULL AND enabled AND id IN (SELECT endpoint_id FROM d) RETURNING 1) \
-         SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM d), (SELECT count(*) FROM e)"
+           WHERE id = $3 AND claimed_epoch = $2 AND (state = 'pending' OR $4 = 'delivered') \
+             AND EXISTS (SELECT 1 FROM fence) \
+           RETURNING 1) \
+         SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM d)"
     );
     let row = c
         .query_one(
@@ -302,8 +432,6 @@ pub(crate) async fn finish(
                 &f.last_status,
                 &f.last_error,
                 &f.done_ms,
-                &f.disable,
-                &now,
             ],
         )
         .await?;
@@ -311,4 +439,45 @@ pub(crate) async fn finish(
         return Err(WebhookError::Fenced { slot, epoch });
     }
     Ok(row.get::<_, i64>(1) == 1)
+}
+
+/// The `disabled_reason` of an endpoint that failed every attempt since `since_ms`.
+fn failing_reason(since_ms: i64, period: &str, last_error: Option<&str>) -> String {
+    let mut s = format!(
+        "every delivery attempt failed since {} (limit {period})",
+        UnixMs(since_ms).to_rfc3339()
+    );
+    if let Some(e) = last_error.filter(|e| !e.is_empty()) {
+        let e: String = e.chars().take(200).collect();
+        s.push_str(&format!("; last error: {e}"));
+    }
+    s
+}
+
+/// Expire the pending deliveries of an endpoint that is being disabled (or re-enabled: what is
+/// still pending then was queued while it was disabled), inside the caller's transaction, which
+/// must hold the endpoint row locked (`FOR NO KEY UPDATE`, as an `UPDATE` of it does). They
+/// become `failed` with `last_error` `endpoint disabled: <reason>` and are never sent; a 2xx
+/// already in flight still lands as `delivered`. The endpoint's run of failures is forgotten,
+/// so a re-enabled endpoint starts afresh. Returns how many deliveries expired.
+pub async fn expire_pending(
+    c: &impl GenericClient,
+    endpoint_id: i64,
+    reason: &str,
+    now: i64,
+) -> Result<u64, WebhookError> {
+    let error = format!("endpoint disabled: {reason}");
+    let expired = c
+        .execute(
+            "UPDATE webhook_deliveries SET state = 'failed', last_error = $2, done_ms = $3 \
+             WHERE endpoint_id = $1 AND state = 'pending'",
+            &[&endpoint_id, &error, &now],
+        )
+        .await?;
+    c.execute(
+        "DELETE FROM webhook_failing WHERE endpoint_id = $1",
+        &[&endpoint_id],
+    )
+    .await?;
+    Ok(expired)
 }

@@ -108,6 +108,21 @@ impl Env {
             .get(0)
     }
 
+    /// `(enabled, disabled_reason)` of an endpoint.
+    pub async fn endpoint_state(&self, endpoint: i64) -> (bool, Option<String>) {
+        let r = self
+            .db
+            .connect()
+            .await
+            .query_one(
+                "SELECT enabled, disabled_reason FROM webhook_endpoints WHERE id = $1",
+                &[&endpoint],
+            )
+            .await
+            .unwrap();
+        (r.get(0), r.get(1))
+    }
+
     pub async fn delivery(&self, id: &str) -> Delivery {
         let r = self
             .db
@@ -162,6 +177,7 @@ pub fn config() -> WebhookConfig {
         max_in_flight_per_endpoint: 2,
         poll_interval: Duration::from_millis(200),
         slot: 0,
+        disable_failing_after: Some(Duration::from_secs(5 * 24 * 3600)),
     }
 }
 

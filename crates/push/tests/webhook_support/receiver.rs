@@ -1,6 +1,7 @@
 //! A scripted webhook receiver: a real axum HTTP server on 127.0.0.1:0 that records every request
 //! (as it arrives, before answering) and answers with the step of that request's number (the last
-//! step repeats), optionally after a delay or after the test releases a gate permit.
+//! step repeats, or the steps cycle), optionally after a delay or after the test releases a gate
+//! permit.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -64,6 +65,7 @@ struct Inner {
     steps: Vec<Step>,
     hits: Mutex<Vec<Hit>>,
     gate: Option<Arc<Semaphore>>,
+    cycle: bool,
 }
 
 /// A running receiver (stopped when dropped).
@@ -75,20 +77,26 @@ pub struct Receiver {
 
 impl Receiver {
     pub async fn start(steps: Vec<Step>) -> Receiver {
-        Receiver::spawn(steps, None).await
+        Receiver::spawn(steps, None, false).await
+    }
+
+    /// Request `n` is answered with step `n % steps.len()`: the script repeats forever.
+    pub async fn cycling(steps: Vec<Step>) -> Receiver {
+        Receiver::spawn(steps, None, true).await
     }
 
     /// Every request waits for a permit from [`Receiver::release`] before it is answered.
     pub async fn gated(steps: Vec<Step>) -> Receiver {
-        Receiver::spawn(steps, Some(Arc::new(Semaphore::new(0)))).await
+        Receiver::spawn(steps, Some(Arc::new(Semaphore::new(0))), false).await
     }
 
-    async fn spawn(steps: Vec<Step>, gate: Option<Arc<Semaphore>>) -> Receiver {
+    async fn spawn(steps: Vec<Step>, gate: Option<Arc<Semaphore>>, cycle: bool) -> Receiver {
         assert!(!steps.is_empty());
         let inner = Arc::new(Inner {
             steps,
             hits: Mutex::new(Vec::new()),
             gate,
+            cycle,
         });
         let app = Router::new().fallback(handle).with_state(inner.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -147,7 +155,11 @@ async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
         });
         hits.len() - 1
     };
-    let step = inner.steps[n.min(inner.steps.len() - 1)].clone();
+    let step = if inner.cycle {
+        inner.steps[n % inner.steps.len()].clone()
+    } else {
+        inner.steps[n.min(inner.steps.len() - 1)].clone()
+    };
     if let Some(gate) = &inner.gate {
         gate.acquire().await.unwrap().forget();
     }
