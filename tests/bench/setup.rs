@@ -227,6 +227,9 @@ impl Bench {
         env.push(("PMW_PUSH_LISTEN".into(), format!("127.0.0.1:{port}")));
         env.push(("PMW_PUSH_LOCK_SEGMENT_MS".into(), "1000".into()));
         env.push(("PMW_PUSH_ALLOW_PRIVATE_WEBHOOKS".into(), "true".into()));
+        // The fan-out steps open thousands of sessions on few accounts: no connect limit here.
+        env.push(("PMW_PUSH_WS_CONNECTS_PER_SEC".into(), "1000000".into()));
+        env.push(("PMW_PUSH_WS_CONNECT_BURST".into(), "1000000".into()));
         if let Some(ms) = legacy {
             env.push(("PMW_PUSH_LEGACY_POLL_MS".into(), ms.to_string()));
         }

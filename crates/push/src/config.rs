@@ -12,6 +12,7 @@
 //! | `PMW_PUSH_ROUND_BLOCKS` | `500` | blocks read per round (catch-up after an outage goes in bounded steps) |
 //! | `PMW_PUSH_ROUND_DEADLINE_MS` | `10000` | on SIGTERM, how long the current round may take before exiting with the lock held |
 //! | `PMW_PUSH_WS_QUEUE` | `1024` | frames queued per WebSocket session before it is closed as a slow consumer (1013) |
+//! | `PMW_PUSH_WS_CONNECTS_PER_SEC` / `PMW_PUSH_WS_CONNECT_BURST` | `5` / `60` | WebSocket connects per account (429 with `Retry-After` beyond); the burst covers a whole plan's sessions reconnecting after a failover |
 //! | `PMW_PUSH_WS_HEARTBEAT_MS` | `15000` | heartbeat period per session |
 //! | `PMW_PUSH_RESUME_MAX_TRADES` | `10000` | most trades replayed on `since=`; beyond, the client is told to backfill over REST |
 //! | `PMW_PUSH_READY_MAX_AGE_MS` | `15000` | `/health` is 503 when no round completed for this long |
@@ -45,6 +46,10 @@ pub struct PushConfig {
     pub push_round_deadline_ms: u64,
     #[serde(default = "d::queue")]
     pub push_ws_queue: usize,
+    #[serde(default = "d::connects")]
+    pub push_ws_connects_per_sec: u32,
+    #[serde(default = "d::connect_burst")]
+    pub push_ws_connect_burst: u32,
     #[serde(default = "d::heartbeat")]
     pub push_ws_heartbeat_ms: u64,
     #[serde(default = "d::resume")]
@@ -81,6 +86,12 @@ mod d {
     pub fn queue() -> usize {
         1_024
     }
+    pub fn connects() -> u32 {
+        5
+    }
+    pub fn connect_burst() -> u32 {
+        60
+    }
     pub fn heartbeat() -> u64 {
         15_000
     }
@@ -113,6 +124,13 @@ impl PushConfig {
 
     pub fn ms(v: u64) -> Duration {
         Duration::from_millis(v)
+    }
+
+    /// The per-account quota of WebSocket connects.
+    pub fn connect_quota(&self) -> governor::Quota {
+        let rate = std::num::NonZeroU32::new(self.push_ws_connects_per_sec.max(1)).expect("≥ 1");
+        let burst = std::num::NonZeroU32::new(self.push_ws_connect_burst.max(1)).expect("≥ 1");
+        governor::Quota::per_second(rate).allow_burst(burst)
     }
 
     /// Trades read per round: the configured limit, capped at half a session queue.

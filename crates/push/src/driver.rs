@@ -17,6 +17,16 @@ use crate::rounds::{RoundError, Rounds};
 use crate::subs::CHANGES_CHANNEL;
 use crate::{webhook, Health, PushConfig, BLOCKS_CHANNEL};
 
+/// Subscription-only wake-ups refresh the index at most this often (a churning account cannot
+/// make the leader reload continuously; revocation still applies well within a second).
+const INDEX_EVERY: Duration = Duration::from_millis(200);
+
+/// What woke the loop.
+enum Wake {
+    Round,
+    Index,
+}
+
 /// How the loop ended without an error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Stopped {
@@ -42,6 +52,9 @@ pub(crate) struct Driver<'a> {
     /// When the lost listen session may be reopened next, and the backoff after that.
     pub relisten_at: Instant,
     pub relisten_wait: Duration,
+    /// The last index refresh, and the next one scheduled (debounced).
+    pub index_at: Option<Instant>,
+    pub index_due: Option<Instant>,
 }
 
 impl Driver<'_> {
@@ -60,8 +73,13 @@ impl Driver<'_> {
             if self.shutdown.is_cancelled() {
                 return Ok(Stopped::Graceful);
             }
-            if !run_now {
-                self.wait(fallback, progress + stall).await?;
+            while !run_now {
+                match self.wait(fallback, progress + stall).await? {
+                    Wake::Round => run_now = true,
+                    // Only subscriptions changed: refresh the index (revocations, unsubscribes)
+                    // without a ClickHouse round; at most every INDEX_EVERY.
+                    Wake::Index => self.refresh_index().await,
+                }
                 if self.shutdown.is_cancelled() {
                     return Ok(Stopped::Graceful);
                 }
@@ -129,14 +147,15 @@ impl Driver<'_> {
     /// Sleep until a NOTIFY, the fallback period or the stall limit; watch the lock session, the
     /// listen session and the webhook dispatcher meanwhile. A lost listen session is dropped
     /// (rounds then run every fallback period) and reconnected between rounds, with backoff.
-    async fn wait(&mut self, fallback: Duration, stall_at: Instant) -> Result<(), ServiceError> {
+    async fn wait(&mut self, fallback: Duration, stall_at: Instant) -> Result<Wake, ServiceError> {
         if self.listen.is_none() && self.push.push_legacy_poll_ms.is_none() {
             self.relisten().await;
         }
         let listen_lost = self.listen.as_ref().map(Session::lost);
-        tokio::select! {
+        let index_due = self.index_due;
+        let wake = tokio::select! {
             biased;
-            _ = self.shutdown.cancelled() => {}
+            _ = self.shutdown.cancelled() => Wake::Round,
             _ = self.lost.cancelled() => return Err(ServiceError::transient("push lock session lost")),
             r = self.dispatcher.wait() => {
                 let why = match r { Ok(()) => "stopped".to_string(), Err(e) => e.to_string() };
@@ -146,18 +165,42 @@ impl Driver<'_> {
                 tracing::warn!("block listener lost; polling every fallback period until it is back");
                 self.listen = None;
                 self.relisten_at = Instant::now();
+                Wake::Round
             }
-            // A block or a subscription change: run a round (it reloads the index when the
-            // version it reads beside the watermark moved). Coalesce whatever else is queued.
-            _ = async { match self.listen.as_mut() { Some(s) => s.notifications.recv().await, None => std::future::pending().await } } => {
+            // A block: run a round (it also reloads the index when the version it reads beside
+            // the watermark moved). Only subscription changes: refresh the index. Coalesce
+            // whatever else is queued.
+            n = async { match self.listen.as_mut() { Some(s) => s.notifications.recv().await, None => std::future::pending().await } } => {
+                let mut block = n.is_none_or(|n| n.channel() != CHANGES_CHANNEL);
                 if let Some(s) = self.listen.as_mut() {
-                    while s.notifications.try_recv().is_ok() {}
+                    while let Ok(n) = s.notifications.try_recv() {
+                        block |= n.channel() != CHANGES_CHANNEL;
+                    }
                 }
+                if block { Wake::Round } else { Wake::Index }
             }
-            _ = tokio::time::sleep(fallback) => {}
-            _ = tokio::time::sleep_until(stall_at) => {}
+            _ = async { match index_due { Some(t) => tokio::time::sleep_until(t).await, None => std::future::pending().await } } => Wake::Index,
+            _ = tokio::time::sleep(fallback) => Wake::Round,
+            _ = tokio::time::sleep_until(stall_at) => Wake::Round,
+        };
+        Ok(wake)
+    }
+
+    /// Refresh the subscription index now, or schedule it when the last refresh was less than
+    /// INDEX_EVERY ago. A failure is logged; the next round reloads anyway.
+    async fn refresh_index(&mut self) {
+        let now = Instant::now();
+        if let Some(last) = self.index_at.filter(|t| now < *t + INDEX_EVERY) {
+            self.index_due = Some(last + INDEX_EVERY);
+            return;
         }
-        Ok(())
+        self.index_due = None;
+        self.index_at = Some(now);
+        match self.rounds.refresh_index().await {
+            Ok(0) => {}
+            Ok(closed) => tracing::info!(closed, "sessions closed by revocation"),
+            Err(e) => tracing::warn!(error = %e, "subscription index refresh failed"),
+        }
     }
 
     /// One attempt to reopen the listen session, when its backoff allows.

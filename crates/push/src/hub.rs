@@ -161,7 +161,14 @@ impl Hub {
             .map(|(id, _)| *id)
             .collect();
         let mut revoked = 0;
+        let none = Vec::new();
         for id in stale {
+            let s = inner.sessions.get_mut(&id).expect("listed above");
+            let wallets = idx.wallets_by_account.get(&s.account_id).unwrap_or(&none);
+            if idx.live_keys.contains(&s.key_id) && *wallets == s.wallets {
+                s.version = idx.version; // unchanged: no relinking
+                continue;
+            }
             let Some(mut s) = inner.unlink(id) else {
                 continue;
             };

@@ -61,6 +61,8 @@ pub struct AppState {
     pub recorder: Recorder,
     pub epoch: i64,
     pub health: Arc<Health>,
+    /// WebSocket connects per account.
+    pub connects: Arc<governor::DefaultKeyedRateLimiter<i64>>,
 }
 
 /// Run with settings from the environment until `shutdown`.
@@ -146,6 +148,7 @@ pub async fn run_with(
         recorder: Recorder::spawn(storage.ch.clone(), tasks.clone()),
         epoch: lead.epoch,
         health: health.clone(),
+        connects: Arc::new(governor::RateLimiter::keyed(push.connect_quota())),
     };
     let server_stop = CancellationToken::new();
     let server = server::spawn(listener, state, server_stop.clone());
@@ -174,6 +177,8 @@ pub async fn run_with(
         dispatcher: &mut dispatcher,
         relisten_at: tokio::time::Instant::now(),
         relisten_wait: Duration::from_millis(100),
+        index_at: None,
+        index_due: None,
     }
     .run()
     .await;

@@ -64,6 +64,8 @@ pub struct Rounds {
     names: Names,
     /// Reload the subscription index before the next round (set after a failed round).
     reload: bool,
+    /// Sessions the last index reload closed (revoked keys, disabled accounts).
+    closed_by_last_apply: usize,
 }
 
 impl Rounds {
@@ -92,6 +94,7 @@ impl Rounds {
             hub,
             names: Names::default(),
             reload: false,
+            closed_by_last_apply: 0,
         }
     }
 
@@ -103,9 +106,31 @@ impl Rounds {
             return Ok(idx);
         }
         let idx = self.subs.reload(&self.pool).await?;
-        self.hub.apply(&idx);
+        self.closed_by_last_apply = self.hub.apply(&idx);
         self.reload = false;
         Ok(idx)
+    }
+
+    /// Bring the index up to the current `subs_version` (no ClickHouse read): what a change
+    /// notification does between rounds. Returns the sessions closed by revocation.
+    pub async fn refresh_index(&mut self) -> Result<usize, RoundError> {
+        let version: i64 = self
+            .pool
+            .get()
+            .await?
+            .query_one("SELECT seq FROM subs_version WHERE id = 1", &[])
+            .await?
+            .get(0);
+        let before = self.subs.current().await.version;
+        let idx = self.index(version).await;
+        match idx {
+            Ok(idx) if idx.version != before => Ok(self.closed_by_last_apply),
+            Ok(_) => Ok(0),
+            Err(e) => {
+                self.reload = true;
+                Err(e)
+            }
+        }
     }
 
     /// One round. Any error leaves the cursor where it was and makes the next round reload the

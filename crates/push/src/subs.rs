@@ -64,6 +64,10 @@ impl Subscriptions {
             idx.accounts_by_wallet.entry(wallet.clone()).or_default().push(account);
             idx.wallets_by_account.entry(account).or_default().push(wallet);
         }
+        // Sorted, as a session's own wallets are, so an unchanged set compares equal.
+        for w in idx.wallets_by_account.values_mut() {
+            w.sort();
+        }
         for r in tx
             .query("SELECT e.account_id, e.id FROM webhook_endpoints e JOIN accounts a ON a.id = e.account_id WHERE e.enabled AND a.disabled_ms IS NULL", &[])
             .await?

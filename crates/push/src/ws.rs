@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Query, State};
-use axum::http::HeaderMap;
-use axum::response::Response;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
+use governor::clock::{Clock, DefaultClock};
 use pmw_core::auth::{self, Principal};
 use pmw_core::store::{trades, PushLatencyRow};
 use pmw_core::{Cursor, UnixMs};
@@ -31,16 +32,33 @@ pub async fn upgrade(
     Query(q): Query<HashMap<String, String>>,
     ws: WebSocketUpgrade,
 ) -> Response {
+    // `Bearer <key>`, the scheme in any case (as the REST API accepts it).
     let bearer = headers
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::to_string);
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, key)| key.trim().to_string());
     let who = match (bearer, q.get("ticket")) {
         (Some(key), _) => auth::account_for_key(&st.pool, &key).await,
         (None, Some(t)) => auth::redeem_ticket(&st.pool, t).await,
         (None, None) => Err(auth::AuthError::Missing),
     };
+    // Connects per account are rate limited before the upgrade: one account's reconnect storm
+    // costs the others nothing.
+    if let Ok(p) = &who {
+        if let Err(not_until) = st.connects.check_key(&p.account_id) {
+            let wait = not_until.wait_time_from(DefaultClock::default().now());
+            let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
+            let body = json!({"error": {"code": "rate_limited", "message": format!("too many WebSocket connects for this account; retry in {secs} s")}});
+            return (
+                StatusCode::TOO_MANY_REQUESTS,
+                [(header::RETRY_AFTER, secs.to_string())],
+                axum::Json(body),
+            )
+                .into_response();
+        }
+    }
     let since = q.get("since").map(|s| s.parse::<Cursor>());
     ws.read_buffer_size(4 * 1024)
         .write_buffer_size(8 * 1024)
