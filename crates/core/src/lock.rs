@@ -113,6 +113,18 @@ impl WriterLock {
     }
 }
 
+/// The backend pids holding advisory lock `key` in the current database (one at most): what a
+/// standby terminates when the holder's lease ran out.
+pub fn holder_sql(key: i64) -> String {
+    let classid = (key >> 32) as u32;
+    let objid = (key & 0xffff_ffff) as u32;
+    format!(
+        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid = {classid} \
+         AND objid = {objid} AND objsubid = 1 AND granted \
+         AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+    )
+}
+
 /// A SQL predicate true only while the session with backend pid `$pid_param` holds advisory lock
 /// `key`: add it to a write's WHERE clause so a writer that lost its lock writes nothing.
 pub fn fence_sql(key: i64, pid_param: &str) -> String {

@@ -132,8 +132,10 @@ impl Session {
     }
 }
 
-/// Open a dedicated session with TCP keepalives (idle 180 s, interval 10 s, 6 probes) so a dead
-/// peer is noticed. `application_name` makes it recognisable in `pg_stat_activity`. It carries
+/// Open a dedicated session with TCP keepalives (idle 10 s, interval 2 s, 3 probes) and a TCP
+/// user timeout of 20 s, so a dead or partitioned peer is noticed in seconds, not hours (a lock
+/// held by a vanished host would otherwise stall the standby). A frozen process on a live host
+/// still ACKs keepalives: push's standby handles that with the leader's heartbeat as a lease. `application_name` makes it recognisable in `pg_stat_activity`. It carries
 /// none of the pooled timeouts ([`dedicated_session_options`]): an advisory lock wait or a LISTEN
 /// session is long by design.
 pub async fn dedicated(cfg: &CoreConfig, application_name: &str) -> Result<Session, PgError> {
@@ -143,9 +145,10 @@ pub async fn dedicated(cfg: &CoreConfig, application_name: &str) -> Result<Sessi
         .application_name(application_name)
         .connect_timeout(Duration::from_secs(5))
         .keepalives(true)
-        .keepalives_idle(Duration::from_secs(180))
-        .keepalives_interval(Duration::from_secs(10))
-        .keepalives_retries(6);
+        .keepalives_idle(Duration::from_secs(10))
+        .keepalives_interval(Duration::from_secs(2))
+        .keepalives_retries(3)
+        .tcp_user_timeout(Duration::from_secs(20));
     let (client, mut conn) = pg.connect(NoTls).await?;
     let (tx, rx) = mpsc::unbounded_channel();
     let lost = CancellationToken::new();

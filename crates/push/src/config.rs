@@ -16,6 +16,7 @@
 //! | `PMW_PUSH_WS_HEARTBEAT_MS` | `15000` | heartbeat period per session |
 //! | `PMW_PUSH_RESUME_MAX_TRADES` | `10000` | most trades replayed on `since=`; beyond, the client is told to backfill over REST |
 //! | `PMW_PUSH_READY_MAX_AGE_MS` | `15000` | `/health` is 503 when no round completed for this long |
+//! | `PMW_PUSH_LEASE_MS` | `10000` | the standby terminates the lock session of a leader whose heartbeat is older than this (a frozen leader keeps its lock otherwise) |
 //! | `PMW_PUSH_STALL_EXIT_MS` | the ready max age | a leader that completes no round for this long (rounds failing, or one round hanging) exits 75 so the standby takes over |
 
 use std::net::SocketAddr;
@@ -58,6 +59,8 @@ pub struct PushConfig {
     pub push_ready_max_age_ms: u64,
     #[serde(default)]
     pub push_stall_exit_ms: Option<u64>,
+    #[serde(default = "d::lease")]
+    pub push_lease_ms: u64,
 }
 
 mod d {
@@ -85,6 +88,9 @@ mod d {
     }
     pub fn queue() -> usize {
         1_024
+    }
+    pub fn lease() -> u64 {
+        10_000
     }
     pub fn connects() -> u32 {
         5
@@ -162,6 +168,12 @@ impl Validate for PushConfig {
             return Err(ConfigError::invalid(
                 "PMW_PUSH_FALLBACK_MS",
                 "lock segment and fallback must be ≥ 10 ms",
+            ));
+        }
+        if self.push_lease_ms < 2_000 {
+            return Err(ConfigError::invalid(
+                "PMW_PUSH_LEASE_MS",
+                "must be ≥ 2000 ms (the leader beats every second)",
             ));
         }
         if self.stall_exit_ms() < 1_000 {

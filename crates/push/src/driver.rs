@@ -25,6 +25,7 @@ const INDEX_EVERY: Duration = Duration::from_millis(200);
 enum Wake {
     Round,
     Index,
+    Beat,
 }
 
 /// How the loop ended without an error.
@@ -73,12 +74,18 @@ impl Driver<'_> {
             if self.shutdown.is_cancelled() {
                 return Ok(Stopped::Graceful);
             }
+            let fallback_at = Instant::now() + fallback;
             while !run_now {
-                match self.wait(fallback, progress + stall).await? {
+                match self.wait(fallback_at, progress + stall).await? {
                     Wake::Round => run_now = true,
                     // Only subscriptions changed: refresh the index (revocations, unsubscribes)
                     // without a ClickHouse round; at most every INDEX_EVERY.
                     Wake::Index => self.refresh_index().await,
+                    Wake::Beat => {}
+                }
+                if UnixMs::now().0 - last_beat >= 1_000 {
+                    last_beat = UnixMs::now().0;
+                    self.beat(epoch).await;
                 }
                 if self.shutdown.is_cancelled() {
                     return Ok(Stopped::Graceful);
@@ -147,7 +154,11 @@ impl Driver<'_> {
     /// Sleep until a NOTIFY, the fallback period or the stall limit; watch the lock session, the
     /// listen session and the webhook dispatcher meanwhile. A lost listen session is dropped
     /// (rounds then run every fallback period) and reconnected between rounds, with backoff.
-    async fn wait(&mut self, fallback: Duration, stall_at: Instant) -> Result<Wake, ServiceError> {
+    async fn wait(
+        &mut self,
+        fallback_at: Instant,
+        stall_at: Instant,
+    ) -> Result<Wake, ServiceError> {
         if self.listen.is_none() && self.push.push_legacy_poll_ms.is_none() {
             self.relisten().await;
         }
@@ -180,7 +191,9 @@ impl Driver<'_> {
                 if block { Wake::Round } else { Wake::Index }
             }
             _ = async { match index_due { Some(t) => tokio::time::sleep_until(t).await, None => std::future::pending().await } } => Wake::Index,
-            _ = tokio::time::sleep(fallback) => Wake::Round,
+            _ = tokio::time::sleep_until(fallback_at) => Wake::Round,
+            // The heartbeat is the standby's lease: beat every second even when idle.
+            _ = tokio::time::sleep(Duration::from_secs(1)) => Wake::Beat,
             _ = tokio::time::sleep_until(stall_at) => Wake::Round,
         };
         Ok(wake)

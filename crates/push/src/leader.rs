@@ -1,9 +1,12 @@
 //! Taking leadership of a push slot: wait for the slot's advisory lock (in segments, on a
-//! dedicated session), bump PushEpoch, void the predecessor's open WS claims, make sure the push
-//! cursor exists. Only then does the caller LISTEN and bind its port.
+//! dedicated session) while beating `{"role":"standby"}` every second, so a live standby is
+//! visible (`/v1/ready`'s `push_standby`, `pmwctl status`); then bump PushEpoch, void the
+//! predecessor's open WS claims, make sure the push cursor exists. Only then does the caller
+//! LISTEN and bind its port.
 
 use std::time::Duration;
 
+use pmw_core::heartbeat::Heartbeat;
 use pmw_core::lock::{keys, WriterLock};
 use pmw_core::pg::{PgError, PgPool};
 use pmw_core::types::cursor::MAX_LOG_INDEX;
@@ -18,22 +21,37 @@ pub struct Leadership {
     pub reorg_id: i64,
 }
 
+/// How often a standby beats while it waits for the lock.
+pub const STANDBY_BEAT: Duration = Duration::from_secs(1);
+
 pub fn lock_key(slot: i16) -> i64 {
     keys::PUSH_BASE + i64::from(slot)
 }
 
-/// Wait for the lock (standby), then take over. `Ok(None)` if shutdown came first.
+/// Wait for the lock as the standby, beating every [`STANDBY_BEAT`], then take over.
+/// `Ok(None)` if shutdown came first (the heartbeat then says `stopped`).
 pub async fn take(
     cfg: &CoreConfig,
     pool: &PgPool,
+    heartbeat: &Heartbeat,
     instance: &str,
     slot: i16,
-    segment: Duration,
+    (segment, lease): (Duration, Duration),
     shutdown: &CancellationToken,
 ) -> Result<Option<Leadership>, PgError> {
     let app = format!("pmw-push:{instance}:lock");
-    let Some(lock) = WriterLock::acquire(cfg, &app, lock_key(slot), segment, shutdown).await?
-    else {
+    let acquire = WriterLock::acquire(cfg, &app, lock_key(slot), segment, shutdown);
+    let lock = tokio::select! {
+        biased;
+        r = acquire => r?,
+        never = standby_beats(heartbeat, slot) => match never {},
+        // A frozen leader keeps its lock: its heartbeat is the lease (see `lease`).
+        never = crate::lease::watch(pool, slot, lock_key(slot), lease) => match never {},
+    };
+    let Some(lock) = lock else {
+        let _ = heartbeat
+            .beat(&serde_json::json!({"role": "stopped"}))
+            .await;
         return Ok(None);
     };
     let now = UnixMs::now().0;
@@ -78,4 +96,19 @@ pub async fn take(
         cursor,
         reorg_id: row.get(2),
     }))
+}
+
+/// Beat `{"role":"standby"}` every [`STANDBY_BEAT`] until dropped (when the lock is acquired or
+/// shutdown comes). A failed beat is logged and retried on the next tick.
+async fn standby_beats(heartbeat: &Heartbeat, slot: i16) -> std::convert::Infallible {
+    let since = UnixMs::now().0;
+    let state = serde_json::json!({"role": "standby", "slot": slot, "waiting_since_ms": since});
+    let mut tick = tokio::time::interval(STANDBY_BEAT);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if let Err(e) = heartbeat.beat(&state).await {
+            tracing::warn!(error = %e, "standby heartbeat failed");
+        }
+    }
 }

@@ -5,6 +5,7 @@ pub mod config;
 mod driver;
 pub mod hub;
 pub mod leader;
+mod lease;
 pub mod payload;
 pub mod recorder;
 pub mod rounds;
@@ -96,9 +97,10 @@ pub async fn run_with(
     let lead = leader::take(
         &cfg,
         &pools.heartbeat,
+        &heartbeat,
         &instance,
         push.push_slot,
-        segment,
+        (segment, PushConfig::ms(push.push_lease_ms)),
         &shutdown,
     )
     .await

@@ -375,3 +375,56 @@ async fn a_catch_up_larger_than_the_queue_does_not_close_a_fast_session() {
     );
     assert_eq!(seen.trades, owed);
 }
+
+/// A frozen leader (here: a session that holds the slot's lock while the leader it speaks for
+/// has stopped beating, as a SIGSTOPped process does: its kernel keeps the TCP session alive)
+/// keeps the lock forever unless the standby treats the heartbeat as a lease: the standby must
+/// terminate the holder's session and lead once the lease ran out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_standby_takes_the_lock_from_a_frozen_leader_after_the_lease() {
+    let h = Harness::new().await;
+    let ghost = h.db.connect().await;
+    let key = pmw_push::leader::lock_key(0);
+    ghost
+        .execute("SELECT pg_advisory_lock($1)", &[&key])
+        .await
+        .unwrap();
+    let silent_since = UnixMs::now().0 - 60_000;
+    ghost
+        .execute(
+            "INSERT INTO push_epoch (slot, epoch, leader, acquired_ms) VALUES (0, 7, 'push-frozen', $1)",
+            &[&silent_since],
+        )
+        .await
+        .unwrap();
+    let push = PushConfig {
+        push_lease_ms: 2_000,
+        ..h.push_config()
+    };
+    let waited = Instant::now();
+    let (handle, bound) = h.start_push("push-b", push);
+    tokio::time::timeout(WITHIN, bound)
+        .await
+        .expect("the standby leads once the lease ran out")
+        .unwrap();
+    println!(
+        "standby took over a frozen leader's lock after {} ms",
+        waited.elapsed().as_millis()
+    );
+    let pg = h.db.connect().await;
+    let (epoch, leader): (i64, String) = pg
+        .query_one("SELECT epoch, leader FROM push_epoch WHERE slot = 0", &[])
+        .await
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    assert_eq!(
+        (epoch, leader.as_str()),
+        (8, "push-b"),
+        "epoch bumped past the frozen leader's"
+    );
+    assert!(
+        ghost.execute("SELECT 1", &[]).await.is_err(),
+        "the frozen leader's session was terminated"
+    );
+    handle.stop().await.unwrap();
+}
