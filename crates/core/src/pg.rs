@@ -135,7 +135,8 @@ impl Session {
 /// Open a dedicated session with TCP keepalives (idle 10 s, interval 2 s, 3 probes) and a TCP
 /// user timeout of 20 s, so a dead or partitioned peer is noticed in seconds, not hours (a lock
 /// held by a vanished host would otherwise stall the standby). A frozen process on a live host
-/// still ACKs keepalives: push's standby handles that with the leader's heartbeat as a lease. `application_name` makes it recognisable in `pg_stat_activity`. It carries
+/// still ACKs keepalives: push's standby handles that with the leader's heartbeat as a lease.
+/// `application_name` makes it recognisable in `pg_stat_activity`. It carries
 /// none of the pooled timeouts ([`dedicated_session_options`]): an advisory lock wait or a LISTEN
 /// session is long by design.
 pub async fn dedicated(cfg: &CoreConfig, application_name: &str) -> Result<Session, PgError> {
