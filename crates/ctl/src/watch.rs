@@ -36,6 +36,10 @@ pub struct WatchArgs {
     /// Also print hello, heartbeat and close events.
     #[arg(long)]
     verbose: bool,
+    /// Reconnect (and resume) when nothing, not even a heartbeat, arrived for this many seconds:
+    /// a frozen server keeps the TCP connection open but says nothing.
+    #[arg(long, default_value_t = 45)]
+    silence_secs: u64,
 }
 
 /// How a connection ended.
@@ -169,12 +173,16 @@ async fn session(
         Ok(Err(e)) => return End::Again(format!("connect: {e}")),
         Err(_) => return End::Again("connect timed out".into()),
     };
+    let silence = Duration::from_secs(args.silence_secs.max(1));
     loop {
         let msg = tokio::select! {
             m = ws.next() => m,
             _ = shutdown.cancelled() => {
                 let _ = ws.close(None).await;
                 return End::Stop;
+            }
+            _ = tokio::time::sleep(silence) => {
+                return End::Again(format!("no message for {} s (heartbeats stopped): reconnecting", silence.as_secs()));
             }
         };
         let text = match msg {
