@@ -428,3 +428,129 @@ async fn the_standby_takes_the_lock_from_a_frozen_leader_after_the_lease() {
     );
     handle.stop().await.unwrap();
 }
+
+/// A graceful stop lets the webhook attempts in flight finish and record their results before
+/// the lock is released: the successor must not send them again (every deploy would otherwise
+/// resend whatever was in flight).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_stop_finishes_webhooks_in_flight_and_the_successor_sends_none_again() {
+    use axum::http::HeaderMap;
+    let h = Harness::new().await;
+    let wallets = demo_wallets(6);
+    let (account, _) = h.account(&wallets).await;
+    let ids: std::sync::Arc<std::sync::Mutex<Vec<String>>> = Default::default();
+    let seen = ids.clone();
+    let app = axum::Router::new().route(
+        "/slow",
+        axum::routing::post(move |headers: HeaderMap| {
+            let seen = seen.clone();
+            async move {
+                let id = headers
+                    .get("webhook-id")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_string();
+                seen.lock().unwrap().push(id);
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+                "ok"
+            }
+        }),
+    );
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/slow", l.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(l, app).await });
+    let now = UnixMs::now().0;
+    h.db.connect()
+        .await
+        .execute(
+            "INSERT INTO webhook_endpoints (account_id, url, secret, created_ms, updated_ms) VALUES ($1, $2, $3, $4, $4)",
+            &[&account, &url, &SECRET, &now],
+        )
+        .await
+        .unwrap();
+    h.db.connect()
+        .await
+        .execute("SELECT pg_notify('pmw_subscriptions', '')", &[])
+        .await
+        .unwrap();
+    let (a, _) = h.leader("push-a").await;
+    let (b, b_bound) = h.start_push("push-b", h.push_config());
+    h.sim.run_matches(1).await.unwrap();
+    let deadline = Instant::now() + WITHIN;
+    while ids.lock().unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "no webhook attempt started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Attempts are in flight (the receiver answers after 1.5 s): stop the leader now.
+    a.stop().await.unwrap();
+    tokio::time::timeout(WITHIN, b_bound)
+        .await
+        .unwrap()
+        .unwrap();
+    let pg = h.db.connect().await;
+    let deadline = Instant::now() + WITHIN;
+    loop {
+        let pending: i64 = pg
+            .query_one(
+                "SELECT count(*) FROM webhook_deliveries WHERE state <> 'delivered'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if pending == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{pending} deliveries never delivered"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    b.stop().await.unwrap();
+    let got = ids.lock().unwrap().clone();
+    let unique: std::collections::BTreeSet<&String> = got.iter().collect();
+    println!("{} attempts, {} webhook ids", got.len(), unique.len());
+    assert!(!got.is_empty());
+    assert_eq!(
+        got.len(),
+        unique.len(),
+        "no webhook sent twice across the handover: {got:?}"
+    );
+}
+
+/// A resume beyond the window is served page by page up to `push_resume_max_trades`, then a
+/// `resync` names the last trade sent, so the client backfills over REST from there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_past_the_window_sends_the_window_then_resync_from_the_last_trade() {
+    let h = Harness::new().await;
+    let wallets = demo_wallets(6);
+    let (_, key) = h.account(&wallets).await;
+    let cfg = PushConfig {
+        push_resume_max_trades: 3,
+        ..h.push_config()
+    };
+    let (push, bound) = h.start_push("push-a", cfg);
+    let addr = tokio::time::timeout(WITHIN, bound).await.unwrap().unwrap();
+    let mut c = connect(addr, &key, None).await;
+    let start: Cursor = first_of(&mut c, "hello").await["cursor"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    h.sim.run_matches(4).await.unwrap();
+    h.wait_pushed(WITHIN).await;
+    let owed = h.expected(&wallets, start);
+    assert!(owed.len() > 3);
+    let late = connect(addr, &key, Some(start)).await.done.await.unwrap();
+    push.stop().await.unwrap();
+    assert_eq!(late.trades, owed[..3].to_vec(), "the window, in order");
+    let resync = late
+        .frames
+        .iter()
+        .find(|f| f["type"] == "resync")
+        .expect("a resync frame");
+    assert_eq!(resync["after"], owed[2].to_string(), "{resync}");
+    assert_eq!(late.close_code, Some(1008));
+}
