@@ -1,2 +1,70 @@
 //! Cross-service end-to-end tests and drills live beside this file; they run on the real local
-//! stack started by `scripts/stack` (see `pmw-testkit`).
+//! stack started by `scripts/stack` (see `pmw-testkit`). Shared by the test binaries: [`record`].
+
+use std::time::{Duration, Instant};
+
+/// Write a drill's figures into docs/OPERATIONS.md between its markers (the doc's figures are
+/// written by the drill run, never by hand). A lock file serialises concurrent drills.
+pub fn record(drill: &str, figures: &str) {
+    let doc = pmw_testkit::repo_root().join("docs/OPERATIONS.md");
+    let lock = pmw_testkit::repo_root().join("docs/.OPERATIONS.md.lock");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&lock)
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "docs lock held too long");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let result = (|| {
+        let text = std::fs::read_to_string(&doc).ok()?;
+        let (begin, end) = (
+            format!("<!-- drill:{drill} -->"),
+            format!("<!-- /drill:{drill} -->"),
+        );
+        let a = text.find(&begin)? + begin.len();
+        let b = text.find(&end)?;
+        let when = chrono::Utc::now().format("%Y-%m-%d %H:%M UTC");
+        let rev = std::process::Command::new("git")
+            .args(["rev-parse", "--short", "HEAD"])
+            .current_dir(pmw_testkit::repo_root())
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default();
+        let updated = format!(
+            "{}\n{figures} (measured {when}, rev {rev})\n{}",
+            &text[..a],
+            &text[b..]
+        );
+        std::fs::write(&doc, updated).ok()
+    })();
+    let _ = std::fs::remove_file(&lock);
+    assert!(
+        result.is_some(),
+        "docs/OPERATIONS.md lacks the markers for drill {drill}"
+    );
+}
+
+/// Send `sig` (`KILL`, `SEGV`, …) to process `pid`. A SIGSEGV sent with kill(2) is delivered
+/// twice: the Rust runtime's stack-overflow handler takes the first one that is not a real fault,
+/// puts the default action back and returns (a real fault would re-raise at once), so only the
+/// second kills, as a real segfault does.
+#[track_caller]
+pub fn kill(pid: i64, sig: &str) {
+    assert!(pid > 0, "no pid to signal");
+    let send = || {
+        std::process::Command::new("kill")
+            .args([format!("-{sig}"), pid.to_string()])
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    assert!(send(), "kill -{sig} {pid}");
+    if sig == "SEGV" {
+        std::thread::sleep(Duration::from_millis(200));
+        if std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            send();
+        }
+    }
+}

@@ -1,12 +1,23 @@
 // pm2 ecosystem for pmw: the same file runs production hosts, `scripts/dev` and the drills.
 //
-// Restart policy by exit code (the services' contract, see README "Operations"):
-//   0  clean stop          -> stays stopped (stop_exit_codes)
-//   78 config/schema error -> stays stopped: a human must fix it (stop_exit_codes)
-//   75 lost infrastructure -> restarted at once (first delay 200 ms, exponential backoff
-//                             resets after 30 s of uptime)
-//   other (a bug)          -> restarted with the same exponential backoff, so a crash loop
-//                             does not hammer Postgres; it shows up in `pm2 ls` restarts.
+// Restart policy (the services' contract; every exit path is mapped in docs/OPERATIONS.md,
+// "Processes and supervision", and proven by tests/drills.rs on this file with pm2 7.0.4):
+//   exit after `pm2 stop`/`restart`/`delete`
+//                          -> never restarted: pm2 marks the app "stopping" before it signals
+//                             it, and never restarts a stopping app, whatever the exit code
+//   78 config/schema error -> stays stopped: a human must fix it (stop_exit_codes: [78]); pm2
+//                             lists it as "waiting restart" with pid 0 and exit_code 78
+//   75 lost infrastructure -> restarted at once (first delay 200 ms, exponential backoff x1.5
+//                             up to 15 s, reset after 30 s of uptime)
+//   a signal death (kill -9, the OOM killer, SIGSEGV, SIGABRT)
+//                          -> restarted with the same backoff. pm2 reports a signal death as
+//                             exit code 0 (God.js: `handleExit(clu, code || 0, signal)`), so 0
+//                             must NOT be in stop_exit_codes: with [0, 78] a killed service
+//                             stayed "waiting restart" forever (issue 21)
+//   0 on its own (a SIGTERM/SIGINT that did not come from pm2)
+//                          -> restarted, as systemd's Restart=always does
+//   other (a bug)          -> restarted with the same backoff, so a crash loop does not hammer
+//                             Postgres; it shows up in `pm2 ls` restarts.
 // kill_timeout is longer than push's round deadline (PMW_PUSH_ROUND_DEADLINE_MS, 10 s) so a
 // graceful stop finishes its round, releases the lock and closes sockets with 1012.
 //
@@ -18,7 +29,7 @@ const port = (name, dflt) => process.env[name] || String(dflt);
 const common = {
   interpreter: 'none',
   autorestart: true,
-  stop_exit_codes: [0, 78],
+  stop_exit_codes: [78],
   exp_backoff_restart_delay: 200,
   min_uptime: 30000,
   max_restarts: 100000,

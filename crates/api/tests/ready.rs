@@ -1,7 +1,8 @@
 //! `/v1/ready` on the real stack: 503 with a reason while push has no recent round (no leader,
 //! stopped leader, stale heartbeat), while the detect→push median is too high, and while
 //! Postgres or ClickHouse is unreachable; 200 again as soon as each recovers. `/v1/health`
-//! answers regardless.
+//! answers regardless. A missing push standby (no fresh `standby` heartbeat) is reported in
+//! `checks.push_standby` and `warnings` without flipping readiness.
 
 mod common;
 
@@ -11,7 +12,7 @@ use common::{ready_becomes, start_push, test_config, Api};
 use pmw_core::store::latency::insert_push;
 use pmw_core::store::PushLatencyRow;
 use pmw_core::{ApiConfig, UnixMs};
-use pmw_testkit::{TcpProxy, TestDb};
+use pmw_testkit::{ServiceHandle, TcpProxy, TestDb};
 use secrecy::{ExposeSecret, SecretString};
 
 const WITHIN: Duration = Duration::from_secs(20);
@@ -147,4 +148,126 @@ async fn ready_is_503_while_a_store_is_unreachable() {
     assert!(r.text.contains("clickhouse unreachable"), "{}", r.text);
     ch_proxy.restore();
     ready_becomes(&base, 200, WITHIN).await;
+}
+
+/// Poll `GET /v1/ready` until `pred` holds on the response (within [`WITHIN`]).
+async fn ready_until(base: &str, what: &str, pred: impl Fn(&common::Resp) -> bool) -> common::Resp {
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    loop {
+        let r = common::into_resp(reqwest::get(format!("{base}/v1/ready")).await.unwrap()).await;
+        if pred(&r) {
+            return r;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "ready never showed {what}; last: {} {}",
+            r.status,
+            r.text
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn standby_ok(r: &common::Resp) -> bool {
+    r.body["checks"]["push_standby"]["ok"] == true
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_push_standby_is_a_warning_not_a_503() {
+    let api = Api::start_with(cfg()).await;
+    let r = ready_becomes(&api.base, 503, WITHIN).await;
+    assert_eq!(r.body["checks"]["push_standby"]["ok"], false, "{}", r.text);
+    assert!(
+        r.text.contains("no push standby: no standby heartbeat"),
+        "{}",
+        r.text
+    );
+
+    // A leader alone serves: ready, but the missing standby is reported and counted.
+    let (leader, _) = start_push(api.db.cfg.clone(), "push-a").await;
+    let r = ready_becomes(&api.base, 200, WITHIN).await;
+    assert_eq!(r.body["ready"], true);
+    assert_eq!(r.body["checks"]["push_standby"]["ok"], false, "{}", r.text);
+    assert_eq!(r.body["checks"]["push_standby"]["detail"]["standbys"], 0);
+    let reason = r.body["checks"]["push_standby"]["reason"].as_str().unwrap();
+    assert!(reason.contains("single point of failure"), "{reason}");
+    assert_eq!(
+        r.body["warnings"],
+        serde_json::json!([reason]),
+        "{}",
+        r.text
+    );
+    assert!(r.body.get("error").is_none(), "{}", r.text);
+
+    // A standby waiting on the lock: the check passes, no warnings.
+    let mut core = api.db.cfg.clone();
+    core.instance = Some("push-b".into());
+    let hooks = pmw_push::webhook::WebhookConfig::default();
+    let standby = ServiceHandle::spawn(move |stop| {
+        pmw_push::run_with(core, common::push_config(), hooks, stop, None)
+    });
+    let r = ready_until(&api.base, "a fresh standby", standby_ok).await;
+    assert_eq!(r.status.as_u16(), 200, "{}", r.text);
+    assert_eq!(
+        r.body["checks"]["push_standby"]["detail"]["instances"],
+        serde_json::json!(["push-b"])
+    );
+    assert_eq!(r.body["warnings"], serde_json::json!([]));
+    // It keeps beating while it waits: still fresh long after the 2 s limit.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let r = ready_becomes(&api.base, 200, WITHIN).await;
+    assert!(
+        standby_ok(&r),
+        "the standby beats while it waits: {}",
+        r.text
+    );
+    assert!(!standby.is_finished());
+
+    // A standby that died without a goodbye (kill -9): its beat goes stale, and the age is told.
+    let c = api.db.pg.get().await.unwrap();
+    c.execute(
+        "INSERT INTO heartbeats (service, instance, pid, started_ms, beat_ms, state) \
+         VALUES ('pmw-push', 'push-c', 1, 0, $1, '{\"role\": \"standby\"}')",
+        &[&(UnixMs::now().0 - 60_000)],
+    )
+    .await
+    .unwrap();
+    standby.stop().await.unwrap();
+    let r = ready_until(&api.base, "the standby missing", |r| !standby_ok(r)).await;
+    assert_eq!(r.status.as_u16(), 200, "{}", r.text);
+    assert!(
+        r.text.contains("no push standby: last standby beat"),
+        "{}",
+        r.text
+    );
+    assert_eq!(
+        r.body["checks"]["push_standby"]["detail"]["stale"][0]["instance"], "push-c",
+        "{}",
+        r.text
+    );
+    leader.stop().await.unwrap();
+
+    // The document describes what is served.
+    let doc = api
+        .call(reqwest::Method::GET, "/v1/openapi.json", None, None)
+        .await;
+    let schemas = &doc.body["components"]["schemas"];
+    assert!(
+        schemas["Checks"]["properties"]["push_standby"].is_object(),
+        "{}",
+        schemas["Checks"]
+    );
+    assert!(
+        schemas["Checks"]["required"]
+            .as_array()
+            .unwrap()
+            .contains(&"push_standby".into()),
+        "{}",
+        schemas["Checks"]
+    );
+    assert!(
+        schemas["Readiness"]["properties"]["warnings"].is_object(),
+        "{}",
+        schemas["Readiness"]
+    );
 }

@@ -1,7 +1,8 @@
-//! `pmwctl status`: who leads push (push_epoch + heartbeats), the ingest and push cursors and
-//! their lag in blocks (against the chain head when the RPC answers), the age of the leader's
-//! last round, every instance's heartbeat, and the webhook backlog by age. Human-readable, or
-//! `--json` for machines.
+//! `pmwctl status`: who leads push (push_epoch + heartbeats) and which standby waits on the lock
+//! (a warning when none has a fresh heartbeat: the leader is then a single point of failure),
+//! the ingest and push cursors and their lag in blocks (against the chain head when the RPC
+//! answers), the age of the leader's last round, every instance's heartbeat, and the webhook
+//! backlog by age. Human-readable, or `--json` for machines.
 
 use std::time::Duration;
 
@@ -28,6 +29,10 @@ const BUCKETS: &[(&str, i64)] = &[
     ("10m-1h", 600_000),
     (">1h", 3_600_000),
 ];
+
+/// A standby whose heartbeat is older than this is not counted (the API's default
+/// `PMW_API_READY_ROUND_MAX_AGE_MS`; a standby beats every second while it waits).
+const STANDBY_FRESH_MS: i64 = 15_000;
 
 /// The chain head from the RPC (`eth_blockNumber`), if it answers within 2 s.
 async fn chain_head(cfg: &CoreConfig) -> Option<u64> {
@@ -121,6 +126,33 @@ pub async fn collect(cfg: &CoreConfig) -> Result<Value, ServiceError> {
                 "cursor": state["cursor"],
             })
         });
+    let standbys: Vec<Value> = c
+        .query(
+            "SELECT instance, pid, beat_ms, (state->>'waiting_since_ms')::bigint FROM heartbeats \
+             WHERE service = 'pmw-push' AND state->>'role' = 'standby' \
+             AND instance IS DISTINCT FROM (SELECT leader FROM push_epoch WHERE slot = 0) \
+             ORDER BY instance",
+            &[],
+        )
+        .await
+        .map_err(db_error)?
+        .iter()
+        .map(|r| {
+            let beat_age = now - r.get::<_, i64>(2);
+            json!({
+                "instance": r.get::<_, String>(0), "pid": r.get::<_, i32>(1), "beat_age_ms": beat_age,
+                "waiting_age_ms": r.get::<_, Option<i64>>(3).map(|t| now - t),
+                "fresh": beat_age <= STANDBY_FRESH_MS,
+            })
+        })
+        .collect();
+    let mut warnings = Vec::new();
+    if !standbys.iter().any(|s| s["fresh"] == true) {
+        warnings.push(format!(
+            "no push standby (no standby heartbeat in the last {} s): the push leader is a single point of failure",
+            STANDBY_FRESH_MS / 1_000
+        ));
+    }
     let instances: Vec<Value> = c
         .query(
             "SELECT service, instance, pid, started_ms, beat_ms, state->>'role' FROM heartbeats ORDER BY service, instance",
@@ -177,6 +209,8 @@ pub async fn collect(cfg: &CoreConfig) -> Result<Value, ServiceError> {
         },
         "push_backlog_trades": waiting,
         "leader": leader,
+        "standbys": standbys,
+        "warnings": warnings,
         "instances": instances,
         "webhooks": {
             "pending": hooks.get::<_, i64>(0), "due": hooks.get::<_, i64>(1), "failed": hooks.get::<_, i64>(2),
@@ -210,6 +244,23 @@ fn text(s: &Value) -> String {
             l["listener"].as_str().unwrap_or("unknown"),
             l["sessions"],
         )),
+    }
+    let standbys = s["standbys"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    if standbys.is_empty() {
+        line("push standby  none".into());
+    }
+    for b in standbys {
+        line(format!(
+            "push standby  {} (pid {}){}, heartbeat {} ago, waiting on the lock for {}",
+            b["instance"].as_str().unwrap_or("?"),
+            b["pid"],
+            if b["fresh"] == true { "" } else { " STALE" },
+            opt_age(&b["beat_age_ms"]),
+            opt_age(&b["waiting_age_ms"]),
+        ));
     }
     line(format!(
         "chain head    {}",
@@ -268,6 +319,9 @@ fn text(s: &Value) -> String {
             opt_age(&i["beat_age_ms"]),
             opt_age(&i["up_ms"]),
         ));
+    }
+    for w in s["warnings"].as_array().into_iter().flatten() {
+        line(format!("WARNING       {}", w.as_str().unwrap_or("")));
     }
     out
 }

@@ -1,6 +1,6 @@
 //! `pmwctl status` and `pmwctl diag` against a real push leader (in-process): leader and epoch,
 //! cursors and lag, last round, webhook backlog by age; the runbook's read interval, listener,
-//! xmin holders and hot tables.
+//! xmin holders and hot tables; the push standby, and a warning when there is none.
 
 use std::path::Path;
 use std::time::Duration;
@@ -195,4 +195,74 @@ async fn diag_runs_the_runbook() {
     }
     holder.batch_execute("ROLLBACK").await.unwrap();
     push.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_the_standby_and_warns_when_there_is_none() {
+    let db = TestDb::new().await;
+    seed(&db).await;
+    let leader = start_push(&db).await;
+    let (code, out, err) = ctl(&db, &["status", "--json"]).await;
+    assert_eq!(code, 0, "{err}");
+    let s: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(s["standbys"], serde_json::json!([]), "{s}");
+    let warnings = s["warnings"].as_array().unwrap();
+    assert_eq!(warnings.len(), 1, "{s}");
+    assert!(
+        warnings[0].as_str().unwrap().contains("no push standby"),
+        "{s}"
+    );
+    let (_, out, _) = ctl(&db, &["status"]).await;
+    assert!(out.contains("push standby  none"), "{out}");
+    assert!(out.contains("WARNING       no push standby"), "{out}");
+
+    // A standby waits on the lock: shown with its pid, no warning.
+    let mut core = db.cfg.clone();
+    core.instance = Some("push-b".into());
+    let push = pmw_push::PushConfig {
+        push_listen: "127.0.0.1:0".parse().unwrap(),
+        push_lock_segment_ms: 1_000,
+        ..pmw_push::PushConfig::default()
+    };
+    let hooks = pmw_push::webhook::WebhookConfig::default();
+    let standby =
+        ServiceHandle::spawn(move |stop| pmw_push::run_with(core, push, hooks, stop, None));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let s = loop {
+        let (code, out, err) = ctl(&db, &["status", "--json"]).await;
+        assert_eq!(code, 0, "{err}");
+        let s: Value = serde_json::from_str(&out).unwrap();
+        if s["standbys"][0]["fresh"] == true {
+            break s;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no standby shown: {s}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(s["standbys"][0]["instance"], "push-b", "{s}");
+    assert_eq!(s["standbys"][0]["pid"], std::process::id(), "{s}");
+    assert_eq!(s["warnings"], serde_json::json!([]), "{s}");
+    // It beats while it waits, not once: seconds later its heartbeat is still recent.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let (_, out, _) = ctl(&db, &["status", "--json"]).await;
+    let s: Value = serde_json::from_str(&out).unwrap();
+    let age = s["standbys"][0]["beat_age_ms"].as_i64().unwrap();
+    assert!(age < 3_000, "the standby beats every second: {s}");
+    assert!(
+        s["standbys"][0]["waiting_age_ms"].as_i64().unwrap() >= 4_000,
+        "{s}"
+    );
+    let (_, out, _) = ctl(&db, &["status"]).await;
+    assert!(out.contains("push standby  push-b (pid "), "{out}");
+    assert!(!out.contains("WARNING"), "{out}");
+
+    // The standby stops: the warning is back at once (it says `stopped` on the way out).
+    standby.stop().await.unwrap();
+    let (_, out, _) = ctl(&db, &["status", "--json"]).await;
+    let s: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(s["standbys"], serde_json::json!([]), "{s}");
+    assert_eq!(s["warnings"].as_array().unwrap().len(), 1, "{s}");
+    leader.stop().await.unwrap();
 }

@@ -1,6 +1,7 @@
 //! Operations: `/v1/ready` (503 with a reason when Postgres or ClickHouse is unreachable, when
-//! push has not completed a round recently, or when the recent detect→push median is too high),
-//! `/v1/health` (the process answers), `/v1/openapi.json` and `/metrics`.
+//! push has not completed a round recently, or when the recent detect→push median is too high;
+//! a missing push standby is reported as a warning, not a 503), `/v1/health` (the process
+//! answers), `/v1/openapi.json` and `/metrics`.
 
 use std::future::Future;
 use std::time::Duration;
@@ -55,6 +56,9 @@ pub struct Checks {
     pub clickhouse: Check,
     pub push: Check,
     pub latency: Check,
+    /// A push standby waits on the lock (a fresh `standby` heartbeat). Failing it does not make
+    /// the service unready: the leader serves, but it is a single point of failure.
+    pub push_standby: Check,
 }
 
 /// The readiness verdict. When not ready, `error` carries the reasons (503).
@@ -62,6 +66,9 @@ pub struct Checks {
 pub struct Readiness {
     pub ready: bool,
     pub checks: Checks,
+    /// Reasons of the failed checks that do not flip readiness (a missing push standby); empty
+    /// when there are none.
+    pub warnings: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<ErrorDetail>,
 }
@@ -135,6 +142,60 @@ async fn postgres_and_push(st: &AppState, now: i64) -> (Check, Check) {
     (pg, push)
 }
 
+/// At least one push standby with a heartbeat fresher than the round max age (a standby beats
+/// every second while it waits on the lock). Never gating: see [`Checks::push_standby`].
+async fn push_standby(st: &AppState, now: i64) -> Check {
+    let max_age = st.cfg.api_ready_round_max_age_ms as i64;
+    let rows = bounded(async {
+        let c = st.pg.get().await.map_err(|e| e.to_string())?;
+        c.query(
+            "SELECT h.instance, h.beat_ms FROM heartbeats h \
+             WHERE h.service = 'pmw-push' AND h.state->>'role' = 'standby' \
+             AND h.instance IS DISTINCT FROM (SELECT leader FROM push_epoch WHERE slot = 0) \
+             ORDER BY h.instance",
+            &[],
+        )
+        .await
+        .map_err(|e| e.to_string())
+    })
+    .await;
+    let rows = match rows {
+        Ok(r) => r,
+        Err(e) => {
+            return Check::fail(
+                format!("push standby unknown: postgres unreachable: {e}"),
+                Value::Null,
+            )
+        }
+    };
+    let ages: Vec<(String, i64)> = rows
+        .iter()
+        .map(|r| (r.get::<_, String>(0), now - r.get::<_, i64>(1)))
+        .collect();
+    let fresh: Vec<&str> = ages
+        .iter()
+        .filter(|(_, age)| *age <= max_age)
+        .map(|(i, _)| i.as_str())
+        .collect();
+    let detail = serde_json::json!({
+        "standbys": fresh.len(), "instances": fresh, "max_age_ms": max_age,
+        "stale": ages.iter().filter(|(_, a)| *a > max_age)
+            .map(|(i, a)| serde_json::json!({"instance": i, "beat_age_ms": a})).collect::<Vec<_>>(),
+    });
+    if fresh.is_empty() {
+        let why = match ages.iter().map(|(_, a)| *a).min() {
+            Some(age) => format!("last standby beat {age} ms ago (limit {max_age} ms)"),
+            None => "no standby heartbeat".into(),
+        };
+        Check::fail(
+            format!("no push standby: {why}; the push leader is a single point of failure"),
+            detail,
+        )
+    } else {
+        Check::pass(detail)
+    }
+}
+
 /// ClickHouse reachable, and the median detect→push of live WebSocket deliveries over the
 /// window (per-row differences; both window bounds applied).
 async fn clickhouse_and_latency(st: &AppState, now: i64) -> (Check, Check) {
@@ -180,21 +241,25 @@ async fn clickhouse_and_latency(st: &AppState, now: i64) -> (Check, Check) {
     }
 }
 
-/// 200 when the push path works now; 503 with the reasons otherwise.
+/// 200 when the push path works now; 503 with the reasons otherwise. A missing push standby is
+/// reported in `checks.push_standby` and `warnings` but does not make it 503.
 #[utoipa::path(get, path = "/v1/ready", tag = "ops",
     responses((status = 200, body = Readiness), (status = 503, body = Readiness)))]
 pub async fn ready(State(st): State<AppState>) -> Response {
     let now = UnixMs::now().0;
-    let ((postgres, push), (clickhouse, latency)) = tokio::join!(
+    let ((postgres, push), (clickhouse, latency), push_standby) = tokio::join!(
         postgres_and_push(&st, now),
-        clickhouse_and_latency(&st, now)
+        clickhouse_and_latency(&st, now),
+        push_standby(&st, now)
     );
     let checks = Checks {
         postgres,
         clickhouse,
         push,
         latency,
+        push_standby,
     };
+    let warnings: Vec<String> = checks.push_standby.reason.iter().cloned().collect();
     let reasons: Vec<&str> = [
         &checks.postgres,
         &checks.clickhouse,
@@ -210,6 +275,7 @@ pub async fn ready(State(st): State<AppState>) -> Response {
             Json(Readiness {
                 ready: true,
                 checks,
+                warnings,
                 error: None,
             }),
         )
@@ -226,6 +292,7 @@ pub async fn ready(State(st): State<AppState>) -> Response {
         Json(Readiness {
             ready: false,
             checks,
+            warnings,
             error,
         }),
     )

@@ -1,0 +1,249 @@
+//! The pmw services under the test's systemd manager: a private database and chain, the
+//! environment files the production units read, and what the supervision test observes (a
+//! unit's pid, restart count and state; when a restarted service serves again).
+
+use std::time::{Duration, Instant};
+
+use pmw_core::UnixMs;
+use pmw_sim::anvil::Anvil;
+use pmw_testkit::TestDb;
+
+use crate::systemd::{write_env, Systemd, UNITS};
+
+/// "Came back" bound: generous, this is not a timing assertion.
+pub const WITHIN: Duration = Duration::from_secs(60);
+
+/// A unit as systemd reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct State {
+    pub pid: i64,
+    pub restarts: i64,
+    pub active: String,
+}
+
+/// The services of `deploy/systemd` running under a real manager.
+pub struct Host {
+    pub sd: Systemd,
+    pub db: TestDb,
+    _anvil: Anvil,
+    pub api: u16,
+    pub stats: u16,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Host {
+    /// Start a manager with the production units and every service; wait until all run.
+    pub async fn start() -> Host {
+        let sd = Systemd::start();
+        sd.install_units();
+        let db = TestDb::new().await;
+        let anvil = Anvil::spawn_with(&["--block-time", "1"]).await.unwrap();
+        let (api, stats) = (free_port(), free_port());
+        let mut env = db.env();
+        env.retain(|(k, _)| !k.starts_with("PMW_RPC"));
+        env.extend([
+            ("PMW_RPC_WS_URL".to_string(), anvil.ws_url()),
+            ("PMW_RPC_HTTP_URL".to_string(), anvil.http_url()),
+            ("PMW_LIVE_POLL_INTERVAL_MS".into(), "200".into()),
+            ("PMW_GAMMA_URL".into(), "http://127.0.0.1:9".into()),
+            ("PMW_PUSH_LOCK_SEGMENT_MS".into(), "1000".into()),
+            ("PMW_API_LISTEN".into(), format!("127.0.0.1:{api}")),
+            ("PMW_STATS_LISTEN".into(), format!("127.0.0.1:{stats}")),
+        ]);
+        write_env(&sd.env_dir().join("pmw.env"), &env);
+        for i in ["a", "b"] {
+            write_env(
+                &sd.env_dir().join(format!("push-{i}.env")),
+                &[(
+                    "PMW_PUSH_LISTEN".into(),
+                    format!("127.0.0.1:{}", free_port()),
+                )],
+            );
+        }
+        let mut start = vec!["start"];
+        start.extend(UNITS);
+        sd.ok(&start);
+        let h = Host {
+            sd,
+            db,
+            _anvil: anvil,
+            api,
+            stats,
+        };
+        for unit in UNITS {
+            let s = h.state(unit);
+            assert!(
+                s.pid > 0 && s.active == "active",
+                "{unit}: {s:?}: {}",
+                h.sd.diagnostics()
+            );
+        }
+        h
+    }
+
+    pub fn state(&self, unit: &str) -> State {
+        let p = self.sd.show(unit);
+        let n = |k: &str| p.get(k).and_then(|v| v.parse().ok()).unwrap_or(-1);
+        State {
+            pid: n("MainPID"),
+            restarts: n("NRestarts"),
+            active: p.get("ActiveState").cloned().unwrap_or_default(),
+        }
+    }
+
+    /// Wait until `unit` is `active` (`activating`, `failed`, …).
+    pub async fn wait_active(&self, unit: &str, active: &str) -> State {
+        let deadline = Instant::now() + WITHIN;
+        loop {
+            let s = self.state(unit);
+            if s.active == active {
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{unit} never {active}: {s:?}: {}",
+                self.sd.diagnostics()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Wait until `unit` runs again under a new pid, restarted by systemd once more.
+    pub async fn restarted(&self, unit: &str, before: &State) -> State {
+        let deadline = Instant::now() + WITHIN;
+        loop {
+            let s = self.state(unit);
+            if s.pid > 0
+                && s.pid != before.pid
+                && s.restarts > before.restarts
+                && s.active == "active"
+            {
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "systemd did not bring {unit} back: {s:?} (before {before:?}): {}",
+                self.sd.diagnostics()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The push leader's instance (`push-a`/`push-b`), once there is one.
+    pub async fn leader(&self) -> String {
+        let deadline = Instant::now() + WITHIN;
+        loop {
+            let l: Option<String> = self
+                .db
+                .connect()
+                .await
+                .query_opt("SELECT leader FROM push_epoch WHERE slot = 0", &[])
+                .await
+                .unwrap()
+                .map(|r| r.get(0));
+            if let Some(l) = l {
+                return l;
+            }
+            assert!(Instant::now() < deadline, "no push leader");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Wait until `unit`'s service, now process `pid`, serves: live ingests, push waits on the
+    /// lock as the standby, the API answers `/v1/health`, stats serves its figures.
+    pub async fn serving(&self, unit: &str, pid: i64, since_ms: i64) {
+        let deadline = Instant::now() + WITHIN;
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(2))
+            .build()
+            .unwrap();
+        loop {
+            let url = match unit {
+                "pmw-api.service" => Some(format!("http://127.0.0.1:{}/v1/health", self.api)),
+                "pmw-stats.service" => {
+                    Some(format!("http://127.0.0.1:{}/latency.json", self.stats))
+                }
+                _ => None,
+            };
+            let ok = match url {
+                Some(url) => http.get(url).send().await.is_ok_and(|r| r.status() == 200),
+                None => {
+                    let (service, instance, state) = match unit {
+                        "pmw-live.service" => ("pmw-live", "live".to_string(), "ingesting"),
+                        push => (
+                            "pmw-push",
+                            push.trim_end_matches(".service")
+                                .replace("pmw-push@", "push-"),
+                            "standby",
+                        ),
+                    };
+                    self.db
+                        .connect()
+                        .await
+                        .query_opt(
+                            "SELECT 1 FROM heartbeats WHERE service = $1 AND instance = $2 \
+                             AND pid = $3 AND beat_ms >= $4 \
+                             AND coalesce(state->>'role', state->>'state') = $5",
+                            &[&service, &instance, &(pid as i32), &since_ms, &state],
+                        )
+                        .await
+                        .unwrap()
+                        .is_some()
+                }
+            };
+            if ok {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{unit} (pid {pid}) never served again: {}",
+                self.sd.diagnostics()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Kill `unit`'s process with `sig`; wait until it runs again and serves. Returns the
+    /// figures: kill → the new process runs, kill → it serves.
+    pub async fn kill_and_measure(&self, unit: &str, sig: &str) -> String {
+        let before = self.state(unit);
+        assert_eq!(before.active, "active", "{unit}: {before:?}");
+        let since = UnixMs::now().0;
+        let t0 = Instant::now();
+        pmw_tests::kill(before.pid, sig);
+        let after = self.restarted(unit, &before).await;
+        let running = t0.elapsed().as_millis();
+        self.serving(unit, after.pid, since).await;
+        let m = format!(
+            "{} SIG{sig}: running {running} ms, serving {} ms",
+            unit.trim_end_matches(".service"),
+            t0.elapsed().as_millis()
+        );
+        println!("systemd supervision: {m}");
+        m
+    }
+
+    /// `unit` stays down for 5 s: not running, no restart.
+    pub async fn stays_down(&self, unit: &str) -> State {
+        let first = self.state(unit);
+        for _ in 0..25 {
+            let s = self.state(unit);
+            assert!(
+                !matches!(s.active.as_str(), "active" | "activating")
+                    && s.pid == 0
+                    && s.restarts == first.restarts,
+                "{unit} must stay down: {s:?}: {}",
+                self.sd.diagnostics()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        first
+    }
+}

@@ -1,0 +1,494 @@
+//! The drill harness: pm2 with a private home running the production ecosystem file on this
+//! build, real Caddy with the production Caddyfile, pmw-sim on a private anvil, a private
+//! database, 100 resuming clients; and what the drills read back from pm2 and Postgres.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use pmw_core::{Cursor, UnixMs};
+use pmw_sim::anvil::Anvil;
+use pmw_sim::{demo_wallets, Sim};
+use pmw_testkit::{repo_root, stack_env, TestDb};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_util::sync::CancellationToken;
+
+use crate::clients::{pct, resilient_client, ClientLog, Figures};
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// pm2 with a private home, killed on drop.
+pub struct Pm2 {
+    pub home: tempfile::TempDir,
+    pub env: Vec<(String, String)>,
+}
+
+impl Pm2 {
+    pub fn bin() -> PathBuf {
+        repo_root().join("tools/pm2/node_modules/.bin/pm2")
+    }
+
+    pub fn run(&self, args: &[&str]) -> std::process::Output {
+        self.run_env(args, &[])
+    }
+
+    /// `run` with `extra` on top of the drill's environment (pm2 passes it to started apps).
+    pub fn run_env(&self, args: &[&str], extra: &[(&str, &str)]) -> std::process::Output {
+        std::process::Command::new(Self::bin())
+            .args(args)
+            .envs(self.env.iter().cloned())
+            .envs(extra.iter().copied())
+            .env("PM2_HOME", self.home.path())
+            .stdin(Stdio::null())
+            .output()
+            .expect("pm2 (scripts/install pm2)")
+    }
+}
+
+impl Drop for Pm2 {
+    fn drop(&mut self) {
+        let _ = self.run(&["kill"]);
+    }
+}
+
+/// The drill stack: a private database and chain, pm2 running live + push-a + push-b + api (and
+/// stats when asked) from the production ecosystem file, Caddy with the production Caddyfile,
+/// 10 accounts and 100 resuming clients connected through Caddy.
+pub struct Drill {
+    pub db: TestDb,
+    pub sim: Sim,
+    _anvil: Anvil,
+    pub pm2: Pm2,
+    pub caddy: tokio::process::Child,
+    pub env: Vec<(String, String)>,
+    pub site: u16,
+    pub api_port: u16,
+    pub stats_port: u16,
+    pub accounts: Vec<(String, Vec<pmw_core::Address>)>,
+    clients: Vec<(Vec<pmw_core::Address>, Arc<Mutex<ClientLog>>)>,
+    pub start_cursor: Cursor,
+    stop: CancellationToken,
+    pub rpc_proxy: Option<pmw_testkit::TcpProxy>,
+}
+
+/// How a drill's stack is put together.
+#[derive(Default)]
+pub struct Opts {
+    /// The stack holding Postgres/ClickHouse (default: the shared one).
+    pub stack: Option<pmw_testkit::StackEnv>,
+    /// Put live's WebSocket RPC behind a breakable proxy.
+    pub rpc_proxy: bool,
+    /// The ecosystem apps pm2 starts (default: live, push-a, push-b, api).
+    pub apps: Option<&'static str>,
+}
+
+impl Drill {
+    pub async fn start() -> Drill {
+        Drill::start_with(Opts::default()).await
+    }
+
+    pub async fn start_with(opts: Opts) -> Drill {
+        let stack = opts.stack.clone().unwrap_or_else(|| stack_env().clone());
+        let db = TestDb::new_on(&stack).await;
+        let anvil = Anvil::spawn().await.unwrap();
+        let sim = Sim::connect(&anvil.http_url()).await.unwrap();
+        sim.install_emitters().await.unwrap();
+        let head = sim.rpc().latest_block().await.unwrap().number.0;
+        let rpc_proxy = if opts.rpc_proxy {
+            Some(
+                pmw_testkit::TcpProxy::start(
+                    format!("127.0.0.1:{}", anvil.port()).parse().unwrap(),
+                )
+                .await,
+            )
+        } else {
+            None
+        };
+        let (pa, pb, site, admin, api_port, stats_port) = (
+            free_port(),
+            free_port(),
+            free_port(),
+            free_port(),
+            free_port(),
+            free_port(),
+        );
+        let mut env: Vec<(String, String)> = db.env();
+        env.retain(|(k, _)| !k.starts_with("PMW_RPC"));
+        env.extend([
+            (
+                "PMW_RPC_WS_URL".into(),
+                match &rpc_proxy {
+                    Some(p) => format!("ws://{}", p.addr),
+                    None => anvil.ws_url(),
+                },
+            ),
+            ("PMW_API_PORT".into(), api_port.to_string()),
+            ("PMW_STATS_PORT".into(), stats_port.to_string()),
+            ("PMW_RPC_HTTP_URL".into(), anvil.http_url()),
+            (
+                "PMW_BIN_DIR".into(),
+                repo_root()
+                    .join("target/debug")
+                    .to_string_lossy()
+                    .into_owned(),
+            ),
+            ("PMW_PUSH_A_PORT".into(), pa.to_string()),
+            ("PMW_PUSH_B_PORT".into(), pb.to_string()),
+            ("PMW_LIVE_START_BLOCK".into(), (head + 1).to_string()),
+            ("PMW_LIVE_POLL_INTERVAL_MS".into(), "200".into()),
+            ("PMW_GAMMA_URL".into(), "http://127.0.0.1:9".into()),
+            ("PMW_PUSH_LOCK_SEGMENT_MS".into(), "1000".into()),
+            ("PMW_PUSH_WS_HEARTBEAT_MS".into(), "1000".into()),
+            ("PMW_PG_BIN".into(), stack.get("PMW_PG_BIN").into()),
+            ("PMW_STACK_DIR".into(), stack.get("PMW_STACK_DIR").into()),
+        ]);
+        let pm2 = Pm2 {
+            home: tempfile::tempdir().unwrap(),
+            env: env.clone(),
+        };
+        let eco = repo_root().join("deploy/pm2/ecosystem.config.js");
+        let out = pm2.run(&[
+            "start",
+            eco.to_str().unwrap(),
+            "--only",
+            opts.apps
+                .unwrap_or("pmw-live,pmw-push-a,pmw-push-b,pmw-api"),
+        ]);
+        assert!(
+            out.status.success(),
+            "pm2 start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+
+        let caddy = tokio::process::Command::new("caddy")
+            .args(["run", "--adapter", "caddyfile", "--config"])
+            .arg(repo_root().join("caddy/Caddyfile"))
+            .env("PMW_SITE", format!("http://127.0.0.1:{site}"))
+            .env("PMW_PUSH_A", format!("127.0.0.1:{pa}"))
+            .env("PMW_PUSH_B", format!("127.0.0.1:{pb}"))
+            .env("PMW_API", format!("127.0.0.1:{api_port}"))
+            .env("PMW_CADDY_ADMIN", format!("127.0.0.1:{admin}"))
+            .env("HOME", pm2.home.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("caddy");
+
+        // Accounts and 100 clients through Caddy.
+        let pg = db.connect().await;
+        let wallets = demo_wallets(6);
+        let mut accounts = Vec::new();
+        for i in 0..10usize {
+            let now = UnixMs::now().0;
+            let id: i64 = pg
+                .query_one("INSERT INTO accounts (name, plan, created_ms) VALUES ('drill', 'pro', $1) RETURNING id", &[&now])
+                .await
+                .unwrap()
+                .get(0);
+            let (key, prefix) = pmw_core::auth::generate(pmw_core::auth::KEY_PREFIX);
+            pg.execute(
+                "INSERT INTO api_keys (account_id, prefix, key_hash, created_ms) VALUES ($1, $2, $3, $4)",
+                &[&id, &prefix, &pmw_core::auth::hash_secret(&key).as_slice(), &now],
+            )
+            .await
+            .unwrap();
+            let mine: Vec<pmw_core::Address> = (0..2).map(|k| wallets[(i + k * 3) % 6]).collect();
+            for w in &mine {
+                pg.execute(
+                    "INSERT INTO subscriptions (account_id, wallet, created_ms) VALUES ($1, $2, $3)",
+                    &[&id, &w.as_bytes().as_slice(), &now],
+                )
+                .await
+                .unwrap();
+            }
+            accounts.push((key, mine));
+        }
+        pg.execute("SELECT pg_notify('pmw_subscriptions', '')", &[])
+            .await
+            .unwrap();
+        let url = format!("ws://127.0.0.1:{site}/v1/ws");
+        // Wait until a leader serves through Caddy.
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let mut req = url.as_str().into_client_request().unwrap();
+            req.headers_mut().insert(
+                "authorization",
+                format!("Bearer {}", accounts[0].0).parse().unwrap(),
+            );
+            if tokio_tungstenite::connect_async(req).await.is_ok() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no push leader reachable through caddy"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let start_cursor = Cursor {
+            block: sim.rpc().latest_block().await.unwrap().number.0,
+            log_index: pmw_core::types::cursor::MAX_LOG_INDEX,
+        };
+        let stop = CancellationToken::new();
+        let mut clients = Vec::new();
+        for n in 0..100usize {
+            let (key, mine) = accounts[n % accounts.len()].clone();
+            let log = Arc::new(Mutex::new(ClientLog::default()));
+            tokio::spawn(resilient_client(
+                url.clone(),
+                key,
+                log.clone(),
+                stop.clone(),
+            ));
+            clients.push((mine, log));
+        }
+        // Every client is connected before any trade is emitted.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while clients
+            .iter()
+            .any(|(_, l)| l.lock().unwrap().first_hello.is_none())
+        {
+            assert!(
+                Instant::now() < deadline,
+                "not every client connected through caddy"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Drill {
+            db,
+            sim,
+            _anvil: anvil,
+            pm2,
+            caddy,
+            env,
+            site,
+            api_port,
+            stats_port,
+            accounts,
+            clients,
+            start_cursor,
+            stop,
+            rpc_proxy,
+        }
+    }
+
+    /// The push instance leading now (from push_epoch).
+    pub async fn leader(&self) -> String {
+        self.db
+            .connect()
+            .await
+            .query_one("SELECT leader FROM push_epoch WHERE slot = 0", &[])
+            .await
+            .unwrap()
+            .get(0)
+    }
+
+    /// Wait until the push cursor reaches the chain head, then let clients settle and stop them.
+    pub async fn drain(&self) {
+        let final_head = self.sim.rpc().latest_block().await.unwrap().number.0;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let b: Option<i64> = self
+                .db
+                .connect()
+                .await
+                .query_opt("SELECT block_number FROM push_cursor WHERE slot = 0", &[])
+                .await
+                .unwrap()
+                .map(|r| r.get(0));
+            if b.is_some_and(|b| b as u64 >= final_head) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "push never reached {final_head}: {b:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        self.stop.cancel();
+    }
+
+    /// (lost, duplicated, out of order, reconnects, gap p50, p99, max, frames) over all clients.
+    pub fn figures(&self) -> Figures {
+        let canonical = self.sim.canonical();
+        let mut f = Figures::default();
+        let mut gaps = Vec::new();
+        for (mine, log) in &self.clients {
+            let l = log.lock().unwrap();
+            let expected: BTreeSet<Cursor> = canonical
+                .iter()
+                .filter(|e| mine.contains(&e.maker))
+                .map(|e| Cursor {
+                    block: e.block_number,
+                    log_index: e.log_index as u32,
+                })
+                .filter(|c| *c > self.start_cursor)
+                .collect();
+            assert!(
+                l.first_hello.is_some_and(|h| h <= self.start_cursor),
+                "client started before the traffic"
+            );
+            let got: BTreeSet<Cursor> = l
+                .trades
+                .iter()
+                .copied()
+                .filter(|c| *c > self.start_cursor)
+                .collect();
+            assert!(
+                l.first_hello.is_some_and(|h| h <= self.start_cursor),
+                "client started before the traffic"
+            );
+            let missing: Vec<_> = expected.difference(&got).collect();
+            if !missing.is_empty() && f.lost == 0 {
+                println!(
+                    "first client with losses: missing {missing:?}; received {:?}",
+                    l.trades
+                );
+            }
+            f.lost += missing.len();
+            f.duplicated += l.duplicates;
+            f.out_of_order += l.out_of_order;
+            f.reconnects += l.reconnects;
+            f.frames += l.trades.len();
+            gaps.extend(l.gaps_ms.iter().copied());
+        }
+        f.gap_p50 = pct(&mut gaps, 0.5);
+        f.gap_p99 = pct(&mut gaps, 0.99);
+        f.gap_max = gaps.iter().max().copied().unwrap_or(0);
+        f
+    }
+}
+
+/// pm2's own log: how many times `app` exited at all.
+pub fn any_exits(pm2: &Pm2, app: &str) -> usize {
+    let log = std::fs::read_to_string(pm2.home.path().join("pm2.log")).unwrap_or_default();
+    let needle = format!("App [{app}:");
+    log.lines()
+        .filter(|l| l.contains(&needle) && l.contains("exited with code"))
+        .count()
+}
+
+/// pm2's own log of exits: how many times `app` exited with `code`.
+pub fn exits(pm2: &Pm2, app: &str, code: i32) -> usize {
+    let log = std::fs::read_to_string(pm2.home.path().join("pm2.log")).unwrap_or_default();
+    let needle = format!("App [{app}:");
+    log.lines()
+        .filter(|l| l.contains(&needle) && l.contains(&format!("exited with code [{code}]")))
+        .count()
+}
+
+/// One app as pm2 lists it (`pm2 jlist`).
+#[derive(Debug, Clone)]
+pub struct App {
+    pub name: String,
+    pub pid: i64,
+    pub status: String,
+    pub restarts: i64,
+    pub exit_code: Option<i64>,
+    /// When pm2 last started it (`pm_uptime`, ms since the epoch).
+    pub started_ms: i64,
+}
+
+impl Pm2 {
+    pub fn apps(&self) -> Vec<App> {
+        let out = self.run(&["jlist"]);
+        let apps: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        apps.iter()
+            .map(|a| App {
+                name: a["name"].as_str().unwrap_or_default().to_string(),
+                pid: a["pid"].as_i64().unwrap_or(0),
+                status: a["pm2_env"]["status"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                restarts: a["pm2_env"]["restart_time"].as_i64().unwrap_or(0),
+                exit_code: a["pm2_env"]["exit_code"].as_i64(),
+                started_ms: a["pm2_env"]["pm_uptime"].as_i64().unwrap_or(0),
+            })
+            .collect()
+    }
+
+    #[track_caller]
+    pub fn app(&self, name: &str) -> App {
+        let apps = self.apps();
+        apps.iter()
+            .find(|a| a.name == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("pm2 runs no {name}: {apps:?}"))
+    }
+
+    /// Wait until `before`'s app is online again under a new pid, restarted by pm2 once more.
+    pub async fn wait_back(&self, before: &App, within: Duration) -> App {
+        let deadline = Instant::now() + within;
+        loop {
+            let now = self.app(&before.name);
+            if now.status == "online"
+                && now.pid > 0
+                && now.pid != before.pid
+                && now.restarts > before.restarts
+            {
+                return now;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "pm2 did not bring {} back within {within:?}: {now:?} (before {before:?})",
+                before.name
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+pub use pmw_tests::kill as signal;
+
+impl Drill {
+    /// A push instance's heartbeat: (role, pid, beat_ms).
+    pub async fn push_beat(&self, instance: &str) -> Option<(String, i32, i64)> {
+        self.db
+            .connect()
+            .await
+            .query_opt(
+                "SELECT coalesce(state->>'role', ''), pid, beat_ms FROM heartbeats \
+                 WHERE service = 'pmw-push' AND instance = $1",
+                &[&instance],
+            )
+            .await
+            .unwrap()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+    }
+
+    /// Wait until push `instance` beats as `role` from process `pid` (a beat after `since_ms`).
+    pub async fn wait_push_role(
+        &self,
+        instance: &str,
+        role: &str,
+        pid: i64,
+        since_ms: i64,
+        within: Duration,
+    ) {
+        let deadline = Instant::now() + within;
+        loop {
+            let beat = self.push_beat(instance).await;
+            if beat
+                .as_ref()
+                .is_some_and(|(r, p, at)| r == role && i64::from(*p) == pid && *at >= since_ms)
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{instance} (pid {pid}) never beat as {role} within {within:?}: {beat:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
