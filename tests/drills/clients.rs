@@ -21,6 +21,9 @@ pub struct ClientLog {
 }
 
 /// A client that resumes by cursor after every disconnect, as `pmwctl watch` does.
+/// No message (not even a heartbeat) for this long: the server is frozen.
+const SILENCE: Duration = Duration::from_secs(3);
+
 pub async fn resilient_client(
     url: String,
     key: String,
@@ -54,6 +57,9 @@ pub async fn resilient_client(
             let msg = tokio::select! {
                 m = stream.next() => m,
                 _ = stop.cancelled() => return,
+                // Drills beat every second: silence means a frozen server, as a client should
+                // conclude from missing heartbeats. Reconnect (and resume).
+                _ = tokio::time::sleep(SILENCE) => None,
             };
             let Some(Ok(msg)) = msg else { break };
             let Message::Text(t) = msg else {

@@ -56,6 +56,15 @@ impl Pm2 {
 impl Drop for Pm2 {
     fn drop(&mut self) {
         let _ = self.run(&["kill"]);
+        // `PMW_DRILL_KEEP_LOGS=<dir>` keeps pm2's log and the apps' logs of every drill there.
+        if let Ok(dir) = std::env::var("PMW_DRILL_KEEP_LOGS") {
+            let to = PathBuf::from(dir).join(format!("pm2-{}", std::process::id()));
+            let _ = std::process::Command::new("cp")
+                .arg("-r")
+                .arg(self.home.path())
+                .arg(&to)
+                .status();
+        }
     }
 }
 
@@ -73,7 +82,7 @@ pub struct Drill {
     pub api_port: u16,
     pub stats_port: u16,
     pub accounts: Vec<(String, Vec<pmw_core::Address>)>,
-    clients: Vec<(Vec<pmw_core::Address>, Arc<Mutex<ClientLog>>)>,
+    pub clients: Vec<(Vec<pmw_core::Address>, Arc<Mutex<ClientLog>>)>,
     pub start_cursor: Cursor,
     stop: CancellationToken,
     pub rpc_proxy: Option<pmw_testkit::TcpProxy>,
@@ -88,6 +97,8 @@ pub struct Opts {
     pub rpc_proxy: bool,
     /// The ecosystem apps pm2 starts (default: live, push-a, push-b, api).
     pub apps: Option<&'static str>,
+    /// Extra environment for every app.
+    pub env: Vec<(&'static str, &'static str)>,
 }
 
 impl Drill {
@@ -150,6 +161,7 @@ impl Drill {
             ("PMW_PG_BIN".into(), stack.get("PMW_PG_BIN").into()),
             ("PMW_STACK_DIR".into(), stack.get("PMW_STACK_DIR").into()),
         ]);
+        env.extend(opts.env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let pm2 = Pm2 {
             home: tempfile::tempdir().unwrap(),
             env: env.clone(),
