@@ -8,7 +8,7 @@ mod liveness;
 
 use std::time::Duration;
 
-use common::{connect, first_of, strictly_increasing, Harness};
+use common::{connect, first_of, hello_cursor, strictly_increasing, Harness};
 use pmw_core::Cursor;
 use pmw_push::PushConfig;
 use pmw_sim::demo_wallets;
@@ -280,11 +280,7 @@ async fn graceful_handover_under_load_loses_nothing() {
     let mine = demo_wallets(6);
     let (_, key) = h.account(&mine).await;
     let mut c1 = connect(addr_a, &key, None).await;
-    let start: Cursor = first_of(&mut c1, "hello").await["cursor"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let start: Cursor = hello_cursor(&mut c1).await;
     let run = h.sim.spawn(
         RunConfig {
             matches_per_block: 2,
@@ -343,11 +339,7 @@ async fn a_slow_consumer_is_closed_and_others_are_unaffected() {
         .await
         .unwrap();
     let mut fast = connect(addr, &key, None).await;
-    let start: Cursor = first_of(&mut fast, "hello").await["cursor"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let start: Cursor = hello_cursor(&mut fast).await;
     h.sim
         .spawn(
             RunConfig {
@@ -429,11 +421,7 @@ async fn a_subscription_whose_notification_was_lost_is_matched_by_the_next_round
         .unwrap()
         .get(0);
     let mut c = connect(addr, &key, None).await;
-    let start: Cursor = first_of(&mut c, "hello").await["cursor"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let start: Cursor = hello_cursor(&mut c).await;
     h.sim.run_matches(8).await.unwrap();
     h.wait_pushed(WITHIN).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -469,11 +457,7 @@ async fn a_killed_listen_session_is_caught_up_from_the_cursor() {
     let mine = demo_wallets(6);
     let (_, key) = h.account(&mine).await;
     let mut c = connect(addr, &key, None).await;
-    let start: Cursor = first_of(&mut c, "hello").await["cursor"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let start: Cursor = hello_cursor(&mut c).await;
     h.sim.run_matches(3).await.unwrap();
     let pg = h.db.connect().await;
     let killed: i64 = pg
@@ -504,11 +488,7 @@ async fn paced_trades_report_client_observed_latency_and_carry_heartbeats() {
     let mine = demo_wallets(6);
     let (account, key) = h.account(&mine).await;
     let mut c = connect(addr, &key, None).await;
-    let start: Cursor = first_of(&mut c, "hello").await["cursor"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let start: Cursor = hello_cursor(&mut c).await;
     h.sim
         .spawn(
             RunConfig {
@@ -601,11 +581,7 @@ async fn a_reorg_retracts_delivered_trades_and_delivers_the_new_branch() {
     let mine = demo_wallets(6);
     let (_, key) = h.account(&mine).await;
     let mut c = connect(addr, &key, None).await;
-    let start: Cursor = first_of(&mut c, "hello").await["cursor"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let start: Cursor = hello_cursor(&mut c).await;
     h.sim.run_matches(6).await.unwrap();
     h.wait_pushed(WITHIN).await;
     let outcome = h.sim.reorg(2).await.unwrap();

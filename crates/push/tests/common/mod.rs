@@ -247,6 +247,15 @@ pub async fn connect_url(url: &str, key: Option<&str>) -> Client {
     Client { events: rx, done }
 }
 
+/// Wait for the `hello` and return its cursor (where this stream starts).
+pub async fn hello_cursor(c: &mut Client) -> Cursor {
+    first_of(c, "hello").await["cursor"]
+        .as_str()
+        .expect("hello carries a cursor")
+        .parse()
+        .expect("a valid cursor")
+}
+
 /// Wait for the first frame of `kind`.
 pub async fn first_of(c: &mut Client, kind: &str) -> Value {
     loop {

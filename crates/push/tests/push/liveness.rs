@@ -9,7 +9,7 @@ use pmw_push::PushConfig;
 use pmw_sim::demo_wallets;
 use pmw_testkit::TcpProxy;
 
-use super::common::{connect, first_of, Harness};
+use super::common::{connect, first_of, hello_cursor, Harness};
 use super::WITHIN;
 
 const SECRET: &str = "whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0";
@@ -42,11 +42,7 @@ async fn an_endpoint_deleted_behind_the_index_is_skipped_and_others_are_served()
     let doomed = endpoint(&h, churner).await;
     let (push, addr) = h.leader("push-a").await;
     let mut c = connect(addr, &key, None).await;
-    let start: Cursor = first_of(&mut c, "hello").await["cursor"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let start: Cursor = hello_cursor(&mut c).await;
     // The index now holds `doomed`; delete it without moving the version.
     let pg = h.db.connect().await;
     pg.batch_execute(&format!(
@@ -99,19 +95,14 @@ async fn an_endpoint_deleted_behind_the_index_is_skipped_and_others_are_served()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_whose_rounds_hang_exits_75_to_hand_over() {
     let h = Harness::new().await;
-    let ch = TcpProxy::start(ch_addr(&h)).await;
-    let mut core = h.core();
-    core.instance = Some("push-a".into());
-    core.clickhouse_url = format!("http://{}", ch.addr);
-    let push = PushConfig {
-        push_stall_exit_ms: Some(3_000),
-        ..h.push_config()
-    };
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let handle = pmw_testkit::ServiceHandle::spawn(move |stop| {
-        pmw_push::run_with(core, push, hooks(), stop, Some(tx))
-    });
-    tokio::time::timeout(WITHIN, rx).await.unwrap().unwrap();
+    let (ch, handle, _addr) = leader_behind_ch_proxy(
+        &h,
+        PushConfig {
+            push_stall_exit_ms: Some(3_000),
+            ..h.push_config()
+        },
+    )
+    .await;
     h.sim.run_matches(1).await.unwrap();
     h.wait_pushed(WITHIN).await;
     ch.freeze();
@@ -135,20 +126,15 @@ async fn a_leader_whose_rounds_hang_exits_75_to_hand_over() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_while_rounds_fail_stops_and_releases_the_lock() {
     let h = Harness::new().await;
-    let ch = TcpProxy::start(ch_addr(&h)).await;
-    let mut core = h.core();
-    core.instance = Some("push-a".into());
-    core.clickhouse_url = format!("http://{}", ch.addr);
-    let push = PushConfig {
-        push_round_deadline_ms: 2_000,
-        push_stall_exit_ms: Some(600_000),
-        ..h.push_config()
-    };
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let handle = pmw_testkit::ServiceHandle::spawn(move |stop| {
-        pmw_push::run_with(core, push, hooks(), stop, Some(tx))
-    });
-    tokio::time::timeout(WITHIN, rx).await.unwrap().unwrap();
+    let (ch, handle, _addr) = leader_behind_ch_proxy(
+        &h,
+        PushConfig {
+            push_round_deadline_ms: 2_000,
+            push_stall_exit_ms: Some(600_000),
+            ..h.push_config()
+        },
+    )
+    .await;
     ch.cut();
     h.sim.run_matches(2).await.unwrap();
     // Let several rounds fail.
@@ -164,6 +150,24 @@ async fn sigterm_while_rounds_fail_stops_and_releases_the_lock() {
     assert!(out.is_ok(), "{out:?}");
     // The lock is free: a second leader takes over.
     let (_b, _) = h.leader("push-b").await;
+}
+
+/// A leader (push-a) whose ClickHouse is behind a proxy the test can cut or freeze; returns once
+/// it listens.
+async fn leader_behind_ch_proxy(
+    h: &Harness,
+    push: PushConfig,
+) -> (TcpProxy, pmw_testkit::ServiceHandle, std::net::SocketAddr) {
+    let ch = TcpProxy::start(ch_addr(h)).await;
+    let mut core = h.core();
+    core.instance = Some("push-a".into());
+    core.clickhouse_url = format!("http://{}", ch.addr);
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let handle = pmw_testkit::ServiceHandle::spawn(move |stop| {
+        pmw_push::run_with(core, push, hooks(), stop, Some(tx))
+    });
+    let addr = tokio::time::timeout(WITHIN, rx).await.unwrap().unwrap();
+    (ch, handle, addr)
 }
 
 fn ch_addr(h: &Harness) -> std::net::SocketAddr {
@@ -248,11 +252,7 @@ async fn revocation_closes_sessions_and_tickets_and_unsubscribing_stops_a_wallet
     let mut by_key = connect(addr, &key, None).await;
     first_of(&mut by_key, "hello").await;
     let mut watched = connect(addr, &other_key, None).await;
-    let start: Cursor = first_of(&mut watched, "hello").await["cursor"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let start: Cursor = hello_cursor(&mut watched).await;
 
     // Revoke (as the API does: the row, then a NOTIFY).
     let revoked_at = Instant::now();
@@ -335,26 +335,17 @@ async fn a_catch_up_larger_than_the_queue_does_not_close_a_fast_session() {
     let h = Harness::new().await;
     let wallets = demo_wallets(6);
     let (_, key) = h.account(&wallets).await;
-    let ch = TcpProxy::start(ch_addr(&h)).await;
-    let mut core = h.core();
-    core.instance = Some("push-a".into());
-    core.clickhouse_url = format!("http://{}", ch.addr);
-    let push = PushConfig {
-        push_ws_queue: 16,
-        push_stall_exit_ms: Some(600_000),
-        ..h.push_config()
-    };
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let handle = pmw_testkit::ServiceHandle::spawn(move |stop| {
-        pmw_push::run_with(core, push, hooks(), stop, Some(tx))
-    });
-    let addr = tokio::time::timeout(WITHIN, rx).await.unwrap().unwrap();
+    let (ch, handle, addr) = leader_behind_ch_proxy(
+        &h,
+        PushConfig {
+            push_ws_queue: 16,
+            push_stall_exit_ms: Some(600_000),
+            ..h.push_config()
+        },
+    )
+    .await;
     let mut c = connect(addr, &key, None).await;
-    let start: Cursor = first_of(&mut c, "hello").await["cursor"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let start: Cursor = hello_cursor(&mut c).await;
     ch.cut();
     h.sim.run_matches(25).await.unwrap();
     let owed = h.expected(&wallets, start);
@@ -534,11 +525,7 @@ async fn a_resume_past_the_window_sends_the_window_then_resync_from_the_last_tra
     let (push, bound) = h.start_push("push-a", cfg);
     let addr = tokio::time::timeout(WITHIN, bound).await.unwrap().unwrap();
     let mut c = connect(addr, &key, None).await;
-    let start: Cursor = first_of(&mut c, "hello").await["cursor"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let start: Cursor = hello_cursor(&mut c).await;
     h.sim.run_matches(4).await.unwrap();
     h.wait_pushed(WITHIN).await;
     let owed = h.expected(&wallets, start);
