@@ -162,7 +162,7 @@ pub async fn run_with(
         lead.epoch,
         lead.cursor,
         lead.reorg_id,
-        (push.round_trades(), push.push_round_blocks),
+        push.round_trades(),
         subs,
         hub.clone(),
     );

@@ -56,9 +56,6 @@ pub struct Rounds {
     /// Trades read per round: at most half a session queue, so a session that keeps up is never
     /// closed as slow because a catch-up round is larger than its queue.
     pub limit: u64,
-    /// Blocks read per round: catch-up reads are bounded by block range, never a rescan of
-    /// everything from the cursor to the watermark.
-    pub span: u64,
     pub subs: Subscriptions,
     pub hub: Hub,
     names: Names,
@@ -77,7 +74,7 @@ impl Rounds {
         epoch: i64,
         cursor: Cursor,
         reorg_id: i64,
-        (limit, span): (u64, u64),
+        limit: u64,
         subs: Subscriptions,
         hub: Hub,
     ) -> Rounds {
@@ -89,7 +86,6 @@ impl Rounds {
             cursor,
             reorg_id,
             limit,
-            span: span.max(1),
             subs,
             hub,
             names: Names::default(),
@@ -174,17 +170,11 @@ impl Rounds {
                 .filter(|t| t.cursor() <= self.cursor)
                 .collect();
         }
-        let up_to = wm.min(from.block.saturating_add(self.span));
-        let rows = trades::trades_after(&self.ch, from, up_to, self.limit).await?;
+        // The cursor moves only to the last row actually read: a short or empty answer from
+        // ClickHouse (a restart, a cut response) then delays delivery and never skips a trade.
+        let rows = trades::trades_after(&self.ch, from, wm, self.limit).await?;
         let full = rows.len() as u64 >= self.limit;
-        // A full read ends at its last row; otherwise everything up to `up_to` was read.
-        let through = match rows.last() {
-            Some(last) if full => last.cursor(),
-            _ => from.max(Cursor {
-                block: up_to,
-                log_index: MAX_LOG_INDEX,
-            }),
-        };
+        let through = rows.last().map(TradeRow::cursor).unwrap_or(from);
         if through <= from && retracts.is_empty() && reorg_id == self.reorg_id {
             return Ok(RoundOutcome::default());
         }
@@ -290,7 +280,7 @@ impl Rounds {
             frames,
             webhooks: enqueued.inserted,
             webhooks_skipped: enqueued.skipped,
-            more: full || up_to < wm,
+            more: full,
         })
     }
 }
