@@ -19,7 +19,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 
 use super::clients::pct;
-use super::harness::{Drill, Opts};
+use super::harness::{account, Drill, Opts};
 
 const QUIET: Duration = Duration::from_secs(25);
 const CHURN: Duration = Duration::from_secs(60);
@@ -126,37 +126,7 @@ async fn call(
 
 /// A churn account (key) created directly in Postgres, following two of the sim's wallets.
 async fn churn_account(d: &Drill) -> String {
-    let pg = d.db.connect().await;
-    let now = UnixMs::now().0;
-    let id: i64 = pg
-        .query_one(
-            "INSERT INTO accounts (name, plan, created_ms) VALUES ('churn', 'pro', $1) RETURNING id",
-            &[&now],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    let (key, prefix) = pmw_core::auth::generate(pmw_core::auth::KEY_PREFIX);
-    pg.execute(
-        "INSERT INTO api_keys (account_id, prefix, key_hash, created_ms) VALUES ($1, $2, $3, $4)",
-        &[
-            &id,
-            &prefix,
-            &pmw_core::auth::hash_secret(&key).as_slice(),
-            &now,
-        ],
-    )
-    .await
-    .unwrap();
-    for w in &demo_wallets(2) {
-        pg.execute(
-            "INSERT INTO subscriptions (account_id, wallet, created_ms) VALUES ($1, $2, $3)",
-            &[&id, &w.as_bytes().as_slice(), &now],
-        )
-        .await
-        .unwrap();
-    }
-    key
+    account(&d.db.connect().await, "churn", &demo_wallets(2)).await
 }
 
 /// Open a session through Caddy and read its hello; the socket is returned open.

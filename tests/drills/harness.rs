@@ -68,6 +68,45 @@ impl Drop for Pm2 {
     }
 }
 
+/// An account on plan `pro` named `name`, with one API key (returned) and `wallets` followed,
+/// written directly to Postgres (the caller notifies push when it needs to).
+pub async fn account(
+    pg: &tokio_postgres::Client,
+    name: &str,
+    wallets: &[pmw_core::Address],
+) -> String {
+    let now = UnixMs::now().0;
+    let id: i64 = pg
+        .query_one(
+            "INSERT INTO accounts (name, plan, created_ms) VALUES ($1, 'pro', $2) RETURNING id",
+            &[&name, &now],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let (key, prefix) = pmw_core::auth::generate(pmw_core::auth::KEY_PREFIX);
+    pg.execute(
+        "INSERT INTO api_keys (account_id, prefix, key_hash, created_ms) VALUES ($1, $2, $3, $4)",
+        &[
+            &id,
+            &prefix,
+            &pmw_core::auth::hash_secret(&key).as_slice(),
+            &now,
+        ],
+    )
+    .await
+    .unwrap();
+    for w in wallets {
+        pg.execute(
+            "INSERT INTO subscriptions (account_id, wallet, created_ms) VALUES ($1, $2, $3)",
+            &[&id, &w.as_bytes().as_slice(), &now],
+        )
+        .await
+        .unwrap();
+    }
+    key
+}
+
 /// The drill stack: a private database and chain, pm2 running live + push-a + push-b + api (and
 /// stats when asked) from the production ecosystem file, Caddy with the production Caddyfile,
 /// 10 accounts and 100 resuming clients connected through Caddy.
@@ -200,28 +239,8 @@ impl Drill {
         let wallets = demo_wallets(6);
         let mut accounts = Vec::new();
         for i in 0..10usize {
-            let now = UnixMs::now().0;
-            let id: i64 = pg
-                .query_one("INSERT INTO accounts (name, plan, created_ms) VALUES ('drill', 'pro', $1) RETURNING id", &[&now])
-                .await
-                .unwrap()
-                .get(0);
-            let (key, prefix) = pmw_core::auth::generate(pmw_core::auth::KEY_PREFIX);
-            pg.execute(
-                "INSERT INTO api_keys (account_id, prefix, key_hash, created_ms) VALUES ($1, $2, $3, $4)",
-                &[&id, &prefix, &pmw_core::auth::hash_secret(&key).as_slice(), &now],
-            )
-            .await
-            .unwrap();
             let mine: Vec<pmw_core::Address> = (0..2).map(|k| wallets[(i + k * 3) % 6]).collect();
-            for w in &mine {
-                pg.execute(
-                    "INSERT INTO subscriptions (account_id, wallet, created_ms) VALUES ($1, $2, $3)",
-                    &[&id, &w.as_bytes().as_slice(), &now],
-                )
-                .await
-                .unwrap();
-            }
+            let key = account(&pg, "drill", &mine).await;
             accounts.push((key, mine));
         }
         pg.execute("SELECT pg_notify('pmw_subscriptions', '')", &[])
