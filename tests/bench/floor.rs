@@ -77,9 +77,9 @@ pub async fn measure(b: &Bench, reps: usize) -> anyhow::Result<Floor> {
     let stored = trades::trades_after(ch, Cursor::default(), block, 1_000).await?;
     ensure!(!stored.is_empty(), "no stored trades to copy");
     let rows: Vec<TradeRow> = stored.iter().cycle().take(100).cloned().collect();
-    let frame = pmw_push::payload::stamp(
-        "trade",
-        &pmw_push::payload::trade_body(&stored[0], None).to_string(),
+    let frame = pmw_core::message::stamp(
+        pmw_core::message::Kind::Trade,
+        &pmw_core::message::TradeMessage::from_row(&stored[0], None).to_json(),
         pmw_core::UnixMs::now().0,
     );
 

@@ -11,7 +11,7 @@ use axum::http::request::Parts;
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use pmw_core::auth::{hash_secret, KEY_PREFIX};
-use pmw_core::ApiConfig;
+use crate::config::ApiConfig;
 
 use crate::error::ApiError;
 use crate::AppState;

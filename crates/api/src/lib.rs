@@ -4,8 +4,8 @@
 //! [`auth`]. API-only settings ([`ApiConfig`]) are loaded here and nowhere else, so a broken
 //! `PMW_API_*` value stops the API (exit 78) and never push or live.
 
-pub mod accounts;
 pub mod auth;
+pub mod config;
 pub mod error;
 pub mod extract;
 mod http;
@@ -19,7 +19,9 @@ use pmw_core::ch::ChClient;
 use pmw_core::heartbeat::Heartbeat;
 use pmw_core::pg::PgPool;
 use pmw_core::storage::Storage;
-use pmw_core::{ApiConfig, CoreConfig, ServiceError};
+use pmw_core::{CoreConfig, ServiceError};
+
+pub use config::{ApiConfig, Plan};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
@@ -92,13 +94,13 @@ pub async fn publish_plans(pool: &PgPool, api: &ApiConfig) -> Result<(), pmw_cor
         &[&pmw_core::lock::keys::PLANS],
     )
     .await?;
-    let names: Vec<&str> = api.api_plans.keys().map(String::as_str).collect();
+    let names: Vec<&str> = api.plans.api_plans.keys().map(String::as_str).collect();
     tx.execute("DELETE FROM plans WHERE NOT (name = ANY($1))", &[&names])
         .await?;
     tx.execute("UPDATE plans SET is_default = false WHERE is_default", &[])
         .await?;
     let now = pmw_core::UnixMs::now().0;
-    for (name, plan) in &api.api_plans {
+    for (name, plan) in &api.plans.api_plans {
         tx.execute(
             "INSERT INTO plans (name, max_ws_sessions, is_default, updated_ms) VALUES ($1, $2, $3, $4) \
              ON CONFLICT (name) DO UPDATE SET max_ws_sessions = EXCLUDED.max_ws_sessions, \
@@ -106,7 +108,7 @@ pub async fn publish_plans(pool: &PgPool, api: &ApiConfig) -> Result<(), pmw_cor
             &[
                 name,
                 &(plan.max_ws_sessions.min(i32::MAX as u32) as i32),
-                &(*name == api.api_default_plan),
+                &(*name == api.plans.api_default_plan),
                 &now,
             ],
         )

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{test_config, Api};
-use pmw_core::ApiConfig;
+use pmw_api::ApiConfig;
 use reqwest::Method;
 use serde_json::json;
 

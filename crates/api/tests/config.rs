@@ -7,7 +7,8 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use pmw_core::config::{ApiConfig, CoreConfig};
+use pmw_api::ApiConfig;
+use pmw_core::config::CoreConfig;
 use pmw_push::webhook::WebhookConfig;
 use pmw_push::PushConfig;
 use pmw_testkit::{run_bin, ServiceHandle, TestDb};

@@ -220,9 +220,9 @@ async fn bad_addresses_and_bodies_store_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plan_limit_on_wallets_is_403_and_stores_nothing() {
     let mut cfg = common::test_config();
-    cfg.api_plans.insert(
+    cfg.plans.api_plans.insert(
         "tiny".into(),
-        pmw_core::config::Plan {
+        pmw_core::plans::Plan {
             max_wallets: 2,
             max_webhook_endpoints: 0,
             max_ws_sessions: 1,

@@ -154,17 +154,24 @@ async fn watermark_retractions_shape_and_bad_input() {
     );
     assert_eq!(r.body["next"], "000000000006-000000");
 
-    // The same shape as the pushed message body.
-    let pushed = pmw_push::payload::trade_body(
-        &rows[0],
-        Some(&pmw_push::payload::Market {
-            question: Some("Will it rain?".into()),
-            outcome: Some("Yes".into()),
-            slug: Some("rain".into()),
-            condition_id: Some("0xc0".into()),
-        }),
+    // The shape of the pushed `trade` message (README), written out from the stored row.
+    let (t, row) = (&r.body["trades"][0], &rows[0]);
+    let fill = serde_json::json!({
+        "wallet": row.maker, "block_number": row.block_number, "log_index": row.log_index,
+        "block_hash": row.block_hash, "tx_hash": row.tx_hash, "block_time_ms": row.block_time_ms,
+        "exchange": row.exchange, "exchange_version": row.exchange_version,
+        "order_hash": row.order_hash, "maker": row.maker, "taker": row.taker,
+        "side": if row.side == 0 { "BUY" } else { "SELL" }, "token_id": row.token_id,
+        "shares": row.shares, "collateral": row.collateral, "price": row.price, "fee": row.fee,
+        "fee_asset": row.fee_asset,
+    });
+    assert_eq!(t["trade"], fill);
+    assert_eq!(t["t_detect_ms"], row.t_detect_ms);
+    assert_eq!(t["backfilled"], row.backfilled == 1);
+    assert_eq!(
+        t["market"],
+        serde_json::json!({"question": "Will it rain?", "outcome": "Yes", "slug": "rain", "condition_id": "0xc0"})
     );
-    assert_eq!(r.body["trades"][0], pushed);
 
     // Checksummed wallet in the query works; bad input is refused.
     api.get(

@@ -30,7 +30,8 @@
 //! [`crate::pg::dedicated`]) get none of them: a lock wait is a long statement by design and sets
 //! its own `lock_timeout` per segment ([`crate::lock`]).
 //!
-//! API settings ([`ApiConfig`], loaded only by `pmw-api`): the `PMW_API_*` table in [`api`].
+//! API settings (`PMW_API_*`) live in the API crate (`pmw_api::config`) and are loaded only by
+//! pmw-api, with [`load`] and [`Validate`] from here.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -42,9 +43,6 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
-pub mod api;
-
-pub use api::{ApiConfig, Plan};
 
 /// A configuration that cannot be used. Services exit 78 on this.
 #[derive(Debug, thiserror::Error)]
@@ -334,38 +332,6 @@ mod tests {
             ),
             (30_000, 10_000, 60_000)
         );
-        let api: ApiConfig = load_from(Figment::new()).unwrap();
-        assert_eq!(api.api_default_plan, "free");
-    }
-
-    #[test]
-    fn broken_api_settings_do_not_stop_core() {
-        let f = with(&[
-            ("api_default_plan", "platinum"),
-            ("api_rate_per_sec", "fast"),
-        ]);
-        assert!(load_from::<ApiConfig>(f.clone()).is_err());
-        let core: CoreConfig = load_from(f).expect("core must load despite broken api settings");
-        assert_eq!(core.clickhouse_url, "http://127.0.0.1:58123");
-    }
-
-    #[test]
-    fn unknown_default_plan_names_the_key() {
-        let err = load_from::<ApiConfig>(with(&[("api_default_plan", "platinum")])).unwrap_err();
-        assert!(err.to_string().contains("PMW_API_DEFAULT_PLAN"), "{err}");
-    }
-
-    #[test]
-    fn plans_accept_json_from_env_form() {
-        let api: ApiConfig = load_from(with(&[
-            (
-                "api_plans",
-                r#"{"solo":{"max_wallets":3,"max_webhook_endpoints":0,"max_ws_sessions":1}}"#,
-            ),
-            ("api_default_plan", "solo"),
-        ]))
-        .unwrap();
-        assert_eq!(api.api_plans["solo"].max_wallets, 3);
     }
 
     #[test]

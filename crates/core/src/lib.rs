@@ -3,13 +3,17 @@
 
 pub mod auth;
 pub mod ch;
+pub mod channels;
 pub mod config;
+pub mod db;
 pub mod exit;
 pub mod heartbeat;
 pub mod lock;
+pub mod message;
 pub mod metrics;
 pub mod migrate;
 pub mod pg;
+pub mod plans;
 pub mod service;
 pub mod shutdown;
 pub mod ssrf;
@@ -18,7 +22,8 @@ pub mod store;
 pub mod telemetry;
 pub mod trade;
 pub mod types;
+pub mod webhook;
 
-pub use config::{ApiConfig, CoreConfig};
+pub use config::CoreConfig;
 pub use exit::ServiceError;
 pub use types::{Address, Cursor, UnixMs};

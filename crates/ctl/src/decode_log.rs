@@ -1,8 +1,13 @@
 //! `pmwctl decode-log`: one `eth_getLogs` log object (JSON) on stdin → the trade pmw would push,
-//! as JSON on stdout, or a clear error. Uses the production decoder and allowlist.
+//! as JSON on stdout, or a clear error. Uses the production decoder, allowlist and stored form,
+//! and prints the `trade` object of the pushed message ([`pmw_core::message::Trade`]) plus the
+//! `cursor` and whether the price is exact. `block_time_ms` comes from the log's
+//! `blockTimestamp` when the node includes it, else it is `null`.
 
+use pmw_core::message::Trade;
+use pmw_core::store::TradeRow;
 use pmw_core::trade::{self, Allowlist, Fill, RawLog};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 /// Decode one log given as JSON text. `Err` carries the operator-facing reason.
 pub fn decode_text(input: &str) -> Result<Value, String> {
@@ -19,8 +24,12 @@ pub fn decode_text(input: &str) -> Result<Value, String> {
         v => v,
     };
     let raw = RawLog::from_rpc_json(&log_value).map_err(|e| e.to_string())?;
+    let block_time_ms = log_value["blockTimestamp"]
+        .as_str()
+        .and_then(|t| i64::from_str_radix(t.trim_start_matches("0x"), 16).ok())
+        .map(|secs| secs * 1_000);
     match trade::decode(&raw, &Allowlist::polymarket()) {
-        Ok(Some(fill)) => Ok(render(&fill)),
+        Ok(Some(fill)) => Ok(render(&fill, block_time_ms)),
         Ok(None) => Err(
             "this log is not an OrderFilled (e.g. OrdersMatched): pmw pushes nothing for it".into(),
         ),
@@ -28,26 +37,11 @@ pub fn decode_text(input: &str) -> Result<Value, String> {
     }
 }
 
-fn render(f: &Fill) -> Value {
-    let price = f.price();
-    json!({
-        "exchange": f.exchange.to_lower_hex(),
-        "exchange_version": f.version.number(),
-        "order_hash": format!("0x{}", hex::encode(f.order_hash)),
-        "maker": f.maker.to_lower_hex(),
-        "taker": f.taker.to_lower_hex(),
-        "side": f.side.as_str(),
-        "token_id": f.token_id.to_string(),
-        "shares": trade::format_units6(f.shares),
-        "collateral": trade::format_units6(f.collateral),
-        "price": price.text,
-        "price_exact": price.exact,
-        "fee": trade::format_units6(f.fee),
-        "fee_asset": f.fee_asset.as_str(),
-        "block_number": f.block_number,
-        "log_index": f.log_index,
-        "block_hash": format!("0x{}", hex::encode(f.block_hash)),
-        "tx_hash": format!("0x{}", hex::encode(f.tx_hash)),
-        "cursor": f.cursor().map(|c| c.to_string()).ok(),
-    })
+fn render(f: &Fill, block_time_ms: Option<i64>) -> Value {
+    let row = TradeRow::from_fill(f, block_time_ms.unwrap_or_default(), 0, false, 0);
+    let mut v = serde_json::to_value(Trade::from_row(&row)).expect("a trade serialises");
+    v["block_time_ms"] = block_time_ms.into();
+    v["cursor"] = f.cursor().map(|c| c.to_string()).ok().into();
+    v["price_exact"] = f.price().exact.into();
+    v
 }

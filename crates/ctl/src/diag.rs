@@ -5,8 +5,8 @@
 //!    the interval is Δtime / Δrounds (exact mean); otherwise it is the spacing of distinct
 //!    `last_round_ms` values, whose resolution is the heartbeat period (push beats at most once a
 //!    second, so a sub-second poll period shows as "≤ 1 s"). If the `pg_stat_statements`
-//!    extension is installed, the calls/s of the watermark read every round starts with are
-//!    shown too (it also counts the API's reads of the same statement).
+//!    extension is installed, the calls/s of the statement every round starts with are shown
+//!    too, found by its `pmw:push_round` marker comment ([`ROUND_MARKER`]), not by its text.
 //! 2. LISTEN or polling: the leader's heartbeat `listener` (`listen`/`poll`), and whether a
 //!    `pmw-push:listen` session exists in `pg_stat_activity` (a fallback to polling shows as
 //!    `block listener lost` in push logs).
@@ -23,6 +23,10 @@ use pmw_core::UnixMs;
 use serde_json::{json, Value};
 
 use crate::conn::{age, connect, db_error, size};
+
+/// The marker comment in the statement push's every round starts with
+/// (`crates/push/src/sql/round_state.sql`).
+pub const ROUND_MARKER: &str = "/* pmw:push_round */";
 
 /// The small, hot-updated tables (DESIGN §2).
 pub const HOT_TABLES: &[&str] = &[
@@ -62,8 +66,8 @@ async fn read_interval(c: &tokio_postgres::Client, secs: u64) -> Result<Value, S
         let r = c
             .query_one(
                 "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements \
-                 WHERE query LIKE 'SELECT block_number FROM ingest_cursor WHERE id = %'",
-                &[],
+                 WHERE strpos(query, $1) > 0",
+                &[&ROUND_MARKER],
             )
             .await
             .map_err(db_error)?;
@@ -303,4 +307,14 @@ pub async fn run(cfg: &CoreConfig, args: DiagArgs) -> Result<(), ServiceError> {
         print!("{}", text(&d));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_round_statement_carries_the_marker_diag_counts() {
+        let round = include_str!("../../push/src/sql/round_state.sql");
+        let sql: String = round.lines().filter(|l| !l.starts_with("--")).collect();
+        assert!(sql.contains(super::ROUND_MARKER), "{sql}");
+    }
 }

@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 /// The channel push listens on.
-pub const CHANNEL: &str = "pmw_blocks";
+pub use pmw_core::channels::BLOCKS as CHANNEL;
 
 /// Counters of the notifier, for tests, heartbeats and metrics.
 #[derive(Debug, Default)]

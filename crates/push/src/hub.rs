@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use pmw_core::message::Kind;
 use pmw_core::Cursor;
 use tokio::sync::mpsc;
 
@@ -19,7 +20,7 @@ use crate::subs::Index;
 /// A trade or retraction ready for any session: body rendered once.
 #[derive(Debug)]
 pub struct Item {
-    pub kind: &'static str,
+    pub kind: Kind,
     pub cursor: Cursor,
     /// Lowercase `0x…` owner of the fill (its maker): who follows it gets it.
     pub wallet: String,
@@ -290,7 +291,7 @@ mod tests {
 
     fn item(wallet: &str, log_index: u32) -> Arc<Item> {
         Arc::new(Item {
-            kind: "trade",
+            kind: Kind::Trade,
             cursor: Cursor {
                 block: 1,
                 log_index,

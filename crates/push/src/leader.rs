@@ -68,10 +68,7 @@ pub async fn take(
         .execute(include_str!("sql/void_claims.sql"), &[&slot, &epoch, &now])
         .await?;
     // First leader ever: start at the ingest watermark (no history replay).
-    let start: i64 = tx
-        .query_opt("SELECT block_number FROM ingest_cursor WHERE id = 1", &[])
-        .await?
-        .map_or(0, |r| r.get(0));
+    let start = pmw_core::db::watermark(&*tx).await?.unwrap_or(0) as i64;
     tx.execute(
         "INSERT INTO push_cursor (slot, block_number, log_index, epoch, updated_ms) VALUES ($1, $2, $3, $4, $5) \
          ON CONFLICT (slot) DO NOTHING",

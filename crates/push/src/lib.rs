@@ -6,7 +6,6 @@ mod driver;
 pub mod hub;
 pub mod leader;
 mod lease;
-pub mod payload;
 pub mod recorder;
 pub mod rounds;
 mod server;
@@ -37,7 +36,7 @@ use subs::Subscriptions;
 pub const SERVICE: &str = "pmw-push";
 
 /// The channel live notifies after each block.
-pub const BLOCKS_CHANNEL: &str = "pmw_blocks";
+pub use pmw_core::channels::BLOCKS as BLOCKS_CHANNEL;
 
 /// Leader health, for `/health`, heartbeats and logs.
 #[derive(Debug, Default)]

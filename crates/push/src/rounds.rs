@@ -10,10 +10,10 @@ use pmw_core::ch::ChClient;
 use pmw_core::pg::PgPool;
 use pmw_core::store::{trades, TradeRow};
 use pmw_core::types::cursor::MAX_LOG_INDEX;
-use pmw_core::{Cursor, UnixMs};
+use pmw_core::message::{stamp, Kind, Market, TradeMessage};
+use pmw_core::{db, Cursor, UnixMs};
 
 use crate::hub::{Hub, Item};
-use crate::payload::{self, Market};
 use crate::subs::{Index, Subscriptions};
 use crate::webhook;
 
@@ -189,37 +189,32 @@ impl Rounds {
         let now = UnixMs::now().0;
         for (kind, row) in retracts
             .iter()
-            .map(|r| ("retract", r))
-            .chain(rows.iter().map(|r| ("trade", r)))
+            .map(|r| (Kind::Retract, r))
+            .chain(rows.iter().map(|r| (Kind::Trade, r)))
         {
             let accounts = idx.accounts_by_wallet.get(&row.maker);
             if accounts.is_none() && !self.hub.follows(&row.maker) {
                 continue;
             }
-            let body = payload::trade_body(row, self.names.get(&row.token_id));
+            let body = TradeMessage::from_row(row, self.names.get(&row.token_id));
             let item = Arc::new(Item {
                 kind,
                 cursor: row.cursor(),
                 wallet: row.maker.clone(),
                 t_detect_ms: row.t_detect_ms,
-                body: body.to_string(),
+                body: body.to_json(),
             });
             let endpoints = accounts
                 .into_iter()
                 .flatten()
                 .flat_map(|a| idx.endpoints_by_account.get(a).into_iter().flatten());
             for endpoint in endpoints {
-                let dk = if kind == "trade" {
-                    webhook::DeliveryKind::Trade
-                } else {
-                    webhook::DeliveryKind::Retract
-                };
                 deliveries.push(webhook::NewDelivery {
-                    id: webhook::webhook_id(row.cursor(), &row.block_hash, *endpoint, dk),
+                    id: webhook::webhook_id(row.cursor(), &row.block_hash, *endpoint, kind),
                     endpoint_id: *endpoint,
-                    kind: dk,
+                    kind,
                     cursor: row.cursor(),
-                    payload: serde_json::from_str(&payload::stamp(kind, &item.body, now))
+                    payload: serde_json::from_str(&stamp(kind, &item.body, now))
                         .unwrap_or_default(),
                     t_detect_ms: row.t_detect_ms,
                 });
@@ -316,25 +311,10 @@ impl Names {
         if ask.is_empty() {
             return Ok(());
         }
-        for r in client
-            .query(
-                "SELECT token_id, question, outcome, slug, condition_id FROM market_names \
-                 WHERE token_id = ANY($1) AND status = 'resolved'",
-                &[&ask],
-            )
-            .await?
-        {
-            let token: String = r.get(0);
+        let tokens: Vec<&str> = ask.iter().map(String::as_str).collect();
+        for (token, market) in db::market_names(&***client, &tokens).await? {
             self.missing.remove(&token);
-            self.known.insert(
-                token,
-                Market {
-                    question: r.get(1),
-                    outcome: r.get(2),
-                    slug: r.get(3),
-                    condition_id: r.get(4),
-                },
-            );
+            self.known.insert(token, market);
         }
         let now = std::time::Instant::now();
         for t in ask {

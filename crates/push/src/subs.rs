@@ -11,7 +11,7 @@ use tokio::sync::RwLock;
 
 /// Channel the API notifies when subscriptions or endpoints change (a wake-up only: the
 /// version in `subs_version` is what makes a round reload).
-pub const CHANGES_CHANNEL: &str = "pmw_subscriptions";
+pub use pmw_core::channels::SUBSCRIPTIONS as CHANGES_CHANNEL;
 
 #[derive(Debug, Default)]
 pub struct Index {

@@ -14,13 +14,14 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use governor::clock::{Clock, DefaultClock};
 use pmw_core::auth::{self, Principal};
+use pmw_core::message::{stamp, Control, Kind, TradeMessage};
 use pmw_core::store::{trades, PushLatencyRow};
-use pmw_core::{Cursor, UnixMs};
+use pmw_core::{db, Cursor, UnixMs};
 use serde_json::json;
 use tokio::sync::mpsc;
 
 use crate::hub::{Item, Registration, TooMany};
-use crate::{payload, subs, AppState};
+use crate::{subs, AppState};
 
 const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 /// Trades read per replay page.
@@ -175,11 +176,14 @@ async fn stream(
     rx: &mut mpsc::Receiver<Arc<Item>>,
 ) -> Result<(), Ended> {
     let mut last = since.unwrap_or(dispatched);
-    let hello = json!({
-        "type": "hello", "session": id, "account": account, "epoch": st.epoch,
-        "cursor": last.to_string(), "head": st.hub.head(),
-    });
-    send(socket, hello.to_string()).await?;
+    let hello = Control::Hello {
+        session: id,
+        account,
+        epoch: st.epoch,
+        cursor: last.to_string(),
+        head: st.hub.head(),
+    };
+    send(socket, hello.to_json()).await?;
     if let Some(since) = since.filter(|s| *s < dispatched) {
         last = replay(st, socket, account, wallets, since, dispatched).await?;
     }
@@ -189,12 +193,12 @@ async fn stream(
         tokio::select! {
             frame = rx.recv() => {
                 let Some(item) = frame else { return Ok(()) };
-                if item.kind == "trade" && item.cursor <= last {
+                if item.kind == Kind::Trade && item.cursor <= last {
                     continue; // already replayed: no duplicate at the seam
                 }
                 let now = UnixMs::now().0;
-                send(socket, payload::stamp(item.kind, &item.body, now)).await?;
-                if item.kind == "retract" {
+                send(socket, stamp(item.kind, &item.body, now)).await?;
+                if item.kind == Kind::Retract {
                     // The ledger changed under the client: what follows the retracted trade is
                     // delivered again from the new branch.
                     last = last.min(before(item.cursor));
@@ -204,8 +208,8 @@ async fn stream(
                 }
             }
             _ = heartbeat.tick() => {
-                let hb = json!({"type": "heartbeat", "head": st.hub.head(), "cursor": last.to_string(), "t_ms": UnixMs::now().0});
-                send(socket, hb.to_string()).await?;
+                let hb = Control::Heartbeat { head: st.hub.head(), cursor: last.to_string(), t_ms: UnixMs::now().0 };
+                send(socket, hb.to_json()).await?;
             }
             msg = socket.next() => match msg {
                 Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return Err(Ended::Client),
@@ -235,17 +239,21 @@ async fn replay(
             .await
             .map_err(|e| Ended::Failed(e.to_string()))?;
         let full = rows.len() as u64 >= page;
+        let names = names(st, &rows).await?;
         for row in rows {
             if sent == max {
-                let msg = json!({"type": "resync", "after": last.to_string(), "reason": "resume window exceeded: backfill with GET /v1/trades"});
-                send(socket, msg.to_string()).await?;
+                let msg = Control::Resync {
+                    after: last.to_string(),
+                    reason: "resume window exceeded: backfill with GET /v1/trades".into(),
+                };
+                send(socket, msg.to_json()).await?;
                 return Err(Ended::Policy(
                     "resume window exceeded; backfill over REST".into(),
                 ));
             }
             let now = UnixMs::now().0;
-            let body = payload::trade_body(&row, None).to_string();
-            send(socket, payload::stamp("trade", &body, now)).await?;
+            let body = TradeMessage::from_row(&row, names.get(&row.token_id)).to_json();
+            send(socket, stamp(Kind::Trade, &body, now)).await?;
             st.recorder.record(latency_row(
                 &row.cursor(),
                 row.t_detect_ms,
@@ -261,6 +269,20 @@ async fn replay(
             return Ok(last);
         }
     }
+}
+
+/// The market names of a replay page, as live frames carry them.
+async fn names(
+    st: &AppState,
+    rows: &[pmw_core::store::TradeRow],
+) -> Result<HashMap<String, pmw_core::message::Market>, Ended> {
+    let mut tokens: Vec<&str> = rows.iter().map(|r| r.token_id.as_str()).collect();
+    tokens.sort_unstable();
+    tokens.dedup();
+    let c = st.pool.get().await.map_err(|e| Ended::Failed(e.to_string()))?;
+    db::market_names(&**c, &tokens)
+        .await
+        .map_err(|e| Ended::Failed(pmw_core::pg::describe(&e)))
 }
 
 /// The cursor just before `c`.

@@ -9,7 +9,7 @@ use pmw_core::UnixMs;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::accounts::{self, Account, AccountError, KeyInfo, NewKey};
+use pmw_core::db::accounts::{self, Account, AccountError, KeyInfo, NewKey};
 use crate::auth::Auth;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiPath, OptionalJson};

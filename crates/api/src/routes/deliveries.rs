@@ -8,8 +8,9 @@ use axum::http::StatusCode;
 use axum::Json;
 use pmw_core::store::{trades, TradeRow};
 use pmw_core::{Cursor, UnixMs};
-use pmw_push::payload;
-use pmw_push::webhook::{webhook_id, DeliveryKind};
+use pmw_core::db::deliveries::{self, NewDelivery, Writer};
+use pmw_core::message::{stamp, Kind, TradeMessage};
+use pmw_core::webhook::webhook_id;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -198,25 +199,18 @@ pub async fn replay(
     let next = rows.last().map_or(after, TradeRow::cursor).to_string();
     let names = markets(&c, &rows).await?;
     let now = UnixMs::now().0;
-    let mut ids = Vec::with_capacity(rows.len());
-    let mut blocks = Vec::with_capacity(rows.len());
-    let mut logs = Vec::with_capacity(rows.len());
-    let mut payloads = Vec::with_capacity(rows.len());
-    let mut detects = Vec::with_capacity(rows.len());
+    let mut items = Vec::with_capacity(rows.len());
     for r in &rows {
-        let body = payload::trade_body(r, names.get(&r.token_id)).to_string();
-        let stamped: serde_json::Value = serde_json::from_str(&payload::stamp("trade", &body, now))
-            .map_err(|e| ApiError::unavailable("payload", e))?;
-        ids.push(webhook_id(
-            r.cursor(),
-            &r.block_hash,
-            id,
-            DeliveryKind::Trade,
-        ));
-        blocks.push(r.block_number as i64);
-        logs.push(r.log_index as i32);
-        payloads.push(stamped);
-        detects.push(r.t_detect_ms);
+        let body = TradeMessage::from_row(r, names.get(&r.token_id)).to_json();
+        items.push(NewDelivery {
+            id: webhook_id(r.cursor(), &r.block_hash, id, Kind::Trade),
+            endpoint_id: id,
+            kind: Kind::Trade,
+            cursor: r.cursor(),
+            payload: serde_json::from_str(&stamp(Kind::Trade, &body, now))
+                .map_err(|e| ApiError::unavailable("payload", e))?,
+            t_detect_ms: r.t_detect_ms,
+        });
     }
     let tx = c.transaction().await?;
     // Checked again under a share lock: a disable (which expires pending deliveries) either
@@ -235,19 +229,10 @@ pub async fn replay(
             "the endpoint is disabled; enable it before replaying",
         ));
     }
-    let enqueued = tx
-        .execute(
-            "INSERT INTO webhook_deliveries (id, endpoint_id, kind, block_number, log_index, payload, \
-               state, attempts, next_attempt_ms, t_detect_ms, created_ms) \
-             SELECT x.id, $1, 'trade', x.block_number, x.log_index, x.payload, 'pending', 0, $2, x.t_detect_ms, $2 \
-             FROM unnest($3::text[], $4::bigint[], $5::int[], $6::jsonb[], $7::bigint[]) \
-               AS x(id, block_number, log_index, payload, t_detect_ms) \
-             ON CONFLICT (id) DO UPDATE SET state = 'pending', attempts = 0, next_attempt_ms = $2, \
-               claimed_epoch = NULL, claimed_ms = NULL, last_status = NULL, last_error = NULL, done_ms = NULL \
-             WHERE webhook_deliveries.state <> 'pending'",
-            &[&id, &now, &ids, &blocks, &logs, &payloads, &detects],
-        )
-        .await?;
+    let enqueued = deliveries::enqueue(&tx, Writer::Replay, &items)
+        .await
+        .map_err(|e| ApiError::unavailable("postgres", e))?
+        .inserted;
     tx.commit().await?;
     tracing::info!(account = who.account_id, endpoint = id, after = %after, trades = rows.len(), enqueued, "replay queued");
     Ok((

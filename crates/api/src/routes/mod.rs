@@ -19,10 +19,9 @@ use utoipa_axum::routes;
 use crate::error::ErrorBody;
 use crate::AppState;
 
-pub use trades::TradeOut;
 
 /// The channel push LISTENs on for subscription and endpoint changes.
-pub const CHANGES_CHANNEL: &str = pmw_push::subs::CHANGES_CHANNEL;
+pub use pmw_core::channels::SUBSCRIPTIONS as CHANGES_CHANNEL;
 
 #[derive(OpenApi)]
 #[openapi(

@@ -8,7 +8,7 @@ use pmw_core::{Address, UnixMs};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::accounts::MAX_LABEL_CHARS;
+use pmw_core::db::accounts::MAX_LABEL_CHARS;
 use crate::auth::Auth;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiJson, ApiPath};

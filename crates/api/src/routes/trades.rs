@@ -7,10 +7,9 @@ use std::collections::HashMap;
 
 use axum::extract::State;
 use axum::Json;
+use pmw_core::message::{Market, TradeMessage};
 use pmw_core::store::{trades, TradeRow};
-use pmw_core::types::cursor::MAX_LOG_INDEX;
-use pmw_core::Cursor;
-use pmw_push::payload::Market;
+use pmw_core::{db, Cursor};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -25,91 +24,10 @@ pub const DEFAULT_LIMIT: u32 = 100;
 /// Largest page size.
 pub const MAX_LIMIT: u32 = 1_000;
 
-/// The fill itself. Amounts are exact decimal strings (6 decimals applied).
-#[derive(Debug, Clone, Serialize, ToSchema, PartialEq)]
-pub struct TradeFill {
-    /// The wallet that owns the fill (its maker).
-    pub wallet: String,
-    pub block_number: u64,
-    pub log_index: u32,
-    pub block_hash: String,
-    pub tx_hash: String,
-    pub block_time_ms: i64,
-    pub exchange: String,
-    pub exchange_version: u8,
-    pub order_hash: String,
-    pub maker: String,
-    pub taker: String,
-    /// `BUY` or `SELL`, from the wallet's point of view.
-    pub side: String,
-    pub token_id: String,
-    pub shares: String,
-    pub collateral: String,
-    pub price: String,
-    pub fee: String,
-    pub fee_asset: String,
-}
-
-/// Market metadata, when resolved.
-#[derive(Debug, Clone, Serialize, ToSchema, PartialEq)]
-pub struct MarketOut {
-    pub question: Option<String>,
-    pub outcome: Option<String>,
-    pub slug: Option<String>,
-    pub condition_id: Option<String>,
-}
-
-/// One trade, shaped like the pushed `trade` message.
-#[derive(Debug, Clone, Serialize, ToSchema, PartialEq)]
-pub struct TradeOut {
-    #[schema(example = "000081234567-000042")]
-    pub cursor: String,
-    pub t_detect_ms: i64,
-    pub backfilled: bool,
-    pub trade: TradeFill,
-    pub market: Option<MarketOut>,
-}
-
-impl TradeOut {
-    pub fn from_row(row: &TradeRow, market: Option<&Market>) -> TradeOut {
-        TradeOut {
-            cursor: row.cursor().to_string(),
-            t_detect_ms: row.t_detect_ms,
-            backfilled: row.backfilled == 1,
-            trade: TradeFill {
-                wallet: row.maker.clone(),
-                block_number: row.block_number,
-                log_index: row.log_index,
-                block_hash: row.block_hash.clone(),
-                tx_hash: row.tx_hash.clone(),
-                block_time_ms: row.block_time_ms,
-                exchange: row.exchange.clone(),
-                exchange_version: row.exchange_version,
-                order_hash: row.order_hash.clone(),
-                maker: row.maker.clone(),
-                taker: row.taker.clone(),
-                side: if row.side == 0 { "BUY" } else { "SELL" }.into(),
-                token_id: row.token_id.clone(),
-                shares: row.shares.clone(),
-                collateral: row.collateral.clone(),
-                price: row.price.clone(),
-                fee: row.fee.clone(),
-                fee_asset: row.fee_asset.clone(),
-            },
-            market: market.map(|m| MarketOut {
-                question: m.question.clone(),
-                outcome: m.outcome.clone(),
-                slug: m.slug.clone(),
-                condition_id: m.condition_id.clone(),
-            }),
-        }
-    }
-}
-
 /// A page of trades.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct TradePage {
-    pub trades: Vec<TradeOut>,
+    pub trades: Vec<TradeMessage>,
     /// Pass as `after` for the next page (the last trade's cursor, or `after` when empty).
     pub next: String,
     /// More trades are available now beyond this page.
@@ -145,7 +63,7 @@ pub fn check_limit(limit: Option<u32>, default: u32, max: u32) -> Result<u32, Ap
     }
 }
 
-/// Market names cached in Postgres for `tokens` (resolved ones only).
+/// Market names cached in Postgres for the rows' tokens (resolved ones only).
 pub async fn markets(
     c: &super::Client,
     rows: &[TradeRow],
@@ -153,42 +71,12 @@ pub async fn markets(
     let mut tokens: Vec<&str> = rows.iter().map(|r| r.token_id.as_str()).collect();
     tokens.sort_unstable();
     tokens.dedup();
-    if tokens.is_empty() {
-        return Ok(HashMap::new());
-    }
-    let found = c
-        .query(
-            "SELECT token_id, question, outcome, slug, condition_id FROM market_names \
-             WHERE token_id = ANY($1) AND status = 'resolved'",
-            &[&tokens],
-        )
-        .await?;
-    Ok(found
-        .iter()
-        .map(|r| {
-            (
-                r.get(0),
-                Market {
-                    question: r.get(1),
-                    outcome: r.get(2),
-                    slug: r.get(3),
-                    condition_id: r.get(4),
-                },
-            )
-        })
-        .collect())
+    Ok(db::market_names(&***c, &tokens).await?)
 }
 
 /// The ingest watermark as the last cursor a reader may see.
 pub async fn watermark(c: &super::Client) -> Result<Option<Cursor>, ApiError> {
-    Ok(
-        c.query_opt("SELECT block_number FROM ingest_cursor WHERE id = 1", &[])
-            .await?
-            .map(|r| Cursor {
-                block: r.get::<_, i64>(0) as u64,
-                log_index: MAX_LOG_INDEX,
-            }),
-    )
+    Ok(db::watermark(&***c).await?.map(db::watermark_cursor))
 }
 
 /// The lowercase wallets the account follows.
@@ -240,7 +128,7 @@ pub async fn list(
     Ok(Json(TradePage {
         trades: rows
             .iter()
-            .map(|r| TradeOut::from_row(r, names.get(&r.token_id)))
+            .map(|r| TradeMessage::from_row(r, names.get(&r.token_id)))
             .collect(),
         next,
         more,

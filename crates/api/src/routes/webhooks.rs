@@ -1,6 +1,6 @@
 //! Webhook endpoints: create (URL checked against SSRF rules, plan-limited), list, get,
 //! enable/disable, rotate the signing secret with an overlap window, delete. Secrets are
-//! Standard Webhooks `whsec_…` from `pmw_push::webhook::sign`, shown on create and rotate only.
+//! Standard Webhooks `whsec_…` from `pmw_core::webhook::sign`, shown on create and rotate only.
 //! Every change notifies the push leader in the same transaction.
 
 use axum::extract::State;
@@ -8,8 +8,8 @@ use axum::http::StatusCode;
 use axum::Json;
 use pmw_core::ssrf;
 use pmw_core::UnixMs;
-use pmw_push::webhook::expire_pending;
-use pmw_push::webhook::sign::Secret;
+use pmw_core::db::deliveries::expire_pending;
+use pmw_core::webhook::Secret;
 use serde::{Deserialize, Serialize};
 use tokio_postgres::Row;
 use utoipa::ToSchema;

@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use pmw_core::ApiConfig;
+use pmw_api::ApiConfig;
 use pmw_testkit::{ServiceHandle, TestDb};
 use reqwest::header::HeaderMap;
 use reqwest::{Method, StatusCode};
@@ -98,10 +98,10 @@ impl Api {
     /// A new account on `plan` with one API key.
     pub async fn account(&self, plan: &str) -> (i64, String) {
         let c = self.db.pg.get().await.unwrap();
-        let a = pmw_api::accounts::create_account(&**c, "test", None, plan)
+        let a = pmw_core::db::accounts::create_account(&**c, "test", None, plan)
             .await
             .unwrap();
-        let k = pmw_api::accounts::create_key(&**c, a.id, "test")
+        let k = pmw_core::db::accounts::create_key(&**c, a.id, "test")
             .await
             .unwrap();
         (a.id, k.key)

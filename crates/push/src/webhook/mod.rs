@@ -34,7 +34,7 @@
 //! `PMW_PUSH_WEBHOOK_DISABLE_AFTER_MS` disables the endpoint with a `disabled_reason` saying
 //! since when it has failed and the last error; the attempt's `delivery_log` row says so too.
 //!
-//! The retry schedule is in [`retry`]; signing in [`sign`]; the SSRF rules in
+//! The retry schedule is in [`retry`]; signing in [`pmw_core::webhook::sign`]; the SSRF rules in
 //! [`pmw_core::ssrf`] and [`client`].
 
 pub mod client;
@@ -42,11 +42,12 @@ mod dispatcher;
 mod queue;
 pub mod record;
 pub mod retry;
-pub mod sign;
 mod stats;
 mod store;
 
 use std::time::Duration;
+
+pub use pmw_core::webhook::sign;
 
 use figment::Figment;
 use pmw_core::config::{ConfigError, Validate};

@@ -2,73 +2,18 @@
 //! rows, track each endpoint's run of failures (`webhook_failing`), disable endpoints and expire
 //! their pending deliveries. Every write of push takes the slot's `push_epoch` row `FOR SHARE`
 //! in the same statement (or transaction) and lands only while the epoch is current, so a
-//! deposed leader's writes fail. [`expire_pending`] is also the API's, unfenced.
+//! deposed leader's writes fail. Enqueueing and expiring are
+//! [`pmw_core::db::deliveries`]' (the API queues replays and expires too).
 
-use pmw_core::{Cursor, UnixMs};
-use serde::{Deserialize, Serialize};
 use tokio_postgres::{GenericClient, Transaction};
 
 use super::WebhookError;
 
-/// What a delivery carries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DeliveryKind {
-    Trade,
-    Retract,
-}
+pub use pmw_core::db::deliveries::{expire_pending, Enqueued, NewDelivery};
+pub use pmw_core::webhook::{webhook_id, DeliveryKind};
 
-impl DeliveryKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DeliveryKind::Trade => "trade",
-            DeliveryKind::Retract => "retract",
-        }
-    }
-}
-
-impl std::str::FromStr for DeliveryKind {
-    type Err = WebhookError;
-
-    /// `"trade"` or `"retract"`.
-    fn from_str(s: &str) -> Result<DeliveryKind, WebhookError> {
-        match s {
-            "trade" => Ok(DeliveryKind::Trade),
-            "retract" => Ok(DeliveryKind::Retract),
-            other => Err(WebhookError::Task(format!(
-                "unknown delivery kind {other:?}"
-            ))),
-        }
-    }
-}
-
-/// One message for one endpoint, enqueued by the push loop.
-#[derive(Debug, Clone, PartialEq)]
-pub struct NewDelivery {
-    /// The stable `webhook-id` of every attempt (see [`webhook_id`]).
-    pub id: String,
-    pub endpoint_id: i64,
-    pub kind: DeliveryKind,
-    pub cursor: Cursor,
-    /// The JSON body (a `trade` or `retract` object). When it is an object, its top-level
-    /// `t_push_ms` is set to the send time of each attempt.
-    pub payload: serde_json::Value,
-    pub t_detect_ms: i64,
-}
-
-/// A `webhook-id` stable across retries: `msg_<cursor>_<block hash prefix>_<endpoint>_<kind>`.
-/// The block hash prefix keeps a trade re-mined at the same `(block, log_index)` after a reorg
-/// from colliding with the orphaned one (which `ON CONFLICT DO NOTHING` would drop).
-pub fn webhook_id(
-    cursor: Cursor,
-    block_hash: &str,
-    endpoint_id: i64,
-    kind: DeliveryKind,
-) -> String {
-    let h = block_hash.trim_start_matches("0x");
-    let prefix = h.get(..8).unwrap_or(h);
-    format!("msg_{cursor}_{prefix}_{endpoint_id}_{}", kind.as_str())
-}
+use pmw_core::db::deliveries::{self, EnqueueError, Writer};
+use pmw_core::UnixMs;
 
 const FENCE: &str =
     "fence AS MATERIALIZED (SELECT 1 FROM push_epoch WHERE slot = $1 AND epoch = $2 FOR SHARE)";
@@ -82,55 +27,22 @@ pub async fn enqueue(
     Ok(enqueue_in_slot(tx, 0, epoch, items).await?.inserted)
 }
 
-/// What one enqueue did.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Enqueued {
-    /// New `pending` rows.
-    pub inserted: u64,
-    /// Deliveries whose endpoint was deleted or disabled meanwhile: skipped, never an error.
-    pub skipped: u64,
-}
-
-/// Insert deliveries as `pending`, due now, inside the caller's transaction (the one that moves
-/// the cursor). Ids already present are skipped (`ON CONFLICT (id) DO NOTHING`), and so are
-/// deliveries to endpoints that are gone or disabled by now: the endpoints still there are
-/// locked `FOR KEY SHARE` in the same statement, so a concurrent delete either is seen (and
-/// skipped) or waits for this transaction; one account's churn never fails a round. The insert
-/// happens only if the slot's epoch is still `epoch` (same statement, row `FOR SHARE`);
-/// otherwise [`WebhookError::Fenced`].
+/// Insert a round's deliveries as `pending`, due now, inside the transaction that moves the
+/// cursor, only while the slot's epoch is still `epoch` (otherwise [`WebhookError::Fenced`]).
+/// Ids already present are left alone; endpoints gone or disabled meanwhile are skipped
+/// ([`pmw_core::db::deliveries::enqueue`]).
 pub async fn enqueue_in_slot(
     tx: &Transaction<'_>,
     slot: i16,
     epoch: i64,
     items: &[NewDelivery],
 ) -> Result<Enqueued, WebhookError> {
-    if items.is_empty() {
-        return Ok(Enqueued::default());
-    }
-    let now = UnixMs::now().as_i64();
-    let ids: Vec<&str> = items.iter().map(|d| d.id.as_str()).collect();
-    let endpoints: Vec<i64> = items.iter().map(|d| d.endpoint_id).collect();
-    let kinds: Vec<&str> = items.iter().map(|d| d.kind.as_str()).collect();
-    let blocks: Vec<i64> = items.iter().map(|d| d.cursor.block as i64).collect();
-    let logs: Vec<i32> = items.iter().map(|d| d.cursor.log_index as i32).collect();
-    let payloads: Vec<&serde_json::Value> = items.iter().map(|d| &d.payload).collect();
-    let detects: Vec<i64> = items.iter().map(|d| d.t_detect_ms).collect();
-    let row = tx
-        .query_one(
-            include_str!("../sql/enqueue_deliveries.sql"),
-            &[
-                &slot, &epoch, &now, &ids, &endpoints, &kinds, &blocks, &logs, &payloads, &detects,
-            ],
-        )
-        .await?;
-    if row.get::<_, i64>(0) == 0 {
-        return Err(WebhookError::Fenced { slot, epoch });
-    }
-    let live = row.get::<_, i64>(2) as u64;
-    Ok(Enqueued {
-        inserted: row.get::<_, i64>(1) as u64,
-        skipped: items.len() as u64 - live,
-    })
+    deliveries::enqueue(tx, Writer::Round { slot, epoch }, items)
+        .await
+        .map_err(|e| match e {
+            EnqueueError::Fenced { slot, epoch } => WebhookError::Fenced { slot, epoch },
+            EnqueueError::Db(e) => e.into(),
+        })
 }
 
 /// What the dispatcher learns from one scan.
@@ -452,32 +364,4 @@ fn failing_reason(since_ms: i64, period: &str, last_error: Option<&str>) -> Stri
         s.push_str(&format!("; last error: {e}"));
     }
     s
-}
-
-/// Expire the pending deliveries of an endpoint that is being disabled (or re-enabled: what is
-/// still pending then was queued while it was disabled), inside the caller's transaction, which
-/// must hold the endpoint row locked (`FOR NO KEY UPDATE`, as an `UPDATE` of it does). They
-/// become `failed` with `last_error` `endpoint disabled: <reason>` and are never sent; a 2xx
-/// already in flight still lands as `delivered`. The endpoint's run of failures is forgotten,
-/// so a re-enabled endpoint starts afresh. Returns how many deliveries expired.
-pub async fn expire_pending(
-    c: &impl GenericClient,
-    endpoint_id: i64,
-    reason: &str,
-    now: i64,
-) -> Result<u64, WebhookError> {
-    let error = format!("endpoint disabled: {reason}");
-    let expired = c
-        .execute(
-            "UPDATE webhook_deliveries SET state = 'failed', last_error = $2, done_ms = $3 \
-             WHERE endpoint_id = $1 AND state = 'pending'",
-            &[&endpoint_id, &error, &now],
-        )
-        .await?;
-    c.execute(
-        "DELETE FROM webhook_failing WHERE endpoint_id = $1",
-        &[&endpoint_id],
-    )
-    .await?;
-    Ok(expired)
 }

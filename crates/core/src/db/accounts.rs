@@ -2,12 +2,11 @@
 //! random (`pmw_` + 64 hex), returned once by [`create_key`], stored as SHA-256 and shown by
 //! their 12-character prefix.
 
-use pmw_core::auth::{self, KEY_PREFIX};
-use pmw_core::UnixMs;
+use crate::auth::{self, KEY_PREFIX};
+use crate::UnixMs;
 use serde::Serialize;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::GenericClient;
-use utoipa::ToSchema;
 
 /// Most active keys one account may hold.
 pub const MAX_KEYS_PER_ACCOUNT: i64 = 20;
@@ -27,7 +26,8 @@ pub enum AccountError {
 }
 
 /// One account.
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Account {
     pub id: i64,
     pub name: String,
@@ -38,9 +38,10 @@ pub struct Account {
 }
 
 /// One API key as shown after creation: never the key itself.
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct KeyInfo {
-    #[schema(example = "pmw_1a2b3c4d")]
+    #[cfg_attr(feature = "openapi", schema(example = "pmw_1a2b3c4d"))]
     pub prefix: String,
     pub label: String,
     pub created_ms: i64,
@@ -48,7 +49,8 @@ pub struct KeyInfo {
 }
 
 /// A key just created: the only time `key` is ever shown.
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct NewKey {
     pub key: String,
     pub prefix: String,
@@ -129,8 +131,7 @@ pub async fn create_key(
     check_label(label)?;
     let active: i64 = c
         .query_opt(
-            "SELECT (SELECT count(*) FROM api_keys WHERE account_id = a.id AND revoked_ms IS NULL) \
-             FROM accounts a WHERE a.id = $1",
+            include_str!("sql/active_keys.sql"),
             &[&account_id],
         )
         .await?
@@ -146,8 +147,7 @@ pub async fn create_key(
         let (key, prefix) = auth::generate(KEY_PREFIX);
         let inserted = c
             .execute(
-                "INSERT INTO api_keys (account_id, prefix, key_hash, label, created_ms) \
-                 VALUES ($1, $2, $3, $4, $5)",
+                include_str!("sql/insert_key.sql"),
                 &[
                     &account_id,
                     &prefix,
@@ -185,9 +185,7 @@ pub async fn revoke_key(
 ) -> Result<i64, AccountError> {
     let row = c
         .query_opt(
-            "UPDATE api_keys SET revoked_ms = $2 \
-             WHERE prefix = $1 AND revoked_ms IS NULL AND ($3::bigint IS NULL OR account_id = $3) \
-             RETURNING account_id",
+            include_str!("sql/revoke_key.sql"),
             &[&prefix, &UnixMs::now().0, &account_id],
         )
         .await?;
@@ -200,7 +198,7 @@ pub async fn revoke_key(
         &[&prefix],
     )
     .await?;
-    c.execute("SELECT pg_notify('pmw_subscriptions', '')", &[])
+    c.execute("SELECT pg_notify($1, '')", &[&crate::channels::SUBSCRIPTIONS])
         .await?;
     Ok(account)
 }
@@ -212,8 +210,7 @@ pub async fn list_keys(
 ) -> Result<Vec<KeyInfo>, AccountError> {
     let rows = c
         .query(
-            "SELECT prefix, label, created_ms, revoked_ms FROM api_keys WHERE account_id = $1 \
-             ORDER BY created_ms DESC, id DESC",
+            include_str!("sql/list_keys.sql"),
             &[&account_id],
         )
         .await?;

@@ -15,21 +15,12 @@
 //! | `PMW_API_READY_LATENCY_MAX_MS` | `5000` | `/v1/ready` is 503 when the median detect→push (WS, live rows) exceeds this |
 //! | `PMW_API_READY_LATENCY_WINDOW_MS` | `1200000` | the window of that median (20 min, bounded on both sides) |
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
 use serde::Deserialize;
 
-use super::{ConfigError, Validate};
-
-/// Limits of one subscription plan.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Plan {
-    pub max_wallets: u32,
-    pub max_webhook_endpoints: u32,
-    pub max_ws_sessions: u32,
-}
+use pmw_core::config::{ConfigError, Validate};
+pub use pmw_core::plans::{Plan, Plans};
 
 /// Settings only the API reads: listen address, auth, limits, plans, readiness thresholds.
 #[derive(Debug, Clone, Deserialize)]
@@ -44,13 +35,9 @@ pub struct ApiConfig {
     pub api_rate_burst: u32,
     #[serde(default = "defaults::ticket_ttl")]
     pub api_ws_ticket_ttl_secs: u64,
-    #[serde(default = "defaults::default_plan")]
-    pub api_default_plan: String,
-    #[serde(
-        default = "defaults::plans",
-        deserialize_with = "plans_from_table_or_json"
-    )]
-    pub api_plans: BTreeMap<String, Plan>,
+    /// `PMW_API_PLANS` and `PMW_API_DEFAULT_PLAN` (also read by `pmwctl account create`).
+    #[serde(flatten)]
+    pub plans: Plans,
     #[serde(default)]
     pub api_allow_private_webhooks: bool,
     #[serde(default = "defaults::ready_round_age")]
@@ -63,40 +50,18 @@ pub struct ApiConfig {
 
 impl ApiConfig {
     pub fn load() -> Result<ApiConfig, ConfigError> {
-        super::load()
+        pmw_core::config::load()
     }
 
     /// The plan named `name`, or the default plan when `name` is not configured (any more).
     pub fn plan(&self, name: &str) -> (&str, &Plan) {
-        match self.api_plans.get_key_value(name) {
-            Some((k, p)) => (k.as_str(), p),
-            None => (
-                self.api_default_plan.as_str(),
-                &self.api_plans[&self.api_default_plan],
-            ),
-        }
+        self.plans.plan(name)
     }
 }
 
 impl Default for ApiConfig {
     fn default() -> Self {
-        super::load_from(figment::Figment::new()).expect("api defaults are valid")
-    }
-}
-
-/// `PMW_API_PLANS` arrives as a JSON string from the environment, a table from TOML.
-fn plans_from_table_or_json<'de, D: serde::Deserializer<'de>>(
-    d: D,
-) -> Result<BTreeMap<String, Plan>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Raw {
-        Table(BTreeMap<String, Plan>),
-        Json(String),
-    }
-    match Raw::deserialize(d)? {
-        Raw::Table(t) => Ok(t),
-        Raw::Json(s) => serde_json::from_str(&s).map_err(serde::de::Error::custom),
+        pmw_core::config::load_from(figment::Figment::new()).expect("api defaults are valid")
     }
 }
 
@@ -108,22 +73,7 @@ impl Validate for ApiConfig {
                 "the API listens on loopback only (Caddy is the public listener)",
             ));
         }
-        if self.api_plans.is_empty() {
-            return Err(ConfigError::invalid(
-                "PMW_API_PLANS",
-                "at least one plan is required",
-            ));
-        }
-        if !self.api_plans.contains_key(&self.api_default_plan) {
-            return Err(ConfigError::invalid(
-                "PMW_API_DEFAULT_PLAN",
-                format!(
-                    "plan {:?} is not one of {:?}",
-                    self.api_default_plan,
-                    self.api_plans.keys().collect::<Vec<_>>()
-                ),
-            ));
-        }
+        self.plans.validate()?;
         if self.api_rate_per_sec == 0 || self.api_rate_burst == 0 {
             return Err(ConfigError::invalid(
                 "PMW_API_RATE_PER_SEC",
@@ -182,9 +132,6 @@ mod defaults {
     pub fn ticket_ttl() -> u64 {
         60
     }
-    pub fn default_plan() -> String {
-        "free".into()
-    }
     pub fn ready_round_age() -> u64 {
         15_000
     }
@@ -194,32 +141,12 @@ mod defaults {
     pub fn ready_window() -> u64 {
         20 * 60 * 1_000
     }
-    pub fn plans() -> BTreeMap<String, Plan> {
-        BTreeMap::from([
-            (
-                "free".to_string(),
-                Plan {
-                    max_wallets: 10,
-                    max_webhook_endpoints: 1,
-                    max_ws_sessions: 2,
-                },
-            ),
-            (
-                "pro".to_string(),
-                Plan {
-                    max_wallets: 500,
-                    max_webhook_endpoints: 10,
-                    max_ws_sessions: 50,
-                },
-            ),
-        ])
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::load_from;
+    use pmw_core::config::{load_from, CoreConfig};
     use figment::providers::Serialized;
     use figment::Figment;
 
@@ -258,5 +185,49 @@ mod tests {
         )
         .unwrap();
         assert!(api.api_allow_private_webhooks);
+    }
+
+    fn with(pairs: &[(&str, &str)]) -> Figment {
+        let mut f = Figment::new();
+        for (k, v) in pairs {
+            f = f.merge(Serialized::default(k, v));
+        }
+        f
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        let api: ApiConfig = load_from(Figment::new()).unwrap();
+        assert_eq!(api.plans.api_default_plan, "free");
+    }
+
+    #[test]
+    fn broken_api_settings_do_not_stop_core() {
+        let f = with(&[
+            ("api_default_plan", "platinum"),
+            ("api_rate_per_sec", "fast"),
+        ]);
+        assert!(load_from::<ApiConfig>(f.clone()).is_err());
+        let core: CoreConfig = load_from(f).expect("core must load despite broken api settings");
+        assert_eq!(core.clickhouse_url, "http://127.0.0.1:58123");
+    }
+
+    #[test]
+    fn unknown_default_plan_names_the_key() {
+        let err = load_from::<ApiConfig>(with(&[("api_default_plan", "platinum")])).unwrap_err();
+        assert!(err.to_string().contains("PMW_API_DEFAULT_PLAN"), "{err}");
+    }
+
+    #[test]
+    fn plans_accept_json_from_env_form() {
+        let api: ApiConfig = load_from(with(&[
+            (
+                "api_plans",
+                r#"{"solo":{"max_wallets":3,"max_webhook_endpoints":0,"max_ws_sessions":1}}"#,
+            ),
+            ("api_default_plan", "solo"),
+        ]))
+        .unwrap();
+        assert_eq!(api.plans.api_plans["solo"].max_wallets, 3);
     }
 }

@@ -1,0 +1,121 @@
+//! Webhook deliveries as both writers queue them: push's rounds (fenced by the push epoch) and
+//! the API's replays (unfenced, requeueing). One statement, `sql/enqueue_deliveries.sql`.
+
+use tokio_postgres::{GenericClient, Transaction};
+
+use crate::message::Kind;
+use crate::{Cursor, UnixMs};
+
+/// One message for one endpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewDelivery {
+    /// The stable `webhook-id` of every attempt ([`crate::webhook::webhook_id`]).
+    pub id: String,
+    pub endpoint_id: i64,
+    pub kind: Kind,
+    pub cursor: Cursor,
+    /// The JSON body (a `trade` or `retract` message). When it is an object, its top-level
+    /// `t_push_ms` is set to the send time of each attempt.
+    pub payload: serde_json::Value,
+    pub t_detect_ms: i64,
+}
+
+/// Who queues, and so how the insert is guarded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Writer {
+    /// A push leader's round: lands only while `epoch` is the slot's current one; ids already
+    /// queued are left as they are.
+    Round { slot: i16, epoch: i64 },
+    /// An operator's or subscriber's replay through the API: unfenced, and deliveries already
+    /// delivered or failed are put back to pending.
+    Replay,
+}
+
+/// What one enqueue did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Enqueued {
+    /// Rows now `pending` that were not (new, or requeued by a replay).
+    pub inserted: u64,
+    /// Deliveries whose endpoint was deleted or disabled meanwhile: skipped, never an error.
+    pub skipped: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EnqueueError {
+    /// The push epoch moved on: this leader's writes no longer land.
+    #[error("fenced: push epoch {epoch} of slot {slot} is no longer current")]
+    Fenced { slot: i16, epoch: i64 },
+    #[error("postgres: {}", crate::pg::describe(.0))]
+    Db(#[from] tokio_postgres::Error),
+}
+
+/// Queue `items` as `pending`, due now, inside the caller's transaction. Endpoints that are gone
+/// or disabled by now are skipped (their rows are locked `FOR KEY SHARE` in the same statement,
+/// so a concurrent delete is either seen or waits): one account's churn never fails a round.
+pub async fn enqueue(
+    tx: &Transaction<'_>,
+    writer: Writer,
+    items: &[NewDelivery],
+) -> Result<Enqueued, EnqueueError> {
+    if items.is_empty() {
+        return Ok(Enqueued::default());
+    }
+    let (slot, epoch, requeue) = match writer {
+        Writer::Round { slot, epoch } => (Some(slot), Some(epoch), false),
+        Writer::Replay => (None, None, true),
+    };
+    let now = UnixMs::now().as_i64();
+    let ids: Vec<&str> = items.iter().map(|d| d.id.as_str()).collect();
+    let endpoints: Vec<i64> = items.iter().map(|d| d.endpoint_id).collect();
+    let kinds: Vec<&str> = items.iter().map(|d| d.kind.as_str()).collect();
+    let blocks: Vec<i64> = items.iter().map(|d| d.cursor.block as i64).collect();
+    let logs: Vec<i32> = items.iter().map(|d| d.cursor.log_index as i32).collect();
+    let payloads: Vec<&serde_json::Value> = items.iter().map(|d| &d.payload).collect();
+    let detects: Vec<i64> = items.iter().map(|d| d.t_detect_ms).collect();
+    let row = tx
+        .query_one(
+            include_str!("sql/enqueue_deliveries.sql"),
+            &[
+                &slot, &epoch, &now, &ids, &endpoints, &kinds, &blocks, &logs, &payloads, &detects,
+                &requeue,
+            ],
+        )
+        .await?;
+    if !row.get::<_, bool>(0) {
+        let (slot, epoch) = (slot.unwrap_or_default(), epoch.unwrap_or_default());
+        return Err(EnqueueError::Fenced { slot, epoch });
+    }
+    let live = row.get::<_, i64>(2) as u64;
+    Ok(Enqueued {
+        inserted: row.get::<_, i64>(1) as u64,
+        skipped: items.len() as u64 - live,
+    })
+}
+
+/// Expire the pending deliveries of an endpoint that is being disabled (or re-enabled: what is
+/// still pending then was queued while it was disabled), inside the caller's transaction, which
+/// must hold the endpoint row locked (`FOR NO KEY UPDATE`, as an `UPDATE` of it does). They
+/// become `failed` with `last_error` `endpoint disabled: <reason>` and are never sent; a 2xx
+/// already in flight still lands as `delivered`. The endpoint's run of failures is forgotten,
+/// so a re-enabled endpoint starts afresh. Unfenced: push's dispatcher and the API both call
+/// it. Returns how many deliveries expired.
+pub async fn expire_pending(
+    c: &impl GenericClient,
+    endpoint_id: i64,
+    reason: &str,
+    now: i64,
+) -> Result<u64, tokio_postgres::Error> {
+    let error = format!("endpoint disabled: {reason}");
+    let expired = c
+        .execute(
+            include_str!("sql/expire_pending.sql"),
+            &[&endpoint_id, &error, &now],
+        )
+        .await?;
+    c.execute(
+        "DELETE FROM webhook_failing WHERE endpoint_id = $1",
+        &[&endpoint_id],
+    )
+    .await?;
+    Ok(expired)
+}

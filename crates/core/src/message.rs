@@ -1,0 +1,263 @@
+//! The messages pmw sends subscribers, one typed definition for every path: WebSocket frames,
+//! webhook bodies, `GET /v1/trades`, replays and `pmwctl decode-log`. A `trade` (or `retract`)
+//! is a [`TradeMessage`]; the control frames are [`Control`]. [`stamp`] puts `type` and
+//! `t_push_ms` in front of a body rendered once per round, without re-serialising it per send.
+
+use serde::{Deserialize, Serialize};
+
+use crate::store::TradeRow;
+
+/// The fill itself. Amounts are exact decimal strings (6 decimals applied).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Trade {
+    /// The wallet that owns the fill (its maker).
+    pub wallet: String,
+    pub block_number: u64,
+    pub log_index: u32,
+    pub block_hash: String,
+    pub tx_hash: String,
+    pub block_time_ms: i64,
+    pub exchange: String,
+    pub exchange_version: u8,
+    pub order_hash: String,
+    pub maker: String,
+    pub taker: String,
+    /// `BUY` or `SELL`, from the wallet's point of view.
+    pub side: String,
+    pub token_id: String,
+    pub shares: String,
+    pub collateral: String,
+    pub price: String,
+    pub fee: String,
+    /// `collateral` or `shares` (V1 BUY pays its fee in outcome shares).
+    pub fee_asset: String,
+}
+
+impl Trade {
+    /// The fill of a stored row.
+    pub fn from_row(row: &TradeRow) -> Trade {
+        Trade {
+            wallet: row.maker.clone(),
+            block_number: row.block_number,
+            log_index: row.log_index,
+            block_hash: row.block_hash.clone(),
+            tx_hash: row.tx_hash.clone(),
+            block_time_ms: row.block_time_ms,
+            exchange: row.exchange.clone(),
+            exchange_version: row.exchange_version,
+            order_hash: row.order_hash.clone(),
+            maker: row.maker.clone(),
+            taker: row.taker.clone(),
+            side: if row.side == 0 { "BUY" } else { "SELL" }.into(),
+            token_id: row.token_id.clone(),
+            shares: row.shares.clone(),
+            collateral: row.collateral.clone(),
+            price: row.price.clone(),
+            fee: row.fee.clone(),
+            fee_asset: row.fee_asset.clone(),
+        }
+    }
+}
+
+/// Market metadata, when the background resolver has it (Gamma API, cached in `market_names`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Market {
+    pub question: Option<String>,
+    pub outcome: Option<String>,
+    pub slug: Option<String>,
+    pub condition_id: Option<String>,
+}
+
+/// A `trade` or `retract`: the body of a WebSocket frame and of a webhook (with `type` and
+/// `t_push_ms` in front, see [`stamp`]), and one item of `GET /v1/trades`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TradeMessage {
+    /// `BBBBBBBBBBBB-LLLLLL`: resume or page after it.
+    #[cfg_attr(feature = "openapi", schema(example = "000081234567-000042"))]
+    pub cursor: String,
+    /// When pmw-live received the block header (ms since the epoch).
+    pub t_detect_ms: i64,
+    /// Ingested by the gap backfill rather than live.
+    pub backfilled: bool,
+    pub trade: Trade,
+    pub market: Option<Market>,
+}
+
+impl TradeMessage {
+    pub fn from_row(row: &TradeRow, market: Option<&Market>) -> TradeMessage {
+        TradeMessage {
+            cursor: row.cursor().to_string(),
+            t_detect_ms: row.t_detect_ms,
+            backfilled: row.backfilled == 1,
+            trade: Trade::from_row(row),
+            market: market.cloned(),
+        }
+    }
+
+    /// The JSON text of this body (a struct of strings and numbers: serialising cannot fail).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a trade message serialises")
+    }
+}
+
+/// What a message body is: `trade` (a fill of the canonical chain) or `retract` (a fill a reorg
+/// removed, sent with the body it was delivered with).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    Trade,
+    Retract,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Trade => "trade",
+            Kind::Retract => "retract",
+        }
+    }
+}
+
+impl std::str::FromStr for Kind {
+    type Err = String;
+
+    /// `"trade"` or `"retract"`.
+    fn from_str(s: &str) -> Result<Kind, String> {
+        match s {
+            "trade" => Ok(Kind::Trade),
+            "retract" => Ok(Kind::Retract),
+            other => Err(format!("unknown message kind {other:?}")),
+        }
+    }
+}
+
+/// The WebSocket control frames.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum Control {
+    /// First frame of a session: where it starts (`cursor`) and the chain head pmw has ingested.
+    Hello {
+        session: u64,
+        account: i64,
+        epoch: i64,
+        cursor: String,
+        head: u64,
+    },
+    /// Every `PMW_PUSH_WS_HEARTBEAT_MS`: the session is alive; `cursor` is the last trade sent.
+    Heartbeat { head: u64, cursor: String, t_ms: i64 },
+    /// The replay exceeded the resume window: backfill after `after` over REST, then reconnect.
+    Resync { after: String, reason: String },
+}
+
+impl Control {
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a control frame serialises")
+    }
+}
+
+/// A message of `kind` from a pre-rendered body, stamped `t_push_ms`: the body's fields are
+/// spliced after `type` and `t_push_ms` without re-serialising it.
+pub fn stamp(kind: Kind, body_json: &str, t_push_ms: i64) -> String {
+    debug_assert!(body_json.starts_with('{'));
+    let kind = kind.as_str();
+    let rest = &body_json[1..];
+    if rest.trim_start().starts_with('}') {
+        format!("{{\"type\":\"{kind}\",\"t_push_ms\":{t_push_ms}}}")
+    } else {
+        format!("{{\"type\":\"{kind}\",\"t_push_ms\":{t_push_ms},{rest}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    fn row() -> TradeRow {
+        TradeRow {
+            block_number: 12,
+            log_index: 3,
+            block_hash: "0xaa".into(),
+            tx_hash: "0xbb".into(),
+            block_time_ms: 1_700_000_000_000,
+            exchange: "0xcc".into(),
+            exchange_version: 2,
+            order_hash: "0xdd".into(),
+            maker: "0x11".into(),
+            taker: "0x22".into(),
+            side: 1,
+            token_id: "99".into(),
+            shares: "2".into(),
+            collateral: "1.04".into(),
+            price: "0.52".into(),
+            fee: "0".into(),
+            fee_asset: "collateral".into(),
+            t_detect_ms: 5,
+            backfilled: 1,
+            retracted: 0,
+            version: 1,
+        }
+    }
+
+    #[test]
+    fn stamp_produces_valid_json_with_type_first() {
+        let s = stamp(
+            Kind::Trade,
+            r#"{"cursor":"000000000001-000002","t_detect_ms":5}"#,
+            9,
+        );
+        assert!(s.starts_with(r#"{"type":"trade","t_push_ms":9,"#), "{s}");
+        let v: Value = serde_json::from_str(&s).unwrap();
+        assert_eq!(v["cursor"], "000000000001-000002");
+        assert_eq!(v["t_detect_ms"], 5);
+        let empty: Value = serde_json::from_str(&stamp(Kind::Retract, "{}", 1)).unwrap();
+        assert_eq!(empty["type"], "retract");
+    }
+
+    #[test]
+    fn a_stamped_trade_round_trips_through_the_typed_message() {
+        let market = Market {
+            question: Some("Will it rain?".into()),
+            outcome: Some("Yes".into()),
+            slug: None,
+            condition_id: None,
+        };
+        let m = TradeMessage::from_row(&row(), Some(&market));
+        let wire: Value = serde_json::from_str(&stamp(Kind::Trade, &m.to_json(), 7)).unwrap();
+        assert_eq!(wire["cursor"], "000000000012-000003");
+        assert_eq!(wire["trade"]["side"], "SELL");
+        assert_eq!(wire["trade"]["wallet"], "0x11");
+        assert_eq!(wire["backfilled"], true);
+        assert_eq!(wire["market"]["question"], "Will it rain?");
+        let back: TradeMessage = serde_json::from_value(wire).unwrap();
+        assert_eq!(back, m);
+    }
+
+    #[test]
+    fn control_frames_carry_their_type_tag() {
+        let v: Value = serde_json::from_str(
+            &Control::Resync {
+                after: "000000000001-000002".into(),
+                reason: "r".into(),
+            }
+            .to_json(),
+        )
+        .unwrap();
+        assert_eq!(v["type"], "resync");
+        assert_eq!(v["after"], "000000000001-000002");
+        let hb: Value = serde_json::from_str(
+            &Control::Heartbeat {
+                head: 3,
+                cursor: "c".into(),
+                t_ms: 4,
+            }
+            .to_json(),
+        )
+        .unwrap();
+        assert_eq!(hb["type"], "heartbeat");
+        assert_eq!(hb["head"], 3);
+    }
+}

@@ -1,0 +1,107 @@
+//! Subscription plans as the operator configures them (`PMW_API_PLANS`, `PMW_API_DEFAULT_PLAN`;
+//! table in the API's config module). Read by pmw-api (which enforces them and publishes them to
+//! the `plans` table for push) and by `pmwctl account create` (which checks the plan it is given).
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use crate::config::{ConfigError, Validate};
+
+/// Limits of one subscription plan.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Plan {
+    pub max_wallets: u32,
+    pub max_webhook_endpoints: u32,
+    pub max_ws_sessions: u32,
+}
+
+/// The configured plans and the one new accounts get.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Plans {
+    #[serde(default = "default_plan")]
+    pub api_default_plan: String,
+    #[serde(default = "default_plans", deserialize_with = "plans_from_table_or_json")]
+    pub api_plans: BTreeMap<String, Plan>,
+}
+
+impl Plans {
+    pub fn load() -> Result<Plans, ConfigError> {
+        crate::config::load()
+    }
+
+    /// The plan named `name`, or the default plan when `name` is not configured (any more).
+    pub fn plan(&self, name: &str) -> (&str, &Plan) {
+        match self.api_plans.get_key_value(name) {
+            Some((k, p)) => (k.as_str(), p),
+            None => (
+                self.api_default_plan.as_str(),
+                &self.api_plans[&self.api_default_plan],
+            ),
+        }
+    }
+}
+
+impl Validate for Plans {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.api_plans.is_empty() {
+            return Err(ConfigError::invalid(
+                "PMW_API_PLANS",
+                "at least one plan is required",
+            ));
+        }
+        if !self.api_plans.contains_key(&self.api_default_plan) {
+            return Err(ConfigError::invalid(
+                "PMW_API_DEFAULT_PLAN",
+                format!(
+                    "plan {:?} is not one of {:?}",
+                    self.api_default_plan,
+                    self.api_plans.keys().collect::<Vec<_>>()
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `PMW_API_PLANS` arrives as a JSON string from the environment, a table from TOML.
+fn plans_from_table_or_json<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, Plan>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Table(BTreeMap<String, Plan>),
+        Json(String),
+    }
+    match Raw::deserialize(d)? {
+        Raw::Table(t) => Ok(t),
+        Raw::Json(s) => serde_json::from_str(&s).map_err(serde::de::Error::custom),
+    }
+}
+
+fn default_plan() -> String {
+    "free".into()
+}
+
+fn default_plans() -> BTreeMap<String, Plan> {
+    BTreeMap::from([
+        (
+            "free".to_string(),
+            Plan {
+                max_wallets: 10,
+                max_webhook_endpoints: 1,
+                max_ws_sessions: 2,
+            },
+        ),
+        (
+            "pro".to_string(),
+            Plan {
+                max_wallets: 500,
+                max_webhook_endpoints: 10,
+                max_ws_sessions: 50,
+            },
+        ),
+    ])
+}
