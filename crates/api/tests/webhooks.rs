@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{test_config, Api};
-use pmw_core::{ApiConfig, Cursor};
+use pmw_api::ApiConfig;
+use pmw_core::Cursor;
 use pmw_push::webhook::sign::Secret;
 use pmw_push::webhook::{self, DeliveryKind, Dispatcher, NewDelivery, WebhookConfig};
 use reqwest::Method;
