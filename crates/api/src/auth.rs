@@ -5,13 +5,13 @@
 use std::num::NonZeroU32;
 use std::sync::Arc;
 
+use crate::config::ApiConfig;
 use axum::extract::FromRequestParts;
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use pmw_core::auth::{hash_secret, KEY_PREFIX};
-use crate::config::ApiConfig;
 
 use crate::error::ApiError;
 use crate::AppState;

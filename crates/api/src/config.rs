@@ -146,9 +146,9 @@ mod defaults {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pmw_core::config::{load_from, CoreConfig};
     use figment::providers::Serialized;
     use figment::Figment;
+    use pmw_core::config::{load_from, CoreConfig};
 
     #[test]
     fn new_api_settings_default_and_validate() {

@@ -9,9 +9,9 @@ mod common;
 use std::time::Duration;
 
 use common::{ready_becomes, start_push, test_config, Api};
+use pmw_api::ApiConfig;
 use pmw_core::store::latency::insert_push;
 use pmw_core::store::PushLatencyRow;
-use pmw_api::ApiConfig;
 use pmw_core::UnixMs;
 use pmw_testkit::{ServiceHandle, TcpProxy, TestDb};
 use secrecy::{ExposeSecret, SecretString};

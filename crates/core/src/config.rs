@@ -43,7 +43,6 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
-
 /// A configuration that cannot be used. Services exit 78 on this.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {

@@ -147,7 +147,11 @@ pub enum Control {
         head: u64,
     },
     /// Every `PMW_PUSH_WS_HEARTBEAT_MS`: the session is alive; `cursor` is the last trade sent.
-    Heartbeat { head: u64, cursor: String, t_ms: i64 },
+    Heartbeat {
+        head: u64,
+        cursor: String,
+        t_ms: i64,
+    },
     /// The replay exceeded the resume window: backfill after `after` over REST, then reconnect.
     Resync { after: String, reason: String },
 }

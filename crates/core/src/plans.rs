@@ -22,7 +22,10 @@ pub struct Plan {
 pub struct Plans {
     #[serde(default = "default_plan")]
     pub api_default_plan: String,
-    #[serde(default = "default_plans", deserialize_with = "plans_from_table_or_json")]
+    #[serde(
+        default = "default_plans",
+        deserialize_with = "plans_from_table_or_json"
+    )]
     pub api_plans: BTreeMap<String, Plan>,
 }
 

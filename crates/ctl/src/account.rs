@@ -2,10 +2,10 @@
 //! plan must be one of the API's plans (`PMW_API_PLANS`); a broken API setting is exit 78.
 
 use clap::Subcommand;
-use pmw_core::db::accounts::{self, AccountError};
 use pmw_core::config::CoreConfig;
-use pmw_core::plans::Plans;
+use pmw_core::db::accounts::{self, AccountError};
 use pmw_core::exit::ServiceError;
+use pmw_core::plans::Plans;
 use pmw_core::UnixMs;
 
 use crate::conn::{connect, db_error};
@@ -40,8 +40,8 @@ pub fn account_error(e: AccountError) -> ServiceError {
 pub async fn run(cfg: &CoreConfig, cmd: AccountCmd) -> Result<(), ServiceError> {
     match cmd {
         AccountCmd::Create { name, email, plan } => {
-            let api = Plans::load()
-                .map_err(|e| ServiceError::Config(format!("API settings: {e}")))?;
+            let api =
+                Plans::load().map_err(|e| ServiceError::Config(format!("API settings: {e}")))?;
             let plan = plan.unwrap_or_else(|| api.api_default_plan.clone());
             if !api.api_plans.contains_key(&plan) {
                 return Err(ServiceError::Bug(anyhow::anyhow!(

@@ -2,8 +2,8 @@
 //! on its line); only its SHA-256 is stored; keys are shown and revoked by their prefix.
 
 use clap::Subcommand;
-use pmw_core::db::accounts;
 use pmw_core::config::CoreConfig;
+use pmw_core::db::accounts;
 use pmw_core::exit::ServiceError;
 
 use crate::account::account_error;

@@ -1,17 +1,36 @@
-//! Taking leadership of a push slot: wait for the slot's advisory lock (in segments, on a
-//! dedicated session) while beating `{"role":"standby"}` every second, so a live standby is
-//! visible (`/v1/ready`'s `push_standby`, `pmwctl status`); then bump PushEpoch, void the
-//! predecessor's open WS claims, make sure the push cursor exists. Only then does the caller
-//! LISTEN and bind its port.
+//! Leadership of a push slot, from taking it to handing it over.
+//!
+//! [`take`]: wait for the slot's advisory lock (in segments, on a dedicated session) while
+//! beating `{"role":"standby"}` every second, so a live standby is visible (`/v1/ready`'s
+//! `push_standby`, `pmwctl status`); then bump PushEpoch, void the predecessor's open WS claims,
+//! make sure the push cursor exists.
+//!
+//! [`Leading::run`]: only then LISTEN, load the subscription index, bind the port, start the
+//! webhook dispatcher and the WebSocket server, run the round loop ([`crate::round_loop`]), and
+//! on a graceful stop hand over in order: no new connections, the dispatcher finishes its
+//! attempts in flight (so the successor does not send them again), the lock is released, then
+//! every socket is closed with 1012.
 
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use pmw_core::heartbeat::Heartbeat;
 use pmw_core::lock::{keys, WriterLock};
 use pmw_core::pg::{PgError, PgPool};
+use pmw_core::storage::Storage;
 use pmw_core::types::cursor::MAX_LOG_INDEX;
-use pmw_core::{CoreConfig, Cursor, UnixMs};
+use pmw_core::{CoreConfig, Cursor, ServiceError, UnixMs};
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
+
+use crate::hub::Hub;
+use crate::recorder::Recorder;
+use crate::round_loop::{self, Stopped};
+use crate::rounds::Rounds;
+use crate::subs::Subscriptions;
+use crate::{server, webhook, AppState, Health, Pools, PushConfig};
 
 /// What this process holds once it leads.
 pub struct Leadership {
@@ -107,5 +126,147 @@ async fn standby_beats(heartbeat: &Heartbeat, slot: i16) -> std::convert::Infall
         if let Err(e) = heartbeat.beat(&state).await {
             tracing::warn!(error = %e, "standby heartbeat failed");
         }
+    }
+}
+
+/// What a leader runs with.
+pub(crate) struct Leading<'a> {
+    pub cfg: &'a CoreConfig,
+    pub push: &'a PushConfig,
+    pub storage: &'a Storage,
+    pub pools: &'a Pools,
+    pub heartbeat: &'a Heartbeat,
+    pub shutdown: &'a CancellationToken,
+}
+
+impl Leading<'_> {
+    /// Serve as the slot's leader until shutdown (`Ok`) or a failure that hands over (`Err`:
+    /// the process exits and the standby takes the lock). `bound` receives the listen address.
+    pub async fn run(
+        self,
+        lead: Leadership,
+        hooks: webhook::WebhookConfig,
+        bound: Option<oneshot::Sender<SocketAddr>>,
+    ) -> Result<(), ServiceError> {
+        let (cfg, push, storage) = (self.cfg, self.push, self.storage);
+        // LISTEN before the first index load: a change committed in between is then either in
+        // the load or notified (and every round checks the index version anyway).
+        let listen = if push.push_legacy_poll_ms.is_some() {
+            None
+        } else {
+            Some(round_loop::listen_session(cfg).await?)
+        };
+        let subs = Subscriptions::default();
+        subs.reload(&storage.pg)
+            .await
+            .map_err(|e| ServiceError::transient(e.to_string()))?;
+
+        let listener = tokio::net::TcpListener::bind(push.push_listen)
+            .await
+            .map_err(|e| ServiceError::Config(format!("cannot bind {}: {e}", push.push_listen)))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| ServiceError::Bug(e.into()))?;
+        tracing::info!(%addr, epoch = lead.epoch, "listening");
+        if let Some(b) = bound {
+            let _ = b.send(addr);
+        }
+
+        let tasks = CancellationToken::new();
+        let _stop_tasks = tasks.clone().drop_guard();
+        let hub = Hub::new(lead.cursor);
+        let health = Arc::new(Health::default());
+        health.epoch.store(lead.epoch, Ordering::Relaxed);
+        let recorder = Recorder::spawn(storage.ch.clone(), tasks.clone());
+        let mut dispatcher = webhook::Dispatcher::spawn_shared(
+            self.pools.webhooks.clone(),
+            recorder.clone(),
+            lead.epoch,
+            hooks,
+            tasks.clone(),
+        );
+        let state = AppState {
+            pool: self.pools.sessions.clone(),
+            ch: storage.ch.clone(),
+            hub: hub.clone(),
+            cfg: Arc::new(push.clone()),
+            recorder: recorder.clone(),
+            epoch: lead.epoch,
+            health: health.clone(),
+            connects: Arc::new(governor::RateLimiter::keyed(push.connect_quota())),
+        };
+        let server_stop = CancellationToken::new();
+        let server = server::spawn(listener, state, server_stop.clone());
+
+        let rounds = Rounds::new(
+            storage.pg.clone(),
+            storage.ch.clone(),
+            push.push_slot,
+            lead.epoch,
+            lead.cursor,
+            lead.reorg_id,
+            push.round_trades(),
+            subs,
+            hub.clone(),
+        );
+        let stopped = round_loop::RoundLoop {
+            cfg,
+            push,
+            shutdown: self.shutdown,
+            lost: lead.lock.lost(),
+            listen,
+            rounds,
+            hub: hub.clone(),
+            health,
+            heartbeat: self.heartbeat,
+            dispatcher: &mut dispatcher,
+            relisten_at: tokio::time::Instant::now(),
+            relisten_wait: Duration::from_millis(100),
+            index_at: None,
+            index_due: None,
+        }
+        .run()
+        .await;
+        match stopped {
+            Err(e) => {
+                hub.close_all(1012);
+                Err(e)
+            }
+            Ok(Stopped::DeadlinePassed) => {
+                hub.close_all(1012);
+                Ok(())
+            }
+            Ok(Stopped::Graceful) => {
+                server_stop.cancel();
+                self.hand_over(lead.lock, dispatcher, &hub).await;
+                let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
+                recorder
+                    .close(PushConfig::ms(self.push.push_round_deadline_ms))
+                    .await;
+                let _ = self
+                    .heartbeat
+                    .beat(&serde_json::json!({"role": "stopped"}))
+                    .await;
+                Ok(())
+            }
+        }
+    }
+
+    /// The graceful stop's order: the dispatcher finishes its attempts in flight (within the
+    /// round deadline), then the lock is released, then every socket is closed with 1012.
+    async fn hand_over(&self, lock: WriterLock, dispatcher: webhook::Dispatcher, hub: &Hub) {
+        let within = PushConfig::ms(self.push.push_round_deadline_ms);
+        match tokio::time::timeout(within, dispatcher.stop()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "webhook dispatcher ended with an error"),
+            Err(_) => tracing::warn!(
+                within_ms = within.as_millis() as u64,
+                "webhook dispatcher still busy at the deadline; releasing the lock anyway"
+            ),
+        }
+        if let Err(e) = lock.release().await {
+            tracing::warn!(error = %e, "releasing the push lock failed (it ends with the session)");
+        }
+        hub.close_all(1012);
     }
 }

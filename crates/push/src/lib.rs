@@ -2,11 +2,11 @@
 //! (`push-a`, `push-b`): the standby waits on the slot's lock and binds nothing until it leads.
 
 pub mod config;
-mod driver;
 pub mod hub;
 pub mod leader;
 mod lease;
 pub mod recorder;
+mod round_loop;
 pub mod rounds;
 mod server;
 pub mod subs;
@@ -14,9 +14,8 @@ pub mod webhook;
 pub mod ws;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use pmw_core::ch::ChClient;
 use pmw_core::heartbeat::Heartbeat;
@@ -29,8 +28,6 @@ use tokio_util::sync::CancellationToken;
 pub use config::PushConfig;
 use hub::Hub;
 use recorder::Recorder;
-use rounds::Rounds;
-use subs::Subscriptions;
 
 /// Service name used in logs, heartbeats and `application_name`.
 pub const SERVICE: &str = "pmw-push";
@@ -105,123 +102,21 @@ pub async fn run_with(
     .await
     .map_err(|e| ServiceError::transient(format!("cannot take the push lock: {e}")))?;
     let Some(lead) = lead else { return Ok(()) };
-
-    // LISTEN before the first index load: a change committed in between is then either in the
-    // load or notified (and every round checks the index version anyway).
-    let listen = if push.push_legacy_poll_ms.is_some() {
-        None
-    } else {
-        Some(driver::listen_session(&cfg).await?)
-    };
-    let subs = Subscriptions::default();
-    subs.reload(&storage.pg)
-        .await
-        .map_err(|e| ServiceError::transient(e.to_string()))?;
-
-    let listener = tokio::net::TcpListener::bind(push.push_listen)
-        .await
-        .map_err(|e| ServiceError::Config(format!("cannot bind {}: {e}", push.push_listen)))?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| ServiceError::Bug(e.into()))?;
-    tracing::info!(%addr, epoch = lead.epoch, "listening");
-    if let Some(b) = bound {
-        let _ = b.send(addr);
-    }
-
-    let tasks = CancellationToken::new();
-    let _stop_tasks = tasks.clone().drop_guard();
-    let hub = Hub::new(lead.cursor);
-    let health = Arc::new(Health::default());
-    health.epoch.store(lead.epoch, Ordering::Relaxed);
-    let mut dispatcher = webhook::Dispatcher::spawn(
-        pools.webhooks.clone(),
-        storage.ch.clone(),
-        lead.epoch,
-        hooks,
-        tasks.clone(),
-    );
-    let state = AppState {
-        pool: pools.sessions.clone(),
-        ch: storage.ch.clone(),
-        hub: hub.clone(),
-        cfg: Arc::new(push.clone()),
-        recorder: Recorder::spawn(storage.ch.clone(), tasks.clone()),
-        epoch: lead.epoch,
-        health: health.clone(),
-        connects: Arc::new(governor::RateLimiter::keyed(push.connect_quota())),
-    };
-    let server_stop = CancellationToken::new();
-    let server = server::spawn(listener, state, server_stop.clone());
-
-    let rounds = Rounds::new(
-        storage.pg.clone(),
-        storage.ch.clone(),
-        push.push_slot,
-        lead.epoch,
-        lead.cursor,
-        lead.reorg_id,
-        push.round_trades(),
-        subs,
-        hub.clone(),
-    );
-    let stopped = driver::Driver {
+    let leading = leader::Leading {
         cfg: &cfg,
         push: &push,
-        shutdown: &shutdown,
-        lost: lead.lock.lost(),
-        listen,
-        rounds,
-        hub: hub.clone(),
-        health,
+        storage: &storage,
+        pools: &pools,
         heartbeat: &heartbeat,
-        dispatcher: &mut dispatcher,
-        relisten_at: tokio::time::Instant::now(),
-        relisten_wait: Duration::from_millis(100),
-        index_at: None,
-        index_due: None,
-    }
-    .run()
-    .await;
-    let stopped = match stopped {
-        Ok(s) => s,
-        Err(e) => {
-            hub.close_all(1012);
-            return Err(e);
-        }
+        shutdown: &shutdown,
     };
-    if stopped == driver::Stopped::DeadlinePassed {
-        hub.close_all(1012);
-        return Ok(());
-    }
-    // Graceful stop: no new connections; the webhook dispatcher finishes its attempts in flight
-    // (so the successor does not send them again), then the lock is released, then every
-    // socket is closed with 1012.
-    server_stop.cancel();
-    let within = PushConfig::ms(push.push_round_deadline_ms);
-    match tokio::time::timeout(within, dispatcher.stop()).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => tracing::warn!(error = %e, "webhook dispatcher ended with an error"),
-        Err(_) => tracing::warn!(
-            within_ms = within.as_millis() as u64,
-            "webhook dispatcher still busy at the deadline; releasing the lock anyway"
-        ),
-    }
-    if let Err(e) = lead.lock.release().await {
-        tracing::warn!(error = %e, "releasing the push lock failed (it ends with the session)");
-    }
-    hub.close_all(1012);
-    let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
-    let _ = heartbeat
-        .beat(&serde_json::json!({"role": "stopped"}))
-        .await;
-    Ok(())
+    leading.run(lead, hooks, bound).await
 }
 
 /// Separate Postgres pools, so one kind of work cannot starve another: rounds (the storage
 /// pool), WebSocket session set-up (auth, grants: a reconnect storm), the webhook engine, and
 /// heartbeats (which the standby's lease and readiness depend on).
-struct Pools {
+pub(crate) struct Pools {
     sessions: PgPool,
     webhooks: PgPool,
     heartbeat: PgPool,

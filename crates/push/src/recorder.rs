@@ -1,74 +1,218 @@
-//! Push latency rows: one per delivered WS frame, batched into ClickHouse off the send path.
+//! The leader's ClickHouse facts, one writer for all of them: a `push_latency` row per delivered
+//! WebSocket frame (channel `ws`) and per delivered webhook (channel `webhook`), and a
+//! `delivery_log` row per webhook attempt. Written in small batches by one background task so no
+//! send ever waits for ClickHouse; rows that fail to insert are kept and retried, up to a bound
+//! (beyond it the oldest are dropped and counted).
 
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pmw_core::ch::ChClient;
-use pmw_core::store::{latency, PushLatencyRow};
+use pmw_core::store::latency::{insert_all, insert_push, PushLatencyRow};
+use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-const FLUSH_EVERY: Duration = Duration::from_millis(500);
-const MAX_BATCH: usize = 10_000;
+/// Channel name of webhook rows in `push_latency`.
+pub const WEBHOOK_CHANNEL: &str = "webhook";
+/// Rows buffered for ClickHouse before the oldest are dropped.
+const MAX_BUFFERED: usize = 20_000;
+/// Rows per INSERT.
+const BATCH: usize = 1_000;
+/// How long a batch gathers rows after its first one.
+const GATHER: Duration = Duration::from_millis(50);
+/// Retry period of a failed insert.
+const RETRY: Duration = Duration::from_secs(1);
 
-/// Sender side; `record` never blocks (rows beyond the channel's capacity are counted as lost).
+/// One webhook attempt (`delivery_log`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, clickhouse::Row)]
+pub struct DeliveryLogRow {
+    pub delivery_id: String,
+    pub endpoint_id: u64,
+    pub account_id: u64,
+    pub attempt: u32,
+    pub kind: String,
+    pub block_number: u64,
+    pub log_index: u32,
+    pub t_attempt_ms: i64,
+    pub duration_ms: i64,
+    /// 0 when no response arrived.
+    pub status_code: u16,
+    /// [`crate::webhook::retry::Outcome::as_str`].
+    pub outcome: String,
+    pub error: String,
+}
+
+/// A fact to write.
+#[derive(Debug)]
+pub enum Fact {
+    Attempt(DeliveryLogRow),
+    Latency(PushLatencyRow),
+}
+
+/// What the writer gave up on and how often ClickHouse refused, for `/health`.
+#[derive(Debug, Default)]
+pub struct RecorderStats {
+    pub dropped: AtomicU64,
+    pub write_errors: AtomicU64,
+    pub last_error: Mutex<Option<String>>,
+}
+
+/// The sending side: cheap to clone, [`Recorder::record`] never waits.
 #[derive(Clone)]
 pub struct Recorder {
-    tx: mpsc::Sender<PushLatencyRow>,
-    lost: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    tx: mpsc::Sender<Fact>,
+    stats: Arc<RecorderStats>,
+    closing: CancellationToken,
+    task: Arc<Mutex<Option<JoinHandle<()>>>>,
 }
 
 impl Recorder {
     pub fn spawn(ch: ChClient, shutdown: CancellationToken) -> Recorder {
-        let (tx, rx) = mpsc::channel(100_000);
-        tokio::spawn(flush_loop(ch, rx, shutdown));
+        let (tx, rx) = mpsc::channel(MAX_BUFFERED);
+        let stats = Arc::new(RecorderStats::default());
+        let closing = shutdown.child_token();
+        let task = tokio::spawn(run(ch, stats.clone(), rx, closing.clone()));
         Recorder {
             tx,
-            lost: Default::default(),
+            stats,
+            closing,
+            task: Arc::new(Mutex::new(Some(task))),
         }
     }
 
-    pub fn record(&self, row: PushLatencyRow) {
-        if self.tx.try_send(row).is_err() {
-            self.lost.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    /// Queue a fact without waiting; a full queue drops it (counted).
+    pub fn record(&self, fact: Fact) {
+        if self.tx.try_send(fact).is_err() {
+            self.stats.dropped.fetch_add(1, Relaxed);
         }
     }
 
-    pub fn lost(&self) -> u64 {
-        self.lost.load(std::sync::atomic::Ordering::Relaxed)
+    pub fn stats(&self) -> &RecorderStats {
+        &self.stats
+    }
+
+    /// Write what is queued (bounded by `within`) and stop; later facts are dropped.
+    pub async fn close(&self, within: Duration) {
+        self.closing.cancel();
+        let task = self.task.lock().expect("recorder lock").take();
+        if let Some(mut task) = task {
+            if tokio::time::timeout(within, &mut task).await.is_err() {
+                tracing::warn!("fact flush timed out");
+                task.abort();
+            }
+        }
     }
 }
 
-async fn flush_loop(
-    ch: ChClient,
-    mut rx: mpsc::Receiver<PushLatencyRow>,
-    shutdown: CancellationToken,
-) {
-    let mut batch = Vec::new();
-    loop {
-        let stop = tokio::select! {
-            _ = tokio::time::sleep(FLUSH_EVERY) => false,
-            _ = shutdown.cancelled() => true,
-        };
-        while batch.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(r) => batch.push(r),
-                Err(_) => break,
-            }
-        }
-        if !batch.is_empty() {
-            match latency::insert_push(&ch, &batch).await {
-                Ok(()) => batch.clear(),
-                Err(e) => {
-                    tracing::warn!(rows = batch.len(), error = %e, "push latency rows not stored yet");
-                    if batch.len() >= MAX_BATCH {
-                        tracing::warn!(rows = batch.len(), "push latency rows dropped");
-                        batch.clear();
-                    }
-                }
-            }
-        }
-        if stop {
-            return;
+#[derive(Default)]
+struct Pending {
+    attempts: Vec<DeliveryLogRow>,
+    latency: Vec<PushLatencyRow>,
+}
+
+impl Pending {
+    fn len(&self) -> usize {
+        self.attempts.len() + self.latency.len()
+    }
+
+    fn push(&mut self, f: Fact) {
+        match f {
+            Fact::Attempt(r) => self.attempts.push(r),
+            Fact::Latency(r) => self.latency.push(r),
         }
     }
+
+    /// Drop the oldest rows beyond the bound (attempt rows first); returns how many.
+    fn trim(&mut self) -> usize {
+        let excess = self.len().saturating_sub(MAX_BUFFERED);
+        let a = excess.min(self.attempts.len());
+        self.attempts.drain(..a);
+        let l = (excess - a).min(self.latency.len());
+        self.latency.drain(..l);
+        excess
+    }
+}
+
+async fn run(
+    ch: ChClient,
+    stats: Arc<RecorderStats>,
+    mut rx: mpsc::Receiver<Fact>,
+    closing: CancellationToken,
+) {
+    let mut pending = Pending::default();
+    loop {
+        let wait = if pending.len() == 0 {
+            Duration::MAX
+        } else {
+            RETRY
+        };
+        let first = tokio::select! {
+            f = tokio::time::timeout(wait, rx.recv()) => match f {
+                Ok(f) => f,
+                Err(_) => {
+                    flush(&ch, &stats, &mut pending).await;
+                    continue;
+                }
+            },
+            _ = closing.cancelled() => None,
+        };
+        let Some(first) = first else { break };
+        pending.push(first);
+        let deadline = tokio::time::Instant::now() + GATHER;
+        while pending.len() < BATCH {
+            match tokio::time::timeout_at(deadline, rx.recv()).await {
+                Ok(Some(f)) => pending.push(f),
+                _ => break,
+            }
+        }
+        flush(&ch, &stats, &mut pending).await;
+    }
+    // Closing: what is queued, then a few more tries for what is left.
+    rx.close();
+    while let Ok(f) = rx.try_recv() {
+        pending.push(f);
+    }
+    for _ in 0..3 {
+        if pending.len() == 0 {
+            break;
+        }
+        flush(&ch, &stats, &mut pending).await;
+        if pending.len() > 0 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    if pending.len() > 0 {
+        stats.dropped.fetch_add(pending.len() as u64, Relaxed);
+        tracing::warn!(rows = pending.len(), "fact rows dropped at close");
+    }
+}
+
+async fn flush(ch: &ChClient, stats: &RecorderStats, p: &mut Pending) {
+    if !p.attempts.is_empty() {
+        match insert_all(ch, "delivery_log", &p.attempts).await {
+            Ok(()) => p.attempts.clear(),
+            Err(e) => failed(stats, "delivery_log", &e),
+        }
+    }
+    if !p.latency.is_empty() {
+        match insert_push(ch, &p.latency).await {
+            Ok(()) => p.latency.clear(),
+            Err(e) => failed(stats, "push_latency", &e),
+        }
+    }
+    let dropped = p.trim();
+    if dropped > 0 {
+        stats.dropped.fetch_add(dropped as u64, Relaxed);
+    }
+}
+
+fn failed(stats: &RecorderStats, table: &str, e: &clickhouse::error::Error) {
+    stats.write_errors.fetch_add(1, Relaxed);
+    if let Ok(mut g) = stats.last_error.lock() {
+        *g = Some(format!("clickhouse {table}: {e}"));
+    }
+    tracing::warn!(table, error = %e, "fact rows not stored yet");
 }

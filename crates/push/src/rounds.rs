@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pmw_core::ch::ChClient;
+use pmw_core::message::{Kind, Market, TradeMessage};
 use pmw_core::pg::PgPool;
 use pmw_core::store::{trades, TradeRow};
 use pmw_core::types::cursor::MAX_LOG_INDEX;
-use pmw_core::message::{stamp, Kind, Market, TradeMessage};
 use pmw_core::{db, Cursor, UnixMs};
 
 use crate::hub::{Hub, Item};
@@ -204,21 +204,9 @@ impl Rounds {
                 t_detect_ms: row.t_detect_ms,
                 body: body.to_json(),
             });
-            let endpoints = accounts
-                .into_iter()
-                .flatten()
-                .flat_map(|a| idx.endpoints_by_account.get(a).into_iter().flatten());
-            for endpoint in endpoints {
-                deliveries.push(webhook::NewDelivery {
-                    id: webhook::webhook_id(row.cursor(), &row.block_hash, *endpoint, kind),
-                    endpoint_id: *endpoint,
-                    kind,
-                    cursor: row.cursor(),
-                    payload: serde_json::from_str(&stamp(kind, &item.body, now))
-                        .unwrap_or_default(),
-                    t_detect_ms: row.t_detect_ms,
-                });
-            }
+            deliveries.extend(webhook::deliveries_of(
+                &idx, accounts, kind, row, &item.body, now,
+            ));
             items.push(item);
         }
 

@@ -55,7 +55,8 @@ async fn health(State(st): State<AppState>) -> impl IntoResponse {
         "last_error": st.health.last_error.lock().expect("health lock").clone(),
         "webhooks_skipped": st.health.webhooks_skipped.load(Ordering::Relaxed),
         "sessions": st.hub.sessions(),
-        "latency_rows_lost": st.recorder.lost(),
+        "fact_rows_dropped": st.recorder.stats().dropped.load(Ordering::Relaxed),
+        "fact_write_errors": st.recorder.stats().write_errors.load(Ordering::Relaxed),
     }));
     (
         if ready {

@@ -21,6 +21,7 @@ use serde_json::json;
 use tokio::sync::mpsc;
 
 use crate::hub::{Item, Registration, TooMany};
+use crate::recorder::Fact;
 use crate::{subs, AppState};
 
 const SEND_TIMEOUT: Duration = Duration::from_secs(10);
@@ -204,7 +205,7 @@ async fn stream(
                     last = last.min(before(item.cursor));
                 } else {
                     last = item.cursor;
-                    st.recorder.record(latency_row(&item.cursor, item.t_detect_ms, now, account, st.epoch, false));
+                    st.recorder.record(Fact::Latency(latency_row(&item.cursor, item.t_detect_ms, now, account, st.epoch, false)));
                 }
             }
             _ = heartbeat.tick() => {
@@ -254,14 +255,14 @@ async fn replay(
             let now = UnixMs::now().0;
             let body = TradeMessage::from_row(&row, names.get(&row.token_id)).to_json();
             send(socket, stamp(Kind::Trade, &body, now)).await?;
-            st.recorder.record(latency_row(
+            st.recorder.record(Fact::Latency(latency_row(
                 &row.cursor(),
                 row.t_detect_ms,
                 now,
                 account,
                 st.epoch,
                 true,
-            ));
+            )));
             last = row.cursor();
             sent += 1;
         }
@@ -279,7 +280,11 @@ async fn names(
     let mut tokens: Vec<&str> = rows.iter().map(|r| r.token_id.as_str()).collect();
     tokens.sort_unstable();
     tokens.dedup();
-    let c = st.pool.get().await.map_err(|e| Ended::Failed(e.to_string()))?;
+    let c = st
+        .pool
+        .get()
+        .await
+        .map_err(|e| Ended::Failed(e.to_string()))?;
     db::market_names(&**c, &tokens)
         .await
         .map_err(|e| Ended::Failed(pmw_core::pg::describe(&e)))

@@ -9,11 +9,11 @@ use pmw_core::UnixMs;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use pmw_core::db::accounts::{self, Account, AccountError, KeyInfo, NewKey};
 use crate::auth::Auth;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiPath, OptionalJson};
 use crate::AppState;
+use pmw_core::db::accounts::{self, Account, AccountError, KeyInfo, NewKey};
 
 impl From<AccountError> for ApiError {
     fn from(e: AccountError) -> ApiError {

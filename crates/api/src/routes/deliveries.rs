@@ -6,11 +6,11 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use pmw_core::store::{trades, TradeRow};
-use pmw_core::{Cursor, UnixMs};
 use pmw_core::db::deliveries::{self, NewDelivery, Writer};
 use pmw_core::message::{stamp, Kind, TradeMessage};
+use pmw_core::store::{trades, TradeRow};
 use pmw_core::webhook::webhook_id;
+use pmw_core::{Cursor, UnixMs};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 

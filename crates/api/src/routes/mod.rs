@@ -19,7 +19,6 @@ use utoipa_axum::routes;
 use crate::error::ErrorBody;
 use crate::AppState;
 
-
 /// The channel push LISTENs on for subscription and endpoint changes.
 pub use pmw_core::channels::SUBSCRIPTIONS as CHANGES_CHANNEL;
 

@@ -6,10 +6,10 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use pmw_core::ssrf;
-use pmw_core::UnixMs;
 use pmw_core::db::deliveries::expire_pending;
+use pmw_core::ssrf;
 use pmw_core::webhook::Secret;
+use pmw_core::UnixMs;
 use serde::{Deserialize, Serialize};
 use tokio_postgres::Row;
 use utoipa::ToSchema;

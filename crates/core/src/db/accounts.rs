@@ -130,10 +130,7 @@ pub async fn create_key(
 ) -> Result<NewKey, AccountError> {
     check_label(label)?;
     let active: i64 = c
-        .query_opt(
-            include_str!("sql/active_keys.sql"),
-            &[&account_id],
-        )
+        .query_opt(include_str!("sql/active_keys.sql"), &[&account_id])
         .await?
         .ok_or(AccountError::NoAccount(account_id))?
         .get(0);
@@ -198,8 +195,11 @@ pub async fn revoke_key(
         &[&prefix],
     )
     .await?;
-    c.execute("SELECT pg_notify($1, '')", &[&crate::channels::SUBSCRIPTIONS])
-        .await?;
+    c.execute(
+        "SELECT pg_notify($1, '')",
+        &[&crate::channels::SUBSCRIPTIONS],
+    )
+    .await?;
     Ok(account)
 }
 
@@ -209,10 +209,7 @@ pub async fn list_keys(
     account_id: i64,
 ) -> Result<Vec<KeyInfo>, AccountError> {
     let rows = c
-        .query(
-            include_str!("sql/list_keys.sql"),
-            &[&account_id],
-        )
+        .query(include_str!("sql/list_keys.sql"), &[&account_id])
         .await?;
     Ok(rows
         .iter()

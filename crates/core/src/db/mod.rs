@@ -20,8 +20,7 @@ pub const WATERMARK_MARKER: &str = "pmw:watermark";
 /// The ingest watermark: the highest block whose trades are all in ClickHouse, or `None` before
 /// the first block. Readers never look past it.
 pub async fn watermark(c: &impl GenericClient) -> Result<Option<u64>, tokio_postgres::Error> {
-    Ok(c
-        .query_opt(include_str!("sql/watermark.sql"), &[])
+    Ok(c.query_opt(include_str!("sql/watermark.sql"), &[])
         .await?
         .map(|r| r.get::<_, i64>(0) as u64))
 }
@@ -43,7 +42,9 @@ pub async fn market_names(
     if tokens.is_empty() {
         return Ok(HashMap::new());
     }
-    let rows = c.query(include_str!("sql/market_names.sql"), &[&tokens]).await?;
+    let rows = c
+        .query(include_str!("sql/market_names.sql"), &[&tokens])
+        .await?;
     Ok(rows
         .iter()
         .map(|r| {

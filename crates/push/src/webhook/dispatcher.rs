@@ -21,10 +21,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::client::GuardedClient;
 use super::queue::{run_endpoint, Ctx};
-use super::record::Recorder;
 use super::stats::{StatsSnapshot, WebhookStats};
 use super::store;
 use super::{WebhookConfig, WebhookError};
+use crate::recorder::Recorder;
 
 /// How long the ClickHouse writer may take to flush when the dispatcher ends.
 const FLUSH_WITHIN: Duration = Duration::from_secs(10);
@@ -48,12 +48,35 @@ impl Dispatcher {
         config: WebhookConfig,
         shutdown: CancellationToken,
     ) -> Dispatcher {
+        let recorder = Recorder::spawn(ch, shutdown.clone());
+        Dispatcher::start(pool, (recorder, true), epoch, config, shutdown)
+    }
+
+    /// Like [`Dispatcher::spawn`], writing its facts through the leader's `recorder` (which the
+    /// leader closes, not the dispatcher).
+    pub fn spawn_shared(
+        pool: PgPool,
+        recorder: Recorder,
+        epoch: i64,
+        config: WebhookConfig,
+        shutdown: CancellationToken,
+    ) -> Dispatcher {
+        Dispatcher::start(pool, (recorder, false), epoch, config, shutdown)
+    }
+
+    fn start(
+        pool: PgPool,
+        recorder: (Recorder, bool),
+        epoch: i64,
+        config: WebhookConfig,
+        shutdown: CancellationToken,
+    ) -> Dispatcher {
         let wake = Arc::new(Notify::new());
         let stats = Arc::new(WebhookStats::default());
         let stop = shutdown.child_token();
         let task = tokio::spawn(run(
             pool,
-            ch,
+            recorder,
             epoch,
             config,
             stop.clone(),
@@ -115,7 +138,7 @@ impl Drop for Dispatcher {
 
 async fn run(
     pool: PgPool,
-    ch: ChClient,
+    (recorder, owned): (Recorder, bool),
     epoch: i64,
     cfg: WebhookConfig,
     stop: CancellationToken,
@@ -130,11 +153,10 @@ async fn run(
             return Err(WebhookError::Client(e.to_string()));
         }
     };
-    let recorder = Recorder::spawn(ch, stats.clone());
     let ctx = Arc::new(Ctx {
         pool,
         client,
-        facts: recorder.tx.clone(),
+        facts: recorder.clone(),
         stats: stats.clone(),
         cfg,
         epoch,
@@ -158,7 +180,9 @@ async fn run(
         Ok(()) => tracing::info!(epoch, "webhook dispatcher stopped"),
     }
     drop(ctx);
-    recorder.close(FLUSH_WITHIN).await;
+    if owned {
+        recorder.close(FLUSH_WITHIN).await;
+    }
     stats.stopped.store(true, Relaxed);
     result
 }

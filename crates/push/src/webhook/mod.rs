@@ -10,7 +10,8 @@
 //! flight). Each claim and each result update checks the epoch in the same statement; a
 //! dispatcher whose epoch was bumped gets [`WebhookError::Fenced`] and stops. Every attempt is
 //! logged to ClickHouse `delivery_log`; each delivered message adds one `push_latency` row
-//! (channel `webhook`, `target_id` = endpoint id).
+//! (channel `webhook`, `target_id` = endpoint id), both through the leader's
+//! [`crate::recorder::Recorder`].
 //!
 //! Settings (same layering as the core config: defaults → `PMW_CONFIG` → env):
 //!
@@ -37,10 +38,10 @@
 //! The retry schedule is in [`retry`]; signing in [`pmw_core::webhook::sign`]; the SSRF rules in
 //! [`pmw_core::ssrf`] and [`client`].
 
+mod build;
 pub mod client;
 mod dispatcher;
 mod queue;
-pub mod record;
 pub mod retry;
 mod stats;
 mod store;
@@ -53,6 +54,7 @@ use figment::Figment;
 use pmw_core::config::{ConfigError, Validate};
 use serde::Deserialize;
 
+pub use build::deliveries_of;
 pub use dispatcher::Dispatcher;
 pub use stats::{StatsSnapshot, WebhookStats};
 pub use store::{

@@ -8,23 +8,22 @@ use std::time::{Duration, Instant};
 use pmw_core::pg::PgPool;
 use pmw_core::store::latency::PushLatencyRow;
 use pmw_core::UnixMs;
-use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::client::{GuardedClient, SendError};
-use super::record::{self, DeliveryLogRow, Fact, CHANNEL};
 use super::retry::{self, Next, Outcome};
 use super::sign::{sign_headers, Secret};
 use super::stats::WebhookStats;
 use super::store::{self, Claimed, Disable, Finish, Finished, Health};
 use super::{WebhookConfig, WebhookError};
+use crate::recorder::{DeliveryLogRow, Fact, Recorder, WEBHOOK_CHANNEL as CHANNEL};
 
 /// What every queue of one dispatcher shares.
 pub(crate) struct Ctx {
     pub pool: PgPool,
     pub client: GuardedClient,
-    pub facts: mpsc::Sender<Fact>,
+    pub facts: Recorder,
     pub stats: Arc<WebhookStats>,
     pub cfg: WebhookConfig,
     pub epoch: i64,
@@ -203,24 +202,20 @@ async fn attempt(ctx: Arc<Ctx>, c: Claimed) -> Result<(), WebhookError> {
             .trim_start_matches("; ")
             .to_string();
     }
-    record::send(
-        &ctx.facts,
-        &ctx.stats,
-        Fact::Attempt(DeliveryLogRow {
-            delivery_id: c.id.clone(),
-            endpoint_id: c.endpoint_id as u64,
-            account_id: c.account_id as u64,
-            attempt: number as u32,
-            kind: c.kind.clone(),
-            block_number: c.block_number as u64,
-            log_index: c.log_index as u32,
-            t_attempt_ms: t_attempt,
-            duration_ms,
-            status_code: status.unwrap_or(0),
-            outcome: outcome.as_str().to_string(),
-            error: log_error,
-        }),
-    );
+    ctx.facts.record(Fact::Attempt(DeliveryLogRow {
+        delivery_id: c.id.clone(),
+        endpoint_id: c.endpoint_id as u64,
+        account_id: c.account_id as u64,
+        attempt: number as u32,
+        kind: c.kind.clone(),
+        block_number: c.block_number as u64,
+        log_index: c.log_index as u32,
+        t_attempt_ms: t_attempt,
+        duration_ms,
+        status_code: status.unwrap_or(0),
+        outcome: outcome.as_str().to_string(),
+        error: log_error,
+    }));
     let written = written?;
     let s = &ctx.stats;
     match next {
@@ -228,20 +223,16 @@ async fn attempt(ctx: Arc<Ctx>, c: Claimed) -> Result<(), WebhookError> {
         _ => WebhookStats::add(&s.failed_attempts, 1),
     }
     match next {
-        Next::Delivered if written.landed => record::send(
-            &ctx.facts,
-            s,
-            Fact::Latency(PushLatencyRow {
-                block_number: c.block_number as u64,
-                log_index: c.log_index as u32,
-                channel: CHANNEL.to_string(),
-                target_id: c.endpoint_id as u64,
-                t_detect_ms: c.t_detect_ms,
-                t_push_ms: received_ms.unwrap_or(now),
-                epoch: ctx.epoch as u64,
-                backfilled: 0,
-            }),
-        ),
+        Next::Delivered if written.landed => ctx.facts.record(Fact::Latency(PushLatencyRow {
+            block_number: c.block_number as u64,
+            log_index: c.log_index as u32,
+            channel: CHANNEL.to_string(),
+            target_id: c.endpoint_id as u64,
+            t_detect_ms: c.t_detect_ms,
+            t_push_ms: received_ms.unwrap_or(now),
+            epoch: ctx.epoch as u64,
+            backfilled: 0,
+        })),
         Next::Failed | Next::Disable => {
             WebhookStats::add(&s.failed_final, 1);
             tracing::warn!(id = %c.id, endpoint = c.endpoint_id, attempts = number, error = %error, "webhook failed for good");

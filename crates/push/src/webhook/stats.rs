@@ -17,8 +17,6 @@ pub struct WebhookStats {
     pub(crate) due: AtomicU64,
     pub(crate) active_endpoints: AtomicU64,
     pub(crate) last_scan_ms: AtomicI64,
-    pub(crate) log_rows_dropped: AtomicU64,
-    pub(crate) log_write_errors: AtomicU64,
     pub(crate) fenced: AtomicBool,
     pub(crate) stopped: AtomicBool,
     pub(crate) last_error: Mutex<Option<String>>,
@@ -45,10 +43,6 @@ pub struct StatsSnapshot {
     pub active_endpoints: u64,
     /// When the last scan of `webhook_deliveries` completed (ms; 0 = never).
     pub last_scan_ms: i64,
-    /// `delivery_log`/`push_latency` rows given up on (ClickHouse unavailable too long).
-    pub log_rows_dropped: u64,
-    /// Failed ClickHouse writes (rows are kept and retried).
-    pub log_write_errors: u64,
     /// The epoch moved on under this dispatcher: it has stopped.
     pub fenced: bool,
     /// The dispatcher has ended (shutdown, fence or error).
@@ -69,8 +63,6 @@ impl WebhookStats {
             due: self.due.load(Relaxed),
             active_endpoints: self.active_endpoints.load(Relaxed),
             last_scan_ms: self.last_scan_ms.load(Relaxed),
-            log_rows_dropped: self.log_rows_dropped.load(Relaxed),
-            log_write_errors: self.log_write_errors.load(Relaxed),
             fenced: self.fenced.load(Relaxed),
             stopped: self.stopped.load(Relaxed),
             last_error: self.last_error.lock().map(|g| g.clone()).unwrap_or(None),

@@ -37,7 +37,7 @@ pub(crate) enum Stopped {
     DeadlinePassed,
 }
 
-pub(crate) struct Driver<'a> {
+pub(crate) struct RoundLoop<'a> {
     pub cfg: &'a CoreConfig,
     pub push: &'a PushConfig,
     pub shutdown: &'a CancellationToken,
@@ -58,7 +58,7 @@ pub(crate) struct Driver<'a> {
     pub index_due: Option<Instant>,
 }
 
-impl Driver<'_> {
+impl RoundLoop<'_> {
     pub(crate) async fn run(mut self) -> Result<Stopped, ServiceError> {
         let push = self.push;
         let fallback = PushConfig::ms(push.push_legacy_poll_ms.unwrap_or(push.push_fallback_ms));

@@ -1,0 +1,42 @@
+//! A round's webhook deliveries: one per enabled endpoint of every account that follows the
+//! message's wallet, with the body stamped once for the round.
+
+use pmw_core::message::{stamp, Kind};
+use pmw_core::store::TradeRow;
+
+use super::{webhook_id, NewDelivery};
+use crate::subs::Index;
+
+/// The deliveries of one `kind` message about `row` to the endpoints of `accounts` (the
+/// followers of its wallet in `idx`), body `body` stamped `now`.
+pub fn deliveries_of(
+    idx: &Index,
+    accounts: Option<&Vec<i64>>,
+    kind: Kind,
+    row: &TradeRow,
+    body: &str,
+    now: i64,
+) -> Vec<NewDelivery> {
+    let endpoints: Vec<i64> = accounts
+        .into_iter()
+        .flatten()
+        .flat_map(|a| idx.endpoints_by_account.get(a).into_iter().flatten())
+        .copied()
+        .collect();
+    if endpoints.is_empty() {
+        return Vec::new();
+    }
+    let payload: serde_json::Value =
+        serde_json::from_str(&stamp(kind, body, now)).expect("a stamped message is JSON");
+    endpoints
+        .into_iter()
+        .map(|endpoint| NewDelivery {
+            id: webhook_id(row.cursor(), &row.block_hash, endpoint, kind),
+            endpoint_id: endpoint,
+            kind,
+            cursor: row.cursor(),
+            payload: payload.clone(),
+            t_detect_ms: row.t_detect_ms,
+        })
+        .collect()
+}
