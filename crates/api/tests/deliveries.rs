@@ -11,7 +11,7 @@ use pmw_core::store::latency::insert_all;
 use pmw_core::store::trades::insert_trades;
 use pmw_core::webhook::{webhook_id, DeliveryKind};
 use pmw_core::Cursor;
-use pmw_push::webhook::record::DeliveryLogRow;
+use pmw_core::store::DeliveryLogRow;
 use serde_json::json;
 
 fn attempt(endpoint: u64, i: u32, t: i64) -> DeliveryLogRow {

@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pmw_core::ch::ChClient;
+pub use pmw_core::store::DeliveryLogRow;
 use pmw_core::store::latency::{insert_all, insert_push, PushLatencyRow};
-use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -25,25 +25,6 @@ const BATCH: usize = 1_000;
 const GATHER: Duration = Duration::from_millis(50);
 /// Retry period of a failed insert.
 const RETRY: Duration = Duration::from_secs(1);
-
-/// One webhook attempt (`delivery_log`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, clickhouse::Row)]
-pub struct DeliveryLogRow {
-    pub delivery_id: String,
-    pub endpoint_id: u64,
-    pub account_id: u64,
-    pub attempt: u32,
-    pub kind: String,
-    pub block_number: u64,
-    pub log_index: u32,
-    pub t_attempt_ms: i64,
-    pub duration_ms: i64,
-    /// 0 when no response arrived.
-    pub status_code: u16,
-    /// [`crate::webhook::retry::Outcome::as_str`].
-    pub outcome: String,
-    pub error: String,
-}
 
 /// A fact to write.
 #[derive(Debug)]

@@ -1,9 +1,11 @@
 //! The production ClickHouse write and read paths for facts (trades and latency rows).
 
+pub mod delivery_log;
 pub mod latency;
 pub mod trades;
 pub mod window;
 
+pub use delivery_log::DeliveryLogRow;
 pub use latency::{IngestLatencyRow, PushLatencyRow};
 pub use trades::{TradeRow, WalletTradeRow};
 pub use window::Window;
