@@ -68,9 +68,7 @@ impl FromRequestParts<AppState> for Auth {
         let client = st.pg.get().await?;
         let row = client
             .query_opt(
-                "SELECT k.id, k.prefix, a.id, a.plan FROM api_keys k \
-                 JOIN accounts a ON a.id = k.account_id \
-                 WHERE k.key_hash = $1 AND k.revoked_ms IS NULL AND a.disabled_ms IS NULL",
+                include_str!("sql/key_for_request.sql"),
                 &[&hash_secret(key).as_slice()],
             )
             .await?;

@@ -20,7 +20,10 @@ use std::net::SocketAddr;
 use serde::Deserialize;
 
 use pmw_core::config::{ConfigError, Validate};
-pub use pmw_core::plans::{Plan, Plans};
+use pmw_core::plans;
+pub use pmw_core::plans::Plan;
+
+use std::collections::BTreeMap;
 
 /// Settings only the API reads: listen address, auth, limits, plans, readiness thresholds.
 #[derive(Debug, Clone, Deserialize)]
@@ -35,9 +38,14 @@ pub struct ApiConfig {
     pub api_rate_burst: u32,
     #[serde(default = "defaults::ticket_ttl")]
     pub api_ws_ticket_ttl_secs: u64,
-    /// `PMW_API_PLANS` and `PMW_API_DEFAULT_PLAN` (also read by `pmwctl account create`).
-    #[serde(flatten)]
-    pub plans: Plans,
+    /// Also read by `pmwctl account create` ([`pmw_core::plans::Plans`]).
+    #[serde(default = "plans::default_plan")]
+    pub api_default_plan: String,
+    #[serde(
+        default = "plans::default_plans",
+        deserialize_with = "plans::plans_from_table_or_json"
+    )]
+    pub api_plans: BTreeMap<String, Plan>,
     #[serde(default)]
     pub api_allow_private_webhooks: bool,
     #[serde(default = "defaults::ready_round_age")]
@@ -55,7 +63,7 @@ impl ApiConfig {
 
     /// The plan named `name`, or the default plan when `name` is not configured (any more).
     pub fn plan(&self, name: &str) -> (&str, &Plan) {
-        self.plans.plan(name)
+        plans::plan(&self.api_default_plan, &self.api_plans, name)
     }
 }
 
@@ -73,7 +81,7 @@ impl Validate for ApiConfig {
                 "the API listens on loopback only (Caddy is the public listener)",
             ));
         }
-        self.plans.validate()?;
+        plans::validate(&self.api_default_plan, &self.api_plans)?;
         if self.api_rate_per_sec == 0 || self.api_rate_burst == 0 {
             return Err(ConfigError::invalid(
                 "PMW_API_RATE_PER_SEC",
@@ -198,7 +206,7 @@ mod tests {
     #[test]
     fn defaults_are_valid() {
         let api: ApiConfig = load_from(Figment::new()).unwrap();
-        assert_eq!(api.plans.api_default_plan, "free");
+        assert_eq!(api.api_default_plan, "free");
     }
 
     #[test]
@@ -228,6 +236,6 @@ mod tests {
             ("api_default_plan", "solo"),
         ]))
         .unwrap();
-        assert_eq!(api.plans.api_plans["solo"].max_wallets, 3);
+        assert_eq!(api.api_plans["solo"].max_wallets, 3);
     }
 }

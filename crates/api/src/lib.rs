@@ -94,21 +94,19 @@ pub async fn publish_plans(pool: &PgPool, api: &ApiConfig) -> Result<(), pmw_cor
         &[&pmw_core::lock::keys::PLANS],
     )
     .await?;
-    let names: Vec<&str> = api.plans.api_plans.keys().map(String::as_str).collect();
+    let names: Vec<&str> = api.api_plans.keys().map(String::as_str).collect();
     tx.execute("DELETE FROM plans WHERE NOT (name = ANY($1))", &[&names])
         .await?;
     tx.execute("UPDATE plans SET is_default = false WHERE is_default", &[])
         .await?;
     let now = pmw_core::UnixMs::now().0;
-    for (name, plan) in &api.plans.api_plans {
+    for (name, plan) in &api.api_plans {
         tx.execute(
-            "INSERT INTO plans (name, max_ws_sessions, is_default, updated_ms) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (name) DO UPDATE SET max_ws_sessions = EXCLUDED.max_ws_sessions, \
-             is_default = EXCLUDED.is_default, updated_ms = EXCLUDED.updated_ms",
+            include_str!("sql/publish_plan.sql"),
             &[
                 name,
                 &(plan.max_ws_sessions.min(i32::MAX as u32) as i32),
-                &(*name == api.plans.api_default_plan),
+                &(*name == api.api_default_plan),
                 &now,
             ],
         )

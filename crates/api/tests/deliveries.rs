@@ -9,9 +9,9 @@ use std::collections::BTreeSet;
 use common::{set_push_cursor, set_watermark, trade_row, wallet, Api};
 use pmw_core::store::latency::insert_all;
 use pmw_core::store::trades::insert_trades;
+use pmw_core::store::DeliveryLogRow;
 use pmw_core::webhook::{webhook_id, DeliveryKind};
 use pmw_core::Cursor;
-use pmw_core::store::DeliveryLogRow;
 use serde_json::json;
 
 fn attempt(endpoint: u64, i: u32, t: i64) -> DeliveryLogRow {

@@ -220,7 +220,7 @@ async fn bad_addresses_and_bodies_store_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plan_limit_on_wallets_is_403_and_stores_nothing() {
     let mut cfg = common::test_config();
-    cfg.plans.api_plans.insert(
+    cfg.api_plans.insert(
         "tiny".into(),
         pmw_core::plans::Plan {
             max_wallets: 2,

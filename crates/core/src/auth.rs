@@ -64,8 +64,7 @@ pub async fn account_for_key(pool: &PgPool, key: &str) -> Result<Principal, Auth
     let client = pool.get().await?;
     let row = client
         .query_opt(
-            "SELECT k.account_id, k.id FROM api_keys k JOIN accounts a ON a.id = k.account_id \
-             WHERE k.key_hash = $1 AND k.revoked_ms IS NULL AND a.disabled_ms IS NULL",
+            include_str!("sql/account_for_key.sql"),
             &[&hash_secret(key).as_slice()],
         )
         .await?;
@@ -84,11 +83,7 @@ pub async fn redeem_ticket(pool: &PgPool, ticket: &str) -> Result<Principal, Aut
     let client = pool.get().await?;
     let row = client
         .query_opt(
-            "UPDATE ws_tickets t SET used_ms = $2 FROM api_keys k, accounts a \
-             WHERE t.ticket_hash = $1 AND t.used_ms IS NULL AND t.expires_ms > $2 \
-               AND k.id = t.key_id AND k.revoked_ms IS NULL \
-               AND a.id = t.account_id AND a.disabled_ms IS NULL \
-             RETURNING t.account_id, t.key_id",
+            include_str!("sql/redeem_ticket.sql"),
             &[&hash_secret(ticket).as_slice(), &UnixMs::now().0],
         )
         .await?;

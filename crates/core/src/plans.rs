@@ -36,40 +36,51 @@ impl Plans {
 
     /// The plan named `name`, or the default plan when `name` is not configured (any more).
     pub fn plan(&self, name: &str) -> (&str, &Plan) {
-        match self.api_plans.get_key_value(name) {
-            Some((k, p)) => (k.as_str(), p),
-            None => (
-                self.api_default_plan.as_str(),
-                &self.api_plans[&self.api_default_plan],
-            ),
-        }
+        plan(&self.api_default_plan, &self.api_plans, name)
     }
 }
 
 impl Validate for Plans {
     fn validate(&self) -> Result<(), ConfigError> {
-        if self.api_plans.is_empty() {
-            return Err(ConfigError::invalid(
-                "PMW_API_PLANS",
-                "at least one plan is required",
-            ));
-        }
-        if !self.api_plans.contains_key(&self.api_default_plan) {
-            return Err(ConfigError::invalid(
-                "PMW_API_DEFAULT_PLAN",
-                format!(
-                    "plan {:?} is not one of {:?}",
-                    self.api_default_plan,
-                    self.api_plans.keys().collect::<Vec<_>>()
-                ),
-            ));
-        }
-        Ok(())
+        validate(&self.api_default_plan, &self.api_plans)
     }
 }
 
+/// The plan named `name` in `plans`, or the default plan when `name` is not configured (any
+/// more). `plans` must hold `default` ([`validate`]).
+pub fn plan<'a>(
+    default: &'a str,
+    plans: &'a BTreeMap<String, Plan>,
+    name: &str,
+) -> (&'a str, &'a Plan) {
+    match plans.get_key_value(name) {
+        Some((k, p)) => (k.as_str(), p),
+        None => (default, &plans[default]),
+    }
+}
+
+/// At least one plan, and the default is one of them.
+pub fn validate(default: &str, plans: &BTreeMap<String, Plan>) -> Result<(), ConfigError> {
+    if plans.is_empty() {
+        return Err(ConfigError::invalid(
+            "PMW_API_PLANS",
+            "at least one plan is required",
+        ));
+    }
+    if !plans.contains_key(default) {
+        return Err(ConfigError::invalid(
+            "PMW_API_DEFAULT_PLAN",
+            format!(
+                "plan {default:?} is not one of {:?}",
+                plans.keys().collect::<Vec<_>>()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// `PMW_API_PLANS` arrives as a JSON string from the environment, a table from TOML.
-fn plans_from_table_or_json<'de, D: serde::Deserializer<'de>>(
+pub fn plans_from_table_or_json<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> Result<BTreeMap<String, Plan>, D::Error> {
     #[derive(Deserialize)]
@@ -84,11 +95,11 @@ fn plans_from_table_or_json<'de, D: serde::Deserializer<'de>>(
     }
 }
 
-fn default_plan() -> String {
+pub fn default_plan() -> String {
     "free".into()
 }
 
-fn default_plans() -> BTreeMap<String, Plan> {
+pub fn default_plans() -> BTreeMap<String, Plan> {
     BTreeMap::from([
         (
             "free".to_string(),

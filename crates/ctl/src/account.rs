@@ -67,14 +67,7 @@ async fn list(cfg: &CoreConfig, json: bool) -> Result<(), ServiceError> {
     let c = connect(cfg).await?;
     let all = accounts::list_accounts(&c).await.map_err(account_error)?;
     let usage = c
-        .query(
-            "SELECT a.id, \
-               (SELECT count(*) FROM api_keys WHERE account_id = a.id AND revoked_ms IS NULL), \
-               (SELECT count(*) FROM subscriptions WHERE account_id = a.id), \
-               (SELECT count(*) FROM webhook_endpoints WHERE account_id = a.id) \
-             FROM accounts a ORDER BY a.id",
-            &[],
-        )
+        .query(include_str!("sql/list_accounts.sql"), &[])
         .await
         .map_err(db_error)?;
     let counts = |id: i64| {

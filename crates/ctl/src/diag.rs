@@ -49,8 +49,7 @@ pub struct DiagArgs {
 
 /// (1) The push read interval, sampled from the leader heartbeat.
 async fn read_interval(c: &tokio_postgres::Client, secs: u64) -> Result<Value, ServiceError> {
-    let q = "SELECT h.state FROM push_epoch e JOIN heartbeats h ON h.service = 'pmw-push' AND h.instance = e.leader \
-             WHERE e.slot = 0 AND h.state->>'role' = 'leader'";
+    let q = include_str!("sql/leader_state.sql");
     let stmts = c
         .query_opt(
             "SELECT 1 FROM pg_extension WHERE extname = 'pg_stat_statements'",
@@ -64,11 +63,7 @@ async fn read_interval(c: &tokio_postgres::Client, secs: u64) -> Result<Value, S
             return Ok::<_, ServiceError>(None);
         }
         let r = c
-            .query_one(
-                "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements \
-                 WHERE strpos(query, $1) > 0",
-                &[&ROUND_MARKER],
-            )
+            .query_one(include_str!("sql/round_calls.sql"), &[&ROUND_MARKER])
             .await
             .map_err(db_error)?;
         Ok(Some(r.get::<_, i64>(0)))
@@ -125,11 +120,7 @@ async fn read_interval(c: &tokio_postgres::Client, secs: u64) -> Result<Value, S
 /// (2) LISTEN or polling.
 async fn listener(c: &tokio_postgres::Client) -> Result<Value, ServiceError> {
     let state = c
-        .query_opt(
-            "SELECT h.state->>'listener' FROM push_epoch e JOIN heartbeats h ON h.service = 'pmw-push' \
-             AND h.instance = e.leader WHERE e.slot = 0 AND h.state->>'role' = 'leader'",
-            &[],
-        )
+        .query_opt(include_str!("sql/leader_listener.sql"), &[])
         .await
         .map_err(db_error)?
         .and_then(|r| r.get::<_, Option<String>>(0));
@@ -154,14 +145,7 @@ async fn listener(c: &tokio_postgres::Client) -> Result<Value, ServiceError> {
 /// (3a) Who holds back the xmin horizon.
 async fn xmin_holders(c: &tokio_postgres::Client) -> Result<Value, ServiceError> {
     let rows = c
-        .query(
-            "SELECT pid, application_name, state, age(backend_xmin)::bigint, \
-               (extract(epoch FROM now() - xact_start) * 1000)::bigint, \
-               (extract(epoch FROM now() - query_start) * 1000)::bigint, left(query, 120) \
-             FROM pg_stat_activity WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid() \
-             ORDER BY age(backend_xmin) DESC LIMIT 20",
-            &[],
-        )
+        .query(include_str!("sql/xmin_holders.sql"), &[])
         .await
         .map_err(db_error)?;
     Ok(Value::Array(
@@ -181,13 +165,7 @@ async fn xmin_holders(c: &tokio_postgres::Client) -> Result<Value, ServiceError>
 /// (3b) Dead tuples and size of the hot tables.
 async fn hot_tables(c: &tokio_postgres::Client) -> Result<Value, ServiceError> {
     let rows = c
-        .query(
-            "SELECT relname::text, n_live_tup, n_dead_tup, n_tup_upd, n_tup_hot_upd, \
-               pg_relation_size(relid), pg_total_relation_size(relid), \
-               (extract(epoch FROM now() - last_autovacuum) * 1000)::bigint \
-             FROM pg_stat_user_tables WHERE relname = ANY($1) ORDER BY relname",
-            &[&HOT_TABLES],
-        )
+        .query(include_str!("sql/hot_tables.sql"), &[&HOT_TABLES])
         .await
         .map_err(db_error)?;
     Ok(Value::Array(

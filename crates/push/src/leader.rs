@@ -89,8 +89,7 @@ pub async fn take(
     // First leader ever: start at the ingest watermark (no history replay).
     let start = pmw_core::db::watermark(&*tx).await?.unwrap_or(0) as i64;
     tx.execute(
-        "INSERT INTO push_cursor (slot, block_number, log_index, epoch, updated_ms) VALUES ($1, $2, $3, $4, $5) \
-         ON CONFLICT (slot) DO NOTHING",
+        include_str!("sql/init_cursor.sql"),
         &[&slot, &start, &(MAX_LOG_INDEX as i32), &epoch, &now],
     )
     .await?;

@@ -14,9 +14,7 @@ use pmw_core::UnixMs;
 
 /// How old the leader's last sign of life (`beat_ms`, or its takeover) is, in ms: `None` when
 /// there is no leader on record.
-const LEADER_AGE: &str = "SELECT $2::bigint - greatest(e.acquired_ms, coalesce(h.beat_ms, 0)) \
-     FROM push_epoch e LEFT JOIN heartbeats h ON h.service = 'pmw-push' AND h.instance = e.leader \
-     WHERE e.slot = $1";
+const LEADER_AGE: &str = include_str!("sql/leader_beat_age.sql");
 
 /// Watch the lease until dropped (the caller's lock wait wins, or shutdown comes).
 pub async fn watch(pool: &PgPool, slot: i16, lock_key: i64, lease: Duration) -> Infallible {

@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pmw_core::ch::ChClient;
-pub use pmw_core::store::DeliveryLogRow;
 use pmw_core::store::latency::{insert_all, insert_push, PushLatencyRow};
+pub use pmw_core::store::DeliveryLogRow;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;

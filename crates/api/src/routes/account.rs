@@ -57,14 +57,7 @@ pub struct Me {
 pub async fn me(State(st): State<AppState>, who: Auth) -> Result<Json<Me>, ApiError> {
     let c = st.pg.get().await?;
     let r = c
-        .query_one(
-            "SELECT a.id, a.name, a.email, a.plan, a.created_ms, a.disabled_ms, \
-               (SELECT count(*) FROM subscriptions WHERE account_id = a.id), \
-               (SELECT count(*) FROM webhook_endpoints WHERE account_id = a.id), \
-               (SELECT count(*) FROM api_keys WHERE account_id = a.id AND revoked_ms IS NULL) \
-             FROM accounts a WHERE a.id = $1",
-            &[&who.account_id],
-        )
+        .query_one(include_str!("sql/account_me.sql"), &[&who.account_id])
         .await?;
     let (plan_name, plan) = st.cfg.plan(&who.plan);
     Ok(Json(Me {

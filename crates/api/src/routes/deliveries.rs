@@ -107,12 +107,7 @@ pub async fn log(
     let first = q.cursor.is_none();
     let mut rows: Vec<Attempt> = st
         .ch
-        .query(
-            "SELECT delivery_id, attempt, kind, block_number, log_index, t_attempt_ms, duration_ms, \
-               status_code, outcome, error FROM delivery_log \
-             WHERE endpoint_id = ? AND (? OR (t_attempt_ms, delivery_id, attempt) < (?, ?, ?)) \
-             ORDER BY t_attempt_ms DESC, delivery_id DESC, attempt DESC LIMIT ?",
-        )
+        .query(include_str!("sql/delivery_log_page.sql"))
         .bind(id as u64)
         .bind(u8::from(first))
         .bind(t)

@@ -88,13 +88,9 @@ async fn postgres_and_push(st: &AppState, now: i64) -> (Check, Check) {
     let max_age = st.cfg.api_ready_round_max_age_ms as i64;
     let row = bounded(async {
         let c = st.pg.get().await.map_err(|e| e.to_string())?;
-        c.query_opt(
-            "SELECT instance, beat_ms, (state->>'last_round_ms')::bigint FROM heartbeats \
-             WHERE service = 'pmw-push' AND state->>'role' = 'leader' ORDER BY beat_ms DESC LIMIT 1",
-            &[],
-        )
-        .await
-        .map_err(|e| e.to_string())
+        c.query_opt(include_str!("sql/push_leader_beat.sql"), &[])
+            .await
+            .map_err(|e| e.to_string())
     })
     .await;
     let row = match row {
@@ -148,15 +144,9 @@ async fn push_standby(st: &AppState, now: i64) -> Check {
     let max_age = st.cfg.api_ready_round_max_age_ms as i64;
     let rows = bounded(async {
         let c = st.pg.get().await.map_err(|e| e.to_string())?;
-        c.query(
-            "SELECT h.instance, h.beat_ms FROM heartbeats h \
-             WHERE h.service = 'pmw-push' AND h.state->>'role' = 'standby' \
-             AND h.instance IS DISTINCT FROM (SELECT leader FROM push_epoch WHERE slot = 0) \
-             ORDER BY h.instance",
-            &[],
-        )
-        .await
-        .map_err(|e| e.to_string())
+        c.query(include_str!("sql/push_standbys.sql"), &[])
+            .await
+            .map_err(|e| e.to_string())
     })
     .await;
     let rows = match rows {
@@ -206,10 +196,7 @@ async fn clickhouse_and_latency(st: &AppState, now: i64) -> (Check, Check) {
     let max = st.cfg.api_ready_latency_max_ms as i64;
     let r = bounded(
         st.ch
-            .query(
-                "SELECT count(), quantileExact(0.5)(t_push_ms - t_detect_ms) FROM push_latency \
-                 WHERE channel = 'ws' AND backfilled = 0 AND t_push_ms >= ? AND t_push_ms < ?",
-            )
+            .query(include_str!("sql/recent_ws_latency.sql"))
             .bind(w.from_ms)
             .bind(w.to_ms)
             .fetch_one::<(u64, i64)>(),

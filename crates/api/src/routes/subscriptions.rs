@@ -57,8 +57,7 @@ pub async fn list(
     let c = st.pg.get().await?;
     let rows = c
         .query(
-            "SELECT wallet, label, created_ms FROM subscriptions WHERE account_id = $1 \
-             ORDER BY created_ms, wallet",
+            include_str!("sql/list_subscriptions.sql"),
             &[&who.account_id],
         )
         .await?;

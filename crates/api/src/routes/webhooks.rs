@@ -157,10 +157,7 @@ pub async fn create(
     }
     let row = tx
         .query_one(
-            &format!(
-                "INSERT INTO webhook_endpoints (account_id, url, secret, created_ms, updated_ms) \
-                 VALUES ($1, $2, $3, $4, $4) RETURNING {COLUMNS}"
-            ),
+            &format!(include_str!("sql/create_endpoint.sql"), COLUMNS = COLUMNS),
             &[&who.account_id, &url.as_str(), &secret, &now],
         )
         .await?;
@@ -216,12 +213,7 @@ pub async fn update(
         .get(0);
     let row = tx
         .query_one(
-            &format!(
-                "UPDATE webhook_endpoints SET enabled = $2, updated_ms = $3, \
-                   disabled_reason = CASE WHEN $2 THEN NULL \
-                     ELSE coalesce(disabled_reason, 'disabled by the account') END \
-                 WHERE id = $1 RETURNING {COLUMNS}"
-            ),
+            &format!(include_str!("sql/update_endpoint.sql"), COLUMNS = COLUMNS),
             &[&id, &body.enabled, &now],
         )
         .await?;
@@ -304,11 +296,7 @@ pub async fn rotate_secret(
     let tx = c.transaction().await?;
     let row = tx
         .query_opt(
-            &format!(
-                "UPDATE webhook_endpoints SET previous_secret = CASE WHEN $4::bigint IS NULL THEN NULL ELSE secret END, \
-                   previous_expires_ms = $4, secret = $3, updated_ms = $5 \
-                 WHERE id = $1 AND account_id = $2 RETURNING {COLUMNS}"
-            ),
+            &format!(include_str!("sql/rotate_secret.sql"), COLUMNS = COLUMNS),
             &[&id, &who.account_id, &secret, &expires, &now],
         )
         .await?

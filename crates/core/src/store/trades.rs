@@ -161,15 +161,7 @@ pub async fn trades_after(
     up_to: u64,
     limit: u64,
 ) -> Result<Vec<TradeRow>, clickhouse::error::Error> {
-    let sql = format!(
-        "SELECT {COLUMNS} FROM ( \
-           SELECT {COLUMNS} FROM trades \
-           WHERE block_number >= ? AND block_number <= ? \
-           ORDER BY block_number, log_index, block_hash, version DESC \
-           LIMIT 1 BY block_number, log_index, block_hash \
-         ) WHERE retracted = 0 AND (block_number, log_index) > (?, ?) \
-         ORDER BY block_number, log_index LIMIT ?"
-    );
+    let sql = format!(include_str!("sql/trades_after.sql"), COLUMNS = COLUMNS);
     ch.query(&sql)
         .bind(after.block)
         .bind(up_to)
@@ -186,12 +178,7 @@ pub async fn trades_of_block(
     block_number: u64,
     block_hash: &str,
 ) -> Result<Vec<TradeRow>, clickhouse::error::Error> {
-    let sql = format!(
-        "SELECT {COLUMNS} FROM ( \
-           SELECT {COLUMNS} FROM trades WHERE block_number = ? AND block_hash = ? \
-           ORDER BY log_index, version DESC LIMIT 1 BY block_number, log_index, block_hash \
-         ) WHERE retracted = 0 ORDER BY log_index"
-    );
+    let sql = format!(include_str!("sql/trades_of_block.sql"), COLUMNS = COLUMNS);
     ch.query(&sql)
         .bind(block_number)
         .bind(block_hash)
@@ -227,13 +214,7 @@ pub async fn retracted_between(
     after_block: u64,
     through_block: u64,
 ) -> Result<Vec<TradeRow>, clickhouse::error::Error> {
-    let sql = format!(
-        "SELECT {COLUMNS} FROM ( \
-           SELECT {COLUMNS} FROM trades WHERE block_number > ? AND block_number <= ? \
-           ORDER BY block_number, log_index, block_hash, version DESC \
-           LIMIT 1 BY block_number, log_index, block_hash \
-         ) WHERE retracted = 1 ORDER BY block_number, log_index"
-    );
+    let sql = format!(include_str!("sql/retracted_between.sql"), COLUMNS = COLUMNS);
     ch.query(&sql)
         .bind(after_block)
         .bind(through_block)

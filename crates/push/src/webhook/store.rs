@@ -66,15 +66,7 @@ pub(crate) async fn scan(
 ) -> Result<Scan, WebhookError> {
     let row = c
         .query_one(
-            "WITH p AS (SELECT d.endpoint_id, d.next_attempt_ms, d.claimed_epoch, d.claimed_ms \
-               FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id AND e.enabled \
-               WHERE d.state = 'pending') \
-             SELECT EXISTS (SELECT 1 FROM push_epoch WHERE slot = $1 AND epoch = $2), \
-               coalesce((SELECT array_agg(DISTINCT endpoint_id) FROM p WHERE next_attempt_ms <= $3 \
-                 AND (claimed_epoch IS DISTINCT FROM $2 OR claimed_ms < $4)), '{}'::bigint[]), \
-               (SELECT count(*) FROM p), \
-               (SELECT count(*) FROM p WHERE next_attempt_ms <= $3), \
-               (SELECT min(next_attempt_ms) FROM p WHERE next_attempt_ms > $3)",
+            include_str!("sql/scan_deliveries.sql"),
             &[&slot, &epoch, &now, &stale_before],
         )
         .await?;
@@ -119,22 +111,7 @@ pub(crate) async fn claim(
     stale_before: i64,
     limit: i64,
 ) -> Result<Vec<Claimed>, WebhookError> {
-    let sql = format!(
-        "WITH {FENCE}, due AS ( \
-           SELECT d.id FROM webhook_deliveries d \
-           WHERE d.endpoint_id = $3 AND d.state = 'pending' AND d.next_attempt_ms <= $4 \
-             AND (d.claimed_epoch IS DISTINCT FROM $2 OR d.claimed_ms < $5) \
-             AND EXISTS (SELECT 1 FROM fence) \
-           ORDER BY d.block_number, d.log_index, d.id LIMIT $6 FOR UPDATE SKIP LOCKED), \
-         upd AS ( \
-           UPDATE webhook_deliveries d SET claimed_epoch = $2, claimed_ms = $4 \
-           FROM due, webhook_endpoints e \
-           WHERE d.id = due.id AND e.id = d.endpoint_id AND e.enabled \
-           RETURNING d.id, d.endpoint_id, e.account_id, d.kind, d.block_number, d.log_index, d.payload, \
-             d.attempts, d.t_detect_ms, e.url, e.secret, e.previous_secret, e.previous_expires_ms, \
-             (SELECT f.since_ms FROM webhook_failing f WHERE f.endpoint_id = d.endpoint_id)) \
-         SELECT (SELECT count(*) FROM fence), upd.* FROM (SELECT 1) one LEFT JOIN upd ON true"
-    );
+    let sql = format!(include_str!("sql/claim_deliveries.sql"), FENCE = FENCE);
     let rows = c
         .query(
             &sql,
@@ -267,12 +244,8 @@ pub(crate) async fn finish(
     match f.health {
         Health::Keep => {}
         Health::StartFailing => {
-            tx.execute(
-                "INSERT INTO webhook_failing (endpoint_id, since_ms) VALUES ($1, $2) \
-                 ON CONFLICT (endpoint_id) DO NOTHING",
-                &[&endpoint_id, &now],
-            )
-            .await?;
+            tx.execute(include_str!("sql/start_failing.sql"), &[&endpoint_id, &now])
+                .await?;
         }
         Health::Recovered => {
             tx.execute(
@@ -298,8 +271,7 @@ pub(crate) async fn finish(
     if let Some(reason) = reason {
         let disabled = tx
             .execute(
-                "UPDATE webhook_endpoints SET enabled = false, disabled_reason = $2, updated_ms = $3 \
-                 WHERE id = $1 AND enabled",
+                include_str!("sql/disable_endpoint.sql"),
                 &[&endpoint_id, &reason, &now],
             )
             .await?;
@@ -320,17 +292,7 @@ async fn update_delivery(
     id: &str,
     f: &Finish,
 ) -> Result<bool, WebhookError> {
-    let sql = format!(
-        "WITH {FENCE}, d AS ( \
-           UPDATE webhook_deliveries SET state = $4, attempts = $5, next_attempt_ms = $6, \
-             last_status = $7, last_error = $8, done_ms = $9, \
-             claimed_epoch = CASE WHEN $4 = 'pending' THEN NULL ELSE claimed_epoch END, \
-             claimed_ms = CASE WHEN $4 = 'pending' THEN NULL ELSE claimed_ms END \
-           WHERE id = $3 AND claimed_epoch = $2 AND (state = 'pending' OR $4 = 'delivered') \
-             AND EXISTS (SELECT 1 FROM fence) \
-           RETURNING 1) \
-         SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM d)"
-    );
+    let sql = format!(include_str!("sql/update_delivery.sql"), FENCE = FENCE);
     let row = c
         .query_one(
             &sql,

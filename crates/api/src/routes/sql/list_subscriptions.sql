@@ -1,0 +1,2 @@
+SELECT wallet, label, created_ms FROM subscriptions WHERE account_id = $1
+ORDER BY created_ms, wallet
