@@ -32,9 +32,6 @@ use recorder::Recorder;
 /// Service name used in logs, heartbeats and `application_name`.
 pub const SERVICE: &str = "pmw-push";
 
-/// The channel live notifies after each block.
-pub use pmw_core::channels::BLOCKS as BLOCKS_CHANNEL;
-
 /// Leader health, for `/health`, heartbeats and logs.
 #[derive(Debug, Default)]
 pub struct Health {

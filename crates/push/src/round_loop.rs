@@ -14,8 +14,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::hub::Hub;
 use crate::rounds::{RoundError, Rounds};
-use crate::subs::CHANGES_CHANNEL;
-use crate::{webhook, Health, PushConfig, BLOCKS_CHANNEL};
+use pmw_core::channels;
+
+use crate::{webhook, Health, PushConfig};
 
 /// Subscription-only wake-ups refresh the index at most this often (a churning account cannot
 /// make the leader reload continuously; revocation still applies well within a second).
@@ -182,10 +183,10 @@ impl RoundLoop<'_> {
             // the watermark moved). Only subscription changes: refresh the index. Coalesce
             // whatever else is queued.
             n = async { match self.listen.as_mut() { Some(s) => s.notifications.recv().await, None => std::future::pending().await } } => {
-                let mut block = n.is_none_or(|n| n.channel() != CHANGES_CHANNEL);
+                let mut block = n.is_none_or(|n| n.channel() != channels::SUBSCRIPTIONS);
                 if let Some(s) = self.listen.as_mut() {
                     while let Ok(n) = s.notifications.try_recv() {
-                        block |= n.channel() != CHANGES_CHANNEL;
+                        block |= n.channel() != channels::SUBSCRIPTIONS;
                     }
                 }
                 if block { Wake::Round } else { Wake::Index }
@@ -267,7 +268,9 @@ pub(crate) async fn listen_session(cfg: &CoreConfig) -> Result<Session, ServiceE
         .map_err(|e| ServiceError::transient(format!("cannot open the listen session: {e}")))?;
     s.client
         .batch_execute(&format!(
-            "LISTEN {BLOCKS_CHANNEL}; LISTEN {CHANGES_CHANNEL}"
+            "LISTEN {}; LISTEN {}",
+            channels::BLOCKS,
+            channels::SUBSCRIPTIONS
         ))
         .await
         .map_err(|e| ServiceError::transient(format!("LISTEN failed: {e}")))?;

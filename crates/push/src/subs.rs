@@ -11,7 +11,6 @@ use tokio::sync::RwLock;
 
 /// Channel the API notifies when subscriptions or endpoints change (a wake-up only: the
 /// version in `subs_version` is what makes a round reload).
-pub use pmw_core::channels::SUBSCRIPTIONS as CHANGES_CHANNEL;
 
 #[derive(Debug, Default)]
 pub struct Index {

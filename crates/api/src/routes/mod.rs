@@ -20,7 +20,6 @@ use crate::error::ErrorBody;
 use crate::AppState;
 
 /// The channel push LISTENs on for subscription and endpoint changes.
-pub use pmw_core::channels::SUBSCRIPTIONS as CHANGES_CHANNEL;
 
 #[derive(OpenApi)]
 #[openapi(
@@ -101,9 +100,12 @@ pub fn openapi_json() -> &'static str {
 pub async fn notify_changes(
     tx: &tokio_postgres::Transaction<'_>,
 ) -> Result<(), tokio_postgres::Error> {
-    tx.execute("SELECT pg_notify($1, '')", &[&CHANGES_CHANNEL])
-        .await
-        .map(drop)
+    tx.execute(
+        "SELECT pg_notify($1, '')",
+        &[&pmw_core::channels::SUBSCRIPTIONS],
+    )
+    .await
+    .map(drop)
 }
 
 /// Lock the account row for the rest of the transaction: plan-limit checks and the insert
