@@ -26,4 +26,4 @@ pub mod webhook;
 
 pub use config::CoreConfig;
 pub use exit::ServiceError;
-pub use types::{Address, Cursor, UnixMs};
+pub use types::{Address, Cursor, Position, UnixMs};

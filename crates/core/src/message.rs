@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::store::TradeRow;
+use crate::Position;
 
 /// The fill itself. Amounts are exact decimal strings (6 decimals applied).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -75,9 +76,13 @@ pub struct Market {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TradeMessage {
-    /// `BBBBBBBBBBBB-LLLLLL`: resume or page after it.
+    /// `BBBBBBBBBBBB-LLLLLL`: the trade's place in the ledger; page after it over REST.
     #[cfg_attr(feature = "openapi", schema(example = "000081234567-000042"))]
     pub cursor: String,
+    /// `<cursor>:<first 8 hex digits of the block hash>`: resume the WebSocket with
+    /// `since=<resume>` (a reorg of that block is then detected and repaired).
+    #[cfg_attr(feature = "openapi", schema(example = "000081234567-000042:ab12cd34"))]
+    pub resume: String,
     /// When pmw-live received the block header (ms since the epoch).
     pub t_detect_ms: i64,
     /// Ingested by the gap backfill rather than live.
@@ -90,6 +95,7 @@ impl TradeMessage {
     pub fn from_row(row: &TradeRow, market: Option<&Market>) -> TradeMessage {
         TradeMessage {
             cursor: row.cursor().to_string(),
+            resume: Position::of(row.cursor(), &row.block_hash).to_string(),
             t_detect_ms: row.t_detect_ms,
             backfilled: row.backfilled == 1,
             trade: Trade::from_row(row),
@@ -138,18 +144,22 @@ impl std::str::FromStr for Kind {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum Control {
-    /// First frame of a session: where it starts (`cursor`) and the chain head pmw has ingested.
+    /// First frame of a session: where it starts (`cursor`, and `resume` to reconnect with) and
+    /// the chain head pmw has ingested.
     Hello {
         session: u64,
         account: i64,
         epoch: i64,
         cursor: String,
+        resume: String,
         head: u64,
     },
-    /// Every `PMW_PUSH_WS_HEARTBEAT_MS`: the session is alive; `cursor` is the last trade sent.
+    /// Every `PMW_PUSH_WS_HEARTBEAT_MS`: the session is alive; `cursor`/`resume` are where it
+    /// stands (the last trade sent, or the common ancestor after a reorg).
     Heartbeat {
         head: u64,
         cursor: String,
+        resume: String,
         t_ms: i64,
     },
     /// The replay exceeded the resume window: backfill after `after` over REST, then reconnect.
@@ -184,7 +194,7 @@ mod tests {
         TradeRow {
             block_number: 12,
             log_index: 3,
-            block_hash: "0xaa".into(),
+            block_hash: "0xaabbccdd00112233".into(),
             tx_hash: "0xbb".into(),
             block_time_ms: 1_700_000_000_000,
             exchange: "0xcc".into(),
@@ -232,6 +242,7 @@ mod tests {
         let m = TradeMessage::from_row(&row(), Some(&market));
         let wire: Value = serde_json::from_str(&stamp(Kind::Trade, &m.to_json(), 7)).unwrap();
         assert_eq!(wire["cursor"], "000000000012-000003");
+        assert_eq!(wire["resume"], "000000000012-000003:aabbccdd");
         assert_eq!(wire["trade"]["side"], "SELL");
         assert_eq!(wire["trade"]["wallet"], "0x11");
         assert_eq!(wire["backfilled"], true);
@@ -256,6 +267,7 @@ mod tests {
             &Control::Heartbeat {
                 head: 3,
                 cursor: "c".into(),
+                resume: "c:00000000".into(),
                 t_ms: 4,
             }
             .to_json(),

@@ -3,6 +3,9 @@
 //! resume seamless (a session registered at cursor P receives live every trade after P of the
 //! wallets it follows; replay covers up to P).
 //!
+//! After a reorg the hub sends every session a [`Frame::Rewind`] to the common ancestor before
+//! the round's retracts and new-branch trades, so a session re-sends the new branch from there.
+//!
 //! A session's wallet set is read from Postgres when it connects, with the `subs_version` it was
 //! read at, and replaced only by an index at least that new: a round still using an older index
 //! can never drop a trade of a wallet the session already follows.
@@ -12,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use pmw_core::message::Kind;
-use pmw_core::Cursor;
+use pmw_core::{Cursor, Position};
 use tokio::sync::mpsc;
 
 use crate::subs::Index;
@@ -22,6 +25,8 @@ use crate::subs::Index;
 pub struct Item {
     pub kind: Kind,
     pub cursor: Cursor,
+    /// `cursor` with its block's hash: what the client resumes with after this frame.
+    pub position: Position,
     /// Lowercase `0x…` owner of the fill (its maker): who follows it gets it.
     pub wallet: String,
     pub t_detect_ms: i64,
@@ -30,7 +35,12 @@ pub struct Item {
 
 /// What a session's writer receives. When the hub drops the sender, the writer sends what is
 /// queued and closes with the session's close code (1013 slow consumer unless set otherwise).
-pub type Frame = Arc<Item>;
+#[derive(Debug, Clone)]
+pub enum Frame {
+    Item(Arc<Item>),
+    /// A reorg: the ledger after this position (the common ancestor) is sent again.
+    Rewind(Position),
+}
 
 /// Close code of a session the hub let go: 1013 (try again later) by default.
 pub type CloseCode = Arc<std::sync::atomic::AtomicU16>;
@@ -50,7 +60,7 @@ struct Inner {
     sessions: HashMap<u64, Session>,
     by_wallet: HashMap<String, Vec<u64>>,
     by_account: HashMap<i64, Vec<u64>>,
-    dispatched: Cursor,
+    dispatched: Position,
     head: u64,
 }
 
@@ -113,7 +123,7 @@ pub struct Registration {
 }
 
 impl Hub {
-    pub fn new(dispatched: Cursor) -> Hub {
+    pub fn new(dispatched: Position) -> Hub {
         let hub = Hub::default();
         hub.inner.lock().expect("hub lock").dispatched = dispatched;
         hub
@@ -122,7 +132,7 @@ impl Hub {
     /// Register a session; returns its id and the cursor up to which trades were already
     /// dispatched (everything after it, of the session's wallets, will be queued to it), or the
     /// account's limit when it already has that many sessions.
-    pub fn register(&self, r: Registration) -> Result<(u64, Cursor), TooMany> {
+    pub fn register(&self, r: Registration) -> Result<(u64, Position), TooMany> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut inner = self.inner.lock().expect("hub lock");
         if let Some(max) = r.max_sessions {
@@ -228,14 +238,14 @@ impl Hub {
         self.inner.lock().expect("hub lock").head = head;
     }
 
-    pub fn dispatched(&self) -> Cursor {
+    pub fn dispatched(&self) -> Position {
         self.inner.lock().expect("hub lock").dispatched
     }
 
     /// Queue `items` (in ledger order) to the sessions following each item's wallet, then move
     /// the dispatched cursor. A full queue closes that session (slow consumer, 1013); others are
     /// never slowed. Returns the number of frames queued.
-    pub fn dispatch(&self, items: &[Arc<Item>], through: Cursor) -> usize {
+    pub fn dispatch(&self, items: &[Arc<Item>], through: Position) -> usize {
         let mut inner = self.inner.lock().expect("hub lock");
         let mut slow: Vec<u64> = Vec::new();
         let mut queued = 0;
@@ -247,7 +257,7 @@ impl Hub {
                 if slow.contains(id) {
                     continue;
                 }
-                match inner.sessions[id].tx.try_send(item.clone()) {
+                match inner.sessions[id].tx.try_send(Frame::Item(item.clone())) {
                     Ok(()) => queued += 1,
                     Err(_) => slow.push(*id),
                 }
@@ -256,7 +266,9 @@ impl Hub {
         self.stats
             .frames_queued
             .fetch_add(queued as u64, Ordering::Relaxed);
-        inner.dispatched = inner.dispatched.max(through);
+        if through.cursor > inner.dispatched.cursor {
+            inner.dispatched = through;
+        }
         for id in slow {
             if let Some(s) = inner.unlink(id) {
                 self.stats.slow_closed.fetch_add(1, Ordering::Relaxed);
@@ -267,10 +279,25 @@ impl Hub {
         queued
     }
 
-    /// Rewind the dispatched cursor after a reorg (the new branch is dispatched again).
-    pub fn rewind(&self, to: Cursor) {
+    /// Rewind the dispatched position after a reorg (the new branch is dispatched again) and
+    /// tell every session, ahead of the round's retracts and new-branch trades. A session whose
+    /// queue is full is closed (slow consumer); it resumes with its position.
+    pub fn rewind(&self, to: Position) {
         let mut inner = self.inner.lock().expect("hub lock");
-        inner.dispatched = inner.dispatched.min(to);
+        if to.cursor < inner.dispatched.cursor {
+            inner.dispatched = to;
+        }
+        let slow: Vec<u64> = inner
+            .sessions
+            .iter()
+            .filter(|(_, s)| s.tx.try_send(Frame::Rewind(to)).is_err())
+            .map(|(id, _)| *id)
+            .collect();
+        for id in slow {
+            if inner.unlink(id).is_some() {
+                self.stats.slow_closed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
 
     /// Close every session with `code` (1012 on restart) and forget them.
@@ -296,6 +323,7 @@ mod tests {
                 block: 1,
                 log_index,
             },
+            position: Position::default(),
             wallet: wallet.into(),
             t_detect_ms: 0,
             body: "{}".into(),
@@ -328,13 +356,16 @@ mod tests {
 
     fn drain(rx: &mut mpsc::Receiver<Frame>) -> Vec<u32> {
         std::iter::from_fn(|| rx.try_recv().ok())
-            .map(|f| f.cursor.log_index)
+            .map(|f| match f {
+                Frame::Item(i) => i.cursor.log_index,
+                Frame::Rewind(p) => 1_000_000 + p.cursor.log_index,
+            })
             .collect()
     }
 
     #[test]
     fn an_older_index_never_replaces_a_fresher_session_set() {
-        let hub = Hub::new(Cursor::default());
+        let hub = Hub::new(Position::default());
         let mut rx = session(&hub, &["0xa", "0xb"], 5);
         // An index read before the session subscribed to 0xb.
         let mut old = Index {
@@ -346,7 +377,7 @@ mod tests {
         hub.apply(&old);
         hub.dispatch(
             &[item("0xa", 1), item("0xb", 2), item("0xc", 3)],
-            Cursor::default(),
+            Position::default(),
         );
         assert_eq!(drain(&mut rx), vec![1, 2]);
         // A newer index that removed 0xa: the session stops getting it.
@@ -357,14 +388,18 @@ mod tests {
         };
         new.wallets_by_account.insert(7, vec!["0xb".into()]);
         hub.apply(&new);
-        hub.dispatch(&[item("0xa", 4), item("0xb", 5)], Cursor::default());
+        hub.dispatch(&[item("0xa", 4), item("0xb", 5)], Position::default());
         assert_eq!(drain(&mut rx), vec![5]);
+        // A reorg reaches every session, before the round's items.
+        hub.rewind(Position::default());
+        hub.dispatch(&[item("0xb", 6)], Position::default());
+        assert_eq!(drain(&mut rx), vec![1_000_000, 6]);
         assert!(!hub.follows("0xa") && hub.follows("0xb"));
     }
 
     #[test]
     fn the_plan_limit_refuses_one_more_session_and_a_revoked_key_closes_with_1008() {
-        let hub = Hub::new(Cursor::default());
+        let hub = Hub::new(Position::default());
         let (_a, _) = register(&hub, &["0xa"], 1, Some(2)).unwrap();
         let (mut b, close_b) = register(&hub, &["0xa"], 1, Some(2)).unwrap();
         assert_eq!(register(&hub, &["0xa"], 1, Some(2)).err(), Some(TooMany(2)));

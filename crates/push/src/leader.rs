@@ -21,7 +21,7 @@ use pmw_core::lock::{keys, WriterLock};
 use pmw_core::pg::{PgError, PgPool};
 use pmw_core::storage::Storage;
 use pmw_core::types::cursor::MAX_LOG_INDEX;
-use pmw_core::{CoreConfig, Cursor, ServiceError, UnixMs};
+use pmw_core::{CoreConfig, Cursor, Position, ServiceError, UnixMs};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
@@ -36,7 +36,8 @@ use crate::{server, webhook, AppState, Health, Pools, PushConfig};
 pub struct Leadership {
     pub lock: WriterLock,
     pub epoch: i64,
-    pub cursor: Cursor,
+    /// The push cursor, with its block's hash when `chain_blocks` still has it.
+    pub cursor: Position,
     pub reorg_id: i64,
 }
 
@@ -94,15 +95,19 @@ pub async fn take(
     )
     .await?;
     let row = tx
-        .query_one(
-            "SELECT block_number, log_index, reorg_id FROM push_cursor WHERE slot = $1",
-            &[&slot],
-        )
+        .query_one(include_str!("sql/push_cursor.sql"), &[&slot])
         .await?;
     tx.commit().await?;
-    let cursor = Cursor {
+    let at = Cursor {
         block: row.get::<_, i64>(0) as u64,
         log_index: row.get::<_, i32>(1) as u32,
+    };
+    let cursor = match row.get::<_, Option<String>>(3) {
+        Some(hash) => Position::of(at, &hash),
+        None => Position {
+            cursor: at,
+            hash: None,
+        },
     };
     tracing::info!(slot, epoch, voided, cursor = %cursor, "leading");
     Ok(Some(Leadership {

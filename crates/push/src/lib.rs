@@ -6,6 +6,7 @@ pub mod hub;
 pub mod leader;
 mod lease;
 pub mod recorder;
+mod resume;
 mod round_loop;
 pub mod rounds;
 mod server;

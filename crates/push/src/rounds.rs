@@ -11,7 +11,7 @@ use pmw_core::message::{Kind, Market, TradeMessage};
 use pmw_core::pg::PgPool;
 use pmw_core::store::{trades, TradeRow};
 use pmw_core::types::cursor::MAX_LOG_INDEX;
-use pmw_core::{db, Cursor, UnixMs};
+use pmw_core::{db, Cursor, Position, UnixMs};
 
 use crate::hub::{Hub, Item};
 use crate::subs::{Index, Subscriptions};
@@ -52,6 +52,8 @@ pub struct Rounds {
     pub slot: i16,
     pub epoch: i64,
     pub cursor: Cursor,
+    /// `cursor` with its block's hash (what sessions report as their resume point).
+    pub position: Position,
     pub reorg_id: i64,
     /// Trades read per round: at most half a session queue, so a session that keeps up is never
     /// closed as slow because a catch-up round is larger than its queue.
@@ -72,7 +74,7 @@ impl Rounds {
         ch: ChClient,
         slot: i16,
         epoch: i64,
-        cursor: Cursor,
+        position: Position,
         reorg_id: i64,
         limit: u64,
         subs: Subscriptions,
@@ -83,7 +85,8 @@ impl Rounds {
             ch,
             slot,
             epoch,
-            cursor,
+            cursor: position.cursor,
+            position,
             reorg_id,
             limit,
             subs,
@@ -152,16 +155,26 @@ impl Rounds {
         self.hub.set_head(wm);
 
         // Reorgs first: retract what was delivered from orphaned blocks, rewind to the ancestor.
-        let mut from = self.cursor;
+        let mut from = self.position;
         let reorg_id = state.get::<_, Option<i64>>(2).unwrap_or(self.reorg_id);
         if let Some(ancestor) = state.get::<_, Option<i64>>(3).map(|a| a as u64) {
-            if ancestor < from.block {
-                from = Cursor {
+            if ancestor < from.cursor.block {
+                let at = Cursor {
                     block: ancestor,
                     log_index: MAX_LOG_INDEX,
                 };
+                from = match state.get::<_, Option<String>>(4) {
+                    Some(hash) => Position::of(at, &hash),
+                    None => Position {
+                        cursor: at,
+                        hash: None,
+                    },
+                };
             }
         }
+        let rewound = from.cursor < self.cursor;
+        let from_pos = from;
+        let from = from.cursor;
         let mut retracts = Vec::new();
         if from < self.cursor {
             retracts = trades::retracted_between(&self.ch, from.block, self.cursor.block)
@@ -174,7 +187,11 @@ impl Rounds {
         // ClickHouse (a restart, a cut response) then delays delivery and never skips a trade.
         let rows = trades::trades_after(&self.ch, from, wm, self.limit).await?;
         let full = rows.len() as u64 >= self.limit;
-        let through = rows.last().map(TradeRow::cursor).unwrap_or(from);
+        let through_pos = rows
+            .last()
+            .map(|r| Position::of(r.cursor(), &r.block_hash))
+            .unwrap_or(from_pos);
+        let through = through_pos.cursor;
         if through <= from && retracts.is_empty() && reorg_id == self.reorg_id {
             return Ok(RoundOutcome::default());
         }
@@ -200,6 +217,7 @@ impl Rounds {
             let item = Arc::new(Item {
                 kind,
                 cursor: row.cursor(),
+                position: Position::of(row.cursor(), &row.block_hash),
                 wallet: row.maker.clone(),
                 t_detect_ms: row.t_detect_ms,
                 body: body.to_json(),
@@ -245,10 +263,10 @@ impl Rounds {
             );
         }
 
-        if from < self.cursor {
-            self.hub.rewind(from);
+        if rewound {
+            self.hub.rewind(from_pos);
         }
-        let frames = self.hub.dispatch(&items, through);
+        let frames = self.hub.dispatch(&items, through_pos);
         client
             .execute(
                 include_str!("sql/claim_done.sql"),
@@ -256,6 +274,7 @@ impl Rounds {
             )
             .await?;
         self.cursor = through;
+        self.position = through_pos;
         self.reorg_id = reorg_id;
         Ok(RoundOutcome {
             trades: rows.len(),

@@ -16,11 +16,11 @@ use governor::clock::{Clock, DefaultClock};
 use pmw_core::auth::{self, Principal};
 use pmw_core::message::{stamp, Control, Kind, TradeMessage};
 use pmw_core::store::{trades, PushLatencyRow};
-use pmw_core::{db, Cursor, UnixMs};
+use pmw_core::{db, Cursor, Position, UnixMs};
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use crate::hub::{Item, Registration, TooMany};
+use crate::hub::{Frame, Registration, TooMany};
 use crate::recorder::Fact;
 use crate::{subs, AppState};
 
@@ -61,7 +61,7 @@ pub async fn upgrade(
                 .into_response();
         }
     }
-    let since = q.get("since").map(|s| s.parse::<Cursor>());
+    let since = q.get("since").map(|s| s.parse::<Position>());
     ws.read_buffer_size(4 * 1024)
         .write_buffer_size(8 * 1024)
         .max_message_size(16 * 1024)
@@ -80,7 +80,7 @@ async fn session(
     st: AppState,
     mut socket: WebSocket,
     who: Result<Principal, auth::AuthError>,
-    since: Option<Result<Cursor, pmw_core::types::CursorError>>,
+    since: Option<Result<Position, pmw_core::types::PositionError>>,
 ) {
     let who = match who {
         Ok(p) => p,
@@ -105,7 +105,7 @@ async fn session(
         }
     };
     let wallets = grant.wallets.clone();
-    let (tx, mut rx) = mpsc::channel::<Arc<Item>>(st.cfg.push_ws_queue);
+    let (tx, mut rx) = mpsc::channel::<Frame>(st.cfg.push_ws_queue);
     let code = Arc::new(AtomicU16::new(1013));
     let registered = st.hub.register(Registration {
         account_id: account,
@@ -166,50 +166,127 @@ async fn send(socket: &mut WebSocket, text: String) -> Result<(), Ended> {
     }
 }
 
+/// What a session has sent: where it stands in the ledger and what the client may hold.
+struct Sent {
+    /// Trades after this are sent; a reorg moves it back to the common ancestor.
+    last: Cursor,
+    /// The resume point to report: `last` with its block's hash.
+    position: Position,
+    /// The highest cursor the client may hold: a `retract` above it is not the client's.
+    held: Cursor,
+    /// Trades sent on this connection (cursor and block hash prefix), so a new-branch trade the
+    /// replay already sent is not sent twice after a rewind. Bounded to the recent blocks.
+    recent: std::collections::BTreeSet<(Cursor, Option<[u8; 4]>)>,
+}
+
+impl Sent {
+    fn new(at: Position, held: Cursor) -> Sent {
+        Sent {
+            last: at.cursor,
+            position: at,
+            held,
+            recent: Default::default(),
+        }
+    }
+
+    fn trade(&mut self, at: Position) {
+        self.last = at.cursor;
+        self.position = at;
+        self.held = self.held.max(at.cursor);
+        self.recent.insert((at.cursor, at.hash));
+        let floor = at.cursor.block.saturating_sub(RECENT_BLOCKS);
+        while self.recent.first().is_some_and(|(c, _)| c.block < floor) {
+            self.recent.pop_first();
+        }
+    }
+}
+
+/// Blocks of sent trades remembered against duplicates after a rewind (beyond any reorg depth).
+const RECENT_BLOCKS: u64 = 256;
+
 /// Replay then live. `Ok(())` when the hub let the session go (restart or slow consumer).
 async fn stream(
     st: &AppState,
     socket: &mut WebSocket,
     (account, id): (i64, u64),
     wallets: &[String],
-    since: Option<Cursor>,
-    dispatched: Cursor,
-    rx: &mut mpsc::Receiver<Arc<Item>>,
+    since: Option<Position>,
+    dispatched: Position,
+    rx: &mut mpsc::Receiver<Frame>,
 ) -> Result<(), Ended> {
-    let mut last = since.unwrap_or(dispatched);
+    let start = match since {
+        Some(since) => crate::resume::start(&st.pool, &st.ch, since, wallets)
+            .await
+            .map_err(Ended::Failed)?,
+        None => crate::resume::Start {
+            from: dispatched,
+            retract: Vec::new(),
+        },
+    };
+    let mut sent = Sent::new(start.from, since.map_or(dispatched.cursor, |s| s.cursor));
     let hello = Control::Hello {
         session: id,
         account,
         epoch: st.epoch,
-        cursor: last.to_string(),
+        cursor: sent.last.to_string(),
+        resume: sent.position.to_string(),
         head: st.hub.head(),
     };
     send(socket, hello.to_json()).await?;
-    if let Some(since) = since.filter(|s| *s < dispatched) {
-        last = replay(st, socket, account, wallets, since, dispatched).await?;
+    if !start.retract.is_empty() {
+        let names = names(st, &start.retract).await?;
+        for row in &start.retract {
+            let body = TradeMessage::from_row(row, names.get(&row.token_id)).to_json();
+            send(socket, stamp(Kind::Retract, &body, UnixMs::now().0)).await?;
+        }
+    }
+    if sent.last < dispatched.cursor {
+        replay(st, socket, account, wallets, &mut sent, dispatched.cursor).await?;
     }
     let every = Duration::from_millis(st.cfg.push_ws_heartbeat_ms);
     let mut heartbeat = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     loop {
         tokio::select! {
             frame = rx.recv() => {
-                let Some(item) = frame else { return Ok(()) };
-                if item.kind == Kind::Trade && item.cursor <= last {
-                    continue; // already replayed: no duplicate at the seam
-                }
+                let item = match frame {
+                    None => return Ok(()),
+                    Some(Frame::Rewind(to)) => {
+                        // A reorg: the new branch after the common ancestor comes again.
+                        if to.cursor < sent.last {
+                            sent.last = to.cursor;
+                            sent.position = to;
+                        }
+                        continue;
+                    }
+                    Some(Frame::Item(item)) => item,
+                };
                 let now = UnixMs::now().0;
-                send(socket, stamp(item.kind, &item.body, now)).await?;
-                if item.kind == Kind::Retract {
-                    // The ledger changed under the client: what follows the retracted trade is
-                    // delivered again from the new branch.
-                    last = last.min(before(item.cursor));
-                } else {
-                    last = item.cursor;
-                    st.recorder.record(Fact::Latency(latency_row(&item.cursor, item.t_detect_ms, now, account, st.epoch, false)));
+                match item.kind {
+                    Kind::Trade => {
+                        let key = (item.cursor, item.position.hash);
+                        if item.cursor <= sent.last || sent.recent.contains(&key) {
+                            continue; // already sent (replay seam, or replayed after a rewind)
+                        }
+                        send(socket, stamp(item.kind, &item.body, now)).await?;
+                        sent.trade(item.position);
+                        st.recorder.record(Fact::Latency(latency_row(&item.cursor, item.t_detect_ms, now, account, st.epoch, false)));
+                    }
+                    Kind::Retract => {
+                        if item.cursor > sent.held {
+                            continue; // never sent to this client
+                        }
+                        send(socket, stamp(item.kind, &item.body, now)).await?;
+                        sent.recent.remove(&(item.cursor, item.position.hash));
+                    }
                 }
             }
             _ = heartbeat.tick() => {
-                let hb = Control::Heartbeat { head: st.hub.head(), cursor: last.to_string(), t_ms: UnixMs::now().0 };
+                let hb = Control::Heartbeat {
+                    head: st.hub.head(),
+                    cursor: sent.last.to_string(),
+                    resume: sent.position.to_string(),
+                    t_ms: UnixMs::now().0,
+                };
                 send(socket, hb.to_json()).await?;
             }
             msg = socket.next() => match msg {
@@ -220,23 +297,22 @@ async fn stream(
     }
 }
 
-/// Replay `(since, through]` of `wallets` page by page (bounded memory per session), ledger
+/// Replay `(sent.last, through]` of `wallets` page by page (bounded memory per session), ledger
 /// order; past `push_resume_max_trades` the client gets a `resync` naming the last trade sent and
-/// backfills over REST. Returns the last cursor sent (or `since`).
+/// backfills over REST.
 async fn replay(
     st: &AppState,
     socket: &mut WebSocket,
     account: i64,
     wallets: &[String],
-    since: Cursor,
+    at: &mut Sent,
     through: Cursor,
-) -> Result<Cursor, Ended> {
+) -> Result<(), Ended> {
     let max = st.cfg.push_resume_max_trades;
-    let mut last = since;
     let mut sent = 0u64;
     loop {
         let page = REPLAY_PAGE.min(max - sent + 1);
-        let rows = trades::wallet_trades_between(&st.ch, wallets, last, through, page)
+        let rows = trades::wallet_trades_between(&st.ch, wallets, at.last, through, page)
             .await
             .map_err(|e| Ended::Failed(e.to_string()))?;
         let full = rows.len() as u64 >= page;
@@ -244,7 +320,7 @@ async fn replay(
         for row in rows {
             if sent == max {
                 let msg = Control::Resync {
-                    after: last.to_string(),
+                    after: at.last.to_string(),
                     reason: "resume window exceeded: backfill with GET /v1/trades".into(),
                 };
                 send(socket, msg.to_json()).await?;
@@ -263,11 +339,11 @@ async fn replay(
                 st.epoch,
                 true,
             )));
-            last = row.cursor();
+            at.trade(Position::of(row.cursor(), &row.block_hash));
             sent += 1;
         }
         if !full {
-            return Ok(last);
+            return Ok(());
         }
     }
 }
@@ -288,20 +364,6 @@ async fn names(
     db::market_names(&**c, &tokens)
         .await
         .map_err(|e| Ended::Failed(pmw_core::pg::describe(&e)))
-}
-
-/// The cursor just before `c`.
-fn before(c: Cursor) -> Cursor {
-    match c.log_index {
-        0 => Cursor {
-            block: c.block.saturating_sub(1),
-            log_index: pmw_core::types::cursor::MAX_LOG_INDEX,
-        },
-        i => Cursor {
-            block: c.block,
-            log_index: i - 1,
-        },
-    }
 }
 
 fn latency_row(

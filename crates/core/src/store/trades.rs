@@ -273,3 +273,20 @@ pub async fn wallet_trades_between(
         .fetch_all()
         .await
 }
+
+/// When the trade at `cursor` in the block whose hash starts with `hash_prefix` (hex, no `0x`)
+/// was ingested: the newest version of its not-retracted row, in ms. `None` if never stored.
+pub async fn ingested_ms(
+    ch: &ChClient,
+    cursor: Cursor,
+    hash_prefix: &str,
+) -> Result<Option<i64>, clickhouse::error::Error> {
+    let v: u64 = ch
+        .query(include_str!("sql/ingested_version.sql"))
+        .bind(cursor.block)
+        .bind(cursor.log_index)
+        .bind(format!("0x{hash_prefix}"))
+        .fetch_one()
+        .await?;
+    Ok((v > 0).then_some(v as i64))
+}
