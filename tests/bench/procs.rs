@@ -102,10 +102,3 @@ pub fn sibling(name: &str) -> anyhow::Result<PathBuf> {
     }
     Ok(p)
 }
-
-/// A free loopback port (bound and released; the child binds it right after).
-pub fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}

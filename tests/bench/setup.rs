@@ -15,7 +15,7 @@ use pmw_testkit::TestDb;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::procs::{free_port, sibling, Service};
+use crate::procs::{sibling, Service};
 use crate::Plan;
 
 /// An account with an API key, following `wallets`.
@@ -221,7 +221,7 @@ impl Bench {
     /// rounds) and wait until `/health` says it completed a round.
     pub async fn start_push(&mut self, legacy: Option<u64>) -> anyhow::Result<Push> {
         self.pushes += 1;
-        let port = free_port()?;
+        let port = pmw_testkit::free_port();
         let name = format!("bench-push-{}", self.pushes);
         let mut env = self.child_env(&name);
         env.push(("PMW_PUSH_LISTEN".into(), format!("127.0.0.1:{port}")));

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use pmw_core::UnixMs;
 use pmw_sim::anvil::Anvil;
-use pmw_testkit::TestDb;
+use pmw_testkit::{free_port, TestDb};
 
 use crate::systemd::{write_env, Systemd, UNITS};
 
@@ -28,14 +28,6 @@ pub struct Host {
     _anvil: Anvil,
     pub api: u16,
     pub stats: u16,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 impl Host {

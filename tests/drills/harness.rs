@@ -11,19 +11,11 @@ use std::time::{Duration, Instant};
 use pmw_core::{Cursor, UnixMs};
 use pmw_sim::anvil::Anvil;
 use pmw_sim::{demo_wallets, Sim};
-use pmw_testkit::{repo_root, stack_env, TestDb};
+use pmw_testkit::{free_port, repo_root, stack_env, TestDb};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_util::sync::CancellationToken;
 
 use crate::clients::{pct, resilient_client, ClientLog, Figures};
-
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// pm2 with a private home, killed on drop.
 pub struct Pm2 {

@@ -1,19 +1,27 @@
 //! Test support for pmw: starts the real local stack when it is not running, gives each test its
 //! own migrated Postgres database and ClickHouse database (dropped afterwards), runs services
-//! in-process or as child processes.
+//! in-process or as child processes, and holds the helpers every test binary shares (free ports,
+//! polling, a JSON client, webhook receivers). It depends on no service crate.
 
 mod db;
 mod guard;
+pub mod hooks;
+mod http;
+mod net;
 mod private;
 mod proc;
 mod proxy;
 mod service;
 mod stack;
+mod wait;
 
 pub use db::TestDb;
 pub use guard::schema_guard;
+pub use http::{Http, Resp};
+pub use net::free_port;
 pub use private::PrivateStack;
 pub use proc::{run_bin, ChildService};
 pub use proxy::TcpProxy;
-pub use service::ServiceHandle;
-pub use stack::{repo_root, stack_env, StackEnv};
+pub use service::{bound_within, ServiceHandle};
+pub use stack::{repo_root, stack_env, workspace_bin, StackEnv};
+pub use wait::eventually;

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Command;
 
+use crate::net::free_port;
 use crate::stack::{repo_root, StackEnv};
 
 /// A running private stack (Postgres and ClickHouse).
@@ -13,14 +14,6 @@ pub struct PrivateStack {
     pub env: StackEnv,
     vars: Vec<(String, String)>,
     dirs: Vec<PathBuf>,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 impl PrivateStack {
@@ -50,12 +43,7 @@ impl PrivateStack {
             .envs(stack.vars.iter().cloned())
             .output()
             .expect("scripts/stack env");
-        stack.env.vars = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| l.strip_prefix("export "))
-            .filter_map(|l| l.split_once('='))
-            .map(|(k, v)| (k.to_string(), v.trim_matches(['"', '\'']).to_string()))
-            .collect();
+        stack.env = StackEnv::parse(&String::from_utf8_lossy(&out.stdout));
         stack
     }
 

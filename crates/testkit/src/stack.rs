@@ -14,6 +14,17 @@ pub struct StackEnv {
 }
 
 impl StackEnv {
+    /// The `export KEY=VALUE` lines `scripts/stack env` prints.
+    pub(crate) fn parse(printed: &str) -> StackEnv {
+        let vars = printed
+            .lines()
+            .filter_map(|l| l.strip_prefix("export "))
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.trim_matches(['"', '\'']).to_string()))
+            .collect();
+        StackEnv { vars }
+    }
+
     pub fn get(&self, key: &str) -> &str {
         self.vars
             .get(key)
@@ -30,6 +41,24 @@ pub fn repo_root() -> PathBuf {
         .expect("repo root")
 }
 
+/// A binary of the workspace, built beside the running test binary (`cargo test --workspace` and
+/// `cargo nextest run --workspace` build every workspace binary first).
+pub fn workspace_bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    // target/<profile>/deps/<test>-<hash> → target/<profile>/<name>
+    let bin = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("test binary in target/<profile>/deps")
+        .join(name);
+    assert!(
+        bin.exists(),
+        "{} is missing: build the workspace binaries (cargo build --workspace)",
+        bin.display()
+    );
+    bin
+}
+
 fn stack_script() -> PathBuf {
     repo_root().join("scripts/stack")
 }
@@ -44,13 +73,7 @@ fn read_env() -> StackEnv {
         "scripts/stack env failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let vars = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.strip_prefix("export "))
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.trim_matches(['"', '\'']).to_string()))
-        .collect();
-    StackEnv { vars }
+    StackEnv::parse(&String::from_utf8_lossy(&out.stdout))
 }
 
 fn reachable(url_host_port: &str) -> bool {

@@ -1,0 +1,292 @@
+//! The delivery log (ClickHouse `delivery_log`, newest first, keyset pages that return every
+//! attempt once) and replay (rows in `webhook_deliveries` in the push engine's shape, same
+//! `webhook-id`, finished ones queued again, pending ones untouched).
+
+use std::collections::BTreeSet;
+
+use crate::common::{set_push_cursor, set_watermark, trade_row, wallet, Api};
+use pmw_core::store::latency::insert_all;
+use pmw_core::store::trades::insert_trades;
+use pmw_core::store::DeliveryLogRow;
+use pmw_core::webhook::{webhook_id, DeliveryKind};
+use pmw_core::Cursor;
+use serde_json::json;
+
+fn attempt(endpoint: u64, i: u32, t: i64) -> DeliveryLogRow {
+    DeliveryLogRow {
+        delivery_id: format!("msg_{i:04}"),
+        endpoint_id: endpoint,
+        account_id: 1,
+        attempt: 1 + i % 3,
+        kind: "trade".into(),
+        block_number: 100 + u64::from(i),
+        log_index: i,
+        t_attempt_ms: t,
+        duration_ms: 12,
+        status_code: if i.is_multiple_of(2) { 200 } else { 500 },
+        outcome: if i.is_multiple_of(2) {
+            "delivered"
+        } else {
+            "retry"
+        }
+        .into(),
+        error: String::new(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delivery_log_pages_newest_first_each_attempt_once() {
+    let api = Api::start().await;
+    let (_, key) = api.account("pro").await;
+    let ep = api
+        .post(
+            "/v1/webhooks",
+            &key,
+            json!({"url": "https://example.com/h"}),
+        )
+        .await
+        .body["id"]
+        .as_i64()
+        .unwrap();
+    // 25 attempts, several sharing a timestamp; 5 of another endpoint.
+    let mut rows: Vec<DeliveryLogRow> = (0..25)
+        .map(|i| attempt(ep as u64, i, 1_000 + i64::from(i / 3)))
+        .collect();
+    rows.extend((0..5).map(|i| attempt(ep as u64 + 1, 100 + i, 5_000)));
+    insert_all(&api.db.ch, "delivery_log", &rows).await.unwrap();
+
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let q = cursor
+            .as_ref()
+            .map(|c| format!("&cursor={c}"))
+            .unwrap_or_default();
+        let r = api
+            .get(&format!("/v1/webhooks/{ep}/deliveries?limit=10{q}"), &key)
+            .await;
+        r.expect(200, None);
+        pages += 1;
+        for a in r.body["attempts"].as_array().unwrap() {
+            seen.push((
+                a["t_attempt_ms"].as_i64().unwrap(),
+                a["delivery_id"].as_str().unwrap().to_string(),
+            ));
+        }
+        match r.body["next"].as_str() {
+            Some(n) => cursor = Some(n.to_string()),
+            None => break,
+        }
+    }
+    assert_eq!(pages, 3);
+    assert_eq!(seen.len(), 25, "every attempt once: {seen:?}");
+    assert_eq!(seen.iter().collect::<BTreeSet<_>>().len(), 25);
+    assert!(
+        seen.windows(2).all(|w| w[0] > w[1]),
+        "newest first: {seen:?}"
+    );
+    assert!(
+        seen.iter().all(|(_, id)| id.as_str() < "msg_0100"),
+        "only this endpoint's attempts"
+    );
+
+    for bad in ["x", "1.2", "a.1.msg", "1.b.msg", "1.1."] {
+        api.get(&format!("/v1/webhooks/{ep}/deliveries?cursor={bad}"), &key)
+            .await
+            .expect(400, Some("invalid_cursor"));
+    }
+    for limit in ["0", "1001", "1000000"] {
+        api.get(&format!("/v1/webhooks/{ep}/deliveries?limit={limit}"), &key)
+            .await
+            .expect(422, Some("invalid_limit"));
+    }
+    api.get(&format!("/v1/webhooks/{ep}/deliveries?limit=-1"), &key)
+        .await
+        .expect(400, Some("invalid_query"));
+    api.get(&format!("/v1/webhooks/{ep}/deliveries?page=2"), &key)
+        .await
+        .expect(400, Some("invalid_query"));
+    let (_, other) = api.account("pro").await;
+    api.get(&format!("/v1/webhooks/{ep}/deliveries"), &other)
+        .await
+        .expect(404, Some("not_found"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_enqueues_the_accounts_trades_after_the_cursor() {
+    let api = Api::start().await;
+    let (_, key) = api.account("pro").await;
+    let mine = wallet(0xaa);
+    api.post("/v1/subscriptions", &key, json!({"wallet": mine}))
+        .await
+        .expect(201, None);
+    let ep = api
+        .post(
+            "/v1/webhooks",
+            &key,
+            json!({"url": "https://example.com/h"}),
+        )
+        .await
+        .body["id"]
+        .as_i64()
+        .unwrap();
+    // Blocks 10..=19: two fills of mine and one of someone else per block.
+    let mut rows = Vec::new();
+    for b in 10..20 {
+        rows.push(trade_row(b, 1, &mine));
+        rows.push(trade_row(b, 2, &wallet(0xbb)));
+        rows.push(trade_row(b, 3, &mine));
+    }
+    insert_trades(&api.db.ch, &rows).await.unwrap();
+    set_watermark(&api.db, 19).await;
+    // Push has processed up to block 17: replay stops there (push delivers the rest itself).
+    set_push_cursor(&api.db, 17, 999_999).await;
+
+    let r = api
+        .post(
+            &format!("/v1/webhooks/{ep}/replay"),
+            &key,
+            json!({"after": "000000000012-000001", "limit": 5}),
+        )
+        .await;
+    r.expect(202, None);
+    assert_eq!(r.body["enqueued"], 5);
+    assert_eq!(r.body["more"], true);
+    let next = r.body["next"].as_str().unwrap().to_string();
+    assert_eq!(next, "000000000014-000003");
+    let r = api
+        .post(
+            &format!("/v1/webhooks/{ep}/replay"),
+            &key,
+            json!({"after": next}),
+        )
+        .await;
+    r.expect(202, None);
+    assert_eq!(r.body["enqueued"], 6, "blocks 15..=17, two fills each");
+    assert_eq!(r.body["more"], false);
+
+    let c = api.db.pg.get().await.unwrap();
+    let stored = c
+        .query(
+            "SELECT id, endpoint_id, kind, block_number, log_index, payload, state, attempts, t_detect_ms \
+             FROM webhook_deliveries ORDER BY block_number, log_index",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(stored.len(), 11);
+    let first = &stored[0];
+    let cur = Cursor {
+        block: 12,
+        log_index: 3,
+    };
+    assert_eq!(
+        first.get::<_, String>(0),
+        webhook_id(cur, &format!("0x{:064x}", 12), ep, DeliveryKind::Trade)
+    );
+    assert_eq!(first.get::<_, i64>(1), ep);
+    assert_eq!(first.get::<_, String>(2), "trade");
+    let payload: serde_json::Value = first.get(5);
+    assert_eq!(payload["type"], "trade");
+    assert_eq!(payload["cursor"], cur.to_string());
+    assert_eq!(payload["trade"]["wallet"], mine);
+    assert_eq!(first.get::<_, String>(6), "pending");
+    assert!(
+        stored.iter().all(|r| r.get::<_, i64>(3) <= 17),
+        "never past the push cursor"
+    );
+
+    // Again: everything is still pending, nothing changes.
+    let r = api
+        .post(
+            &format!("/v1/webhooks/{ep}/replay"),
+            &key,
+            json!({"after": "000000000012-000001"}),
+        )
+        .await;
+    assert_eq!(r.body["enqueued"], 0);
+    // Delivered ones are queued again with the same webhook-id.
+    c.execute("UPDATE webhook_deliveries SET state = 'delivered', attempts = 1, done_ms = 1 WHERE block_number = 13", &[])
+        .await
+        .unwrap();
+    let r = api
+        .post(
+            &format!("/v1/webhooks/{ep}/replay"),
+            &key,
+            json!({"after": "000000000012-000001"}),
+        )
+        .await;
+    assert_eq!(r.body["enqueued"], 2);
+    assert_eq!(
+        api.count(
+            "SELECT count(*) FROM webhook_deliveries WHERE state = 'pending' AND attempts = 0"
+        )
+        .await,
+        11
+    );
+
+    // Bad input stores nothing.
+    let before = api.count("SELECT count(*) FROM webhook_deliveries").await;
+    for (body, status, code) in [
+        (json!({"after": "nope"}), 400, "invalid_cursor"),
+        (
+            json!({"after": "000000000012-00000"}),
+            400,
+            "invalid_cursor",
+        ),
+        (
+            json!({"after": "000000000012-000001", "limit": 0}),
+            422,
+            "invalid_limit",
+        ),
+        (
+            json!({"after": "000000000012-000001", "limit": 1_000_000}),
+            422,
+            "invalid_limit",
+        ),
+        (
+            json!({"after": "000000000012-000001", "limit": -5}),
+            422,
+            "invalid_body",
+        ),
+        (
+            json!({"after": "000000000012-000001", "from": 1}),
+            422,
+            "invalid_body",
+        ),
+        (json!({}), 422, "invalid_body"),
+    ] {
+        api.post(&format!("/v1/webhooks/{ep}/replay"), &key, body)
+            .await
+            .expect(status, Some(code));
+    }
+    // A disabled endpoint is not replayed to.
+    api.call(
+        reqwest::Method::PATCH,
+        &format!("/v1/webhooks/{ep}"),
+        Some(&key),
+        Some(json!({"enabled": false})),
+    )
+    .await
+    .expect(200, None);
+    c.execute("UPDATE webhook_deliveries SET state = 'delivered'", &[])
+        .await
+        .unwrap();
+    api.post(
+        &format!("/v1/webhooks/{ep}/replay"),
+        &key,
+        json!({"after": "000000000000-000000"}),
+    )
+    .await
+    .expect(409, Some("endpoint_disabled"));
+    assert_eq!(
+        api.count("SELECT count(*) FROM webhook_deliveries").await,
+        before
+    );
+    assert_eq!(
+        api.count("SELECT count(*) FROM webhook_deliveries WHERE state = 'pending'")
+            .await,
+        0
+    );
+}

@@ -1,0 +1,12 @@
+//! pmw-api's integration tests, one module per subject, on the real local stack (the API in-
+//! process; tests that also run push live in the top-level `tests/e2e`).
+
+mod account;
+mod common;
+mod config;
+mod deliveries;
+mod openapi;
+mod schema_guard;
+mod subscriptions;
+mod trades;
+mod webhooks;

@@ -1,0 +1,7 @@
+//! pmw-live's integration tests: live in-process on a private anvil with the real Postgres and
+//! ClickHouse.
+
+mod common;
+mod ingest;
+mod notifier;
+mod schema_guard;

@@ -1,0 +1,9 @@
+//! pmw-sim's integration tests on a private anvil: the emitted events, reorgs, the metadata server
+//! and the CLI.
+
+mod cli;
+mod common;
+mod emit;
+mod events;
+mod markets;
+mod reorg;

@@ -1,0 +1,97 @@
+//! A broken API-only setting stops pmw-api's own entry point (exit 78) and never push: with the
+//! same broken `PMW_API_*` environment, pmw-push leads and completes rounds in-process.
+
+use std::time::Duration;
+
+use pmw_api::ApiConfig;
+use pmw_core::config::CoreConfig;
+use pmw_push::webhook::WebhookConfig;
+use pmw_push::PushConfig;
+use pmw_testkit::{ServiceHandle, TestDb};
+use tokio_util::sync::CancellationToken;
+
+/// The broken settings of pmw-api's own config test (`crates/api/tests/it/config.rs`).
+const BROKEN: &[(&str, &str)] = &[
+    ("PMW_API_PLANS", "{not json"),
+    ("PMW_API_RATE_PER_SEC", "fast"),
+    ("PMW_API_DEFAULT_PLAN", "platinum"),
+    ("PMW_API_LISTEN", "0.0.0.0:80"),
+];
+
+#[test]
+#[allow(clippy::result_large_err)]
+fn push_runs_in_process_under_a_broken_api_environment() {
+    figment::Jail::expect_with(|jail| {
+        for (k, v) in BROKEN {
+            jail.set_env(k, v);
+        }
+        jail.set_env("PMW_PUSH_LISTEN", "127.0.0.1:0");
+        jail.set_env("PMW_PUSH_FALLBACK_MS", "200");
+        jail.set_env("PMW_PUSH_LOCK_SEGMENT_MS", "1000");
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let db = TestDb::new().await;
+            // pmw-api's own entry point refuses to start: configuration error, exit 78.
+            let refused = pmw_api::run(db.cfg.clone(), CancellationToken::new()).await;
+            let e = refused.expect_err("api must refuse broken settings");
+            assert_eq!(e.exit_code(), 78, "{e}");
+            // pmw-push's own entry point (which loads its settings from this environment) leads
+            // and completes rounds.
+            let core = db.cfg.clone();
+            let push = ServiceHandle::spawn(move |stop| pmw_push::run(core, stop));
+            let c = db.connect().await;
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+            loop {
+                let row = c
+                    .query_opt(
+                        "SELECT (state->>'last_round_ms')::bigint FROM heartbeats \
+                         WHERE service = 'pmw-push' AND state->>'role' = 'leader'",
+                        &[],
+                    )
+                    .await
+                    .unwrap();
+                if row
+                    .and_then(|r| r.get::<_, Option<i64>>(0))
+                    .is_some_and(|t| t > 0)
+                {
+                    break;
+                }
+                assert!(
+                    !push.is_finished(),
+                    "push stopped under a broken api setting"
+                );
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "push never completed a round"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            push.stop().await.expect("push stops cleanly");
+        });
+        Ok(())
+    });
+}
+
+#[test]
+#[allow(clippy::result_large_err)] // figment's Jail API returns its Error by value
+fn broken_api_settings_leave_core_and_push_settings_loadable() {
+    figment::Jail::expect_with(|jail| {
+        for (k, v) in BROKEN {
+            jail.set_env(k, v);
+        }
+        jail.set_env("PMW_PUSH_LISTEN", "127.0.0.1:0");
+        CoreConfig::load().map_err(|e| e.to_string())?;
+        PushConfig::load().map_err(|e| e.to_string())?;
+        WebhookConfig::load().map_err(|e| e.to_string())?;
+        let err = ApiConfig::load().expect_err("the api refuses broken settings");
+        assert!(
+            err.to_string().to_uppercase().contains("API_"),
+            "names the setting: {err}"
+        );
+        Ok(())
+    });
+}

@@ -1,0 +1,256 @@
+//! `/v1/ready` on the real stack: 503 with a reason while push has no recent round (no leader,
+//! stopped leader, stale heartbeat), while the detect→push median is too high, and while
+//! Postgres or ClickHouse is unreachable; 200 again as soon as each recovers. `/v1/health`
+//! answers regardless. A missing push standby (no fresh `standby` heartbeat) is reported in
+//! `checks.push_standby` and `warnings` without flipping readiness.
+
+use std::time::Duration;
+
+use crate::api::{push_config, ready_becomes, spawn_api, start_push, test_config, Api};
+use pmw_api::ApiConfig;
+use pmw_core::store::latency::insert_push;
+use pmw_core::store::PushLatencyRow;
+use pmw_core::UnixMs;
+use pmw_testkit::{Http, Resp, ServiceHandle, TcpProxy, TestDb};
+use secrecy::{ExposeSecret, SecretString};
+
+const WITHIN: Duration = Duration::from_secs(20);
+
+fn cfg() -> ApiConfig {
+    ApiConfig {
+        api_ready_round_max_age_ms: 2_000,
+        ..test_config()
+    }
+}
+
+fn latency(t_push_ms: i64, ms: i64, backfilled: u8) -> PushLatencyRow {
+    PushLatencyRow {
+        block_number: 1,
+        log_index: 0,
+        channel: "ws".into(),
+        target_id: 1,
+        t_detect_ms: t_push_ms - ms,
+        t_push_ms,
+        epoch: 1,
+        backfilled,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_follows_push_rounds_and_latency() {
+    let api = Api::start_with(cfg()).await;
+    let health = api
+        .call(reqwest::Method::GET, "/v1/health", None, None)
+        .await;
+    health.expect(200, None);
+    assert_eq!(health.body["status"], "ok");
+
+    let r = ready_becomes(&api.base, 503, WITHIN).await;
+    assert_eq!(r.code(), "not_ready");
+    assert!(r.text.contains("no push leader heartbeat"), "{}", r.text);
+    assert_eq!(r.body["checks"]["postgres"]["ok"], true);
+
+    // Push leads and completes rounds: ready.
+    let (push, _) = start_push(api.db.cfg.clone(), "push-a").await;
+    let r = ready_becomes(&api.base, 200, WITHIN).await;
+    assert_eq!(r.body["ready"], true);
+    assert_eq!(r.body["checks"]["push"]["detail"]["instance"], "push-a");
+
+    // Push stops: not ready.
+    push.stop().await.unwrap();
+    let r = ready_becomes(&api.base, 503, WITHIN).await;
+    assert!(r.body["checks"]["push"]["ok"] == false, "{}", r.text);
+
+    // Push back: ready again.
+    let (push, _) = start_push(api.db.cfg.clone(), "push-b").await;
+    ready_becomes(&api.base, 200, WITHIN).await;
+
+    // A leader whose heartbeat went stale (hung or killed without a goodbye) is not ready.
+    push.stop().await.unwrap();
+    let c = api.db.pg.get().await.unwrap();
+    let old = UnixMs::now().0 - 60_000;
+    c.execute(
+        "UPDATE heartbeats SET beat_ms = $1, state = jsonb_build_object('role', 'leader', 'last_round_ms', $1::bigint) \
+         WHERE service = 'pmw-push'",
+        &[&old],
+    )
+    .await
+    .unwrap();
+    let r = ready_becomes(&api.base, 503, WITHIN).await;
+    assert!(r.text.contains("last beat"), "{}", r.text);
+    let (_push, _) = start_push(api.db.cfg.clone(), "push-b").await;
+    ready_becomes(&api.base, 200, WITHIN).await;
+
+    // Detect→push median over the window above 5 s: not ready. Backfilled rows and rows outside
+    // the window (a corrupt far-future one included) do not count.
+    let now = UnixMs::now().0;
+    let mut rows: Vec<PushLatencyRow> =
+        (0..5).map(|i| latency(now - 1_000 - i, 8_000, 0)).collect();
+    rows.extend((0..20).map(|i| latency(now - 1_000 - i, 10, 1)));
+    rows.extend((0..20).map(|i| latency(now - 30 * 60_000 - i, 10, 0)));
+    rows.extend((0..20).map(|i| latency(now + 86_400_000 + i, 10, 0)));
+    insert_push(&api.db.ch, &rows).await.unwrap();
+    let r = ready_becomes(&api.base, 503, WITHIN).await;
+    assert_eq!(r.body["checks"]["latency"]["ok"], false, "{}", r.text);
+    assert_eq!(r.body["checks"]["latency"]["detail"]["median_ms"], 8_000);
+    assert_eq!(r.body["checks"]["latency"]["detail"]["samples"], 5);
+    assert!(r.text.contains("detect→push median"), "{}", r.text);
+    // Fast deliveries bring the median back under the threshold.
+    let now = UnixMs::now().0;
+    insert_push(
+        &api.db.ch,
+        &(0..10)
+            .map(|i| latency(now - 500 - i, 40, 0))
+            .collect::<Vec<_>>(),
+    )
+    .await
+    .unwrap();
+    let r = ready_becomes(&api.base, 200, WITHIN).await;
+    assert_eq!(r.body["checks"]["latency"]["detail"]["median_ms"], 40);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_is_503_while_a_store_is_unreachable() {
+    let db = TestDb::new().await;
+    let pg_port = db.cfg.postgres().get_ports()[0];
+    let pg_proxy = TcpProxy::start(format!("127.0.0.1:{pg_port}").parse().unwrap()).await;
+    let ch_target = db
+        .cfg
+        .clickhouse_url
+        .trim_start_matches("http://")
+        .to_string();
+    let ch_proxy = TcpProxy::start(ch_target.parse().unwrap()).await;
+    let mut core = db.cfg.clone();
+    core.postgres_url = SecretString::from(core.postgres_url.expose_secret().replace(
+        &format!(":{pg_port}/"),
+        &format!(":{}/", pg_proxy.addr.port()),
+    ));
+    core.clickhouse_url = format!("http://{}", ch_proxy.addr);
+    let (addr, _api) = spawn_api(core, cfg()).await;
+    let base = format!("http://{addr}");
+    let (_push, _) = start_push(db.cfg.clone(), "push-a").await;
+    ready_becomes(&base, 200, WITHIN).await;
+
+    pg_proxy.cut();
+    let r = ready_becomes(&base, 503, WITHIN).await;
+    assert_eq!(r.body["checks"]["postgres"]["ok"], false, "{}", r.text);
+    assert!(r.text.contains("postgres unreachable"), "{}", r.text);
+    // Health does not depend on the stores.
+    let h = reqwest::get(format!("{base}/v1/health")).await.unwrap();
+    assert_eq!(h.status().as_u16(), 200);
+    pg_proxy.restore();
+    ready_becomes(&base, 200, WITHIN).await;
+
+    ch_proxy.cut();
+    let r = ready_becomes(&base, 503, WITHIN).await;
+    assert_eq!(r.body["checks"]["clickhouse"]["ok"], false, "{}", r.text);
+    assert!(r.text.contains("clickhouse unreachable"), "{}", r.text);
+    ch_proxy.restore();
+    ready_becomes(&base, 200, WITHIN).await;
+}
+
+/// Poll `GET /v1/ready` until `pred` holds on the response (within [`WITHIN`]).
+async fn ready_until(base: &str, what: &str, pred: impl Fn(&Resp) -> bool) -> Resp {
+    Http::at(base).until("/v1/ready", WITHIN, what, pred).await
+}
+
+fn standby_ok(r: &Resp) -> bool {
+    r.body["checks"]["push_standby"]["ok"] == true
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_push_standby_is_a_warning_not_a_503() {
+    let api = Api::start_with(cfg()).await;
+    let r = ready_becomes(&api.base, 503, WITHIN).await;
+    assert_eq!(r.body["checks"]["push_standby"]["ok"], false, "{}", r.text);
+    assert!(
+        r.text.contains("no push standby: no standby heartbeat"),
+        "{}",
+        r.text
+    );
+
+    // A leader alone serves: ready, but the missing standby is reported and counted.
+    let (leader, _) = start_push(api.db.cfg.clone(), "push-a").await;
+    let r = ready_becomes(&api.base, 200, WITHIN).await;
+    assert_eq!(r.body["ready"], true);
+    assert_eq!(r.body["checks"]["push_standby"]["ok"], false, "{}", r.text);
+    assert_eq!(r.body["checks"]["push_standby"]["detail"]["standbys"], 0);
+    let reason = r.body["checks"]["push_standby"]["reason"].as_str().unwrap();
+    assert!(reason.contains("single point of failure"), "{reason}");
+    assert_eq!(
+        r.body["warnings"],
+        serde_json::json!([reason]),
+        "{}",
+        r.text
+    );
+    assert!(r.body.get("error").is_none(), "{}", r.text);
+
+    // A standby waiting on the lock: the check passes, no warnings.
+    let mut core = api.db.cfg.clone();
+    core.instance = Some("push-b".into());
+    let hooks = pmw_push::webhook::WebhookConfig::default();
+    let standby = ServiceHandle::spawn(move |stop| {
+        pmw_push::run_with(core, push_config(), hooks, stop, None)
+    });
+    let r = ready_until(&api.base, "a fresh standby", standby_ok).await;
+    assert_eq!(r.status.as_u16(), 200, "{}", r.text);
+    assert_eq!(
+        r.body["checks"]["push_standby"]["detail"]["instances"],
+        serde_json::json!(["push-b"])
+    );
+    assert_eq!(r.body["warnings"], serde_json::json!([]));
+    // It keeps beating while it waits: fresh again long after the 2 s limit (one beat at start
+    // would have gone stale for good).
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let r = ready_until(&api.base, "the standby still fresh", standby_ok).await;
+    assert_eq!(r.status.as_u16(), 200, "{}", r.text);
+    assert!(!standby.is_finished());
+
+    // A standby that died without a goodbye (kill -9): its beat goes stale, and the age is told.
+    let c = api.db.pg.get().await.unwrap();
+    c.execute(
+        "INSERT INTO heartbeats (service, instance, pid, started_ms, beat_ms, state) \
+         VALUES ('pmw-push', 'push-c', 1, 0, $1, '{\"role\": \"standby\"}')",
+        &[&(UnixMs::now().0 - 60_000)],
+    )
+    .await
+    .unwrap();
+    standby.stop().await.unwrap();
+    let r = ready_until(&api.base, "the standby missing", |r| !standby_ok(r)).await;
+    assert_eq!(r.status.as_u16(), 200, "{}", r.text);
+    assert!(
+        r.text.contains("no push standby: last standby beat"),
+        "{}",
+        r.text
+    );
+    assert_eq!(
+        r.body["checks"]["push_standby"]["detail"]["stale"][0]["instance"], "push-c",
+        "{}",
+        r.text
+    );
+    leader.stop().await.unwrap();
+
+    // The document describes what is served.
+    let doc = api
+        .call(reqwest::Method::GET, "/v1/openapi.json", None, None)
+        .await;
+    let schemas = &doc.body["components"]["schemas"];
+    assert!(
+        schemas["Checks"]["properties"]["push_standby"].is_object(),
+        "{}",
+        schemas["Checks"]
+    );
+    assert!(
+        schemas["Checks"]["required"]
+            .as_array()
+            .unwrap()
+            .contains(&"push_standby".into()),
+        "{}",
+        schemas["Checks"]
+    );
+    assert!(
+        schemas["Readiness"]["properties"]["warnings"].is_object(),
+        "{}",
+        schemas["Readiness"]
+    );
+}

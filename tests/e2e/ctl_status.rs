@@ -1,0 +1,271 @@
+//! `pmwctl status` and `pmwctl diag` against a real push leader (in-process): leader and epoch,
+//! cursors and lag, last round, webhook backlog by age; the runbook's read interval, listener,
+//! xmin holders and hot tables; the push standby, and a warning when there is none.
+
+use std::time::Duration;
+
+use pmw_core::UnixMs;
+use pmw_testkit::{run_bin, workspace_bin, ServiceHandle, TestDb};
+use serde_json::Value;
+
+async fn ctl(db: &TestDb, args: &[&str]) -> (i32, String, String) {
+    let mut env = db.env();
+    // No chain here: the RPC head is reported as unknown.
+    env.push(("PMW_RPC_HTTP_URL".into(), "http://127.0.0.1:9".into()));
+    run_bin(
+        &workspace_bin("pmwctl"),
+        &env,
+        args,
+        Duration::from_secs(60),
+    )
+    .await
+}
+
+async fn start_push(db: &TestDb) -> ServiceHandle {
+    let push = pmw_push::PushConfig {
+        push_listen: "127.0.0.1:0".parse().unwrap(),
+        push_lock_segment_ms: 1_000,
+        push_fallback_ms: 200,
+        ..pmw_push::PushConfig::default()
+    };
+    crate::harness::start_push(db.cfg.clone(), "push-a", push, Default::default())
+        .await
+        .0
+}
+
+async fn seed(db: &TestDb) {
+    let c = db.connect().await;
+    c.batch_execute(
+        "INSERT INTO ingest_cursor (id, block_number, block_hash, updated_ms) VALUES (1, 120, '0xabc', 0)",
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_leader_cursors_lag_and_backlog() {
+    let db = TestDb::new().await;
+    seed(&db).await;
+    let push = start_push(&db).await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await; // a heartbeat after a few rounds
+                                                            // Webhook backlog: pending deliveries of several ages, one failed.
+    let c = db.connect().await;
+    let now = UnixMs::now().0;
+    let acct: i64 = c
+        .query_one(
+            "INSERT INTO accounts (name, plan, created_ms) VALUES ('a', 'free', 0) RETURNING id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let ep: i64 = c
+        .query_one(
+            "INSERT INTO webhook_endpoints (account_id, url, secret, enabled, created_ms, updated_ms) \
+             VALUES ($1, 'https://example.com/', 'whsec_x', false, 0, 0) RETURNING id",
+            &[&acct],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    for (i, (age_ms, state)) in [
+        (1_000, "pending"),
+        (30_000, "pending"),
+        (120_000, "pending"),
+        (7_200_000, "pending"),
+        (5_000, "failed"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        c.execute(
+            "INSERT INTO webhook_deliveries (id, endpoint_id, kind, block_number, log_index, payload, state, \
+               next_attempt_ms, t_detect_ms, created_ms) VALUES ($1, $2, 'trade', 1, $3, '{}', $4, $5, 0, $5)",
+            &[&format!("d{i}"), &ep, &(i as i32), state, &(now - age_ms)],
+        )
+        .await
+        .unwrap();
+    }
+
+    let (code, out, err) = ctl(&db, &["status", "--json"]).await;
+    assert_eq!(code, 0, "{err}");
+    let s: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(s["leader"]["instance"], "push-a");
+    assert_eq!(s["leader"]["epoch"], 1);
+    assert_eq!(s["leader"]["role"], "leader");
+    assert_eq!(s["leader"]["listener"], "listen");
+    assert!(
+        s["leader"]["last_round_age_ms"].as_i64().unwrap() < 5_000,
+        "{s}"
+    );
+    assert_eq!(s["ingest"]["block"], 120);
+    assert_eq!(
+        s["push"]["block"], 120,
+        "the first leader starts at the watermark"
+    );
+    assert_eq!(s["lag_blocks"]["push"], 0);
+    assert_eq!(s["push_backlog_trades"], 0);
+    assert!(s["chain_head"].is_null() && s["lag_blocks"]["ingest"].is_null());
+    assert_eq!(s["webhooks"]["pending"], 4);
+    assert_eq!(s["webhooks"]["failed"], 1);
+    let counts: Vec<i64> = s["webhooks"]["by_age"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["count"].as_i64().unwrap())
+        .collect();
+    assert_eq!(counts, [1, 1, 1, 0, 1]);
+
+    let (code, out, _) = ctl(&db, &["status"]).await;
+    assert_eq!(code, 0);
+    for needle in [
+        "push leader   push-a",
+        "epoch 1",
+        "push cursor   000000000120-",
+        "4 pending",
+        "listener listen",
+    ] {
+        assert!(out.contains(needle), "{needle:?} missing in:\n{out}");
+    }
+    push.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn diag_runs_the_runbook() {
+    let db = TestDb::new().await;
+    seed(&db).await;
+    let push = start_push(&db).await;
+    // Something holding a snapshot: an open repeatable-read transaction that has read.
+    let holder = db.connect().await;
+    holder.batch_execute("SET application_name = 'xmin-holder'; BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM push_cursor").await.unwrap();
+
+    let (code, out, err) = ctl(&db, &["diag", "--json", "--sample-secs", "3"]).await;
+    assert_eq!(code, 0, "{err}");
+    let d: Value = serde_json::from_str(&out).unwrap();
+    let interval = &d["read_interval"];
+    assert!(
+        interval["distinct_rounds_seen"].as_u64().unwrap() >= 2,
+        "{interval}"
+    );
+    assert!(
+        interval["mean_interval_ms"].as_f64().is_some(),
+        "{interval}"
+    );
+    assert_eq!(d["listener"]["listener"], "listen");
+    assert_eq!(d["listener"]["listen_sessions"], 1);
+    let holders = d["xmin_holders"].as_array().unwrap();
+    assert!(
+        holders
+            .iter()
+            .any(|h| h["application_name"] == "xmin-holder"),
+        "{holders:?}"
+    );
+    let tables: Vec<&str> = d["hot_tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["table"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        tables,
+        [
+            "heartbeats",
+            "ingest_cursor",
+            "push_cursor",
+            "push_epoch",
+            "ws_claims"
+        ]
+    );
+    assert!(d["hot_tables"][0]["total_bytes"].as_i64().unwrap() > 0);
+
+    let (code, out, _) = ctl(&db, &["diag", "--sample-secs", "1"]).await;
+    assert_eq!(code, 0);
+    for needle in [
+        "1. push read interval",
+        "2. listener: push waits on LISTEN",
+        "3. backend_xmin holders",
+        "xmin-holder",
+        "ingest_cursor",
+    ] {
+        assert!(out.contains(needle), "{needle:?} missing in:\n{out}");
+    }
+    holder.batch_execute("ROLLBACK").await.unwrap();
+    push.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_the_standby_and_warns_when_there_is_none() {
+    let db = TestDb::new().await;
+    seed(&db).await;
+    let leader = start_push(&db).await;
+    let (code, out, err) = ctl(&db, &["status", "--json"]).await;
+    assert_eq!(code, 0, "{err}");
+    let s: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(s["standbys"], serde_json::json!([]), "{s}");
+    let warnings = s["warnings"].as_array().unwrap();
+    assert_eq!(warnings.len(), 1, "{s}");
+    assert!(
+        warnings[0].as_str().unwrap().contains("no push standby"),
+        "{s}"
+    );
+    let (_, out, _) = ctl(&db, &["status"]).await;
+    assert!(out.contains("push standby  none"), "{out}");
+    assert!(out.contains("WARNING       no push standby"), "{out}");
+
+    // A standby waits on the lock: shown with its pid, no warning.
+    let mut core = db.cfg.clone();
+    core.instance = Some("push-b".into());
+    let push = pmw_push::PushConfig {
+        push_listen: "127.0.0.1:0".parse().unwrap(),
+        push_lock_segment_ms: 1_000,
+        ..pmw_push::PushConfig::default()
+    };
+    let hooks = pmw_push::webhook::WebhookConfig::default();
+    let standby =
+        ServiceHandle::spawn(move |stop| pmw_push::run_with(core, push, hooks, stop, None));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let s = loop {
+        let (code, out, err) = ctl(&db, &["status", "--json"]).await;
+        assert_eq!(code, 0, "{err}");
+        let s: Value = serde_json::from_str(&out).unwrap();
+        if s["standbys"][0]["fresh"] == true {
+            break s;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no standby shown: {s}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(s["standbys"][0]["instance"], "push-b", "{s}");
+    assert_eq!(s["standbys"][0]["pid"], std::process::id(), "{s}");
+    assert_eq!(s["warnings"], serde_json::json!([]), "{s}");
+    // It beats while it waits, not once: seconds after it started, its heartbeat is recent.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, out, _) = ctl(&db, &["status", "--json"]).await;
+        let s: Value = serde_json::from_str(&out).unwrap();
+        let b = &s["standbys"][0];
+        assert!(b["waiting_age_ms"].as_i64().unwrap() >= 4_000, "{s}");
+        if b["beat_age_ms"].as_i64().unwrap() < 3_000 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the standby beats every second: {s}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (_, out, _) = ctl(&db, &["status"]).await;
+    assert!(out.contains("push standby  push-b (pid "), "{out}");
+    assert!(!out.contains("WARNING"), "{out}");
+
+    // The standby stops: the warning is back at once (it says `stopped` on the way out).
+    standby.stop().await.unwrap();
+    let (_, out, _) = ctl(&db, &["status", "--json"]).await;
+    let s: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(s["standbys"], serde_json::json!([]), "{s}");
+    assert_eq!(s["warnings"].as_array().unwrap().len(), 1, "{s}");
+    leader.stop().await.unwrap();
+}

@@ -1,0 +1,310 @@
+//! The shared e2e harness: a private anvil with pmw-sim, pmw-live and pmw-push in-process (push
+//! on port 0), accounts created directly in Postgres, and a WebSocket client that records every
+//! frame.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use pmw_core::trade::Allowlist;
+use pmw_core::{CoreConfig, Cursor, UnixMs};
+use pmw_push::webhook::WebhookConfig;
+use pmw_push::PushConfig;
+use pmw_sim::anvil::Anvil;
+use pmw_sim::{Emitted, RunConfig, Sim};
+use pmw_testkit::{bound_within, ServiceHandle, TestDb};
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_util::sync::CancellationToken;
+
+/// How long a push instance may take to lead and listen.
+pub const LEADS_WITHIN: Duration = Duration::from_secs(30);
+
+/// Run pmw-live in-process on `core`'s chain from the block after `head`, reacting fast, with no
+/// Gamma (market metadata) server.
+pub fn start_live(core: CoreConfig, head: u64) -> ServiceHandle {
+    let live = pmw_live::LiveConfig {
+        live_start_block: Some(head + 1),
+        live_lock_segment_ms: 1_000,
+        live_poll_interval_ms: 200,
+        gamma_url: "http://127.0.0.1:9".into(),
+        ..pmw_live::LiveConfig::default()
+    };
+    ServiceHandle::spawn(move |stop| pmw_live::run_with(core, live, Allowlist::polymarket(), stop))
+}
+
+/// Run a pmw-push instance in-process; returns its handle and a receiver of the address it
+/// reports once it leads and listens (a standby never does).
+pub fn spawn_push(
+    mut core: CoreConfig,
+    instance: &str,
+    push: PushConfig,
+    hooks: WebhookConfig,
+) -> (ServiceHandle, oneshot::Receiver<SocketAddr>) {
+    core.instance = Some(instance.to_string());
+    ServiceHandle::spawn_bound(move |stop, bound| {
+        pmw_push::run_with(core, push, hooks, stop, Some(bound))
+    })
+}
+
+/// [`spawn_push`], then wait until it leads and listens.
+pub async fn start_push(
+    core: CoreConfig,
+    instance: &str,
+    push: PushConfig,
+    hooks: WebhookConfig,
+) -> (ServiceHandle, SocketAddr) {
+    let (h, rx) = spawn_push(core, instance, push, hooks);
+    (h, bound_within(rx, LEADS_WITHIN).await)
+}
+
+pub struct Harness {
+    pub db: TestDb,
+    pub anvil: Anvil,
+    pub sim: Sim,
+    pub live: Option<ServiceHandle>,
+}
+
+impl Harness {
+    pub async fn new() -> Harness {
+        let db = TestDb::new().await;
+        let anvil = Anvil::spawn().await.expect("anvil");
+        let sim = Sim::connect(&anvil.http_url()).await.expect("sim");
+        sim.install_emitters().await.expect("emitters");
+        let mut h = Harness {
+            db,
+            anvil,
+            sim,
+            live: None,
+        };
+        h.start_live().await;
+        h
+    }
+
+    pub fn core(&self) -> CoreConfig {
+        let mut cfg = self.db.cfg.clone();
+        cfg.rpc_ws_url = self.anvil.ws_url();
+        cfg.rpc_http_url = self.anvil.http_url();
+        cfg
+    }
+
+    pub async fn start_live(&mut self) {
+        let head = self.sim.rpc().latest_block().await.unwrap().number.0;
+        self.live = Some(start_live(self.core(), head));
+    }
+
+    pub fn push_config(&self) -> PushConfig {
+        PushConfig {
+            push_listen: "127.0.0.1:0".parse().unwrap(),
+            push_lock_segment_ms: 1_000,
+            push_ws_heartbeat_ms: 1_000,
+            ..PushConfig::default()
+        }
+    }
+
+    /// Start a push instance; returns its handle and a receiver of its bound address.
+    pub fn start_push(
+        &self,
+        instance: &str,
+        push: PushConfig,
+    ) -> (ServiceHandle, oneshot::Receiver<SocketAddr>) {
+        let hooks = WebhookConfig {
+            allow_private_destinations: true,
+            ..WebhookConfig::default()
+        };
+        spawn_push(self.core(), instance, push, hooks)
+    }
+
+    /// Start a push instance and wait until it leads and listens.
+    pub async fn leader(&self, instance: &str) -> (ServiceHandle, SocketAddr) {
+        let (h, rx) = self.start_push(instance, self.push_config());
+        (h, bound_within(rx, LEADS_WITHIN).await)
+    }
+
+    /// An account following `wallets`, with an API key; push is notified of the change.
+    pub async fn account(&self, wallets: &[pmw_core::Address]) -> (i64, String) {
+        let made = self.account_unnotified(wallets).await;
+        self.db
+            .connect()
+            .await
+            .execute("SELECT pg_notify('pmw_subscriptions', '')", &[])
+            .await
+            .unwrap();
+        made
+    }
+
+    /// An account following `wallets`, with an API key, and no NOTIFY (a lost notification).
+    pub async fn account_unnotified(&self, wallets: &[pmw_core::Address]) -> (i64, String) {
+        let c = self.db.connect().await;
+        let now = UnixMs::now().0;
+        let id: i64 = c
+            .query_one("INSERT INTO accounts (name, plan, created_ms) VALUES ('t', 'pro', $1) RETURNING id", &[&now])
+            .await
+            .unwrap()
+            .get(0);
+        let (key, prefix) = pmw_core::auth::generate(pmw_core::auth::KEY_PREFIX);
+        c.execute(
+            "INSERT INTO api_keys (account_id, prefix, key_hash, created_ms) VALUES ($1, $2, $3, $4)",
+            &[&id, &prefix, &pmw_core::auth::hash_secret(&key).as_slice(), &now],
+        )
+        .await
+        .unwrap();
+        for w in wallets {
+            c.execute(
+                "INSERT INTO subscriptions (account_id, wallet, created_ms) VALUES ($1, $2, $3)",
+                &[&id, &w.as_bytes().as_slice(), &now],
+            )
+            .await
+            .unwrap();
+        }
+        (id, key)
+    }
+
+    /// Trade `count` matches, `per_block` to a block, `interval` apart; returns when all are mined.
+    pub async fn trade(&self, per_block: u32, interval: Duration, count: u64) {
+        let run = RunConfig {
+            matches_per_block: per_block,
+            interval,
+            count: Some(count),
+            duration: None,
+        };
+        self.sim
+            .spawn(run, CancellationToken::new())
+            .await
+            .unwrap()
+            .unwrap();
+    }
+
+    /// Wait until the push cursor reaches the chain head's block.
+    pub async fn wait_pushed(&self, within: Duration) {
+        let deadline = tokio::time::Instant::now() + within;
+        let head = self.sim.rpc().latest_block().await.unwrap().number.0;
+        loop {
+            let c = self.db.connect().await;
+            let b: Option<i64> = c
+                .query_opt("SELECT block_number FROM push_cursor WHERE slot = 0", &[])
+                .await
+                .unwrap()
+                .map(|r| r.get(0));
+            if b.is_some_and(|b| b as u64 >= head) {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "push did not reach block {head} (at {b:?})"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The canonical fills owned by `wallets`, in ledger order, after `after`.
+    pub fn expected(&self, wallets: &[pmw_core::Address], after: Cursor) -> Vec<Cursor> {
+        let set: BTreeSet<_> = wallets.iter().copied().collect();
+        let mut v: Vec<Cursor> = self
+            .sim
+            .canonical()
+            .iter()
+            .filter(|e: &&Emitted| set.contains(&e.maker))
+            .map(|e| Cursor {
+                block: e.block_number,
+                log_index: e.log_index as u32,
+            })
+            .filter(|c| *c > after)
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+/// Everything a client saw.
+#[derive(Debug, Default, Clone)]
+pub struct Seen {
+    pub trades: Vec<Cursor>,
+    pub frames: Vec<Value>,
+    pub close_code: Option<u16>,
+}
+
+/// A WebSocket client recording frames until the server closes or `stop` fires.
+pub struct Client {
+    pub events: mpsc::UnboundedReceiver<Value>,
+    pub done: tokio::task::JoinHandle<Seen>,
+}
+
+pub async fn connect(addr: SocketAddr, key: &str, since: Option<Cursor>) -> Client {
+    connect_url(
+        &format!(
+            "ws://{addr}/v1/ws{}",
+            since.map(|c| format!("?since={c}")).unwrap_or_default()
+        ),
+        Some(key),
+    )
+    .await
+}
+
+pub async fn connect_url(url: &str, key: Option<&str>) -> Client {
+    let mut req = url.into_client_request().unwrap();
+    if let Some(k) = key {
+        req.headers_mut()
+            .insert("authorization", format!("Bearer {k}").parse().unwrap());
+    }
+    let (ws, _) = tokio_tungstenite::connect_async(req)
+        .await
+        .expect("ws connect");
+    let (tx, rx) = mpsc::unbounded_channel();
+    let done = tokio::spawn(async move {
+        let (mut sink, mut stream) = ws.split();
+        let mut seen = Seen::default();
+        while let Some(msg) = stream.next().await {
+            match msg {
+                Ok(Message::Text(t)) => {
+                    let mut v: Value = serde_json::from_str(&t).unwrap();
+                    v["_recv_ms"] = Value::from(UnixMs::now().0);
+                    if v["type"] == "trade" {
+                        seen.trades
+                            .push(v["cursor"].as_str().unwrap().parse().unwrap());
+                    }
+                    seen.frames.push(v.clone());
+                    let _ = tx.send(v);
+                }
+                Ok(Message::Close(f)) => {
+                    seen.close_code = f.map(|f| u16::from(f.code));
+                    break;
+                }
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        let _ = sink.close().await;
+        seen
+    });
+    Client { events: rx, done }
+}
+
+/// Wait for the `hello` and return its cursor (where this stream starts).
+pub async fn hello_cursor(c: &mut Client) -> Cursor {
+    first_of(c, "hello").await["cursor"]
+        .as_str()
+        .expect("hello carries a cursor")
+        .parse()
+        .expect("a valid cursor")
+}
+
+/// Wait for the first frame of `kind`.
+pub async fn first_of(c: &mut Client, kind: &str) -> Value {
+    loop {
+        let v = tokio::time::timeout(Duration::from_secs(30), c.events.recv())
+            .await
+            .unwrap_or_else(|_| panic!("no {kind} frame within 30 s"))
+            .expect("client ended");
+        if v["type"] == kind {
+            return v;
+        }
+    }
+}
+
+pub fn strictly_increasing(v: &[Cursor]) -> bool {
+    v.windows(2).all(|w| w[0] < w[1])
+}

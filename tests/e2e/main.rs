@@ -1,0 +1,12 @@
+//! Cross-service end-to-end tests on the real local stack: pmw-push with pmw-live ingesting what
+//! pmw-sim trades, pmw-api and pmwctl against a running push, the dashboard against clients.
+
+mod api;
+mod api_config;
+mod api_push;
+mod api_ready;
+mod api_webhooks;
+mod ctl_status;
+mod ctl_watch;
+mod harness;
+mod push;

@@ -1,0 +1,538 @@
+//! No one stalls anyone (issue 12): one account's churn never fails a round for the others, a
+//! leader that cannot complete rounds hands over (exit 75), SIGTERM finishes in every state,
+//! session limits hold, and revocation closes what it covered.
+
+use std::time::{Duration, Instant};
+
+use pmw_core::{Cursor, ServiceError, UnixMs};
+use pmw_push::PushConfig;
+use pmw_sim::demo_wallets;
+use pmw_testkit::{bound_within, TcpProxy};
+
+use super::WITHIN;
+use crate::harness::{connect, first_of, hello_cursor, spawn_push, Harness};
+
+const SECRET: &str = "whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0";
+
+async fn endpoint(h: &Harness, account: i64) -> i64 {
+    let now = UnixMs::now().0;
+    h.db.connect()
+        .await
+        .query_one(
+            "INSERT INTO webhook_endpoints (account_id, url, secret, created_ms, updated_ms) \
+             VALUES ($1, 'http://127.0.0.1:9/hook', $2, $3, $3) RETURNING id",
+            &[&account, &SECRET, &now],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// The churn stall: an endpoint deleted while the leader's index still lists it made every
+/// round fail on the foreign key, for every account, forever. The trigger that versions the
+/// index is switched off here so the index stays stale on purpose: the delivery to the vanished
+/// endpoint must be skipped (and counted) and everyone else served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_deleted_behind_the_index_is_skipped_and_others_are_served() {
+    let h = Harness::new().await;
+    let wallets = demo_wallets(6);
+    let (watched, key) = h.account(&wallets).await;
+    let mine = endpoint(&h, watched).await;
+    let (churner, _) = h.account(&wallets).await;
+    let doomed = endpoint(&h, churner).await;
+    let (push, addr) = h.leader("push-a").await;
+    let mut c = connect(addr, &key, None).await;
+    let start: Cursor = hello_cursor(&mut c).await;
+    // The index now holds `doomed`; delete it without moving the version.
+    let pg = h.db.connect().await;
+    pg.batch_execute(&format!(
+        "ALTER TABLE webhook_endpoints DISABLE TRIGGER webhook_endpoints_bump_subs_version; \
+         DELETE FROM webhook_endpoints WHERE id = {doomed}"
+    ))
+    .await
+    .unwrap();
+    h.sim.run_matches(6).await.unwrap();
+    h.wait_pushed(WITHIN).await;
+    let owed = h.expected(&wallets, start);
+    assert!(!owed.is_empty());
+    // The counter moves when the round that committed the cursor returns: poll for it.
+    let deadline = Instant::now() + WITHIN;
+    let health = loop {
+        let health: serde_json::Value = reqwest::get(format!("http://{addr}/health"))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if health["webhooks_skipped"].as_u64() >= Some(owed.len() as u64)
+            || Instant::now() > deadline
+        {
+            break health;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    push.stop().await.unwrap();
+    assert_eq!(c.done.await.unwrap().trades, owed, "the watched session");
+    let enqueued: i64 = pg
+        .query_one(
+            "SELECT count(*) FROM webhook_deliveries WHERE endpoint_id = $1 AND kind = 'trade'",
+            &[&mine],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(enqueued as usize, owed.len(), "the watched endpoint");
+    println!("health after the churn: {health}");
+    assert!(
+        health["webhooks_skipped"].as_u64().unwrap() >= owed.len() as u64,
+        "deliveries to the vanished endpoint are counted as skipped: {health}"
+    );
+}
+
+/// A leader whose ClickHouse hangs (a proxy that accepts and never answers) completes no round:
+/// it must hand over by exiting 75 within the stall limit, not hold the lock forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_rounds_hang_exits_75_to_hand_over() {
+    let h = Harness::new().await;
+    let (ch, handle, _addr) = leader_behind_ch_proxy(
+        &h,
+        PushConfig {
+            push_stall_exit_ms: Some(3_000),
+            ..h.push_config()
+        },
+    )
+    .await;
+    h.sim.run_matches(1).await.unwrap();
+    h.wait_pushed(WITHIN).await;
+    ch.freeze();
+    let frozen = Instant::now();
+    h.sim.run_matches(2).await.unwrap();
+    let out = tokio::time::timeout(WITHIN, handle.join())
+        .await
+        .expect("the stalled leader exits by itself");
+    println!(
+        "leader with a hung clickhouse exited after {} ms: {out:?}",
+        frozen.elapsed().as_millis()
+    );
+    assert!(
+        matches!(&out, Err(e @ ServiceError::Transient(_)) if e.exit_code() == 75),
+        "exit 75 (hand over): {out:?}"
+    );
+}
+
+/// SIGTERM while every round fails (ClickHouse refuses connections): the old loop retried the
+/// round forever after shutdown; it must stop at once and release the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_while_rounds_fail_stops_and_releases_the_lock() {
+    let h = Harness::new().await;
+    let (ch, handle, _addr) = leader_behind_ch_proxy(
+        &h,
+        PushConfig {
+            push_round_deadline_ms: 2_000,
+            push_stall_exit_ms: Some(600_000),
+            ..h.push_config()
+        },
+    )
+    .await;
+    ch.cut();
+    h.sim.run_matches(2).await.unwrap();
+    // Let several rounds fail.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let asked = Instant::now();
+    let out = tokio::time::timeout(Duration::from_secs(30), handle.stop())
+        .await
+        .expect("SIGTERM ends the leader while its rounds fail");
+    println!(
+        "stop while rounds fail took {} ms: {out:?}",
+        asked.elapsed().as_millis()
+    );
+    assert!(out.is_ok(), "{out:?}");
+    // The lock is free: a second leader takes over.
+    let (_b, _) = h.leader("push-b").await;
+}
+
+/// A leader (push-a) whose ClickHouse is behind a proxy the test can cut or freeze; returns once
+/// it listens.
+async fn leader_behind_ch_proxy(
+    h: &Harness,
+    push: PushConfig,
+) -> (TcpProxy, pmw_testkit::ServiceHandle, std::net::SocketAddr) {
+    let ch = TcpProxy::start(ch_addr(h)).await;
+    let mut core = h.core();
+    core.clickhouse_url = format!("http://{}", ch.addr);
+    let (handle, rx) = spawn_push(core, "push-a", push, hooks());
+    (ch, handle, bound_within(rx, WITHIN).await)
+}
+
+fn ch_addr(h: &Harness) -> std::net::SocketAddr {
+    let url = url::Url::parse(&h.db.cfg.clickhouse_url).unwrap();
+    format!(
+        "{}:{}",
+        url.host_str().unwrap(),
+        url.port_or_known_default().unwrap()
+    )
+    .parse()
+    .unwrap()
+}
+
+fn hooks() -> pmw_push::webhook::WebhookConfig {
+    pmw_push::webhook::WebhookConfig {
+        allow_private_destinations: true,
+        ..pmw_push::webhook::WebhookConfig::default()
+    }
+}
+
+/// The plan's `max_ws_sessions` caps concurrent sessions (1008 with the reason); a closed one
+/// frees its slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_plan_caps_concurrent_sessions() {
+    let h = Harness::new().await;
+    let pg = h.db.connect().await;
+    pg.execute(
+        "INSERT INTO plans (name, max_ws_sessions, is_default, updated_ms) VALUES ('pro', 2, true, 0)",
+        &[],
+    )
+    .await
+    .unwrap();
+    let (_, key) = h.account(&demo_wallets(2)).await;
+    let (push, addr) = h.leader("push-a").await;
+    let mut a = connect(addr, &key, None).await;
+    first_of(&mut a, "hello").await;
+    let mut b = connect(addr, &key, None).await;
+    first_of(&mut b, "hello").await;
+    let third = connect(addr, &key, None).await.done.await.unwrap();
+    assert_eq!(third.close_code, Some(1008), "{third:?}");
+    b.done.abort();
+    drop(b.events);
+    // The slot is freed once the server sees the close.
+    let deadline = Instant::now() + WITHIN;
+    loop {
+        let mut c = connect(addr, &key, None).await;
+        let v = tokio::time::timeout(Duration::from_secs(10), c.events.recv()).await;
+        if matches!(&v, Ok(Some(f)) if f["type"] == "hello") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the closed session's slot was never freed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    push.stop().await.unwrap();
+}
+
+/// Revoking a key closes its open sessions (1008) and kills its outstanding tickets; disabling
+/// an account closes every session of it; removing a subscription stops that wallet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revocation_closes_sessions_and_tickets_and_unsubscribing_stops_a_wallet() {
+    let h = Harness::new().await;
+    let wallets = demo_wallets(6);
+    let (account, key) = h.account(&wallets[..2]).await;
+    let (other, other_key) = h.account(&wallets[..2]).await;
+    let pg = h.db.connect().await;
+    let key_id: i64 = pg
+        .query_one("SELECT id FROM api_keys WHERE account_id = $1", &[&account])
+        .await
+        .unwrap()
+        .get(0);
+    let (ticket, _) = pmw_core::auth::generate(pmw_core::auth::TICKET_PREFIX);
+    pg.execute(
+        "INSERT INTO ws_tickets (ticket_hash, account_id, key_id, expires_ms) VALUES ($1, $2, $3, $4)",
+        &[&pmw_core::auth::hash_secret(&ticket).as_slice(), &account, &key_id, &(UnixMs::now().0 + 600_000)],
+    )
+    .await
+    .unwrap();
+    let (push, addr) = h.leader("push-a").await;
+    let mut by_key = connect(addr, &key, None).await;
+    first_of(&mut by_key, "hello").await;
+    let mut watched = connect(addr, &other_key, None).await;
+    let start: Cursor = hello_cursor(&mut watched).await;
+
+    // Revoke (as the API does: the row, then a NOTIFY).
+    let revoked_at = Instant::now();
+    pg.batch_execute(&format!(
+        "UPDATE api_keys SET revoked_ms = 1 WHERE id = {key_id}; SELECT pg_notify('pmw_subscriptions', '')"
+    ))
+    .await
+    .unwrap();
+    let seen = tokio::time::timeout(WITHIN, by_key.done)
+        .await
+        .expect("the revoked key's session is closed")
+        .unwrap();
+    println!(
+        "revoked key's session closed after {} ms",
+        revoked_at.elapsed().as_millis()
+    );
+    assert_eq!(seen.close_code, Some(1008), "{seen:?}");
+    let url = format!("ws://{addr}/v1/ws?ticket={ticket}");
+    let by_ticket = crate::harness::connect_url(&url, None)
+        .await
+        .done
+        .await
+        .unwrap();
+    assert_eq!(
+        by_ticket.close_code,
+        Some(1008),
+        "a ticket issued by the revoked key is dead: {by_ticket:?}"
+    );
+
+    // Unsubscribe `other` from wallets[1]: trades of wallets[0] only from then on.
+    h.sim.run_matches(3).await.unwrap();
+    h.wait_pushed(WITHIN).await;
+    let cut: Cursor = Cursor {
+        block: h.sim.rpc().latest_block().await.unwrap().number.0,
+        log_index: pmw_core::types::cursor::MAX_LOG_INDEX,
+    };
+    pg.execute(
+        "DELETE FROM subscriptions WHERE account_id = $1 AND wallet = $2",
+        &[&other, &wallets[1].as_bytes().as_slice()],
+    )
+    .await
+    .unwrap();
+    pg.execute("SELECT pg_notify('pmw_subscriptions', '')", &[])
+        .await
+        .unwrap();
+    // The next round reloads the index before it matches anything.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    h.sim.run_matches(4).await.unwrap();
+    h.wait_pushed(WITHIN).await;
+
+    // Disable the account: its session is closed.
+    pg.batch_execute(&format!(
+        "UPDATE accounts SET disabled_ms = 1 WHERE id = {other}; SELECT pg_notify('pmw_subscriptions', '')"
+    ))
+    .await
+    .unwrap();
+    let seen = tokio::time::timeout(WITHIN, watched.done)
+        .await
+        .expect("the disabled account's session is closed")
+        .unwrap();
+    assert_eq!(seen.close_code, Some(1008), "{seen:?}");
+    push.stop().await.unwrap();
+    let mut owed: Vec<Cursor> = h
+        .expected(&wallets[..2], start)
+        .into_iter()
+        .filter(|c| *c <= cut)
+        .collect();
+    owed.extend(h.expected(&wallets[..1], cut));
+    assert_eq!(
+        seen.trades, owed,
+        "both wallets until the unsubscribe, only the followed one after"
+    );
+}
+
+/// A catch-up after an outage (here: ClickHouse unreachable while trades pile up) is read in
+/// rounds of at most half a session queue, so a session that keeps up is never closed as a slow
+/// consumer just because the backlog is larger than its queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_catch_up_larger_than_the_queue_does_not_close_a_fast_session() {
+    let h = Harness::new().await;
+    let wallets = demo_wallets(6);
+    let (_, key) = h.account(&wallets).await;
+    let (ch, handle, addr) = leader_behind_ch_proxy(
+        &h,
+        PushConfig {
+            push_ws_queue: 16,
+            push_stall_exit_ms: Some(600_000),
+            ..h.push_config()
+        },
+    )
+    .await;
+    let mut c = connect(addr, &key, None).await;
+    let start: Cursor = hello_cursor(&mut c).await;
+    ch.cut();
+    h.sim.run_matches(25).await.unwrap();
+    let owed = h.expected(&wallets, start);
+    assert!(
+        owed.len() > 32,
+        "a backlog of {} trades, twice the queue",
+        owed.len()
+    );
+    ch.restore();
+    h.wait_pushed(WITHIN).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    handle.stop().await.unwrap();
+    let seen = c.done.await.unwrap();
+    assert_eq!(
+        seen.close_code,
+        Some(1012),
+        "closed only by the stop: {seen:?}"
+    );
+    assert_eq!(seen.trades, owed);
+}
+
+/// A frozen leader (here: a session that holds the slot's lock while the leader it speaks for
+/// has stopped beating, as a SIGSTOPped process does: its kernel keeps the TCP session alive)
+/// keeps the lock forever unless the standby treats the heartbeat as a lease: the standby must
+/// terminate the holder's session and lead once the lease ran out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_standby_takes_the_lock_from_a_frozen_leader_after_the_lease() {
+    let h = Harness::new().await;
+    let ghost = h.db.connect().await;
+    let key = pmw_push::leader::lock_key(0);
+    ghost
+        .execute("SELECT pg_advisory_lock($1)", &[&key])
+        .await
+        .unwrap();
+    let silent_since = UnixMs::now().0 - 60_000;
+    ghost
+        .execute(
+            "INSERT INTO push_epoch (slot, epoch, leader, acquired_ms) VALUES (0, 7, 'push-frozen', $1)",
+            &[&silent_since],
+        )
+        .await
+        .unwrap();
+    let push = PushConfig {
+        push_lease_ms: 2_000,
+        ..h.push_config()
+    };
+    let waited = Instant::now();
+    let (handle, bound) = h.start_push("push-b", push);
+    tokio::time::timeout(WITHIN, bound)
+        .await
+        .expect("the standby leads once the lease ran out")
+        .unwrap();
+    println!(
+        "standby took over a frozen leader's lock after {} ms",
+        waited.elapsed().as_millis()
+    );
+    let pg = h.db.connect().await;
+    let (epoch, leader): (i64, String) = pg
+        .query_one("SELECT epoch, leader FROM push_epoch WHERE slot = 0", &[])
+        .await
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    assert_eq!(
+        (epoch, leader.as_str()),
+        (8, "push-b"),
+        "epoch bumped past the frozen leader's"
+    );
+    assert!(
+        ghost.execute("SELECT 1", &[]).await.is_err(),
+        "the frozen leader's session was terminated"
+    );
+    handle.stop().await.unwrap();
+}
+
+/// A graceful stop lets the webhook attempts in flight finish and record their results before
+/// the lock is released: the successor must not send them again (every deploy would otherwise
+/// resend whatever was in flight).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_stop_finishes_webhooks_in_flight_and_the_successor_sends_none_again() {
+    use axum::http::HeaderMap;
+    let h = Harness::new().await;
+    let wallets = demo_wallets(6);
+    let (account, _) = h.account(&wallets).await;
+    let ids: std::sync::Arc<std::sync::Mutex<Vec<String>>> = Default::default();
+    let seen = ids.clone();
+    let app = axum::Router::new().route(
+        "/slow",
+        axum::routing::post(move |headers: HeaderMap| {
+            let seen = seen.clone();
+            async move {
+                let id = headers
+                    .get("webhook-id")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_string();
+                seen.lock().unwrap().push(id);
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+                "ok"
+            }
+        }),
+    );
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/slow", l.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(l, app).await });
+    let now = UnixMs::now().0;
+    h.db.connect()
+        .await
+        .execute(
+            "INSERT INTO webhook_endpoints (account_id, url, secret, created_ms, updated_ms) VALUES ($1, $2, $3, $4, $4)",
+            &[&account, &url, &SECRET, &now],
+        )
+        .await
+        .unwrap();
+    h.db.connect()
+        .await
+        .execute("SELECT pg_notify('pmw_subscriptions', '')", &[])
+        .await
+        .unwrap();
+    let (a, _) = h.leader("push-a").await;
+    let (b, b_bound) = h.start_push("push-b", h.push_config());
+    h.sim.run_matches(1).await.unwrap();
+    let deadline = Instant::now() + WITHIN;
+    while ids.lock().unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "no webhook attempt started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Attempts are in flight (the receiver answers after 1.5 s): stop the leader now.
+    a.stop().await.unwrap();
+    tokio::time::timeout(WITHIN, b_bound)
+        .await
+        .unwrap()
+        .unwrap();
+    let pg = h.db.connect().await;
+    let deadline = Instant::now() + WITHIN;
+    loop {
+        let pending: i64 = pg
+            .query_one(
+                "SELECT count(*) FROM webhook_deliveries WHERE state <> 'delivered'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if pending == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{pending} deliveries never delivered"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    b.stop().await.unwrap();
+    let got = ids.lock().unwrap().clone();
+    let unique: std::collections::BTreeSet<&String> = got.iter().collect();
+    println!("{} attempts, {} webhook ids", got.len(), unique.len());
+    assert!(!got.is_empty());
+    assert_eq!(
+        got.len(),
+        unique.len(),
+        "no webhook sent twice across the handover: {got:?}"
+    );
+}
+
+/// A resume beyond the window is served page by page up to `push_resume_max_trades`, then a
+/// `resync` names the last trade sent, so the client backfills over REST from there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_past_the_window_sends_the_window_then_resync_from_the_last_trade() {
+    let h = Harness::new().await;
+    let wallets = demo_wallets(6);
+    let (_, key) = h.account(&wallets).await;
+    let cfg = PushConfig {
+        push_resume_max_trades: 3,
+        ..h.push_config()
+    };
+    let (push, bound) = h.start_push("push-a", cfg);
+    let addr = tokio::time::timeout(WITHIN, bound).await.unwrap().unwrap();
+    let mut c = connect(addr, &key, None).await;
+    let start: Cursor = hello_cursor(&mut c).await;
+    h.sim.run_matches(4).await.unwrap();
+    h.wait_pushed(WITHIN).await;
+    let owed = h.expected(&wallets, start);
+    assert!(owed.len() > 3);
+    let late = connect(addr, &key, Some(start)).await.done.await.unwrap();
+    push.stop().await.unwrap();
+    assert_eq!(late.trades, owed[..3].to_vec(), "the window, in order");
+    let resync = late
+        .frames
+        .iter()
+        .find(|f| f["type"] == "resync")
+        .expect("a resync frame");
+    assert_eq!(resync["after"], owed[2].to_string(), "{resync}");
+    assert_eq!(late.close_code, Some(1008));
+}

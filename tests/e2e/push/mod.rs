@@ -1,0 +1,11 @@
+//! pmw-push on the real stack with pmw-sim trading and pmw-live ingesting in-process.
+
+mod index;
+mod leadership;
+mod liveness;
+mod observed;
+mod stream;
+
+use std::time::Duration;
+
+const WITHIN: Duration = Duration::from_secs(60);

@@ -1,0 +1,310 @@
+//! The WebSocket stream with pmw-sim trading and pmw-live ingesting: per-user ledger order under
+//! concurrency, resume without gap or duplicate, slow consumers, a killed LISTEN session, bad
+//! credentials, reorg retractions.
+
+use std::time::Duration;
+
+use pmw_core::Cursor;
+use pmw_sim::demo_wallets;
+use pmw_sim::RunConfig;
+use tokio_util::sync::CancellationToken;
+
+use super::WITHIN;
+use crate::harness::{connect, first_of, hello_cursor, strictly_increasing, Harness};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_user_gets_exactly_its_trades_in_ledger_order() {
+    let h = Harness::new().await;
+    let (push, addr) = h.leader("push-a").await;
+    let wallets = demo_wallets(6);
+    // 12 users over overlapping wallet sets.
+    let mut users = Vec::new();
+    for i in 0..12 {
+        let ws: Vec<_> = (0..3)
+            .map(|k| wallets[(i + k * 2) % wallets.len()])
+            .collect();
+        let (_, key) = h.account(&ws).await;
+        let mut c = connect(addr, &key, None).await;
+        first_of(&mut c, "hello").await;
+        users.push((ws, c));
+    }
+    let start = h.sim.rpc().latest_block().await.unwrap().number.0;
+    // Several matches per block: many trades per block, many users per trade.
+    h.trade(4, Duration::ZERO, 60).await;
+    h.wait_pushed(WITHIN).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    push.stop().await.unwrap();
+    let after = Cursor {
+        block: start,
+        log_index: pmw_core::types::cursor::MAX_LOG_INDEX,
+    };
+    for (i, (ws, c)) in users.into_iter().enumerate() {
+        let seen = c.done.await.unwrap();
+        assert!(
+            strictly_increasing(&seen.trades),
+            "user {i} frames out of order: {:?}",
+            seen.trades
+        );
+        assert_eq!(
+            seen.trades,
+            h.expected(&ws, after),
+            "user {i} got exactly its wallets' fills"
+        );
+        assert_eq!(
+            seen.close_code,
+            Some(1012),
+            "a graceful stop closes with 1012"
+        );
+        for f in seen.frames.iter().filter(|f| f["type"] == "trade") {
+            assert!(f["t_push_ms"].as_i64().unwrap() >= f["t_detect_ms"].as_i64().unwrap());
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_with_since_has_no_gap_and_no_duplicate_at_the_seam() {
+    let h = Harness::new().await;
+    let (push, addr) = h.leader("push-a").await;
+    let wallets = demo_wallets(6);
+    let mine = vec![wallets[0], wallets[1], wallets[2]];
+    let (_, key) = h.account(&mine).await;
+    let mut c1 = connect(addr, &key, None).await;
+    let hello = first_of(&mut c1, "hello").await;
+    let start: Cursor = hello["cursor"].as_str().unwrap().parse().unwrap();
+    let run = h.sim.spawn(
+        RunConfig {
+            matches_per_block: 2,
+            interval: Duration::from_millis(30),
+            count: Some(80),
+            duration: None,
+        },
+        CancellationToken::new(),
+    );
+    // Take a few live trades, then drop the connection mid-stream.
+    let mut got = Vec::new();
+    while got.len() < 5 {
+        let v = first_of(&mut c1, "trade").await;
+        got.push(v["cursor"].as_str().unwrap().parse::<Cursor>().unwrap());
+    }
+    c1.done.abort();
+    drop(c1.events);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let last = *got.last().unwrap();
+    let c2 = connect(addr, &key, Some(last)).await;
+    run.await.unwrap().unwrap();
+    h.wait_pushed(WITHIN).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    push.stop().await.unwrap();
+    let seen = c2.done.await.unwrap();
+    let mut union = got.clone();
+    union.extend(seen.trades.iter().copied());
+    assert!(
+        strictly_increasing(&union),
+        "no duplicate and no reordering across the seam"
+    );
+    assert_eq!(
+        union,
+        h.expected(&mine, start),
+        "the union is exactly the emitted set"
+    );
+    assert!(
+        seen.trades.len() > 5,
+        "the resumed session saw replayed and live trades"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_consumer_is_closed_and_others_are_unaffected() {
+    let h = Harness::new().await;
+    let mut cfg = h.push_config();
+    // Larger than one round's burst for one account, far smaller than the whole run.
+    cfg.push_ws_queue = 64;
+    let (push, bound) = h.start_push("push-a", cfg);
+    let addr = tokio::time::timeout(WITHIN, bound).await.unwrap().unwrap();
+    let mine = demo_wallets(6);
+    let (_, key) = h.account(&mine).await;
+    // The slow client: a raw TCP connection that upgrades and then never reads.
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    let mut slow = sock.connect(addr).await.unwrap();
+    let req = format!(
+        "GET /v1/ws HTTP/1.1\r\nHost: {addr}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nAuthorization: Bearer {key}\r\n\r\n"
+    );
+    tokio::io::AsyncWriteExt::write_all(&mut slow, req.as_bytes())
+        .await
+        .unwrap();
+    let mut fast = connect(addr, &key, None).await;
+    let start: Cursor = hello_cursor(&mut fast).await;
+    h.trade(2, Duration::ZERO, 300).await;
+    h.wait_pushed(WITHIN).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let closed = push_slow_closed(&h).await;
+    push.stop().await.unwrap();
+    let seen = fast.done.await.unwrap();
+    assert_eq!(
+        seen.trades,
+        h.expected(&mine, start),
+        "the fast client got everything"
+    );
+    assert!(closed >= 1, "the slow consumer was closed");
+    drop(slow);
+}
+
+async fn push_slow_closed(h: &Harness) -> i64 {
+    // The leader reports sessions in its heartbeat; a closed slow session is gone from it.
+    let c = h.db.connect().await;
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    loop {
+        let sessions: i64 = c
+            .query_one("SELECT coalesce((state->>'sessions')::bigint, -1) FROM heartbeats WHERE service = 'pmw-push' AND instance = 'push-a'", &[])
+            .await
+            .unwrap()
+            .get(0);
+        if sessions == 1 {
+            return 1;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "slow session still registered ({sessions})"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_listen_session_is_caught_up_from_the_cursor() {
+    let h = Harness::new().await;
+    let (push, addr) = h.leader("push-a").await;
+    let mine = demo_wallets(6);
+    let (_, key) = h.account(&mine).await;
+    let mut c = connect(addr, &key, None).await;
+    let start: Cursor = hello_cursor(&mut c).await;
+    h.sim.run_matches(3).await.unwrap();
+    let pg = h.db.connect().await;
+    let killed: i64 = pg
+        .query_one(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'pmw-push:listen' AND datname = current_database()",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(killed, 1);
+    h.sim.run_matches(5).await.unwrap();
+    h.wait_pushed(WITHIN).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !push.is_finished(),
+        "a lost LISTEN session is reconnected, not fatal"
+    );
+    push.stop().await.unwrap();
+    let seen = c.done.await.unwrap();
+    assert_eq!(seen.trades, h.expected(&mine, start));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_credentials_and_bad_cursors_close_with_1008() {
+    let h = Harness::new().await;
+    let (push, addr) = h.leader("push-a").await;
+    let (_, key) = h.account(&demo_wallets(2)).await;
+    for (url, k) in [
+        (format!("ws://{addr}/v1/ws"), None),
+        (
+            format!("ws://{addr}/v1/ws"),
+            Some("pmw_0000000000000000000000000000000000000000000000000000000000000000"),
+        ),
+        (format!("ws://{addr}/v1/ws?ticket=pmwt_nope"), None),
+        (format!("ws://{addr}/v1/ws?since=12-3"), Some(key.as_str())),
+    ] {
+        let c = crate::harness::connect_url(&url, k).await;
+        let seen = c.done.await.unwrap();
+        assert_eq!(seen.close_code, Some(1008), "{url} with {k:?}");
+        assert!(seen.trades.is_empty());
+    }
+    push.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reorg_retracts_delivered_trades_and_delivers_the_new_branch() {
+    let h = Harness::new().await;
+    let (push, addr) = h.leader("push-a").await;
+    let mine = demo_wallets(6);
+    let (_, key) = h.account(&mine).await;
+    let mut c = connect(addr, &key, None).await;
+    let start: Cursor = hello_cursor(&mut c).await;
+    h.sim.run_matches(6).await.unwrap();
+    h.wait_pushed(WITHIN).await;
+    let outcome = h.sim.reorg(2).await.unwrap();
+    h.sim.run_matches(1).await.unwrap();
+    h.wait_pushed(WITHIN).await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    push.stop().await.unwrap();
+    let seen = c.done.await.unwrap();
+    let retracted: std::collections::BTreeSet<(String, String)> = seen
+        .frames
+        .iter()
+        .filter(|f| f["type"] == "retract")
+        .map(|f| {
+            (
+                f["cursor"].as_str().unwrap().to_string(),
+                f["trade"]["block_hash"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let orphaned: std::collections::BTreeSet<(String, String)> = outcome
+        .orphaned
+        .iter()
+        .filter(|e| mine.contains(&e.maker))
+        .map(|e| {
+            (
+                Cursor {
+                    block: e.block_number,
+                    log_index: e.log_index as u32,
+                }
+                .to_string(),
+                e.block_hash.to_string(),
+            )
+        })
+        .collect();
+    assert!(!orphaned.is_empty());
+    assert_eq!(
+        retracted, orphaned,
+        "every delivered orphaned trade is retracted, nothing else"
+    );
+    // The final view (trades minus retractions) is the canonical chain's.
+    let mut live: Vec<(String, String)> = Vec::new();
+    for f in &seen.frames {
+        let key = || {
+            (
+                f["cursor"].as_str().unwrap().to_string(),
+                f["trade"]["block_hash"].as_str().unwrap().to_string(),
+            )
+        };
+        if f["type"] == "trade" {
+            live.push(key());
+        } else if f["type"] == "retract" {
+            let k = key();
+            live.retain(|x| *x != k);
+        }
+    }
+    let mut canonical: Vec<(String, String)> = h
+        .sim
+        .canonical()
+        .iter()
+        .filter(|e| mine.contains(&e.maker))
+        .map(|e| {
+            (
+                Cursor {
+                    block: e.block_number,
+                    log_index: e.log_index as u32,
+                },
+                e.block_hash.to_string(),
+            )
+        })
+        .filter(|(c, _)| *c > start)
+        .map(|(c, hsh)| (c.to_string(), hsh))
+        .collect();
+    canonical.sort();
+    live.sort();
+    assert_eq!(live, canonical);
+}
