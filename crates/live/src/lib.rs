@@ -3,6 +3,7 @@
 
 pub mod chain;
 pub mod config;
+pub mod failpoint;
 pub mod heads;
 pub mod ingest;
 pub mod names;
