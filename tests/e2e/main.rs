@@ -10,3 +10,4 @@ mod ctl_status;
 mod ctl_watch;
 mod harness;
 mod push;
+mod reorg_live;
