@@ -181,29 +181,35 @@ async fn endpoint(h: &Harness, account: i64, url: &str) {
         .unwrap();
 }
 
-/// Wait until no webhook delivery is pending.
-async fn deliveries_settle(h: &Harness) {
+/// Wait until `count_sql` (a `SELECT count(*)`) is 0.
+async fn until_none(h: &Harness, count_sql: &str) {
     let deadline = tokio::time::Instant::now() + WITHIN;
     loop {
-        let pending: i64 =
+        let left: i64 =
             h.db.connect()
                 .await
-                .query_one(
-                    "SELECT count(*) FROM webhook_deliveries WHERE state = 'pending'",
-                    &[],
-                )
+                .query_one(count_sql, &[])
                 .await
                 .unwrap()
                 .get(0);
-        if pending == 0 {
+        if left == 0 {
             return;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "{pending} deliveries still pending"
+            "{left} left: {count_sql}"
         );
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Wait until no webhook delivery is pending.
+async fn deliveries_settle(h: &Harness) {
+    until_none(
+        h,
+        "SELECT count(*) FROM webhook_deliveries WHERE state = 'pending'",
+    )
+    .await;
 }
 
 /// Frames until (and with) the first of `kind`, appended to `into`.
@@ -362,23 +368,12 @@ async fn reorg_retract_never_overtakes_its_trade_on_a_webhook() {
     h.sim.run_matches(4).await.unwrap();
     h.wait_pushed(WITHIN).await;
     // Every trade delivery has had its first (failed) attempt and waits for the retry.
-    let deadline = tokio::time::Instant::now() + WITHIN;
+    until_none(
+        &h,
+        "SELECT count(*) FROM webhook_deliveries WHERE attempts = 0 AND state = 'pending'",
+    )
+    .await;
     let c = h.db.connect().await;
-    loop {
-        let fresh: i64 = c
-            .query_one(
-                "SELECT count(*) FROM webhook_deliveries WHERE attempts = 0 AND state = 'pending'",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        if fresh == 0 {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
     let outcome = h.sim.reorg(2).await.unwrap();
     h.sim.run_matches(1).await.unwrap();
     h.wait_pushed(WITHIN).await;
