@@ -17,12 +17,9 @@ use pmw_testkit::{workspace_bin, ChildService, TestDb};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::harness::{connect, Harness};
+use crate::harness::{canonical, connect, Fill, Harness};
 
 const WITHIN: Duration = Duration::from_secs(60);
-
-/// A fill's identity: block number, log index, block hash (lowercase `0x…`).
-type Fill = (u64, u64, String);
 
 /// A harness whose pmw-live is not started (each test starts its own).
 async fn bare() -> Harness {
@@ -63,41 +60,6 @@ fn hex_u64(v: &Value) -> u64 {
 
 async fn head(url: &str) -> u64 {
     hex_u64(&rpc(url, "eth_blockNumber", json!([])).await)
-}
-
-/// The canonical fills of `wallets` after block `after`, from `eth_getLogs` on the chain itself:
-/// both `OrderFilled` topics, the four allowlisted exchanges, maker = `topics[2]`.
-async fn canonical(url: &str, after: u64, wallets: &BTreeSet<String>) -> BTreeSet<Fill> {
-    const EXCHANGES: [&str; 4] = [
-        "0x4bfb41d5b3570defd03c39a9a4d8de6bd8b8982e",
-        "0xc5d563a36ae78145c45a50134d48a1215220f80a",
-        "0xe111180000d2663c0091e4f400237545b87b996b",
-        "0xe2222d279d744050d28e00520010520000310f59",
-    ];
-    const TOPICS: [&str; 2] = [
-        "0xd0a08e8c493f9c94f29311604c9de1b4e8c8d4c06bd0c789af57f2d65bfec0f6",
-        "0xd543adfd945773f1a62f74f0ee55a5e3b9b1a28262980ba90b1a89f2ea84d8ee",
-    ];
-    let filter = json!([{
-        "fromBlock": format!("0x{:x}", after + 1), "toBlock": "latest",
-        "address": EXCHANGES, "topics": [TOPICS],
-    }]);
-    let logs = rpc(url, "eth_getLogs", filter).await;
-    logs.as_array()
-        .expect("logs")
-        .iter()
-        .filter(|l| {
-            let maker = l["topics"][2].as_str().expect("maker topic").to_lowercase();
-            wallets.contains(&format!("0x{}", &maker[26..]))
-        })
-        .map(|l| {
-            (
-                hex_u64(&l["blockNumber"]),
-                hex_u64(&l["logIndex"]),
-                l["blockHash"].as_str().unwrap().to_lowercase(),
-            )
-        })
-        .collect()
 }
 
 fn fill_of(frame: &Value) -> Fill {
@@ -286,7 +248,12 @@ async fn an_ingest_interrupted_between_its_writes_leaves_no_phantom_after_a_reor
         .count();
     let v = view(&seen.frames);
     let orphan_frames = v.delivered.iter().filter(|f| f.2 == hash_a).count();
-    let expected = canonical(&http, start, &wallet_set).await;
+    let expected = canonical(
+        &http,
+        start,
+        &wallet_set.iter().cloned().collect::<Vec<_>>(),
+    )
+    .await;
     let (lost, phantom, duplicated) = counts(&v, &expected);
     println!(
         "interrupted ingest: block {n} hash A {hash_a}: {stored_a} rows stored uncommitted; \
@@ -457,7 +424,12 @@ async fn a_lagging_rpc_node_causes_no_retraction() {
             .unwrap()
             .get(0);
     let v = view(&seen.frames);
-    let expected = canonical(&http, start, &wallet_set).await;
+    let expected = canonical(
+        &http,
+        start,
+        &wallet_set.iter().cloned().collect::<Vec<_>>(),
+    )
+    .await;
     let (lost, phantom, duplicated) = counts(&v, &expected);
     let (nulls, stale) = (
         proxy.nulls.load(Ordering::SeqCst),
