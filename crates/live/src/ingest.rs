@@ -72,6 +72,8 @@ pub struct Ingester {
     pub lock_pid: i32,
     pub max_reorg_depth: u64,
     pub cursor: Option<BlockRef>,
+    /// The highest head number seen (readiness compares the watermark with it).
+    pub head: u64,
     pub stats: IngestStats,
     book: BTreeMap<u64, SeenHead>,
     addresses: Vec<Address>,
@@ -109,6 +111,7 @@ impl Ingester {
             lock_pid,
             max_reorg_depth,
             cursor: None,
+            head: 0,
             stats: IngestStats::default(),
             book: BTreeMap::new(),
             addresses,
@@ -165,6 +168,7 @@ impl Ingester {
 
     /// Remember a head seen live. The earliest arrival of a given header wins (the WebSocket and the poll may both see it).
     pub fn saw(&mut self, seen: SeenHead) {
+        self.head = self.head.max(seen.head.number);
         match self.book.get(&seen.head.number) {
             Some(prev)
                 if prev.head.hash == seen.head.hash && prev.t_detect_ms <= seen.t_detect_ms => {}

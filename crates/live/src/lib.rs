@@ -186,6 +186,7 @@ pub async fn run_with(
             let state = serde_json::json!({
                 "state": "ingesting",
                 "cursor": ingester.cursor.map(|c| c.number),
+                "head": ingester.head,
                 "stats": ingester.stats,
                 "notify_sent": ingester.notifier.stats.sent.load(std::sync::atomic::Ordering::Relaxed),
             });
