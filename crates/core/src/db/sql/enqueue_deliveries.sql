@@ -22,12 +22,14 @@ WITH fence AS MATERIALIZED (
     WHERE (SELECT ok FROM fence)
     FOR KEY SHARE OF e
 ), cancel AS (
+    -- by primary key: the trade ids of this batch's retracts (none in most rounds)
     UPDATE webhook_deliveries t
     SET state = 'failed', last_error = 'cancelled: retracted before delivery', done_ms = $3
-    FROM live l
-    WHERE l.kind = 'retract' AND t.id = regexp_replace(l.id, '_retract$', '_trade')
+    WHERE t.id = ANY (ARRAY(SELECT regexp_replace(id, '_retract$', '_trade') FROM live
+                            WHERE kind = 'retract'))
       AND t.state = 'pending' AND t.claimed_epoch IS NULL
-    RETURNING t.id, t.endpoint_id, t.block_number, t.log_index, l.id AS retract_id
+    RETURNING t.id, t.endpoint_id, t.block_number, t.log_index,
+              regexp_replace(t.id, '_trade$', '_retract') AS retract_id
 ), ins AS (
     INSERT INTO webhook_deliveries (id, endpoint_id, kind, block_number, log_index, payload,
         state, attempts, next_attempt_ms, t_detect_ms, created_ms)
