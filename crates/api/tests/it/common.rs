@@ -1,11 +1,13 @@
-//! Shared harness for pmw-api tests: a private migrated database, the API in-process on port 0,
-//! accounts and keys created through the production code, the JSON client of `pmw_testkit`, and
-//! stored rows as live and push write them.
+//! Shared harness for pmw-api tests (also the top-level e2e tests'): a private migrated
+//! database, the API in-process on port 0, accounts and keys created through the production
+//! code, the JSON client of `pmw_testkit`, and stored rows as live and push write them.
 
+use std::net::SocketAddr;
 use std::ops::Deref;
 use std::time::Duration;
 
 use pmw_api::ApiConfig;
+use pmw_core::CoreConfig;
 use pmw_testkit::{Http, ServiceHandle, TestDb};
 
 pub struct Api {
@@ -33,19 +35,27 @@ pub fn test_config() -> ApiConfig {
     }
 }
 
+/// Start the API in-process on `core`; returns its address and handle.
+pub async fn spawn_api(core: CoreConfig, cfg: ApiConfig) -> (SocketAddr, ServiceHandle) {
+    let (handle, addr) = ServiceHandle::start_bound(Duration::from_secs(30), move |stop, bound| {
+        pmw_api::run_with(core, cfg, stop, Some(bound))
+    })
+    .await;
+    (addr, handle)
+}
+
 impl Api {
     pub async fn start() -> Api {
         Api::start_with(test_config()).await
     }
 
     pub async fn start_with(cfg: ApiConfig) -> Api {
-        let db = TestDb::new().await;
-        let core = db.cfg.clone();
-        let (service, addr) =
-            ServiceHandle::start_bound(Duration::from_secs(30), move |stop, bound| {
-                pmw_api::run_with(core, cfg, stop, Some(bound))
-            })
-            .await;
+        Api::start_on(TestDb::new().await, cfg).await
+    }
+
+    /// Start the API on an existing database.
+    pub async fn start_on(db: TestDb, cfg: ApiConfig) -> Api {
+        let (addr, service) = spawn_api(db.cfg.clone(), cfg).await;
         Api {
             db,
             web: Http::new(addr),
