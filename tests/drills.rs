@@ -47,6 +47,8 @@ async fn rolling_push_restart_under_load_through_caddy_loses_nothing() {
         .env("PM2_HOME", pm2.home.path())
         .env("PMW_CADDY_URL", format!("http://127.0.0.1:{site}"))
         .env("PMW_DEPLOY_KEY", &accounts[0].0)
+        // The binaries under test report this build's revision: the script verifies it.
+        .env("PMW_EXPECT_REVISION", pmw_core::build_info::REVISION)
         .output()
         .await
         .unwrap();
@@ -55,6 +57,10 @@ async fn rolling_push_restart_under_load_through_caddy_loses_nothing() {
     assert!(
         deploy.status.success(),
         "scripts/deploy/push failed: {deploy_log}"
+    );
+    assert!(
+        deploy_log.contains("both push instances run revision"),
+        "the deploy verified the running revision: {deploy_log}"
     );
     traffic.await.unwrap().unwrap();
     d.drain().await;

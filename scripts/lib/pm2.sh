@@ -23,3 +23,25 @@ wait_push_role() {
   done
   return 1
 }
+
+# The revision a build from this checkout carries (PMW_REVISION, see crates/core/src/build_info.rs).
+checkout_revision() {
+  git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown
+}
+
+# Wait until every instance of <service> that beat after <since_ms> reports <revision>, and at
+# least one did: a restarted service really runs the new build (not an old binary left behind).
+#   wait_revision <service> <revision> <secs> <since_ms>
+wait_revision() {
+  local service="$1" rev="$2" secs="${3:-60}" since="$4" i got
+  for i in $(seq 1 $((secs * 10))); do
+    got="$("$PMW_PG_BIN/psql" -X -qAt "$PMW_POSTGRES_URL" -c \
+      "SELECT string_agg(DISTINCT coalesce(state->>'revision', 'unknown'), ',') FROM heartbeats WHERE service = '$service' AND beat_ms >= $since" 2>/dev/null || true)"
+    if [ "$got" = "$rev" ]; then
+      return 0
+    fi
+    sleep 0.1
+  done
+  log "$service reports revision '${got:-none}', expected $rev"
+  return 1
+}

@@ -347,4 +347,28 @@ async fn ready_covers_ingest_and_the_webhook_dispatcher() {
     .await;
     assert!(r.text.contains("webhook dispatcher"), "{}", r.text);
     assert_eq!(r.body["checks"]["webhooks"]["detail"]["overdue"], 1);
+
+    // Every heartbeat carries its build's revision; an instance on another build is a warning.
+    let rev: String = c
+        .query_one(
+            "SELECT state->>'revision' FROM heartbeats WHERE service = 'pmw-push'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rev, pmw_core::build_info::REVISION);
+    c.execute(
+        "INSERT INTO heartbeats (service, instance, pid, started_ms, beat_ms, state) \
+         VALUES ('pmw-stats', 'old', 1, $1, $1, '{\"revision\": \"deadbeef0000\"}')",
+        &[&UnixMs::now().0],
+    )
+    .await
+    .unwrap();
+    let r = ready_until(&api.base, "a build mismatch", |r| {
+        r.body["checks"]["revisions"]["ok"] == false
+    })
+    .await;
+    assert!(r.text.contains("different builds"), "{}", r.text);
+    assert!(r.text.contains("pmw-stats/old@deadbeef0000"), "{}", r.text);
 }

@@ -22,8 +22,13 @@ impl Heartbeat {
         }
     }
 
-    /// Upsert this instance's row with a fresh beat and `state`.
+    /// Upsert this instance's row with a fresh beat and `state` (plus `revision`: the build's
+    /// git revision, [`crate::build_info::REVISION`]).
     pub async fn beat(&self, state: &serde_json::Value) -> Result<(), crate::pg::PgError> {
+        let mut state = state.clone();
+        if let Some(o) = state.as_object_mut() {
+            o.insert("revision".into(), crate::build_info::REVISION.into());
+        }
         let client = self.pool.get().await?;
         client
             .execute(
@@ -34,7 +39,7 @@ impl Heartbeat {
                     &(std::process::id() as i32),
                     &self.started_ms,
                     &UnixMs::now().0,
-                    &tokio_postgres::types::Json(state),
+                    &tokio_postgres::types::Json(&state),
                 ],
             )
             .await?;

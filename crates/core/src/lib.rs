@@ -2,6 +2,7 @@
 //! codes and shutdown, shared by every pmw service.
 
 pub mod auth;
+pub mod build_info;
 pub mod ch;
 pub mod channels;
 pub mod config;

@@ -12,6 +12,9 @@ use pmw_core::exit::ServiceError;
 use pmw_core::UnixMs;
 use serde_json::{json, Value};
 
+/// Instances that beat within this long count when comparing build revisions.
+const STALE_FOR_REVISIONS_MS: i64 = 60_000;
+
 use crate::conn::{age, connect, db_error};
 
 #[derive(Debug, Args)]
@@ -144,7 +147,7 @@ pub async fn collect(cfg: &CoreConfig) -> Result<Value, ServiceError> {
     }
     let instances: Vec<Value> = c
         .query(
-            "SELECT service, instance, pid, started_ms, beat_ms, state->>'role' FROM heartbeats ORDER BY service, instance",
+            "SELECT service, instance, pid, started_ms, beat_ms, state->>'role', state->>'revision' FROM heartbeats ORDER BY service, instance",
             &[],
         )
         .await
@@ -154,10 +157,27 @@ pub async fn collect(cfg: &CoreConfig) -> Result<Value, ServiceError> {
             json!({
                 "service": r.get::<_, String>(0), "instance": r.get::<_, String>(1), "pid": r.get::<_, i32>(2),
                 "up_ms": now - r.get::<_, i64>(3), "beat_age_ms": now - r.get::<_, i64>(4),
-                "role": r.get::<_, Option<String>>(5),
+                "role": r.get::<_, Option<String>>(5), "revision": r.get::<_, Option<String>>(6),
             })
         })
         .collect();
+    let mut revisions: Vec<String> = instances
+        .iter()
+        .filter(|i| {
+            i["beat_age_ms"]
+                .as_i64()
+                .is_some_and(|a| a <= STALE_FOR_REVISIONS_MS)
+        })
+        .map(|i| i["revision"].as_str().unwrap_or("unknown").to_string())
+        .collect();
+    revisions.sort();
+    revisions.dedup();
+    if revisions.len() > 1 {
+        warnings.push(format!(
+            "services run different builds ({}): restart the ones left on an older revision",
+            revisions.join(", ")
+        ));
+    }
     let hooks = c
         .query_one(include_str!("sql/webhook_backlog.sql"), &[&now])
         .await
@@ -288,13 +308,14 @@ fn text(s: &Value) -> String {
     line("instances".into());
     for i in s["instances"].as_array().into_iter().flatten() {
         line(format!(
-            "  {:<10} {:<10} pid {:<8} role {:<8} beat {} ago, up {}",
+            "  {:<10} {:<10} pid {:<8} role {:<8} beat {} ago, up {}, revision {}",
             i["service"].as_str().unwrap_or(""),
             i["instance"].as_str().unwrap_or(""),
             i["pid"],
             i["role"].as_str().unwrap_or("-"),
             opt_age(&i["beat_age_ms"]),
             opt_age(&i["up_ms"]),
+            i["revision"].as_str().unwrap_or("?"),
         ));
     }
     for w in s["warnings"].as_array().into_iter().flatten() {

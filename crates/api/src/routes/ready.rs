@@ -4,7 +4,7 @@
 //! saw); the push leader completing rounds; no webhook delivery due and unclaimed for longer than
 //! `PMW_API_READY_WEBHOOK_DUE_MAX_AGE_MS` (the dispatcher runs); the recent detect→push median
 //! (WebSocket deliveries, or webhook ones when there are none). Reported in `warnings` without
-//! flipping readiness: no push standby, a stale pmw-stats.
+//! flipping readiness: no push standby, a stale pmw-stats, services on different builds.
 
 use std::future::Future;
 use std::time::Duration;
@@ -71,6 +71,8 @@ pub struct Checks {
     pub push_standby: Check,
     /// pmw-stats beats (the dashboard's writer). Never gating.
     pub stats: Check,
+    /// Every live instance runs the same build revision (`detail` lists them). Never gating.
+    pub revisions: Check,
 }
 
 /// The readiness verdict. When not ready, `error` carries the reasons (503).
@@ -255,13 +257,14 @@ async fn clickhouse_and_latency(st: &AppState, now: i64) -> (Check, Check) {
     responses((status = 200, body = Readiness), (status = 503, body = Readiness)))]
 pub async fn ready(State(st): State<AppState>) -> Response {
     let now = UnixMs::now().0;
-    let ((postgres, push), (clickhouse, latency), push_standby, ingest, webhooks, stats) = tokio::join!(
+    let ((postgres, push), (clickhouse, latency), push_standby, ingest, webhooks, stats, revisions) = tokio::join!(
         postgres_and_push(&st, now),
         clickhouse_and_latency(&st, now),
         push_standby(&st, now),
         super::ready_more::ingest(&st, now),
         super::ready_more::webhooks(&st, now),
         super::ready_more::stats(&st, now, STATS_MAX_AGE_MS),
+        super::ready_more::revisions(&st, now, STATS_MAX_AGE_MS),
     );
     let checks = Checks {
         postgres,
@@ -272,8 +275,9 @@ pub async fn ready(State(st): State<AppState>) -> Response {
         latency,
         push_standby,
         stats,
+        revisions,
     };
-    let warnings: Vec<String> = [&checks.push_standby, &checks.stats]
+    let warnings: Vec<String> = [&checks.push_standby, &checks.stats, &checks.revisions]
         .iter()
         .filter_map(|c| c.reason.clone())
         .collect();

@@ -1,5 +1,5 @@
 //! The readiness checks beyond the push leader and the stores: ingest (pmw-live), the webhook
-//! dispatcher, and pmw-stats (see [`super::ready`]).
+//! dispatcher, pmw-stats and the builds the services run (see [`super::ready`]).
 
 use serde_json::{json, Value};
 
@@ -116,5 +116,44 @@ pub async fn stats(st: &AppState, now: i64, max_age: i64) -> Check {
                 Check::pass(detail)
             }
         }
+    }
+}
+
+/// Every live instance runs the same build revision (a service left on an older build after a
+/// deploy shows here). Reported, never gating.
+pub async fn revisions(st: &AppState, now: i64, fresh_ms: i64) -> Check {
+    let rows = bounded(async {
+        let c = st.pg.get().await.map_err(|e| e.to_string())?;
+        c.query(include_str!("sql/revisions.sql"), &[&(now - fresh_ms)])
+            .await
+            .map_err(|e| e.to_string())
+    })
+    .await;
+    let rows = match rows {
+        Ok(r) => r,
+        Err(e) => return Check::fail(format!("revisions unknown: {e}"), Value::Null),
+    };
+    let running: Vec<(String, String, String)> = rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    let mut distinct: Vec<&str> = running.iter().map(|(_, _, rev)| rev.as_str()).collect();
+    distinct.sort_unstable();
+    distinct.dedup();
+    let detail = json!(running
+        .iter()
+        .map(|(s, i, r)| json!({"service": s, "instance": i, "revision": r}))
+        .collect::<Vec<_>>());
+    if distinct.len() > 1 {
+        let who: Vec<String> = running
+            .iter()
+            .map(|(s, i, r)| format!("{s}/{i}@{r}"))
+            .collect();
+        Check::fail(
+            format!("services run different builds: {}", who.join(", ")),
+            detail,
+        )
+    } else {
+        Check::pass(detail)
     }
 }
