@@ -50,6 +50,11 @@ pub const POSTGRES: &[Migration] = &[
         "webhook_health_retention",
         "postgres/0004_webhook_health_retention.sql"
     ),
+    migration!(
+        5,
+        "chain_block_trades",
+        "postgres/0005_chain_block_trades.sql"
+    ),
 ];
 
 /// ClickHouse migrations, in order. Every file in `migrations/clickhouse` must be listed (tested).

@@ -59,6 +59,10 @@ pub struct IngestStats {
     pub latency_rows_lost: u64,
 }
 
+/// Blocks kept in `chain_blocks` (with their trade counts, which push's bounded catch-up
+/// reads): about a day of Polygon.
+const KEEP_BLOCKS: u64 = 50_000;
+
 /// Recent heads seen live, by number, so gap blocks that did arrive keep their detect time.
 const BOOK_SIZE: usize = 512;
 
@@ -301,6 +305,7 @@ impl Ingester {
                 &block_time_ms,
                 &t_detect.0,
                 &backfilled,
+                &(rows.len() as i32),
             ],
         )
         .await?;
@@ -455,10 +460,11 @@ impl Ingester {
             .collect())
     }
 
-    /// Keep `chain_blocks` to the reorg window (plus margin).
+    /// Keep `chain_blocks` to [`KEEP_BLOCKS`] (at least the reorg window plus margin).
     pub async fn prune(&self) -> Result<u64, IngestError> {
         let Some(c) = self.cursor else { return Ok(0) };
-        let keep_from = c.number.saturating_sub(self.max_reorg_depth * 4 + 64) as i64;
+        let keep = (self.max_reorg_depth * 4 + 64).max(KEEP_BLOCKS);
+        let keep_from = c.number.saturating_sub(keep) as i64;
         let client = self.pg.get().await?;
         Ok(client
             .execute(

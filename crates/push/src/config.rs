@@ -9,6 +9,7 @@
 //! | `PMW_PUSH_FALLBACK_MS` | `3000` | poll period when no NOTIFY arrives |
 //! | `PMW_PUSH_LEGACY_POLL_MS` | unset | benchmark baseline: no LISTEN wake-up, sleep this long between rounds |
 //! | `PMW_PUSH_ROUND_LIMIT` | `5000` | trades read per round (at most half of `PMW_PUSH_WS_QUEUE`, so a round never overflows a session that keeps up) |
+//! | `PMW_PUSH_CATCHUP_SPAN_BLOCKS` | `1000` | a round far behind the watermark reads at most this many blocks (when their trade counts are recorded), and moves past them only if every block returned its recorded count |
 //! | `PMW_PUSH_ROUND_DEADLINE_MS` | `10000` | on SIGTERM, how long the current round may take before exiting with the lock held |
 //! | `PMW_PUSH_WS_QUEUE` | `1024` | frames queued per WebSocket session before it is closed as a slow consumer (1013) |
 //! | `PMW_PUSH_WS_CONNECTS_PER_SEC` / `PMW_PUSH_WS_CONNECT_BURST` | `5` / `60` | WebSocket connects per account (429 with `Retry-After` beyond); the burst covers a whole plan's sessions reconnecting after a failover |
@@ -40,6 +41,8 @@ pub struct PushConfig {
     pub push_legacy_poll_ms: Option<u64>,
     #[serde(default = "d::limit")]
     pub push_round_limit: u64,
+    #[serde(default = "d::span")]
+    pub push_catchup_span_blocks: u64,
     #[serde(default = "d::deadline")]
     pub push_round_deadline_ms: u64,
     #[serde(default = "d::queue")]
@@ -76,6 +79,9 @@ mod d {
     }
     pub fn limit() -> u64 {
         5_000
+    }
+    pub fn span() -> u64 {
+        1_000
     }
     pub fn deadline() -> u64 {
         10_000
@@ -174,6 +180,12 @@ impl Validate for PushConfig {
             return Err(ConfigError::invalid(
                 "PMW_PUSH_STALL_EXIT_MS",
                 "must be ≥ 1000 ms (a round must have time to complete)",
+            ));
+        }
+        if self.push_catchup_span_blocks == 0 {
+            return Err(ConfigError::invalid(
+                "PMW_PUSH_CATCHUP_SPAN_BLOCKS",
+                "must be positive",
             ));
         }
         if self.push_round_limit == 0 || self.push_ws_queue < 8 || self.push_resume_max_trades == 0

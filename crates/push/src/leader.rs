@@ -202,7 +202,7 @@ impl Leading<'_> {
         let server_stop = CancellationToken::new();
         let server = server::spawn(listener, state, server_stop.clone());
 
-        let rounds = Rounds::new(
+        let mut rounds = Rounds::new(
             storage.pg.clone(),
             storage.ch.clone(),
             push.push_slot,
@@ -214,6 +214,7 @@ impl Leading<'_> {
             hub.clone(),
             recorder.clone(),
         );
+        rounds.span = push.push_catchup_span_blocks;
         let stopped = round_loop::RoundLoop {
             cfg,
             push,

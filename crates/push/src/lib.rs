@@ -1,6 +1,7 @@
 //! pmw-push: leader/standby push of matched trades over WebSocket and signed webhooks. Run twice
 //! (`push-a`, `push-b`): the standby waits on the slot's lock and binds nothing until it leads.
 
+mod catchup;
 pub mod config;
 pub mod hub;
 pub mod leader;

@@ -13,6 +13,7 @@ use pmw_core::store::{trades, TradeRow};
 use pmw_core::types::cursor::MAX_LOG_INDEX;
 use pmw_core::{db, Cursor, Position, UnixMs};
 
+use crate::catchup;
 use crate::hub::{Hub, Item};
 use crate::recorder::{DeliveryLogRow, Fact, Recorder};
 use crate::subs::{Index, Subscriptions};
@@ -59,6 +60,8 @@ pub struct Rounds {
     /// Trades read per round: at most half a session queue, so a session that keeps up is never
     /// closed as slow because a catch-up round is larger than its queue.
     pub limit: u64,
+    /// Blocks a catch-up round reads at most (see [`crate::catchup`]).
+    pub span: u64,
     pub subs: Subscriptions,
     pub hub: Hub,
     /// Where cancelled webhook deliveries are logged (`delivery_log`, outcome `cancelled`).
@@ -93,6 +96,7 @@ impl Rounds {
             position,
             reorg_id,
             limit,
+            span: u64::MAX / 2,
             subs,
             hub,
             facts,
@@ -188,14 +192,26 @@ impl Rounds {
                 .filter(|t| t.cursor() <= self.cursor)
                 .collect();
         }
-        // The cursor moves only to the last row actually read: a short or empty answer from
-        // ClickHouse (a restart, a cut response) then delays delivery and never skips a trade.
-        let rows = trades::trades_after(&self.ch, from, wm, self.limit).await?;
+        // The cursor moves only to the last row actually read (a short or empty answer from
+        // ClickHouse then delays delivery and never skips a trade), or, on a bounded catch-up
+        // span, past blocks proven complete by their recorded trade counts.
+        let span = catchup::span(&client, from.block, wm, self.span).await?;
+        let upto = span.as_ref().map_or(wm, |s| s.upto);
+        let mut rows = trades::trades_after(&self.ch, from, upto, self.limit).await?;
         let full = rows.len() as u64 >= self.limit;
-        let through_pos = rows
-            .last()
-            .map(|r| Position::of(r.cursor(), &r.block_hash))
-            .unwrap_or(from_pos);
+        let last_row = rows.last().map(|r| Position::of(r.cursor(), &r.block_hash));
+        let through_pos = match &span {
+            None => last_row.unwrap_or(from_pos),
+            Some(s) => {
+                let checked = catchup::check(s, from, &rows, full);
+                if let Some((block, read, recorded)) = checked.short {
+                    tracing::warn!(block, read, recorded, "clickhouse returned fewer trades than stored for a block; not moving past it");
+                }
+                rows.truncate(checked.keep);
+                checked.through.unwrap_or(from_pos)
+            }
+        };
+        let more = full || span.is_some();
         let through = through_pos.cursor;
         if through <= from && retracts.is_empty() && reorg_id == self.reorg_id {
             return Ok(RoundOutcome::default());
@@ -288,7 +304,7 @@ impl Rounds {
             frames,
             webhooks: enqueued.inserted,
             webhooks_skipped: enqueued.skipped,
-            more: full,
+            more,
         })
     }
 }
