@@ -282,13 +282,9 @@ pub async fn wallet_trades_between(
         .collect::<Vec<_>>()
         .join(",");
     let sql = format!(
-        "SELECT {COLUMNS} FROM ( \
-           SELECT {COLUMNS} FROM trades_by_wallet \
-           WHERE wallet IN ({list}) AND block_number >= ? AND block_number <= ? \
-           ORDER BY wallet, block_number, log_index, block_hash, version DESC \
-           LIMIT 1 BY wallet, block_number, log_index, block_hash \
-         ) WHERE retracted = 0 AND (block_number, log_index) > (?, ?) AND (block_number, log_index) <= (?, ?) \
-         ORDER BY block_number, log_index LIMIT ?"
+        include_str!("sql/wallet_trades_between.sql"),
+        COLUMNS = COLUMNS,
+        list = list
     );
     ch.query(&sql)
         .bind(after.block)
