@@ -1,0 +1,7 @@
+SELECT {COLUMNS} FROM (
+  SELECT {COLUMNS} FROM trades_by_wallet
+  WHERE wallet IN ({list}) AND block_number >= ? AND block_number <= ?
+  ORDER BY wallet, block_number, log_index, block_hash, version DESC
+  LIMIT 1 BY wallet, block_number, log_index, block_hash
+) WHERE retracted = 0 AND (block_number, log_index) > (?, ?) AND (block_number, log_index) <= (?, ?)
+ORDER BY block_number, log_index LIMIT ?
