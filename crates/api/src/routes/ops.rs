@@ -194,14 +194,7 @@ async fn clickhouse_and_latency(st: &AppState, now: i64) -> (Check, Check) {
         Duration::from_millis(st.cfg.api_ready_latency_window_ms),
     );
     let max = st.cfg.api_ready_latency_max_ms as i64;
-    let r = bounded(
-        st.ch
-            .query(include_str!("sql/recent_ws_latency.sql"))
-            .bind(w.from_ms)
-            .bind(w.to_ms)
-            .fetch_one::<(u64, i64)>(),
-    )
-    .await;
+    let r = bounded(pmw_core::store::latency::recent_ws(&st.ch, w)).await;
     match r {
         Err(e) => (
             Check::fail(format!("clickhouse unreachable: {e}"), Value::Null),

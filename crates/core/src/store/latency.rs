@@ -72,9 +72,19 @@ pub async fn ingest_in_window(
     ch: &ChClient,
     w: Window,
 ) -> Result<Vec<IngestLatencyRow>, clickhouse::error::Error> {
-    ch.query(include_str!("sql/ingest_in_window.sql"))
+    ch.query(super::statements::INGEST_IN_WINDOW)
         .bind(w.from_ms)
         .bind(w.to_ms)
         .fetch_all()
+        .await
+}
+
+/// Live WebSocket deliveries pushed inside `w`: their count and median detect-to-push (ms; 0
+/// when there are none). The API's readiness check.
+pub async fn recent_ws(ch: &ChClient, w: Window) -> Result<(u64, i64), clickhouse::error::Error> {
+    ch.query(super::statements::RECENT_WS_LATENCY)
+        .bind(w.from_ms)
+        .bind(w.to_ms)
+        .fetch_one::<(u64, i64)>()
         .await
 }
