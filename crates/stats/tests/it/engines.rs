@@ -140,7 +140,7 @@ async fn scenario(ch: &ChClient) -> Vec<(&'static str, String)> {
     let gone = trades::retracted_between(ch, 99, 104).await.unwrap();
     assert_eq!(gone.len(), 3 + 3, "retracted: {gone:?}");
     rec("retracted_between", format!("{gone:?}"));
-    let wallets = vec![W1.to_string(), W2.to_string()];
+    let wallets = [W1.to_string(), W2.to_string()];
     let through = Cursor {
         block: 104,
         log_index: 9,
