@@ -106,7 +106,7 @@ pub struct MigrateReport {
 
 const PG_VERSION_TABLE: &str = include_str!("sql/pg_schema_migrations.sql");
 
-const CH_VERSION_TABLE: &str = include_str!("sql/ch_schema_migrations.sql");
+const CH_VERSION_TABLE: &str = crate::store::statements::SCHEMA_MIGRATIONS_TABLE;
 
 /// Apply pending Postgres migrations, each in its own transaction, under an advisory lock.
 pub async fn migrate_postgres(client: &mut Client) -> Result<Vec<u32>, SchemaError> {
@@ -185,7 +185,7 @@ struct ChAppliedRow<'a> {
 
 async fn ch_applied(ch: &ChClient) -> Result<BTreeMap<u32, String>, clickhouse::error::Error> {
     let rows = ch
-        .query("SELECT version, any(checksum) FROM schema_migrations GROUP BY version ORDER BY version")
+        .query(crate::store::statements::MIGRATIONS_APPLIED)
         .fetch_all::<ChApplied>()
         .await?;
     Ok(rows.into_iter().map(|r| (r.version, r.checksum)).collect())
@@ -296,7 +296,7 @@ pub async fn check_schema(
     };
     check_exact(Store::Postgres, POSTGRES, &pg_applied)?;
     let ch_has_table: u8 = ch
-        .query("SELECT count() > 0 FROM system.tables WHERE database = currentDatabase() AND name = 'schema_migrations'")
+        .query(crate::store::statements::HAS_MIGRATIONS_TABLE)
         .fetch_one()
         .await?;
     let ch_applied = if ch_has_table == 1 {

@@ -60,13 +60,11 @@ async fn chain_head(cfg: &CoreConfig) -> Option<u64> {
 /// backlog on quiet chains.) `None` when ClickHouse does not answer within 2 s.
 async fn trades_waiting(cfg: &CoreConfig, block: i64, log: i32, watermark: i64) -> Option<u64> {
     let ch = pmw_core::ch::client(cfg);
-    let q = ch
-        .query(include_str!("sql/trades_waiting.sql"))
-        .bind(block)
-        .bind(watermark)
-        .bind(block)
-        .bind(log)
-        .fetch_one::<u64>();
+    let after = pmw_core::Cursor {
+        block: u64::try_from(block).ok()?,
+        log_index: u32::try_from(log).ok()?,
+    };
+    let q = pmw_core::store::trades::waiting(&ch, after, u64::try_from(watermark).ok()?);
     tokio::time::timeout(Duration::from_secs(2), q)
         .await
         .ok()?

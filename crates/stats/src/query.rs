@@ -63,10 +63,10 @@ struct HistogramRow {
     bins: Vec<u64>,
 }
 
-const INGEST_WINDOW: &str = include_str!("sql/ingest_window.sql");
-const PUSH_WINDOW: &str = include_str!("sql/push_window.sql");
-const INGEST_SERIES: &str = include_str!("sql/ingest_series.sql");
-const PUSH_SERIES: &str = include_str!("sql/push_series.sql");
+use pmw_core::store::statements::{
+    HISTOGRAM, INGEST_ROWS_AFTER, INGEST_SERIES, INGEST_WINDOW, PUSH_ROWS_AFTER, PUSH_SERIES,
+    PUSH_WINDOW,
+};
 
 fn channel_stage(channel: &str) -> Option<Stage> {
     match channel {
@@ -229,7 +229,7 @@ fn histogram_sql() -> String {
         "countIf(d >= {})",
         HISTOGRAM_EDGES[HISTOGRAM_EDGES.len() - 1]
     ));
-    include_str!("sql/histogram.sql").replace("{bins}", &bins.join(", "))
+    HISTOGRAM.replace("{bins}", &bins.join(", "))
 }
 
 /// Bin descriptions matching [`histogram_sql`].
@@ -278,14 +278,14 @@ async fn histogram(ch: &ChClient, nw: NamedWindow) -> Result<HistogramReport, St
 
 async fn rows_after(ch: &ChClient, at_ms: i64) -> Result<RowsAfterNow, StatsError> {
     let ingest_latency: u64 = ch
-        .query(include_str!("sql/ingest_rows_after.sql"))
+        .query(INGEST_ROWS_AFTER)
         .bind(at_ms)
         .bind(at_ms)
         .bind(at_ms)
         .fetch_one()
         .await?;
     let push_latency: u64 = ch
-        .query("SELECT count() FROM push_latency WHERE t_push_ms >= ? OR t_detect_ms >= ?")
+        .query(PUSH_ROWS_AFTER)
         .bind(at_ms)
         .bind(at_ms)
         .fetch_one()

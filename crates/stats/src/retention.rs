@@ -7,6 +7,7 @@
 
 use clickhouse::Row;
 use pmw_core::ch::ChClient;
+use pmw_core::store::statements;
 use pmw_core::UnixMs;
 use serde::Deserialize;
 
@@ -73,7 +74,7 @@ async fn drop_before(
         .collect::<Vec<_>>()
         .join(", ");
     let parts: Vec<PartRow> = ch
-        .query(&include_str!("sql/active_partitions.sql").replace("{tables}", &list))
+        .query(&statements::ACTIVE_PARTITIONS.replace("{tables}", &list))
         .fetch_all()
         .await?;
     let mut dropped = Vec::new();
@@ -95,10 +96,11 @@ async fn drop_before(
             continue;
         }
         // The id is a validated integer literal; the table name is one of ours.
-        ch.query(&format!(
-            "ALTER TABLE {table} DROP PARTITION ID '{}'",
-            p.partition_id
-        ))
+        ch.query(
+            &statements::DROP_PARTITION
+                .replace("{table}", table)
+                .replace("{id}", &p.partition_id),
+        )
         .execute()
         .await?;
         tracing::info!(table, day, "partition dropped");

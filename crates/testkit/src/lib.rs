@@ -3,6 +3,7 @@
 //! in-process or as child processes, and holds the helpers every test binary shares (free ports,
 //! polling, a JSON client, webhook receivers). It depends on no service crate.
 
+pub mod chdb;
 mod db;
 mod guard;
 pub mod hooks;
@@ -15,6 +16,7 @@ mod service;
 mod stack;
 mod wait;
 
+pub use chdb::ChdbServer;
 pub use db::TestDb;
 pub use guard::schema_guard;
 pub use http::{Http, Resp};

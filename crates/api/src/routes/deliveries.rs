@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use axum::Json;
 use pmw_core::db::deliveries::{self, NewDelivery, Writer};
 use pmw_core::message::{stamp, Kind, TradeMessage};
-use pmw_core::store::{trades, TradeRow};
+use pmw_core::store::{delivery_log, trades, TradeRow};
 use pmw_core::webhook::webhook_id;
 use pmw_core::{Cursor, UnixMs};
 use serde::{Deserialize, Serialize};
@@ -97,25 +97,18 @@ pub async fn log(
     ApiQuery(q): ApiQuery<LogQuery>,
 ) -> Result<Json<AttemptPage>, ApiError> {
     let limit = check_limit(q.limit, LOG_DEFAULT_LIMIT, LOG_MAX_LIMIT)?;
-    let (t, attempt, did) = match &q.cursor {
-        Some(s) => parse_log_cursor(s)?,
-        None => (i64::MAX, u32::MAX, String::new()),
+    let below = match &q.cursor {
+        Some(s) => {
+            let (t, attempt, did) = parse_log_cursor(s)?;
+            Some((t, did, attempt))
+        }
+        None => None,
     };
     let c = st.pg.get().await?;
     owned(&c, who.account_id, id).await?;
     // Newest first by (t_attempt_ms, delivery_id, attempt); the first page starts above all.
-    let first = q.cursor.is_none();
-    let mut rows: Vec<Attempt> = st
-        .ch
-        .query(include_str!("sql/delivery_log_page.sql"))
-        .bind(id as u64)
-        .bind(u8::from(first))
-        .bind(t)
-        .bind(&did)
-        .bind(attempt)
-        .bind(u64::from(limit) + 1)
-        .fetch_all()
-        .await?;
+    let mut rows: Vec<Attempt> =
+        delivery_log::page(&st.ch, id as u64, &below, u64::from(limit) + 1).await?;
     let more = rows.len() > limit as usize;
     rows.truncate(limit as usize);
     let next = more

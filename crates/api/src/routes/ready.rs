@@ -209,16 +209,8 @@ async fn clickhouse_and_latency(st: &AppState, now: i64) -> (Check, Check) {
         Duration::from_millis(st.cfg.api_ready_latency_window_ms),
     );
     let max = st.cfg.api_ready_latency_max_ms as i64;
-    let median = |channel: &'static str| {
-        bounded(
-            st.ch
-                .query(include_str!("sql/recent_latency.sql"))
-                .bind(channel)
-                .bind(w.from_ms)
-                .bind(w.to_ms)
-                .fetch_one::<(u64, i64)>(),
-        )
-    };
+    let median =
+        |channel: &'static str| bounded(pmw_core::store::latency::recent(&st.ch, channel, w));
     let mut channel = "ws";
     let mut r = median(channel).await;
     if matches!(r, Ok((0, _))) {

@@ -21,3 +21,34 @@ pub struct DeliveryLogRow {
     pub outcome: String,
     pub error: String,
 }
+
+/// Where a delivery log page starts: below this `(t_attempt_ms, delivery_id, attempt)`, or at
+/// the newest attempt (`None`).
+pub type PageCursor = Option<(i64, String, u32)>;
+
+/// One page of an endpoint's attempts, newest first by `(t_attempt_ms, delivery_id, attempt)`,
+/// at most `limit`, read into the caller's row type (columns `delivery_id, attempt, kind,
+/// block_number, log_index, t_attempt_ms, duration_ms, status_code, outcome, error`).
+pub async fn page<T>(
+    ch: &crate::ch::ChClient,
+    endpoint_id: u64,
+    below: &PageCursor,
+    limit: u64,
+) -> Result<Vec<T>, clickhouse::error::Error>
+where
+    T: clickhouse::RowOwned + clickhouse::RowRead,
+{
+    let (t, did, attempt) = match below {
+        Some((t, did, attempt)) => (*t, did.as_str(), *attempt),
+        None => (i64::MAX, "", u32::MAX),
+    };
+    ch.query(super::statements::DELIVERY_LOG_PAGE)
+        .bind(endpoint_id)
+        .bind(u8::from(below.is_none()))
+        .bind(t)
+        .bind(did)
+        .bind(attempt)
+        .bind(limit)
+        .fetch_all()
+        .await
+}

@@ -72,9 +72,24 @@ pub async fn ingest_in_window(
     ch: &ChClient,
     w: Window,
 ) -> Result<Vec<IngestLatencyRow>, clickhouse::error::Error> {
-    ch.query(include_str!("sql/ingest_in_window.sql"))
+    ch.query(super::statements::INGEST_IN_WINDOW)
         .bind(w.from_ms)
         .bind(w.to_ms)
         .fetch_all()
+        .await
+}
+
+/// Live deliveries on `channel` (`ws` or `webhook`) pushed inside `w`: their count and median
+/// detect-to-push (ms; 0 when there are none). The API's readiness check.
+pub async fn recent(
+    ch: &ChClient,
+    channel: &str,
+    w: Window,
+) -> Result<(u64, i64), clickhouse::error::Error> {
+    ch.query(super::statements::RECENT_LATENCY)
+        .bind(channel)
+        .bind(w.from_ms)
+        .bind(w.to_ms)
+        .fetch_one::<(u64, i64)>()
         .await
 }

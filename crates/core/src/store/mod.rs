@@ -1,7 +1,9 @@
-//! The production ClickHouse write and read paths for facts (trades and latency rows).
+//! The production ClickHouse write and read paths for facts (trades and latency rows); every
+//! statement's text is in [`statements`].
 
 pub mod delivery_log;
 pub mod latency;
+pub mod statements;
 pub mod trades;
 pub mod window;
 

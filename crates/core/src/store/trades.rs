@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::latency::insert_all;
+use super::statements as sql;
 use crate::ch::ChClient;
 use crate::trade::{format_units6, Fill, Side};
 use crate::types::Cursor;
@@ -161,7 +162,7 @@ pub async fn trades_after(
     up_to: u64,
     limit: u64,
 ) -> Result<Vec<TradeRow>, clickhouse::error::Error> {
-    let sql = format!(include_str!("sql/trades_after.sql"), COLUMNS = COLUMNS);
+    let sql = sql::TRADES_AFTER.replace("{COLUMNS}", COLUMNS);
     ch.query(&sql)
         .bind(after.block)
         .bind(up_to)
@@ -178,7 +179,7 @@ pub async fn trades_of_block(
     block_number: u64,
     block_hash: &str,
 ) -> Result<Vec<TradeRow>, clickhouse::error::Error> {
-    let sql = format!(include_str!("sql/trades_of_block.sql"), COLUMNS = COLUMNS);
+    let sql = sql::TRADES_OF_BLOCK.replace("{COLUMNS}", COLUMNS);
     ch.query(&sql)
         .bind(block_number)
         .bind(block_hash)
@@ -219,7 +220,7 @@ pub async fn retract_above(
     watermark: u64,
     version: u64,
 ) -> Result<(Vec<TradeRow>, u64), clickhouse::error::Error> {
-    let sql = format!(include_str!("sql/visible_above.sql"), COLUMNS = COLUMNS);
+    let sql = sql::VISIBLE_ABOVE.replace("{COLUMNS}", COLUMNS);
     let visible: Vec<TradeRow> = ch.query(&sql).bind(watermark).fetch_all().await?;
     let mut top = version;
     let retractions: Vec<TradeRow> = visible
@@ -242,7 +243,7 @@ pub async fn retracted_between(
     after_block: u64,
     through_block: u64,
 ) -> Result<Vec<TradeRow>, clickhouse::error::Error> {
-    let sql = format!(include_str!("sql/retracted_between.sql"), COLUMNS = COLUMNS);
+    let sql = sql::RETRACTED_BETWEEN.replace("{COLUMNS}", COLUMNS);
     ch.query(&sql)
         .bind(after_block)
         .bind(through_block)
@@ -262,8 +263,7 @@ pub async fn wallet_trades_between(
     if wallets.is_empty() || through <= after {
         return Ok(Vec::new());
     }
-    // An IN list over the primary key's first column (18.16 has no array IN). The list is
-    // inlined, so every element must be a lowercase 0x address: anything else is refused.
+    // The list is inlined (see the statement), so every element must be a lowercase 0x address: anything else is refused.
     let valid = |w: &String| {
         w.len() == 42
             && w.starts_with("0x")
@@ -281,11 +281,9 @@ pub async fn wallet_trades_between(
         .map(|w| format!("'{w}'"))
         .collect::<Vec<_>>()
         .join(",");
-    let sql = format!(
-        include_str!("sql/wallet_trades_between.sql"),
-        COLUMNS = COLUMNS,
-        list = list
-    );
+    let sql = sql::WALLET_TRADES_BETWEEN
+        .replace("{COLUMNS}", COLUMNS)
+        .replace("{list}", &list);
     ch.query(&sql)
         .bind(after.block)
         .bind(through.block)
@@ -306,11 +304,27 @@ pub async fn ingested_ms(
     hash_prefix: &str,
 ) -> Result<Option<i64>, clickhouse::error::Error> {
     let v: u64 = ch
-        .query(include_str!("sql/ingested_version.sql"))
+        .query(sql::INGESTED_VERSION)
         .bind(cursor.block)
         .bind(cursor.log_index)
         .bind(format!("0x{hash_prefix}"))
         .fetch_one()
         .await?;
     Ok((v > 0).then_some(v as i64))
+}
+
+/// Trades stored after `after` up to block `watermark`: what push has still to deliver
+/// (`pmwctl status`). Each trade counts once (its newest version), retracted ones not at all.
+pub async fn waiting(
+    ch: &ChClient,
+    after: Cursor,
+    watermark: u64,
+) -> Result<u64, clickhouse::error::Error> {
+    ch.query(sql::TRADES_WAITING)
+        .bind(after.block)
+        .bind(watermark)
+        .bind(after.block)
+        .bind(after.log_index)
+        .fetch_one()
+        .await
 }

@@ -1,8 +1,10 @@
-//! pmw-stats' integration tests on the real ClickHouse and Postgres: windows, time zones,
+//! pmw-stats' integration tests on the real ClickHouse (and a current one, chDB) and Postgres:
+//! the ClickHouse layer on both engines, windows, time zones,
 //! retention, the writer lock, the dashboard in a browser.
 
 mod browser;
 mod common;
+mod engines;
 mod lock;
 mod retention;
 mod schema_guard;

@@ -1,3 +1,8 @@
+-- Visible trades of some wallets in a cursor range: the per-wallet table, the newest version of
+-- each identity, retracted ones left out, ledger order. An IN list over the primary key's first
+-- column (18.16 has no array IN); the code fills in the list of quoted, validated lowercase
+-- addresses. Binds: after block, through block, after (block, log index), through (block, log
+-- index), limit.
 SELECT {COLUMNS} FROM (
   SELECT {COLUMNS} FROM trades_by_wallet
   WHERE wallet IN ({list}) AND block_number >= ? AND block_number <= ?
