@@ -102,3 +102,14 @@ pub fn push_config() -> pmw_push::PushConfig {
 pub async fn start_push(core: CoreConfig, instance: &str) -> (ServiceHandle, SocketAddr) {
     crate::harness::start_push(core, instance, push_config(), Default::default()).await
 }
+
+/// pmw-live in-process on `core`'s database, following a private anvil (returned with it: the
+/// chain lives as long as the handle).
+pub async fn live_for(core: &CoreConfig) -> (pmw_sim::anvil::Anvil, ServiceHandle) {
+    let anvil = pmw_sim::anvil::Anvil::spawn().await.expect("anvil");
+    let mut core = core.clone();
+    core.rpc_ws_url = anvil.ws_url();
+    core.rpc_http_url = anvil.http_url();
+    let live = crate::harness::start_live(core, 0);
+    (anvil, live)
+}

@@ -95,3 +95,30 @@ fn broken_api_settings_leave_core_and_push_settings_loadable() {
         Ok(())
     });
 }
+
+/// Readiness bounds must stay above the periods of what they watch (the seeds' lesson: a
+/// readiness age below the fallback poll interval flaps on every quiet stretch).
+#[test]
+fn readiness_bounds_stay_above_the_periods_they_watch() {
+    let api = ApiConfig::default();
+    let push = PushConfig::default();
+    let hooks = WebhookConfig::default();
+    assert!(
+        api.api_ready_round_max_age_ms > 2 * push.push_fallback_ms,
+        "round max age {} vs push fallback poll {}",
+        api.api_ready_round_max_age_ms,
+        push.push_fallback_ms
+    );
+    assert!(
+        api.api_ready_round_max_age_ms > push.push_ready_max_age_ms / 2,
+        "the API's round bound is not far below push's own stall bound"
+    );
+    assert!(
+        api.api_ready_webhook_due_max_age_ms > 2 * hooks.poll_interval.as_millis() as u64,
+        "webhook due bound vs the dispatcher's poll"
+    );
+    assert!(
+        api.api_ready_webhook_due_max_age_ms > hooks.claim_ttl().as_millis() as u64,
+        "webhook due bound vs the claim TTL (a crashed attempt is reclaimed after it)"
+    );
+}

@@ -14,7 +14,7 @@ use pmw_push::PushConfig;
 use pmw_sim::anvil::Anvil;
 use pmw_sim::{Emitted, RunConfig, Sim};
 use pmw_testkit::{bound_within, ServiceHandle, TestDb};
-use serde_json::Value;
+use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message;
@@ -307,4 +307,52 @@ pub async fn first_of(c: &mut Client, kind: &str) -> Value {
 
 pub fn strictly_increasing(v: &[Cursor]) -> bool {
     v.windows(2).all(|w| w[0] < w[1])
+}
+
+/// A fill's identity: block number, log index, block hash (lowercase `0x…`).
+pub type Fill = (u64, u64, String);
+
+/// The canonical fills of `wallets` (lowercase `0x…`) after `from_block`, from `eth_getLogs` on
+/// the chain itself: both `OrderFilled` topics, the four exchanges, maker = `topics[2]`.
+pub async fn canonical(rpc: &str, from_block: u64, wallets: &[String]) -> BTreeSet<Fill> {
+    const EXCHANGES: [&str; 4] = [
+        "0x4bfb41d5b3570defd03c39a9a4d8de6bd8b8982e",
+        "0xc5d563a36ae78145c45a50134d48a1215220f80a",
+        "0xe111180000d2663c0091e4f400237545b87b996b",
+        "0xe2222d279d744050d28e00520010520000310f59",
+    ];
+    const TOPICS: [&str; 2] = [
+        "0xd0a08e8c493f9c94f29311604c9de1b4e8c8d4c06bd0c789af57f2d65bfec0f6",
+        "0xd543adfd945773f1a62f74f0ee55a5e3b9b1a28262980ba90b1a89f2ea84d8ee",
+    ];
+    let req = json!({"jsonrpc": "2.0", "id": 1, "method": "eth_getLogs", "params": [{
+        "fromBlock": format!("0x{:x}", from_block + 1), "toBlock": "latest",
+        "address": EXCHANGES, "topics": [TOPICS],
+    }]});
+    let resp: Value = reqwest::Client::new()
+        .post(rpc)
+        .json(&req)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let hex = |v: &Value| u64::from_str_radix(v.as_str().unwrap().trim_start_matches("0x"), 16);
+    resp["result"]
+        .as_array()
+        .unwrap_or_else(|| panic!("eth_getLogs: {resp}"))
+        .iter()
+        .filter(|l| {
+            let maker = l["topics"][2].as_str().unwrap().to_lowercase();
+            wallets.iter().any(|w| maker.ends_with(&w[2..]))
+        })
+        .map(|l| {
+            (
+                hex(&l["blockNumber"]).unwrap(),
+                hex(&l["logIndex"]).unwrap(),
+                l["blockHash"].as_str().unwrap().to_lowercase(),
+            )
+        })
+        .collect()
 }

@@ -10,3 +10,5 @@ mod ctl_status;
 mod ctl_watch;
 mod harness;
 mod push;
+mod reorg;
+mod reorg_live;

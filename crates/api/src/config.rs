@@ -13,7 +13,9 @@
 //! | `PMW_API_ALLOW_PRIVATE_WEBHOOKS` | `false` | accept webhook URLs on loopback/private/link-local addresses and local names (tests, on-prem); push has its own `PMW_PUSH_ALLOW_PRIVATE_WEBHOOKS` |
 //! | `PMW_API_READY_ROUND_MAX_AGE_MS` | `15000` | `/v1/ready` is 503 when the push leader's heartbeat or its last completed round is older |
 //! | `PMW_API_READY_LATENCY_MAX_MS` | `5000` | `/v1/ready` is 503 when the median detect→push (WS, live rows) exceeds this |
-//! | `PMW_API_READY_LATENCY_WINDOW_MS` | `1200000` | the window of that median (20 min, bounded on both sides) |
+//! | `PMW_API_READY_LATENCY_WINDOW_MS` | `1200000` | the window of that median (20 min, bounded on both sides); webhook deliveries count when there is no WebSocket sample |
+//! | `PMW_API_READY_INGEST_MAX_LAG_BLOCKS` | `10` | `/v1/ready` is 503 when pmw-live's watermark trails the newest head it saw by more blocks, or its heartbeat is older than the round max age |
+//! | `PMW_API_READY_WEBHOOK_DUE_MAX_AGE_MS` | `60000` | `/v1/ready` is 503 when a webhook delivery has been due and unclaimed for longer (the dispatcher is not running) |
 
 use std::net::SocketAddr;
 
@@ -54,6 +56,10 @@ pub struct ApiConfig {
     pub api_ready_latency_max_ms: u64,
     #[serde(default = "defaults::ready_window")]
     pub api_ready_latency_window_ms: u64,
+    #[serde(default = "defaults::ready_ingest_lag")]
+    pub api_ready_ingest_max_lag_blocks: u64,
+    #[serde(default = "defaults::ready_webhook_due")]
+    pub api_ready_webhook_due_max_age_ms: u64,
 }
 
 impl ApiConfig {
@@ -118,6 +124,12 @@ impl Validate for ApiConfig {
                 "must be 1000..=86400000",
             ));
         }
+        if self.api_ready_webhook_due_max_age_ms < 1_000 {
+            return Err(ConfigError::invalid(
+                "PMW_API_READY_WEBHOOK_DUE_MAX_AGE_MS",
+                "must be at least 1000",
+            ));
+        }
         Ok(())
     }
 }
@@ -148,6 +160,12 @@ mod defaults {
     }
     pub fn ready_window() -> u64 {
         20 * 60 * 1_000
+    }
+    pub fn ready_ingest_lag() -> u64 {
+        10
+    }
+    pub fn ready_webhook_due() -> u64 {
+        60_000
     }
 }
 

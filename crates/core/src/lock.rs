@@ -116,23 +116,50 @@ impl WriterLock {
 /// The backend pids holding advisory lock `key` in the current database (one at most): what a
 /// standby terminates when the holder's lease ran out.
 pub fn holder_sql(key: i64) -> String {
-    let classid = (key >> 32) as u32;
-    let objid = (key & 0xffff_ffff) as u32;
-    format!(
-        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid = {classid} \
-         AND objid = {objid} AND objsubid = 1 AND granted \
-         AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-    )
+    with_key(include_str!("sql/lock_holder.sql"), key)
 }
 
 /// A SQL predicate true only while the session with backend pid `$pid_param` holds advisory lock
-/// `key`: add it to a write's WHERE clause so a writer that lost its lock writes nothing.
+/// `key`: add it to a write's WHERE clause so a writer that lost its lock writes nothing. It is
+/// spliced into other statements, so its file has no comment line and it is returned as one line.
 pub fn fence_sql(key: i64, pid_param: &str) -> String {
+    let one_line = include_str!("sql/lock_fence.sql")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    with_key(&one_line, key).replace("{pid}", pid_param)
+}
+
+/// `sql` with advisory lock `key`'s halves (as `pg_locks` shows them) in `{classid}`, `{objid}`.
+fn with_key(sql: &str, key: i64) -> String {
     let classid = (key >> 32) as u32;
     let objid = (key & 0xffff_ffff) as u32;
-    format!(
-        "EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND classid = {classid} \
-         AND objid = {objid} AND objsubid = 1 AND granted AND pid = {pid_param} \
-         AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))"
-    )
+    sql.replace("{classid}", &classid.to_string())
+        .replace("{objid}", &objid.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flat(sql: &str) -> String {
+        sql.split_whitespace().collect::<Vec<_>>().join(" ")
+    }
+
+    #[test]
+    fn key_halves_and_pid_fill_every_hole() {
+        let key = (3_i64 << 32) | 7_001;
+        let holder = flat(&holder_sql(key));
+        let fence = flat(&fence_sql(key, "$4"));
+        for sql in [&holder, &fence] {
+            assert!(!sql.contains('{'), "a hole left unfilled: {sql}");
+            assert!(sql.contains("classid = 3 AND objid = 7001 AND"), "{sql}");
+        }
+        assert!(
+            fence.starts_with("EXISTS (") && fence.ends_with("))"),
+            "{fence}"
+        );
+        assert!(fence.contains(" AND pid = $4 AND "), "{fence}");
+        assert!(!fence_sql(key, "$4").contains('\n'), "{fence}");
+    }
 }

@@ -99,19 +99,9 @@ pub struct MigrateReport {
     pub clickhouse_applied: Vec<u32>,
 }
 
-const PG_VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
-    version    integer PRIMARY KEY,
-    name       text    NOT NULL,
-    checksum   text    NOT NULL,
-    applied_ms bigint  NOT NULL
-)";
+const PG_VERSION_TABLE: &str = include_str!("sql/pg_schema_migrations.sql");
 
-const CH_VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
-    version    UInt32,
-    name       String,
-    checksum   String,
-    applied_ms Int64
-) ENGINE = MergeTree() ORDER BY version";
+const CH_VERSION_TABLE: &str = include_str!("sql/ch_schema_migrations.sql");
 
 /// Apply pending Postgres migrations, each in its own transaction, under an advisory lock.
 pub async fn migrate_postgres(client: &mut Client) -> Result<Vec<u32>, SchemaError> {

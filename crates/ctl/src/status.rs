@@ -58,13 +58,7 @@ async fn chain_head(cfg: &CoreConfig) -> Option<u64> {
 async fn trades_waiting(cfg: &CoreConfig, block: i64, log: i32, watermark: i64) -> Option<u64> {
     let ch = pmw_core::ch::client(cfg);
     let q = ch
-        .query(
-            "SELECT count() FROM (SELECT block_number, log_index, retracted FROM trades \
-             WHERE block_number >= ? AND block_number <= ? \
-             ORDER BY block_number, log_index, block_hash, version DESC \
-             LIMIT 1 BY block_number, log_index, block_hash) \
-             WHERE retracted = 0 AND (block_number, log_index) > (?, ?)",
-        )
+        .query(include_str!("sql/trades_waiting.sql"))
         .bind(block)
         .bind(watermark)
         .bind(block)
@@ -106,9 +100,7 @@ pub async fn collect(cfg: &CoreConfig) -> Result<Value, ServiceError> {
         });
     let leader = c
         .query_opt(
-            "SELECT e.slot, e.epoch, e.leader, e.acquired_ms, h.beat_ms, h.state, h.pid \
-             FROM push_epoch e LEFT JOIN heartbeats h ON h.service = 'pmw-push' AND h.instance = e.leader \
-             WHERE e.slot = 0",
+            include_str!("sql/push_leader.sql"),
             &[],
         )
         .await
@@ -128,10 +120,7 @@ pub async fn collect(cfg: &CoreConfig) -> Result<Value, ServiceError> {
         });
     let standbys: Vec<Value> = c
         .query(
-            "SELECT instance, pid, beat_ms, (state->>'waiting_since_ms')::bigint FROM heartbeats \
-             WHERE service = 'pmw-push' AND state->>'role' = 'standby' \
-             AND instance IS DISTINCT FROM (SELECT leader FROM push_epoch WHERE slot = 0) \
-             ORDER BY instance",
+            include_str!("sql/push_standbys.sql"),
             &[],
         )
         .await
@@ -170,19 +159,7 @@ pub async fn collect(cfg: &CoreConfig) -> Result<Value, ServiceError> {
         })
         .collect();
     let hooks = c
-        .query_one(
-            "SELECT count(*) FILTER (WHERE state = 'pending'), \
-               count(*) FILTER (WHERE state = 'pending' AND next_attempt_ms <= $1), \
-               count(*) FILTER (WHERE state = 'failed'), \
-               min(created_ms) FILTER (WHERE state = 'pending'), \
-               count(*) FILTER (WHERE state = 'pending' AND $1 - created_ms < 10000), \
-               count(*) FILTER (WHERE state = 'pending' AND $1 - created_ms >= 10000 AND $1 - created_ms < 60000), \
-               count(*) FILTER (WHERE state = 'pending' AND $1 - created_ms >= 60000 AND $1 - created_ms < 600000), \
-               count(*) FILTER (WHERE state = 'pending' AND $1 - created_ms >= 600000 AND $1 - created_ms < 3600000), \
-               count(*) FILTER (WHERE state = 'pending' AND $1 - created_ms >= 3600000) \
-             FROM webhook_deliveries",
-            &[&now],
-        )
+        .query_one(include_str!("sql/webhook_backlog.sql"), &[&now])
         .await
         .map_err(db_error)?;
     let by_age: Vec<Value> = BUCKETS

@@ -1,8 +1,9 @@
 //! `pmwctl watch`: a reference WebSocket client. It prints one line per trade (cursor, side,
-//! price, shares, wallet, market question when known), writes its last cursor to a file after
-//! each trade, and after any disconnect or close (1012 restart, 1013 overload, network loss)
-//! reconnects with jittered exponential backoff and resumes with `?since=<cursor>`, so nothing
-//! is missed and nothing repeats. Heartbeats are printed only with `--verbose`. A 1008 close
+//! price, shares, wallet, market question when known) and `RETRACTED` lines after a reorg, writes
+//! its resume position (`<cursor>:<block hash prefix>`, from each trade and heartbeat) to a file,
+//! and after any disconnect or close (1012 restart, 1013 overload, network loss) reconnects with
+//! jittered exponential backoff and resumes with `?since=<resume>`, so nothing is missed, nothing
+//! repeats, and a reorg while away is repaired. Heartbeats are printed only with `--verbose`. A 1008 close
 //! (bad key) or a `resync` (the gap is too large to replay: backfill over REST) ends it.
 
 use std::path::{Path, PathBuf};
@@ -11,7 +12,7 @@ use std::time::Duration;
 use clap::Args;
 use futures::StreamExt;
 use pmw_core::exit::ServiceError;
-use pmw_core::Cursor;
+use pmw_core::Position;
 use rand::Rng;
 use serde_json::Value;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
@@ -75,7 +76,7 @@ pub fn trade_line(v: &Value) -> String {
     line
 }
 
-fn read_cursor(path: &Path) -> Result<Option<Cursor>, ServiceError> {
+fn read_cursor(path: &Path) -> Result<Option<Position>, ServiceError> {
     match std::fs::read_to_string(path) {
         Ok(s) if s.trim().is_empty() => Ok(None),
         Ok(s) => s
@@ -92,13 +93,21 @@ fn read_cursor(path: &Path) -> Result<Option<Cursor>, ServiceError> {
 }
 
 /// Write atomically (temp file + rename), so a crash never leaves half a cursor.
-fn write_cursor(path: &Path, c: Cursor) -> std::io::Result<()> {
+fn write_cursor(path: &Path, c: Position) -> std::io::Result<()> {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, format!("{c}\n"))?;
     std::fs::rename(&tmp, path)
 }
 
-fn url_with_since(base: &str, since: Option<Cursor>) -> String {
+/// The frame's `resume` (`<cursor>:<hash>`), else its plain `cursor`.
+fn resume_of(v: &Value) -> Option<Position> {
+    v["resume"]
+        .as_str()
+        .or(v["cursor"].as_str())
+        .and_then(|s| s.parse::<Position>().ok())
+}
+
+fn url_with_since(base: &str, since: Option<Position>) -> String {
     match since {
         None => base.to_string(),
         Some(c) => {
@@ -117,7 +126,7 @@ pub async fn run(args: WatchArgs, shutdown: Cancel) -> Result<(), ServiceError> 
     }
     let mut cursor = match (&args.since, &args.cursor_file) {
         (Some(s), _) => Some(
-            s.parse::<Cursor>()
+            s.parse::<Position>()
                 .map_err(|e| ServiceError::Config(format!("--since: {e}")))?,
         ),
         (None, Some(f)) => read_cursor(f)?,
@@ -149,7 +158,7 @@ pub async fn run(args: WatchArgs, shutdown: Cancel) -> Result<(), ServiceError> 
 /// One connection: connect, stream until it ends.
 async fn session(
     args: &WatchArgs,
-    cursor: &mut Option<Cursor>,
+    cursor: &mut Option<Position>,
     shutdown: &Cancel,
     backoff: &mut Duration,
 ) -> End {
@@ -213,7 +222,7 @@ async fn session(
                 // Before the first trade, the stream's starting cursor is the resume point:
                 // otherwise trades dispatched while reconnecting would be skipped.
                 if cursor.is_none() {
-                    *cursor = v["cursor"].as_str().and_then(|s| s.parse::<Cursor>().ok());
+                    *cursor = resume_of(&v);
                 }
                 if args.verbose {
                     eprintln!(
@@ -226,12 +235,11 @@ async fn session(
                 }
             }
             Some("trade") => {
-                let Some(c) = v["cursor"].as_str().and_then(|s| s.parse::<Cursor>().ok()) else {
+                let Some(c) = resume_of(&v) else {
                     return End::Fatal(format!("trade without a valid cursor: {v}"));
                 };
-                if cursor.is_some_and(|last| c <= last) {
-                    continue; // never print a trade twice
-                }
+                // After a reorg the new branch may come at or below cursors already printed
+                // (after their `retract`): the server sends each trade once, in order.
                 println!("{}", trade_line(&v));
                 *cursor = Some(c);
                 if let Some(f) = &args.cursor_file {
@@ -241,15 +249,20 @@ async fn session(
                 }
             }
             Some("retract") => {
+                // Drop that trade (cursor and block hash); the resume point stays: resuming from
+                // an orphaned block makes the server retract and replay from the ancestor.
                 println!("{} RETRACTED {}", v["cursor"].as_str().unwrap_or("?"), v["trade"]["wallet"].as_str().unwrap_or(""));
-                // A reorg replaced the ledger from this trade on: the new branch follows, so the
-                // resume point moves to just before it.
-                if let Some(c) = v["cursor"].as_str().and_then(|s| s.parse::<Cursor>().ok()) {
-                    let before = match c.log_index {
-                        0 => Cursor { block: c.block.saturating_sub(1), log_index: pmw_core::types::cursor::MAX_LOG_INDEX },
-                        i => Cursor { block: c.block, log_index: i - 1 },
-                    };
-                    *cursor = Some(cursor.map_or(before, |last| last.min(before)));
+            }
+            Some("heartbeat") if resume_of(&v).is_some() && cursor.is_some() => {
+                // Where the session stands (the common ancestor after a reorg).
+                *cursor = resume_of(&v);
+                if let (Some(f), Some(c)) = (&args.cursor_file, *cursor) {
+                    if let Err(e) = write_cursor(f, c) {
+                        return End::Fatal(format!("cannot write {}: {e}", f.display()));
+                    }
+                }
+                if args.verbose {
+                    eprintln!("heartbeat head {} resume {}", v["head"], v["resume"].as_str().unwrap_or("?"));
                 }
             }
             Some("heartbeat") if args.verbose => eprintln!(

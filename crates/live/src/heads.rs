@@ -70,14 +70,18 @@ async fn poll_heads(
     stop: CancellationToken,
 ) {
     let mut last: Option<[u8; 32]> = None;
+    // A load-balanced RPC may answer from a node that lags: a head below the highest seen is
+    // not news (a real reorg to a shorter branch shows at the next height anyway).
+    let mut highest = 0u64;
     loop {
         tokio::select! {
             _ = tokio::time::sleep(every) => {}
             _ = stop.cancelled() => return,
         }
         match chain.latest().await {
-            Ok(head) if last != Some(head.hash) => {
+            Ok(head) if last != Some(head.hash) && head.number >= highest => {
                 last = Some(head.hash);
+                highest = head.number;
                 let seen = SeenHead {
                     head,
                     t_detect_ms: UnixMs::now(),

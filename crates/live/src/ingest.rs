@@ -72,10 +72,18 @@ pub struct Ingester {
     pub lock_pid: i32,
     pub max_reorg_depth: u64,
     pub cursor: Option<BlockRef>,
+    /// The highest head number seen (readiness compares the watermark with it).
+    pub head: u64,
     pub stats: IngestStats,
     book: BTreeMap<u64, SeenHead>,
     addresses: Vec<Address>,
     advance_sql: String,
+    /// ClickHouse may hold rows above the watermark that were never committed (at start: a
+    /// predecessor may have died between its two writes; later: a failed ingest). They are
+    /// retracted before the watermark moves again ([`trades::retract_above`]).
+    uncommitted: bool,
+    /// Versions written from now on are above this (retractions must never tie a re-insert).
+    version_floor: u64,
 }
 
 impl Ingester {
@@ -103,11 +111,43 @@ impl Ingester {
             lock_pid,
             max_reorg_depth,
             cursor: None,
+            head: 0,
             stats: IngestStats::default(),
             book: BTreeMap::new(),
             addresses,
             advance_sql,
+            uncommitted: true,
+            version_floor: 0,
         }
+    }
+
+    /// The version of rows written now: the clock, but always above the last retraction.
+    fn next_version(&mut self) -> u64 {
+        let v = (UnixMs::now().0 as u64).max(self.version_floor + 1);
+        self.version_floor = v;
+        v
+    }
+
+    /// Retract what a failed or interrupted ingest left above the watermark (see
+    /// `uncommitted`), before anything moves the watermark over it.
+    async fn retract_uncommitted(&mut self) -> Result<(), IngestError> {
+        if !self.uncommitted {
+            return Ok(());
+        }
+        let watermark = self.cursor.map_or(0, |c| c.number);
+        let version = self.next_version();
+        let (rows, top) = trades::retract_above(&self.ch, watermark, version).await?;
+        self.version_floor = self.version_floor.max(top);
+        if !rows.is_empty() {
+            tracing::warn!(
+                watermark,
+                retracted = rows.len(),
+                "uncommitted trades above the watermark retracted"
+            );
+            self.stats.retracted += rows.len() as u64;
+        }
+        self.uncommitted = false;
+        Ok(())
     }
 
     /// Load the watermark from Postgres.
@@ -128,6 +168,7 @@ impl Ingester {
 
     /// Remember a head seen live. The earliest arrival of a given header wins (the WebSocket and the poll may both see it).
     pub fn saw(&mut self, seen: SeenHead) {
+        self.head = self.head.max(seen.head.number);
         match self.book.get(&seen.head.number) {
             Some(prev)
                 if prev.head.hash == seen.head.hash && prev.t_detect_ms <= seen.t_detect_ms => {}
@@ -142,6 +183,7 @@ impl Ingester {
 
     /// Bring the watermark up to `target` (a head seen live), in order.
     pub async fn advance(&mut self, target: &Head) -> Result<(), IngestError> {
+        self.retract_uncommitted().await?;
         let Some(mut cursor) = self.cursor else {
             // First run without a start block: begin at the first head.
             let seen = self.seen_or_fetched(target.number).await?;
@@ -152,9 +194,12 @@ impl Ingester {
         };
         if target.number <= cursor.number {
             // An old head, or a reorg to an equal or shorter branch: is our tip still canonical?
+            // A node that does not have the block (a lagging one behind a load balancer) proves
+            // nothing: only another hash at the same height starts a walk-back.
             match self.chain.block(cursor.number).await? {
                 Some(h) if h.hash == cursor.hash => return Ok(()),
-                _ => {
+                None => return Ok(()),
+                Some(_) => {
                     self.unwind().await?;
                     cursor = self.cursor.expect("unwind leaves a cursor");
                 }
@@ -213,7 +258,7 @@ impl Ingester {
             .await?;
         let t_logs = UnixMs::now();
         let block_time_ms = head.timestamp as i64 * 1000;
-        let version = UnixMs::now().0 as u64;
+        let version = self.next_version();
         let mut rows = Vec::with_capacity(logs.len());
         for log in &logs {
             if log.block_hash != head.hash {
@@ -239,7 +284,11 @@ impl Ingester {
                 }
             }
         }
+        // Until the watermark commits, these rows are uncommitted: a failure from here on leaves
+        // them for `retract_uncommitted`.
+        self.uncommitted = true;
         trades::insert_trades(&self.ch, &rows).await?;
+        crate::failpoint::hit("after_trades_insert", head.number);
         let t_stored = UnixMs::now();
         let mut client = self.pg.get().await?;
         let tx = client.transaction().await?;
@@ -270,6 +319,7 @@ impl Ingester {
             return Err(IngestError::Fenced);
         }
         tx.commit().await?;
+        self.uncommitted = false;
         self.cursor = Some(BlockRef {
             number: head.number,
             hash: head.hash,
@@ -314,18 +364,25 @@ impl Ingester {
             .await?;
         let mut ancestor = None;
         for (&number, hash) in stored.iter().rev() {
-            if let Some(c) = self.chain.block(number).await? {
-                if c.hash == *hash {
-                    ancestor = Some(BlockRef {
-                        number,
-                        hash: *hash,
-                    });
-                    break;
-                }
+            // A block the node does not have proves nothing (a lagging node): try again later
+            // rather than walk past a block that may well be canonical.
+            let c = self
+                .chain
+                .block(number)
+                .await?
+                .ok_or(IngestError::Chain(ChainError::Rpc(format!(
+                    "block {number} not available while looking for the common ancestor"
+                ))))?;
+            if c.hash == *hash {
+                ancestor = Some(BlockRef {
+                    number,
+                    hash: *hash,
+                });
+                break;
             }
         }
         let ancestor = ancestor.ok_or(IngestError::ReorgTooDeep(self.max_reorg_depth))?;
-        let version = UnixMs::now().0 as u64;
+        let version = self.next_version();
         let mut retracted = 0;
         for (&number, hash) in stored.range(ancestor.number + 1..) {
             retracted += trades::retract_block(&self.ch, number, &hex32(hash), version)

@@ -3,6 +3,7 @@
 
 pub mod chain;
 pub mod config;
+pub mod failpoint;
 pub mod heads;
 pub mod ingest;
 pub mod names;
@@ -27,6 +28,8 @@ pub const SERVICE: &str = "pmw-live";
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
+/// Pause before asking again for a block the node does not have yet.
+const NOT_THERE_YET: Duration = Duration::from_millis(50);
 
 /// Run with settings from the environment until `shutdown`.
 pub async fn run(cfg: CoreConfig, shutdown: CancellationToken) -> Result<(), ServiceError> {
@@ -149,6 +152,13 @@ pub async fn run_with(
                     backoff = BACKOFF_MIN;
                     if ingester.cursor.is_some_and(|c| c.number >= t.number) {
                         target = None;
+                    } else {
+                        // The node does not have the next block yet (a lagging one behind a
+                        // load balancer): ask again shortly, not in a tight loop.
+                        tokio::select! {
+                            _ = tokio::time::sleep(NOT_THERE_YET) => {}
+                            _ = shutdown.cancelled() => break,
+                        }
                     }
                 }
                 Err(IngestError::Fenced) => {
@@ -176,6 +186,7 @@ pub async fn run_with(
             let state = serde_json::json!({
                 "state": "ingesting",
                 "cursor": ingester.cursor.map(|c| c.number),
+                "head": ingester.head,
                 "stats": ingester.stats,
                 "notify_sent": ingester.notifier.stats.sent.load(std::sync::atomic::Ordering::Relaxed),
             });

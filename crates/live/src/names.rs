@@ -65,11 +65,7 @@ async fn record(
         let result = async {
             let client = pool.get().await?;
             client
-                .execute(
-                    "INSERT INTO market_names (token_id, status, next_attempt_ms, first_seen_ms) \
-                     SELECT unnest($1::text[]), 'pending', $2, $2 ON CONFLICT (token_id) DO NOTHING",
-                    &[&new, &now],
-                )
+                .execute(include_str!("sql/record_names.sql"), &[&new, &now])
                 .await?;
             Ok::<_, pmw_core::pg::PgError>(())
         }
@@ -193,11 +189,7 @@ async fn resolve_due(
     let client = pool.get().await?;
     let now = UnixMs::now().0;
     let due: Vec<(String, i32)> = client
-        .query(
-            "SELECT token_id, attempts FROM market_names WHERE status = 'pending' AND next_attempt_ms <= $1 \
-             ORDER BY next_attempt_ms LIMIT $2",
-            &[&now, &(BATCH as i64)],
-        )
+        .query(include_str!("sql/due_names.sql"), &[&now, &(BATCH as i64)])
         .await?
         .iter()
         .map(|r| (r.get(0), r.get(1)))
@@ -230,10 +222,17 @@ async fn resolve_due(
         if let Some(r) = resolved.iter().find(|r| &r.token_id == id) {
             client
                 .execute(
-                    "UPDATE market_names SET status = 'resolved', question = $2, condition_id = $3, slug = $4, \
-                     outcome = $5, outcome_index = $6, neg_risk = $7, resolved_ms = $8, attempts = attempts + 1 \
-                     WHERE token_id = $1",
-                    &[id, &r.question, &r.condition_id, &r.slug, &r.outcome, &r.outcome_index, &r.neg_risk, &now],
+                    include_str!("sql/resolve_name.sql"),
+                    &[
+                        id,
+                        &r.question,
+                        &r.condition_id,
+                        &r.slug,
+                        &r.outcome,
+                        &r.outcome_index,
+                        &r.neg_risk,
+                        &now,
+                    ],
                 )
                 .await?;
         } else {

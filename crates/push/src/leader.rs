@@ -212,6 +212,7 @@ impl Leading<'_> {
             push.round_trades(),
             subs,
             hub.clone(),
+            recorder.clone(),
         );
         let stopped = round_loop::RoundLoop {
             cfg,

@@ -14,6 +14,7 @@ use pmw_core::types::cursor::MAX_LOG_INDEX;
 use pmw_core::{db, Cursor, Position, UnixMs};
 
 use crate::hub::{Hub, Item};
+use crate::recorder::{DeliveryLogRow, Fact, Recorder};
 use crate::subs::{Index, Subscriptions};
 use crate::webhook;
 
@@ -60,6 +61,8 @@ pub struct Rounds {
     pub limit: u64,
     pub subs: Subscriptions,
     pub hub: Hub,
+    /// Where cancelled webhook deliveries are logged (`delivery_log`, outcome `cancelled`).
+    pub facts: Recorder,
     names: Names,
     /// Reload the subscription index before the next round (set after a failed round).
     reload: bool,
@@ -79,6 +82,7 @@ impl Rounds {
         limit: u64,
         subs: Subscriptions,
         hub: Hub,
+        facts: Recorder,
     ) -> Rounds {
         Rounds {
             pool,
@@ -91,6 +95,7 @@ impl Rounds {
             limit,
             subs,
             hub,
+            facts,
             names: Names::default(),
             reload: false,
             closed_by_last_apply: 0,
@@ -256,6 +261,7 @@ impl Rounds {
             Err(e) => return Err(RoundError::Webhook(e.to_string())),
         };
         tx.commit().await?;
+        self.log_cancelled(&idx, &enqueued.cancelled);
         if enqueued.skipped > 0 {
             tracing::debug!(
                 skipped = enqueued.skipped,
@@ -284,6 +290,36 @@ impl Rounds {
             webhooks_skipped: enqueued.skipped,
             more: full,
         })
+    }
+}
+
+impl Rounds {
+    /// One `delivery_log` row (outcome `cancelled`, attempt 0) per trade delivery a retract
+    /// cancelled before any attempt.
+    fn log_cancelled(&self, idx: &Index, cancelled: &[pmw_core::db::deliveries::Cancelled]) {
+        let now = UnixMs::now().0;
+        for c in cancelled {
+            let account = idx
+                .endpoints_by_account
+                .iter()
+                .find(|(_, eps)| eps.contains(&c.endpoint_id))
+                .map_or(0, |(a, _)| *a);
+            tracing::info!(id = %c.id, endpoint = c.endpoint_id, "webhook trade cancelled by its retract before delivery");
+            self.facts.record(Fact::Attempt(DeliveryLogRow {
+                delivery_id: c.id.clone(),
+                endpoint_id: c.endpoint_id as u64,
+                account_id: account as u64,
+                attempt: 0,
+                kind: "trade".into(),
+                block_number: c.cursor.block,
+                log_index: c.cursor.log_index,
+                t_attempt_ms: now,
+                duration_ms: 0,
+                status_code: 0,
+                outcome: "cancelled".into(),
+                error: "retracted before delivery".into(),
+            }));
+        }
     }
 }
 

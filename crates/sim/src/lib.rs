@@ -37,7 +37,7 @@ pub mod types;
 pub use config::{demo_markets, demo_wallets, Market, RunConfig, SimConfig};
 pub use contracts::{Exchange, EXCHANGES};
 pub use emitted::{read_report, Emitted};
-pub use reorg::{BlockRef, ReorgOutcome, ReorgPlan};
+pub use reorg::{BlockRef, ReorgOutcome, ReorgPlan, ReplayOrder};
 pub use sim::Sim;
 pub use tokio_util::sync::CancellationToken;
 pub use types::{FeeAsset, Role, Side, TokenId, Version, B256};

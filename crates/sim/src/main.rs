@@ -218,7 +218,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let plan = ReorgPlan {
                 depth,
                 new_matches_per_block: matches_per_block,
-                replay_orphaned: false,
+                ..ReorgPlan::new(depth)
             };
             let out = sim.reorg_with(plan).await?;
             println!("{}", serde_json::to_string_pretty(&out)?);

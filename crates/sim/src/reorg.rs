@@ -22,9 +22,24 @@ pub struct ReorgPlan {
     pub depth: u64,
     /// Fresh matches mined into each new block.
     pub new_matches_per_block: u32,
-    /// Also mine every orphaned simulator transaction again, at the same offset from the
-    /// common ancestor (as a real reorg usually re-includes them).
+    /// Also mine every orphaned simulator transaction again (as a real reorg usually
+    /// re-includes them), placed by `replay_order`.
     pub replay_orphaned: bool,
+    /// Where re-mined transactions go (with `replay_orphaned`).
+    pub replay_order: ReplayOrder,
+}
+
+/// Where a reorg re-mines the orphaned transactions. The fresh matches of each new block come
+/// first in it, so a re-mined fill lands at another log index in any case.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ReplayOrder {
+    /// At the same offset from the common ancestor, in their old order.
+    #[default]
+    Same,
+    /// In reverse: the newest orphaned block's transactions first, in the first new block.
+    Reversed,
+    /// All in the last new block (moved to a later block).
+    LastBlock,
 }
 
 impl ReorgPlan {
@@ -34,6 +49,7 @@ impl ReorgPlan {
             depth,
             new_matches_per_block: 1,
             replay_orphaned: false,
+            replay_order: ReplayOrder::Same,
         }
     }
 }
@@ -120,13 +136,19 @@ impl Sim {
                 .filter(|t| t.block_number > ancestor)
                 .collect();
             replays.sort_by_key(|t| t.block_number);
+            if plan.replay_order == ReplayOrder::Reversed {
+                replays.reverse();
+            }
             for t in replays {
                 // Each fill takes at least 7 calldata words: an upper bound for the gas limit.
                 let fills = t.input.len() / 224 + 1;
-                txs.push((
-                    self.tx_request(t.to, t.input.clone(), fills),
-                    t.block_number - ancestor - 1,
-                ));
+                let same = t.block_number - ancestor - 1;
+                let offset = match plan.replay_order {
+                    ReplayOrder::Same => same,
+                    ReplayOrder::Reversed => plan.depth - 1 - same,
+                    ReplayOrder::LastBlock => plan.depth - 1,
+                };
+                txs.push((self.tx_request(t.to, t.input.clone(), fills), offset));
             }
         }
         txs.sort_by_key(|(_, offset)| *offset);

@@ -36,26 +36,30 @@ pub struct Purged {
     pub statements: u64,
 }
 
-/// One table's batched delete: `$1` = cutoff (ms), `$2` = batch.
+/// One table whose finished rows are purged by batched deletes ([`Job::sql`]).
 struct Job {
     table: &'static str,
-    sql: &'static str,
+    /// The finished states, as SQL literals: exactly the partial index's predicate.
+    finished: &'static str,
+}
+
+impl Job {
+    /// The table's batched delete: `$1` = cutoff (ms), `$2` = batch.
+    fn sql(&self) -> String {
+        include_str!("sql/purge_finished.sql")
+            .replace("{table}", self.table)
+            .replace("{finished}", self.finished)
+    }
 }
 
 const WS_CLAIMS: Job = Job {
     table: "ws_claims",
-    sql: "DELETE FROM ws_claims w WHERE w.id IN ( \
-            SELECT id FROM ws_claims WHERE state IN ('delivered', 'voided') AND done_ms < $1 \
-            ORDER BY done_ms LIMIT $2) \
-          AND w.state IN ('delivered', 'voided') AND w.done_ms < $1",
+    finished: "'delivered', 'voided'",
 };
 
 const WEBHOOK_DELIVERIES: Job = Job {
     table: "webhook_deliveries",
-    sql: "DELETE FROM webhook_deliveries d WHERE d.id IN ( \
-            SELECT id FROM webhook_deliveries WHERE state IN ('delivered', 'failed') AND done_ms < $1 \
-            ORDER BY done_ms LIMIT $2) \
-          AND d.state IN ('delivered', 'failed') AND d.done_ms < $1",
+    finished: "'delivered', 'failed'",
 };
 
 /// Delete the finished rows past their retention, batch by batch, until none is left or `stop`
@@ -71,6 +75,7 @@ pub async fn purge_finished(
         (WS_CLAIMS, keep.ws_claims),
         (WEBHOOK_DELIVERIES, keep.webhook_deliveries),
     ] {
+        let sql = job.sql();
         let cutoff = now.0 - age.as_millis() as i64;
         let batch = i64::from(keep.batch.max(1));
         let mut done = Purged {
@@ -81,7 +86,7 @@ pub async fn purge_finished(
         while !stop.is_cancelled() {
             let n = {
                 let c = pg.get().await.map_err(pmw_core::pg::PgError::from)?;
-                c.execute(job.sql, &[&cutoff, &batch]).await?
+                c.execute(&sql, &[&cutoff, &batch]).await?
             };
             done.rows += n;
             done.statements += 1;
@@ -100,4 +105,28 @@ pub async fn purge_finished(
         out.push(done);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_delete_carries_its_partial_index_predicate() {
+        for (job, states) in [
+            (WS_CLAIMS, "('delivered', 'voided')"),
+            (WEBHOOK_DELIVERIES, "('delivered', 'failed')"),
+        ] {
+            let sql = job.sql().split_whitespace().collect::<Vec<_>>().join(" ");
+            assert!(!sql.contains('{'), "a hole left unfilled: {sql}");
+            let table = job.table;
+            for part in [
+                // The index's own predicate, then the re-check on the deleted row.
+                format!("SELECT id FROM {table} WHERE state IN {states} AND done_ms < $1"),
+                format!("AND t.state IN {states} AND t.done_ms < $1"),
+            ] {
+                assert!(sql.contains(&part), "{part} not in {sql}");
+            }
+        }
+    }
 }

@@ -63,32 +63,10 @@ struct HistogramRow {
     bins: Vec<u64>,
 }
 
-const INGEST_WINDOW: &str = "SELECT count() AS n, \
-     quantilesExact(0.5, 0.95, 0.99)(t_logs_ms - t_detect_ms) AS logs_q, \
-     quantilesExact(0.5, 0.95, 0.99)(t_stored_ms - t_detect_ms) AS stored_q, \
-     quantileExact(0.5)(head_lead_ms) AS lead_p50, min(head_lead_ms) AS lead_min, \
-     max(head_lead_ms) AS lead_max, min(t_detect_ms) AS first_ms \
-     FROM ingest_latency FINAL \
-     WHERE backfilled = 0 AND t_detect_ms >= ? AND t_detect_ms < ?";
-
-const PUSH_WINDOW: &str = "SELECT channel, count() AS n, \
-     quantilesExact(0.5, 0.95, 0.99)(t_push_ms - t_detect_ms) AS q, min(t_push_ms) AS first_ms \
-     FROM push_latency \
-     WHERE backfilled = 0 AND channel IN ('ws', 'webhook') AND t_push_ms >= ? AND t_push_ms < ? \
-     GROUP BY channel";
-
-const INGEST_SERIES: &str = "SELECT toInt64(intDiv(t_detect_ms - ?, ?)) AS bucket, count() AS n, \
-     quantilesExact(0.5, 0.99)(t_logs_ms - t_detect_ms) AS logs_q, \
-     quantilesExact(0.5, 0.99)(t_stored_ms - t_detect_ms) AS stored_q \
-     FROM ingest_latency FINAL \
-     WHERE backfilled = 0 AND t_detect_ms >= ? AND t_detect_ms < ? \
-     GROUP BY bucket ORDER BY bucket";
-
-const PUSH_SERIES: &str = "SELECT channel, toInt64(intDiv(t_push_ms - ?, ?)) AS bucket, \
-     count() AS n, quantilesExact(0.5, 0.99)(t_push_ms - t_detect_ms) AS q \
-     FROM push_latency \
-     WHERE backfilled = 0 AND channel IN ('ws', 'webhook') AND t_push_ms >= ? AND t_push_ms < ? \
-     GROUP BY channel, bucket ORDER BY channel, bucket";
+const INGEST_WINDOW: &str = include_str!("sql/ingest_window.sql");
+const PUSH_WINDOW: &str = include_str!("sql/push_window.sql");
+const INGEST_SERIES: &str = include_str!("sql/ingest_series.sql");
+const PUSH_SERIES: &str = include_str!("sql/push_series.sql");
 
 fn channel_stage(channel: &str) -> Option<Stage> {
     match channel {
@@ -251,12 +229,7 @@ fn histogram_sql() -> String {
         "countIf(d >= {})",
         HISTOGRAM_EDGES[HISTOGRAM_EDGES.len() - 1]
     ));
-    format!(
-        "SELECT count() AS n, [{}] AS bins FROM (SELECT t_push_ms - t_detect_ms AS d \
-         FROM push_latency WHERE backfilled = 0 AND channel = 'ws' \
-         AND t_push_ms >= ? AND t_push_ms < ?)",
-        bins.join(", ")
-    )
+    include_str!("sql/histogram.sql").replace("{bins}", &bins.join(", "))
 }
 
 /// Bin descriptions matching [`histogram_sql`].
@@ -305,10 +278,7 @@ async fn histogram(ch: &ChClient, nw: NamedWindow) -> Result<HistogramReport, St
 
 async fn rows_after(ch: &ChClient, at_ms: i64) -> Result<RowsAfterNow, StatsError> {
     let ingest_latency: u64 = ch
-        .query(
-            "SELECT count() FROM ingest_latency FINAL \
-             WHERE t_detect_ms >= ? OR t_logs_ms >= ? OR t_stored_ms >= ?",
-        )
+        .query(include_str!("sql/ingest_rows_after.sql"))
         .bind(at_ms)
         .bind(at_ms)
         .bind(at_ms)

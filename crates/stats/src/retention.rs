@@ -73,11 +73,7 @@ async fn drop_before(
         .collect::<Vec<_>>()
         .join(", ");
     let parts: Vec<PartRow> = ch
-        .query(&format!(
-            "SELECT table, partition, partition_id FROM system.parts \
-             WHERE database = currentDatabase() AND active AND table IN ({list}) \
-             GROUP BY table, partition, partition_id ORDER BY table, partition_id"
-        ))
+        .query(&include_str!("sql/active_partitions.sql").replace("{tables}", &list))
         .fetch_all()
         .await?;
     let mut dropped = Vec::new();

@@ -61,14 +61,7 @@ pub async fn me(State(st): State<AppState>, who: Auth) -> Result<Json<Me>, ApiEr
         .await?;
     let (plan_name, plan) = st.cfg.plan(&who.plan);
     Ok(Json(Me {
-        account: Account {
-            id: r.get(0),
-            name: r.get(1),
-            email: r.get(2),
-            plan: r.get(3),
-            created_ms: r.get(4),
-            disabled_ms: r.get(5),
-        },
+        account: Account::from_row(&r),
         plan: PlanOut {
             name: plan_name.to_string(),
             max_wallets: plan.max_wallets,

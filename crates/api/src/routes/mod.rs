@@ -4,6 +4,8 @@
 mod account;
 mod deliveries;
 mod ops;
+mod ready;
+mod ready_more;
 mod subscriptions;
 mod trades;
 mod webhooks;
@@ -79,7 +81,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(deliveries::log))
         .routes(routes!(deliveries::replay))
         .routes(routes!(trades::list))
-        .routes(routes!(ops::ready))
+        .routes(routes!(ready::ready))
         .routes(routes!(ops::health))
         .routes(routes!(ops::openapi_json))
         .routes(routes!(ops::metrics))

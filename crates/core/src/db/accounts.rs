@@ -37,6 +37,20 @@ pub struct Account {
     pub disabled_ms: Option<i64>,
 }
 
+impl Account {
+    /// From a row whose first six columns are `id, name, email, plan, created_ms, disabled_ms`.
+    pub fn from_row(r: &tokio_postgres::Row) -> Account {
+        Account {
+            id: r.get(0),
+            name: r.get(1),
+            email: r.get(2),
+            plan: r.get(3),
+            created_ms: r.get(4),
+            disabled_ms: r.get(5),
+        }
+    }
+}
+
 /// One API key as shown after creation: never the key itself.
 #[derive(Debug, Clone, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -108,17 +122,7 @@ pub async fn list_accounts(c: &impl GenericClient) -> Result<Vec<Account>, Accou
             &[],
         )
         .await?;
-    Ok(rows
-        .iter()
-        .map(|r| Account {
-            id: r.get(0),
-            name: r.get(1),
-            email: r.get(2),
-            plan: r.get(3),
-            created_ms: r.get(4),
-            disabled_ms: r.get(5),
-        })
-        .collect())
+    Ok(rows.iter().map(Account::from_row).collect())
 }
 
 /// Create a key for `account_id` (retrying the rare prefix collision). At most

@@ -32,12 +32,22 @@ pub enum Writer {
 }
 
 /// What one enqueue did.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Enqueued {
     /// Rows now `pending` that were not (new, or requeued by a replay).
     pub inserted: u64,
     /// Deliveries whose endpoint was deleted or disabled meanwhile: skipped, never an error.
     pub skipped: u64,
+    /// Trade deliveries cancelled by their retract before any attempt (neither is sent).
+    pub cancelled: Vec<Cancelled>,
+}
+
+/// A trade delivery its retract cancelled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cancelled {
+    pub id: String,
+    pub endpoint_id: i64,
+    pub cursor: Cursor,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -86,9 +96,27 @@ pub async fn enqueue(
         return Err(EnqueueError::Fenced { slot, epoch });
     }
     let live = row.get::<_, i64>(2) as u64;
+    let ids: Vec<String> = row.get(3);
+    let endpoints: Vec<i64> = row.get(4);
+    let blocks: Vec<i64> = row.get(5);
+    let logs: Vec<i32> = row.get(6);
+    let cancelled = ids
+        .into_iter()
+        .zip(endpoints)
+        .zip(blocks.into_iter().zip(logs))
+        .map(|((id, endpoint_id), (b, l))| Cancelled {
+            id,
+            endpoint_id,
+            cursor: Cursor {
+                block: b as u64,
+                log_index: l as u32,
+            },
+        })
+        .collect();
     Ok(Enqueued {
         inserted: row.get::<_, i64>(1) as u64,
         skipped: items.len() as u64 - live,
+        cancelled,
     })
 }
 

@@ -72,12 +72,9 @@ pub async fn ingest_in_window(
     ch: &ChClient,
     w: Window,
 ) -> Result<Vec<IngestLatencyRow>, clickhouse::error::Error> {
-    ch.query(
-        "SELECT block_number, block_hash, t_detect_ms, t_logs_ms, t_stored_ms, head_lead_ms, trade_count, backfilled \
-         FROM ingest_latency FINAL WHERE t_detect_ms >= ? AND t_detect_ms < ? ORDER BY block_number",
-    )
-    .bind(w.from_ms)
-    .bind(w.to_ms)
-    .fetch_all()
-    .await
+    ch.query(include_str!("sql/ingest_in_window.sql"))
+        .bind(w.from_ms)
+        .bind(w.to_ms)
+        .fetch_all()
+        .await
 }

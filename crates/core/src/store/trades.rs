@@ -208,6 +208,34 @@ pub async fn retract_block(
     Ok(visible)
 }
 
+/// Retract every visible trade above block `watermark`: rows a writer stored and never committed
+/// (it died, lost its lock or failed between the ClickHouse insert and the Postgres commit).
+/// Readers never look above the watermark, so these were never seen; retracting them before the
+/// watermark passes them again keeps an orphaned block's rows from ever becoming visible. The
+/// retraction's `version` is at least `version`; returns the highest version written (or
+/// `version` when there was nothing).
+pub async fn retract_above(
+    ch: &ChClient,
+    watermark: u64,
+    version: u64,
+) -> Result<(Vec<TradeRow>, u64), clickhouse::error::Error> {
+    let sql = format!(include_str!("sql/visible_above.sql"), COLUMNS = COLUMNS);
+    let visible: Vec<TradeRow> = ch.query(&sql).bind(watermark).fetch_all().await?;
+    let mut top = version;
+    let retractions: Vec<TradeRow> = visible
+        .iter()
+        .cloned()
+        .map(|mut r| {
+            r.retracted = 1;
+            r.version = version.max(r.version + 1);
+            top = top.max(r.version);
+            r
+        })
+        .collect();
+    insert_trades(ch, &retractions).await?;
+    Ok((visible, top))
+}
+
 /// Trades whose latest version is a retraction, in blocks `(after_block, through_block]`.
 pub async fn retracted_between(
     ch: &ChClient,

@@ -9,4 +9,4 @@ SELECT (SELECT block_hash FROM chain_blocks WHERE block_number = $1),
        r.ancestor,
        (SELECT block_hash FROM chain_blocks WHERE block_number = r.ancestor)
 FROM (SELECT min(ancestor) AS ancestor FROM reorgs
-      WHERE ancestor < $1 AND (CASE WHEN $2 > 0 THEN detected_ms >= $2 ELSE old_head >= $1 END)) r
+      WHERE ancestor < $1 AND (CASE WHEN $2::bigint > 0 THEN detected_ms >= $2::bigint ELSE old_head >= $1 END)) r

@@ -178,6 +178,7 @@ async fn reorg_can_mine_the_orphaned_matches_again() {
         depth: 2,
         new_matches_per_block: 0,
         replay_orphaned: true,
+        ..ReorgPlan::new(2)
     };
     let out = sim.reorg_with(plan).await.unwrap();
     let key = |e: &Emitted| {

@@ -4,7 +4,12 @@
 -- puts deliveries already delivered or failed back to pending. Only endpoints that still exist
 -- and are enabled get rows; they are locked FOR KEY SHARE, so a concurrent delete is either
 -- already visible (the row is skipped) or waits for this transaction (the foreign key holds).
--- Returns (fence holds, inserted or requeued, deliverable).
+-- A retract is queued only behind a trade delivery the endpoint got or may still get in flight:
+-- a trade delivery still waiting (pending, not claimed) is cancelled instead (state failed,
+-- last_error "cancelled: …") and neither is sent; a trade delivery that failed or never existed
+-- gets no retract. The dispatcher sends a retract only after its trade's delivery is done.
+-- Returns (fence holds, inserted or requeued, deliverable, cancelled trade ids, their endpoints,
+-- blocks and log indexes).
 WITH fence AS MATERIALIZED (
     SELECT $2::bigint IS NULL OR EXISTS (
         SELECT 1 FROM push_epoch WHERE slot = $1 AND epoch = $2 FOR SHARE
@@ -16,14 +21,32 @@ WITH fence AS MATERIALIZED (
     SELECT x.* FROM x JOIN webhook_endpoints e ON e.id = x.endpoint_id AND e.enabled
     WHERE (SELECT ok FROM fence)
     FOR KEY SHARE OF e
+), cancel AS (
+    -- by primary key: the trade ids of this batch's retracts (none in most rounds)
+    UPDATE webhook_deliveries t
+    SET state = 'failed', last_error = 'cancelled: retracted before delivery', done_ms = $3
+    WHERE t.id = ANY (ARRAY(SELECT regexp_replace(id, '_retract$', '_trade') FROM live
+                            WHERE kind = 'retract'))
+      AND t.state = 'pending' AND t.claimed_epoch IS NULL
+    RETURNING t.id, t.endpoint_id, t.block_number, t.log_index,
+              regexp_replace(t.id, '_trade$', '_retract') AS retract_id
 ), ins AS (
     INSERT INTO webhook_deliveries (id, endpoint_id, kind, block_number, log_index, payload,
         state, attempts, next_attempt_ms, t_detect_ms, created_ms)
     SELECT id, endpoint_id, kind, block_number, log_index, payload, 'pending', 0, $3, t_detect_ms, $3
     FROM live
+    WHERE live.kind = 'trade'
+       OR (NOT EXISTS (SELECT 1 FROM cancel c WHERE c.retract_id = live.id)
+           AND EXISTS (SELECT 1 FROM webhook_deliveries t
+                       WHERE t.id = regexp_replace(live.id, '_retract$', '_trade')
+                         AND t.state IN ('pending', 'delivered')))
     ON CONFLICT (id) DO UPDATE SET state = 'pending', attempts = 0, next_attempt_ms = $3,
         claimed_epoch = NULL, claimed_ms = NULL, last_status = NULL, last_error = NULL, done_ms = NULL
     WHERE $11 AND webhook_deliveries.state <> 'pending'
     RETURNING 1
 )
-SELECT (SELECT ok FROM fence), (SELECT count(*) FROM ins), (SELECT count(*) FROM live)
+SELECT (SELECT ok FROM fence), (SELECT count(*) FROM ins), (SELECT count(*) FROM live),
+       coalesce((SELECT array_agg(id ORDER BY id) FROM cancel), '{}'::text[]),
+       coalesce((SELECT array_agg(endpoint_id ORDER BY id) FROM cancel), '{}'::bigint[]),
+       coalesce((SELECT array_agg(block_number ORDER BY id) FROM cancel), '{}'::bigint[]),
+       coalesce((SELECT array_agg(log_index ORDER BY id) FROM cancel), '{}'::int[])

@@ -1,0 +1,5 @@
+SELECT {COLUMNS} FROM (
+  SELECT {COLUMNS} FROM trades WHERE block_number > ?
+  ORDER BY block_number, log_index, block_hash, version DESC
+  LIMIT 1 BY block_number, log_index, block_hash
+) WHERE retracted = 0 ORDER BY block_number, log_index

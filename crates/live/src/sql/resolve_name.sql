@@ -1,0 +1,4 @@
+-- Store a name Gamma resolved: $1 = token id, $2..$7 = the market's fields, $8 = now (ms).
+UPDATE market_names SET status = 'resolved', question = $2, condition_id = $3, slug = $4,
+    outcome = $5, outcome_index = $6, neg_risk = $7, resolved_ms = $8, attempts = attempts + 1
+WHERE token_id = $1
