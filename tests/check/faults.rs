@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use pmw_sim::ReorgPlan;
+use pmw_sim::{ReorgPlan, ReplayOrder};
 use pmw_testkit::{repo_root, PrivateStack};
 use pmw_tests::harness::Drill;
 use serde_json::{json, Value};
@@ -32,6 +32,8 @@ pub struct Churn {
     pub client: WsClient,
     pub hook: Hook,
     pub endpoints: Mutex<Vec<i64>>,
+    /// Wallet indexes followed now.
+    pub follows: Mutex<Vec<usize>>,
 }
 
 pub struct World {
@@ -102,7 +104,25 @@ impl World {
         bail!("{method} {path}: {last}")
     }
 
+    /// The push leader's pm2 app and live pid (waits up to 20 s for one, e.g. after a kill).
     async fn leader_pid(&self) -> anyhow::Result<(String, i64)> {
+        let mut last = anyhow::anyhow!("no leader");
+        for _ in 0..40 {
+            match self.leader_once().await {
+                Ok((app, pid))
+                    if pid > 0 && std::path::Path::new(&format!("/proc/{pid}")).exists() =>
+                {
+                    return Ok((app, pid))
+                }
+                Ok((app, pid)) => last = anyhow::anyhow!("{app} pid {pid} is not running"),
+                Err(e) => last = e,
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        Err(last)
+    }
+
+    async fn leader_once(&self) -> anyhow::Result<(String, i64)> {
         let url = self
             .d
             .env
@@ -126,12 +146,18 @@ impl World {
         Ok((app, pid))
     }
 
-    fn pm2(&self, args: &[&str]) -> anyhow::Result<()> {
-        let out = tokio::task::block_in_place(|| self.d.pm2.run(args));
-        if !out.status.success() {
-            bail!("pm2 {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    /// A pm2 command, tried again (pm2 refuses while it is restarting the app itself).
+    async fn pm2(&self, args: &[&str]) -> anyhow::Result<()> {
+        let mut err = String::new();
+        for _ in 0..5 {
+            let out = tokio::task::block_in_place(|| self.d.pm2.run(args));
+            if out.status.success() {
+                return Ok(());
+            }
+            err = String::from_utf8_lossy(&out.stderr).into_owned();
+            tokio::time::sleep(Duration::from_secs(1)).await;
         }
-        Ok(())
+        bail!("pm2 {args:?}: {err}")
     }
 
     async fn stack(&self, args: &'static [&'static str]) -> anyhow::Result<()> {
@@ -157,6 +183,11 @@ impl World {
                         depth: *depth,
                         new_matches_per_block: u32::from(*mode != 0),
                         replay_orphaned: *mode != 1,
+                        replay_order: if *mode == 2 {
+                            ReplayOrder::LastBlock
+                        } else {
+                            ReplayOrder::Same
+                        },
                     })
                     .await?;
                 format!(
@@ -194,7 +225,7 @@ impl World {
                 format!("{}: {tail}", out.status)
             }
             Kind::LiveRestart => {
-                self.pm2(&["restart", "pmw-live"])?;
+                self.pm2(&["restart", "pmw-live"]).await?;
                 "restarted".into()
             }
             Kind::ClickHouseStop { secs: s } => {
@@ -273,7 +304,15 @@ impl World {
             Kind::SubRemove { account, wallet } => {
                 let c = &self.churn[*account];
                 let key = c.client.key.lock().unwrap().clone();
-                let w = format!("0x{}", self.wallets[*wallet]);
+                let wallet = {
+                    let mut f = c.follows.lock().unwrap();
+                    if f.is_empty() {
+                        return Ok("follows nothing".into());
+                    }
+                    let i = wallet % f.len();
+                    f.remove(i)
+                };
+                let w = format!("0x{}", self.wallets[wallet]);
                 match self
                     .api(
                         "DELETE",

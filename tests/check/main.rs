@@ -135,6 +135,7 @@ async fn main() -> anyhow::Result<()> {
             client: WsClient::new(&key),
             hook,
             endpoints: Default::default(),
+            follows: std::sync::Mutex::new(vec![(i + 1) % 6]),
         });
     }
     pg.execute("SELECT pg_notify('pmw_subscriptions', '')", &[])

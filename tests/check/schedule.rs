@@ -8,7 +8,7 @@ use rand::{Rng, SeedableRng};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Kind {
-    /// Depth 1–5; mode 0 = fills re-mined, 1 = dropped, 2 = moved (re-mined after fresh ones).
+    /// Depth 1–5; mode 0 = fills re-mined in place, 1 = dropped, 2 = moved (all into the last new block).
     Reorg {
         depth: u64,
         mode: u8,
