@@ -209,10 +209,8 @@ pub fn replay(accepted: &[Accepted]) -> HookState {
                     s.duplicated.push(id);
                 }
             }
-            Some("retract") => {
-                if s.held.remove(&id).is_none() {
-                    s.retract_without_trade.push(id);
-                }
+            Some("retract") if s.held.remove(&id).is_none() => {
+                s.retract_without_trade.push(id);
             }
             _ => {}
         }

@@ -57,7 +57,7 @@ pub struct WsLog {
     pub last_frame_ms: Option<i64>,
     pub connect_errors: u64,
     pub closes: BTreeMap<String, u64>,
-    /// Ledger position below which a trade is out of order (moved back by retracts).
+    /// Ledger position at or below which a trade is out of order (moved back by retracts).
     floor: Option<u128>,
 }
 
@@ -87,13 +87,20 @@ impl WsLog {
     }
 
     fn retract(&mut self, v: &Value) {
-        let Some((id, pos)) = identity(v) else { return };
+        let Some((id, _)) = identity(v) else { return };
         self.retracts += 1;
         if self.held.remove(&id).is_none() {
             self.retract_without_trade.push(id);
         }
-        // The new branch may follow at or below the retracted position.
-        self.floor = self.floor.map(|f| f.min(pos.saturating_sub(1)));
+        // The new branch follows from just above the common ancestor, which the client does
+        // not know; but every trade still held is at or below it (a reorg orphans every block
+        // above it, and each of their trades is retracted first), so the highest trade still
+        // held is the floor.
+        self.floor = self
+            .held
+            .keys()
+            .next_back()
+            .map(|(b, li, _)| ((*b as u128) << 32) | *li as u128);
     }
 }
 
