@@ -45,6 +45,8 @@ pub struct World {
     pub checked: Vec<Checked>,
     pub churn: Vec<Churn>,
     pub start_block: u64,
+    /// Numbers the churn endpoints' URLs (`/hook/<n>`).
+    pub endpoint_seq: std::sync::atomic::AtomicUsize,
     pub locks: HashMap<&'static str, tokio::sync::Mutex<()>>,
 }
 
@@ -248,8 +250,16 @@ impl World {
             Kind::EndpointCreate { account } => {
                 let c = &self.churn[*account];
                 let key = c.client.key.lock().unwrap().clone();
+                let n = self
+                    .endpoint_seq
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let v = self
-                    .api("POST", "/v1/webhooks", &key, json!({"url": c.hook.url()}))
+                    .api(
+                        "POST",
+                        "/v1/webhooks",
+                        &key,
+                        json!({"url": c.hook.url_for(n)}),
+                    )
                     .await?;
                 c.hook.add_secret(v["secret"].as_str().unwrap_or_default());
                 let id = v["id"].as_i64().unwrap_or_default();

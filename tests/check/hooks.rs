@@ -22,6 +22,8 @@ use crate::ws::{identity, now_ms, Id};
 /// One accepted (2xx) message.
 #[derive(Clone)]
 pub struct Accepted {
+    /// The request path: which endpoint of this receiver it was sent to.
+    pub path: String,
     pub webhook_id: String,
     pub body: Value,
     pub at_ms: i64,
@@ -70,7 +72,12 @@ fn verify(secret: &str, id: &str, ts: &str, body: &[u8], sigs: &str) -> bool {
         .any(|s| s.strip_prefix("v1,").is_some_and(|s| s == want))
 }
 
-async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes) -> StatusCode {
+async fn handle(
+    State(inner): State<Arc<Inner>>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> StatusCode {
     let h = |n: &str| {
         headers
             .get(n)
@@ -121,6 +128,7 @@ async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
         return StatusCode::BAD_REQUEST;
     };
     inner.log.lock().unwrap().accepted.push(Accepted {
+        path: uri.path().to_string(),
         webhook_id: id,
         body: v,
         at_ms: now_ms(),
@@ -138,6 +146,7 @@ impl Hook {
         });
         let app = Router::new()
             .route("/hook", axum::routing::post(handle))
+            .route("/hook/{n}", axum::routing::post(handle))
             .with_state(inner.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -149,6 +158,11 @@ impl Hook {
 
     pub fn url(&self) -> String {
         format!("http://{}/hook", self.addr)
+    }
+
+    /// Another endpoint's URL on this receiver (its messages are told apart by path).
+    pub fn url_for(&self, n: usize) -> String {
+        format!("http://{}/hook/{n}", self.addr)
     }
 
     pub fn add_secret(&self, s: &str) {
@@ -178,6 +192,16 @@ pub struct HookState {
     pub redelivered: u64,
     pub deliveries: Vec<(i64, i64)>,
     pub longest_silence_ms: i64,
+}
+
+/// Per endpoint (request path), what it holds; several endpoints of one account each get
+/// every trade, under distinct `webhook-id`s.
+pub fn replay_each(accepted: &[Accepted]) -> Vec<HookState> {
+    let mut by: BTreeMap<&str, Vec<Accepted>> = BTreeMap::new();
+    for a in accepted {
+        by.entry(a.path.as_str()).or_default().push(a.clone());
+    }
+    by.values().map(|v| replay(v)).collect()
 }
 
 pub fn replay(accepted: &[Accepted]) -> HookState {

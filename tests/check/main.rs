@@ -114,6 +114,7 @@ async fn main() -> anyhow::Result<()> {
         checked: Vec::new(),
         churn: Vec::new(),
         start_block: 0,
+        endpoint_seq: Default::default(),
         locks: HashMap::new(),
     };
     for i in 0..args.accounts {

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
 use crate::faults::{Done, World};
-use crate::hooks::replay;
+use crate::hooks::{replay, replay_each};
 use crate::ws::Id;
 
 pub fn pct(v: &mut [i64], q: f64) -> i64 {
@@ -138,25 +138,32 @@ pub fn verdict(w: &World, owed: &[BTreeSet<Id>], canonical: &BTreeSet<Id>) -> Ve
             l.resyncs
         );
         drop(l);
-        let s = replay(&hook.accepted());
-        let held: BTreeSet<Id> = s.held.keys().cloned().collect();
-        hk.compare(&format!("hook {i}"), own, canonical, &held);
-        hk.duplicated += s.duplicated.len();
-        hk.retract_without_trade += s.retract_without_trade.len();
-        if let Some(x) = s.duplicated.first() {
-            hk.examples.push(format!(
-                "hook {i}: duplicated {x:?} (+{} more)",
-                s.duplicated.len() - 1
-            ));
+        let (mut held, mut reordered, mut redelivered) = (BTreeSet::new(), 0, 0);
+        for s in replay_each(&hook.accepted()) {
+            held.extend(s.held.keys().cloned());
+            hk.duplicated += s.duplicated.len();
+            hk.retract_without_trade += s.retract_without_trade.len();
+            for (name, list) in [
+                ("duplicated", &s.duplicated),
+                ("retract without trade", &s.retract_without_trade),
+            ] {
+                if let Some(x) = list.first() {
+                    hk.examples
+                        .push(format!("hook {i}: {name} {x:?} (+{} more)", list.len() - 1));
+                }
+            }
+            hk.latencies
+                .extend(s.deliveries.iter().map(|(d, at)| at - d));
+            hk.silence_max = hk.silence_max.max(s.longest_silence_ms);
+            reordered += s.reordered;
+            redelivered += s.redelivered;
         }
-        hk.latencies
-            .extend(s.deliveries.iter().map(|(d, at)| at - d));
-        hk.silence_max = hk.silence_max.max(s.longest_silence_ms);
+        hk.compare(&format!("hook {i}"), own, canonical, &held);
         hook.with_log(|l| {
             let _ = write!(
                 hk.extra,
                 "[{i}: {} requests, bad signature {}, 500 {}, timeout {}, slow {}, reordered {}, redelivered {}] ",
-                l.requests, l.bad_signature, l.answered_500, l.timed_out, l.slow, s.reordered, s.redelivered
+                l.requests, l.bad_signature, l.answered_500, l.timed_out, l.slow, reordered, redelivered
             );
         });
     }
