@@ -296,8 +296,8 @@ async fn main() -> anyhow::Result<()> {
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
             .unwrap_or_default();
         let body = format!(
-            "Seed **{seed}**, {minutes} min of traffic and faults ({} checked + {} churn accounts, a block every {} ms), rev `{rev}`, {} UTC; run took {} s.\n\nSchedule ({} faults): {}.\n\n{table}\n<details><summary>Each fault's effect</summary>\n\n{effects}\n</details>\n",
-            args.accounts, args.churn, args.block_ms, chrono::Utc::now().format("%Y-%m-%d %H:%M"), started.elapsed().as_secs(), done.len(), report::summary(&plan)
+            "Seed **{seed}**, {minutes} min of traffic and faults ({} checked + {} churn accounts, a block every {} ms), rev `{rev}`, {} UTC; run took {} s.\n\nSchedule ({} faults): {}.\n\n{table}\n<details><summary>Per subscriber (reconnects, close codes, receiver answers) and examples</summary>\n\n```\n{}```\n</details>\n\n<details><summary>Each fault's effect</summary>\n\n{effects}\n</details>\n",
+            args.accounts, args.churn, args.block_ms, chrono::Utc::now().format("%Y-%m-%d %H:%M"), started.elapsed().as_secs(), done.len(), report::summary(&plan), report::details(&v)
         );
         let text = std::fs::read_to_string(doc)?;
         let (a, b) = ("<!-- check:run -->", "<!-- /check:run -->");
