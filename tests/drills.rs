@@ -7,21 +7,18 @@
 
 #[path = "drills/churn.rs"]
 mod churn;
-#[path = "drills/clients.rs"]
-mod clients;
-#[path = "drills/harness.rs"]
-mod harness;
 #[path = "drills/supervision.rs"]
 mod supervision;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use harness::{any_exits, exits, signal, Drill, Opts};
 use pmw_core::UnixMs;
 use pmw_sim::RunConfig;
 use pmw_testkit::repo_root;
+use pmw_tests::harness::{any_exits, exits, signal, Drill, Opts};
 use pmw_tests::record;
+use pmw_tests::{clients, harness};
 use tokio_util::sync::CancellationToken;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

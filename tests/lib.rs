@@ -1,5 +1,11 @@
 //! Cross-service end-to-end tests and drills live beside this file; they run on the real local
-//! stack started by `scripts/stack` (see `pmw-testkit`). Shared by the test binaries: [`record`].
+//! stack started by `scripts/stack` (see `pmw-testkit`). Shared by the test binaries: [`record`],
+//! and by the drills and `pmw-check`: the drill stack ([`harness`]) and its clients ([`clients`]).
+
+#[path = "drill/clients.rs"]
+pub mod clients;
+#[path = "drill/harness.rs"]
+pub mod harness;
 
 use std::time::{Duration, Instant};
 

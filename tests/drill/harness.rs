@@ -105,7 +105,7 @@ pub async fn account(
 pub struct Drill {
     pub db: TestDb,
     pub sim: Sim,
-    _anvil: Anvil,
+    pub anvil: Anvil,
     pub pm2: Pm2,
     pub caddy: tokio::process::Child,
     pub env: Vec<(String, String)>,
@@ -130,6 +130,8 @@ pub struct Opts {
     pub apps: Option<&'static str>,
     /// Extra environment for every app.
     pub env: Vec<(&'static str, &'static str)>,
+    /// Resuming drill clients to start (default 100; `Some(0)` for none).
+    pub clients: Option<usize>,
 }
 
 impl Drill {
@@ -262,7 +264,7 @@ impl Drill {
         };
         let stop = CancellationToken::new();
         let mut clients = Vec::new();
-        for n in 0..100usize {
+        for n in 0..opts.clients.unwrap_or(100) {
             let (key, mine) = accounts[n % accounts.len()].clone();
             let log = Arc::new(Mutex::new(ClientLog::default()));
             tokio::spawn(resilient_client(
@@ -288,7 +290,7 @@ impl Drill {
         Drill {
             db,
             sim,
-            _anvil: anvil,
+            anvil,
             pm2,
             caddy,
             env,
@@ -471,7 +473,7 @@ impl Pm2 {
     }
 }
 
-pub use pmw_tests::kill as signal;
+pub use crate::kill as signal;
 
 impl Drill {
     /// A push instance's heartbeat: (role, pid, beat_ms).

@@ -1,0 +1,368 @@
+//! The world the checker drives (the drill stack, its private Postgres/ClickHouse, the checked
+//! and churn subscribers) and how each scheduled fault is done to it. A fault never panics the
+//! run: whatever goes wrong becomes the fault's note in the report.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use pmw_sim::{ReorgPlan, ReplayOrder};
+use pmw_testkit::{repo_root, PrivateStack};
+use pmw_tests::harness::Drill;
+use serde_json::{json, Value};
+
+use crate::hooks::Hook;
+use crate::schedule::{Fault, Kind};
+use crate::ws::{now_ms, WsClient};
+
+/// An account with fixed subscriptions for the whole run: its client and endpoint are checked.
+pub struct Checked {
+    pub key: String,
+    /// Lowercase hex, no 0x.
+    pub wallets: Vec<String>,
+    pub client: WsClient,
+    pub hook: Hook,
+    pub endpoint: i64,
+}
+
+/// An account whose subscriptions, endpoints and keys churn (checked for phantom, duplicate
+/// and order breaches only).
+pub struct Churn {
+    pub client: WsClient,
+    pub hook: Hook,
+    pub endpoints: Mutex<Vec<i64>>,
+    /// Wallet indexes followed now.
+    pub follows: Mutex<Vec<usize>>,
+}
+
+pub struct World {
+    pub d: Drill,
+    pub stack: std::sync::Arc<PrivateStack>,
+    pub site: String,
+    pub http: reqwest::Client,
+    pub wallets: Vec<String>,
+    pub checked: Vec<Checked>,
+    pub churn: Vec<Churn>,
+    pub start_block: u64,
+    /// Numbers the churn endpoints' URLs (`/hook/<n>`).
+    pub endpoint_seq: std::sync::atomic::AtomicUsize,
+    pub locks: HashMap<&'static str, tokio::sync::Mutex<()>>,
+}
+
+/// What one fault did.
+#[derive(Clone, Debug)]
+pub struct Done {
+    pub fault: Fault,
+    pub start_ms: i64,
+    pub end_ms: i64,
+    pub note: String,
+}
+
+fn kill(pid: i64, sig: &str) -> bool {
+    pid > 0
+        && std::process::Command::new("kill")
+            .args([format!("-{sig}"), pid.to_string()])
+            .status()
+            .is_ok_and(|s| s.success())
+}
+
+impl World {
+    /// A call to the API through Caddy, retried while the API or its store is down.
+    pub async fn api(
+        &self,
+        method: &str,
+        path: &str,
+        key: &str,
+        body: Value,
+    ) -> anyhow::Result<Value> {
+        let mut last = String::new();
+        for _ in 0..20 {
+            let m = reqwest::Method::from_bytes(method.as_bytes())?;
+            let mut req = self
+                .http
+                .request(m, format!("http://{}{path}", self.site))
+                .bearer_auth(key)
+                .timeout(Duration::from_secs(5));
+            if !body.is_null() {
+                req = req.json(&body);
+            }
+            match req.send().await {
+                Ok(r) if r.status().is_success() => {
+                    return Ok(r.json().await.unwrap_or(Value::Null));
+                }
+                Ok(r) if r.status().is_client_error() && r.status() != 429 => {
+                    bail!(
+                        "{method} {path}: {} {}",
+                        r.status(),
+                        r.text().await.unwrap_or_default()
+                    );
+                }
+                Ok(r) => last = format!("{}", r.status()),
+                Err(e) => last = e.to_string(),
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        bail!("{method} {path}: {last}")
+    }
+
+    /// The push leader's pm2 app and live pid (waits up to 20 s for one, e.g. after a kill).
+    async fn leader_pid(&self) -> anyhow::Result<(String, i64)> {
+        let mut last = anyhow::anyhow!("no leader");
+        for _ in 0..40 {
+            match self.leader_once().await {
+                Ok((app, pid))
+                    if pid > 0 && std::path::Path::new(&format!("/proc/{pid}")).exists() =>
+                {
+                    return Ok((app, pid))
+                }
+                Ok((app, pid)) => last = anyhow::anyhow!("{app} pid {pid} is not running"),
+                Err(e) => last = e,
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        Err(last)
+    }
+
+    async fn leader_once(&self) -> anyhow::Result<(String, i64)> {
+        let url = self
+            .d
+            .env
+            .iter()
+            .find(|(k, _)| k == "PMW_POSTGRES_URL")
+            .context("PMW_POSTGRES_URL")?
+            .1
+            .clone();
+        let (c, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
+        tokio::spawn(conn);
+        let leader: String = c
+            .query_one("SELECT leader FROM push_epoch WHERE slot = 0", &[])
+            .await?
+            .get(0);
+        let app = format!("pmw-{leader}");
+        let pm2 = &self.d.pm2;
+        let pid = tokio::task::block_in_place(|| pm2.apps())
+            .into_iter()
+            .find(|a| a.name == app)
+            .map_or(0, |a| a.pid);
+        Ok((app, pid))
+    }
+
+    /// A pm2 command, tried again (pm2 refuses while it is restarting the app itself).
+    async fn pm2(&self, args: &[&str]) -> anyhow::Result<()> {
+        let mut err = String::new();
+        for _ in 0..5 {
+            let out = tokio::task::block_in_place(|| self.d.pm2.run(args));
+            if out.status.success() {
+                return Ok(());
+            }
+            err = String::from_utf8_lossy(&out.stderr).into_owned();
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        bail!("pm2 {args:?}: {err}")
+    }
+
+    async fn stack(&self, args: &'static [&'static str]) -> anyhow::Result<()> {
+        let s = self.stack.clone();
+        tokio::task::spawn_blocking(move || s.run(args))
+            .await
+            .map_err(|e| anyhow::anyhow!("scripts/stack {args:?} failed: {e}"))
+    }
+
+    /// Run one fault; its note says what happened.
+    pub async fn run(&self, f: &Fault) -> anyhow::Result<String> {
+        let secs = |s: u64| tokio::time::sleep(Duration::from_secs(s));
+        Ok(match &f.kind {
+            Kind::Reorg { depth, mode } => {
+                let head = self.d.sim.rpc().latest_block().await?.number.0;
+                if head.saturating_sub(*depth) <= self.start_block {
+                    return Ok("skipped: would cross the start block".into());
+                }
+                let o = self
+                    .d
+                    .sim
+                    .reorg_with(ReorgPlan {
+                        depth: *depth,
+                        new_matches_per_block: u32::from(*mode != 0),
+                        replay_orphaned: *mode != 1,
+                        replay_order: if *mode == 2 {
+                            ReplayOrder::LastBlock
+                        } else {
+                            ReplayOrder::Same
+                        },
+                    })
+                    .await?;
+                format!(
+                    "{} → {}: {} fills orphaned, {} added",
+                    o.old_head.number,
+                    o.new_head.number,
+                    o.orphaned.len(),
+                    o.added.len()
+                )
+            }
+            Kind::LeaderKill9 => {
+                let (app, pid) = self.leader_pid().await?;
+                format!("{app} pid {pid}: {}", kill(pid, "KILL"))
+            }
+            Kind::LeaderStop { secs: s } => {
+                let (app, pid) = self.leader_pid().await?;
+                let stopped = kill(pid, "STOP");
+                secs(*s).await;
+                format!(
+                    "{app} pid {pid}: stop {stopped}, cont {}",
+                    kill(pid, "CONT")
+                )
+            }
+            Kind::Deploy => {
+                let out = tokio::process::Command::new(repo_root().join("scripts/deploy/push"))
+                    .arg("--no-build")
+                    .envs(self.d.env.iter().cloned())
+                    .env("PM2_HOME", self.d.pm2.home.path())
+                    .env("PMW_CADDY_URL", format!("http://{}", self.site))
+                    .env("PMW_DEPLOY_KEY", &self.checked[0].key)
+                    .output()
+                    .await?;
+                let err = String::from_utf8_lossy(&out.stderr);
+                let tail = err.lines().last().unwrap_or_default().to_string();
+                format!("{}: {tail}", out.status)
+            }
+            Kind::LiveRestart => {
+                self.pm2(&["restart", "pmw-live"]).await?;
+                "restarted".into()
+            }
+            Kind::ClickHouseStop { secs: s } => {
+                self.stack(&["down", "ch"]).await?;
+                secs(*s).await;
+                self.stack(&["up", "ch"]).await?;
+                "down, up".into()
+            }
+            Kind::PostgresRestart => {
+                self.stack(&["pg-ctl", "restart", "-m", "fast"]).await?;
+                "restarted (fast)".into()
+            }
+            Kind::RpcCut { secs: s } => {
+                let p = self.d.rpc_proxy.as_ref().context("rpc proxy")?;
+                p.cut();
+                secs(*s).await;
+                p.restore();
+                "cut, restored".into()
+            }
+            Kind::EndpointCreate { account } => {
+                let c = &self.churn[*account];
+                let key = c.client.key.lock().unwrap().clone();
+                let n = self
+                    .endpoint_seq
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let v = self
+                    .api(
+                        "POST",
+                        "/v1/webhooks",
+                        &key,
+                        json!({"url": c.hook.url_for(n)}),
+                    )
+                    .await?;
+                c.hook.add_secret(v["secret"].as_str().unwrap_or_default());
+                let id = v["id"].as_i64().unwrap_or_default();
+                c.endpoints.lock().unwrap().push(id);
+                format!("endpoint {id}")
+            }
+            Kind::EndpointDelete { account } => {
+                let c = &self.churn[*account];
+                let key = c.client.key.lock().unwrap().clone();
+                let Some(id) = c.endpoints.lock().unwrap().pop() else {
+                    return Ok("no endpoint to delete".into());
+                };
+                self.api("DELETE", &format!("/v1/webhooks/{id}"), &key, Value::Null)
+                    .await?;
+                format!("endpoint {id}")
+            }
+            Kind::EndpointDisable { account, secs: s } => {
+                let c = &self.churn[*account];
+                let key = c.client.key.lock().unwrap().clone();
+                let Some(id) = c.endpoints.lock().unwrap().last().copied() else {
+                    return Ok("no endpoint to disable".into());
+                };
+                let path = format!("/v1/webhooks/{id}");
+                self.api("PATCH", &path, &key, json!({"enabled": false}))
+                    .await?;
+                secs(*s).await;
+                self.api("PATCH", &path, &key, json!({"enabled": true}))
+                    .await?;
+                format!("endpoint {id} disabled, enabled")
+            }
+            Kind::Rotate { endpoint } => {
+                let c = &self.checked[*endpoint];
+                let v = self
+                    .api(
+                        "POST",
+                        &format!("/v1/webhooks/{}/rotate-secret", c.endpoint),
+                        &c.key,
+                        json!({}),
+                    )
+                    .await?;
+                c.hook.add_secret(v["secret"].as_str().unwrap_or_default());
+                format!("endpoint {}", c.endpoint)
+            }
+            Kind::SubAdd { account, wallet } => {
+                let c = &self.churn[*account];
+                let key = c.client.key.lock().unwrap().clone();
+                let w = format!("0x{}", self.wallets[*wallet]);
+                self.api("POST", "/v1/subscriptions", &key, json!({"wallet": w}))
+                    .await?;
+                w
+            }
+            Kind::SubRemove { account, wallet } => {
+                let c = &self.churn[*account];
+                let key = c.client.key.lock().unwrap().clone();
+                let wallet = {
+                    let mut f = c.follows.lock().unwrap();
+                    if f.is_empty() {
+                        return Ok("follows nothing".into());
+                    }
+                    let i = wallet % f.len();
+                    f.remove(i)
+                };
+                let w = format!("0x{}", self.wallets[wallet]);
+                match self
+                    .api(
+                        "DELETE",
+                        &format!("/v1/subscriptions/{w}"),
+                        &key,
+                        Value::Null,
+                    )
+                    .await
+                {
+                    Ok(_) => w,
+                    Err(e) => format!("{w}: {e}"),
+                }
+            }
+            Kind::KeyRevoke { account } => {
+                let c = &self.churn[*account];
+                let old = c.client.key.lock().unwrap().clone();
+                let v = self.api("POST", "/v1/keys", &old, json!({})).await?;
+                let new = v["key"].as_str().context("new key")?.to_string();
+                self.api(
+                    "DELETE",
+                    &format!("/v1/keys/{}", &old[..12]),
+                    &old,
+                    Value::Null,
+                )
+                .await?;
+                // The open session is closed by the revocation; the client reconnects with
+                // the new key (and resumes).
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+                *c.client.key.lock().unwrap() = new;
+                format!("revoked {}", &old[..12])
+            }
+            Kind::SlowConsumer { client, secs: s } => {
+                let c = &self.checked[*client].client;
+                c.paused_until.store(
+                    now_ms() + *s as i64 * 1000,
+                    std::sync::atomic::Ordering::Relaxed,
+                );
+                secs(*s).await;
+                "paused, resumed".into()
+            }
+        })
+    }
+}

@@ -1,0 +1,196 @@
+//! The fault schedule, generated from `--seed` alone (printed at the start so a failure
+//! reproduces): every kind a few times over the run, at random offsets, overlapping freely
+//! (faults of one kind run one at a time).
+
+use std::fmt;
+
+use rand::{Rng, SeedableRng};
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Kind {
+    /// Depth 1–5; mode 0 = fills re-mined in place, 1 = dropped, 2 = moved (all into the last new block).
+    Reorg {
+        depth: u64,
+        mode: u8,
+    },
+    LeaderKill9,
+    LeaderStop {
+        secs: u64,
+    },
+    Deploy,
+    LiveRestart,
+    ClickHouseStop {
+        secs: u64,
+    },
+    PostgresRestart,
+    RpcCut {
+        secs: u64,
+    },
+    /// On a churn account.
+    EndpointCreate {
+        account: usize,
+    },
+    EndpointDelete {
+        account: usize,
+    },
+    EndpointDisable {
+        account: usize,
+        secs: u64,
+    },
+    /// On a checked endpoint (its secret changes; the receiver learns the new one).
+    Rotate {
+        endpoint: usize,
+    },
+    SubAdd {
+        account: usize,
+        wallet: usize,
+    },
+    SubRemove {
+        account: usize,
+        wallet: usize,
+    },
+    KeyRevoke {
+        account: usize,
+    },
+    /// A checked client stops reading.
+    SlowConsumer {
+        client: usize,
+        secs: u64,
+    },
+}
+
+impl Kind {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Kind::Reorg { .. } => "reorg",
+            Kind::LeaderKill9 => "leader kill -9",
+            Kind::LeaderStop { .. } => "leader SIGSTOP",
+            Kind::Deploy => "rolling deploy",
+            Kind::LiveRestart => "live restart",
+            Kind::ClickHouseStop { .. } => "clickhouse stop",
+            Kind::PostgresRestart => "postgres restart",
+            Kind::RpcCut { .. } => "rpc ws cut",
+            Kind::EndpointCreate { .. } => "endpoint create",
+            Kind::EndpointDelete { .. } => "endpoint delete",
+            Kind::EndpointDisable { .. } => "endpoint disable",
+            Kind::Rotate { .. } => "secret rotate",
+            Kind::SubAdd { .. } => "subscription add",
+            Kind::SubRemove { .. } => "subscription remove",
+            Kind::KeyRevoke { .. } => "key revoke",
+            Kind::SlowConsumer { .. } => "slow consumer",
+        }
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mode = ["re-mined", "dropped", "moved"];
+        match self {
+            Kind::Reorg { depth, mode: m } => {
+                write!(f, "reorg depth {depth}, fills {}", mode[*m as usize])
+            }
+            Kind::LeaderStop { secs } => write!(f, "leader SIGSTOP {secs} s"),
+            Kind::ClickHouseStop { secs } => write!(f, "clickhouse stop {secs} s"),
+            Kind::RpcCut { secs } => write!(f, "rpc ws cut {secs} s"),
+            Kind::EndpointCreate { account } => write!(f, "endpoint create (churn {account})"),
+            Kind::EndpointDelete { account } => write!(f, "endpoint delete (churn {account})"),
+            Kind::EndpointDisable { account, secs } => {
+                write!(f, "endpoint disable {secs} s (churn {account})")
+            }
+            Kind::Rotate { endpoint } => write!(f, "secret rotate (checked endpoint {endpoint})"),
+            Kind::SubAdd { account, wallet } => {
+                write!(f, "subscription add wallet {wallet} (churn {account})")
+            }
+            Kind::SubRemove { account, wallet } => {
+                write!(f, "subscription remove wallet {wallet} (churn {account})")
+            }
+            Kind::KeyRevoke { account } => write!(f, "key revoke (churn {account})"),
+            Kind::SlowConsumer { client, secs } => {
+                write!(f, "slow consumer {secs} s (checked client {client})")
+            }
+            k => f.write_str(k.name()),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Fault {
+    /// Seconds after the traffic starts.
+    pub at_s: u64,
+    pub kind: Kind,
+}
+
+/// `per_3min` faults of each kind per three minutes (at least one each), between 15 s and
+/// 20 s before the end.
+pub fn generate(
+    seed: u64,
+    minutes: u64,
+    accounts: usize,
+    churn: usize,
+    wallets: usize,
+) -> Vec<Fault> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let span = (minutes * 60).max(60);
+    let (lo, hi) = (15, span.saturating_sub(20).max(20));
+    let scale = |per_3min: f64| ((per_3min * span as f64 / 180.0).round() as usize).max(1);
+    let mut out = Vec::new();
+    type Make = fn(&mut rand::rngs::StdRng, usize, usize, usize) -> Kind;
+    let kinds: [(f64, Make); 16] = [
+        (4.0, |r, _, _, _| Kind::Reorg {
+            depth: r.gen_range(1..=5),
+            mode: r.gen_range(0..3),
+        }),
+        (2.0, |_, _, _, _| Kind::LeaderKill9),
+        (1.0, |r, _, _, _| Kind::LeaderStop {
+            secs: r.gen_range(3..=20),
+        }),
+        (1.0, |_, _, _, _| Kind::Deploy),
+        (2.0, |_, _, _, _| Kind::LiveRestart),
+        (1.0, |r, _, _, _| Kind::ClickHouseStop {
+            secs: r.gen_range(2..=10),
+        }),
+        (1.0, |_, _, _, _| Kind::PostgresRestart),
+        (2.0, |r, _, _, _| Kind::RpcCut {
+            secs: r.gen_range(1..=8),
+        }),
+        (2.0, |r, _, c, _| Kind::EndpointCreate {
+            account: r.gen_range(0..c),
+        }),
+        (2.0, |r, _, c, _| Kind::EndpointDelete {
+            account: r.gen_range(0..c),
+        }),
+        (1.0, |r, _, c, _| Kind::EndpointDisable {
+            account: r.gen_range(0..c),
+            secs: r.gen_range(2..=10),
+        }),
+        (1.0, |r, a, _, _| Kind::Rotate {
+            endpoint: r.gen_range(0..a),
+        }),
+        (3.0, |r, _, c, w| Kind::SubAdd {
+            account: r.gen_range(0..c),
+            wallet: r.gen_range(0..w),
+        }),
+        (3.0, |r, _, c, w| Kind::SubRemove {
+            account: r.gen_range(0..c),
+            wallet: r.gen_range(0..w),
+        }),
+        (1.0, |r, _, c, _| Kind::KeyRevoke {
+            account: r.gen_range(0..c),
+        }),
+        (2.0, |r, a, _, _| Kind::SlowConsumer {
+            client: r.gen_range(0..a),
+            secs: r.gen_range(2..=15),
+        }),
+    ];
+    for (rate, make) in kinds {
+        for _ in 0..scale(rate) {
+            let at_s = rng.gen_range(lo..=hi);
+            out.push(Fault {
+                at_s,
+                kind: make(&mut rng, accounts, churn, wallets),
+            });
+        }
+    }
+    out.sort_by_key(|f| f.at_s);
+    out
+}
