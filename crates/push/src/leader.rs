@@ -102,13 +102,7 @@ pub async fn take(
         block: row.get::<_, i64>(0) as u64,
         log_index: row.get::<_, i32>(1) as u32,
     };
-    let cursor = match row.get::<_, Option<String>>(3) {
-        Some(hash) => Position::of(at, &hash),
-        None => Position {
-            cursor: at,
-            hash: None,
-        },
-    };
+    let cursor = Position::maybe(at, row.get::<_, Option<String>>(3).as_deref());
     tracing::info!(slot, epoch, voided, cursor = %cursor, "leading");
     Ok(Some(Leadership {
         lock,

@@ -67,13 +67,7 @@ pub async fn start(
         block: ancestor,
         log_index: MAX_LOG_INDEX,
     };
-    let from = match row.get::<_, Option<String>>(4) {
-        Some(h) => Position::of(at, &h),
-        None => Position {
-            cursor: at,
-            hash: None,
-        },
-    };
+    let from = Position::maybe(at, row.get::<_, Option<String>>(4).as_deref());
     let retract = trades::retracted_between(ch, ancestor, since.cursor.block)
         .await
         .map_err(|e| format!("clickhouse: {e}"))?

@@ -172,13 +172,7 @@ impl Rounds {
                     block: ancestor,
                     log_index: MAX_LOG_INDEX,
                 };
-                from = match state.get::<_, Option<String>>(4) {
-                    Some(hash) => Position::of(at, &hash),
-                    None => Position {
-                        cursor: at,
-                        hash: None,
-                    },
-                };
+                from = Position::maybe(at, state.get::<_, Option<String>>(4).as_deref());
             }
         }
         let rewound = from.cursor < self.cursor;

@@ -353,15 +353,12 @@ async fn names(
     st: &AppState,
     rows: &[pmw_core::store::TradeRow],
 ) -> Result<HashMap<String, pmw_core::message::Market>, Ended> {
-    let mut tokens: Vec<&str> = rows.iter().map(|r| r.token_id.as_str()).collect();
-    tokens.sort_unstable();
-    tokens.dedup();
     let c = st
         .pool
         .get()
         .await
         .map_err(|e| Ended::Failed(e.to_string()))?;
-    db::market_names(&**c, &tokens)
+    db::market_names_of(&**c, rows)
         .await
         .map_err(|e| Ended::Failed(pmw_core::pg::describe(&e)))
 }

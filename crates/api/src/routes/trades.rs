@@ -68,10 +68,7 @@ pub async fn markets(
     c: &super::Client,
     rows: &[TradeRow],
 ) -> Result<HashMap<String, Market>, ApiError> {
-    let mut tokens: Vec<&str> = rows.iter().map(|r| r.token_id.as_str()).collect();
-    tokens.sort_unstable();
-    tokens.dedup();
-    Ok(db::market_names(&***c, &tokens).await?)
+    Ok(db::market_names_of(&***c, rows).await?)
 }
 
 /// The ingest watermark as the last cursor a reader may see.

@@ -33,6 +33,17 @@ pub fn watermark_cursor(block: u64) -> Cursor {
     }
 }
 
+/// Resolved market names of the tokens of `rows` (a page of trades).
+pub async fn market_names_of(
+    c: &impl GenericClient,
+    rows: &[crate::store::TradeRow],
+) -> Result<HashMap<String, Market>, tokio_postgres::Error> {
+    let mut tokens: Vec<&str> = rows.iter().map(|r| r.token_id.as_str()).collect();
+    tokens.sort_unstable();
+    tokens.dedup();
+    market_names(c, &tokens).await
+}
+
 /// Resolved market names of `tokens` (the background resolver's cache); unresolved ones are
 /// absent.
 pub async fn market_names(

@@ -35,6 +35,15 @@ impl Position {
         }
     }
 
+    /// The position of `cursor` in the block whose hash is `block_hash`, when known (else a
+    /// plain cursor).
+    pub fn maybe(cursor: Cursor, block_hash: Option<&str>) -> Position {
+        match block_hash {
+            Some(h) => Position::of(cursor, h),
+            None => Position { cursor, hash: None },
+        }
+    }
+
     /// Whether `block_hash` (`0x…`) is this position's block; `true` for a plain cursor.
     pub fn matches(&self, block_hash: &str) -> bool {
         self.hash.is_none() || prefix(block_hash) == self.hash
