@@ -48,7 +48,7 @@ async fn enqueue(api: &Api, endpoint: i64, blocks: &[u64]) -> Vec<String> {
                 endpoint_id: endpoint,
                 kind: DeliveryKind::Trade,
                 cursor,
-                payload: json!({"type": "trade", "cursor": cursor}),
+                payload: json!({"type": "trade", "cursor": cursor}).to_string(),
                 t_detect_ms: 1_000,
             }
         })

@@ -173,6 +173,7 @@ async fn diag_runs_the_runbook() {
             "ingest_cursor",
             "push_cursor",
             "push_epoch",
+            "webhook_cursor",
             "ws_claims"
         ]
     );

@@ -55,6 +55,7 @@ pub const POSTGRES: &[Migration] = &[
         "chain_block_trades",
         "postgres/0005_chain_block_trades.sql"
     ),
+    migration!(6, "webhook_cursor", "postgres/0006_webhook_cursor.sql"),
 ];
 
 /// ClickHouse migrations, in order. Every file in `migrations/clickhouse` must be listed (tested).

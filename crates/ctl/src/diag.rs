@@ -33,6 +33,7 @@ pub const HOT_TABLES: &[&str] = &[
     "ingest_cursor",
     "push_cursor",
     "push_epoch",
+    "webhook_cursor",
     "heartbeats",
     "ws_claims",
 ];

@@ -99,6 +99,14 @@ pub async fn collect(cfg: &CoreConfig) -> Result<Value, ServiceError> {
                 r.get::<_, i64>(3),
             )
         });
+    let lane = c
+        .query_opt(
+            "SELECT block_number, log_index, updated_ms FROM webhook_cursor WHERE slot = 0",
+            &[],
+        )
+        .await
+        .map_err(db_error)?
+        .map(|r| (r.get::<_, i64>(0), r.get::<_, i32>(1), r.get::<_, i64>(2)));
     let leader = c
         .query_opt(
             include_str!("sql/push_leader.sql"),
@@ -198,9 +206,13 @@ pub async fn collect(cfg: &CoreConfig) -> Result<Value, ServiceError> {
         "push": push.map(|(b, l, e, u)| json!({
             "block": b, "log_index": l, "cursor": format!("{b:012}-{l:06}"), "epoch": e, "updated_age_ms": now - u,
         })),
+        "webhook_lane": lane.map(|(b, l, u)| json!({
+            "block": b, "log_index": l, "cursor": format!("{b:012}-{l:06}"), "updated_age_ms": now - u,
+        })),
         "lag_blocks": {
             "ingest": head.zip(ingest_block).map(|(h, i)| h as i64 - i),
             "push": ingest_block.zip(push_block).map(|(i, p)| i - p),
+            "webhook_lane": ingest_block.zip(lane.map(|l| l.0)).map(|(i, w)| i - w),
         },
         "push_backlog_trades": waiting,
         "leader": leader,
@@ -289,6 +301,16 @@ fn text(s: &Value) -> String {
                 .map_or("?".into(), |l| l.to_string())
         ),
     });
+    if let Some(l) = s["webhook_lane"].as_object() {
+        line(format!(
+            "webhook lane  {} (moved {} ago), {} blocks behind ingest",
+            l["cursor"].as_str().unwrap_or("?"),
+            opt_age(&l["updated_age_ms"]),
+            s["lag_blocks"]["webhook_lane"]
+                .as_i64()
+                .map_or("?".into(), |l| l.to_string())
+        ));
+    }
     let w = &s["webhooks"];
     let buckets: Vec<String> = w["by_age"]
         .as_array()

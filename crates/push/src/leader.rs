@@ -30,6 +30,7 @@ use crate::recorder::Recorder;
 use crate::round_loop::{self, Stopped};
 use crate::rounds::Rounds;
 use crate::subs::Subscriptions;
+use crate::webhook_lane::{Timing, WebhookLane};
 use crate::{server, webhook, AppState, Health, Pools, PushConfig};
 
 /// What this process holds once it leads.
@@ -39,6 +40,8 @@ pub struct Leadership {
     /// The push cursor, with its block's hash when `chain_blocks` still has it.
     pub cursor: Position,
     pub reorg_id: i64,
+    /// The webhook lane's cursor (with its block's hash) and reorg id.
+    pub webhooks: (Position, i64),
 }
 
 /// How often a standby beats while it waits for the lock.
@@ -94,22 +97,33 @@ pub async fn take(
         &[&slot, &start, &(MAX_LOG_INDEX as i32), &epoch, &now],
     )
     .await?;
+    tx.execute(include_str!("sql/init_webhook_cursor.sql"), &[&slot])
+        .await?;
     let row = tx
         .query_one(include_str!("sql/push_cursor.sql"), &[&slot])
         .await?;
+    let hooks = tx
+        .query_one(include_str!("sql/webhook_cursor.sql"), &[&slot])
+        .await?;
     tx.commit().await?;
-    let at = Cursor {
-        block: row.get::<_, i64>(0) as u64,
-        log_index: row.get::<_, i32>(1) as u32,
-    };
-    let cursor = Position::maybe(at, row.get::<_, Option<String>>(3).as_deref());
-    tracing::info!(slot, epoch, voided, cursor = %cursor, "leading");
+    let (cursor, webhooks) = (position(&row), position(&hooks));
+    tracing::info!(slot, epoch, voided, cursor = %cursor, webhook_cursor = %webhooks, "leading");
     Ok(Some(Leadership {
         lock,
         epoch,
         cursor,
         reorg_id: row.get(2),
+        webhooks: (webhooks, hooks.get(2)),
     }))
+}
+
+/// A cursor row (`block_number`, `log_index`, `reorg_id`, block hash) as a position.
+fn position(row: &tokio_postgres::Row) -> Position {
+    let at = Cursor {
+        block: row.get::<_, i64>(0) as u64,
+        log_index: row.get::<_, i32>(1) as u32,
+    };
+    Position::maybe(at, row.get::<_, Option<String>>(3).as_deref())
 }
 
 /// Beat `{"role":"standby"}` every [`STANDBY_BEAT`] until dropped (when the lock is acquired or
@@ -209,6 +223,30 @@ impl Leading<'_> {
             recorder.clone(),
         );
         rounds.span = push.push_catchup_span_blocks;
+        let mut lane_rounds = Rounds::new(
+            storage.pg.clone(),
+            storage.ch.clone(),
+            push.push_slot,
+            lead.epoch,
+            lead.webhooks.0,
+            lead.webhooks.1,
+            push.round_trades(),
+            Subscriptions::default(),
+            hub.clone(),
+            recorder.clone(),
+        )
+        .for_webhooks();
+        lane_rounds.span = push.push_catchup_span_blocks;
+        let mut lane = WebhookLane::spawn(
+            lane_rounds,
+            dispatcher.waker(),
+            health.clone(),
+            Timing {
+                fallback: PushConfig::ms(push.push_legacy_poll_ms.unwrap_or(push.push_fallback_ms)),
+                stall: PushConfig::ms(push.stall_exit_ms()),
+                deadline: PushConfig::ms(push.push_round_deadline_ms),
+            },
+        );
         let stopped = round_loop::RoundLoop {
             cfg,
             push,
@@ -220,6 +258,7 @@ impl Leading<'_> {
             health,
             heartbeat: self.heartbeat,
             dispatcher: &mut dispatcher,
+            lane: &mut lane,
             relisten_at: tokio::time::Instant::now(),
             relisten_wait: Duration::from_millis(100),
             index_at: None,
@@ -238,7 +277,7 @@ impl Leading<'_> {
             }
             Ok(Stopped::Graceful) => {
                 server_stop.cancel();
-                self.hand_over(lead.lock, dispatcher, &hub).await;
+                self.hand_over(lead.lock, lane, dispatcher, &hub).await;
                 let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
                 recorder
                     .close(PushConfig::ms(self.push.push_round_deadline_ms))
@@ -252,10 +291,20 @@ impl Leading<'_> {
         }
     }
 
-    /// The graceful stop's order: the dispatcher finishes its attempts in flight (within the
-    /// round deadline), then the lock is released, then every socket is closed with 1012.
-    async fn hand_over(&self, lock: WriterLock, dispatcher: webhook::Dispatcher, hub: &Hub) {
+    /// The graceful stop's order: the webhook lane finishes its round in flight, the dispatcher
+    /// its attempts in flight (each within the round deadline), then the lock is released, then
+    /// every socket is closed with 1012.
+    async fn hand_over(
+        &self,
+        lock: WriterLock,
+        lane: WebhookLane,
+        dispatcher: webhook::Dispatcher,
+        hub: &Hub,
+    ) {
         let within = PushConfig::ms(self.push.push_round_deadline_ms);
+        if let Err(e) = lane.stop().await {
+            tracing::warn!(error = %e, "webhook lane ended with an error");
+        }
         match tokio::time::timeout(within, dispatcher.stop()).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::warn!(error = %e, "webhook dispatcher ended with an error"),

@@ -13,6 +13,7 @@ pub mod rounds;
 mod server;
 pub mod subs;
 pub mod webhook;
+mod webhook_lane;
 pub mod ws;
 
 use std::net::SocketAddr;
@@ -44,6 +45,9 @@ pub struct Health {
     pub last_error: Mutex<Option<String>>,
     /// Webhook deliveries not enqueued because the endpoint was deleted or disabled meanwhile.
     pub webhooks_skipped: AtomicU64,
+    /// The webhook lane's cursor block, and when its last round completed.
+    pub webhook_block: AtomicI64,
+    pub webhook_round_ms: AtomicI64,
 }
 
 /// Shared by the HTTP handlers.

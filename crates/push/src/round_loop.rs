@@ -16,6 +16,7 @@ use crate::hub::Hub;
 use crate::rounds::{RoundError, Rounds};
 use pmw_core::channels;
 
+use crate::webhook_lane::WebhookLane;
 use crate::{webhook, Health, PushConfig};
 
 /// Subscription-only wake-ups refresh the index at most this often (a churning account cannot
@@ -51,6 +52,8 @@ pub(crate) struct RoundLoop<'a> {
     pub health: Arc<Health>,
     pub heartbeat: &'a Heartbeat,
     pub dispatcher: &'a mut webhook::Dispatcher,
+    /// Queues webhook deliveries behind this loop's rounds.
+    pub lane: &'a mut WebhookLane,
     /// When the lost listen session may be reopened next, and the backoff after that.
     pub relisten_at: Instant,
     pub relisten_wait: Duration,
@@ -119,7 +122,7 @@ impl RoundLoop<'_> {
                         .webhooks_skipped
                         .fetch_add(o.webhooks_skipped, Ordering::Relaxed);
                     if o.trades + o.retracted > 0 {
-                        self.dispatcher.wake();
+                        self.lane.wake();
                         tracing::debug!(trades = o.trades, retracted = o.retracted, frames = o.frames, webhooks = o.webhooks, cursor = %self.rounds.cursor, "round");
                     }
                     run_now = o.more;
@@ -172,6 +175,10 @@ impl RoundLoop<'_> {
             r = self.dispatcher.wait() => {
                 let why = match r { Ok(()) => "stopped".to_string(), Err(e) => e.to_string() };
                 return Err(ServiceError::transient(format!("webhook dispatcher ended while leading: {why}")));
+            }
+            r = self.lane.wait() => {
+                let why = r.err().unwrap_or_else(|| "stopped".to_string());
+                return Err(ServiceError::transient(format!("webhook lane ended while leading: {why}")));
             }
             _ = async { match &listen_lost { Some(t) => t.cancelled().await, None => std::future::pending().await } } => {
                 tracing::warn!("block listener lost; polling every fallback period until it is back");
@@ -242,6 +249,7 @@ impl RoundLoop<'_> {
             "role": "leader", "epoch": epoch, "cursor": self.rounds.cursor.to_string(),
             "last_round_ms": h.last_round_ms.load(Ordering::Relaxed),
             "errors": h.errors.load(Ordering::Relaxed), "sessions": self.hub.sessions(),
+            "webhook_block": h.webhook_block.load(Ordering::Relaxed),
             "listener": if self.listen.is_some() { "listen" } else { "poll" },
         });
         if let Err(e) = self.heartbeat.beat(&state).await {

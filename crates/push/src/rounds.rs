@@ -1,6 +1,11 @@
 //! One push round: read trades after the cursor up to the ingest watermark (handling reorgs
-//! first), match them to subscribers, claim the range and move the cursor in one fenced
-//! statement (webhook deliveries enqueued in the same transaction), then fan out to sessions.
+//! first), match them to subscribers, move the cursor in one fenced statement, then deliver.
+//!
+//! Two lanes run rounds over the same ledger, each with its own cursor, fenced by the same
+//! epoch: the WebSocket lane ([`Lane::Ws`]: `push_cursor`, a `ws_claims` row, fan-out to the
+//! hub's sessions) and the webhook lane ([`Lane::Webhooks`]: `webhook_cursor`, the round's
+//! `webhook_deliveries` queued in the same transaction). WebSocket frames never wait for
+//! webhook work, and the WebSocket round's transaction is O(1) in endpoints and accounts.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -35,6 +40,15 @@ pub enum RoundError {
     Webhook(String),
 }
 
+/// Which deliveries a [`Rounds`] makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lane {
+    /// Frames to the hub's WebSocket sessions; `push_cursor`.
+    Ws,
+    /// Webhook deliveries queued for the dispatcher; `webhook_cursor`.
+    Webhooks,
+}
+
 /// What a round did.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct RoundOutcome {
@@ -49,6 +63,7 @@ pub struct RoundOutcome {
 }
 
 pub struct Rounds {
+    pub lane: Lane,
     pub pool: PgPool,
     pub ch: ChClient,
     pub slot: i16,
@@ -88,6 +103,7 @@ impl Rounds {
         facts: Recorder,
     ) -> Rounds {
         Rounds {
+            lane: Lane::Ws,
             pool,
             ch,
             slot,
@@ -106,15 +122,24 @@ impl Rounds {
         }
     }
 
-    /// The index to match this round with: reloaded (and given to the hub's sessions) when its
-    /// version is not the one read with the watermark, or after a failed round.
+    /// The same rounds in the webhook lane (its own cursor and subscription index; no hub).
+    pub fn for_webhooks(mut self) -> Rounds {
+        self.lane = Lane::Webhooks;
+        self
+    }
+
+    /// The index to match this round with: reloaded (and, in the WebSocket lane, given to the
+    /// hub's sessions) when its version is not the one read with the watermark, or after a
+    /// failed round.
     async fn index(&mut self, version: i64) -> Result<Arc<Index>, RoundError> {
         let idx = self.subs.current().await;
         if idx.version == version && !self.reload {
             return Ok(idx);
         }
         let idx = self.subs.reload(&self.pool).await?;
-        self.closed_by_last_apply = self.hub.apply(&idx);
+        if self.lane == Lane::Ws {
+            self.closed_by_last_apply = self.hub.apply(&idx);
+        }
         self.reload = false;
         Ok(idx)
     }
@@ -152,7 +177,7 @@ impl Rounds {
     }
 
     async fn round_inner(&mut self) -> Result<RoundOutcome, RoundError> {
-        let mut client = self.pool.get().await?;
+        let client = self.pool.get().await?;
         let state = client
             .query_one(include_str!("sql/round_state.sql"), &[&self.reorg_id])
             .await?;
@@ -161,7 +186,9 @@ impl Rounds {
         let Some(wm) = state.get::<_, Option<i64>>(0).map(|b| b as u64) else {
             return Ok(RoundOutcome::default());
         };
-        self.hub.set_head(wm);
+        if self.lane == Lane::Ws {
+            self.hub.set_head(wm);
+        }
 
         // Reorgs first: retract what was delivered from orphaned blocks, rewind to the ancestor.
         let mut from = self.position;
@@ -214,37 +241,56 @@ impl Rounds {
             .refresh(&client, rows.iter().chain(&retracts))
             .await?;
 
-        // Match: a trade belongs to the followers of its maker (the owner of the fill): the
-        // index's accounts for webhooks, and every session whose own wallet set has it.
+        let read = Read {
+            from,
+            from_pos,
+            through_pos,
+            rewound,
+            reorg_id,
+            trades: rows.len(),
+            more,
+        };
+        match self.lane {
+            Lane::Ws => self.deliver_ws(client, &retracts, &rows, read).await,
+            Lane::Webhooks => {
+                self.deliver_webhooks(client, &idx, &retracts, &rows, read)
+                    .await
+            }
+        }
+    }
+
+    /// The WebSocket lane: a trade belongs to every session whose own wallet set has its maker
+    /// (the owner of the fill). Claim the range and move `push_cursor` (one fenced statement),
+    /// then fan out.
+    async fn deliver_ws(
+        &mut self,
+        client: deadpool_postgres::Object,
+        retracts: &[TradeRow],
+        rows: &[TradeRow],
+        read: Read,
+    ) -> Result<RoundOutcome, RoundError> {
         let mut items = Vec::new();
-        let mut deliveries = Vec::new();
-        let now = UnixMs::now().0;
         for (kind, row) in retracts
             .iter()
             .map(|r| (Kind::Retract, r))
             .chain(rows.iter().map(|r| (Kind::Trade, r)))
         {
-            let accounts = idx.accounts_by_wallet.get(&row.maker);
-            if accounts.is_none() && !self.hub.follows(&row.maker) {
+            if !self.hub.follows(&row.maker) {
                 continue;
             }
             let body = TradeMessage::from_row(row, self.names.get(&row.token_id));
-            let item = Arc::new(Item {
+            items.push(Arc::new(Item {
                 kind,
                 cursor: row.cursor(),
                 position: Position::of(row.cursor(), &row.block_hash),
                 wallet: row.maker.clone(),
                 t_detect_ms: row.t_detect_ms,
                 body: body.to_json(),
-            });
-            deliveries.extend(webhook::deliveries_of(
-                &idx, accounts, kind, row, &item.body, now,
-            ));
-            items.push(item);
+            }));
         }
-
-        let tx = client.transaction().await?;
-        let claim: Option<i64> = tx
+        let now = UnixMs::now().0;
+        let (from, through) = (read.from, read.through_pos.cursor);
+        let claim: Option<i64> = client
             .query_opt(
                 include_str!("sql/claim_round.sql"),
                 &[
@@ -254,9 +300,9 @@ impl Rounds {
                     &(from.log_index as i32),
                     &(through.block as i64),
                     &(through.log_index as i32),
-                    &((rows.len() + retracts.len()) as i32),
+                    &((read.trades + retracts.len()) as i32),
                     &now,
-                    &reorg_id,
+                    &read.reorg_id,
                 ],
             )
             .await?
@@ -264,6 +310,74 @@ impl Rounds {
         let Some(claim) = claim else {
             return Err(RoundError::Fenced);
         };
+        if read.rewound {
+            self.hub.rewind(read.from_pos);
+        }
+        let frames = self.hub.dispatch(&items, read.through_pos);
+        client
+            .execute(
+                include_str!("sql/claim_done.sql"),
+                &[&claim, &self.epoch, &UnixMs::now().0, &self.slot],
+            )
+            .await?;
+        self.moved(read);
+        Ok(RoundOutcome {
+            trades: read.trades,
+            retracted: retracts.len(),
+            frames,
+            more: read.more,
+            ..RoundOutcome::default()
+        })
+    }
+
+    /// The webhook lane: one delivery per enabled endpoint of every account following the
+    /// maker, queued in the transaction that moves `webhook_cursor` (fenced by the epoch).
+    async fn deliver_webhooks(
+        &mut self,
+        mut client: deadpool_postgres::Object,
+        idx: &Index,
+        retracts: &[TradeRow],
+        rows: &[TradeRow],
+        read: Read,
+    ) -> Result<RoundOutcome, RoundError> {
+        let now = UnixMs::now().0;
+        let mut deliveries = Vec::new();
+        for (kind, row) in retracts
+            .iter()
+            .map(|r| (Kind::Retract, r))
+            .chain(rows.iter().map(|r| (Kind::Trade, r)))
+        {
+            let Some(accounts) = idx.accounts_by_wallet.get(&row.maker) else {
+                continue;
+            };
+            let body = TradeMessage::from_row(row, self.names.get(&row.token_id)).to_json();
+            deliveries.extend(webhook::deliveries_of(
+                idx,
+                Some(accounts),
+                kind,
+                row,
+                &body,
+                now,
+            ));
+        }
+        let through = read.through_pos.cursor;
+        let tx = client.transaction().await?;
+        let moved = tx
+            .query_opt(
+                include_str!("sql/webhook_round.sql"),
+                &[
+                    &self.slot,
+                    &self.epoch,
+                    &(through.block as i64),
+                    &(through.log_index as i32),
+                    &read.reorg_id,
+                    &now,
+                ],
+            )
+            .await?;
+        if moved.is_none() {
+            return Err(RoundError::Fenced);
+        }
         let enqueued = match webhook::enqueue_in_slot(&tx, self.slot, self.epoch, &deliveries).await
         {
             Ok(n) => n,
@@ -271,36 +385,41 @@ impl Rounds {
             Err(e) => return Err(RoundError::Webhook(e.to_string())),
         };
         tx.commit().await?;
-        self.log_cancelled(&idx, &enqueued.cancelled);
+        self.log_cancelled(idx, &enqueued.cancelled);
         if enqueued.skipped > 0 {
             tracing::debug!(
                 skipped = enqueued.skipped,
                 "webhook deliveries skipped: endpoint deleted or disabled"
             );
         }
-
-        if rewound {
-            self.hub.rewind(from_pos);
-        }
-        let frames = self.hub.dispatch(&items, through_pos);
-        client
-            .execute(
-                include_str!("sql/claim_done.sql"),
-                &[&claim, &self.epoch, &UnixMs::now().0, &self.slot],
-            )
-            .await?;
-        self.cursor = through;
-        self.position = through_pos;
-        self.reorg_id = reorg_id;
+        self.moved(read);
         Ok(RoundOutcome {
-            trades: rows.len(),
+            trades: read.trades,
             retracted: retracts.len(),
-            frames,
             webhooks: enqueued.inserted,
             webhooks_skipped: enqueued.skipped,
-            more,
+            more: read.more,
+            ..RoundOutcome::default()
         })
     }
+
+    fn moved(&mut self, read: Read) {
+        self.cursor = read.through_pos.cursor;
+        self.position = read.through_pos;
+        self.reorg_id = read.reorg_id;
+    }
+}
+
+/// What a round read, for the lane that delivers it.
+#[derive(Debug, Clone, Copy)]
+struct Read {
+    from: Cursor,
+    from_pos: Position,
+    through_pos: Position,
+    rewound: bool,
+    reorg_id: i64,
+    trades: usize,
+    more: bool,
 }
 
 impl Rounds {

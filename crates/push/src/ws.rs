@@ -11,7 +11,7 @@ use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use futures::StreamExt;
+use futures::{SinkExt, StreamExt};
 use governor::clock::{Clock, DefaultClock};
 use pmw_core::auth::{self, Principal};
 use pmw_core::message::{stamp, Control, Kind, TradeMessage};
@@ -248,37 +248,18 @@ async fn stream(
     loop {
         tokio::select! {
             frame = rx.recv() => {
-                let item = match frame {
-                    None => return Ok(()),
-                    Some(Frame::Rewind(to)) => {
-                        // A reorg: the new branch after the common ancestor comes again.
-                        if to.cursor < sent.last {
-                            sent.last = to.cursor;
-                            sent.position = to;
-                        }
-                        continue;
-                    }
-                    Some(Frame::Item(item)) => item,
-                };
-                let now = UnixMs::now().0;
-                match item.kind {
-                    Kind::Trade => {
-                        let key = (item.cursor, item.position.hash);
-                        if item.cursor <= sent.last || sent.recent.contains(&key) {
-                            continue; // already sent (replay seam, or replayed after a rewind)
-                        }
-                        send(socket, stamp(item.kind, &item.body, now)).await?;
-                        sent.trade(item.position);
-                        st.recorder.record(Fact::Latency(latency_row(&item.cursor, item.t_detect_ms, now, account, st.epoch, false)));
-                    }
-                    Kind::Retract => {
-                        if item.cursor > sent.held {
-                            continue; // never sent to this client
-                        }
-                        send(socket, stamp(item.kind, &item.body, now)).await?;
-                        sent.recent.remove(&(item.cursor, item.position.hash));
+                let Some(frame) = frame else { return Ok(()) };
+                // This frame and whatever else is already queued: written, then flushed once
+                // (one write per burst instead of one per frame).
+                let mut out = Vec::new();
+                live_frame(st, account, &mut sent, frame, &mut out);
+                while out.len() < MAX_BATCH {
+                    match rx.try_recv() {
+                        Ok(f) => live_frame(st, account, &mut sent, f, &mut out),
+                        Err(_) => break,
                     }
                 }
+                send_all(socket, out).await?;
             }
             _ = heartbeat.tick() => {
                 let hb = Control::Heartbeat {
@@ -294,6 +275,68 @@ async fn stream(
                 Some(Ok(_)) => {}
             },
         }
+    }
+}
+
+/// Frames written per flush at most.
+const MAX_BATCH: usize = 64;
+
+/// What one live frame adds to the session's output: a stamped trade not sent yet, a retract of
+/// a trade the client may hold, nothing for a rewind (it moves the session back instead).
+fn live_frame(st: &AppState, account: i64, sent: &mut Sent, frame: Frame, out: &mut Vec<String>) {
+    let item = match frame {
+        Frame::Rewind(to) => {
+            // A reorg: the new branch after the common ancestor comes again.
+            if to.cursor < sent.last {
+                sent.last = to.cursor;
+                sent.position = to;
+            }
+            return;
+        }
+        Frame::Item(item) => item,
+    };
+    let now = UnixMs::now().0;
+    match item.kind {
+        Kind::Trade => {
+            let key = (item.cursor, item.position.hash);
+            if item.cursor <= sent.last || sent.recent.contains(&key) {
+                return; // already sent (replay seam, or replayed after a rewind)
+            }
+            out.push(stamp(item.kind, &item.body, now));
+            sent.trade(item.position);
+            st.recorder.record(Fact::Latency(latency_row(
+                &item.cursor,
+                item.t_detect_ms,
+                now,
+                account,
+                st.epoch,
+                false,
+            )));
+        }
+        Kind::Retract => {
+            if item.cursor > sent.held {
+                return; // never sent to this client
+            }
+            out.push(stamp(item.kind, &item.body, now));
+            sent.recent.remove(&(item.cursor, item.position.hash));
+        }
+    }
+}
+
+/// Write `texts` and flush once, within the send timeout.
+async fn send_all(socket: &mut WebSocket, texts: Vec<String>) -> Result<(), Ended> {
+    if texts.is_empty() {
+        return Ok(());
+    }
+    let write = async {
+        for t in texts {
+            socket.feed(Message::Text(t.into())).await?;
+        }
+        socket.flush().await
+    };
+    match tokio::time::timeout(SEND_TIMEOUT, write).await {
+        Ok(Ok(())) => Ok(()),
+        _ => Err(Ended::Client),
     }
 }
 

@@ -167,10 +167,10 @@ pub async fn replay(
         ));
     }
     let wallets = followed(&c, who.account_id).await?;
-    // Up to what push has processed: later trades reach the endpoint through push itself.
+    // Up to what push's webhook lane has queued: later trades reach the endpoint through it.
     let through = c
         .query_opt(
-            "SELECT block_number, log_index FROM push_cursor WHERE slot = 0",
+            "SELECT block_number, log_index FROM webhook_cursor WHERE slot = 0",
             &[],
         )
         .await?
@@ -195,8 +195,7 @@ pub async fn replay(
             endpoint_id: id,
             kind: Kind::Trade,
             cursor: r.cursor(),
-            payload: serde_json::from_str(&stamp(Kind::Trade, &body, now))
-                .map_err(|e| ApiError::unavailable("payload", e))?,
+            payload: stamp(Kind::Trade, &body, now),
             t_detect_ms: r.t_detect_ms,
         });
     }

@@ -126,14 +126,18 @@ pub async fn set_watermark(db: &TestDb, block: u64) {
     .unwrap();
 }
 
-/// Set the push cursor (what the push leader does after each round).
+/// Set the push and webhook-lane cursors (what the push leader does after its rounds).
 pub async fn set_push_cursor(db: &TestDb, block: u64, log_index: u32) {
     let c = db.pg.get().await.unwrap();
-    c.execute(
-        "INSERT INTO push_cursor (slot, block_number, log_index, epoch, updated_ms) VALUES (0, $1, $2, 1, 0) \
-         ON CONFLICT (slot) DO UPDATE SET block_number = EXCLUDED.block_number, log_index = EXCLUDED.log_index",
-        &[&(block as i64), &(log_index as i32)],
-    )
-    .await
-    .unwrap();
+    for table in ["push_cursor", "webhook_cursor"] {
+        c.execute(
+            &format!(
+                "INSERT INTO {table} (slot, block_number, log_index, epoch, updated_ms) VALUES (0, $1, $2, 1, 0) \
+                 ON CONFLICT (slot) DO UPDATE SET block_number = EXCLUDED.block_number, log_index = EXCLUDED.log_index"
+            ),
+            &[&(block as i64), &(log_index as i32)],
+        )
+        .await
+        .unwrap();
+    }
 }

@@ -14,9 +14,9 @@ pub struct NewDelivery {
     pub endpoint_id: i64,
     pub kind: Kind,
     pub cursor: Cursor,
-    /// The JSON body (a `trade` or `retract` message). When it is an object, its top-level
-    /// `t_push_ms` is set to the send time of each attempt.
-    pub payload: serde_json::Value,
+    /// The JSON body (a `trade` or `retract` message, rendered once). When it is an object,
+    /// its top-level `t_push_ms` is set to the send time of each attempt.
+    pub payload: String,
     pub t_detect_ms: i64,
 }
 
@@ -80,7 +80,7 @@ pub async fn enqueue(
     let kinds: Vec<&str> = items.iter().map(|d| d.kind.as_str()).collect();
     let blocks: Vec<i64> = items.iter().map(|d| d.cursor.block as i64).collect();
     let logs: Vec<i32> = items.iter().map(|d| d.cursor.log_index as i32).collect();
-    let payloads: Vec<&serde_json::Value> = items.iter().map(|d| &d.payload).collect();
+    let payloads: Vec<&str> = items.iter().map(|d| d.payload.as_str()).collect();
     let detects: Vec<i64> = items.iter().map(|d| d.t_detect_ms).collect();
     let row = tx
         .query_one(

@@ -88,6 +88,7 @@ async fn migrate_applies_to_empty_databases_and_is_idempotent() {
         "schema_migrations",
         "subs_version",
         "subscriptions",
+        "webhook_cursor",
         "webhook_deliveries",
         "webhook_endpoints",
         "webhook_failing",
@@ -144,6 +145,7 @@ async fn hot_tables_have_low_fillfactor_and_own_autovacuum() {
         "ingest_cursor",
         "push_cursor",
         "push_epoch",
+        "webhook_cursor",
         "heartbeats",
         "subs_version",
     ] {

@@ -26,8 +26,7 @@ pub fn deliveries_of(
     if endpoints.is_empty() {
         return Vec::new();
     }
-    let payload: serde_json::Value =
-        serde_json::from_str(&stamp(kind, body, now)).expect("a stamped message is JSON");
+    let payload = stamp(kind, body, now);
     endpoints
         .into_iter()
         .map(|endpoint| NewDelivery {

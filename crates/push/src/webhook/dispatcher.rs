@@ -97,6 +97,11 @@ impl Dispatcher {
         self.wake.notify_one();
     }
 
+    /// What [`Dispatcher::wake`] notifies, for a task that queues deliveries.
+    pub fn waker(&self) -> Arc<Notify> {
+        self.wake.clone()
+    }
+
     /// The live counters (cheap to clone and keep).
     pub fn stats(&self) -> Arc<WebhookStats> {
         self.stats.clone()

@@ -3,8 +3,9 @@
 //! it survives restarts and leader changes. At least once, with a `webhook-id` stable across
 //! retries.
 //!
-//! Flow: the push loop calls [`enqueue`] inside the transaction that moves its cursor (fenced by
-//! the push epoch in the same statement), commits, then [`Dispatcher::wake`]. The dispatcher
+//! Flow: the webhook lane ([`crate::rounds::Lane::Webhooks`], behind the WebSocket rounds) calls
+//! [`enqueue`] inside the transaction that moves `webhook_cursor` (fenced by the push epoch in
+//! the same statement), commits, then wakes the dispatcher. The dispatcher
 //! finds endpoints with due deliveries and runs one queue per endpoint (independent of each
 //! other; cursor order within an endpoint; at most `max_in_flight_per_endpoint` attempts in
 //! flight). Each claim and each result update checks the epoch in the same statement; a

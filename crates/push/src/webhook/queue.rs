@@ -113,9 +113,27 @@ fn secrets(c: &Claimed, now: i64) -> Result<Vec<Secret>, String> {
     Ok(out)
 }
 
-/// The body of this attempt: the stored payload with `t_push_ms` set to now (objects only).
-fn body(payload: &serde_json::Value, now: i64) -> Result<Vec<u8>, String> {
-    let mut p = payload.clone();
+/// The body of this attempt: the stored payload with its top-level `t_push_ms` set to now,
+/// spliced into the text Postgres renders (`"t_push_ms": 123`; inside a JSON string the quotes
+/// would be escaped, so only the key matches): no parse, no re-serialisation. A payload without
+/// that key (not queued by pmw) goes through serde_json, which adds it to an object.
+fn body(payload: &str, now: i64) -> Result<Vec<u8>, String> {
+    const KEY: &str = "\"t_push_ms\": ";
+    if let Some(at) = payload.find(KEY) {
+        let start = at + KEY.len();
+        let digits = payload[start..]
+            .find(|c: char| !(c.is_ascii_digit() || c == '-'))
+            .unwrap_or(payload.len() - start);
+        if digits > 0 {
+            let mut out = Vec::with_capacity(payload.len() + 8);
+            out.extend_from_slice(payload[..start].as_bytes());
+            out.extend_from_slice(now.to_string().as_bytes());
+            out.extend_from_slice(payload[start + digits..].as_bytes());
+            return Ok(out);
+        }
+    }
+    let mut p: serde_json::Value =
+        serde_json::from_str(payload).map_err(|e| format!("payload: {e}"))?;
     if let Some(obj) = p.as_object_mut() {
         obj.insert("t_push_ms".into(), now.into());
     }
@@ -304,6 +322,20 @@ fn human(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_attempt_body_sets_t_push_ms_in_the_stored_text() {
+        let stored = r#"{"type": "trade", "t_push_ms": 5, "note": "x\"t_push_ms\": 7", "n": 1}"#;
+        let out: serde_json::Value = serde_json::from_slice(&body(stored, 1234).unwrap()).unwrap();
+        assert_eq!(out["t_push_ms"], 1234);
+        assert_eq!(out["note"], "x\"t_push_ms\": 7");
+        assert_eq!(out["n"], 1);
+        // Without the key: added through serde_json.
+        let out: serde_json::Value =
+            serde_json::from_slice(&body(r#"{"type": "retract"}"#, 9).unwrap()).unwrap();
+        assert_eq!(out["t_push_ms"], 9);
+        assert!(body("not json", 1).is_err());
+    }
 
     #[test]
     fn webhook_health_writes_only_transitions() {

@@ -88,7 +88,8 @@ pub(crate) struct Claimed {
     pub kind: String,
     pub block_number: i64,
     pub log_index: i32,
-    pub payload: serde_json::Value,
+    /// The stored body as `jsonb` renders it (`{"k": v, ...}`).
+    pub payload: String,
     pub attempts: i32,
     pub t_detect_ms: i64,
     pub url: String,

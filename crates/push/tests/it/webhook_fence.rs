@@ -28,7 +28,7 @@ async fn webhook_enqueue_is_fenced_and_idempotent() {
             endpoint_id: ep,
             kind: pmw_push::webhook::DeliveryKind::Trade,
             cursor: pmw_core::Cursor::new(1, 3).unwrap(),
-            payload: serde_json::json!({}),
+            payload: "{}".into(),
             t_detect_ms: 0,
         }];
         let mut c = env.db.connect().await;

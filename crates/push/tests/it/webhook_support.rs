@@ -77,7 +77,7 @@ impl Env {
                     endpoint_id: endpoint,
                     kind: DeliveryKind::Trade,
                     cursor,
-                    payload: serde_json::json!({"type": "trade", "cursor": cursor, "block": b, "t_detect_ms": 1_000}),
+                    payload: serde_json::json!({"type": "trade", "cursor": cursor, "block": b, "t_detect_ms": 1_000}).to_string(),
                     t_detect_ms: 1_000,
                 }
             })

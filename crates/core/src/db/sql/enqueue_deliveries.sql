@@ -15,7 +15,7 @@ WITH fence AS MATERIALIZED (
         SELECT 1 FROM push_epoch WHERE slot = $1 AND epoch = $2 FOR SHARE
     ) AS ok
 ), x AS (
-    SELECT * FROM unnest($4::text[], $5::bigint[], $6::text[], $7::bigint[], $8::int[], $9::jsonb[], $10::bigint[])
+    SELECT * FROM unnest($4::text[], $5::bigint[], $6::text[], $7::bigint[], $8::int[], $9::text[], $10::bigint[])
         AS x(id, endpoint_id, kind, block_number, log_index, payload, t_detect_ms)
 ), live AS MATERIALIZED (
     SELECT x.* FROM x JOIN webhook_endpoints e ON e.id = x.endpoint_id AND e.enabled
@@ -33,7 +33,7 @@ WITH fence AS MATERIALIZED (
 ), ins AS (
     INSERT INTO webhook_deliveries (id, endpoint_id, kind, block_number, log_index, payload,
         state, attempts, next_attempt_ms, t_detect_ms, created_ms)
-    SELECT id, endpoint_id, kind, block_number, log_index, payload, 'pending', 0, $3, t_detect_ms, $3
+    SELECT id, endpoint_id, kind, block_number, log_index, payload::jsonb, 'pending', 0, $3, t_detect_ms, $3
     FROM live
     WHERE live.kind = 'trade'
        OR (NOT EXISTS (SELECT 1 FROM cancel c WHERE c.retract_id = live.id)
