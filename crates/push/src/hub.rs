@@ -60,8 +60,8 @@ struct Inner {
     sessions: HashMap<u64, Session>,
     by_wallet: HashMap<String, Vec<u64>>,
     by_account: HashMap<i64, Vec<u64>>,
+    /// What this shard's sessions were given up to: a session registering here replays up to it.
     dispatched: Position,
-    head: u64,
 }
 
 impl Inner {
@@ -81,6 +81,40 @@ impl Inner {
         drop_id(&mut self.by_account, &s.account_id, id);
         Some(s)
     }
+
+    /// Queue `items` to this shard's followers of each item's wallet, then move the shard's
+    /// dispatched position. A full queue closes that session (slow consumer). Returns the
+    /// frames queued and the sessions closed.
+    fn dispatch(&mut self, items: &[Arc<Item>], through: Position) -> (usize, usize) {
+        let mut slow: Vec<u64> = Vec::new();
+        let mut queued = 0;
+        for item in items {
+            let Some(ids) = self.by_wallet.get(&item.wallet) else {
+                continue;
+            };
+            for id in ids {
+                if slow.contains(id) {
+                    continue;
+                }
+                match self.sessions[id].tx.try_send(Frame::Item(item.clone())) {
+                    Ok(()) => queued += 1,
+                    Err(_) => slow.push(*id),
+                }
+            }
+        }
+        if through.cursor > self.dispatched.cursor {
+            self.dispatched = through;
+        }
+        let mut closed = 0;
+        for id in slow {
+            if let Some(s) = self.unlink(id) {
+                closed += 1;
+                // Dropping the sender ends the writer, which closes with 1013.
+                tracing::info!(session = id, account = s.account_id, "slow consumer closed");
+            }
+        }
+        (queued, closed)
+    }
 }
 
 fn drop_id<K: std::hash::Hash + Eq + Clone>(map: &mut HashMap<K, Vec<u64>>, key: &K, id: u64) {
@@ -99,11 +133,23 @@ pub struct HubStats {
     pub slow_closed: AtomicU64,
 }
 
-#[derive(Clone, Default)]
+/// Shards of the session set: an account's sessions all live in one (its plan's session limit
+/// is checked there), and no lock is held across shards, so sessions connecting, closing or
+/// being re-indexed in one shard never wait for a round's fan-out to another.
+pub const SHARDS: usize = 16;
+
+#[derive(Clone)]
 pub struct Hub {
-    inner: Arc<Mutex<Inner>>,
+    shards: Arc<[Mutex<Inner>]>,
+    head: Arc<AtomicU64>,
     next_id: Arc<AtomicU64>,
     pub stats: Arc<HubStats>,
+}
+
+impl Default for Hub {
+    fn default() -> Hub {
+        Hub::new(Position::default())
+    }
 }
 
 /// Refused: the account already has its plan's number of sessions.
@@ -124,17 +170,37 @@ pub struct Registration {
 
 impl Hub {
     pub fn new(dispatched: Position) -> Hub {
-        let hub = Hub::default();
-        hub.inner.lock().expect("hub lock").dispatched = dispatched;
-        hub
+        let shards: Vec<Mutex<Inner>> = (0..SHARDS)
+            .map(|_| {
+                Mutex::new(Inner {
+                    dispatched,
+                    ..Inner::default()
+                })
+            })
+            .collect();
+        Hub {
+            shards: shards.into(),
+            head: Arc::default(),
+            next_id: Arc::default(),
+            stats: Arc::default(),
+        }
+    }
+
+    fn shard(&self, account_id: i64) -> std::sync::MutexGuard<'_, Inner> {
+        let i = account_id.rem_euclid(SHARDS as i64) as usize;
+        self.shards[i].lock().expect("hub lock")
+    }
+
+    fn each(&self) -> impl Iterator<Item = std::sync::MutexGuard<'_, Inner>> {
+        self.shards.iter().map(|s| s.lock().expect("hub lock"))
     }
 
     /// Register a session; returns its id and the cursor up to which trades were already
-    /// dispatched (everything after it, of the session's wallets, will be queued to it), or the
-    /// account's limit when it already has that many sessions.
+    /// dispatched to its shard (everything after it, of the session's wallets, will be queued
+    /// to it), or the account's limit when it already has that many sessions.
     pub fn register(&self, r: Registration) -> Result<(u64, Position), TooMany> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let mut inner = self.inner.lock().expect("hub lock");
+        let mut inner = self.shard(r.account_id);
         if let Some(max) = r.max_sessions {
             let open = inner.by_account.get(&r.account_id).map_or(0, Vec::len);
             if open >= max as usize {
@@ -157,73 +223,91 @@ impl Hub {
     }
 
     pub fn unregister(&self, id: u64) {
-        self.inner.lock().expect("hub lock").unlink(id);
+        for mut inner in self.each() {
+            if inner.unlink(id).is_some() {
+                return;
+            }
+        }
     }
 
     /// Give every session the wallets `idx` says its account follows, unless the session's own
     /// set is newer than `idx`; close (1008) the sessions whose key `idx` no longer lists
     /// (revoked, or the account disabled). Returns how many were closed.
     pub fn apply(&self, idx: &Index) -> usize {
-        let mut inner = self.inner.lock().expect("hub lock");
-        let stale: Vec<u64> = inner
-            .sessions
-            .iter()
-            .filter(|(_, s)| s.version < idx.version)
-            .map(|(id, _)| *id)
-            .collect();
         let mut revoked = 0;
         let none = Vec::new();
-        for id in stale {
-            let s = inner.sessions.get_mut(&id).expect("listed above");
-            let wallets = idx.wallets_by_account.get(&s.account_id).unwrap_or(&none);
-            if idx.live_keys.contains(&s.key_id) && *wallets == s.wallets {
-                s.version = idx.version; // unchanged: no relinking
-                continue;
+        for mut inner in self.each() {
+            let stale: Vec<u64> = inner
+                .sessions
+                .iter()
+                .filter(|(_, s)| s.version < idx.version)
+                .map(|(id, _)| *id)
+                .collect();
+            for id in stale {
+                let s = inner.sessions.get_mut(&id).expect("listed above");
+                let wallets = idx.wallets_by_account.get(&s.account_id).unwrap_or(&none);
+                if idx.live_keys.contains(&s.key_id) && *wallets == s.wallets {
+                    s.version = idx.version; // unchanged: no relinking
+                    continue;
+                }
+                let Some(mut s) = inner.unlink(id) else {
+                    continue;
+                };
+                if !idx.live_keys.contains(&s.key_id) {
+                    // Dropping the sender ends the writer, which closes with this code.
+                    s.close.store(1008, Ordering::SeqCst);
+                    revoked += 1;
+                    tracing::info!(
+                        session = id,
+                        account = s.account_id,
+                        key = s.key_id,
+                        "session closed: key revoked or account disabled"
+                    );
+                    continue;
+                }
+                s.wallets = idx
+                    .wallets_by_account
+                    .get(&s.account_id)
+                    .cloned()
+                    .unwrap_or_default();
+                s.version = idx.version;
+                inner.sessions.insert(id, s);
+                inner.link(id);
             }
-            let Some(mut s) = inner.unlink(id) else {
-                continue;
-            };
-            if !idx.live_keys.contains(&s.key_id) {
-                // Dropping the sender ends the writer, which closes with this code.
-                s.close.store(1008, Ordering::SeqCst);
-                revoked += 1;
-                tracing::info!(
-                    session = id,
-                    account = s.account_id,
-                    key = s.key_id,
-                    "session closed: key revoked or account disabled"
-                );
-                continue;
-            }
-            s.wallets = idx
-                .wallets_by_account
-                .get(&s.account_id)
-                .cloned()
-                .unwrap_or_default();
-            s.version = idx.version;
-            inner.sessions.insert(id, s);
-            inner.link(id);
         }
         revoked
     }
 
     /// Whether any session follows `wallet`.
     pub fn follows(&self, wallet: &str) -> bool {
-        self.inner
-            .lock()
-            .expect("hub lock")
-            .by_wallet
-            .contains_key(wallet)
+        self.each()
+            .any(|inner| inner.by_wallet.contains_key(wallet))
+    }
+
+    /// Which of `wallets` any session follows (each shard locked once).
+    pub fn followed<'a>(
+        &self,
+        wallets: impl Iterator<Item = &'a str>,
+    ) -> std::collections::HashSet<&'a str> {
+        let mut want: Vec<&str> = wallets.collect();
+        want.sort_unstable();
+        want.dedup();
+        let mut out = std::collections::HashSet::new();
+        for inner in self.each() {
+            out.extend(want.iter().filter(|w| inner.by_wallet.contains_key(**w)));
+            if out.len() == want.len() {
+                break;
+            }
+        }
+        out
     }
 
     pub fn sessions(&self) -> usize {
-        self.inner.lock().expect("hub lock").sessions.len()
+        self.each().map(|inner| inner.sessions.len()).sum()
     }
 
     pub fn sessions_of(&self, account_id: i64) -> usize {
-        self.inner
-            .lock()
-            .expect("hub lock")
+        self.shard(account_id)
             .by_account
             .get(&account_id)
             .map_or(0, Vec::len)
@@ -231,51 +315,37 @@ impl Hub {
 
     /// The last ingest watermark seen (heartbeats carry it).
     pub fn head(&self) -> u64 {
-        self.inner.lock().expect("hub lock").head
+        self.head.load(Ordering::Relaxed)
     }
 
     pub fn set_head(&self, head: u64) {
-        self.inner.lock().expect("hub lock").head = head;
+        self.head.store(head, Ordering::Relaxed);
     }
 
+    /// The lowest position dispatched to any shard.
     pub fn dispatched(&self) -> Position {
-        self.inner.lock().expect("hub lock").dispatched
+        self.each()
+            .map(|inner| inner.dispatched)
+            .min_by_key(|p| p.cursor)
+            .unwrap_or_default()
     }
 
-    /// Queue `items` (in ledger order) to the sessions following each item's wallet, then move
-    /// the dispatched cursor. A full queue closes that session (slow consumer, 1013); others are
-    /// never slowed. Returns the number of frames queued.
+    /// Queue `items` (in ledger order) to the sessions following each item's wallet, shard by
+    /// shard, then move each shard's dispatched cursor. A full queue closes that session (slow
+    /// consumer, 1013); others are never slowed. Returns the number of frames queued.
     pub fn dispatch(&self, items: &[Arc<Item>], through: Position) -> usize {
-        let mut inner = self.inner.lock().expect("hub lock");
-        let mut slow: Vec<u64> = Vec::new();
-        let mut queued = 0;
-        for item in items {
-            let Some(ids) = inner.by_wallet.get(&item.wallet) else {
-                continue;
-            };
-            for id in ids {
-                if slow.contains(id) {
-                    continue;
-                }
-                match inner.sessions[id].tx.try_send(Frame::Item(item.clone())) {
-                    Ok(()) => queued += 1,
-                    Err(_) => slow.push(*id),
-                }
-            }
+        let (mut queued, mut closed) = (0, 0);
+        for mut inner in self.each() {
+            let (q, c) = inner.dispatch(items, through);
+            queued += q;
+            closed += c;
         }
         self.stats
             .frames_queued
             .fetch_add(queued as u64, Ordering::Relaxed);
-        if through.cursor > inner.dispatched.cursor {
-            inner.dispatched = through;
-        }
-        for id in slow {
-            if let Some(s) = inner.unlink(id) {
-                self.stats.slow_closed.fetch_add(1, Ordering::Relaxed);
-                // Dropping the sender ends the writer, which closes with 1013.
-                tracing::info!(session = id, account = s.account_id, "slow consumer closed");
-            }
-        }
+        self.stats
+            .slow_closed
+            .fetch_add(closed as u64, Ordering::Relaxed);
         queued
     }
 
@@ -283,31 +353,33 @@ impl Hub {
     /// tell every session, ahead of the round's retracts and new-branch trades. A session whose
     /// queue is full is closed (slow consumer); it resumes with its position.
     pub fn rewind(&self, to: Position) {
-        let mut inner = self.inner.lock().expect("hub lock");
-        if to.cursor < inner.dispatched.cursor {
-            inner.dispatched = to;
-        }
-        let slow: Vec<u64> = inner
-            .sessions
-            .iter()
-            .filter(|(_, s)| s.tx.try_send(Frame::Rewind(to)).is_err())
-            .map(|(id, _)| *id)
-            .collect();
-        for id in slow {
-            if inner.unlink(id).is_some() {
-                self.stats.slow_closed.fetch_add(1, Ordering::Relaxed);
+        for mut inner in self.each() {
+            if to.cursor < inner.dispatched.cursor {
+                inner.dispatched = to;
+            }
+            let slow: Vec<u64> = inner
+                .sessions
+                .iter()
+                .filter(|(_, s)| s.tx.try_send(Frame::Rewind(to)).is_err())
+                .map(|(id, _)| *id)
+                .collect();
+            for id in slow {
+                if inner.unlink(id).is_some() {
+                    self.stats.slow_closed.fetch_add(1, Ordering::Relaxed);
+                }
             }
         }
     }
 
     /// Close every session with `code` (1012 on restart) and forget them.
     pub fn close_all(&self, code: u16) {
-        let mut inner = self.inner.lock().expect("hub lock");
-        for (_, s) in inner.sessions.drain() {
-            s.close.store(code, Ordering::SeqCst);
+        for mut inner in self.each() {
+            for (_, s) in inner.sessions.drain() {
+                s.close.store(code, Ordering::SeqCst);
+            }
+            inner.by_account.clear();
+            inner.by_wallet.clear();
         }
-        inner.by_account.clear();
-        inner.by_wallet.clear();
     }
 }
 
@@ -395,6 +467,57 @@ mod tests {
         hub.dispatch(&[item("0xb", 6)], Position::default());
         assert_eq!(drain(&mut rx), vec![1_000_000, 6]);
         assert!(!hub.follows("0xa") && hub.follows("0xb"));
+    }
+
+    #[test]
+    fn every_shard_gets_the_round_and_a_late_session_starts_after_it() {
+        let hub = Hub::new(Position::default());
+        let mut rxs = Vec::new();
+        for account in 0..(3 * SHARDS as i64) {
+            let (tx, rx) = mpsc::channel(4);
+            hub.register(Registration {
+                account_id: account,
+                key_id: account,
+                max_sessions: None,
+                wallets: vec!["0xa".into()],
+                version: 1,
+                tx,
+                close: Arc::new(AtomicU16::new(1013)),
+            })
+            .unwrap();
+            rxs.push(rx);
+        }
+        assert_eq!(hub.sessions(), 3 * SHARDS);
+        assert_eq!(hub.followed(["0xa", "0xb", "0xa"].into_iter()).len(), 1);
+        let through = Position {
+            cursor: Cursor {
+                block: 1,
+                log_index: 2,
+            },
+            hash: None,
+        };
+        assert_eq!(
+            hub.dispatch(&[item("0xa", 2), item("0xb", 3)], through),
+            3 * SHARDS
+        );
+        for rx in &mut rxs {
+            assert_eq!(drain(rx), vec![2]);
+        }
+        assert_eq!(hub.dispatched(), through);
+        // A session registering after the round replays up to it, in any shard.
+        let (tx, _rx) = mpsc::channel(4);
+        let (_, at) = hub
+            .register(Registration {
+                account_id: 5,
+                key_id: 5,
+                max_sessions: None,
+                wallets: vec!["0xa".into()],
+                version: 1,
+                tx,
+                close: Arc::new(AtomicU16::new(1013)),
+            })
+            .unwrap();
+        assert_eq!(at, through);
     }
 
     #[test]

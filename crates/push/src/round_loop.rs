@@ -126,6 +126,11 @@ impl RoundLoop<'_> {
                         tracing::debug!(trades = o.trades, retracted = o.retracted, frames = o.frames, webhooks = o.webhooks, cursor = %self.rounds.cursor, "round");
                     }
                     run_now = o.more;
+                    if o.more {
+                        // A catch-up runs round after round: let the session writers, the
+                        // webhook lane and the dispatcher run in between.
+                        tokio::task::yield_now().await;
+                    }
                 }
                 Err(RoundError::Fenced) => {
                     tracing::error!(epoch, "deposed: a newer leader bumped the epoch");

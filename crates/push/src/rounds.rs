@@ -270,12 +270,15 @@ impl Rounds {
         read: Read,
     ) -> Result<RoundOutcome, RoundError> {
         let mut items = Vec::new();
+        let followed = self
+            .hub
+            .followed(retracts.iter().chain(rows).map(|r| r.maker.as_str()));
         for (kind, row) in retracts
             .iter()
             .map(|r| (Kind::Retract, r))
             .chain(rows.iter().map(|r| (Kind::Trade, r)))
         {
-            if !self.hub.follows(&row.maker) {
+            if !followed.contains(row.maker.as_str()) {
                 continue;
             }
             let body = TradeMessage::from_row(row, self.names.get(&row.token_id));
