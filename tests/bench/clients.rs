@@ -96,26 +96,36 @@ pub struct Trade {
 /// The fields of a `trade` message, found by key (WebSocket frames put `type` first; webhook
 /// bodies are key-sorted): no full JSON parse per frame.
 pub fn parse_trade(text: &str) -> Option<Trade> {
-    if !text.contains("\"type\":\"trade\"") {
+    if !value(text, "type")?.starts_with("\"trade\"") {
         return None;
     }
-    let cursor = after(text, "\"cursor\":\"")?;
+    let cursor = value(text, "cursor")?.strip_prefix('"')?;
     Some(Trade {
         block: cursor.get(..12)?.parse().ok()?,
-        detect_ms: number(text, "\"t_detect_ms\":")?,
-        push_ms: number(text, "\"t_push_ms\":")?,
-        backfilled: after(text, "\"backfilled\":").is_some_and(|r| r.starts_with("true")),
+        detect_ms: number(text, "t_detect_ms")?,
+        push_ms: number(text, "t_push_ms")?,
+        backfilled: value(text, "backfilled").is_some_and(|r| r.starts_with("true")),
     })
 }
 
 fn number(text: &str, key: &str) -> Option<i64> {
-    let r = after(text, key)?;
+    let r = value(text, key)?;
     let end = r.find(|c: char| !c.is_ascii_digit()).unwrap_or(r.len());
     r[..end].parse().ok()
 }
 
-fn after<'a>(text: &'a str, key: &str) -> Option<&'a str> {
-    text.find(key).map(|i| &text[i + key.len()..])
+/// The text after the first `"key":` (compact, or with spaces as Postgres renders `jsonb`).
+fn value<'a>(text: &'a str, key: &str) -> Option<&'a str> {
+    let quoted = format!("\"{key}\"");
+    let mut from = 0;
+    while let Some(i) = text[from..].find(&quoted) {
+        let rest = text[from + i + quoted.len()..].trim_start();
+        if let Some(v) = rest.strip_prefix(':') {
+            return Some(v.trim_start());
+        }
+        from += i + quoted.len();
+    }
+    None
 }
 
 /// Microseconds since the epoch, this machine's wall clock (the clock `t_detect_ms` uses).
@@ -265,5 +275,8 @@ mod tests {
         let hook = r#"{"backfilled":true,"cursor":"000000000007-000000","t_detect_ms":5,"t_push_ms":9,"trade":{},"type":"trade"}"#;
         assert_eq!(parse_trade(hook), Some(t(7, 5, 9, true)));
         assert_eq!(parse_trade(r#"{"type":"heartbeat","head":3}"#), None);
+        // As Postgres renders a stored webhook body (`jsonb`: a space after each colon).
+        let stored = r#"{"type": "trade", "trade": {"note": "\"type\": 1"}, "cursor": "000000000008-000001", "t_push_ms": 12, "backfilled": false, "t_detect_ms": 10}"#;
+        assert_eq!(parse_trade(stored), Some(t(8, 10, 12, false)));
     }
 }

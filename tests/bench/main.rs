@@ -6,6 +6,7 @@
 //! non-zero when the run produced no numbers or delivered nothing.
 
 mod clients;
+mod cpu;
 mod floor;
 mod hooks;
 mod ingest;

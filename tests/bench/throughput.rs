@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use pmw_core::Address;
 
 use crate::clients::{Collector, Fleet};
+use crate::cpu::Cpu;
 use crate::phases::{expected, followers_of, settle};
 use crate::setup::Bench;
 use crate::stats::{median_u64, Summary};
@@ -43,6 +44,12 @@ pub struct RateStep {
     /// The rate was measured twice: the first window fell behind.
     pub first_fell_behind: bool,
     pub lat: Option<Summary>,
+    /// Webhook deliveries received for the step's blocks.
+    pub hook_deliveries: usize,
+    /// Blocks the step's run spanned.
+    pub blocks: u64,
+    /// CPU seconds each party used from the step's start until its deliveries settled.
+    pub cpu: Cpu,
     pub kept_up: bool,
     pub generator_short: bool,
 }
@@ -53,6 +60,15 @@ impl RateStep {
     }
     pub fn fills_per_s(&self) -> f64 {
         self.fills as f64 / self.secs.max(1e-9)
+    }
+    /// Push CPU per delivered message (WebSocket frames and webhook deliveries together: one
+    /// process serves both).
+    pub fn push_us_per_delivery(&self) -> Option<f64> {
+        let n = self.ws_frames + self.hook_deliveries;
+        (n > 0).then(|| self.cpu.push * 1e6 / n as f64)
+    }
+    pub fn live_ms_per_block(&self) -> Option<f64> {
+        (self.blocks > 0).then(|| self.cpu.live * 1e3 / self.blocks as f64)
     }
 }
 
@@ -76,12 +92,13 @@ pub async fn throughput(
     }
     let mut steps = Vec::new();
     for &m in &plan.rates {
-        let mut step = rate_window(b, plan, ws, hooks, &fleet, &all, m).await?;
+        let pid = push.svc.pid;
+        let mut step = rate_window(b, plan, ws, hooks, &fleet, &all, m, pid).await?;
         if !step.kept_up && !step.generator_short {
             eprintln!("    fell behind: draining, then measuring this rate once more");
             b.wait_pushed(step.last_block, Duration::from_secs(60))
                 .await?;
-            step = rate_window(b, plan, ws, hooks, &fleet, &all, m).await?;
+            step = rate_window(b, plan, ws, hooks, &fleet, &all, m, pid).await?;
             step.first_fell_behind = true;
         }
         let stop = !step.kept_up || step.generator_short;
@@ -99,6 +116,7 @@ pub async fn throughput(
 }
 
 /// One window at `m` matches per block, sampling the lags while the simulator runs.
+#[allow(clippy::too_many_arguments)]
 async fn rate_window(
     b: &Bench,
     plan: &Plan,
@@ -107,7 +125,10 @@ async fn rate_window(
     fleet: &Fleet,
     all: &BTreeMap<Address, usize>,
     m: u32,
+    push_pid: u32,
 ) -> anyhow::Result<RateStep> {
+    let live_pid = b.live.as_ref().map(|l| l.pid);
+    let cpu_before = Cpu::sample(push_pid, live_pid);
     let running = b.start_sim(m, plan.rate_window).await?;
     let started = Instant::now();
     let mut samples: Vec<(f64, u64, u64)> = Vec::new(); // (elapsed s, push lag, ingest lag)
@@ -125,6 +146,7 @@ async fn rate_window(
     let run = b.finish_sim(running).await?;
     let caught_up = b.wait_pushed(run.upto, Duration::from_secs(30)).await?;
     settle(&[ws, hooks], Duration::from_secs(20)).await;
+    let cpu = Cpu::sample(push_pid, live_pid).since(&cpu_before);
     let half = run.secs / 2.0;
     let second: Vec<&(f64, u64, u64)> = samples.iter().filter(|s| s.0 >= half).collect();
     let push_lags: Vec<u64> = second.iter().map(|s| s.1).collect();
@@ -157,6 +179,9 @@ async fn rate_window(
         last_block: run.upto,
         first_fell_behind: false,
         lat: Summary::of(&lat_v),
+        hook_deliveries: hooks.window(run.after, run.upto).len(),
+        blocks: run.upto.saturating_sub(run.after),
+        cpu,
         kept_up: false,
         generator_short: (matches as f64) < GENERATOR_SHORT * asked,
     };
@@ -173,6 +198,17 @@ async fn rate_window(
         step.ingest_lag_median,
         step.ingest_lag_max,
         if kept_up { "kept up" } else { "fell behind" }
+    );
+    eprintln!(
+        "    cpu: push {:.1} s ({:.0} µs per delivered frame or webhook), live {:.1} s ({:.1} ms/block), postgres {:.1} s, clickhouse {:.1} s, anvil {:.1} s, generators {:.1} s",
+        cpu.push,
+        step.push_us_per_delivery().unwrap_or(f64::NAN),
+        cpu.live,
+        step.live_ms_per_block().unwrap_or(f64::NAN),
+        cpu.postgres,
+        cpu.clickhouse,
+        cpu.anvil,
+        cpu.generators
     );
     Ok(step)
 }

@@ -125,6 +125,8 @@ impl Rounds {
     /// The same rounds in the webhook lane (its own cursor and subscription index; no hub).
     pub fn for_webhooks(mut self) -> Rounds {
         self.lane = Lane::Webhooks;
+        // Its index starts empty: load it on the first round whatever the version.
+        self.reload = true;
         self
     }
 

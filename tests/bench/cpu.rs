@@ -1,0 +1,122 @@
+//! CPU time per process, from `/proc/<pid>/stat` (user + system clock ticks): pmw-push and
+//! pmw-live (child processes), this process (the load generators: WebSocket clients, webhook
+//! receivers, the simulator), and the stack's servers by command name (Postgres and ClickHouse
+//! backends, anvil; a reaped child's time counts through its parent's `cutime`/`cstime`). The
+//! servers are the shared local stack: on a busy machine their figures include others' load.
+
+use std::sync::OnceLock;
+
+/// Clock ticks per second (`getconf CLK_TCK`; 100 on Linux when that fails).
+fn ticks_per_sec() -> f64 {
+    static T: OnceLock<f64> = OnceLock::new();
+    *T.get_or_init(|| {
+        std::process::Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(100.0)
+    })
+}
+
+/// (command name, utime + stime, cutime + cstime) in ticks, from one `/proc/<pid>/stat` text.
+fn parse_stat(text: &str) -> Option<(String, u64, u64)> {
+    let open = text.find('(')?;
+    let close = text.rfind(')')?;
+    let comm = text.get(open + 1..close)?.to_string();
+    // After the command: state is field 3; utime, stime, cutime, cstime are fields 14–17.
+    let f: Vec<&str> = text.get(close + 1..)?.split_whitespace().collect();
+    let n = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok());
+    Some((comm, n(11)? + n(12)?, n(13)? + n(14)?))
+}
+
+/// CPU seconds a process (all its threads) has used.
+pub fn secs(pid: u32) -> Option<f64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(&text).map(|(_, own, _)| own as f64 / ticks_per_sec())
+}
+
+/// CPU seconds of every process whose command name starts with one of `prefixes`, their reaped
+/// children included.
+pub fn secs_named(prefixes: &[&str]) -> f64 {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0.0;
+    };
+    let mut ticks = 0;
+    for e in dir.flatten() {
+        if !e
+            .file_name()
+            .to_string_lossy()
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+        {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        if let Some((comm, own, children)) = parse_stat(&text) {
+            if prefixes.iter().any(|p| comm.starts_with(p)) {
+                ticks += own + children;
+            }
+        }
+    }
+    ticks as f64 / ticks_per_sec()
+}
+
+/// CPU seconds used so far by each party of a run.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Cpu {
+    pub push: f64,
+    pub live: f64,
+    /// This process: the load generators.
+    pub generators: f64,
+    pub postgres: f64,
+    pub clickhouse: f64,
+    pub anvil: f64,
+}
+
+impl Cpu {
+    pub fn sample(push: u32, live: Option<u32>) -> Cpu {
+        Cpu {
+            push: secs(push).unwrap_or(0.0),
+            live: live.and_then(secs).unwrap_or(0.0),
+            generators: secs(std::process::id()).unwrap_or(0.0),
+            postgres: secs_named(&["postgres"]),
+            clickhouse: secs_named(&["clickhouse"]),
+            anvil: secs_named(&["anvil"]),
+        }
+    }
+
+    /// What was used between `earlier` and `self`.
+    pub fn since(&self, earlier: &Cpu) -> Cpu {
+        Cpu {
+            push: self.push - earlier.push,
+            live: self.live - earlier.live,
+            generators: self.generators - earlier.generators,
+            postgres: self.postgres - earlier.postgres,
+            clickhouse: self.clickhouse - earlier.clickhouse,
+            anvil: self.anvil - earlier.anvil,
+        }
+    }
+
+    pub fn total(&self) -> f64 {
+        self.push + self.live + self.generators + self.postgres + self.clickhouse + self.anvil
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_fields_are_read_after_the_command_name() {
+        let text =
+            "4242 (pmw push) S 1 4242 4242 0 -1 4194560 900 0 0 0 250 75 9 3 20 0 8 0 100 0 0";
+        assert_eq!(parse_stat(text), Some(("pmw push".into(), 325, 12)));
+        assert_eq!(parse_stat("garbage"), None);
+        // This very process has a stat line and a non-negative CPU time.
+        assert!(secs(std::process::id()).is_some());
+    }
+}
