@@ -245,6 +245,23 @@ async fn sigstop_of_the_leader_is_taken_over_within_the_lease_and_loses_nothing(
     );
 }
 
+/// The checks a non-200 `/v1/ready` answer failed, with their reasons (else the body's start).
+fn failing_checks(body: &str) -> String {
+    let v: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
+    let failed: Vec<String> = v["checks"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(_, c)| c["ok"] == false)
+        .map(|(name, c)| format!("{name}: {}", c["reason"].as_str().unwrap_or("?")))
+        .collect();
+    if failed.is_empty() {
+        body.chars().take(300).collect()
+    } else {
+        failed.join("; ")
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_restart_exits_75_is_restarted_by_pm2_and_loses_nothing() {
     let ps = pmw_testkit::PrivateStack::start();
@@ -285,7 +302,7 @@ async fn postgres_restart_exits_75_is_restarted_by_pm2_and_loses_nothing() {
                     Err(e) => (0, e.to_string()),
                 };
                 if status != 200 {
-                    why.lock().unwrap().push(body.chars().take(300).collect());
+                    why.lock().unwrap().push(failing_checks(&body));
                 }
                 log.lock().unwrap().push((Instant::now(), status));
                 tokio::time::sleep(Duration::from_millis(100)).await;
