@@ -267,15 +267,17 @@ fn render_rates(o: &mut String, r: &Report) {
         );
     }
     let _ = writeln!(o, "\nCPU per step, from `/proc/<pid>/stat` (user + system) between the step's start and its deliveries settling. Push serves WebSocket frames and webhook deliveries in one process, so its CPU is per delivered message of either kind. Postgres, ClickHouse and anvil are the shared local stack (every process by command name); the generators are this benchmark's process (WebSocket clients, webhook receivers, simulator).\n");
-    let _ = writeln!(o, "| matches/block | WS frames | webhook deliveries | push CPU | push µs / delivery | live CPU | live ms / block | postgres | clickhouse | anvil | generators | push share |\n|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(o, "| matches/block | WS frames | webhook deliveries (delivered / owed) | webhook deliveries/s | push CPU | push µs / delivery | live CPU | live ms / block | postgres | clickhouse | anvil | generators | push share |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for s in &r.rates {
         let c = &s.cpu;
         let _ = writeln!(
             o,
-            "| {} | {} | {} | {:.1} s | {} | {:.1} s | {} | {:.1} s | {:.1} s | {:.1} s | {:.1} s | {:.0}% |",
+            "| {} | {} | {} / {} | {:.0} | {:.1} s | {} | {:.1} s | {} | {:.1} s | {:.1} s | {:.1} s | {:.1} s | {:.0}% |",
             s.matches_per_block,
             s.ws_frames,
             s.hook_deliveries,
+            s.hook_expected,
+            s.hooks_per_s(),
             c.push,
             s.push_us_per_delivery().map_or("–".into(), |v| format!("{v:.0}")),
             c.live,
@@ -339,6 +341,17 @@ fn glance(o: &mut String, r: &Report) {
         "- Sustained {sus} matched trades/s with the push cursor keeping up with ingest; {tight} while also keeping the WebSocket p99 ≤ {} ms.",
         r.plan.p99_budget_ms
     );
+    if let Some(s) = sustained(&r.rates) {
+        let _ = writeln!(
+            o,
+            "- At that rate: {:.0} webhook deliveries/s ({} of {} owed), push {} µs of CPU per delivered frame or webhook, pmw-live {} ms of CPU per block.",
+            s.hooks_per_s(),
+            s.hook_deliveries,
+            s.hook_expected,
+            s.push_us_per_delivery().map_or("–".into(), |v| format!("{v:.0}")),
+            s.live_ms_per_block().map_or("–".into(), |v| format!("{v:.1}")),
+        );
+    }
     if let Some(s) = r.stages.first() {
         let _ = writeln!(
             o,

@@ -44,8 +44,9 @@ pub struct RateStep {
     /// The rate was measured twice: the first window fell behind.
     pub first_fell_behind: bool,
     pub lat: Option<Summary>,
-    /// Webhook deliveries received for the step's blocks.
+    /// Webhook deliveries received for the step's blocks, and owed.
     pub hook_deliveries: usize,
+    pub hook_expected: usize,
     /// Blocks the step's run spanned.
     pub blocks: u64,
     /// CPU seconds each party used from the step's start until its deliveries settled.
@@ -66,6 +67,9 @@ impl RateStep {
     pub fn push_us_per_delivery(&self) -> Option<f64> {
         let n = self.ws_frames + self.hook_deliveries;
         (n > 0).then(|| self.cpu.push * 1e6 / n as f64)
+    }
+    pub fn hooks_per_s(&self) -> f64 {
+        self.hook_deliveries as f64 / self.secs.max(1e-9)
     }
     pub fn live_ms_per_block(&self) -> Option<f64> {
         (self.blocks > 0).then(|| self.cpu.live * 1e3 / self.blocks as f64)
@@ -182,6 +186,7 @@ async fn rate_window(
         first_fell_behind: false,
         lat: Summary::of(&lat_v),
         hook_deliveries: hooks.window(run.after, run.upto).len(),
+        hook_expected: expected(&run, &followers_of(&b.hook_accounts)),
         blocks: run.upto.saturating_sub(run.after),
         cpu,
         kept_up: false,
