@@ -17,12 +17,14 @@ use tokio_util::sync::CancellationToken;
 
 /// Channel name of webhook rows in `push_latency`.
 pub const WEBHOOK_CHANNEL: &str = "webhook";
-/// Rows buffered for ClickHouse before the oldest are dropped.
-const MAX_BUFFERED: usize = 20_000;
-/// Rows per INSERT.
-const BATCH: usize = 1_000;
-/// How long a batch gathers rows after its first one.
-const GATHER: Duration = Duration::from_millis(50);
+/// Rows buffered for ClickHouse before the oldest are dropped (a few seconds of a busy leader's
+/// frames: about 10 MB).
+const MAX_BUFFERED: usize = 100_000;
+/// Rows per INSERT at most.
+const BATCH: usize = 20_000;
+/// How long a batch gathers rows after its first one: at most about five INSERTs a second per
+/// table, however many frames (every INSERT is a part ClickHouse has to merge).
+const GATHER: Duration = Duration::from_millis(200);
 /// Retry period of a failed insert.
 const RETRY: Duration = Duration::from_secs(1);
 
