@@ -133,7 +133,10 @@ async fn rate_window(
 ) -> anyhow::Result<RateStep> {
     let live_pid = b.live.as_ref().map(|l| l.pid);
     // scripts/profile waits for this line to attach perf to pmw-push.
-    eprintln!("  throughput step: {m} matches/block for {:?}, pmw-push pid {push_pid}", plan.rate_window);
+    eprintln!(
+        "  throughput step: {m} matches/block for {:?}, pmw-push pid {push_pid}",
+        plan.rate_window
+    );
     let cpu_before = Cpu::sample(push_pid, live_pid);
     let running = b.start_sim(m, plan.rate_window).await?;
     let started = Instant::now();

@@ -263,7 +263,9 @@ impl Rounds {
 
     /// The WebSocket lane: a trade belongs to every session whose own wallet set has its maker
     /// (the owner of the fill). Claim the range and move `push_cursor` (one fenced statement),
-    /// then fan out.
+    /// then fan out. Every trade becomes an item, followed or not: which sessions follow a wallet
+    /// is decided only under the hub's shard locks, as each shard's dispatched position moves
+    /// (a session that registers meanwhile must get either the frame or the replay).
     async fn deliver_ws(
         &mut self,
         client: deadpool_postgres::Object,
@@ -272,17 +274,11 @@ impl Rounds {
         read: Read,
     ) -> Result<RoundOutcome, RoundError> {
         let mut items = Vec::new();
-        let followed = self
-            .hub
-            .followed(retracts.iter().chain(rows).map(|r| r.maker.as_str()));
         for (kind, row) in retracts
             .iter()
             .map(|r| (Kind::Retract, r))
             .chain(rows.iter().map(|r| (Kind::Trade, r)))
         {
-            if !followed.contains(row.maker.as_str()) {
-                continue;
-            }
             let body = TradeMessage::from_row(row, self.names.get(&row.token_id));
             items.push(Arc::new(Item {
                 kind,
