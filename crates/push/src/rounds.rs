@@ -64,6 +64,10 @@ pub struct RoundOutcome {
 
 pub struct Rounds {
     pub lane: Lane,
+    /// The statement a round starts with (the webhook lane's carries its own marker and shape,
+    /// so `pmwctl diag` counts WebSocket rounds only: `pg_stat_statements` merges statements by
+    /// structure, not by comment).
+    state_sql: String,
     pub pool: PgPool,
     pub ch: ChClient,
     pub slot: i16,
@@ -104,6 +108,7 @@ impl Rounds {
     ) -> Rounds {
         Rounds {
             lane: Lane::Ws,
+            state_sql: include_str!("sql/round_state.sql").to_string(),
             pool,
             ch,
             slot,
@@ -125,6 +130,12 @@ impl Rounds {
     /// The same rounds in the webhook lane (its own cursor and subscription index; no hub).
     pub fn for_webhooks(mut self) -> Rounds {
         self.lane = Lane::Webhooks;
+        self.state_sql = format!(
+            "{}, 'webhooks'::text AS lane",
+            include_str!("sql/round_state.sql")
+                .trim_end()
+                .replace("pmw:push_round", "pmw:webhook_round")
+        );
         // Its index starts empty: load it on the first round whatever the version.
         self.reload = true;
         self
@@ -181,7 +192,7 @@ impl Rounds {
     async fn round_inner(&mut self) -> Result<RoundOutcome, RoundError> {
         let client = self.pool.get().await?;
         let state = client
-            .query_one(include_str!("sql/round_state.sql"), &[&self.reorg_id])
+            .query_one(self.state_sql.as_str(), &[&self.reorg_id])
             .await?;
         // The index first: revocations and unsubscribes apply even before the first block.
         let idx = self.index(state.get(1)).await?;
