@@ -124,6 +124,10 @@ async fn run(
                         return Ok(());
                     }
                 },
+                // A round that hangs (a lock, a stuck connection) is no progress either.
+                _ = tokio::time::sleep_until(progress + t.stall) => {
+                    return Err(stalled(t.stall, "a webhook round is still running"));
+                }
             }
         };
         match outcome {
@@ -161,11 +165,7 @@ async fn run(
                 health.errors.fetch_add(1, Ordering::Relaxed);
                 *health.last_error.lock().expect("health lock") = Some(format!("webhooks: {e}"));
                 if progress.elapsed() >= t.stall {
-                    tracing::error!(stall_ms = t.stall.as_millis() as u64, error = %e, "no webhook round completed within the stall limit; handing over");
-                    return Err(ServiceError::transient(format!(
-                        "no webhook round completed for {} ms ({e}); handing over to the standby",
-                        t.stall.as_millis()
-                    )));
+                    return Err(stalled(t.stall, &e.to_string()));
                 }
                 tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "webhook round failed");
                 tokio::select! {
@@ -177,4 +177,16 @@ async fn run(
             }
         }
     }
+}
+
+fn stalled(stall: Duration, why: &str) -> ServiceError {
+    tracing::error!(
+        stall_ms = stall.as_millis() as u64,
+        last = why,
+        "no webhook round completed within the stall limit; handing over"
+    );
+    ServiceError::transient(format!(
+        "no webhook round completed for {} ms ({why}); handing over to the standby",
+        stall.as_millis()
+    ))
 }

@@ -121,6 +121,44 @@ async fn a_leader_whose_rounds_hang_exits_75_to_hand_over() {
     );
 }
 
+/// The webhook lane hangs (its cursor row locked by another transaction): no webhook round
+/// completes, so the leader hands over (exit 75) within the stall limit, as for the WebSocket
+/// rounds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_webhook_lane_hangs_exits_75_to_hand_over() {
+    let h = Harness::new().await;
+    let push = PushConfig {
+        push_stall_exit_ms: Some(3_000),
+        ..h.push_config()
+    };
+    let (handle, rx) = spawn_push(h.core(), "push-a", push, hooks());
+    bound_within(rx, WITHIN).await;
+    h.sim.run_matches(1).await.unwrap();
+    h.wait_pushed(WITHIN).await;
+    let mut blocker = h.db.connect().await;
+    let hold = blocker.transaction().await.unwrap();
+    hold.execute(
+        "SELECT 1 FROM webhook_cursor WHERE slot = 0 FOR UPDATE",
+        &[],
+    )
+    .await
+    .unwrap();
+    let held = Instant::now();
+    h.sim.run_matches(2).await.unwrap();
+    let out = tokio::time::timeout(WITHIN, handle.join())
+        .await
+        .expect("the leader with a hung webhook lane exits by itself");
+    println!(
+        "leader with a hung webhook lane exited after {} ms: {out:?}",
+        held.elapsed().as_millis()
+    );
+    hold.rollback().await.unwrap();
+    assert!(
+        matches!(&out, Err(e @ ServiceError::Transient(_)) if e.exit_code() == 75),
+        "exit 75 (hand over): {out:?}"
+    );
+}
+
 /// SIGTERM while every round fails (ClickHouse refuses connections): the old loop retried the
 /// round forever after shutdown; it must stop at once and release the lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -201,3 +201,97 @@ async fn the_dashboard_detect_to_push_p50_matches_what_clients_observe() {
         "client {client_p50} ms < dashboard {dash_p50} ms"
     );
 }
+
+/// The webhook lane runs behind the WebSocket rounds on its own cursor: while its cursor row is
+/// locked by another transaction (its rounds cannot commit), WebSocket clients still get every
+/// trade; once released, the webhooks follow, each trade once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhooks_held_up_never_hold_up_websocket_frames() {
+    let h = Harness::new().await;
+    let (push, addr) = h.leader("push-a").await;
+    let mine = vec![demo_wallets(6)[1], demo_wallets(6)[4]];
+    let (account, key) = h.account(&mine).await;
+    let secret = pmw_push::webhook::sign::Secret::generate();
+    let receiver = PyReceiver::start(&secret.expose()).await;
+    let c = h.db.connect().await;
+    let now = pmw_core::UnixMs::now().0;
+    c.execute(
+        "INSERT INTO webhook_endpoints (account_id, url, secret, created_ms, updated_ms) VALUES ($1, $2, $3, $4, $4)",
+        &[&account, &receiver.url(), &secret.expose(), &now],
+    )
+    .await
+    .unwrap();
+    let mut ws = connect(addr, &key, None).await;
+    let start: Cursor = hello_cursor(&mut ws).await;
+
+    // Hold the webhook lane: its cursor row locked, so its rounds wait at their UPDATE.
+    let mut blocker = h.db.connect().await;
+    let hold = blocker.transaction().await.unwrap();
+    hold.execute(
+        "SELECT 1 FROM webhook_cursor WHERE slot = 0 FOR UPDATE",
+        &[],
+    )
+    .await
+    .unwrap();
+    h.sim.run_matches(8).await.unwrap();
+    h.wait_pushed(WITHIN).await;
+    let expected = h.expected(&mine, start);
+    assert!(
+        !expected.is_empty(),
+        "the run has trades of the followed wallets"
+    );
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    let mut live = 0;
+    while live < expected.len() {
+        while let Ok(f) = ws.events.try_recv() {
+            live += usize::from(f["type"] == "trade");
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{live} of {} WebSocket trades while webhooks were held",
+            expected.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let held = receiver.verdicts().len();
+    assert_eq!(held, 0, "no webhook can be queued while the lane is held");
+
+    // Release: the lane catches up, every trade once.
+    hold.rollback().await.unwrap();
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    while receiver.verdicts().len() < expected.len() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of {} webhooks after the lane was released",
+            receiver.verdicts().len(),
+            expected.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    push.stop().await.unwrap();
+    let seen = ws.done.await.unwrap();
+    assert_eq!(seen.trades, expected, "every WebSocket trade, in order");
+    let mut got: Vec<Cursor> = receiver
+        .verdicts()
+        .iter()
+        .map(|v| {
+            v["id"]
+                .as_str()
+                .unwrap()
+                .split('_')
+                .nth(1)
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    got.sort();
+    assert_eq!(got, expected, "each webhook once, after the release");
+    println!(
+        "lanes: {} WebSocket trades while the webhook lane was held (0 webhooks), then {} webhooks",
+        seen.trades.len(),
+        got.len()
+    );
+}
