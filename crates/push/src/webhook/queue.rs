@@ -126,9 +126,9 @@ fn body(payload: &str, now: i64) -> Result<Vec<u8>, String> {
             .unwrap_or(payload.len() - start);
         if digits > 0 {
             let mut out = Vec::with_capacity(payload.len() + 8);
-            out.extend_from_slice(payload[..start].as_bytes());
+            out.extend_from_slice(&payload.as_bytes()[..start]);
             out.extend_from_slice(now.to_string().as_bytes());
-            out.extend_from_slice(payload[start + digits..].as_bytes());
+            out.extend_from_slice(&payload.as_bytes()[start + digits..]);
             return Ok(out);
         }
     }
