@@ -56,6 +56,7 @@ pub const POSTGRES: &[Migration] = &[
         "postgres/0005_chain_block_trades.sql"
     ),
     migration!(6, "webhook_cursor", "postgres/0006_webhook_cursor.sql"),
+    migration!(7, "webhook_pending", "postgres/0007_webhook_pending.sql"),
 ];
 
 /// ClickHouse migrations, in order. Every file in `migrations/clickhouse` must be listed (tested).

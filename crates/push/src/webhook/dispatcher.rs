@@ -26,6 +26,9 @@ use super::store;
 use super::{WebhookConfig, WebhookError};
 use crate::recorder::Recorder;
 
+/// A queue that worked through deliveries triggers a scan at most this much later.
+const RESCAN_AFTER_QUEUE: Duration = Duration::from_millis(20);
+
 /// How long the ClickHouse writer may take to flush when the dispatcher ends.
 const FLUSH_WITHIN: Duration = Duration::from_secs(10);
 
@@ -221,8 +224,9 @@ async fn coordinate(
                         ctx.stats.set_error(&e);
                         tracing::warn!(endpoint, error = %e, "webhook queue ended with error");
                     }
-                    // It worked through deliveries: more may have become due meanwhile.
-                    Ok(n) if n > 0 => next_scan = Instant::now(),
+                    // It worked through deliveries: more may have become due meanwhile (scans
+                    // coalesced: many queues ending together cost one scan).
+                    Ok(n) if n > 0 => next_scan = next_scan.min(Instant::now() + RESCAN_AFTER_QUEUE),
                     Ok(_) => {}
                 }
                 ctx.stats.active_endpoints.store(running.len() as u64, Relaxed);

@@ -17,6 +17,14 @@ use pmw_core::UnixMs;
 
 const FENCE: &str =
     "fence AS MATERIALIZED (SELECT 1 FROM push_epoch WHERE slot = $1 AND epoch = $2 FOR SHARE)";
+/// The check of a result write: no row lock (every attempt taking `FOR SHARE` on the one epoch
+/// row made Postgres create a MultiXact and write that row per delivery). A result lands only on
+/// a row still claimed by this epoch (`claimed_epoch = $2`, re-checked on the row's latest
+/// version), and a successor's claim (fenced with the lock) moves `claimed_epoch` first, so a
+/// deposed dispatcher's late result can never overwrite its successor's; the check tells the
+/// deposed dispatcher to stop.
+const EPOCH_CURRENT: &str =
+    "fence AS MATERIALIZED (SELECT 1 FROM push_epoch WHERE slot = $1 AND epoch = $2)";
 
 /// Insert deliveries for slot 0 (see [`enqueue_in_slot`]).
 pub async fn enqueue(
@@ -293,7 +301,10 @@ async fn update_delivery(
     id: &str,
     f: &Finish,
 ) -> Result<bool, WebhookError> {
-    let sql = format!(include_str!("sql/update_delivery.sql"), FENCE = FENCE);
+    let sql = format!(
+        include_str!("sql/update_delivery.sql"),
+        FENCE = EPOCH_CURRENT
+    );
     let row = c
         .query_one(
             &sql,
