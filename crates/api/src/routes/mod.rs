@@ -2,8 +2,10 @@
 //! the document at `/v1/openapi.json` is generated from the code that serves the routes.
 
 mod account;
+mod contract;
 mod deliveries;
 mod ops;
+pub use ops::metrics;
 mod ready;
 mod ready_more;
 mod subscriptions;
@@ -84,14 +86,14 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(ready::ready))
         .routes(routes!(ops::health))
         .routes(routes!(ops::openapi_json))
-        .routes(routes!(ops::metrics))
 }
 
 /// The OpenAPI document as JSON (built once).
 pub fn openapi_json() -> &'static str {
     static DOC: OnceLock<String> = OnceLock::new();
     DOC.get_or_init(|| {
-        let (_, api) = router().split_for_parts();
+        let (_, mut api) = router().split_for_parts();
+        contract::complete(&mut api);
         api.to_pretty_json()
             .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
     })
