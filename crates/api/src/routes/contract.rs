@@ -74,7 +74,10 @@ fn complete_operation(path: &str, op: &mut Operation) {
         add("422", "the body is JSON but not a valid request");
     }
     // Everything but the process's own answers reads a store.
-    if !matches!(path, "/v1/health" | "/v1/openapi.json") {
+    if !matches!(
+        path,
+        "/v1/health" | "/v1/openapi.json" | "/v1/asyncapi.json"
+    ) {
         add(
             "503",
             "a store (Postgres, ClickHouse) is unavailable; retry later",

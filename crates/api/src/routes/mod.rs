@@ -4,6 +4,7 @@
 mod account;
 mod contract;
 mod deliveries;
+pub mod events;
 mod ops;
 pub use ops::metrics;
 mod ready;
@@ -86,6 +87,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(ready::ready))
         .routes(routes!(ops::health))
         .routes(routes!(ops::openapi_json))
+        .routes(routes!(ops::asyncapi_json))
 }
 
 /// The OpenAPI document as JSON (built once).
@@ -94,8 +96,13 @@ pub fn openapi_json() -> &'static str {
     DOC.get_or_init(|| {
         let (_, mut api) = router().split_for_parts();
         contract::complete(&mut api);
-        api.to_pretty_json()
-            .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+        // utoipa's model has no `webhooks`: added to the JSON with the pushed messages' schemas.
+        let mut doc = serde_json::to_value(&api).unwrap_or_default();
+        if let Some(s) = doc["components"]["schemas"].as_object_mut() {
+            s.extend(events::schemas());
+        }
+        doc["webhooks"] = events::webhooks();
+        serde_json::to_string_pretty(&doc).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
     })
 }
 

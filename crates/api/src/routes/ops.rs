@@ -36,6 +36,13 @@ pub async fn openapi_json() -> Response {
         .into_response()
 }
 
+/// The AsyncAPI 3.0 document of the WebSocket `/v1/ws` (every frame's schema).
+#[utoipa::path(get, path = "/v1/asyncapi.json", tag = "ops",
+    responses((status = 200, description = "the AsyncAPI 3.0 document of `/v1/ws`", content_type = "application/json")))]
+pub async fn asyncapi_json() -> Json<&'static serde_json::Value> {
+    Json(super::events::asyncapi())
+}
+
 /// Prometheus text exposition (`pmw_api_http_requests_total`, …), on the loopback listener
 /// only: Caddy answers 404 for `/metrics`, so it is not in the public document.
 pub async fn metrics() -> Response {

@@ -73,6 +73,37 @@ fn every_operation_documents_its_error_statuses() {
     assert!(retry.is_object(), "429 documents Retry-After");
 }
 
+/// The committed `docs/asyncapi.json` is the served document (regenerate it with
+/// `PMW_WRITE_ASYNCAPI=1` on this test), and both documents describe every pushed message.
+#[tokio::test]
+async fn event_schemas_are_served_and_committed() {
+    let api = Api::start().await;
+    let served = api.call(Method::GET, "/v1/asyncapi.json", None, None).await;
+    served.expect(200, None);
+    let path = pmw_testkit::repo_root().join("docs/asyncapi.json");
+    if std::env::var("PMW_WRITE_ASYNCAPI").is_ok_and(|v| v == "1") {
+        let text = serde_json::to_string_pretty(&served.body).unwrap() + "\n";
+        std::fs::write(&path, text).unwrap();
+    }
+    let committed: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(
+        committed, served.body,
+        "docs/asyncapi.json differs from /v1/asyncapi.json: regenerate it (PMW_WRITE_ASYNCAPI=1)"
+    );
+    let a = &served.body;
+    assert_eq!(a["asyncapi"], "3.0.0");
+    for m in ["hello", "trade", "retract", "heartbeat", "resync"] {
+        assert!(a["components"]["messages"][m]["payload"].is_object(), "{m}");
+        assert!(a["channels"]["ws"]["messages"][m].is_object(), "{m}");
+    }
+    let d = doc();
+    for m in ["trade", "retract"] {
+        let s = &d["webhooks"][m]["post"]["requestBody"]["content"]["application/json"]["schema"];
+        assert_eq!(s["properties"]["type"]["const"], m, "{s}");
+    }
+    assert!(d["components"]["schemas"]["PushedMessage"].is_object());
+}
+
 #[test]
 fn limits_start_at_one_and_check_detail_is_nullable() {
     let d = doc();

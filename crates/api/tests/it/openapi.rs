@@ -26,6 +26,7 @@ fn served() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
         ("/v1/ready", &["get"]),
         ("/v1/health", &["get"]),
         ("/v1/openapi.json", &["get"]),
+        ("/v1/asyncapi.json", &["get"]),
     ];
     routes
         .iter()
@@ -33,7 +34,12 @@ fn served() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
         .collect()
 }
 
-const PUBLIC: &[&str] = &["/v1/ready", "/v1/health", "/v1/openapi.json"];
+const PUBLIC: &[&str] = &[
+    "/v1/ready",
+    "/v1/health",
+    "/v1/openapi.json",
+    "/v1/asyncapi.json",
+];
 
 fn refs<'a>(v: &'a Value, out: &mut Vec<&'a str>) {
     match v {
