@@ -3,6 +3,7 @@
 
 mod api;
 mod api_config;
+mod api_events;
 mod api_push;
 mod api_ready;
 mod api_webhooks;

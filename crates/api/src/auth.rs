@@ -1,7 +1,10 @@
 //! Authentication by API key (`Authorization: Bearer pmw_…`, looked up by its SHA-256: not
 //! revoked, account not disabled) and per-key rate limiting (a `governor` GCRA limiter keyed by
-//! key id; over the limit → 429 with `Retry-After`).
+//! key id; over the limit → 429 with `Retry-After`). Failed authentications (no key, a malformed,
+//! unknown or revoked one) are limited per client address at the same rate: past it they get
+//! 429 instead of 401, without a database lookup.
 
+use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 
@@ -21,6 +24,18 @@ pub type Limiter = DefaultKeyedRateLimiter<i64>;
 
 /// The limiter configured by `PMW_API_RATE_PER_SEC` / `PMW_API_RATE_BURST` (validated > 0).
 pub fn limiter(cfg: &ApiConfig) -> Arc<Limiter> {
+    let rate = NonZeroU32::new(cfg.api_rate_per_sec).unwrap_or(NonZeroU32::MIN);
+    let burst = NonZeroU32::new(cfg.api_rate_burst).unwrap_or(rate);
+    Arc::new(RateLimiter::keyed(
+        Quota::per_second(rate).allow_burst(burst),
+    ))
+}
+
+/// Failed authentications per client address.
+pub type FailureLimiter = DefaultKeyedRateLimiter<IpAddr>;
+
+/// The failure limiter, at the per-key rate and burst.
+pub fn failure_limiter(cfg: &ApiConfig) -> Arc<FailureLimiter> {
     let rate = NonZeroU32::new(cfg.api_rate_per_sec).unwrap_or(NonZeroU32::MIN);
     let burst = NonZeroU32::new(cfg.api_rate_burst).unwrap_or(rate);
     Arc::new(RateLimiter::keyed(
@@ -61,32 +76,50 @@ impl FromRequestParts<AppState> for Auth {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, st: &AppState) -> Result<Self, Self::Rejection> {
-        let key = bearer(parts)?;
-        if !key.starts_with(KEY_PREFIX) || key.len() > 200 {
-            return Err(ApiError::unauthorized("invalid or revoked API key"));
+        match authenticate(parts, st).await {
+            Err(e) if e.status == axum::http::StatusCode::UNAUTHORIZED => {
+                let ip = crate::http::client_ip(parts)
+                    .unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
+                match st.failures.check_key(&ip) {
+                    Ok(()) => Err(e),
+                    Err(not_until) => {
+                        let wait = not_until.wait_time_from(DefaultClock::default().now());
+                        Err(ApiError::rate_limited(wait.as_secs_f64().ceil() as u64))
+                    }
+                }
+            }
+            other => other,
         }
-        let client = st.pg.get().await?;
-        let row = client
-            .query_opt(
-                include_str!("sql/key_for_request.sql"),
-                &[&hash_secret(key).as_slice()],
-            )
-            .await?;
-        let Some(row) = row else {
-            return Err(ApiError::unauthorized("invalid or revoked API key"));
-        };
-        let auth = Auth {
-            key_id: row.get(0),
-            key_prefix: row.get(1),
-            account_id: row.get(2),
-            plan: row.get(3),
-        };
-        if let Err(not_until) = st.limiter.check_key(&auth.key_id) {
-            let wait = not_until.wait_time_from(DefaultClock::default().now());
-            return Err(ApiError::rate_limited(wait.as_secs_f64().ceil() as u64));
-        }
-        Ok(auth)
     }
+}
+
+/// Look the presented key up and apply the per-key rate limit.
+async fn authenticate(parts: &Parts, st: &AppState) -> Result<Auth, ApiError> {
+    let key = bearer(parts)?;
+    if !key.starts_with(KEY_PREFIX) || key.len() > 200 {
+        return Err(ApiError::unauthorized("invalid or revoked API key"));
+    }
+    let client = st.pg.get().await?;
+    let row = client
+        .query_opt(
+            include_str!("sql/key_for_request.sql"),
+            &[&hash_secret(key).as_slice()],
+        )
+        .await?;
+    let Some(row) = row else {
+        return Err(ApiError::unauthorized("invalid or revoked API key"));
+    };
+    let auth = Auth {
+        key_id: row.get(0),
+        key_prefix: row.get(1),
+        account_id: row.get(2),
+        plan: row.get(3),
+    };
+    if let Err(not_until) = st.limiter.check_key(&auth.key_id) {
+        let wait = not_until.wait_time_from(DefaultClock::default().now());
+        return Err(ApiError::rate_limited(wait.as_secs_f64().ceil() as u64));
+    }
+    Ok(auth)
 }
 
 #[cfg(test)]

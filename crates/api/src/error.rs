@@ -81,6 +81,15 @@ impl ApiError {
         }
     }
 
+    /// The request body exceeds `PMW_API_MAX_BODY_BYTES` (413).
+    pub fn too_large() -> ApiError {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            "request body is larger than this API accepts",
+        )
+    }
+
     /// A store is unreachable or failing: 503, details only in the log.
     pub fn unavailable(what: &str, detail: impl std::fmt::Display) -> ApiError {
         tracing::warn!(store = what, error = %detail, "store error");
@@ -152,7 +161,7 @@ impl From<JsonRejection> for ApiError {
                 "send the body as JSON with Content-Type: application/json",
             ),
             JsonRejection::BytesRejection(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-                too_large()
+                ApiError::too_large()
             }
             other => ApiError::bad_request("invalid_body", other.body_text()),
         }
@@ -169,14 +178,6 @@ impl From<PathRejection> for ApiError {
     fn from(r: PathRejection) -> ApiError {
         ApiError::bad_request("invalid_path", data_error_message(&r.body_text()))
     }
-}
-
-fn too_large() -> ApiError {
-    ApiError::new(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        "body_too_large",
-        "request body is larger than this API accepts",
-    )
 }
 
 /// axum's rejection texts start with a generic sentence; keep the part that says what is wrong.
@@ -217,7 +218,7 @@ pub async fn error_shape(resp: Response) -> Response {
             "method_not_allowed",
             "this route does not accept that method".to_string(),
         ),
-        StatusCode::PAYLOAD_TOO_LARGE => return keep_headers(resp, too_large()),
+        StatusCode::PAYLOAD_TOO_LARGE => return keep_headers(resp, ApiError::too_large()),
         s if s.is_server_error() => ("internal", "internal error".to_string()),
         s => (
             "bad_request",

@@ -24,7 +24,7 @@ where
     }
 }
 
-/// An optional JSON body: no body (or an empty one) gives `T::default()`.
+/// An optional JSON body: no body, an empty one or `null` gives `T::default()`.
 pub struct OptionalJson<T>(pub T);
 
 impl<T, S> FromRequest<S> for OptionalJson<T>
@@ -54,8 +54,9 @@ where
         if empty {
             return Ok(OptionalJson(T::default()));
         }
-        let ApiJson(v) = ApiJson::<T>::from_request(req, state).await?;
-        Ok(OptionalJson(v))
+        // JSON `null` is no body too.
+        let ApiJson(v) = ApiJson::<Option<T>>::from_request(req, state).await?;
+        Ok(OptionalJson(v.unwrap_or_default()))
     }
 }
 

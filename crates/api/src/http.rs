@@ -1,32 +1,131 @@
-//! The HTTP stack around the routes: body size limit, request metrics, panic → 500, and the
-//! error shape for every non-JSON error response.
+//! The HTTP stack around the routes: the whole request body read first (so no rejection ever
+//! leaves an unread body on a kept-alive connection, which a proxy would then reuse poisoned),
+//! body size limit (413 in the error shape, connection closed), request metrics, panic → 500,
+//! and the error shape for every non-JSON error response.
 
-use std::time::Instant;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
 
-use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
+use axum::body::{Body, Bytes};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, MatchedPath, Request, State};
+use axum::http::{header, HeaderValue};
 use axum::middleware::{self, Next};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
 use axum::Router;
+use futures::StreamExt;
 use tower_http::catch_panic::CatchPanicLayer;
 
-use crate::error::error_shape;
+use crate::error::{error_shape, ApiError};
 use crate::{routes, AppState, SERVICE};
+
+/// Past the limit, a body is still read and dropped up to this many bytes (so the 413 reaches a
+/// client or proxy that is still sending); beyond it the connection is closed.
+const DRAIN_MAX_BYTES: usize = 4 << 20;
+/// Reading a request body (or draining an oversized one) gives up after this long.
+const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The complete application.
 pub fn app(state: AppState) -> Router {
     let limit = state.cfg.api_max_body_bytes;
     let (router, _) = routes::router().split_for_parts();
     router
+        // Operators' Prometheus endpoint: on the loopback listener only (Caddy answers 404 for
+        // it), so not in the public document.
+        .route("/metrics", get(routes::metrics))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(limit))
         .layer(CatchPanicLayer::new())
         .layer(middleware::map_response(error_shape))
+        .layer(middleware::from_fn_with_state(state.clone(), read_body))
         .layer(middleware::from_fn(track))
         .with_state(state)
 }
 
-async fn not_found() -> crate::error::ApiError {
-    crate::error::ApiError::not_found("no such route")
+async fn not_found() -> ApiError {
+    ApiError::not_found("no such route")
+}
+
+/// Read the whole body before routing: handlers and extractors then reject early without
+/// leaving bytes on the connection. Too large → 413 and `Connection: close`; a body that breaks
+/// off or stalls → 400 and `Connection: close`.
+async fn read_body(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    let limit = st.cfg.api_max_body_bytes;
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let (parts, body) = req.into_parts();
+    // Declared too large: answer before reading (a client sending `Expect: 100-continue` never
+    // sends it); otherwise drain what arrives, within bounds.
+    if declared.is_some_and(|n| n > limit as u64) {
+        if declared.is_some_and(|n| n <= DRAIN_MAX_BYTES as u64) {
+            drain(body, DRAIN_MAX_BYTES).await;
+        }
+        return closing(ApiError::too_large());
+    }
+    let mut stream = body.into_data_stream();
+    let mut buf: Vec<u8> = Vec::new();
+    let deadline = tokio::time::Instant::now() + BODY_TIMEOUT;
+    loop {
+        match tokio::time::timeout_at(deadline, stream.next()).await {
+            Ok(None) => break,
+            Ok(Some(Ok(chunk))) => {
+                if buf.len() + chunk.len() > limit {
+                    drain(Body::from_stream(stream), DRAIN_MAX_BYTES).await;
+                    return closing(ApiError::too_large());
+                }
+                buf.extend_from_slice(&chunk);
+            }
+            Ok(Some(Err(_))) | Err(_) => {
+                return closing(ApiError::bad_request(
+                    "invalid_body",
+                    "the request body could not be read completely",
+                ))
+            }
+        }
+    }
+    next.run(Request::from_parts(parts, Body::from(Bytes::from(buf))))
+        .await
+}
+
+/// Read and drop up to `max` bytes of a body (bounded in time).
+async fn drain(body: Body, max: usize) {
+    let mut stream = body.into_data_stream();
+    let mut seen = 0usize;
+    let deadline = tokio::time::Instant::now() + BODY_TIMEOUT;
+    while let Ok(Some(Ok(chunk))) = tokio::time::timeout_at(deadline, stream.next()).await {
+        seen += chunk.len();
+        if seen > max {
+            return;
+        }
+    }
+}
+
+/// An error response after which the connection is closed.
+fn closing(err: ApiError) -> Response {
+    let mut resp = err.into_response();
+    resp.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    resp
+}
+
+/// The client's address: the first `X-Forwarded-For` hop when Caddy (the only public listener,
+/// which overwrites that header) forwarded the request, else the TCP peer.
+pub fn client_ip(parts: &axum::http::request::Parts) -> Option<std::net::IpAddr> {
+    let forwarded = parts
+        .headers
+        .get("x-forwarded-for")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(',').next())
+        .and_then(|v| v.trim().parse().ok());
+    forwarded.or_else(|| {
+        parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|c| c.0.ip())
+    })
 }
 
 /// Count and time every request by its route template.

@@ -35,6 +35,8 @@ pub struct AppState {
     pub ch: ChClient,
     pub cfg: Arc<ApiConfig>,
     pub limiter: Arc<auth::Limiter>,
+    /// Failed authentications per client address (invalid keys are throttled too).
+    pub failures: Arc<auth::FailureLimiter>,
 }
 
 /// Run with settings from the environment until `shutdown`. A broken API setting is a
@@ -70,15 +72,19 @@ pub async fn run_with(
         pg: storage.pg.clone(),
         ch: storage.ch.clone(),
         limiter: auth::limiter(&api),
+        failures: auth::failure_limiter(&api),
         cfg: Arc::new(api),
     };
     let app = http::app(state.clone());
     let heartbeat = Heartbeat::new(storage.pg.clone(), SERVICE, &cfg.instance_or(SERVICE));
     let beats = tokio::spawn(beat(heartbeat, addr, state, shutdown.clone()));
     let stop = shutdown.clone();
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(async move { stop.cancelled().await })
-        .await;
+    let served = axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(async move { stop.cancelled().await })
+    .await;
     beats.abort();
     served.map_err(|e| ServiceError::Bug(e.into()))
 }

@@ -112,6 +112,7 @@ impl TradeMessage {
 /// What a message body is: `trade` (a fill of the canonical chain) or `retract` (a fill a reorg
 /// removed, sent with the body it was delivered with).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Kind {
     Trade,
@@ -142,6 +143,7 @@ impl std::str::FromStr for Kind {
 
 /// The WebSocket control frames.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum Control {
     /// First frame of a session: where it starts (`cursor`, and `resume` to reconnect with) and
@@ -170,6 +172,20 @@ impl Control {
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("a control frame serialises")
     }
+}
+
+/// A `trade` or `retract` as sent (WebSocket frame, webhook body): what `stamp` writes, typed
+/// for its schema and for readers. Never used to write: `stamp` splices the rendered body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PushedMessage {
+    /// `trade`, or `retract` (a fill a reorg removed, with the body it was delivered with).
+    #[serde(rename = "type")]
+    pub kind: Kind,
+    /// When push sent it (ms since the epoch).
+    pub t_push_ms: i64,
+    #[serde(flatten)]
+    pub body: TradeMessage,
 }
 
 /// A message of `kind` from a pre-rendered body, stamped `t_push_ms`: the body's fields are
@@ -249,6 +265,18 @@ mod tests {
         assert_eq!(wire["market"]["question"], "Will it rain?");
         let back: TradeMessage = serde_json::from_value(wire).unwrap();
         assert_eq!(back, m);
+    }
+
+    #[test]
+    fn a_stamped_message_is_a_pushed_message_field_for_field() {
+        let m = TradeMessage::from_row(&row(), None);
+        let wire = stamp(Kind::Retract, &m.to_json(), 11);
+        let typed: PushedMessage = serde_json::from_str(&wire).unwrap();
+        assert_eq!(typed.kind, Kind::Retract);
+        assert_eq!(typed.t_push_ms, 11);
+        assert_eq!(typed.body, m);
+        let a: Value = serde_json::from_str(&wire).unwrap();
+        assert_eq!(serde_json::to_value(&typed).unwrap(), a);
     }
 
     #[test]

@@ -171,6 +171,12 @@ pub fn validate_url(raw: &str, allow_private: bool) -> Result<Url, UrlError> {
     if url.scheme() != "http" && url.scheme() != "https" {
         return Err(UrlError::Scheme(url.scheme().to_string()));
     }
+    // The parser repairs `http:///x`, `http:/x` and `http:\\x` into `http://x/`: a URL must say
+    // its host itself, right after `scheme://`.
+    let after = raw.get(url.scheme().len() + 1..).unwrap_or("");
+    if !after.starts_with("//") || after[2..].starts_with(['/', '\\']) {
+        return Err(UrlError::NoHost);
+    }
     if !url.username().is_empty() || url.password().is_some() {
         return Err(UrlError::Userinfo);
     }
@@ -220,6 +226,25 @@ mod tests {
             }
             other => panic!("{raw}: expected a forbidden address, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn ssrf_a_host_the_parser_would_invent_is_refused() {
+        for raw in [
+            "http:///x",
+            "http:/x",
+            "https:x",
+            "http:\\\\x",
+            "http://\\x",
+            "http:////x",
+        ] {
+            assert!(
+                matches!(validate_url(raw, true), Err(UrlError::NoHost)),
+                "{raw}: {:?}",
+                validate_url(raw, true)
+            );
+        }
+        assert!(validate_url("HTTP://example.com/x", false).is_ok());
     }
 
     #[test]

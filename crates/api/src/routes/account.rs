@@ -96,7 +96,9 @@ pub async fn list_keys(State(st): State<AppState>, who: Auth) -> Result<Json<Key
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateKey {
+    /// At most 200 characters, no control characters.
     #[serde(default)]
+    #[schema(max_length = 200, pattern = r"^[^\u0000-\u001f\u007f-\u009f]*$")]
     pub label: String,
 }
 
@@ -124,6 +126,11 @@ pub async fn revoke_key(
     who: Auth,
     ApiPath(prefix): ApiPath<String>,
 ) -> Result<StatusCode, ApiError> {
+    // Prefixes are short printable text: anything else names no key (and a NUL byte would be
+    // refused by Postgres as text).
+    if prefix.len() > 64 || prefix.chars().any(char::is_control) {
+        return Err(ApiError::not_found(format!("no key {prefix:?}")));
+    }
     let c = st.pg.get().await?;
     accounts::revoke_key(&**c, &prefix, Some(who.account_id)).await?;
     tracing::info!(account = who.account_id, %prefix, "key revoked");

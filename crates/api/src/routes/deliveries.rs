@@ -60,8 +60,10 @@ pub struct AttemptPage {
 #[into_params(parameter_in = Query)]
 pub struct LogQuery {
     /// From a previous page's `next`.
+    #[param(pattern = r"^[0-9]{1,15}\.[0-9]{1,9}\.[A-Za-z0-9_-]{1,200}$")]
     pub cursor: Option<String>,
     /// Page size, 1..=1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<u32>,
 }
 
@@ -75,7 +77,13 @@ fn parse_log_cursor(s: &str) -> Result<(i64, u32, String), ApiError> {
     };
     let (t, rest) = s.split_once('.').ok_or_else(bad)?;
     let (a, id) = rest.split_once('.').ok_or_else(bad)?;
-    if id.is_empty() || id.len() > 200 {
+    let digits =
+        |x: &str, max: usize| (1..=max).contains(&x.len()) && x.bytes().all(|b| b.is_ascii_digit());
+    let id_ok = (1..=200).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if !digits(t, 15) || !digits(a, 9) || !id_ok {
         return Err(bad());
     }
     Ok((
@@ -127,9 +135,10 @@ pub async fn log(
 #[serde(deny_unknown_fields)]
 pub struct Replay {
     /// Replay trades strictly after this cursor.
-    #[schema(example = "000081234567-000042")]
+    #[schema(example = "000081234567-000042", pattern = r"^[0-9]{12}-[0-9]{6}$")]
     pub after: String,
     /// At most this many trades, 1..=10000 (default 1000).
+    #[schema(minimum = 1, maximum = 10000)]
     pub limit: Option<u32>,
 }
 

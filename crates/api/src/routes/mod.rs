@@ -2,8 +2,11 @@
 //! the document at `/v1/openapi.json` is generated from the code that serves the routes.
 
 mod account;
+mod contract;
 mod deliveries;
+pub mod events;
 mod ops;
+pub use ops::metrics;
 mod ready;
 mod ready_more;
 mod subscriptions;
@@ -84,16 +87,22 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(ready::ready))
         .routes(routes!(ops::health))
         .routes(routes!(ops::openapi_json))
-        .routes(routes!(ops::metrics))
+        .routes(routes!(ops::asyncapi_json))
 }
 
 /// The OpenAPI document as JSON (built once).
 pub fn openapi_json() -> &'static str {
     static DOC: OnceLock<String> = OnceLock::new();
     DOC.get_or_init(|| {
-        let (_, api) = router().split_for_parts();
-        api.to_pretty_json()
-            .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+        let (_, mut api) = router().split_for_parts();
+        contract::complete(&mut api);
+        // utoipa's model has no `webhooks`: added to the JSON with the pushed messages' schemas.
+        let mut doc = serde_json::to_value(&api).unwrap_or_default();
+        if let Some(s) = doc["components"]["schemas"].as_object_mut() {
+            s.extend(events::schemas());
+        }
+        doc["webhooks"] = events::webhooks();
+        serde_json::to_string_pretty(&doc).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
     })
 }
 

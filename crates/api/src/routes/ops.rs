@@ -1,13 +1,11 @@
-//! Operations: `/v1/health` (the process answers), `/v1/openapi.json` and `/metrics`
-//! (`/v1/ready` is [`super::ready`]).
+//! Operations: `/v1/health` (the process answers), `/v1/openapi.json` and `/metrics` (loopback
+//! only, undocumented publicly; `/v1/ready` is [`super::ready`]).
 
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
 use utoipa::ToSchema;
-
-use crate::error::ErrorBody;
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Health {
@@ -38,10 +36,15 @@ pub async fn openapi_json() -> Response {
         .into_response()
 }
 
-/// Prometheus text exposition (`pmw_api_http_requests_total`, …).
-#[utoipa::path(get, path = "/metrics", tag = "ops",
-    responses((status = 200, description = "Prometheus text format", content_type = "text/plain"),
-        (status = 500, body = ErrorBody)))]
+/// The AsyncAPI 3.0 document of the WebSocket `/v1/ws` (every frame's schema).
+#[utoipa::path(get, path = "/v1/asyncapi.json", tag = "ops",
+    responses((status = 200, description = "the AsyncAPI 3.0 document of `/v1/ws`", content_type = "application/json")))]
+pub async fn asyncapi_json() -> Json<&'static serde_json::Value> {
+    Json(super::events::asyncapi())
+}
+
+/// Prometheus text exposition (`pmw_api_http_requests_total`, …), on the loopback listener
+/// only: Caddy answers 404 for `/metrics`, so it is not in the public document.
 pub async fn metrics() -> Response {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],

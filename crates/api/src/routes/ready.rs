@@ -34,9 +34,25 @@ pub struct Check {
     pub ok: bool,
     /// Why not, when not ok.
     pub reason: Option<String>,
-    /// Measurements behind the verdict.
-    #[schema(value_type = Object)]
+    /// Measurements behind the verdict (`null` when there are none, e.g. a store unreachable).
+    #[schema(schema_with = detail_schema)]
     pub detail: Value,
+}
+
+/// `Check.detail`: an object of measurements, a list (`revisions`), or `null`.
+fn detail_schema() -> utoipa::openapi::Object {
+    use utoipa::openapi::schema::{SchemaType, Type};
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(SchemaType::from_iter([
+            Type::Object,
+            Type::Array,
+            Type::Null,
+        ]))
+        .description(Some(
+            "Measurements behind the verdict: an object, a list (`revisions`), or `null` when \
+             there are none (e.g. a store unreachable).",
+        ))
+        .build()
 }
 
 impl Check {

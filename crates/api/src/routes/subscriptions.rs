@@ -42,9 +42,14 @@ pub struct SubscriptionList {
 #[serde(deny_unknown_fields)]
 pub struct AddSubscription {
     /// `0x` + 40 hex digits; mixed case must carry a valid EIP-55 checksum.
-    #[schema(example = "0x1111111111111111111111111111111111111111")]
+    #[schema(
+        example = "0x1111111111111111111111111111111111111111",
+        pattern = r"^0x[0-9a-fA-F]{40}$"
+    )]
     pub wallet: String,
+    /// At most 200 characters, no control characters.
     #[serde(default)]
+    #[schema(max_length = 200, pattern = r"^[^\u0000-\u001f\u007f-\u009f]*$")]
     pub label: String,
 }
 
@@ -148,7 +153,7 @@ pub async fn add(
 
 /// Stop following a wallet.
 #[utoipa::path(delete, path = "/v1/subscriptions/{wallet}", tag = "subscriptions", security(("api_key" = [])),
-    params(("wallet" = String, Path, description = "the wallet address")),
+    params(("wallet" = String, Path, description = "the wallet address (mixed case: EIP-55)", pattern = r"^0x[0-9a-fA-F]{40}$")),
     responses((status = 204), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn remove(
     State(st): State<AppState>,

@@ -38,11 +38,15 @@ pub struct TradePage {
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct TradeQuery {
-    /// One wallet; default: every wallet the account follows.
+    /// One wallet; default: every wallet the account follows. Mixed case must carry a valid
+    /// EIP-55 checksum.
+    #[param(pattern = r"^0x[0-9a-fA-F]{40}$")]
     pub wallet: Option<String>,
     /// Trades strictly after this cursor (`BBBBBBBBBBBB-LLLLLL`); default: from the start.
+    #[param(pattern = r"^[0-9]{12}-[0-9]{6}$")]
     pub after: Option<String>,
     /// Page size, 1..=1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<u32>,
 }
 

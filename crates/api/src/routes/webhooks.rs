@@ -90,6 +90,7 @@ pub struct UpdateEndpoint {
 #[serde(deny_unknown_fields)]
 pub struct RotateSecret {
     /// How long the previous secret keeps signing (default 86400, at most 604800).
+    #[schema(minimum = 0, maximum = 604800)]
     pub overlap_secs: Option<u64>,
 }
 

@@ -2,8 +2,10 @@
 //! process; tests that also run push live in the top-level `tests/e2e`).
 
 mod account;
+mod caddy;
 mod common;
 mod config;
+mod contract;
 mod deliveries;
 mod openapi;
 mod schema_guard;

@@ -1,6 +1,6 @@
 //! The OpenAPI document is served, parses as OpenAPI 3.1, resolves every `$ref`, and lists
-//! exactly the routes the server answers, with their methods; `/metrics` exposes request
-//! counters by route template.
+//! exactly the public routes the server answers, with their methods; `/metrics` (loopback only,
+//! not in the document) exposes request counters by route template.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -26,7 +26,7 @@ fn served() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
         ("/v1/ready", &["get"]),
         ("/v1/health", &["get"]),
         ("/v1/openapi.json", &["get"]),
-        ("/metrics", &["get"]),
+        ("/v1/asyncapi.json", &["get"]),
     ];
     routes
         .iter()
@@ -34,7 +34,12 @@ fn served() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
         .collect()
 }
 
-const PUBLIC: &[&str] = &["/v1/ready", "/v1/health", "/v1/openapi.json", "/metrics"];
+const PUBLIC: &[&str] = &[
+    "/v1/ready",
+    "/v1/health",
+    "/v1/openapi.json",
+    "/v1/asyncapi.json",
+];
 
 fn refs<'a>(v: &'a Value, out: &mut Vec<&'a str>) {
     match v {

@@ -1,0 +1,113 @@
+//! The schemas of what pmw pushes, generated from the types in `pmw_core::message` that produce
+//! it: OpenAPI 3.1 `webhooks` (the `trade` and `retract` bodies POSTed to endpoints) in the
+//! served document, and an AsyncAPI 3.0 document for the WebSocket `/v1/ws` (`hello`, `trade`,
+//! `retract`, `heartbeat`, `resync`), served at `/v1/asyncapi.json` and committed as
+//! `docs/asyncapi.json` (a test keeps the two equal).
+
+use std::sync::OnceLock;
+
+use pmw_core::message::{Control, Kind, Market, PushedMessage, Trade, TradeMessage};
+use serde_json::{json, Map, Value};
+use utoipa::OpenApi;
+
+#[derive(OpenApi)]
+#[openapi(components(schemas(PushedMessage, TradeMessage, Trade, Market, Kind, Control)))]
+struct Events;
+
+/// The component schemas of the pushed messages (`#/components/schemas/…` references).
+pub fn schemas() -> Map<String, Value> {
+    let doc = serde_json::to_value(Events::openapi()).unwrap_or_default();
+    doc["components"]["schemas"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// `schema` with its `type` fixed to `kind`.
+fn typed(schema: &str, kind: &str) -> Value {
+    json!({
+        "allOf": [{"$ref": format!("#/components/schemas/{schema}")}],
+        "properties": {"type": {"const": kind}},
+        "required": ["type"],
+    })
+}
+
+/// OpenAPI 3.1 `webhooks`: what an endpoint receives.
+pub fn webhooks() -> Value {
+    let op = |kind: &str, what: &str| {
+        json!({"post": {
+            "summary": format!("a `{kind}` message"),
+            "description": format!("{what} Signed per Standard Webhooks (`webhook-id`, \
+                `webhook-timestamp`, `webhook-signature` with the endpoint's `whsec_…` secret). \
+                Answer 2xx within the timeout; 410 disables the endpoint; anything else is \
+                retried with backoff."),
+            "requestBody": {"required": true, "content": {"application/json": {"schema": typed("PushedMessage", kind)}}},
+            "responses": {"2XX": {"description": "received"}, "410": {"description": "gone: pmw disables the endpoint"}},
+        }})
+    };
+    json!({
+        "trade": op("trade", "A fill of a followed wallet on the canonical chain."),
+        "retract": op("retract", "A fill a reorg removed, with the body it was delivered with."),
+    })
+}
+
+/// The AsyncAPI 3.0 document of `/v1/ws`.
+pub fn asyncapi() -> &'static Value {
+    static DOC: OnceLock<Value> = OnceLock::new();
+    DOC.get_or_init(|| {
+        let msg = |name: &str, summary: &str, payload: Value| {
+            json!({"name": name, "summary": summary, "contentType": "application/json", "payload": payload})
+        };
+        let messages = json!({
+            "hello": msg("hello", "first frame: where the session starts and the ingested head", typed("Control", "hello")),
+            "trade": msg("trade", "a fill of a followed wallet", typed("PushedMessage", "trade")),
+            "retract": msg("retract", "a fill a reorg removed (the body it was delivered with)", typed("PushedMessage", "retract")),
+            "heartbeat": msg("heartbeat", "every PMW_PUSH_WS_HEARTBEAT_MS: alive, and where the session stands", typed("Control", "heartbeat")),
+            "resync": msg("resync", "the resume window was exceeded: backfill after `after` over REST, then reconnect", typed("Control", "resync")),
+        });
+        let refs: Map<String, Value> = messages
+            .as_object()
+            .map(|m| {
+                m.keys()
+                    .map(|k| (k.clone(), json!({"$ref": format!("#/components/messages/{k}")})))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let op_refs: Vec<Value> = refs
+            .keys()
+            .map(|k| json!({"$ref": format!("#/channels/ws/messages/{k}")}))
+            .collect();
+        json!({
+            "asyncapi": "3.0.0",
+            "info": {
+                "title": "pmw live trades",
+                "version": "1",
+                "description": "Live Polymarket trades of the wallets an account follows, over a \
+                    WebSocket served by pmw-push behind the same site as the REST API. \
+                    Authenticate with `Authorization: Bearer pmw_…` (scheme in any case) or a \
+                    one-time `?ticket=` from `POST /v1/ws-ticket`. Reconnect with \
+                    `?since=<resume>` (the last `resume` received) to get what was missed; a \
+                    reorg of that block is detected and retracted first. The server only sends; \
+                    close codes: 1008 (auth or `since` refused), 1013 (try again later)."
+            },
+            "defaultContentType": "application/json",
+            "channels": {"ws": {
+                "address": "/v1/ws",
+                "messages": refs,
+                "bindings": {"ws": {"method": "GET", "query": {
+                    "type": "object",
+                    "properties": {
+                        "since": {"type": "string", "description": "resume after this position (`<cursor>:<hash8>`, or a bare cursor)"},
+                        "ticket": {"type": "string", "description": "a one-time browser ticket `pmwt_…`"}
+                    }
+                }}}
+            }},
+            "operations": {"receive": {
+                "action": "receive",
+                "channel": {"$ref": "#/channels/ws"},
+                "messages": op_refs,
+            }},
+            "components": {"messages": messages, "schemas": schemas()},
+        })
+    })
+}

@@ -1,0 +1,60 @@
+//! The real Caddy with the repository's Caddyfile in front of an API under test (its site, admin
+//! and upstream addresses from the environment, as in production and the dev stack).
+
+use std::net::SocketAddr;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use pmw_testkit::{free_port, repo_root};
+
+/// A running Caddy; killed on drop.
+pub struct Caddy {
+    pub base: String,
+    _child: tokio::process::Child,
+    _home: tempfile::TempDir,
+}
+
+impl Caddy {
+    /// Caddy proxying the REST API to `api`, with the API's body limit `max_body`.
+    pub async fn start(api: SocketAddr, max_body: usize) -> Caddy {
+        let site = free_port();
+        let admin = free_port();
+        let home = tempfile::tempdir().unwrap();
+        let child = tokio::process::Command::new("caddy")
+            .args(["run", "--adapter", "caddyfile", "--config"])
+            .arg(repo_root().join("caddy/Caddyfile"))
+            .env("PMW_SITE", format!("http://127.0.0.1:{site}"))
+            .env("PMW_API", api.to_string())
+            .env("PMW_API_MAX_BODY_BYTES", max_body.to_string())
+            // No push or stats here: their routes refuse.
+            .env("PMW_PUSH_A", format!("127.0.0.1:{}", free_port()))
+            .env("PMW_PUSH_B", format!("127.0.0.1:{}", free_port()))
+            .env("PMW_STATS", format!("127.0.0.1:{}", free_port()))
+            .env("PMW_CADDY_ADMIN", format!("127.0.0.1:{admin}"))
+            .env("HOME", home.path())
+            .env("XDG_DATA_HOME", home.path())
+            .env("XDG_CONFIG_HOME", home.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("caddy (Debian package) is installed");
+        let base = format!("http://127.0.0.1:{site}");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let up = reqwest::get(format!("{base}/v1/health"))
+                .await
+                .is_ok_and(|r| r.status() == 200);
+            if up {
+                break;
+            }
+            assert!(Instant::now() < deadline, "caddy does not proxy the API");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Caddy {
+            base,
+            _child: child,
+            _home: home,
+        }
+    }
+}

@@ -1,0 +1,84 @@
+//! Real WebSocket frames and real webhook bodies, produced by pmw-push from pmw-sim's trades
+//! ingested by pmw-live, validated against the schemas pmw-api publishes (AsyncAPI for `/v1/ws`,
+//! OpenAPI `webhooks`) by an independent validator (Python `jsonschema`).
+
+use std::time::Duration;
+
+use pmw_sim::demo_wallets;
+use pmw_testkit::hooks::{Receiver, Step};
+use serde_json::{json, Value};
+use tokio::io::AsyncWriteExt;
+
+use crate::harness::{connect, first_of, Harness};
+
+const WITHIN: Duration = Duration::from_secs(60);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pushed_frames_and_webhook_bodies_match_the_published_schemas() {
+    let h = Harness::new().await;
+    let (push, addr) = h.leader("push-a").await;
+    let mine = vec![demo_wallets(6)[0], demo_wallets(6)[3]];
+    let (account, key) = h.account(&mine).await;
+    let hook = Receiver::cycling(vec![Step::status(200)]).await;
+    let secret = pmw_core::webhook::Secret::generate();
+    let c = h.db.connect().await;
+    let now = pmw_core::UnixMs::now().0;
+    c.execute(
+        "INSERT INTO webhook_endpoints (account_id, url, secret, created_ms, updated_ms) VALUES ($1, $2, $3, $4, $4)",
+        &[&account, &hook.url(), &secret.expose(), &now],
+    )
+    .await
+    .unwrap();
+    c.execute("SELECT pg_notify('pmw_subscriptions', '')", &[])
+        .await
+        .unwrap();
+    let mut ws = connect(addr, &key, None).await;
+    first_of(&mut ws, "hello").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    h.sim.run_matches(12).await.unwrap();
+    h.wait_pushed(WITHIN).await;
+    first_of(&mut ws, "trade").await;
+    first_of(&mut ws, "heartbeat").await;
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    while hook.count() == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "no webhook arrived");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    push.stop().await.unwrap();
+    let seen = ws.done.await.unwrap();
+    let frames: Vec<Value> = seen
+        .frames
+        .into_iter()
+        .map(|mut f| {
+            f.as_object_mut().unwrap().remove("_recv_ms");
+            f
+        })
+        .collect();
+    let bodies: Vec<Value> = hook.hits().iter().map(|h| h.json()).collect();
+    let input = json!({
+        "asyncapi": pmw_api::routes::events::asyncapi(),
+        "openapi": serde_json::from_str::<Value>(pmw_api::routes::openapi_json()).unwrap(),
+        "frames": frames,
+        "bodies": bodies,
+    });
+    let root = pmw_testkit::repo_root();
+    let mut child = tokio::process::Command::new(root.join("tools/python/.venv/bin/python"))
+        .arg(root.join("tools/python/validate_events.py"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("tools/python venv (scripts/install python)");
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input.to_string().as_bytes()).await.unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().await.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "schema violations:\n{text}");
+    let counts: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    for k in ["ws:hello", "ws:trade", "ws:heartbeat", "webhook:trade"] {
+        assert!(
+            counts[k].as_u64().unwrap_or(0) >= 1,
+            "{k} validated: {counts}"
+        );
+    }
+}
