@@ -66,23 +66,31 @@ pub fn secs_named(prefixes: &[&str]) -> f64 {
 }
 
 /// CPU seconds used so far by each party of a run.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Cpu {
     pub push: f64,
     pub live: f64,
     /// This process: the load generators.
     pub generators: f64,
+    /// The backends of this run's database, by pid (a backend that exits in between is not
+    /// counted: the services keep pooled connections).
+    pub backends: std::collections::HashMap<u32, f64>,
+    /// Every Postgres process of the server (other databases' load included).
     pub postgres: f64,
     pub clickhouse: f64,
     pub anvil: f64,
 }
 
 impl Cpu {
-    pub fn sample(push: u32, live: Option<u32>) -> Cpu {
+    pub fn sample(push: u32, live: Option<u32>, backends: &[u32]) -> Cpu {
         Cpu {
             push: secs(push).unwrap_or(0.0),
             live: live.and_then(secs).unwrap_or(0.0),
             generators: secs(std::process::id()).unwrap_or(0.0),
+            backends: backends
+                .iter()
+                .filter_map(|p| secs(*p).map(|s| (*p, s)))
+                .collect(),
             postgres: secs_named(&["postgres"]),
             clickhouse: secs_named(&["clickhouse"]),
             anvil: secs_named(&["anvil"]),
@@ -95,6 +103,11 @@ impl Cpu {
             push: self.push - earlier.push,
             live: self.live - earlier.live,
             generators: self.generators - earlier.generators,
+            backends: self
+                .backends
+                .iter()
+                .map(|(p, s)| (*p, s - earlier.backends.get(p).copied().unwrap_or(0.0)))
+                .collect(),
             postgres: self.postgres - earlier.postgres,
             clickhouse: self.clickhouse - earlier.clickhouse,
             anvil: self.anvil - earlier.anvil,
@@ -103,6 +116,11 @@ impl Cpu {
 
     pub fn total(&self) -> f64 {
         self.push + self.live + self.generators + self.postgres + self.clickhouse + self.anvil
+    }
+
+    /// CPU seconds of this run's database backends.
+    pub fn run_db(&self) -> f64 {
+        self.backends.values().sum()
     }
 }
 

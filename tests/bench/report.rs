@@ -267,12 +267,12 @@ fn render_rates(o: &mut String, r: &Report) {
         );
     }
     let _ = writeln!(o, "\nCPU per step, from `/proc/<pid>/stat` (user + system) between the step's start and its deliveries settling. Push serves WebSocket frames and webhook deliveries in one process, so its CPU is per delivered message of either kind. Postgres, ClickHouse and anvil are the shared local stack (every process by command name); the generators are this benchmark's process (WebSocket clients, webhook receivers, simulator).\n");
-    let _ = writeln!(o, "| matches/block | WS frames | webhook deliveries (delivered / owed) | webhook deliveries/s | push CPU | push µs / delivery | live CPU | live ms / block | postgres | clickhouse | anvil | generators | push share |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(o, "| matches/block | WS frames | webhook deliveries (delivered / owed) | webhook deliveries/s | push CPU | push µs / delivery | live CPU | live ms / block | postgres: this run's backends / all | clickhouse | anvil | generators | push share |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for s in &r.rates {
         let c = &s.cpu;
         let _ = writeln!(
             o,
-            "| {} | {} | {} / {} | {:.0} | {:.1} s | {} | {:.1} s | {} | {:.1} s | {:.1} s | {:.1} s | {:.1} s | {:.0}% |",
+            "| {} | {} | {} / {} | {:.0} | {:.1} s | {} | {:.1} s | {} | {:.1} s / {:.1} s | {:.1} s | {:.1} s | {:.1} s | {:.0}% |",
             s.matches_per_block,
             s.ws_frames,
             s.hook_deliveries,
@@ -282,6 +282,7 @@ fn render_rates(o: &mut String, r: &Report) {
             s.push_us_per_delivery().map_or("–".into(), |v| format!("{v:.0}")),
             c.live,
             s.live_ms_per_block().map_or("–".into(), |v| format!("{v:.1}")),
+            c.run_db(),
             c.postgres,
             c.clickhouse,
             c.anvil,

@@ -261,6 +261,18 @@ impl Bench {
     }
 
     /// (ingest watermark block, push cursor block), when they exist.
+    /// The pids of the Postgres backends connected to this run's database.
+    pub async fn backends(&self) -> anyhow::Result<Vec<u32>> {
+        let rows = self
+            .pg
+            .query(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database()",
+                &[],
+            )
+            .await?;
+        Ok(rows.iter().map(|r| r.get::<_, i32>(0) as u32).collect())
+    }
+
     pub async fn cursors(&self) -> anyhow::Result<(Option<u64>, Option<u64>)> {
         let r = self
             .pg

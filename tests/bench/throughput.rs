@@ -137,7 +137,7 @@ async fn rate_window(
         "  throughput step: {m} matches/block for {:?}, pmw-push pid {push_pid}",
         plan.rate_window
     );
-    let cpu_before = Cpu::sample(push_pid, live_pid);
+    let cpu_before = Cpu::sample(push_pid, live_pid, &b.backends().await?);
     let running = b.start_sim(m, plan.rate_window).await?;
     let started = Instant::now();
     let mut samples: Vec<(f64, u64, u64)> = Vec::new(); // (elapsed s, push lag, ingest lag)
@@ -155,7 +155,7 @@ async fn rate_window(
     let run = b.finish_sim(running).await?;
     let caught_up = b.wait_pushed(run.upto, Duration::from_secs(30)).await?;
     settle(&[ws, hooks], Duration::from_secs(20)).await;
-    let cpu = Cpu::sample(push_pid, live_pid).since(&cpu_before);
+    let cpu = Cpu::sample(push_pid, live_pid, &b.backends().await?).since(&cpu_before);
     let half = run.secs / 2.0;
     let second: Vec<&(f64, u64, u64)> = samples.iter().filter(|s| s.0 >= half).collect();
     let push_lags: Vec<u64> = second.iter().map(|s| s.1).collect();
@@ -210,15 +210,16 @@ async fn rate_window(
         if kept_up { "kept up" } else { "fell behind" }
     );
     eprintln!(
-        "    cpu: push {:.1} s ({:.0} µs per delivered frame or webhook), live {:.1} s ({:.1} ms/block), postgres {:.1} s, clickhouse {:.1} s, anvil {:.1} s, generators {:.1} s",
-        cpu.push,
+        "    cpu: push {:.1} s ({:.0} µs per delivered frame or webhook), live {:.1} s ({:.1} ms/block), postgres {:.1} s (this run's backends {:.1} s), clickhouse {:.1} s, anvil {:.1} s, generators {:.1} s",
+        step.cpu.push,
         step.push_us_per_delivery().unwrap_or(f64::NAN),
-        cpu.live,
+        step.cpu.live,
         step.live_ms_per_block().unwrap_or(f64::NAN),
-        cpu.postgres,
-        cpu.clickhouse,
-        cpu.anvil,
-        cpu.generators
+        step.cpu.postgres,
+        step.cpu.run_db(),
+        step.cpu.clickhouse,
+        step.cpu.anvil,
+        step.cpu.generators
     );
     Ok(step)
 }
