@@ -5,6 +5,7 @@ mod account;
 mod deliveries;
 mod ops;
 mod ready;
+mod ready_metrics;
 mod ready_more;
 mod subscriptions;
 mod trades;

@@ -1,6 +1,7 @@
 //! Operations: `/v1/health` (the process answers), `/v1/openapi.json` and `/metrics`
 //! (`/v1/ready` is [`super::ready`]).
 
+use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -8,6 +9,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::error::ErrorBody;
+use crate::AppState;
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Health {
@@ -38,11 +40,14 @@ pub async fn openapi_json() -> Response {
         .into_response()
 }
 
-/// Prometheus text exposition (`pmw_api_http_requests_total`, …).
+/// Prometheus text exposition (`pmw_api_http_requests_total`, …). Each scrape also runs the
+/// readiness checks and exports them (`pmw_api_ready`, `pmw_api_ready_check{check}`, …): the
+/// alert rules see readiness without a blackbox prober.
 #[utoipa::path(get, path = "/metrics", tag = "ops",
     responses((status = 200, description = "Prometheus text format", content_type = "text/plain"),
         (status = 500, body = ErrorBody)))]
-pub async fn metrics() -> Response {
+pub async fn metrics(State(st): State<AppState>) -> Response {
+    super::ready_metrics::export(&super::ready::evaluate(&st).await);
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         pmw_core::metrics::render(),
