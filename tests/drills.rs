@@ -3,8 +3,11 @@
 //! production Caddyfile, pmw-sim trades on a private anvil, and 100 WebSocket clients resume by
 //! cursor through Caddy. Figures are printed and written into docs/OPERATIONS.md; the absolute
 //! invariants (0 lost, 0 duplicated, 0 out of order) asserted. `supervision` proves pm2's
-//! restart contract for every exit path.
+//! restart contract for every exit path; `alerts` makes the alert rules fire in a real
+//! Prometheus.
 
+#[path = "drills/alerts.rs"]
+mod alerts;
 #[path = "drills/churn.rs"]
 mod churn;
 #[path = "drills/supervision.rs"]

@@ -6,6 +6,8 @@
 //   pmw-caddy     `caddy run` with the production Caddyfile, its addresses from the environment
 //   pmw-webhooks  a local webhook receiver: verifies every delivery with the official
 //                 standardwebhooks library (tools/python/.venv) and logs one JSON line each
+//   pmw-prometheus  Debian's Prometheus with the config scripts/dev writes in
+//                 $PMW_DEV_DIR/prometheus (every service's metrics, deploy/prometheus rules)
 //
 // Everything comes from the environment of `pm2 start` (scripts/dev sets it): PMW_BIN_DIR,
 // PMW_DEV_DIR and the PMW_DEV_* / PMW_*_PORT ports.
@@ -100,6 +102,17 @@ module.exports = {
         XDG_DATA_HOME: path.join(devDir, 'caddy', 'data'),
         XDG_CONFIG_HOME: path.join(devDir, 'caddy', 'config'),
       },
+    },
+    {
+      ...common,
+      name: 'pmw-prometheus',
+      script: env.PMW_PROMETHEUS_BIN || '/usr/bin/prometheus',
+      args: [
+        `--config.file=${path.join(devDir, 'prometheus', 'prometheus.yml')}`,
+        `--storage.tsdb.path=${path.join(devDir, 'prometheus', 'data')}`,
+        `--web.listen-address=127.0.0.1:${get('PMW_DEV_PROMETHEUS_PORT', 18190)}`,
+        '--storage.tsdb.retention.time=2d',
+      ],
     },
     {
       ...common,

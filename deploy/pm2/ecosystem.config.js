@@ -21,6 +21,9 @@
 // kill_timeout is longer than push's round deadline (PMW_PUSH_ROUND_DEADLINE_MS, 10 s) so a
 // graceful stop finishes its round, releases the lock and closes sockets with 1012.
 //
+// Prometheus metrics, on private loopback ports (deploy/prometheus/prometheus.yml scrapes them):
+// live 9461, push-a 9462, push-b 9463, stats 9464 (PMW_*_METRICS_PORT override them; pmw-api
+// serves /metrics on its own port).
 // Binaries come from PMW_BIN_DIR; database and chain settings from the environment of
 // `pm2 start` (PMW_POSTGRES_URL, PMW_CLICKHOUSE_URL, …; see crates/core/src/config.rs).
 const bin = process.env.PMW_BIN_DIR || '/usr/local/lib/pmw/bin';
@@ -41,18 +44,31 @@ const common = {
 
 module.exports = {
   apps: [
-    { ...common, name: 'pmw-live', script: `${bin}/pmw-live`, env: { PMW_INSTANCE: 'live' } },
+    {
+      ...common,
+      name: 'pmw-live',
+      script: `${bin}/pmw-live`,
+      env: { PMW_INSTANCE: 'live', PMW_LIVE_METRICS_ADDR: `127.0.0.1:${port('PMW_LIVE_METRICS_PORT', 9461)}` },
+    },
     {
       ...common,
       name: 'pmw-push-a',
       script: `${bin}/pmw-push`,
-      env: { PMW_INSTANCE: 'push-a', PMW_PUSH_LISTEN: `127.0.0.1:${port('PMW_PUSH_A_PORT', 8081)}` },
+      env: {
+        PMW_INSTANCE: 'push-a',
+        PMW_PUSH_LISTEN: `127.0.0.1:${port('PMW_PUSH_A_PORT', 8081)}`,
+        PMW_PUSH_METRICS_ADDR: `127.0.0.1:${port('PMW_PUSH_A_METRICS_PORT', 9462)}`,
+      },
     },
     {
       ...common,
       name: 'pmw-push-b',
       script: `${bin}/pmw-push`,
-      env: { PMW_INSTANCE: 'push-b', PMW_PUSH_LISTEN: `127.0.0.1:${port('PMW_PUSH_B_PORT', 8091)}` },
+      env: {
+        PMW_INSTANCE: 'push-b',
+        PMW_PUSH_LISTEN: `127.0.0.1:${port('PMW_PUSH_B_PORT', 8091)}`,
+        PMW_PUSH_METRICS_ADDR: `127.0.0.1:${port('PMW_PUSH_B_METRICS_PORT', 9463)}`,
+      },
     },
     {
       ...common,
@@ -64,7 +80,11 @@ module.exports = {
       ...common,
       name: 'pmw-stats',
       script: `${bin}/pmw-stats`,
-      env: { PMW_INSTANCE: 'stats', PMW_STATS_LISTEN: `127.0.0.1:${port('PMW_STATS_PORT', 8082)}` },
+      env: {
+        PMW_INSTANCE: 'stats',
+        PMW_STATS_LISTEN: `127.0.0.1:${port('PMW_STATS_PORT', 8082)}`,
+        PMW_STATS_METRICS_ADDR: `127.0.0.1:${port('PMW_STATS_METRICS_PORT', 9464)}`,
+      },
     },
   ],
 };

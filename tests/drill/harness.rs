@@ -115,6 +115,8 @@ pub struct Drill {
     pub accounts: Vec<(String, Vec<pmw_core::Address>)>,
     pub clients: Vec<(Vec<pmw_core::Address>, Arc<Mutex<ClientLog>>)>,
     pub start_cursor: Cursor,
+    /// Private metrics ports: (Prometheus job, instance, port) of live, push-a, push-b, stats.
+    pub metrics_ports: Vec<(&'static str, &'static str, u16)>,
     stop: CancellationToken,
     pub rpc_proxy: Option<pmw_testkit::TcpProxy>,
 }
@@ -164,6 +166,12 @@ impl Drill {
             free_port(),
             free_port(),
         );
+        let metrics_ports = vec![
+            ("pmw-live", "live", free_port()),
+            ("pmw-push", "push-a", free_port()),
+            ("pmw-push", "push-b", free_port()),
+            ("pmw-stats", "stats", free_port()),
+        ];
         let mut env: Vec<(String, String)> = db.env();
         env.retain(|(k, _)| !k.starts_with("PMW_RPC"));
         env.extend([
@@ -186,6 +194,22 @@ impl Drill {
             ),
             ("PMW_PUSH_A_PORT".into(), pa.to_string()),
             ("PMW_PUSH_B_PORT".into(), pb.to_string()),
+            (
+                "PMW_LIVE_METRICS_PORT".into(),
+                metrics_ports[0].2.to_string(),
+            ),
+            (
+                "PMW_PUSH_A_METRICS_PORT".into(),
+                metrics_ports[1].2.to_string(),
+            ),
+            (
+                "PMW_PUSH_B_METRICS_PORT".into(),
+                metrics_ports[2].2.to_string(),
+            ),
+            (
+                "PMW_STATS_METRICS_PORT".into(),
+                metrics_ports[3].2.to_string(),
+            ),
             ("PMW_LIVE_START_BLOCK".into(), (head + 1).to_string()),
             ("PMW_LIVE_POLL_INTERVAL_MS".into(), "200".into()),
             ("PMW_GAMMA_URL".into(), "http://127.0.0.1:9".into()),
@@ -300,6 +324,7 @@ impl Drill {
             accounts,
             clients,
             start_cursor,
+            metrics_ports,
             stop,
             rpc_proxy,
         }

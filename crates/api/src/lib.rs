@@ -58,6 +58,7 @@ pub async fn run_with(
         .await
         .map_err(|e| ServiceError::transient(format!("cannot publish plans: {e}")))?;
     pmw_core::metrics::install();
+    pmw_core::metrics::build_info(SERVICE);
     let listener = tokio::net::TcpListener::bind(api.api_listen)
         .await
         .map_err(|e| ServiceError::transient(format!("cannot bind {}: {e}", api.api_listen)))?;

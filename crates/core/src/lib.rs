@@ -12,6 +12,7 @@ pub mod heartbeat;
 pub mod lock;
 pub mod message;
 pub mod metrics;
+mod metrics_http;
 pub mod migrate;
 pub mod pg;
 pub mod plans;

@@ -10,6 +10,11 @@ use tokio_util::sync::CancellationToken;
 use crate::config::CoreConfig;
 use crate::pg::{self, PgError, Session};
 
+/// `pmw_lock_waiting{lock}`: 1 while this process waits for a writer lock (the standby), else 0.
+pub const LOCK_WAITING: &str = "pmw_lock_waiting";
+/// `pmw_lock_wait_segments_total{lock}`: `lock_timeout` segments waited for a writer lock.
+pub const LOCK_WAIT_SEGMENTS: &str = "pmw_lock_wait_segments_total";
+
 /// Advisory lock keys (one namespace per database).
 pub mod keys {
     /// The single ingest writer.
@@ -52,6 +57,9 @@ impl WriterLock {
             .batch_execute(&format!("SET lock_timeout = {ms}"))
             .await?;
         let mut segments = 0u64;
+        // Lock waits: `pmw_lock_waiting{lock}` 1 while waiting, segments waited as a counter.
+        let lock_label = [("lock", application_name.to_string())];
+        metrics::gauge!(LOCK_WAITING, &lock_label).set(1.0);
         loop {
             // Its own autocommit statement: when it times out its snapshot is released.
             let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&key];
@@ -61,11 +69,13 @@ impl WriterLock {
             };
             match outcome {
                 Ok(_) => {
+                    metrics::gauge!(LOCK_WAITING, &lock_label).set(0.0);
                     tracing::info!(key, pid, segments, "writer lock acquired");
                     return Ok(Some(WriterLock { session, key, pid }));
                 }
                 Err(e) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {
                     segments += 1;
+                    metrics::counter!(LOCK_WAIT_SEGMENTS, &lock_label).increment(1);
                     tracing::debug!(key, segments, "writer lock wait segment elapsed");
                 }
                 Err(e) => return Err(e.into()),

@@ -8,6 +8,10 @@
 //! `pmw_<service>_http_request_duration_seconds{method,route}` (histogram). `route` is the
 //! matched route template (`/v1/webhooks/{id}`), never the raw path, so labels stay bounded.
 //!
+//! Every service sets `pmw_build_info{service,version,revision} 1` ([`build_info`]); the
+//! services without an HTTP server of their own serve `/metrics` on a private port ([`start`],
+//! [`serve`]; pmw-api serves it on its listen address).
+//!
 //! Everything here works whether or not a recorder is installed (tests that never call
 //! [`install`] record into the no-op recorder).
 
@@ -15,6 +19,11 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
+
+pub use crate::metrics_http::{serve, start};
+
+/// The build info gauge, the same name on every service (alerts compare revisions across them).
+pub const BUILD_INFO: &str = "pmw_build_info";
 
 /// Histogram buckets for durations in seconds: 1 ms … 10 s.
 pub const DURATION_BUCKETS: &[f64] = &[
@@ -71,6 +80,16 @@ pub fn render() -> String {
 pub fn name(service: &str, what: &str) -> String {
     let s = service.strip_prefix("pmw-").unwrap_or(service);
     format!("pmw_{}_{}", s.replace('-', "_"), what)
+}
+
+/// `pmw_build_info{service,version,revision} 1`: this process's build ([`crate::build_info`]).
+pub fn build_info(service: &str) {
+    let labels = [
+        ("service", service.to_string()),
+        ("version", crate::build_info::VERSION.to_string()),
+        ("revision", crate::build_info::REVISION.to_string()),
+    ];
+    metrics::gauge!(BUILD_INFO, &labels).set(1.0);
 }
 
 /// Record one HTTP request: a counter by method, route and status, a duration histogram by

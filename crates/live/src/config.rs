@@ -8,8 +8,10 @@
 //! | `PMW_LIVE_POLL_INTERVAL_MS` | `1000` | HTTP head polling period while the WebSocket is down |
 //! | `PMW_LIVE_WS_STALL_MS` | `30000` | a WebSocket silent this long is treated as lost |
 //! | `PMW_LIVE_START_BLOCK` | unset | first block to ingest when no watermark exists (default: the first head seen) |
+//! | `PMW_LIVE_METRICS_ADDR` | `127.0.0.1:9461` | private Prometheus `/metrics` address (loopback; a port in use is logged, not fatal) |
 //! | `PMW_GAMMA_URL` | `https://gamma-api.polymarket.com` | Gamma-compatible market metadata API |
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use pmw_core::config::{ConfigError, Validate};
@@ -29,6 +31,8 @@ pub struct LiveConfig {
     pub live_start_block: Option<u64>,
     #[serde(default = "d::gamma")]
     pub gamma_url: String,
+    #[serde(default = "d::metrics")]
+    pub live_metrics_addr: SocketAddr,
 }
 
 mod d {
@@ -43,6 +47,9 @@ mod d {
     }
     pub fn stall() -> u64 {
         30_000
+    }
+    pub fn metrics() -> std::net::SocketAddr {
+        ([127, 0, 0, 1], 9461).into()
     }
     pub fn gamma() -> String {
         "https://gamma-api.polymarket.com".into()
@@ -61,9 +68,14 @@ impl LiveConfig {
     }
 }
 
+/// The defaults, for in-process runs (tests): the same as an empty environment, except that
+/// metrics are served on a free port (`127.0.0.1:0`), so in-process instances never collide.
 impl Default for LiveConfig {
     fn default() -> Self {
-        pmw_core::config::load_from(figment::Figment::new()).expect("defaults are valid")
+        let mut c: LiveConfig =
+            pmw_core::config::load_from(figment::Figment::new()).expect("defaults are valid");
+        c.live_metrics_addr = ([127, 0, 0, 1], 0).into();
+        c
     }
 }
 

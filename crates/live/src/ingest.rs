@@ -24,7 +24,7 @@ pub enum IngestError {
     Chain(#[from] ChainError),
     #[error("clickhouse: {0}")]
     ClickHouse(#[from] clickhouse::error::Error),
-    #[error("postgres: {0}")]
+    #[error("postgres: {}", pmw_core::pg::describe(.0))]
     Postgres(#[from] tokio_postgres::Error),
     #[error("postgres pool: {0}")]
     Pool(#[from] pmw_core::pg::PgError),
@@ -173,6 +173,8 @@ impl Ingester {
     /// Remember a head seen live. The earliest arrival of a given header wins (the WebSocket and the poll may both see it).
     pub fn saw(&mut self, seen: SeenHead) {
         self.head = self.head.max(seen.head.number);
+        let lead_ms = seen.t_detect_ms.0 - seen.head.timestamp as i64 * 1000;
+        crate::telemetry::head_seen(self.head, lead_ms);
         match self.book.get(&seen.head.number) {
             Some(prev)
                 if prev.head.hash == seen.head.hash && prev.t_detect_ms <= seen.t_detect_ms => {}
@@ -249,7 +251,9 @@ impl Ingester {
             .map(|h| (h, UnixMs::now(), true)))
     }
 
-    /// Fetch, decode, store one block, then move the watermark to it and notify.
+    /// Fetch, decode, store one block, then move the watermark to it and notify. Logs inside
+    /// carry the span's `block` and `backfilled`.
+    #[tracing::instrument(name = "ingest", skip_all, fields(block = head.number, backfilled))]
     pub async fn ingest_block(
         &mut self,
         head: &Head,
@@ -291,7 +295,9 @@ impl Ingester {
         // Until the watermark commits, these rows are uncommitted: a failure from here on leaves
         // them for `retract_uncommitted`.
         self.uncommitted = true;
-        trades::insert_trades(&self.ch, &rows).await?;
+        trades::insert_trades(&self.ch, &rows)
+            .await
+            .inspect_err(|_| crate::telemetry::ch_insert_failed("trades"))?;
         crate::failpoint::hit("after_trades_insert", head.number);
         let t_stored = UnixMs::now();
         let mut client = self.pg.get().await?;
@@ -345,8 +351,15 @@ impl Ingester {
         };
         if let Err(e) = latency::insert_ingest(&self.ch, &[latency_row]).await {
             self.stats.latency_rows_lost += 1;
+            crate::telemetry::ch_insert_failed("ingest_latency");
             tracing::warn!(block = head.number, error = %e, "ingest latency row not stored");
         }
+        crate::telemetry::block_ingested(
+            head.number,
+            backfilled,
+            rows.len(),
+            (t_detect, t_logs, t_stored),
+        );
         self.stats.blocks += 1;
         self.stats.backfilled_blocks += u64::from(backfilled);
         self.stats.trades += rows.len() as u64;
@@ -362,6 +375,7 @@ impl Ingester {
 
     /// Walk back from the watermark to the newest block whose stored hash is canonical, retract
     /// the trades of every orphaned block above it, and move the watermark back to it.
+    #[tracing::instrument(name = "unwind", skip_all, fields(cursor = self.cursor.map(|c| c.number)))]
     pub async fn unwind(&mut self) -> Result<(), IngestError> {
         let tip = self.cursor.expect("unwind needs a cursor");
         let stored = self
@@ -428,6 +442,7 @@ impl Ingester {
         self.book.retain(|&n, _| n <= ancestor.number);
         self.cursor = Some(ancestor);
         self.notifier.notify(ancestor.number);
+        crate::telemetry::reorged(ancestor.number);
         self.stats.reorgs += 1;
         self.stats.retracted += retracted as u64;
         tracing::warn!(

@@ -8,6 +8,7 @@ pub mod heads;
 pub mod ingest;
 pub mod names;
 pub mod notifier;
+pub mod telemetry;
 
 use std::time::Duration;
 
@@ -44,6 +45,8 @@ pub async fn run_with(
     allow: Allowlist,
     shutdown: CancellationToken,
 ) -> Result<(), ServiceError> {
+    pmw_core::metrics::start(SERVICE, live.live_metrics_addr, &shutdown).await;
+    telemetry::init();
     let storage = Storage::open(&cfg, SERVICE).await?;
     let instance = cfg.instance_or(SERVICE);
     let heartbeat = Heartbeat::new(storage.pg.clone(), SERVICE, &instance);
@@ -107,6 +110,9 @@ pub async fn run_with(
             }
         }
     }
+    if let Some(c) = ingester.cursor {
+        metrics::gauge!(telemetry::WATERMARK).set(c.number as f64);
+    }
     tracing::info!(cursor = ?ingester.cursor.map(|c| c.number), "ingesting");
 
     let (tx, mut heads) = mpsc::channel(1024);
@@ -168,6 +174,7 @@ pub async fn run_with(
                     return Err(ServiceError::Bug(anyhow::anyhow!(e)))
                 }
                 Err(e) => {
+                    metrics::counter!(telemetry::INGEST_ERRORS).increment(1);
                     tracing::warn!(error = %e, cursor = ?ingester.cursor.map(|c| c.number), "ingest step failed; retrying");
                     if sleep_or_stop(&mut backoff, &shutdown, &lock).await? {
                         break;

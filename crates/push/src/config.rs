@@ -3,6 +3,7 @@
 //! | variable | default | meaning |
 //! |---|---|---|
 //! | `PMW_PUSH_LISTEN` | `127.0.0.1:8081` | WebSocket listen address, bound only once this instance leads |
+//! | `PMW_PUSH_METRICS_ADDR` | `127.0.0.1:9462` | private Prometheus `/metrics` address, served by the leader and the standby alike (the ecosystem gives push-b `127.0.0.1:9463`; a port in use is logged, not fatal) |
 //! | `PMW_PUSH_SLOT` | `0` | leader slot (one leader/standby pair per slot) |
 //! | `PMW_PUSH_WORKER` / `PUSH_WORKER` | `1` | `0` refuses to start (the push worker is disabled here) |
 //! | `PMW_PUSH_LOCK_SEGMENT_MS` | `300000` | one segment of the standby's lock wait (`lock_timeout`) |
@@ -61,12 +62,17 @@ pub struct PushConfig {
     pub push_stall_exit_ms: Option<u64>,
     #[serde(default = "d::lease")]
     pub push_lease_ms: u64,
+    #[serde(default = "d::metrics")]
+    pub push_metrics_addr: SocketAddr,
 }
 
 mod d {
     use std::net::SocketAddr;
     pub fn listen() -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], 8081))
+    }
+    pub fn metrics() -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], 9462))
     }
     pub fn yes() -> bool {
         true
@@ -109,9 +115,14 @@ mod d {
     }
 }
 
+/// The defaults, for in-process runs (tests): the same as an empty environment, except that
+/// metrics are served on a free port (`127.0.0.1:0`), so in-process instances never collide.
 impl Default for PushConfig {
     fn default() -> Self {
-        pmw_core::config::load_from(figment::Figment::new()).expect("defaults are valid")
+        let mut c: PushConfig =
+            pmw_core::config::load_from(figment::Figment::new()).expect("defaults are valid");
+        c.push_metrics_addr = ([127, 0, 0, 1], 0).into();
+        c
     }
 }
 

@@ -12,6 +12,7 @@ mod round_loop;
 pub mod rounds;
 mod server;
 pub mod subs;
+pub mod telemetry;
 pub mod webhook;
 mod webhook_lane;
 pub mod ws;
@@ -85,6 +86,8 @@ pub async fn run_with(
             "PUSH_WORKER=0: the push worker is disabled on this host; refusing to start".into(),
         ));
     }
+    pmw_core::metrics::start(SERVICE, push.push_metrics_addr, &shutdown).await;
+    telemetry::init();
     let storage = Storage::open(&cfg, SERVICE).await?;
     let pools = Pools::open(&cfg)?;
     let instance = cfg.instance_or(SERVICE);

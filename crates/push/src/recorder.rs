@@ -68,6 +68,7 @@ impl Recorder {
 
     /// Queue a fact without waiting; a full queue drops it (counted).
     pub fn record(&self, fact: Fact) {
+        crate::telemetry::fact(&fact);
         if self.tx.try_send(fact).is_err() {
             self.stats.dropped.fetch_add(1, Relaxed);
         }
@@ -189,11 +190,13 @@ async fn flush(ch: &ChClient, stats: &RecorderStats, p: &mut Pending) {
     let dropped = p.trim();
     if dropped > 0 {
         stats.dropped.fetch_add(dropped as u64, Relaxed);
+        metrics::counter!(crate::telemetry::FACTS_DROPPED).increment(dropped as u64);
     }
 }
 
 fn failed(stats: &RecorderStats, table: &str, e: &clickhouse::error::Error) {
     stats.write_errors.fetch_add(1, Relaxed);
+    crate::telemetry::recorder_failed(table);
     if let Ok(mut g) = stats.last_error.lock() {
         *g = Some(format!("clickhouse {table}: {e}"));
     }

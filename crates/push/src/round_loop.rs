@@ -95,6 +95,7 @@ impl RoundLoop<'_> {
                     return Ok(Stopped::Graceful);
                 }
             }
+            let round_started = Instant::now();
             let outcome = {
                 let mut round = std::pin::pin!(self.rounds.round());
                 tokio::select! {
@@ -110,6 +111,7 @@ impl RoundLoop<'_> {
                     _ = tokio::time::sleep_until(progress + stall) => return Err(stalled(stall, "a round is still running")),
                 }
             };
+            crate::telemetry::round(outcome.is_ok(), round_started.elapsed());
             match outcome {
                 Ok(o) => {
                     progress = Instant::now();
@@ -252,11 +254,12 @@ impl RoundLoop<'_> {
         let h = &self.health;
         let state = serde_json::json!({
             "role": "leader", "epoch": epoch, "cursor": self.rounds.cursor.to_string(),
-            "last_round_ms": h.last_round_ms.load(Ordering::Relaxed),
+            "last_round_ms": h.last_round_ms.load(Ordering::Relaxed), "rounds": h.rounds.load(Ordering::Relaxed),
             "errors": h.errors.load(Ordering::Relaxed), "sessions": self.hub.sessions(),
             "webhook_block": h.webhook_block.load(Ordering::Relaxed),
             "listener": if self.listen.is_some() { "listen" } else { "poll" },
         });
+        crate::telemetry::leader_state(h, &self.hub, &self.dispatcher.snapshot());
         if let Err(e) = self.heartbeat.beat(&state).await {
             tracing::warn!(error = %e, "heartbeat failed");
         }

@@ -4,6 +4,7 @@
 //! | variable | default | meaning |
 //! |---|---|---|
 //! | `PMW_STATS_LISTEN` | `127.0.0.1:8082` | dashboard listen address; loopback only (Caddy is the public listener) |
+//! | `PMW_STATS_METRICS_ADDR` | `127.0.0.1:9464` | private Prometheus `/metrics` address, served from start (also while waiting for the lock; a port in use is logged, not fatal) |
 //! | `PMW_STATS_INTERVAL_MS` | `60000` | how often the latency snapshot is recomputed |
 //! | `PMW_STATS_LOCK_SEGMENT_MS` | `300000` | one segment of the writer-lock wait (`lock_timeout`) |
 //! | `PMW_STATS_RETENTION_DAYS` | `32` | latency partitions (UTC days) ending more than this many days ago are dropped: the 30-day window plus a margin; at least 31 |
@@ -40,6 +41,8 @@ pub struct StatsConfig {
     pub stats_delivery_log_retention_days: u32,
     #[serde(default = "d::retention_batch")]
     pub stats_retention_batch: u32,
+    #[serde(default = "d::metrics")]
+    pub stats_metrics_addr: SocketAddr,
 }
 
 mod d {
@@ -47,6 +50,9 @@ mod d {
 
     pub fn listen() -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], 8082))
+    }
+    pub fn metrics() -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], 9464))
     }
     pub fn interval() -> u64 {
         60_000
@@ -97,9 +103,14 @@ impl StatsConfig {
     }
 }
 
+/// The defaults, for in-process runs (tests): the same as an empty environment, except that
+/// metrics are served on a free port (`127.0.0.1:0`), so in-process instances never collide.
 impl Default for StatsConfig {
     fn default() -> Self {
-        pmw_core::config::load_from(figment::Figment::new()).expect("defaults are valid")
+        let mut c: StatsConfig =
+            pmw_core::config::load_from(figment::Figment::new()).expect("defaults are valid");
+        c.stats_metrics_addr = ([127, 0, 0, 1], 0).into();
+        c
     }
 }
 

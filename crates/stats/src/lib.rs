@@ -33,6 +33,13 @@ pub use snapshot::Snapshot;
 /// Service name used in logs, heartbeats and `application_name`.
 pub const SERVICE: &str = "pmw-stats";
 
+/// `pmw_stats_refreshes_total{outcome}`: snapshot recomputations, `ok` or `failed`.
+pub const REFRESHES: &str = "pmw_stats_refreshes_total";
+/// `pmw_stats_snapshot_timestamp_seconds`: when the published snapshot was computed.
+pub const SNAPSHOT_AT: &str = "pmw_stats_snapshot_timestamp_seconds";
+/// `pmw_stats_retention_errors_total{job}`: retention jobs that failed.
+pub const RETENTION_ERRORS: &str = "pmw_stats_retention_errors_total";
+
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(5);
 const SERVER_STOP_DEADLINE: Duration = Duration::from_secs(5);
 
@@ -50,6 +57,10 @@ pub async fn run_with(
     shutdown: CancellationToken,
     bound: Option<oneshot::Sender<SocketAddr>>,
 ) -> Result<(), ServiceError> {
+    pmw_core::metrics::start(SERVICE, stats.stats_metrics_addr, &shutdown).await;
+    for outcome in ["ok", "failed"] {
+        metrics::counter!(REFRESHES, "outcome" => outcome).increment(0);
+    }
     let storage = Storage::open(&cfg, SERVICE).await?;
     let heartbeat = Heartbeat::new(storage.pg.clone(), SERVICE, &cfg.instance_or(SERVICE));
     let Some(lock) = wait_for_lock(&cfg, &stats, &heartbeat, &shutdown).await? else {
@@ -180,7 +191,10 @@ async fn run_retention(
     ] {
         match outcome {
             Ok(d) => dropped += d.len() as u64,
-            Err(e) => tracing::warn!(job = what, error = %e, "retention failed"),
+            Err(e) => {
+                metrics::counter!(RETENTION_ERRORS, "job" => what).increment(1);
+                tracing::warn!(job = what, error = %e, "retention failed")
+            }
         }
     }
     state.partitions_dropped += dropped;
@@ -198,11 +212,14 @@ impl LoopState {
         match outcome {
             Ok(s) => {
                 self.refreshes += 1;
+                metrics::counter!(REFRESHES, "outcome" => "ok").increment(1);
+                metrics::gauge!(SNAPSHOT_AT).set(s.generated_at_ms as f64 / 1000.0);
                 tracing::debug!(at = %s.generated_at, "snapshot refreshed");
                 shared.publish(s);
             }
             Err(e) => {
                 self.failures += 1;
+                metrics::counter!(REFRESHES, "outcome" => "failed").increment(1);
                 tracing::warn!(error = %e, "snapshot refresh failed");
                 shared.failed(e.to_string());
             }

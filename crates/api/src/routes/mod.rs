@@ -8,6 +8,7 @@ pub mod events;
 mod ops;
 pub use ops::metrics;
 mod ready;
+mod ready_metrics;
 mod ready_more;
 mod subscriptions;
 mod trades;

@@ -1,11 +1,14 @@
 //! Operations: `/v1/health` (the process answers), `/v1/openapi.json` and `/metrics` (loopback
 //! only, undocumented publicly; `/v1/ready` is [`super::ready`]).
 
+use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
 use utoipa::ToSchema;
+
+use crate::AppState;
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Health {
@@ -44,8 +47,11 @@ pub async fn asyncapi_json() -> Json<&'static serde_json::Value> {
 }
 
 /// Prometheus text exposition (`pmw_api_http_requests_total`, …), on the loopback listener
-/// only: Caddy answers 404 for `/metrics`, so it is not in the public document.
-pub async fn metrics() -> Response {
+/// only: Caddy answers 404 for `/metrics`, so it is not in the public document. Each scrape also
+/// runs the readiness checks and exports them (`pmw_api_ready`, `pmw_api_ready_check{check}`,
+/// …): the alert rules see readiness without a blackbox prober.
+pub async fn metrics(State(st): State<AppState>) -> Response {
+    super::ready_metrics::export(&super::ready::evaluate(&st).await);
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         pmw_core::metrics::render(),

@@ -264,15 +264,30 @@ async fn clickhouse_and_latency(st: &AppState, now: i64) -> (Check, Check) {
 #[utoipa::path(get, path = "/v1/ready", tag = "ops",
     responses((status = 200, body = Readiness), (status = 503, body = Readiness)))]
 pub async fn ready(State(st): State<AppState>) -> Response {
+    let r = evaluate(&st).await;
+    let status = if r.ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    if let Some(e) = &r.error {
+        tracing::info!(reason = %e.message, "not ready");
+    }
+    (status, Json(r)).into_response()
+}
+
+/// Every check, now: the verdict `/v1/ready` answers and `/metrics` exports
+/// ([`super::ready_metrics`]).
+pub async fn evaluate(st: &AppState) -> Readiness {
     let now = UnixMs::now().0;
     let ((postgres, push), (clickhouse, latency), push_standby, ingest, webhooks, stats, revisions) = tokio::join!(
-        postgres_and_push(&st, now),
-        clickhouse_and_latency(&st, now),
-        push_standby(&st, now),
-        super::ready_more::ingest(&st, now),
-        super::ready_more::webhooks(&st, now),
-        super::ready_more::stats(&st, now, STATS_MAX_AGE_MS),
-        super::ready_more::revisions(&st, now, STATS_MAX_AGE_MS),
+        postgres_and_push(st, now),
+        clickhouse_and_latency(st, now),
+        push_standby(st, now),
+        super::ready_more::ingest(st, now),
+        super::ready_more::webhooks(st, now),
+        super::ready_more::stats(st, now, STATS_MAX_AGE_MS),
+        super::ready_more::revisions(st, now, STATS_MAX_AGE_MS),
     );
     let checks = Checks {
         postgres,
@@ -301,31 +316,21 @@ pub async fn ready(State(st): State<AppState>) -> Response {
     .filter_map(|c| c.reason.as_deref())
     .collect();
     if reasons.is_empty() {
-        return (
-            StatusCode::OK,
-            Json(Readiness {
-                ready: true,
-                checks,
-                warnings,
-                error: None,
-            }),
-        )
-            .into_response();
-    }
-    let message = reasons.join("; ");
-    tracing::info!(reason = %message, "not ready");
-    let error = Some(ErrorDetail {
-        code: "not_ready".into(),
-        message,
-    });
-    (
-        StatusCode::SERVICE_UNAVAILABLE,
-        Json(Readiness {
-            ready: false,
+        return Readiness {
+            ready: true,
             checks,
             warnings,
-            error,
-        }),
-    )
-        .into_response()
+            error: None,
+        };
+    }
+    let error = Some(ErrorDetail {
+        code: "not_ready".into(),
+        message: reasons.join("; "),
+    });
+    Readiness {
+        ready: false,
+        checks,
+        warnings,
+        error,
+    }
 }

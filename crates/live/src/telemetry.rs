@@ -1,0 +1,83 @@
+//! pmw-live's Prometheus metrics (served on `PMW_LIVE_METRICS_ADDR`, see [`crate::config`]).
+//!
+//! | metric | type | meaning |
+//! |---|---|---|
+//! | `pmw_live_blocks_seen_total` | counter | block headers seen live (WebSocket or poll) |
+//! | `pmw_live_blocks_ingested_total` | counter | blocks stored and the watermark moved to them |
+//! | `pmw_live_blocks_backfilled_total` | counter | of those, fetched by number (not seen live) |
+//! | `pmw_live_reorgs_total` | counter | reorgs unwound |
+//! | `pmw_live_trades_total` | counter | trades stored |
+//! | `pmw_live_clickhouse_insert_errors_total{table}` | counter | failed ClickHouse inserts |
+//! | `pmw_live_ingest_errors_total` | counter | ingest steps that failed and were retried |
+//! | `pmw_live_ingest_stage_seconds{stage}` | histogram | `logs` (detect → logs fetched), `stored` (logs → watermark committed), `total` (detect → committed) |
+//! | `pmw_live_watermark_block` | gauge | the ingest watermark |
+//! | `pmw_live_head_block` | gauge | the newest head seen |
+//! | `pmw_live_head_lead_ms` | gauge | detect time − block timestamp of the last block seen live (clock offset plus propagation) |
+
+use pmw_core::UnixMs;
+
+pub const BLOCKS_SEEN: &str = "pmw_live_blocks_seen_total";
+pub const BLOCKS_INGESTED: &str = "pmw_live_blocks_ingested_total";
+pub const BLOCKS_BACKFILLED: &str = "pmw_live_blocks_backfilled_total";
+pub const REORGS: &str = "pmw_live_reorgs_total";
+pub const TRADES: &str = "pmw_live_trades_total";
+pub const CH_INSERT_ERRORS: &str = "pmw_live_clickhouse_insert_errors_total";
+pub const INGEST_ERRORS: &str = "pmw_live_ingest_errors_total";
+pub const STAGE_SECONDS: &str = "pmw_live_ingest_stage_seconds";
+pub const WATERMARK: &str = "pmw_live_watermark_block";
+pub const HEAD: &str = "pmw_live_head_block";
+pub const HEAD_LEAD_MS: &str = "pmw_live_head_lead_ms";
+
+/// Every counter exists from the start (at 0), so `rate()` and `increase()` see a series.
+pub fn init() {
+    for c in [
+        BLOCKS_SEEN,
+        BLOCKS_INGESTED,
+        BLOCKS_BACKFILLED,
+        REORGS,
+        TRADES,
+        INGEST_ERRORS,
+    ] {
+        metrics::counter!(c).increment(0);
+    }
+    for table in ["trades", "ingest_latency"] {
+        metrics::counter!(CH_INSERT_ERRORS, "table" => table).increment(0);
+    }
+}
+
+/// A new head was seen live.
+pub fn head_seen(head: u64, lead_ms: i64) {
+    metrics::counter!(BLOCKS_SEEN).increment(1);
+    metrics::gauge!(HEAD).set(head as f64);
+    metrics::gauge!(HEAD_LEAD_MS).set(lead_ms as f64);
+}
+
+/// A block was ingested: its stage latencies and the watermark.
+pub fn block_ingested(
+    number: u64,
+    backfilled: bool,
+    trades: usize,
+    (t_detect, t_logs, t_stored): (UnixMs, UnixMs, UnixMs),
+) {
+    metrics::counter!(BLOCKS_INGESTED).increment(1);
+    if backfilled {
+        metrics::counter!(BLOCKS_BACKFILLED).increment(1);
+    }
+    metrics::counter!(TRADES).increment(trades as u64);
+    metrics::gauge!(WATERMARK).set(number as f64);
+    let secs = |a: UnixMs, b: UnixMs| (b.0 - a.0).max(0) as f64 / 1000.0;
+    metrics::histogram!(STAGE_SECONDS, "stage" => "logs").record(secs(t_detect, t_logs));
+    metrics::histogram!(STAGE_SECONDS, "stage" => "stored").record(secs(t_logs, t_stored));
+    metrics::histogram!(STAGE_SECONDS, "stage" => "total").record(secs(t_detect, t_stored));
+}
+
+/// A reorg was unwound to `ancestor`.
+pub fn reorged(ancestor: u64) {
+    metrics::counter!(REORGS).increment(1);
+    metrics::gauge!(WATERMARK).set(ancestor as f64);
+}
+
+/// A ClickHouse insert into `table` failed.
+pub fn ch_insert_failed(table: &'static str) {
+    metrics::counter!(CH_INSERT_ERRORS, "table" => table).increment(1);
+}

@@ -1,0 +1,99 @@
+//! pmw-push's Prometheus metrics (served on `PMW_PUSH_METRICS_ADDR` by the leader and the
+//! standby alike, see [`crate::config`]). Most are mirrored once a second from the counters the
+//! leader already keeps ([`crate::Health`], [`crate::hub::HubStats`], the webhook dispatcher's
+//! [`crate::webhook::StatsSnapshot`]) by [`leader_state`]; rounds and deliveries are recorded
+//! where they happen.
+//!
+//! | metric | type | meaning |
+//! |---|---|---|
+//! | `pmw_push_leader` | gauge | 1 on the instance leading the slot, 0 on the standby |
+//! | `pmw_push_epoch` | gauge | the leader's PushEpoch |
+//! | `pmw_push_rounds_total{outcome}` | counter | rounds `completed` or `failed` |
+//! | `pmw_push_round_duration_seconds{outcome}` | histogram | how long a round took |
+//! | `pmw_push_frames_queued_total` | counter | frames queued to WebSocket sessions |
+//! | `pmw_push_frames_sent_total` | counter | frames written to a WebSocket |
+//! | `pmw_push_slow_consumer_closes_total` | counter | sessions closed 1013 (queue full) |
+//! | `pmw_push_sessions` | gauge | WebSocket sessions open |
+//! | `pmw_push_webhook_attempts_total{outcome}` | counter | `delivered`, `failed` (retried), `gave_up` |
+//! | `pmw_push_webhook_backlog` / `pmw_push_webhook_due` | gauge | pending deliveries of enabled endpoints, and those due now |
+//! | `pmw_push_detect_to_push_seconds{channel}` | histogram | block detected → frame written (`ws`) or webhook delivered (`webhook`) |
+//! | `pmw_push_clickhouse_insert_errors_total{table}` | counter | failed ClickHouse inserts of the recorder |
+//! | `pmw_push_facts_dropped_total` | counter | latency/delivery rows the recorder gave up on |
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+use crate::hub::Hub;
+use crate::recorder::Fact;
+use crate::webhook::StatsSnapshot;
+use crate::Health;
+
+pub const LEADER: &str = "pmw_push_leader";
+pub const EPOCH: &str = "pmw_push_epoch";
+pub const ROUNDS: &str = "pmw_push_rounds_total";
+pub const ROUND_SECONDS: &str = "pmw_push_round_duration_seconds";
+pub const FRAMES_QUEUED: &str = "pmw_push_frames_queued_total";
+pub const FRAMES_SENT: &str = "pmw_push_frames_sent_total";
+pub const SLOW_CLOSES: &str = "pmw_push_slow_consumer_closes_total";
+pub const SESSIONS: &str = "pmw_push_sessions";
+pub const WEBHOOK_ATTEMPTS: &str = "pmw_push_webhook_attempts_total";
+pub const WEBHOOK_BACKLOG: &str = "pmw_push_webhook_backlog";
+pub const WEBHOOK_DUE: &str = "pmw_push_webhook_due";
+pub const DETECT_TO_PUSH: &str = "pmw_push_detect_to_push_seconds";
+pub const CH_INSERT_ERRORS: &str = "pmw_push_clickhouse_insert_errors_total";
+pub const FACTS_DROPPED: &str = "pmw_push_facts_dropped_total";
+
+/// At start (standby or leader): every series exists at 0, `pmw_push_leader` 0.
+pub fn init() {
+    metrics::gauge!(LEADER).set(0.0);
+    for outcome in ["completed", "failed"] {
+        metrics::counter!(ROUNDS, "outcome" => outcome).increment(0);
+    }
+    for c in [FRAMES_QUEUED, FRAMES_SENT, SLOW_CLOSES, FACTS_DROPPED] {
+        metrics::counter!(c).increment(0);
+    }
+    for table in ["push_latency", "delivery_log"] {
+        metrics::counter!(CH_INSERT_ERRORS, "table" => table).increment(0);
+    }
+}
+
+/// One round ended (`ok`: completed) after `took`.
+pub fn round(ok: bool, took: Duration) {
+    let outcome = if ok { "completed" } else { "failed" };
+    metrics::counter!(ROUNDS, "outcome" => outcome).increment(1);
+    metrics::histogram!(ROUND_SECONDS, "outcome" => outcome).record(took.as_secs_f64());
+}
+
+/// The leader's counters, mirrored (called with every leader heartbeat).
+pub fn leader_state(health: &Health, hub: &Hub, hooks: &StatsSnapshot) {
+    metrics::gauge!(LEADER).set(1.0);
+    metrics::gauge!(EPOCH).set(health.epoch.load(Relaxed) as f64);
+    metrics::counter!(FRAMES_QUEUED).absolute(hub.stats.frames_queued.load(Relaxed));
+    metrics::counter!(SLOW_CLOSES).absolute(hub.stats.slow_closed.load(Relaxed));
+    metrics::gauge!(SESSIONS).set(hub.sessions() as f64);
+    for (outcome, n) in [
+        ("delivered", hooks.delivered),
+        ("failed", hooks.failed_attempts),
+        ("gave_up", hooks.failed_final),
+    ] {
+        metrics::counter!(WEBHOOK_ATTEMPTS, "outcome" => outcome).absolute(n);
+    }
+    metrics::gauge!(WEBHOOK_BACKLOG).set(hooks.backlog as f64);
+    metrics::gauge!(WEBHOOK_DUE).set(hooks.due as f64);
+}
+
+/// A fact handed to the recorder: a delivered frame or webhook (its detect→push latency).
+pub fn fact(fact: &Fact) {
+    if let Fact::Latency(r) = fact {
+        let secs = (r.t_push_ms - r.t_detect_ms).max(0) as f64 / 1000.0;
+        if r.channel == "ws" {
+            metrics::counter!(FRAMES_SENT).increment(1);
+        }
+        metrics::histogram!(DETECT_TO_PUSH, "channel" => r.channel.clone()).record(secs);
+    }
+}
+
+/// The recorder could not insert into `table`.
+pub fn recorder_failed(table: &str) {
+    metrics::counter!(CH_INSERT_ERRORS, "table" => table.to_string()).increment(1);
+}
