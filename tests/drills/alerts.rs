@@ -204,15 +204,18 @@ async fn alerts_fire_in_prometheus_for_ingest_push_and_an_older_build() {
         .wait_firing("PmwIngestLagging", &[("check", "ingest")], t0)
         .await;
 
-    // 2. Push rounds fail: the trades table is gone from ClickHouse (renamed away).
+    // 2. Push rounds fail: the `reorgs` table every round reads first is gone (renamed away in
+    // Postgres). Every round fails, idle or not (with pmw-live stopped no block arrives, so a
+    // ClickHouse fault would never be read), and nothing else reads it.
     let t1 = Instant::now();
-    let ch = |sql: String| {
-        let ch = d.db.ch.clone();
-        async move { ch.query(&sql).execute().await.unwrap() }
-    };
-    ch("RENAME TABLE trades TO trades_away".into()).await;
+    let pg = d.db.connect().await;
+    pg.batch_execute("ALTER TABLE reorgs RENAME TO reorgs_away")
+        .await
+        .unwrap();
     let push = prom.wait_firing("PmwPushRoundsFailing", &[], t1).await;
-    ch("RENAME TABLE trades_away TO trades".into()).await;
+    pg.batch_execute("ALTER TABLE reorgs_away RENAME TO reorgs")
+        .await
+        .unwrap();
 
     // 3. An older build of pmw-stats starts next to this build's services.
     let dir = tempfile::tempdir().unwrap();
@@ -251,7 +254,7 @@ async fn alerts_fire_in_prometheus_for_ingest_push_and_an_older_build() {
         .await;
 
     let figures = format!(
-        "scrape and evaluation every 1 s, every `for:` 2 s: pmw-live stopped → /v1/ready 503 (ingest) after {} ms, PmwIngestLagging firing after {} ms; ClickHouse trades table renamed away → PmwPushRoundsFailing firing after {} ms; an older pmw-stats build started → PmwOlderRevision firing after {} ms",
+        "scrape and evaluation every 1 s, every `for:` 2 s: pmw-live stopped → /v1/ready 503 (ingest) after {} ms, PmwIngestLagging firing after {} ms; Postgres reorgs table renamed away → PmwPushRoundsFailing firing after {} ms; an older pmw-stats build started → PmwOlderRevision firing after {} ms",
         ready_503.as_millis(),
         ingest.as_millis(),
         push.as_millis(),
