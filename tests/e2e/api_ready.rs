@@ -347,6 +347,41 @@ async fn ready_covers_ingest_and_the_webhook_dispatcher() {
     .await;
     assert!(r.text.contains("webhook dispatcher"), "{}", r.text);
     assert_eq!(r.body["checks"]["webhooks"]["detail"]["overdue"], 1);
+    c.execute("DELETE FROM webhook_deliveries", &[])
+        .await
+        .unwrap();
+
+    // The webhook lane behind the push cursor and unmoved for longer than the bound: webhooks
+    // are not being queued. Caught up (even unmoved for long), it is fine.
+    let old = UnixMs::now().0 - 300_000;
+    c.execute(
+        "UPDATE webhook_cursor SET block_number = 5, log_index = 999999, updated_ms = $1",
+        &[&old],
+    )
+    .await
+    .unwrap();
+    c.execute(
+        "UPDATE push_cursor SET block_number = 9, log_index = 3, updated_ms = $1",
+        &[&UnixMs::now().0],
+    )
+    .await
+    .unwrap();
+    let r = ready_until(&api.base, "the webhook lane stuck", |r| {
+        r.text.contains("the webhook lane is at block 5")
+    })
+    .await;
+    assert_eq!(r.body["checks"]["webhooks"]["ok"], false, "{}", r.text);
+    c.execute(
+        "UPDATE webhook_cursor SET block_number = 9, log_index = 3",
+        &[],
+    )
+    .await
+    .unwrap();
+    let r = ready_until(&api.base, "the webhook lane caught up", |r| {
+        r.body["checks"]["webhooks"]["ok"] == true
+    })
+    .await;
+    assert!(r.body["checks"]["webhooks"]["detail"]["lane_behind_since_ms"].is_null());
 
     // Every heartbeat carries its build's revision; an instance on another build is a warning.
     let rev: String = c

@@ -81,9 +81,26 @@ pub async fn webhooks(st: &AppState, now: i64) -> Check {
     };
     let overdue: i64 = row.get(0);
     let oldest: Option<i64> = row.get(1);
+    // The lane that queues deliveries: behind the push cursor and unmoved for the same bound.
+    let lane = match probe(st, include_str!("sql/webhook_lane.sql"), &[]).await {
+        Ok(r) => r,
+        Err(e) => return Check::fail(format!("webhook lane state unknown: {e}"), Value::Null),
+    };
+    let stuck = lane.as_ref().and_then(|r| {
+        let behind: bool = r.get(0);
+        let age = now - r.get::<_, i64>(1);
+        (behind && age > max_age).then(|| (age, r.get::<_, i64>(2), r.get::<_, i64>(3)))
+    });
     let detail = json!({
         "overdue": overdue, "oldest_due_age_ms": oldest.map(|t| now - t), "max_age_ms": max_age,
+        "lane_behind_since_ms": stuck.map(|(age, ..)| age),
     });
+    if let Some((age, lane_block, push_block)) = stuck {
+        return Check::fail(
+            format!("the webhook lane is at block {lane_block}, behind the push cursor at block {push_block}, and has not moved for {age} ms: push is not queueing webhooks"),
+            detail,
+        );
+    }
     if overdue > 0 {
         let age = oldest.map_or(0, |t| now - t);
         Check::fail(

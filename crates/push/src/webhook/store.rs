@@ -122,7 +122,10 @@ pub(crate) async fn claim(
     stale_before: i64,
     limit: i64,
 ) -> Result<Vec<Claimed>, WebhookError> {
-    let sql = format!(include_str!("sql/claim_deliveries.sql"), FENCE = EPOCH_CURRENT);
+    let sql = format!(
+        include_str!("sql/claim_deliveries.sql"),
+        FENCE = EPOCH_CURRENT
+    );
     let rows = c
         .query(
             &sql,
