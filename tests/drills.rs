@@ -502,3 +502,84 @@ async fn rpc_websocket_cut_is_logged_and_misses_no_block() {
         "0 lost, 0 duplicated, 0 out of order"
     );
 }
+
+/// `scripts/deploy/{live,api,stats} --no-build` under load: each restarts exactly its service
+/// under pm2 and verifies that the restarted process reports the expected build revision; an
+/// expected revision the binary does not carry fails the deploy. Clients lose nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deploy_scripts_restart_live_api_and_stats_and_verify_the_revision() {
+    let d = Drill::start_with(Opts {
+        apps: Some("pmw-live,pmw-push-a,pmw-push-b,pmw-api,pmw-stats"),
+        ..Opts::default()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let traffic = d.sim.spawn(
+        RunConfig {
+            matches_per_block: 2,
+            interval: Duration::from_millis(100),
+            count: Some(120),
+            duration: None,
+        },
+        CancellationToken::new(),
+    );
+    let deploy = |service: &'static str, expect: &str| {
+        let (env, home) = (d.env.clone(), d.pm2.home.path().to_path_buf());
+        let expect = expect.to_string();
+        async move {
+            let out =
+                tokio::process::Command::new(repo_root().join("scripts/deploy").join(service))
+                    .arg("--no-build")
+                    .envs(env)
+                    .env("PM2_HOME", home)
+                    .env("PMW_EXPECT_REVISION", expect)
+                    .env("PMW_DEPLOY_VERIFY_SECS", "15")
+                    .output()
+                    .await
+                    .unwrap();
+            (
+                out.status.success(),
+                String::from_utf8_lossy(&out.stderr).to_string(),
+            )
+        }
+    };
+    let mut restarted = Vec::new();
+    for service in ["live", "api", "stats"] {
+        let app = format!("pmw-{service}");
+        let before = d.pm2.app(&app);
+        let t0 = Instant::now();
+        let (ok, log) = deploy(service, pmw_core::build_info::REVISION).await;
+        assert!(ok, "scripts/deploy/{service} failed: {log}");
+        assert!(
+            log.contains(&format!(
+                "{app} runs revision {}",
+                pmw_core::build_info::REVISION
+            )),
+            "the deploy verified the running revision: {log}"
+        );
+        let after = d.pm2.app(&app);
+        assert_ne!(before.pid, after.pid, "{app} was restarted");
+        restarted.push(format!("{app} {} ms", t0.elapsed().as_millis()));
+    }
+    // A binary that is not the expected build fails the deploy, naming both revisions.
+    let (ok, log) = deploy("stats", "0ld0ld0ld0ld").await;
+    assert!(!ok, "a wrong revision must fail the deploy: {log}");
+    assert!(
+        log.contains("does not run revision 0ld0ld0ld0ld"),
+        "the failure names the expected revision: {log}"
+    );
+    traffic.await.unwrap().unwrap();
+    d.drain().await;
+    let f = d.figures();
+    let figures = format!(
+        "deploys with the revision verified: {}; a wrong expected revision failed the deploy; {f}",
+        restarted.join(", ")
+    );
+    println!("deploy scripts drill: {figures}");
+    record("deploy-scripts", &figures);
+    assert_eq!(
+        (f.lost, f.duplicated, f.out_of_order),
+        (0, 0, 0),
+        "0 lost, 0 duplicated, 0 out of order"
+    );
+}
