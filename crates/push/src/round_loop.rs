@@ -10,6 +10,7 @@ use pmw_core::heartbeat::Heartbeat;
 use pmw_core::pg::{self, Session};
 use pmw_core::{CoreConfig, ServiceError, UnixMs};
 use tokio::time::Instant;
+use tracing::Instrument;
 use tokio_util::sync::CancellationToken;
 
 use crate::hub::Hub;
@@ -97,7 +98,10 @@ impl RoundLoop<'_> {
             }
             let round_started = Instant::now();
             let outcome = {
-                let mut round = std::pin::pin!(self.rounds.round());
+                // Every log line of the round (errors with their SQLSTATE, reorgs, short blocks)
+                // carries the epoch and the cursor it started from.
+                let span = tracing::info_span!("round", epoch, from = %self.rounds.position);
+                let mut round = std::pin::pin!(self.rounds.round().instrument(span));
                 tokio::select! {
                     r = &mut round => r,
                     _ = self.shutdown.cancelled() => match tokio::time::timeout(deadline, &mut round).await {

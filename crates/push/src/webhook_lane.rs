@@ -13,6 +13,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::rounds::{RoundError, Rounds};
 use crate::Health;
@@ -114,7 +115,8 @@ async fn run(
             }
         }
         let outcome = {
-            let mut round = std::pin::pin!(rounds.round());
+            let span = tracing::info_span!("webhook_round", epoch = rounds.epoch, from = %rounds.position);
+            let mut round = std::pin::pin!(rounds.round().instrument(span));
             tokio::select! {
                 r = &mut round => r,
                 _ = stop.cancelled() => match tokio::time::timeout(t.deadline, &mut round).await {
