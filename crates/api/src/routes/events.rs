@@ -1,5 +1,6 @@
 //! The schemas of what pmw pushes, generated from the types in `pmw_core::message` that produce
-//! it: OpenAPI 3.1 `webhooks` (the `trade` and `retract` bodies POSTed to endpoints) in the
+//! it: OpenAPI 3.1 `webhooks` (the `trade` and `retract` bodies POSTed to endpoints, and the
+//! `test` event of `POST /v1/webhooks/{id}/test`) in the
 //! served document, and an AsyncAPI 3.0 document for the WebSocket `/v1/ws` (`hello`, `trade`,
 //! `retract`, `heartbeat`, `resync`), served at `/v1/asyncapi.json` and committed as
 //! `docs/asyncapi.json` (a test keeps the two equal).
@@ -11,7 +12,15 @@ use serde_json::{json, Map, Value};
 use utoipa::OpenApi;
 
 #[derive(OpenApi)]
-#[openapi(components(schemas(PushedMessage, TradeMessage, Trade, Market, Kind, Control)))]
+#[openapi(components(schemas(
+    PushedMessage,
+    TradeMessage,
+    Trade,
+    Market,
+    Kind,
+    Control,
+    super::hook_test::TestEvent
+)))]
 struct Events;
 
 /// The component schemas of the pushed messages (`#/components/schemas/…` references).
@@ -45,9 +54,17 @@ pub fn webhooks() -> Value {
             "responses": {"2XX": {"description": "received"}, "410": {"description": "gone: pmw disables the endpoint"}},
         }})
     };
+    let mut test_op = op(
+        "test",
+        "Sent on demand by `POST /v1/webhooks/{id}/test` (never \
+        retried, not in the delivery log).",
+    );
+    test_op["post"]["requestBody"]["content"]["application/json"]["schema"] =
+        typed("TestEvent", "test");
     json!({
         "trade": op("trade", "A fill of a followed wallet on the canonical chain."),
         "retract": op("retract", "A fill a reorg removed, with the body it was delivered with."),
+        "test": test_op,
     })
 }
 

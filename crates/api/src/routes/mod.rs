@@ -2,9 +2,11 @@
 //! the document at `/v1/openapi.json` is generated from the code that serves the routes.
 
 mod account;
+mod bulk;
 mod contract;
 mod deliveries;
 pub mod events;
+mod hook_test;
 mod ops;
 pub use ops::metrics;
 mod ready;
@@ -74,6 +76,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(account::ws_ticket))
         .routes(routes!(subscriptions::list, subscriptions::add))
         .routes(routes!(subscriptions::remove))
+        .routes(routes!(bulk::bulk))
         .routes(routes!(webhooks::list, webhooks::create))
         .routes(routes!(
             webhooks::get_one,
@@ -81,6 +84,7 @@ pub fn router() -> OpenApiRouter<AppState> {
             webhooks::delete
         ))
         .routes(routes!(webhooks::rotate_secret))
+        .routes(routes!(hook_test::test))
         .routes(routes!(deliveries::log))
         .routes(routes!(deliveries::replay))
         .routes(routes!(trades::list))
