@@ -27,11 +27,11 @@ use crate::AppState;
 pub struct BulkChange {
     /// Wallets to follow (already followed ones are left as they are).
     #[serde(default)]
-    #[schema(max_items = 10000)]
+    #[schema(max_items = 1000)]
     pub follow: Vec<AddSubscription>,
     /// Wallets to stop following; each must be followed now.
     #[serde(default)]
-    #[schema(max_items = 10000, example = json!(["0x2222222222222222222222222222222222222222"]))]
+    #[schema(max_items = 1000, example = json!(["0x2222222222222222222222222222222222222222"]))]
     pub unfollow: Vec<String>,
 }
 

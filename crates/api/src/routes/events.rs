@@ -12,16 +12,22 @@ use serde_json::{json, Map, Value};
 use utoipa::OpenApi;
 
 #[derive(OpenApi)]
-#[openapi(components(schemas(
-    PushedMessage,
-    TradeMessage,
-    Trade,
-    Market,
-    Kind,
-    Control,
-    super::hook_test::TestEvent
-)))]
+#[openapi(components(schemas(PushedMessage, TradeMessage, Trade, Market, Kind, Control)))]
 struct Events;
+
+/// The `test` event's schema: a webhook body only (never on the WebSocket).
+#[derive(OpenApi)]
+#[openapi(components(schemas(super::hook_test::TestEvent)))]
+struct WebhookOnly;
+
+/// The component schemas of webhook-only bodies (the `test` event).
+pub fn webhook_schemas() -> Map<String, Value> {
+    let doc = serde_json::to_value(WebhookOnly::openapi()).unwrap_or_default();
+    doc["components"]["schemas"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default()
+}
 
 /// The component schemas of the pushed messages (`#/components/schemas/…` references).
 pub fn schemas() -> Map<String, Value> {

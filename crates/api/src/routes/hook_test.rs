@@ -39,7 +39,7 @@ pub struct TestEvent {
 
 /// What the test attempt got.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct TestResult {
+pub struct WebhookTestResult {
     /// The `webhook-id` it was sent with.
     pub webhook_id: String,
     /// Whether the endpoint answered 2xx.
@@ -54,7 +54,7 @@ pub struct TestResult {
 
 /// The last failed attempt.
 #[derive(Debug, Serialize, Deserialize, ToSchema, clickhouse::Row)]
-pub struct LastError {
+pub struct EndpointLastError {
     pub t_attempt_ms: i64,
     /// 0 when no response arrived.
     pub status_code: u16,
@@ -65,7 +65,7 @@ pub struct LastError {
 
 /// Recent delivery health of an endpoint.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct Health {
+pub struct EndpointHealth {
     /// The window of `attempts` and `success_rate` (24 h).
     pub window_ms: i64,
     /// Delivery attempts in the window.
@@ -75,7 +75,7 @@ pub struct Health {
     /// `delivered / attempts`, absent without attempts.
     pub success_rate: Option<f64>,
     /// The newest attempt that did not deliver (within the delivery log's retention).
-    pub last_error: Option<LastError>,
+    pub last_error: Option<EndpointLastError>,
     /// Deliveries waiting (first attempt or retry).
     pub pending: i64,
     /// Of those, already attempted at least once: the retry backlog.
@@ -94,7 +94,11 @@ struct Counts {
 }
 
 /// The health of endpoint `id` (already checked to belong to the caller).
-pub async fn health(st: &AppState, c: &crate::routes::Client, id: i64) -> Result<Health, ApiError> {
+pub async fn health(
+    st: &AppState,
+    c: &crate::routes::Client,
+    id: i64,
+) -> Result<EndpointHealth, ApiError> {
     let now = UnixMs::now().0;
     let r = c
         .query_one(include_str!("sql/endpoint_health.sql"), &[&id])
@@ -110,7 +114,7 @@ pub async fn health(st: &AppState, c: &crate::routes::Client, id: i64) -> Result
         .bind(from)
         .fetch_one()
         .await?;
-    let last_error: Option<LastError> = st
+    let last_error: Option<EndpointLastError> = st
         .ch
         .query(
             "SELECT t_attempt_ms, status_code, outcome, error FROM delivery_log \
@@ -120,7 +124,7 @@ pub async fn health(st: &AppState, c: &crate::routes::Client, id: i64) -> Result
         .bind(id as u64)
         .fetch_optional()
         .await?;
-    Ok(Health {
+    Ok(EndpointHealth {
         window_ms: HEALTH_WINDOW_MS,
         attempts: counts.attempts,
         delivered: counts.delivered,
@@ -138,14 +142,14 @@ pub async fn health(st: &AppState, c: &crate::routes::Client, id: i64) -> Result
 /// happened. Not retried, not in the delivery log.
 #[utoipa::path(post, path = "/v1/webhooks/{id}/test", tag = "webhooks", security(("api_key" = [])),
     params(("id" = i64, Path)),
-    responses((status = 200, body = TestResult, description = "the attempt was made (see `delivered`)"),
+    responses((status = 200, body = WebhookTestResult, description = "the attempt was made (see `delivered`)"),
         (status = 404, body = ErrorBody),
         (status = 429, body = ErrorBody, description = "more than PMW_API_WEBHOOK_TEST_PER_MIN tests this minute")))]
 pub async fn test(
     State(st): State<AppState>,
     who: Auth,
     ApiPath(id): ApiPath<i64>,
-) -> Result<Json<TestResult>, ApiError> {
+) -> Result<Json<WebhookTestResult>, ApiError> {
     let c = st.pg.get().await?;
     let row = c
         .query_opt(
@@ -195,7 +199,7 @@ pub async fn test(
         status = outcome.status,
         "webhook test sent"
     );
-    Ok(Json(TestResult {
+    Ok(Json(WebhookTestResult {
         webhook_id,
         delivered,
         status_code: outcome.status,

@@ -104,6 +104,7 @@ pub fn openapi_json() -> &'static str {
         let mut doc = serde_json::to_value(&api).unwrap_or_default();
         if let Some(s) = doc["components"]["schemas"].as_object_mut() {
             s.extend(events::schemas());
+            s.extend(events::webhook_schemas());
         }
         doc["webhooks"] = events::webhooks();
         serde_json::to_string_pretty(&doc).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))

@@ -181,7 +181,7 @@ pub async fn create(
 pub struct EndpointDetail {
     #[serde(flatten)]
     pub endpoint: Endpoint,
-    pub health: super::hook_test::Health,
+    pub health: super::hook_test::EndpointHealth,
 }
 
 /// One endpoint, with its recent success rate, last error and retry backlog.
