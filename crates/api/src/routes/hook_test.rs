@@ -10,6 +10,7 @@ use std::time::Instant;
 use axum::extract::State;
 use axum::Json;
 use governor::clock::{Clock, DefaultClock};
+use pmw_core::store::delivery_log;
 use pmw_core::webhook::sign::{sign_headers, SecretError};
 use pmw_core::webhook::Secret;
 use pmw_core::UnixMs;
@@ -87,12 +88,6 @@ pub struct EndpointHealth {
     pub failing_since_ms: Option<i64>,
 }
 
-#[derive(Debug, Deserialize, clickhouse::Row)]
-struct Counts {
-    attempts: u64,
-    delivered: u64,
-}
-
 /// The health of endpoint `id` (already checked to belong to the caller).
 pub async fn health(
     st: &AppState,
@@ -103,27 +98,8 @@ pub async fn health(
     let r = c
         .query_one(include_str!("sql/endpoint_health.sql"), &[&id])
         .await?;
-    let from = now - HEALTH_WINDOW_MS;
-    let counts: Counts = st
-        .ch
-        .query(
-            "SELECT count() AS attempts, countIf(outcome = 'delivered') AS delivered \
-             FROM delivery_log WHERE endpoint_id = ? AND t_attempt_ms >= ?",
-        )
-        .bind(id as u64)
-        .bind(from)
-        .fetch_one()
-        .await?;
-    let last_error: Option<EndpointLastError> = st
-        .ch
-        .query(
-            "SELECT t_attempt_ms, status_code, outcome, error FROM delivery_log \
-             WHERE endpoint_id = ? AND outcome != 'delivered' \
-             ORDER BY t_attempt_ms DESC LIMIT 1",
-        )
-        .bind(id as u64)
-        .fetch_optional()
-        .await?;
+    let counts = delivery_log::health_counts(&st.ch, id as u64, now - HEALTH_WINDOW_MS).await?;
+    let last_error: Option<EndpointLastError> = delivery_log::last_error(&st.ch, id as u64).await?;
     Ok(EndpointHealth {
         window_ms: HEALTH_WINDOW_MS,
         attempts: counts.attempts,
