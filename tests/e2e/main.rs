@@ -9,6 +9,7 @@ mod api_ready;
 mod api_webhooks;
 mod ctl_status;
 mod ctl_watch;
+mod examples;
 mod harness;
 mod push;
 mod reorg;

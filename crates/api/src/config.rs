@@ -8,6 +8,8 @@
 //! | `PMW_API_RATE_PER_SEC` | `20` | per-key sustained request rate (429 + `Retry-After` beyond) |
 //! | `PMW_API_RATE_BURST` | `40` | per-key burst |
 //! | `PMW_API_WS_TICKET_TTL_SECS` | `60` | lifetime of a browser WebSocket ticket |
+//! | `PMW_API_IDEMPOTENCY_TTL_SECS` | `86400` | how long a POST's `Idempotency-Key` and its stored response are kept (60..=604800) |
+//! | `PMW_API_WEBHOOK_TEST_PER_MIN` | `6` | `POST /v1/webhooks/{id}/test` per account per minute (429 + `Retry-After` beyond) |
 //! | `PMW_API_DEFAULT_PLAN` | `free` | plan given to new accounts; must name a plan |
 //! | `PMW_API_PLANS` | free and pro | plans as a table (TOML file) or JSON in the variable: `{"free":{"max_wallets":10,"max_webhook_endpoints":1,"max_ws_sessions":2}}` |
 //! | `PMW_API_ALLOW_PRIVATE_WEBHOOKS` | `false` | accept webhook URLs on loopback/private/link-local addresses and local names (tests, on-prem); push has its own `PMW_PUSH_ALLOW_PRIVATE_WEBHOOKS` |
@@ -40,6 +42,10 @@ pub struct ApiConfig {
     pub api_rate_burst: u32,
     #[serde(default = "defaults::ticket_ttl")]
     pub api_ws_ticket_ttl_secs: u64,
+    #[serde(default = "defaults::idempotency_ttl")]
+    pub api_idempotency_ttl_secs: u64,
+    #[serde(default = "defaults::webhook_test_per_min")]
+    pub api_webhook_test_per_min: u32,
     /// Also read by `pmwctl account create` ([`pmw_core::plans::Plans`]).
     #[serde(default = "plans::default_plan")]
     pub api_default_plan: String,
@@ -106,6 +112,18 @@ impl Validate for ApiConfig {
                 "must be 5..=3600",
             ));
         }
+        if !(60..=604_800).contains(&self.api_idempotency_ttl_secs) {
+            return Err(ConfigError::invalid(
+                "PMW_API_IDEMPOTENCY_TTL_SECS",
+                "must be 60..=604800",
+            ));
+        }
+        if self.api_webhook_test_per_min == 0 {
+            return Err(ConfigError::invalid(
+                "PMW_API_WEBHOOK_TEST_PER_MIN",
+                "must be positive",
+            ));
+        }
         if self.api_ready_round_max_age_ms < 1_000 {
             return Err(ConfigError::invalid(
                 "PMW_API_READY_ROUND_MAX_AGE_MS",
@@ -151,6 +169,12 @@ mod defaults {
     }
     pub fn ticket_ttl() -> u64 {
         60
+    }
+    pub fn idempotency_ttl() -> u64 {
+        24 * 3600
+    }
+    pub fn webhook_test_per_min() -> u32 {
+        6
     }
     pub fn ready_round_age() -> u64 {
         15_000

@@ -30,6 +30,10 @@ pub fn app(state: AppState) -> Router {
     let limit = state.cfg.api_max_body_bytes;
     let (router, _) = routes::router().split_for_parts();
     router
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::idempotency::idempotency,
+        ))
         // Operators' Prometheus endpoint: on the loopback listener only (Caddy answers 404 for
         // it), so not in the public document.
         .route("/metrics", get(routes::metrics))

@@ -8,7 +8,9 @@ pub mod auth;
 pub mod config;
 pub mod error;
 pub mod extract;
+pub mod hook_client;
 mod http;
+pub mod idempotency;
 pub mod routes;
 
 use std::net::SocketAddr;
@@ -37,6 +39,10 @@ pub struct AppState {
     pub limiter: Arc<auth::Limiter>,
     /// Failed authentications per client address (invalid keys are throttled too).
     pub failures: Arc<auth::FailureLimiter>,
+    /// `POST /v1/webhooks/{id}/test` per account.
+    pub test_limiter: Arc<auth::Limiter>,
+    /// The SSRF-guarded client of test events.
+    pub hooks: hook_client::HookClient,
 }
 
 /// Run with settings from the environment until `shutdown`. A broken API setting is a
@@ -74,6 +80,9 @@ pub async fn run_with(
         ch: storage.ch.clone(),
         limiter: auth::limiter(&api),
         failures: auth::failure_limiter(&api),
+        test_limiter: auth::test_limiter(&api),
+        hooks: hook_client::HookClient::new(api.api_allow_private_webhooks)
+            .map_err(|e| ServiceError::Bug(e.into()))?,
         cfg: Arc::new(api),
     };
     let app = http::app(state.clone());

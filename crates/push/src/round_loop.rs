@@ -10,8 +10,8 @@ use pmw_core::heartbeat::Heartbeat;
 use pmw_core::pg::{self, Session};
 use pmw_core::{CoreConfig, ServiceError, UnixMs};
 use tokio::time::Instant;
-use tracing::Instrument;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::hub::Hub;
 use crate::rounds::{RoundError, Rounds};

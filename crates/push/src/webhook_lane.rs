@@ -115,7 +115,8 @@ async fn run(
             }
         }
         let outcome = {
-            let span = tracing::info_span!("webhook_round", epoch = rounds.epoch, from = %rounds.position);
+            let span =
+                tracing::info_span!("webhook_round", epoch = rounds.epoch, from = %rounds.position);
             let mut round = std::pin::pin!(rounds.round().instrument(span));
             tokio::select! {
                 r = &mut round => r,

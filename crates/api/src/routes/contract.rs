@@ -4,30 +4,35 @@
 //! operations with a body, 400 and 404 on operations with path parameters, 400 and 422 on
 //! operations with a query. Statuses an operation documents itself are kept.
 
-use utoipa::openapi::path::{Operation, ParameterIn};
+use utoipa::openapi::path::{Operation, ParameterBuilder, ParameterIn};
 use utoipa::openapi::{
-    ContentBuilder, HeaderBuilder, ObjectBuilder, OpenApi, Ref, RefOr, Response, ResponseBuilder,
-    Type,
+    ContentBuilder, HeaderBuilder, ObjectBuilder, OpenApi, Ref, RefOr, Required, Response,
+    ResponseBuilder, Type,
 };
 
 /// Add the shared responses to every operation of `api`.
 pub fn complete(api: &mut OpenApi) {
     for (path, item) in api.paths.paths.iter_mut() {
+        if let Some(op) = item.post.as_mut() {
+            complete_operation(path, true, op);
+        }
         let ops = [
             item.get.as_mut(),
-            item.post.as_mut(),
             item.put.as_mut(),
             item.patch.as_mut(),
             item.delete.as_mut(),
         ];
         for op in ops.into_iter().flatten() {
-            complete_operation(path, op);
+            complete_operation(path, false, op);
         }
     }
 }
 
-fn complete_operation(path: &str, op: &mut Operation) {
+fn complete_operation(path: &str, post: bool, op: &mut Operation) {
     let authenticated = op.security.as_ref().is_some_and(|s| !s.is_empty());
+    if authenticated && post {
+        idempotency(op);
+    }
     let params = op.parameters.as_deref().unwrap_or(&[]);
     let in_path = params
         .iter()
@@ -82,6 +87,50 @@ fn complete_operation(path: &str, op: &mut Operation) {
             "503",
             "a store (Postgres, ClickHouse) is unavailable; retry later",
         );
+    }
+}
+
+/// Every authenticated POST honours `Idempotency-Key` ([`crate::idempotency`]).
+fn idempotency(op: &mut Operation) {
+    let param = ParameterBuilder::new()
+        .name("Idempotency-Key")
+        .parameter_in(ParameterIn::Header)
+        .required(Required::False)
+        .description(Some(
+            "Makes the request safe to retry: the first response is stored per account for \
+             `PMW_API_IDEMPOTENCY_TTL_SECS` (24 h) and a retry with the same key and the same \
+             request (method, path, body) gets it again (with `Idempotent-Replayed: true`); the \
+             same key with a different request is 422 `idempotency_key_reused`, a retry while \
+             the first is still running 409 `idempotency_in_flight`. 401, 409, 429 and 5xx \
+             answers are not stored.",
+        ))
+        .schema(Some(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .min_length(Some(1))
+                .max_length(Some(crate::idempotency::MAX_KEY_CHARS))
+                .pattern(Some("^[!-~]+$")),
+        ))
+        .build();
+    op.parameters.get_or_insert_with(Vec::new).push(param);
+    for (status, description) in [
+        (
+            "400",
+            "a parameter or the `Idempotency-Key` header is malformed",
+        ),
+        (
+            "409",
+            "a request with this `Idempotency-Key` is still being processed",
+        ),
+        (
+            "422",
+            "the request is not valid, or its `Idempotency-Key` was used for a different request",
+        ),
+    ] {
+        op.responses
+            .responses
+            .entry(status.to_string())
+            .or_insert_with(|| error(status, description));
     }
 }
 

@@ -1,5 +1,6 @@
 //! The schemas of what pmw pushes, generated from the types in `pmw_core::message` that produce
-//! it: OpenAPI 3.1 `webhooks` (the `trade` and `retract` bodies POSTed to endpoints) in the
+//! it: OpenAPI 3.1 `webhooks` (the `trade` and `retract` bodies POSTed to endpoints, and the
+//! `test` event of `POST /v1/webhooks/{id}/test`) in the
 //! served document, and an AsyncAPI 3.0 document for the WebSocket `/v1/ws` (`hello`, `trade`,
 //! `retract`, `heartbeat`, `resync`), served at `/v1/asyncapi.json` and committed as
 //! `docs/asyncapi.json` (a test keeps the two equal).
@@ -13,6 +14,20 @@ use utoipa::OpenApi;
 #[derive(OpenApi)]
 #[openapi(components(schemas(PushedMessage, TradeMessage, Trade, Market, Kind, Control)))]
 struct Events;
+
+/// The `test` event's schema: a webhook body only (never on the WebSocket).
+#[derive(OpenApi)]
+#[openapi(components(schemas(super::hook_test::TestEvent)))]
+struct WebhookOnly;
+
+/// The component schemas of webhook-only bodies (the `test` event).
+pub fn webhook_schemas() -> Map<String, Value> {
+    let doc = serde_json::to_value(WebhookOnly::openapi()).unwrap_or_default();
+    doc["components"]["schemas"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default()
+}
 
 /// The component schemas of the pushed messages (`#/components/schemas/…` references).
 pub fn schemas() -> Map<String, Value> {
@@ -45,9 +60,17 @@ pub fn webhooks() -> Value {
             "responses": {"2XX": {"description": "received"}, "410": {"description": "gone: pmw disables the endpoint"}},
         }})
     };
+    let mut test_op = op(
+        "test",
+        "Sent on demand by `POST /v1/webhooks/{id}/test` (never \
+        retried, not in the delivery log).",
+    );
+    test_op["post"]["requestBody"]["content"]["application/json"]["schema"] =
+        typed("TestEvent", "test");
     json!({
         "trade": op("trade", "A fill of a followed wallet on the canonical chain."),
         "retract": op("retract", "A fill a reorg removed, with the body it was delivered with."),
+        "test": test_op,
     })
 }
 

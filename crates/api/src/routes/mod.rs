@@ -2,9 +2,11 @@
 //! the document at `/v1/openapi.json` is generated from the code that serves the routes.
 
 mod account;
+mod bulk;
 mod contract;
 mod deliveries;
 pub mod events;
+mod hook_test;
 mod ops;
 pub use ops::metrics;
 mod ready;
@@ -75,6 +77,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(account::ws_ticket))
         .routes(routes!(subscriptions::list, subscriptions::add))
         .routes(routes!(subscriptions::remove))
+        .routes(routes!(bulk::bulk))
         .routes(routes!(webhooks::list, webhooks::create))
         .routes(routes!(
             webhooks::get_one,
@@ -82,6 +85,7 @@ pub fn router() -> OpenApiRouter<AppState> {
             webhooks::delete
         ))
         .routes(routes!(webhooks::rotate_secret))
+        .routes(routes!(hook_test::test))
         .routes(routes!(deliveries::log))
         .routes(routes!(deliveries::replay))
         .routes(routes!(trades::list))
@@ -101,6 +105,7 @@ pub fn openapi_json() -> &'static str {
         let mut doc = serde_json::to_value(&api).unwrap_or_default();
         if let Some(s) = doc["components"]["schemas"].as_object_mut() {
             s.extend(events::schemas());
+            s.extend(events::webhook_schemas());
         }
         doc["webhooks"] = events::webhooks();
         serde_json::to_string_pretty(&doc).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))

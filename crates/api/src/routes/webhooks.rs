@@ -176,16 +176,27 @@ pub async fn create(
     ))
 }
 
+/// An endpoint with its delivery health.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EndpointDetail {
+    #[serde(flatten)]
+    pub endpoint: Endpoint,
+    pub health: super::hook_test::EndpointHealth,
+}
+
+/// One endpoint, with its recent success rate, last error and retry backlog.
 #[utoipa::path(get, path = "/v1/webhooks/{id}", tag = "webhooks", security(("api_key" = [])),
     params(("id" = i64, Path)),
-    responses((status = 200, body = Endpoint), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = EndpointDetail), (status = 404, body = ErrorBody)))]
 pub async fn get_one(
     State(st): State<AppState>,
     who: Auth,
     ApiPath(id): ApiPath<i64>,
-) -> Result<Json<Endpoint>, ApiError> {
+) -> Result<Json<EndpointDetail>, ApiError> {
     let c = st.pg.get().await?;
-    Ok(Json(owned(&c, who.account_id, id).await?))
+    let endpoint = owned(&c, who.account_id, id).await?;
+    let health = super::hook_test::health(&st, &c, id).await?;
+    Ok(Json(EndpointDetail { endpoint, health }))
 }
 
 /// Enable or disable an endpoint (re-enabling clears the disabled reason). Disabling expires

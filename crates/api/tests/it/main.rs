@@ -2,11 +2,13 @@
 //! process; tests that also run push live in the top-level `tests/e2e`).
 
 mod account;
+mod bulk;
 mod caddy;
 mod common;
 mod config;
 mod contract;
 mod deliveries;
+mod hook_test;
 mod openapi;
 mod schema_guard;
 mod subscriptions;

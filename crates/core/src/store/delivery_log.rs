@@ -1,5 +1,5 @@
 //! `delivery_log` in ClickHouse: one row per webhook attempt, written by push's recorder and
-//! read by the API's delivery log.
+//! read by the API's delivery log and endpoint health.
 
 use serde::{Deserialize, Serialize};
 
@@ -50,5 +50,40 @@ where
         .bind(attempt)
         .bind(limit)
         .fetch_all()
+        .await
+}
+
+/// An endpoint's attempts since a time and how many of them delivered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clickhouse::Row)]
+pub struct HealthCounts {
+    pub attempts: u64,
+    pub delivered: u64,
+}
+
+/// The attempts of `endpoint_id` at or after `since_ms`, and how many delivered.
+pub async fn health_counts(
+    ch: &crate::ch::ChClient,
+    endpoint_id: u64,
+    since_ms: i64,
+) -> Result<HealthCounts, clickhouse::error::Error> {
+    ch.query(super::statements::DELIVERY_LOG_HEALTH)
+        .bind(endpoint_id)
+        .bind(since_ms)
+        .fetch_one()
+        .await
+}
+
+/// The newest attempt of `endpoint_id` that did not deliver, read into the caller's row type
+/// (columns `t_attempt_ms, status_code, outcome, error`).
+pub async fn last_error<T>(
+    ch: &crate::ch::ChClient,
+    endpoint_id: u64,
+) -> Result<Option<T>, clickhouse::error::Error>
+where
+    T: clickhouse::RowOwned + clickhouse::RowRead,
+{
+    ch.query(super::statements::DELIVERY_LOG_LAST_ERROR)
+        .bind(endpoint_id)
+        .fetch_optional()
         .await
 }

@@ -45,6 +45,10 @@ pub const ACTIVE_PARTITIONS: &str = include_str!("sql/active_partitions.sql");
 pub const DROP_PARTITION: &str = include_str!("sql/drop_partition.sql");
 /// API: one page of an endpoint's delivery log.
 pub const DELIVERY_LOG_PAGE: &str = include_str!("sql/delivery_log_page.sql");
+/// API: an endpoint's attempts and deliveries since a time.
+pub const DELIVERY_LOG_HEALTH: &str = include_str!("sql/delivery_log_health.sql");
+/// API: an endpoint's newest attempt that did not deliver.
+pub const DELIVERY_LOG_LAST_ERROR: &str = include_str!("sql/delivery_log_last_error.sql");
 /// API readiness: recent live WebSocket latency.
 pub const RECENT_LATENCY: &str = include_str!("sql/recent_latency.sql");
 
@@ -72,6 +76,8 @@ pub const ALL: &[(&str, &str)] = &[
     ("active_partitions", ACTIVE_PARTITIONS),
     ("drop_partition", DROP_PARTITION),
     ("delivery_log_page", DELIVERY_LOG_PAGE),
+    ("delivery_log_health", DELIVERY_LOG_HEALTH),
+    ("delivery_log_last_error", DELIVERY_LOG_LAST_ERROR),
     ("recent_latency", RECENT_LATENCY),
 ];
 

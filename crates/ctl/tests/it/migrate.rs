@@ -38,7 +38,7 @@ async fn migrate_applies_to_empty_databases_and_is_idempotent() {
     .await;
     assert_eq!(code, 0, "{out}{err}");
     assert!(
-        out.contains("postgres: applied [1, 2, 3, 4, 5, 6, 7]"),
+        out.contains("postgres: applied [1, 2, 3, 4, 5, 6, 7, 8]"),
         "{out}"
     );
     assert!(out.contains("clickhouse: applied [1]"), "{out}");
@@ -194,7 +194,7 @@ async fn concurrent_migrate_runs_do_not_conflict() {
     for r in futures_join(runs).await {
         let (code, out, err) = r;
         assert_eq!(code, 0, "{out}{err}");
-        if out.contains("postgres: applied [1, 2, 3, 4, 5, 6, 7]") {
+        if out.contains("postgres: applied [1, 2, 3, 4, 5, 6, 7, 8]") {
             applied += 1;
         }
     }

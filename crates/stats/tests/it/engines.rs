@@ -38,6 +38,15 @@ struct Attempt {
     error: String,
 }
 
+/// The columns the API reads for an endpoint's last error.
+#[derive(Debug, PartialEq, clickhouse::Row, Deserialize)]
+struct LastError {
+    t_attempt_ms: i64,
+    status_code: u16,
+    outcome: String,
+    error: String,
+}
+
 fn trade(block: u64, log: u32, branch: u8, maker: &str) -> TradeRow {
     TradeRow {
         block_number: block,
@@ -239,6 +248,11 @@ async fn scenario(ch: &ChClient) -> Vec<(&'static str, String)> {
     let below = Some((last.t_attempt_ms, last.delivery_id.clone(), last.attempt));
     let second: Vec<Attempt> = delivery_log::page(ch, 7, &below, 3).await.unwrap();
     rec("delivery_log pages", format!("{first:?} {second:?}"));
+    let health = delivery_log::health_counts(ch, 7, NOW - DAY).await.unwrap();
+    assert_eq!((health.attempts, health.delivered), (4, 2));
+    let last: Option<LastError> = delivery_log::last_error(ch, 7).await.unwrap();
+    assert_eq!(last.as_ref().map(|l| l.status_code), Some(503));
+    rec("delivery_log health", format!("{health:?} {last:?}"));
 
     // Retention: the same partitions dropped, the same rows left.
     let dropped = retention::drop_expired(ch, UnixMs(NOW), 32).await.unwrap();
