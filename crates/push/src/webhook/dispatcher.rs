@@ -26,6 +26,10 @@ use super::store;
 use super::{WebhookConfig, WebhookError};
 use crate::recorder::Recorder;
 
+/// The backlog counts (health, metrics) are taken at most this often: they read every pending
+/// row, the scan does not.
+const COUNT_EVERY: Duration = Duration::from_secs(1);
+
 /// A queue that worked through deliveries triggers a scan at most this much later.
 const RESCAN_AFTER_QUEUE: Duration = Duration::from_millis(20);
 
@@ -204,6 +208,7 @@ async fn coordinate(
     let mut queues: JoinSet<(i64, Result<u64, WebhookError>)> = JoinSet::new();
     let mut running: HashSet<i64> = HashSet::new();
     let mut next_scan = Instant::now();
+    let mut next_count = Instant::now();
     let fenced = loop {
         tokio::select! {
             biased;
@@ -236,8 +241,21 @@ async fn coordinate(
             _ = tokio::time::sleep_until(next_scan) => {}
         }
         let now = UnixMs::now().as_i64();
+        let count = Instant::now() >= next_count;
         let scanned = match ctx.pool.get().await {
-            Ok(c) => store::scan(&**c, ctx.cfg.slot, ctx.epoch, now, ctx.stale_before(now)).await,
+            Ok(c) => {
+                if count {
+                    next_count = Instant::now() + COUNT_EVERY;
+                    match store::backlog(&**c, now).await {
+                        Ok((backlog, due)) => {
+                            ctx.stats.backlog.store(backlog.max(0) as u64, Relaxed);
+                            ctx.stats.due.store(due.max(0) as u64, Relaxed);
+                        }
+                        Err(e) => tracing::warn!(error = %e, "webhook backlog count failed"),
+                    }
+                }
+                store::scan(&**c, ctx.cfg.slot, ctx.epoch, now, ctx.stale_before(now)).await
+            }
             Err(e) => Err(e.into()),
         };
         let mut wait = ctx.cfg.poll_interval;
@@ -249,8 +267,6 @@ async fn coordinate(
                 })
             }
             Ok(s) => {
-                ctx.stats.backlog.store(s.backlog.max(0) as u64, Relaxed);
-                ctx.stats.due.store(s.due.max(0) as u64, Relaxed);
                 ctx.stats.last_scan_ms.store(now, Relaxed);
                 for endpoint in s.due_endpoints {
                     if running.insert(endpoint) {

@@ -60,13 +60,11 @@ pub async fn enqueue_in_slot(
 pub(crate) struct Scan {
     pub current: bool,
     pub due_endpoints: Vec<i64>,
-    pub backlog: i64,
-    pub due: i64,
     pub next_due_ms: Option<i64>,
 }
 
-/// Which endpoints have claimable due deliveries (same conditions as [`claim`]), the backlog,
-/// and whether `epoch` is still current.
+/// Which endpoints have claimable due deliveries (same conditions as [`claim`]), when the next
+/// one falls due, and whether `epoch` is still current.
 pub(crate) async fn scan(
     c: &impl GenericClient,
     slot: i16,
@@ -83,10 +81,16 @@ pub(crate) async fn scan(
     Ok(Scan {
         current: row.get(0),
         due_endpoints: row.get(1),
-        backlog: row.get(2),
-        due: row.get(3),
-        next_due_ms: row.get(4),
+        next_due_ms: row.get(2),
     })
+}
+
+/// The backlog: pending deliveries of enabled endpoints, and how many are due.
+pub(crate) async fn backlog(c: &impl GenericClient, now: i64) -> Result<(i64, i64), WebhookError> {
+    let row = c
+        .query_one(include_str!("sql/count_deliveries.sql"), &[&now])
+        .await?;
+    Ok((row.get(0), row.get(1)))
 }
 
 /// A claimed delivery with its endpoint's current settings.
