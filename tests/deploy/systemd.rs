@@ -298,11 +298,14 @@ exec "$systemd" --user"#;
                 &format!(
                     "# This host: no pmw user, this build's binaries, the test's environment and logs.\n\
                      [Service]\nUser=\nGroup=\nEnvironmentFile=\n\
-                     EnvironmentFile={}/pmw.env\n{per_instance}ExecStart=\nExecStart={}/{exe}\n\
+                     EnvironmentFile={}/pmw.env\n{per_instance}ExecStart=\nExecStart={bin}/{exe}\n\
+                     # The units' own sandbox (PrivateTmp=, ProtectHome=) hides a checkout under\n\
+                     # /tmp or a home directory: this build's binaries are bound in, read-only.\n\
+                     BindReadOnlyPaths={bin}\n\
                      StandardOutput=append:{logs}/%n.log\nStandardError=inherit\n\
                      ExecStopPost=+/bin/sh -c 'echo \"$$SERVICE_RESULT $$EXIT_CODE $$EXIT_STATUS\" >> {logs}/%n.exits'\n",
                     env.display(),
-                    bin.display(),
+                    bin = bin.display(),
                     logs = self.dir.path().join("logs").display()
                 ),
             );
