@@ -112,7 +112,7 @@ impl RoundLoop<'_> {
                         }
                     },
                     _ = self.lost.cancelled() => return Err(ServiceError::transient("push lock session lost")),
-                    _ = tokio::time::sleep_until(progress + stall) => return Err(stalled(stall, "a round is still running")),
+                    _ = tokio::time::sleep_until(progress + stall) => return Err(stalled("push", stall, "a round is still running")),
                 }
             };
             crate::telemetry::round(outcome.is_ok(), round_started.elapsed());
@@ -146,7 +146,7 @@ impl RoundLoop<'_> {
                     self.health.errors.fetch_add(1, Ordering::Relaxed);
                     *self.health.last_error.lock().expect("health lock") = Some(e.to_string());
                     if progress.elapsed() >= stall {
-                        return Err(stalled(stall, &e.to_string()));
+                        return Err(stalled("push", stall, &e.to_string()));
                     }
                     tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "push round failed");
                     tokio::select! {
@@ -270,14 +270,17 @@ impl RoundLoop<'_> {
     }
 }
 
-fn stalled(stall: Duration, why: &str) -> ServiceError {
+/// The hand-over error of a loop (`push` rounds or `webhook` rounds) that completed no round
+/// within the stall limit.
+pub(crate) fn stalled(lane: &str, stall: Duration, why: &str) -> ServiceError {
     tracing::error!(
+        lane,
         stall_ms = stall.as_millis() as u64,
         last = why,
         "no round completed within the stall limit; handing over"
     );
     ServiceError::transient(format!(
-        "no push round completed for {} ms ({why}); handing over to the standby",
+        "no {lane} round completed for {} ms ({why}); handing over to the standby",
         stall.as_millis()
     ))
 }

@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::round_loop::stalled;
 use crate::rounds::{RoundError, Rounds};
 use crate::Health;
 
@@ -129,7 +130,7 @@ async fn run(
                 },
                 // A round that hangs (a lock, a stuck connection) is no progress either.
                 _ = tokio::time::sleep_until(progress + t.stall) => {
-                    return Err(stalled(t.stall, "a webhook round is still running"));
+                    return Err(stalled("webhook", t.stall, "a webhook round is still running"));
                 }
             }
         };
@@ -168,7 +169,7 @@ async fn run(
                 health.errors.fetch_add(1, Ordering::Relaxed);
                 *health.last_error.lock().expect("health lock") = Some(format!("webhooks: {e}"));
                 if progress.elapsed() >= t.stall {
-                    return Err(stalled(t.stall, &e.to_string()));
+                    return Err(stalled("webhook", t.stall, &e.to_string()));
                 }
                 tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "webhook round failed");
                 tokio::select! {
@@ -180,16 +181,4 @@ async fn run(
             }
         }
     }
-}
-
-fn stalled(stall: Duration, why: &str) -> ServiceError {
-    tracing::error!(
-        stall_ms = stall.as_millis() as u64,
-        last = why,
-        "no webhook round completed within the stall limit; handing over"
-    );
-    ServiceError::transient(format!(
-        "no webhook round completed for {} ms ({why}); handing over to the standby",
-        stall.as_millis()
-    ))
 }
