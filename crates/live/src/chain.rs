@@ -129,6 +129,15 @@ impl Chain {
         head_of(&b)
     }
 
+    /// The newest block the chain calls finalized (the `finalized` tag: Polygon's milestones),
+    /// or `None` when the node reports none yet.
+    pub async fn finalized(&self) -> Result<Option<Head>, ChainError> {
+        match bounded(self.http.get_block(BlockNumber::Finalized)).await? {
+            Some(b) => Ok(Some(head_of(&b)?)),
+            None => Ok(None),
+        }
+    }
+
     /// The canonical block at `number`, or `None` if the chain is not there yet.
     pub async fn block(&self, number: u64) -> Result<Option<Head>, ChainError> {
         match bounded(self.http.get_block(U64::from(number))).await? {
@@ -147,6 +156,29 @@ impl Chain {
     ) -> Result<Vec<RawLog>, ChainError> {
         let filter = Filter::new()
             .at_block_hash(H256(*block_hash))
+            .address(
+                addresses
+                    .iter()
+                    .map(|a| ethers_core::types::H160(a.0))
+                    .collect::<Vec<_>>(),
+            )
+            .topic0(topic0s.iter().map(|t| H256(*t)).collect::<Vec<_>>());
+        let logs = bounded(self.http.get_logs(&filter)).await?;
+        logs.iter().map(raw_log).collect()
+    }
+
+    /// Logs of the canonical blocks `from..=to` (by range: what the completeness audit
+    /// compares with the stored trades), only from `addresses` and with one of `topic0s`.
+    pub async fn logs_in_range(
+        &self,
+        from: u64,
+        to: u64,
+        addresses: &[Address],
+        topic0s: &[[u8; 32]],
+    ) -> Result<Vec<RawLog>, ChainError> {
+        let filter = Filter::new()
+            .from_block(from)
+            .to_block(to)
             .address(
                 addresses
                     .iter()

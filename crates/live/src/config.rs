@@ -7,6 +7,7 @@
 //! | `PMW_LIVE_LOCK_SEGMENT_MS` | `300000` | one segment of the writer-lock wait (`lock_timeout`) |
 //! | `PMW_LIVE_POLL_INTERVAL_MS` | `1000` | HTTP head polling period while the WebSocket is down |
 //! | `PMW_LIVE_WS_STALL_MS` | `30000` | a WebSocket silent this long is treated as lost |
+//! | `PMW_LIVE_FINALIZED_POLL_MS` | `1000` | how often the chain's `finalized` block is asked for (the finalized watermark behind `final` events) |
 //! | `PMW_LIVE_START_BLOCK` | unset | first block to ingest when no watermark exists (default: the first head seen) |
 //! | `PMW_LIVE_METRICS_ADDR` | `127.0.0.1:9461` | private Prometheus `/metrics` address (loopback; a port in use is logged, not fatal) |
 //! | `PMW_GAMMA_URL` | `https://gamma-api.polymarket.com` | Gamma-compatible market metadata API |
@@ -27,6 +28,8 @@ pub struct LiveConfig {
     pub live_poll_interval_ms: u64,
     #[serde(default = "d::stall")]
     pub live_ws_stall_ms: u64,
+    #[serde(default = "d::finalized_poll")]
+    pub live_finalized_poll_ms: u64,
     #[serde(default)]
     pub live_start_block: Option<u64>,
     #[serde(default = "d::gamma")]
@@ -43,6 +46,9 @@ mod d {
         300_000
     }
     pub fn poll() -> u64 {
+        1_000
+    }
+    pub fn finalized_poll() -> u64 {
         1_000
     }
     pub fn stall() -> u64 {
@@ -63,6 +69,10 @@ impl LiveConfig {
     pub fn poll_interval(&self) -> Duration {
         Duration::from_millis(self.live_poll_interval_ms)
     }
+    pub fn finalized_poll(&self) -> Duration {
+        Duration::from_millis(self.live_finalized_poll_ms)
+    }
+
     pub fn ws_stall(&self) -> Duration {
         Duration::from_millis(self.live_ws_stall_ms)
     }
@@ -97,6 +107,12 @@ impl Validate for LiveConfig {
             return Err(ConfigError::invalid(
                 "PMW_LIVE_POLL_INTERVAL_MS",
                 "poll ≥ 10 ms, stall ≥ 100 ms",
+            ));
+        }
+        if self.live_finalized_poll_ms < 10 {
+            return Err(ConfigError::invalid(
+                "PMW_LIVE_FINALIZED_POLL_MS",
+                "must be at least 10",
             ));
         }
         if !(self.gamma_url.starts_with("http://") || self.gamma_url.starts_with("https://")) {

@@ -32,6 +32,8 @@ pub enum IngestError {
     Fenced,
     #[error("reorg deeper than {0} blocks: no common ancestor found")]
     ReorgTooDeep(u64),
+    #[error("the chain reorganised below the finalized watermark {finalized} (common ancestor {ancestor}): refused")]
+    BelowFinalized { ancestor: u64, finalized: u64 },
 }
 
 impl From<deadpool_postgres::PoolError> for IngestError {
@@ -57,6 +59,8 @@ pub struct IngestStats {
     pub reorgs: u64,
     pub retracted: u64,
     pub latency_rows_lost: u64,
+    /// Reorgs refused because they reached below the finalized watermark.
+    pub finality_violations: u64,
 }
 
 /// Blocks kept in `chain_blocks` (with their trade counts, which push's bounded catch-up
@@ -401,6 +405,17 @@ impl Ingester {
             }
         }
         let ancestor = ancestor.ok_or(IngestError::ReorgTooDeep(self.max_reorg_depth))?;
+        // A finalized trade is never retracted: a chain that disagrees with a finalized block is
+        // an alarm (a broken node, or worse), logged and counted; ingest waits for it to agree.
+        let finalized = crate::finality::watermark(&self.pg).await?;
+        if ancestor.number < finalized {
+            metrics::counter!(crate::telemetry::FINALITY_VIOLATIONS).increment(1);
+            self.stats.finality_violations += 1;
+            return Err(IngestError::BelowFinalized {
+                ancestor: ancestor.number,
+                finalized,
+            });
+        }
         let version = self.next_version();
         let mut retracted = 0;
         for (&number, hash) in stored.range(ancestor.number + 1..) {

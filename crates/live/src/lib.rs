@@ -4,6 +4,7 @@
 pub mod chain;
 pub mod config;
 pub mod failpoint;
+pub mod finality;
 pub mod heads;
 pub mod ingest;
 pub mod names;
@@ -71,6 +72,14 @@ pub async fn run_with(
     let _stop_tasks = tasks.clone().drop_guard();
     let notifier = notifier::BlockNotifier::spawn(storage.pg.clone(), tasks.clone());
     let names = names::Names::spawn(storage.pg.clone(), live.gamma_url.clone(), tasks.clone());
+    let finality = finality::Finality::new(
+        chain.clone(),
+        storage.pg.clone(),
+        lock.pid(),
+        live.finalized_poll(),
+        notifier.clone(),
+    );
+    tokio::spawn(finality.run(tasks.clone()));
     let mut ingester = Ingester::new(
         chain.clone(),
         storage.pg.clone(),
@@ -169,6 +178,13 @@ pub async fn run_with(
                 }
                 Err(IngestError::Fenced) => {
                     return Err(ServiceError::transient("live lock lost (fenced write)"))
+                }
+                Err(e @ IngestError::BelowFinalized { .. }) => {
+                    metrics::counter!(telemetry::INGEST_ERRORS).increment(1);
+                    tracing::error!(error = %e, "the chain disagrees with a finalized block: nothing retracted; retrying");
+                    if sleep_or_stop(&mut backoff, &shutdown, &lock).await? {
+                        break;
+                    }
                 }
                 Err(e @ IngestError::ReorgTooDeep(_)) => {
                     return Err(ServiceError::Bug(anyhow::anyhow!(e)))

@@ -12,6 +12,9 @@
 //! | `pmw_live_ingest_stage_seconds{stage}` | histogram | `logs` (detect → logs fetched), `stored` (logs → watermark committed), `total` (detect → committed) |
 //! | `pmw_live_watermark_block` | gauge | the ingest watermark |
 //! | `pmw_live_head_block` | gauge | the newest head seen |
+//! | `pmw_live_finalized_block` | gauge | the finalized watermark (highest ingested block the chain calls finalized) |
+//! | `pmw_live_chain_finalized_block` | gauge | the chain's own `finalized` block |
+//! | `pmw_live_finality_violations_total` | counter | reorgs that would retract below the finalized watermark (refused: an alarm) |
 //! | `pmw_live_head_lead_ms` | gauge | detect time − block timestamp of the last block seen live (clock offset plus propagation) |
 
 use pmw_core::UnixMs;
@@ -27,6 +30,9 @@ pub const STAGE_SECONDS: &str = "pmw_live_ingest_stage_seconds";
 pub const WATERMARK: &str = "pmw_live_watermark_block";
 pub const HEAD: &str = "pmw_live_head_block";
 pub const HEAD_LEAD_MS: &str = "pmw_live_head_lead_ms";
+pub const FINALIZED: &str = "pmw_live_finalized_block";
+pub const CHAIN_FINALIZED: &str = "pmw_live_chain_finalized_block";
+pub const FINALITY_VIOLATIONS: &str = "pmw_live_finality_violations_total";
 
 /// Every counter exists from the start (at 0), so `rate()` and `increase()` see a series.
 pub fn init() {
@@ -37,6 +43,7 @@ pub fn init() {
         REORGS,
         TRADES,
         INGEST_ERRORS,
+        FINALITY_VIOLATIONS,
     ] {
         metrics::counter!(c).increment(0);
     }
@@ -80,4 +87,10 @@ pub fn reorged(ancestor: u64) {
 /// A ClickHouse insert into `table` failed.
 pub fn ch_insert_failed(table: &'static str) {
     metrics::counter!(CH_INSERT_ERRORS, "table" => table).increment(1);
+}
+
+/// The finalized watermark moved to `block` (the chain finalized `chain`).
+pub fn finalized(block: u64, chain: u64) {
+    metrics::gauge!(FINALIZED).set(block as f64);
+    metrics::gauge!(CHAIN_FINALIZED).set(chain as f64);
 }

@@ -20,8 +20,14 @@ pub struct Harness {
 
 impl Harness {
     pub async fn new() -> Harness {
+        Harness::with_anvil(&[]).await
+    }
+
+    /// A harness whose anvil gets `args` (e.g. `--slots-in-an-epoch 2`: `finalized` trails the
+    /// head by 4 blocks).
+    pub async fn with_anvil(args: &[&str]) -> Harness {
         let db = TestDb::new().await;
-        let anvil = Anvil::spawn().await.expect("anvil");
+        let anvil = Anvil::spawn_with(args).await.expect("anvil");
         let sim = Sim::connect(&anvil.http_url()).await.expect("sim");
         sim.install_emitters().await.expect("emitters");
         Harness { db, anvil, sim }

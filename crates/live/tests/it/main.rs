@@ -2,6 +2,7 @@
 //! ClickHouse.
 
 mod common;
+mod finality;
 mod ingest;
 mod notifier;
 mod schema_guard;
