@@ -30,6 +30,7 @@ pub fn start_live(core: CoreConfig, head: u64) -> ServiceHandle {
         live_start_block: Some(head + 1),
         live_lock_segment_ms: 1_000,
         live_poll_interval_ms: 200,
+        live_finalized_poll_ms: 200,
         gamma_url: "http://127.0.0.1:9".into(),
         ..pmw_live::LiveConfig::default()
     };
@@ -70,8 +71,14 @@ pub struct Harness {
 
 impl Harness {
     pub async fn new() -> Harness {
+        Harness::with_anvil(&[]).await
+    }
+
+    /// A harness whose anvil gets `args` (`--slots-in-an-epoch 2`: `finalized` trails the head
+    /// by 4 blocks on anvil 1.7).
+    pub async fn with_anvil(args: &[&str]) -> Harness {
         let db = TestDb::new().await;
-        let anvil = Anvil::spawn().await.expect("anvil");
+        let anvil = Anvil::spawn_with(args).await.expect("anvil");
         let sim = Sim::connect(&anvil.http_url()).await.expect("sim");
         sim.install_emitters().await.expect("emitters");
         let mut h = Harness {

@@ -87,6 +87,11 @@ pub struct TradeMessage {
     pub t_detect_ms: i64,
     /// Ingested by the gap backfill rather than live.
     pub backfilled: bool,
+    /// The trade's block is finalized (at or below the chain's `finalized` block): it can no
+    /// longer be reorganised away. Live `trade` frames are sent before that (`false`); a `final`
+    /// with the full body says `true`.
+    #[serde(default)]
+    pub finalized: bool,
     pub trade: Trade,
     pub market: Option<Market>,
 }
@@ -98,6 +103,7 @@ impl TradeMessage {
             resume: Position::of(row.cursor(), &row.block_hash).to_string(),
             t_detect_ms: row.t_detect_ms,
             backfilled: row.backfilled == 1,
+            finalized: false,
             trade: Trade::from_row(row),
             market: market.cloned(),
         }
@@ -107,16 +113,61 @@ impl TradeMessage {
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("a trade message serialises")
     }
+
+    /// The same body marked finalized.
+    pub fn finalized(mut self, yes: bool) -> TradeMessage {
+        self.finalized = yes;
+        self
+    }
 }
 
-/// What a message body is: `trade` (a fill of the canonical chain) or `retract` (a fill a reorg
-/// removed, sent with the body it was delivered with).
+/// The body of a `final` to a subscriber who also receives `trade`s: it names the trade (its
+/// cursor and block hash) and is small. A subscriber who asked for `final` only gets the full
+/// [`TradeMessage`] (with `finalized: true`) instead.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct FinalNotice {
+    /// The finalized trade's cursor.
+    #[cfg_attr(feature = "openapi", schema(example = "000081234567-000042"))]
+    pub cursor: String,
+    #[cfg_attr(feature = "openapi", schema(example = "000081234567-000042:ab12cd34"))]
+    pub resume: String,
+    pub block_number: u64,
+    pub log_index: u32,
+    pub block_hash: String,
+    /// The wallet that owns the fill.
+    pub wallet: String,
+    /// When pmw-live received the trade's block header (ms since the epoch).
+    pub t_detect_ms: i64,
+}
+
+impl FinalNotice {
+    pub fn from_row(row: &TradeRow) -> FinalNotice {
+        FinalNotice {
+            cursor: row.cursor().to_string(),
+            resume: Position::of(row.cursor(), &row.block_hash).to_string(),
+            block_number: row.block_number,
+            log_index: row.log_index,
+            block_hash: row.block_hash.clone(),
+            wallet: row.maker.clone(),
+            t_detect_ms: row.t_detect_ms,
+        }
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a final notice serialises")
+    }
+}
+
+/// What a message body is: `trade` (a fill of the canonical chain), `retract` (a fill a reorg
+/// removed, sent with the body it was delivered with) or `final` (the fill's block is finalized).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Kind {
     Trade,
     Retract,
+    Final,
 }
 
 impl Kind {
@@ -124,6 +175,7 @@ impl Kind {
         match self {
             Kind::Trade => "trade",
             Kind::Retract => "retract",
+            Kind::Final => "final",
         }
     }
 }
@@ -131,13 +183,88 @@ impl Kind {
 impl std::str::FromStr for Kind {
     type Err = String;
 
-    /// `"trade"` or `"retract"`.
+    /// `"trade"`, `"retract"` or `"final"`.
     fn from_str(s: &str) -> Result<Kind, String> {
         match s {
             "trade" => Ok(Kind::Trade),
             "retract" => Ok(Kind::Retract),
+            "final" => Ok(Kind::Final),
             other => Err(format!("unknown message kind {other:?}")),
         }
+    }
+}
+
+/// Which events a subscriber receives: `trade` (with its `retract`s) at once, `final` when the
+/// trade's block is finalized, or both. The default is `trade` only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Events {
+    pub trade: bool,
+    pub fin: bool,
+}
+
+impl Default for Events {
+    fn default() -> Events {
+        Events::TRADE
+    }
+}
+
+impl Events {
+    pub const TRADE: Events = Events {
+        trade: true,
+        fin: false,
+    };
+    pub const FINAL: Events = Events {
+        trade: false,
+        fin: true,
+    };
+    pub const BOTH: Events = Events {
+        trade: true,
+        fin: true,
+    };
+
+    /// From names (`trade`, `final`); at least one, no unknown name.
+    pub fn from_names<S: AsRef<str>>(names: &[S]) -> Result<Events, String> {
+        let mut e = Events {
+            trade: false,
+            fin: false,
+        };
+        for n in names {
+            match n.as_ref().trim() {
+                "trade" => e.trade = true,
+                "final" => e.fin = true,
+                other => {
+                    return Err(format!(
+                        "unknown event type {other:?}: expected trade or final"
+                    ))
+                }
+            }
+        }
+        if !e.trade && !e.fin {
+            return Err("at least one event type is needed: trade, final".into());
+        }
+        Ok(e)
+    }
+
+    /// From a comma-separated list (`trade,final`), as the WebSocket's `events` parameter.
+    pub fn parse(list: &str) -> Result<Events, String> {
+        Events::from_names(&list.split(',').collect::<Vec<_>>())
+    }
+
+    /// The names, in a fixed order.
+    pub fn names(self) -> Vec<&'static str> {
+        let mut v = Vec::new();
+        if self.trade {
+            v.push("trade");
+        }
+        if self.fin {
+            v.push("final");
+        }
+        v
+    }
+
+    /// `final` only: the session's (or endpoint's) stream is the finalized ledger.
+    pub fn final_only(self) -> bool {
+        self.fin && !self.trade
     }
 }
 
@@ -155,6 +282,10 @@ pub enum Control {
         cursor: String,
         resume: String,
         head: u64,
+        /// With `events=trade,final`: the last trade whose `final` the session has (resume the
+        /// `final`s with `final_since=<final_cursor>`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        final_cursor: Option<String>,
     },
     /// Every `PMW_PUSH_WS_HEARTBEAT_MS`: the session is alive; `cursor`/`resume` are where it
     /// stands (the last trade sent, or the common ancestor after a reorg).
@@ -163,6 +294,9 @@ pub enum Control {
         cursor: String,
         resume: String,
         t_ms: i64,
+        /// As in `hello`: where the session's `final`s stand (with `events=trade,final`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        final_cursor: Option<String>,
     },
     /// The replay exceeded the resume window: backfill after `after` over REST, then reconnect.
     Resync { after: String, reason: String },
@@ -280,6 +414,31 @@ mod tests {
     }
 
     #[test]
+    fn event_lists_parse_strictly() {
+        assert_eq!(Events::parse("trade").unwrap(), Events::TRADE);
+        assert_eq!(Events::parse("final").unwrap(), Events::FINAL);
+        assert_eq!(Events::parse("final,trade").unwrap(), Events::BOTH);
+        assert!(Events::parse("").is_err());
+        assert!(Events::parse("trades").is_err());
+        assert_eq!(Events::BOTH.names(), vec!["trade", "final"]);
+        assert!(Events::FINAL.final_only() && !Events::BOTH.final_only());
+    }
+
+    #[test]
+    fn a_final_notice_names_the_trade() {
+        let n: Value = serde_json::from_str(&stamp(
+            Kind::Final,
+            &FinalNotice::from_row(&row()).to_json(),
+            8,
+        ))
+        .unwrap();
+        assert_eq!(n["type"], "final");
+        assert_eq!(n["cursor"], "000000000012-000003");
+        assert_eq!(n["block_hash"], "0xaabbccdd00112233");
+        assert!(n.get("trade").is_none(), "small: no trade body");
+    }
+
+    #[test]
     fn control_frames_carry_their_type_tag() {
         let v: Value = serde_json::from_str(
             &Control::Resync {
@@ -297,6 +456,7 @@ mod tests {
                 cursor: "c".into(),
                 resume: "c:00000000".into(),
                 t_ms: 4,
+                final_cursor: None,
             }
             .to_json(),
         )

@@ -6,6 +6,11 @@
 //! After a reorg the hub sends every session a [`Frame::Rewind`] to the common ancestor before
 //! the round's retracts and new-branch trades, so a session re-sends the new branch from there.
 //!
+//! Two streams run through the hub: the ledger (`trade`s and `retract`s, from the WebSocket lane)
+//! and the finalized ledger (`final`s, from the finality lane, never ahead of the ledger's
+//! dispatched position). Each shard keeps a dispatched position per stream; a session receives
+//! the streams its [`Events`] ask for.
+//!
 //! A session's wallet set is read from Postgres when it connects, with the `subs_version` it was
 //! read at, and replaced only by an index at least that new: a round still using an older index
 //! can never drop a trade of a wallet the session already follows.
@@ -14,7 +19,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use pmw_core::message::Kind;
+use pmw_core::message::{Events, Kind};
 use pmw_core::{Cursor, Position};
 use tokio::sync::mpsc;
 
@@ -31,6 +36,36 @@ pub struct Item {
     pub wallet: String,
     pub t_detect_ms: i64,
     pub body: String,
+    /// A `final`'s small body ([`pmw_core::message::FinalNotice`]) for sessions that also get
+    /// `trade`s; `body` is the full one, for `final`-only sessions.
+    pub brief: Option<String>,
+}
+
+/// Which stream a round feeds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    /// `trade`s and `retract`s, as ingested.
+    Ledger,
+    /// `final`s (and, for `final`-only sessions, the rare `retract` of an audit correction).
+    Final,
+}
+
+impl Stream {
+    fn wants(self, events: Events, kind: Kind) -> bool {
+        match (self, kind) {
+            (Stream::Ledger, _) => events.trade,
+            (Stream::Final, Kind::Final) => events.fin,
+            (Stream::Final, _) => events.final_only(),
+        }
+    }
+
+    /// Whether a rewind of this stream concerns a session.
+    fn rewinds(self, events: Events) -> bool {
+        match self {
+            Stream::Ledger => events.trade,
+            Stream::Final => events.final_only(),
+        }
+    }
 }
 
 /// What a session's writer receives. When the hub drops the sender, the writer sends what is
@@ -51,6 +86,7 @@ struct Session {
     wallets: Vec<String>,
     /// `subs_version` of `wallets`.
     version: i64,
+    events: Events,
     tx: mpsc::Sender<Frame>,
     close: CloseCode,
 }
@@ -62,6 +98,8 @@ struct Inner {
     by_account: HashMap<i64, Vec<u64>>,
     /// What this shard's sessions were given up to: a session registering here replays up to it.
     dispatched: Position,
+    /// The same for the `final` stream (never ahead of `dispatched`).
+    final_dispatched: Position,
 }
 
 impl Inner {
@@ -85,7 +123,12 @@ impl Inner {
     /// Queue `items` to this shard's followers of each item's wallet, then move the shard's
     /// dispatched position. A full queue closes that session (slow consumer). Returns the
     /// frames queued and the sessions closed.
-    fn dispatch(&mut self, items: &[Arc<Item>], through: Position) -> (usize, usize) {
+    fn dispatch(
+        &mut self,
+        items: &[Arc<Item>],
+        through: Position,
+        stream: Stream,
+    ) -> (usize, usize) {
         let mut slow: Vec<u64> = Vec::new();
         let mut queued = 0;
         for item in items {
@@ -93,17 +136,22 @@ impl Inner {
                 continue;
             };
             for id in ids {
-                if slow.contains(id) {
+                let session = &self.sessions[id];
+                if slow.contains(id) || !stream.wants(session.events, item.kind) {
                     continue;
                 }
-                match self.sessions[id].tx.try_send(Frame::Item(item.clone())) {
+                match session.tx.try_send(Frame::Item(item.clone())) {
                     Ok(()) => queued += 1,
                     Err(_) => slow.push(*id),
                 }
             }
         }
-        if through.cursor > self.dispatched.cursor {
-            self.dispatched = through;
+        let at = match stream {
+            Stream::Ledger => &mut self.dispatched,
+            Stream::Final => &mut self.final_dispatched,
+        };
+        if through.cursor > at.cursor {
+            *at = through;
         }
         let mut closed = 0;
         for id in slow {
@@ -164,8 +212,17 @@ pub struct Registration {
     pub max_sessions: Option<u32>,
     pub wallets: Vec<String>,
     pub version: i64,
+    pub events: Events,
     pub tx: mpsc::Sender<Frame>,
     pub close: CloseCode,
+}
+
+/// Where a registered session's live frames start, per stream: it replays up to these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Registered {
+    pub id: u64,
+    pub dispatched: Position,
+    pub final_dispatched: Position,
 }
 
 impl Hub {
@@ -174,6 +231,7 @@ impl Hub {
             .map(|_| {
                 Mutex::new(Inner {
                     dispatched,
+                    final_dispatched: dispatched,
                     ..Inner::default()
                 })
             })
@@ -195,10 +253,10 @@ impl Hub {
         self.shards.iter().map(|s| s.lock().expect("hub lock"))
     }
 
-    /// Register a session; returns its id and the cursor up to which trades were already
-    /// dispatched to its shard (everything after it, of the session's wallets, will be queued
-    /// to it), or the account's limit when it already has that many sessions.
-    pub fn register(&self, r: Registration) -> Result<(u64, Position), TooMany> {
+    /// Register a session; returns its id and the positions up to which each stream was
+    /// already dispatched to its shard (everything after them, of the session's wallets, will be
+    /// queued to it), or the account's limit when it already has that many sessions.
+    pub fn register(&self, r: Registration) -> Result<Registered, TooMany> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut inner = self.shard(r.account_id);
         if let Some(max) = r.max_sessions {
@@ -214,12 +272,17 @@ impl Hub {
                 key_id: r.key_id,
                 wallets: r.wallets,
                 version: r.version,
+                events: r.events,
                 tx: r.tx,
                 close: r.close,
             },
         );
         inner.link(id);
-        Ok((id, inner.dispatched))
+        Ok(Registered {
+            id,
+            dispatched: inner.dispatched,
+            final_dispatched: inner.final_dispatched,
+        })
     }
 
     pub fn unregister(&self, id: u64) {
@@ -312,13 +375,25 @@ impl Hub {
             .unwrap_or_default()
     }
 
+    /// Set where the `final` stream stands (the finality lane's cursor, at its start).
+    pub fn start_finals(&self, at: Position) {
+        for mut inner in self.each() {
+            inner.final_dispatched = at;
+        }
+    }
+
     /// Queue `items` (in ledger order) to the sessions following each item's wallet, shard by
     /// shard, then move each shard's dispatched cursor. A full queue closes that session (slow
     /// consumer, 1013); others are never slowed. Returns the number of frames queued.
     pub fn dispatch(&self, items: &[Arc<Item>], through: Position) -> usize {
+        self.dispatch_stream(items, through, Stream::Ledger)
+    }
+
+    /// [`Hub::dispatch`] for either stream.
+    pub fn dispatch_stream(&self, items: &[Arc<Item>], through: Position, stream: Stream) -> usize {
         let (mut queued, mut closed) = (0, 0);
         for mut inner in self.each() {
-            let (q, c) = inner.dispatch(items, through);
+            let (q, c) = inner.dispatch(items, through, stream);
             queued += q;
             closed += c;
         }
@@ -334,15 +409,21 @@ impl Hub {
     /// Rewind the dispatched position after a reorg (the new branch is dispatched again) and
     /// tell every session, ahead of the round's retracts and new-branch trades. A session whose
     /// queue is full is closed (slow consumer); it resumes with its position.
-    pub fn rewind(&self, to: Position) {
+    pub fn rewind(&self, to: Position, stream: Stream) {
         for mut inner in self.each() {
-            if to.cursor < inner.dispatched.cursor {
-                inner.dispatched = to;
+            let at = match stream {
+                Stream::Ledger => &mut inner.dispatched,
+                Stream::Final => &mut inner.final_dispatched,
+            };
+            if to.cursor < at.cursor {
+                *at = to;
             }
             let slow: Vec<u64> = inner
                 .sessions
                 .iter()
-                .filter(|(_, s)| s.tx.try_send(Frame::Rewind(to)).is_err())
+                .filter(|(_, s)| {
+                    stream.rewinds(s.events) && s.tx.try_send(Frame::Rewind(to)).is_err()
+                })
                 .map(|(id, _)| *id)
                 .collect();
             for id in slow {
@@ -381,6 +462,7 @@ mod tests {
             wallet: wallet.into(),
             t_detect_ms: 0,
             body: "{}".into(),
+            brief: None,
         })
     }
 
@@ -398,6 +480,7 @@ mod tests {
             max_sessions,
             wallets: wallets.iter().map(|w| w.to_string()).collect(),
             version,
+            events: Events::TRADE,
             tx,
             close: close.clone(),
         })?;
@@ -445,7 +528,7 @@ mod tests {
         hub.dispatch(&[item("0xa", 4), item("0xb", 5)], Position::default());
         assert_eq!(drain(&mut rx), vec![5]);
         // A reorg reaches every session, before the round's items.
-        hub.rewind(Position::default());
+        hub.rewind(Position::default(), Stream::Ledger);
         hub.dispatch(&[item("0xb", 6)], Position::default());
         assert_eq!(drain(&mut rx), vec![1_000_000, 6]);
         assert!(!hub.follows("0xa") && hub.follows("0xb"));
@@ -463,6 +546,7 @@ mod tests {
                 max_sessions: None,
                 wallets: vec!["0xa".into()],
                 version: 1,
+                events: Events::TRADE,
                 tx,
                 close: Arc::new(AtomicU16::new(1013)),
             })
@@ -488,17 +572,19 @@ mod tests {
         assert_eq!(hub.dispatched(), through);
         // A session registering after the round replays up to it, in any shard.
         let (tx, _rx) = mpsc::channel(4);
-        let (_, at) = hub
+        let at = hub
             .register(Registration {
                 account_id: 5,
                 key_id: 5,
                 max_sessions: None,
                 wallets: vec!["0xa".into()],
                 version: 1,
+                events: Events::TRADE,
                 tx,
                 close: Arc::new(AtomicU16::new(1013)),
             })
-            .unwrap();
+            .unwrap()
+            .dispatched;
         assert_eq!(at, through);
     }
 

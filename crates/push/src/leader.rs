@@ -42,6 +42,8 @@ pub struct Leadership {
     pub reorg_id: i64,
     /// The webhook lane's cursor (with its block's hash) and reorg id.
     pub webhooks: (Position, i64),
+    /// The finality lane's cursor (with its block's hash) and reorg id.
+    pub finals: (Position, i64),
 }
 
 /// How often a standby beats while it waits for the lock.
@@ -99,21 +101,30 @@ pub async fn take(
     .await?;
     tx.execute(include_str!("sql/init_webhook_cursor.sql"), &[&slot])
         .await?;
+    tx.execute(
+        include_str!("sql/init_final_cursor.sql"),
+        &[&slot, &(MAX_LOG_INDEX as i32)],
+    )
+    .await?;
     let row = tx
         .query_one(include_str!("sql/push_cursor.sql"), &[&slot])
         .await?;
     let hooks = tx
         .query_one(include_str!("sql/webhook_cursor.sql"), &[&slot])
         .await?;
+    let fin = tx
+        .query_one(include_str!("sql/final_cursor.sql"), &[&slot])
+        .await?;
     tx.commit().await?;
-    let (cursor, webhooks) = (position(&row), position(&hooks));
-    tracing::info!(slot, epoch, voided, cursor = %cursor, webhook_cursor = %webhooks, "leading");
+    let (cursor, webhooks, finals) = (position(&row), position(&hooks), position(&fin));
+    tracing::info!(slot, epoch, voided, cursor = %cursor, webhook_cursor = %webhooks, final_cursor = %finals, "leading");
     Ok(Some(Leadership {
         lock,
         epoch,
         cursor,
         reorg_id: row.get(2),
         webhooks: (webhooks, hooks.get(2)),
+        finals: (finals, fin.get(2)),
     }))
 }
 
@@ -187,6 +198,7 @@ impl Leading<'_> {
         let tasks = CancellationToken::new();
         let _stop_tasks = tasks.clone().drop_guard();
         let hub = Hub::new(lead.cursor);
+        hub.start_finals(lead.finals.0);
         let health = Arc::new(Health::default());
         health.epoch.store(lead.epoch, Ordering::Relaxed);
         let recorder = Recorder::spawn(storage.ch.clone(), tasks.clone());
@@ -237,8 +249,22 @@ impl Leading<'_> {
         )
         .for_webhooks();
         lane_rounds.span = push.push_catchup_span_blocks;
+        let finals = Rounds::new(
+            storage.pg.clone(),
+            storage.ch.clone(),
+            push.push_slot,
+            lead.epoch,
+            lead.finals.0,
+            lead.finals.1,
+            push.round_trades(),
+            Subscriptions::default(),
+            hub.clone(),
+            recorder.clone(),
+        )
+        .for_finals();
         let mut lane = WebhookLane::spawn(
             lane_rounds,
+            Some(finals),
             dispatcher.waker(),
             health.clone(),
             Timing {

@@ -3,6 +3,7 @@
 
 mod catchup;
 pub mod config;
+mod finals;
 pub mod hub;
 pub mod leader;
 mod lease;
@@ -49,6 +50,9 @@ pub struct Health {
     /// The webhook lane's cursor block, and when its last round completed.
     pub webhook_block: AtomicI64,
     pub webhook_round_ms: AtomicI64,
+    /// The finality lane's cursor block, and when its last round completed.
+    pub final_block: AtomicI64,
+    pub final_round_ms: AtomicI64,
 }
 
 /// Shared by the HTTP handlers.

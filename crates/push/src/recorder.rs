@@ -17,6 +17,8 @@ use tokio_util::sync::CancellationToken;
 
 /// Channel name of webhook rows in `push_latency`.
 pub const WEBHOOK_CHANNEL: &str = "webhook";
+/// `push_latency.channel` of a delivered `final` webhook (WebSocket finals are `ws_final`).
+pub const WEBHOOK_FINAL_CHANNEL: &str = "webhook_final";
 /// Rows buffered for ClickHouse before the oldest are dropped (a few seconds of a busy leader's
 /// frames: about 10 MB).
 const MAX_BUFFERED: usize = 100_000;

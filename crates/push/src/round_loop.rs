@@ -127,7 +127,9 @@ impl RoundLoop<'_> {
                     self.health
                         .webhooks_skipped
                         .fetch_add(o.webhooks_skipped, Ordering::Relaxed);
-                    if o.trades + o.retracted > 0 {
+                    if o.trades + o.retracted == 0 {
+                        self.lane.wake_finals();
+                    } else {
                         self.lane.wake();
                         tracing::debug!(trades = o.trades, retracted = o.retracted, frames = o.frames, webhooks = o.webhooks, cursor = %self.rounds.cursor, "round");
                     }
@@ -261,6 +263,7 @@ impl RoundLoop<'_> {
             "last_round_ms": h.last_round_ms.load(Ordering::Relaxed), "rounds": h.rounds.load(Ordering::Relaxed),
             "errors": h.errors.load(Ordering::Relaxed), "sessions": self.hub.sessions(),
             "webhook_block": h.webhook_block.load(Ordering::Relaxed),
+            "final_block": h.final_block.load(Ordering::Relaxed),
             "listener": if self.listen.is_some() { "listen" } else { "poll" },
         });
         crate::telemetry::leader_state(h, &self.hub, &self.dispatcher.snapshot());

@@ -5,7 +5,9 @@
 //! epoch: the WebSocket lane ([`Lane::Ws`]: `push_cursor`, a `ws_claims` row, fan-out to the
 //! hub's sessions) and the webhook lane ([`Lane::Webhooks`]: `webhook_cursor`, the round's
 //! `webhook_deliveries` queued in the same transaction). WebSocket frames never wait for
-//! webhook work, and the WebSocket round's transaction is O(1) in endpoints and accounts.
+//! webhook work, and the WebSocket round's transaction is O(1) in endpoints and accounts. A third
+//! lane ([`Lane::Final`]: `final_cursor`, see [`crate::finals`]) sends `final` events behind the
+//! finalized watermark and behind both other lanes.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -19,7 +21,7 @@ use pmw_core::types::cursor::MAX_LOG_INDEX;
 use pmw_core::{db, Cursor, Position, UnixMs};
 
 use crate::catchup;
-use crate::hub::{Hub, Item};
+use crate::hub::{Hub, Item, Stream};
 use crate::recorder::{DeliveryLogRow, Fact, Recorder};
 use crate::subs::{Index, Subscriptions};
 use crate::webhook;
@@ -47,6 +49,8 @@ pub enum Lane {
     Ws,
     /// Webhook deliveries queued for the dispatcher; `webhook_cursor`.
     Webhooks,
+    /// `final` events (sessions and endpoints that asked for them); `final_cursor`.
+    Final,
 }
 
 /// What a round did.
@@ -85,7 +89,9 @@ pub struct Rounds {
     pub hub: Hub,
     /// Where cancelled webhook deliveries are logged (`delivery_log`, outcome `cancelled`).
     pub facts: Recorder,
-    names: Names,
+    /// The finality lane reads no further than this (where the other lanes stand).
+    pub bound: Option<Cursor>,
+    pub(crate) names: Names,
     /// Reload the subscription index before the next round (set after a failed round).
     reload: bool,
     /// Sessions the last index reload closed (revoked keys, disabled accounts).
@@ -121,6 +127,7 @@ impl Rounds {
             subs,
             hub,
             facts,
+            bound: None,
             names: Names::default(),
             reload: false,
             closed_by_last_apply: 0,
@@ -137,6 +144,24 @@ impl Rounds {
                 .replace("pmw:push_round", "pmw:webhook_round")
         );
         // Its index starts empty: load it on the first round whatever the version.
+        self.reload = true;
+        self
+    }
+
+    /// The same rounds in the finality lane: `final` events up to the finalized watermark and
+    /// [`Rounds::bound`], for sessions (the hub's `final` stream) and endpoints that want them.
+    pub fn for_finals(mut self) -> Rounds {
+        self.lane = Lane::Final;
+        self.state_sql = format!(
+            "{}, 'final'::text AS lane, 0::int AS pad",
+            include_str!("sql/round_state.sql")
+                .trim_end()
+                .replace("pmw:push_round", "pmw:final_round")
+                .replace(
+                    "FROM ingest_cursor WHERE id = 1",
+                    "FROM finalized_cursor WHERE id = 1"
+                )
+        );
         self.reload = true;
         self
     }
@@ -196,9 +221,12 @@ impl Rounds {
             .await?;
         // The index first: revocations and unsubscribes apply even before the first block.
         let idx = self.index(state.get(1)).await?;
-        let Some(wm) = state.get::<_, Option<i64>>(0).map(|b| b as u64) else {
+        let Some(mut wm) = state.get::<_, Option<i64>>(0).map(|b| b as u64) else {
             return Ok(RoundOutcome::default());
         };
+        if let Some(b) = self.bound {
+            wm = wm.min(b.block);
+        }
         if self.lane == Lane::Ws {
             self.hub.set_head(wm);
         }
@@ -232,7 +260,12 @@ impl Rounds {
         let span = catchup::span(&client, from.block, wm, self.span).await?;
         let upto = span.as_ref().map_or(wm, |s| s.upto);
         let mut rows = trades::trades_after(&self.ch, from, upto, self.limit).await?;
-        let full = rows.len() as u64 >= self.limit;
+        let mut full = rows.len() as u64 >= self.limit;
+        if let Some(b) = self.bound {
+            let read = rows.len();
+            rows.retain(|r| r.cursor() <= b);
+            full &= rows.len() == read;
+        }
         let last_row = rows.last().map(|r| Position::of(r.cursor(), &r.block_hash));
         let through_pos = match &span {
             None => last_row.unwrap_or(from_pos),
@@ -269,6 +302,10 @@ impl Rounds {
                 self.deliver_webhooks(client, &idx, &retracts, &rows, read)
                     .await
             }
+            Lane::Final => {
+                self.deliver_finals(client, &idx, &retracts, &rows, read)
+                    .await
+            }
         }
     }
 
@@ -298,6 +335,7 @@ impl Rounds {
                 wallet: row.maker.clone(),
                 t_detect_ms: row.t_detect_ms,
                 body: body.to_json(),
+                brief: None,
             }));
         }
         let now = UnixMs::now().0;
@@ -323,7 +361,7 @@ impl Rounds {
             return Err(RoundError::Fenced);
         };
         if read.rewound {
-            self.hub.rewind(read.from_pos);
+            self.hub.rewind(read.from_pos, Stream::Ledger);
         }
         let frames = self.hub.dispatch(&items, read.through_pos);
         client
@@ -415,7 +453,7 @@ impl Rounds {
         })
     }
 
-    fn moved(&mut self, read: Read) {
+    pub(crate) fn moved(&mut self, read: Read) {
         self.cursor = read.through_pos.cursor;
         self.position = read.through_pos;
         self.reorg_id = read.reorg_id;
@@ -424,20 +462,24 @@ impl Rounds {
 
 /// What a round read, for the lane that delivers it.
 #[derive(Debug, Clone, Copy)]
-struct Read {
-    from: Cursor,
-    from_pos: Position,
-    through_pos: Position,
-    rewound: bool,
-    reorg_id: i64,
-    trades: usize,
-    more: bool,
+pub(crate) struct Read {
+    pub from: Cursor,
+    pub from_pos: Position,
+    pub through_pos: Position,
+    pub rewound: bool,
+    pub reorg_id: i64,
+    pub trades: usize,
+    pub more: bool,
 }
 
 impl Rounds {
     /// One `delivery_log` row (outcome `cancelled`, attempt 0) per trade delivery a retract
     /// cancelled before any attempt.
-    fn log_cancelled(&self, idx: &Index, cancelled: &[pmw_core::db::deliveries::Cancelled]) {
+    pub(crate) fn log_cancelled(
+        &self,
+        idx: &Index,
+        cancelled: &[pmw_core::db::deliveries::Cancelled],
+    ) {
         let now = UnixMs::now().0;
         for c in cancelled {
             let account = idx
@@ -467,13 +509,13 @@ impl Rounds {
 /// Market names from the background resolver's cache; misses are looked up again at most every
 /// 10 s and never waited for.
 #[derive(Default)]
-struct Names {
+pub(crate) struct Names {
     known: HashMap<String, Market>,
     missing: HashMap<String, std::time::Instant>,
 }
 
 impl Names {
-    fn get(&self, token: &str) -> Option<&Market> {
+    pub(crate) fn get(&self, token: &str) -> Option<&Market> {
         self.known.get(token)
     }
 

@@ -6,6 +6,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use pmw_core::message::Events;
 use pmw_core::pg::{PgError, PgPool};
 use tokio::sync::RwLock;
 
@@ -22,8 +23,20 @@ pub struct Index {
     pub wallets_by_account: HashMap<i64, Vec<String>>,
     /// Account → enabled webhook endpoint ids.
     pub endpoints_by_account: HashMap<i64, Vec<i64>>,
+    /// Endpoint → the events it receives (absent: `trade` only).
+    pub events_by_endpoint: HashMap<i64, Events>,
     /// API keys that may hold a session: not revoked, account enabled.
     pub live_keys: HashSet<i64>,
+}
+
+impl Index {
+    /// The events endpoint `id` receives.
+    pub fn events_of(&self, endpoint: i64) -> Events {
+        self.events_by_endpoint
+            .get(&endpoint)
+            .copied()
+            .unwrap_or_default()
+    }
 }
 
 /// Shared, swappable index.
@@ -68,10 +81,15 @@ impl Subscriptions {
             w.sort();
         }
         for r in tx
-            .query("SELECT e.account_id, e.id FROM webhook_endpoints e JOIN accounts a ON a.id = e.account_id WHERE e.enabled AND a.disabled_ms IS NULL", &[])
+            .query("SELECT e.account_id, e.id, e.events FROM webhook_endpoints e JOIN accounts a ON a.id = e.account_id WHERE e.enabled AND a.disabled_ms IS NULL", &[])
             .await?
         {
-            idx.endpoints_by_account.entry(r.get(0)).or_default().push(r.get(1));
+            let id: i64 = r.get(1);
+            idx.endpoints_by_account.entry(r.get(0)).or_default().push(id);
+            let names: Vec<String> = r.get(2);
+            // The column's CHECK allows only valid lists; a bad one would fall back to trades.
+            idx.events_by_endpoint
+                .insert(id, Events::from_names(&names).unwrap_or_default());
         }
         idx.live_keys = tx
             .query("SELECT k.id FROM api_keys k JOIN accounts a ON a.id = k.account_id WHERE k.revoked_ms IS NULL AND a.disabled_ms IS NULL", &[])

@@ -1,6 +1,12 @@
 //! The `/v1/ws` endpoint: authenticate (API key header or browser ticket), register with the hub,
 //! replay what the client missed since its cursor, then stream live frames in ledger order with
 //! heartbeats. Close codes: 1008 auth/policy, 1012 restart, 1013 slow consumer.
+//!
+//! `events` chooses the streams: `trade` (default: trades and retracts as ingested), `final`
+//! (only the finalized ledger: each trade once, as a `final` with the full body, when its block
+//! is finalized; `since` and the session's cursor are then positions in that stream), or
+//! `trade,final` (trades as ingested, and a small `final` naming each one once its block is
+//! finalized, never before its `trade`; `final_since` resumes the finals, default `since`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU16, Ordering};
@@ -14,7 +20,7 @@ use axum::response::{IntoResponse, Response};
 use futures::{SinkExt, StreamExt};
 use governor::clock::{Clock, DefaultClock};
 use pmw_core::auth::{self, Principal};
-use pmw_core::message::{stamp, Control, Kind, TradeMessage};
+use pmw_core::message::{stamp, Control, Events, FinalNotice, Kind, TradeMessage};
 use pmw_core::store::{trades, PushLatencyRow};
 use pmw_core::{db, Cursor, Position, UnixMs};
 use serde_json::json;
@@ -62,10 +68,42 @@ pub async fn upgrade(
         }
     }
     let since = q.get("since").map(|s| s.parse::<Position>());
+    let opts = Options::parse(&q);
     ws.read_buffer_size(4 * 1024)
         .write_buffer_size(8 * 1024)
         .max_message_size(16 * 1024)
-        .on_upgrade(move |socket| session(st, socket, who, since))
+        .on_upgrade(move |socket| session(st, socket, who, since, opts))
+}
+
+/// The stream options of a connection: `events` and `final_since`.
+#[derive(Debug, Clone, Copy)]
+struct Options {
+    events: Events,
+    final_since: Option<Cursor>,
+}
+
+impl Options {
+    /// A bad value is reported when the socket is open (close 1008 with the reason).
+    fn parse(q: &HashMap<String, String>) -> Result<Options, String> {
+        let events = match q.get("events") {
+            None => Events::TRADE,
+            Some(list) => Events::parse(list).map_err(|e| format!("invalid events: {e}"))?,
+        };
+        let final_since = match q.get("final_since") {
+            None => None,
+            Some(c) => Some(
+                c.split(':')
+                    .next()
+                    .unwrap_or_default()
+                    .parse::<Cursor>()
+                    .map_err(|e| format!("invalid final_since: {e}"))?,
+            ),
+        };
+        Ok(Options {
+            events,
+            final_since,
+        })
+    }
 }
 
 async fn close(socket: &mut WebSocket, code: u16, reason: &str) {
@@ -81,6 +119,7 @@ async fn session(
     mut socket: WebSocket,
     who: Result<Principal, auth::AuthError>,
     since: Option<Result<Position, pmw_core::types::PositionError>>,
+    opts: Result<Options, String>,
 ) {
     let who = match who {
         Ok(p) => p,
@@ -94,6 +133,10 @@ async fn session(
         None => None,
         Some(Ok(c)) => Some(c),
         Some(Err(e)) => return close(&mut socket, 1008, &format!("invalid since: {e}")).await,
+    };
+    let opts = match opts {
+        Ok(o) => o,
+        Err(e) => return close(&mut socket, 1008, &e).await,
     };
     let account = who.account_id;
     // The wallets this session follows, read now: fresher than any index a round may still use.
@@ -113,23 +156,26 @@ async fn session(
         max_sessions: grant.max_sessions,
         wallets: grant.wallets,
         version: grant.version,
+        events: opts.events,
         tx,
         close: code.clone(),
     });
-    let (id, dispatched) = match registered {
+    let reg = match registered {
         Ok(r) => r,
         Err(TooMany(max)) => {
             let reason = format!("session limit reached: the plan allows {max} WebSocket sessions");
             return close(&mut socket, 1008, &reason).await;
         }
     };
+    let id = reg.id;
     let outcome = stream(
         &st,
         &mut socket,
         (account, id),
         &wallets,
         since,
-        dispatched,
+        opts,
+        reg,
         &mut rx,
     )
     .await;
@@ -204,16 +250,36 @@ impl Sent {
 /// Blocks of sent trades remembered against duplicates after a rewind (beyond any reorg depth).
 const RECENT_BLOCKS: u64 = 256;
 
+/// How replayed rows are rendered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Render {
+    /// `trade`, `finalized` when at or below the final stream's position.
+    Trade { finalized_through: Cursor },
+    /// `final` with the full body (a `final`-only session).
+    FinalFull,
+    /// `final` with the small body (a `trade,final` session).
+    FinalBrief,
+}
+
 /// Replay then live. `Ok(())` when the hub let the session go (restart or slow consumer).
+#[allow(clippy::too_many_arguments)]
 async fn stream(
     st: &AppState,
     socket: &mut WebSocket,
     (account, id): (i64, u64),
     wallets: &[String],
     since: Option<Position>,
-    dispatched: Position,
+    opts: Options,
+    reg: crate::hub::Registered,
     rx: &mut mpsc::Receiver<Frame>,
 ) -> Result<(), Ended> {
+    let final_only = opts.events.final_only();
+    // A `final`-only session's ledger is the finalized one.
+    let dispatched = if final_only {
+        reg.final_dispatched
+    } else {
+        reg.dispatched
+    };
     let start = match since {
         Some(since) => crate::resume::start(&st.pool, &st.ch, since, wallets)
             .await
@@ -224,6 +290,13 @@ async fn stream(
         },
     };
     let mut sent = Sent::new(start.from, since.map_or(dispatched.cursor, |s| s.cursor));
+    // A `trade,final` session's finals: sent after this trade (a new session starts with the
+    // trades it is about to get).
+    let mut finals = (opts.events.trade && opts.events.fin).then(|| {
+        opts.final_since
+            .or(since.map(|s| s.cursor))
+            .unwrap_or(dispatched.cursor)
+    });
     let hello = Control::Hello {
         session: id,
         account,
@@ -231,6 +304,7 @@ async fn stream(
         cursor: sent.last.to_string(),
         resume: sent.position.to_string(),
         head: st.hub.head(),
+        final_cursor: finals.map(|c| c.to_string()),
     };
     send(socket, hello.to_json()).await?;
     if !start.retract.is_empty() {
@@ -241,10 +315,53 @@ async fn stream(
         }
     }
     if sent.last < dispatched.cursor {
-        replay(st, socket, account, wallets, &mut sent, dispatched.cursor).await?;
+        let render = if final_only {
+            Render::FinalFull
+        } else {
+            Render::Trade {
+                finalized_through: reg.final_dispatched.cursor,
+            }
+        };
+        let mut after = sent.last;
+        replay(
+            st,
+            socket,
+            account,
+            wallets,
+            &mut after,
+            dispatched.cursor,
+            render,
+            |p| sent.trade(p),
+        )
+        .await?;
+    }
+    // Finals after the trades they name: every trade at or below the final stream's position
+    // was sent before (at or below `since`) or just replayed.
+    if let Some(fin) = finals
+        .as_mut()
+        .filter(|f| **f < reg.final_dispatched.cursor)
+    {
+        let through = reg.final_dispatched.cursor;
+        replay(
+            st,
+            socket,
+            account,
+            wallets,
+            fin,
+            through,
+            Render::FinalBrief,
+            |_| {},
+        )
+        .await?;
     }
     let every = Duration::from_millis(st.cfg.push_ws_heartbeat_ms);
     let mut heartbeat = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    let mut at = At {
+        account,
+        final_only,
+        sent,
+        finals,
+    };
     loop {
         tokio::select! {
             frame = rx.recv() => {
@@ -252,10 +369,10 @@ async fn stream(
                 // This frame and whatever else is already queued: written, then flushed once
                 // (one write per burst instead of one per frame).
                 let mut out = Vec::new();
-                live_frame(st, account, &mut sent, frame, &mut out);
+                live_frame(st, &mut at, frame, &mut out);
                 while out.len() < MAX_BATCH {
                     match rx.try_recv() {
-                        Ok(f) => live_frame(st, account, &mut sent, f, &mut out),
+                        Ok(f) => live_frame(st, &mut at, f, &mut out),
                         Err(_) => break,
                     }
                 }
@@ -264,9 +381,10 @@ async fn stream(
             _ = heartbeat.tick() => {
                 let hb = Control::Heartbeat {
                     head: st.hub.head(),
-                    cursor: sent.last.to_string(),
-                    resume: sent.position.to_string(),
+                    cursor: at.sent.last.to_string(),
+                    resume: at.sent.position.to_string(),
                     t_ms: UnixMs::now().0,
+                    final_cursor: at.finals.map(|c| c.to_string()),
                 };
                 send(socket, hb.to_json()).await?;
             }
@@ -278,12 +396,23 @@ async fn stream(
     }
 }
 
+/// A live session's state.
+struct At {
+    account: i64,
+    final_only: bool,
+    sent: Sent,
+    /// A `trade,final` session's last `final`.
+    finals: Option<Cursor>,
+}
+
 /// Frames written per flush at most.
 const MAX_BATCH: usize = 64;
 
-/// What one live frame adds to the session's output: a stamped trade not sent yet, a retract of
-/// a trade the client may hold, nothing for a rewind (it moves the session back instead).
-fn live_frame(st: &AppState, account: i64, sent: &mut Sent, frame: Frame, out: &mut Vec<String>) {
+/// What one live frame adds to the session's output: a stamped trade (or a `final`-only
+/// session's `final`) not sent yet, a small `final` after its trade, a retract of a trade the
+/// client may hold, nothing for a rewind (it moves the session back instead).
+fn live_frame(st: &AppState, at: &mut At, frame: Frame, out: &mut Vec<String>) {
+    let sent = &mut at.sent;
     let item = match frame {
         Frame::Rewind(to) => {
             // A reorg: the new branch after the common ancestor comes again.
@@ -296,31 +425,49 @@ fn live_frame(st: &AppState, account: i64, sent: &mut Sent, frame: Frame, out: &
         Frame::Item(item) => item,
     };
     let now = UnixMs::now().0;
+    let channel = match item.kind {
+        Kind::Trade => "ws",
+        _ => "ws_final",
+    };
+    // In the session's own ledger: its trades, or a `final`-only session's finals.
+    let ledger = item.kind == Kind::Trade || (item.kind == Kind::Final && at.final_only);
     match item.kind {
-        Kind::Trade => {
+        Kind::Retract => {
+            if item.cursor <= sent.held {
+                out.push(stamp(item.kind, &item.body, now));
+                sent.recent.remove(&(item.cursor, item.position.hash));
+            }
+            return; // never sent to this client, or sent: no latency row either way
+        }
+        _ if ledger => {
             let key = (item.cursor, item.position.hash);
             if item.cursor <= sent.last || sent.recent.contains(&key) {
                 return; // already sent (replay seam, or replayed after a rewind)
             }
             out.push(stamp(item.kind, &item.body, now));
             sent.trade(item.position);
-            st.recorder.record(Fact::Latency(latency_row(
-                &item.cursor,
-                item.t_detect_ms,
-                now,
-                account,
-                st.epoch,
-                false,
-            )));
         }
-        Kind::Retract => {
-            if item.cursor > sent.held {
-                return; // never sent to this client
-            }
-            out.push(stamp(item.kind, &item.body, now));
-            sent.recent.remove(&(item.cursor, item.position.hash));
+        _ => {
+            // A small `final` for a `trade,final` session, once.
+            let Some(fin) = at.finals.as_mut().filter(|f| item.cursor > **f) else {
+                return;
+            };
+            out.push(stamp(
+                Kind::Final,
+                item.brief.as_deref().unwrap_or(&item.body),
+                now,
+            ));
+            *fin = item.cursor;
         }
     }
+    st.recorder.record(Fact::Latency(latency_row(
+        &item.cursor,
+        item.t_detect_ms,
+        now,
+        (at.account, st.epoch),
+        channel,
+        false,
+    )));
 }
 
 /// Write `texts` and flush once, within the send timeout.
@@ -340,22 +487,26 @@ async fn send_all(socket: &mut WebSocket, texts: Vec<String>) -> Result<(), Ende
     }
 }
 
-/// Replay `(sent.last, through]` of `wallets` page by page (bounded memory per session), ledger
-/// order; past `push_resume_max_trades` the client gets a `resync` naming the last trade sent and
-/// backfills over REST.
+/// Replay `(after, through]` of `wallets` page by page (bounded memory per session), ledger
+/// order, rendered as `render` says; `sent_one` sees each position sent. Past
+/// `push_resume_max_trades` the client gets a `resync` naming the last one sent and backfills
+/// over REST.
+#[allow(clippy::too_many_arguments)]
 async fn replay(
     st: &AppState,
     socket: &mut WebSocket,
     account: i64,
     wallets: &[String],
-    at: &mut Sent,
+    after: &mut Cursor,
     through: Cursor,
+    render: Render,
+    mut sent_one: impl FnMut(Position),
 ) -> Result<(), Ended> {
     let max = st.cfg.push_resume_max_trades;
     let mut sent = 0u64;
     loop {
         let page = REPLAY_PAGE.min(max - sent + 1);
-        let rows = trades::wallet_trades_between(&st.ch, wallets, at.last, through, page)
+        let rows = trades::wallet_trades_between(&st.ch, wallets, *after, through, page)
             .await
             .map_err(|e| Ended::Failed(e.to_string()))?;
         let full = rows.len() as u64 >= page;
@@ -363,7 +514,7 @@ async fn replay(
         for row in rows {
             if sent == max {
                 let msg = Control::Resync {
-                    after: at.last.to_string(),
+                    after: after.to_string(),
                     reason: "resume window exceeded: backfill with GET /v1/trades".into(),
                 };
                 send(socket, msg.to_json()).await?;
@@ -372,17 +523,33 @@ async fn replay(
                 ));
             }
             let now = UnixMs::now().0;
-            let body = TradeMessage::from_row(&row, names.get(&row.token_id)).to_json();
-            send(socket, stamp(Kind::Trade, &body, now)).await?;
+            let message = || TradeMessage::from_row(&row, names.get(&row.token_id));
+            let (kind, body, channel) = match render {
+                Render::Trade { finalized_through } => (
+                    Kind::Trade,
+                    message()
+                        .finalized(row.cursor() <= finalized_through)
+                        .to_json(),
+                    "ws",
+                ),
+                Render::FinalFull => (Kind::Final, message().finalized(true).to_json(), "ws_final"),
+                Render::FinalBrief => (
+                    Kind::Final,
+                    FinalNotice::from_row(&row).to_json(),
+                    "ws_final",
+                ),
+            };
+            send(socket, stamp(kind, &body, now)).await?;
             st.recorder.record(Fact::Latency(latency_row(
                 &row.cursor(),
                 row.t_detect_ms,
                 now,
-                account,
-                st.epoch,
+                (account, st.epoch),
+                channel,
                 true,
             )));
-            at.trade(Position::of(row.cursor(), &row.block_hash));
+            *after = row.cursor();
+            sent_one(Position::of(row.cursor(), &row.block_hash));
             sent += 1;
         }
         if !full {
@@ -410,14 +577,14 @@ fn latency_row(
     c: &Cursor,
     t_detect_ms: i64,
     t_push_ms: i64,
-    account: i64,
-    epoch: i64,
+    (account, epoch): (i64, i64),
+    channel: &str,
     backfilled: bool,
 ) -> PushLatencyRow {
     PushLatencyRow {
         block_number: c.block,
         log_index: c.log_index,
-        channel: "ws".into(),
+        channel: channel.into(),
         target_id: account as u64,
         t_detect_ms,
         t_push_ms,

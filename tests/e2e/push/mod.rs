@@ -1,6 +1,7 @@
 //! pmw-push on the real stack with pmw-sim trading and pmw-live ingesting in-process.
 
 mod catchup;
+mod finality;
 mod index;
 mod leadership;
 mod liveness;

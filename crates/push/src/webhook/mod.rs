@@ -55,7 +55,7 @@ use figment::Figment;
 use pmw_core::config::{ConfigError, Validate};
 use serde::Deserialize;
 
-pub use build::deliveries_of;
+pub use build::{deliveries_of, finals_of};
 pub use dispatcher::Dispatcher;
 pub use stats::{StatsSnapshot, WebhookStats};
 pub use store::{

@@ -17,7 +17,10 @@ use super::sign::{sign_headers, Secret};
 use super::stats::WebhookStats;
 use super::store::{self, Claimed, Disable, Finish, Finished, Health};
 use super::{WebhookConfig, WebhookError};
-use crate::recorder::{DeliveryLogRow, Fact, Recorder, WEBHOOK_CHANNEL as CHANNEL};
+use crate::recorder::{
+    DeliveryLogRow, Fact, Recorder, WEBHOOK_CHANNEL as CHANNEL,
+    WEBHOOK_FINAL_CHANNEL as FINAL_CHANNEL,
+};
 
 /// What every queue of one dispatcher shares.
 pub(crate) struct Ctx {
@@ -244,7 +247,12 @@ async fn attempt(ctx: Arc<Ctx>, c: Claimed) -> Result<(), WebhookError> {
         Next::Delivered if written.landed => ctx.facts.record(Fact::Latency(PushLatencyRow {
             block_number: c.block_number as u64,
             log_index: c.log_index as u32,
-            channel: CHANNEL.to_string(),
+            channel: if c.kind == "final" {
+                FINAL_CHANNEL
+            } else {
+                CHANNEL
+            }
+            .to_string(),
             target_id: c.endpoint_id as u64,
             t_detect_ms: c.t_detect_ms,
             t_push_ms: received_ms.unwrap_or(now),

@@ -8,6 +8,9 @@
 -- a trade delivery still waiting (pending, not claimed) is cancelled instead (state failed,
 -- last_error "cancelled: …") and neither is sent; a trade delivery that failed or never existed
 -- gets no retract. The dispatcher sends a retract only after its trade's delivery is done.
+-- A `final` is always queued (the finality lane runs behind the webhook lane, so the trade's
+-- delivery, if the endpoint gets trades, is already queued); the dispatcher sends it only after
+-- its trade's delivery is done. For a `final`-only endpoint a retract follows its `final`.
 -- Returns (fence holds, inserted or requeued, deliverable, cancelled trade ids, their endpoints,
 -- blocks and log indexes).
 WITH fence AS MATERIALIZED (
@@ -35,10 +38,11 @@ WITH fence AS MATERIALIZED (
         state, attempts, next_attempt_ms, t_detect_ms, created_ms)
     SELECT id, endpoint_id, kind, block_number, log_index, payload::jsonb, 'pending', 0, $3, t_detect_ms, $3
     FROM live
-    WHERE live.kind = 'trade'
+    WHERE live.kind IN ('trade', 'final')
        OR (NOT EXISTS (SELECT 1 FROM cancel c WHERE c.retract_id = live.id)
            AND EXISTS (SELECT 1 FROM webhook_deliveries t
-                       WHERE t.id = regexp_replace(live.id, '_retract$', '_trade')
+                       WHERE t.id IN (regexp_replace(live.id, '_retract$', '_trade'),
+                                      regexp_replace(live.id, '_retract$', '_final'))
                          AND t.state IN ('pending', 'delivered')))
     ON CONFLICT (id) DO UPDATE SET state = 'pending', attempts = 0, next_attempt_ms = $3,
         claimed_epoch = NULL, claimed_ms = NULL, last_status = NULL, last_error = NULL, done_ms = NULL

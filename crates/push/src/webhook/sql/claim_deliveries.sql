@@ -3,10 +3,10 @@ WITH {FENCE}, due AS (
   WHERE d.endpoint_id = $3 AND d.state = 'pending' AND d.next_attempt_ms <= $4
     AND (d.claimed_epoch IS DISTINCT FROM $2 OR d.claimed_ms < $5)
     AND EXISTS (SELECT 1 FROM fence)
-    -- a retract waits until its trade's delivery is done (delivered, or failed and cancelled)
-    AND NOT (d.kind = 'retract' AND EXISTS (
+    -- a retract or a final waits until its trade's delivery is done (delivered, or failed)
+    AND NOT (d.kind IN ('retract', 'final') AND EXISTS (
       SELECT 1 FROM webhook_deliveries t
-      WHERE t.id = regexp_replace(d.id, '_retract$', '_trade') AND t.state = 'pending'))
+      WHERE t.id = regexp_replace(d.id, '_(retract|final)$', '_trade') AND t.state = 'pending'))
   ORDER BY d.block_number, d.log_index, d.id LIMIT $6 FOR UPDATE SKIP LOCKED),
 upd AS (
   UPDATE webhook_deliveries d SET claimed_epoch = $2, claimed_ms = $4

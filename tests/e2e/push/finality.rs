@@ -1,0 +1,227 @@
+//! `final` events on real anvil (its `finalized` tag trailing the head by 4 blocks) through
+//! pmw-live, pmw-push and the official Standard Webhooks library: a `trade,final` session gets
+//! each fill's `trade` and later its small `final`; a `final`-only session and endpoint get only
+//! `final`s with the full body; a `trade` session gets no `final`. The oracle is the chain's own
+//! `eth_getLogs` and `finalized` block, not pmw's records.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use pmw_core::Cursor;
+use pmw_sim::demo_wallets;
+use pmw_testkit::hooks::PyReceiver;
+use serde_json::Value;
+
+use super::WITHIN;
+use crate::harness::{canonical, connect_url, hello_cursor, Harness};
+
+const FINALITY: &[&str] = &["--slots-in-an-epoch", "2"];
+
+/// The chain's finalized block number, asked directly.
+async fn chain_finalized(rpc: &str) -> u64 {
+    let req = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "eth_getBlockByNumber",
+        "params": ["finalized", false]});
+    let v: Value = reqwest::Client::new()
+        .post(rpc)
+        .json(&req)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    u64::from_str_radix(
+        v["result"]["number"]
+            .as_str()
+            .unwrap()
+            .trim_start_matches("0x"),
+        16,
+    )
+    .unwrap()
+}
+
+fn cursor_of(f: &Value) -> Cursor {
+    f["cursor"].as_str().unwrap().parse().unwrap()
+}
+
+fn of_type<'a>(frames: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    frames.iter().filter(|f| f["type"] == kind).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finals_follow_their_trades_and_final_only_subscribers_get_only_finals() {
+    let h = Harness::with_anvil(FINALITY).await;
+    let (push, addr) = h.leader("push-a").await;
+    let mine = vec![demo_wallets(6)[0], demo_wallets(6)[2], demo_wallets(6)[4]];
+    let (account, key) = h.account(&mine).await;
+    let wallets: Vec<String> = mine.iter().map(|w| w.to_lower_hex()).collect();
+
+    // Two endpoints, verified by the official library: `final` only, and `trade,final`.
+    let secret = pmw_push::webhook::sign::Secret::generate();
+    let only_final = PyReceiver::start(&secret.expose()).await;
+    let both_hook = PyReceiver::start(&secret.expose()).await;
+    let c = h.db.connect().await;
+    let now = pmw_core::UnixMs::now().0;
+    for (r, events) in [
+        (&only_final, vec!["final"]),
+        (&both_hook, vec!["trade", "final"]),
+    ] {
+        c.execute(
+            "INSERT INTO webhook_endpoints (account_id, url, secret, events, created_ms, updated_ms) VALUES ($1, $2, $3, $4, $5, $5)",
+            &[&account, &r.url(), &secret.expose(), &events, &now],
+        )
+        .await
+        .unwrap();
+    }
+    c.execute("SELECT pg_notify('pmw_subscriptions', '')", &[])
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let url = |q: &str| format!("ws://{addr}/v1/ws{q}");
+    let mut both = connect_url(&url("?events=trade,final"), Some(&key)).await;
+    let mut finals = connect_url(&url("?events=final"), Some(&key)).await;
+    let mut trades = connect_url(&url(""), Some(&key)).await;
+    let start = hello_cursor(&mut both).await;
+    hello_cursor(&mut finals).await;
+    hello_cursor(&mut trades).await;
+    let from_block = h.sim.rpc().latest_block().await.unwrap().number.0;
+
+    h.trade(2, Duration::from_millis(300), 16).await;
+    // Empty blocks until every traded block is finalized on the chain.
+    let last = h.sim.rpc().latest_block().await.unwrap().number.0;
+    while chain_finalized(&h.anvil.http_url()).await < last {
+        h.sim.rpc().mine().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let expected: BTreeSet<Cursor> = canonical(&h.anvil.http_url(), from_block, &wallets)
+        .await
+        .into_iter()
+        .map(|(b, l, _)| Cursor {
+            block: b,
+            log_index: l as u32,
+        })
+        .filter(|c| *c > start)
+        .collect();
+    assert!(
+        expected.len() >= 8,
+        "premise: enough fills of these wallets ({})",
+        expected.len()
+    );
+
+    // Wait for every final on every channel (the final-only endpoint gets exactly one per fill).
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    let count = |r: &PyReceiver, kind: &str| {
+        r.verdicts()
+            .iter()
+            .filter(|v| v["body"]["type"] == kind)
+            .count()
+    };
+    while count(&only_final, "final") < expected.len()
+        || count(&both_hook, "final") < expected.len()
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "webhook finals: {} and {} of {}",
+            count(&only_final, "final"),
+            count(&both_hook, "final"),
+            expected.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await; // WS frames of the same rounds
+    push.stop().await.unwrap();
+    let (both, finals, trades) = (
+        both.done.await.unwrap(),
+        finals.done.await.unwrap(),
+        trades.done.await.unwrap(),
+    );
+
+    // trade,final: every fill's trade, then its small final, each once.
+    let mut trade_at = BTreeMap::new();
+    let mut final_at = BTreeMap::new();
+    for (i, f) in both.frames.iter().enumerate() {
+        match f["type"].as_str().unwrap() {
+            "trade" => assert!(
+                trade_at.insert(cursor_of(f), i).is_none(),
+                "trade twice: {f}"
+            ),
+            "final" => {
+                assert!(f.get("trade").is_none(), "a small final: {f}");
+                assert!(
+                    final_at.insert(cursor_of(f), (i, f)).is_none(),
+                    "final twice: {f}"
+                );
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(trade_at.keys().copied().collect::<BTreeSet<_>>(), expected);
+    assert_eq!(final_at.keys().copied().collect::<BTreeSet<_>>(), expected);
+    let mut delays = Vec::new();
+    for (c, (i, f)) in &final_at {
+        let t = trade_at[c];
+        assert!(t < *i, "the final of {c} came after its trade");
+        delays.push(f["_recv_ms"].as_i64().unwrap() - both.frames[t]["_recv_ms"].as_i64().unwrap());
+    }
+    delays.sort_unstable();
+    println!(
+        "trade→final at the client over {} fills: p50 {} ms, max {} ms",
+        delays.len(),
+        delays[delays.len() / 2],
+        delays[delays.len() - 1]
+    );
+
+    // final only: only finals, full bodies marked finalized, ledger order, each once.
+    assert!(
+        of_type(&finals.frames, "trade").is_empty(),
+        "no trade frames"
+    );
+    let got: Vec<Cursor> = of_type(&finals.frames, "final")
+        .iter()
+        .map(|f| cursor_of(f))
+        .collect();
+    assert_eq!(got, expected.iter().copied().collect::<Vec<_>>());
+    for f in of_type(&finals.frames, "final") {
+        assert_eq!(f["finalized"], true, "{f}");
+        assert!(f["trade"]["wallet"].is_string(), "full body: {f}");
+    }
+    // trade only: no finals.
+    assert!(of_type(&trades.frames, "final").is_empty());
+    assert_eq!(trades.trades, expected.iter().copied().collect::<Vec<_>>());
+
+    // Webhooks: verified; the final-only endpoint got only full finals; the other each trade
+    // before its small final.
+    let v = only_final.verdicts();
+    assert!(v.iter().all(|v| v["ok"] == true));
+    let got: BTreeSet<Cursor> = v.iter().map(|v| cursor_of(&v["body"])).collect();
+    assert_eq!(got, expected);
+    assert!(v
+        .iter()
+        .all(|v| v["body"]["type"] == "final" && v["body"]["finalized"] == true));
+    let v = both_hook.verdicts();
+    assert!(v.iter().all(|v| v["ok"] == true));
+    let mut seen_trade = BTreeSet::new();
+    for v in &v {
+        let c = cursor_of(&v["body"]);
+        match v["body"]["type"].as_str().unwrap() {
+            "trade" => assert!(seen_trade.insert(c)),
+            "final" => assert!(
+                seen_trade.contains(&c),
+                "webhook final of {c} before its trade"
+            ),
+            other => panic!("unexpected {other}"),
+        }
+    }
+    assert_eq!(seen_trade, expected);
+
+    // The dashboard's final stage has its rows: one per final pushed.
+    let n: u64 = h
+        .db
+        .ch
+        .query("SELECT count() FROM push_latency WHERE channel IN ('ws_final', 'webhook_final')")
+        .fetch_one()
+        .await
+        .unwrap();
+    assert!(n as usize >= 3 * expected.len(), "final latency rows: {n}");
+}
