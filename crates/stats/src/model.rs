@@ -16,14 +16,17 @@ pub enum Stage {
     DetectStored,
     DetectPushWs,
     DetectPushWebhook,
+    /// A `final` event pushed (WebSocket or webhook) after the trade's block was finalized.
+    DetectFinal,
 }
 
 impl Stage {
-    pub const ALL: [Stage; 4] = [
+    pub const ALL: [Stage; 5] = [
         Stage::DetectLogs,
         Stage::DetectStored,
         Stage::DetectPushWs,
         Stage::DetectPushWebhook,
+        Stage::DetectFinal,
     ];
     /// The headline: block header received → pushed, over WebSocket.
     pub const HEADLINE: Stage = Stage::DetectPushWs;
@@ -35,6 +38,7 @@ impl Stage {
             Stage::DetectStored => "detect_stored",
             Stage::DetectPushWs => "detect_push_ws",
             Stage::DetectPushWebhook => "detect_push_webhook",
+            Stage::DetectFinal => "detect_final",
         }
     }
 
@@ -45,6 +49,7 @@ impl Stage {
             Stage::DetectStored => "header received → stored",
             Stage::DetectPushWs => "header received → pushed (WebSocket)",
             Stage::DetectPushWebhook => "header received → pushed (webhook)",
+            Stage::DetectFinal => "header received → final pushed",
         }
     }
 
@@ -55,6 +60,9 @@ impl Stage {
             Stage::DetectStored => "ingest_latency: t_stored_ms − t_detect_ms",
             Stage::DetectPushWs => "push_latency (ws): t_push_ms − t_detect_ms",
             Stage::DetectPushWebhook => "push_latency (webhook): t_push_ms − t_detect_ms",
+            Stage::DetectFinal => {
+                "push_latency (ws_final and webhook_final: `final` events): t_push_ms − t_detect_ms"
+            }
         }
     }
 }

@@ -72,6 +72,7 @@ fn channel_stage(channel: &str) -> Option<Stage> {
     match channel {
         "ws" => Some(Stage::DetectPushWs),
         "webhook" => Some(Stage::DetectPushWebhook),
+        "final" => Some(Stage::DetectFinal),
         _ => None,
     }
 }

@@ -80,6 +80,8 @@ pub struct Stages<T> {
     pub detect_stored: T,
     pub detect_push_ws: T,
     pub detect_push_webhook: T,
+    /// Block header received → `final` pushed (WebSocket and webhook).
+    pub detect_final: T,
 }
 
 impl<T: Clone> Stages<T> {
@@ -88,7 +90,8 @@ impl<T: Clone> Stages<T> {
             detect_logs: v.clone(),
             detect_stored: v.clone(),
             detect_push_ws: v.clone(),
-            detect_push_webhook: v,
+            detect_push_webhook: v.clone(),
+            detect_final: v,
         }
     }
 }
@@ -100,6 +103,7 @@ impl<T> Stages<T> {
             Stage::DetectStored => &self.detect_stored,
             Stage::DetectPushWs => &self.detect_push_ws,
             Stage::DetectPushWebhook => &self.detect_push_webhook,
+            Stage::DetectFinal => &self.detect_final,
         }
     }
 
@@ -109,6 +113,7 @@ impl<T> Stages<T> {
             Stage::DetectStored => &mut self.detect_stored,
             Stage::DetectPushWs => &mut self.detect_push_ws,
             Stage::DetectPushWebhook => &mut self.detect_push_webhook,
+            Stage::DetectFinal => &mut self.detect_final,
         }
     }
 }

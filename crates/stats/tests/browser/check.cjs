@@ -110,12 +110,26 @@ async function main() {
       if (await svgs.nth(i).isVisible()) report.svg_visible += 1;
     }
     await page.screenshot({ path: shot, fullPage: true });
+    const finalCells = [];
+    const finalRows = page.locator('tr[data-stage="detect_final"]');
+    for (let i = 0; i < (await finalRows.count()); i++) {
+      const row = finalRows.nth(i);
+      finalCells.push({
+        window: await row.locator('xpath=..').getAttribute('data-window'),
+        shown: (await row.locator('td').nth(1).innerText()).trim(),
+      });
+    }
 
     // The JSON, fetched by the same browser, must say what the page shows.
     const jsonUrl = new URL('/latency.json', url).href;
     const jr = await page.goto(jsonUrl, { timeout: 30000 });
     const json = JSON.parse(await jr.text());
     report.json_figures = json.headline.figures;
+    // The `final` stage's p50 in each window's table row, against the JSON.
+    report.final_stage = finalCells.map((c) => {
+      const w = json.windows.find((x) => x.window === c.window);
+      return { ...c, json: w ? w.stages.detect_final.p50_ms : undefined };
+    });
     for (const f of json.headline.figures) {
       const shown = report.headline.find((h) => h.window === f.window);
       if (!shown || shown.text !== expectedText(f.p50_ms) || !shown.visible) {

@@ -44,6 +44,7 @@ async fn dashboard_renders_in_headless_chromium_with_nothing_from_the_internet()
             ingest_rows.push(ingest(b, t, lat / 4, lat / 2));
             push_rows.push(push(b, "ws", t, t + lat));
             push_rows.push(push(b, "webhook", t, t + 2 * lat + 15));
+            push_rows.push(push(b, "ws_final", t, t + 3 * lat + 4_000));
         }
     }
     write(&db, &ingest_rows, &push_rows).await;
@@ -89,6 +90,15 @@ async fn dashboard_renders_in_headless_chromium_with_nothing_from_the_internet()
             None => "no data".into(),
         };
         assert_eq!(h["text"], expect.as_str(), "{h}");
+    }
+    // The `final` stage's row shows, per window, the p50 the JSON has (a number in each).
+    let finals = report["final_stage"].as_array().unwrap();
+    assert_eq!(finals.len(), 4, "{report}");
+    for f in finals {
+        let p50 = f["json"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("final p50 in the JSON: {f}"));
+        assert_eq!(f["shown"], format!("{p50} ms").as_str(), "{f}");
     }
     let p50s: Vec<_> = figures.iter().map(|f| f["p50_ms"].clone()).collect();
     assert!(

@@ -26,6 +26,13 @@ async fn p50_is_the_median_of_per_row_differences_of_exactly_the_rows_inside() {
         ingest_rows.push(ingest(b, t, delay(i, 1) % 97 + 1, delay(i, 5)));
         push_rows.push(push(b, "ws", t, t + delay(i, 3) + (100 - i) * 40));
         push_rows.push(push(b, "webhook", t, t + 2 * delay(i, 7) + 900));
+        // `final`s of both channels make one stage.
+        let channel = if i % 2 == 0 {
+            "ws_final"
+        } else {
+            "webhook_final"
+        };
+        push_rows.push(push(b, channel, t, t + 3 * delay(i, 11) + 4_000));
     }
     // 50 more in the last 24 h but not the last hour, much slower: they must not leak into 1h.
     for i in 0..50i64 {
@@ -67,6 +74,11 @@ async fn p50_is_the_median_of_per_row_differences_of_exactly_the_rows_inside() {
         .iter()
         .map(|r| r.t_push_ms - r.t_detect_ms)
         .collect();
+    let finals: Vec<i64> = ch_rows("ws_final")
+        .into_iter()
+        .chain(ch_rows("webhook_final"))
+        .map(|r| r.t_push_ms - r.t_detect_ms)
+        .collect();
     for (name, got, diffs) in [
         ("detect_logs", &w1h.stages.detect_logs, &logs),
         ("detect_stored", &w1h.stages.detect_stored, &stored),
@@ -76,6 +88,7 @@ async fn p50_is_the_median_of_per_row_differences_of_exactly_the_rows_inside() {
             &w1h.stages.detect_push_webhook,
             &webhook,
         ),
+        ("detect_final", &w1h.stages.detect_final, &finals),
     ] {
         assert_eq!(got.count, 101, "{name}: exactly the rows inside");
         assert_eq!(got.p50_ms, Some(median(diffs)), "{name} p50");
