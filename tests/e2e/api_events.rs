@@ -9,52 +9,74 @@ use pmw_testkit::hooks::{Receiver, Step};
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 
-use crate::harness::{connect, first_of, Harness};
+use crate::harness::{connect_url, first_of, Harness};
 
 const WITHIN: Duration = Duration::from_secs(60);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pushed_frames_and_webhook_bodies_match_the_published_schemas() {
-    let h = Harness::new().await;
+    // anvil's `finalized` trails its head by 4 blocks: `final`s arrive too.
+    let h = Harness::with_anvil(&["--slots-in-an-epoch", "2"]).await;
     let (push, addr) = h.leader("push-a").await;
     let mine = vec![demo_wallets(6)[0], demo_wallets(6)[3]];
     let (account, key) = h.account(&mine).await;
+    // One endpoint for trades and small finals, one for full finals only.
     let hook = Receiver::cycling(vec![Step::status(200)]).await;
+    let finals_hook = Receiver::cycling(vec![Step::status(200)]).await;
     let secret = pmw_core::webhook::Secret::generate();
     let c = h.db.connect().await;
     let now = pmw_core::UnixMs::now().0;
-    c.execute(
-        "INSERT INTO webhook_endpoints (account_id, url, secret, created_ms, updated_ms) VALUES ($1, $2, $3, $4, $4)",
-        &[&account, &hook.url(), &secret.expose(), &now],
-    )
-    .await
-    .unwrap();
+    for (r, events) in [
+        (&hook, vec!["trade", "final"]),
+        (&finals_hook, vec!["final"]),
+    ] {
+        c.execute(
+            "INSERT INTO webhook_endpoints (account_id, url, secret, events, created_ms, updated_ms) VALUES ($1, $2, $3, $4, $5, $5)",
+            &[&account, &r.url(), &secret.expose(), &events, &now],
+        )
+        .await
+        .unwrap();
+    }
     c.execute("SELECT pg_notify('pmw_subscriptions', '')", &[])
         .await
         .unwrap();
-    let mut ws = connect(addr, &key, None).await;
+    let mut ws = connect_url(&format!("ws://{addr}/v1/ws?events=trade,final"), Some(&key)).await;
+    let mut finals_ws = connect_url(&format!("ws://{addr}/v1/ws?events=final"), Some(&key)).await;
     first_of(&mut ws, "hello").await;
+    first_of(&mut finals_ws, "hello").await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     h.sim.run_matches(12).await.unwrap();
     h.wait_pushed(WITHIN).await;
     first_of(&mut ws, "trade").await;
     first_of(&mut ws, "heartbeat").await;
+    for _ in 0..6 {
+        h.sim.rpc().mine().await.unwrap(); // the traded blocks finalize
+    }
+    first_of(&mut ws, "final").await;
+    first_of(&mut finals_ws, "final").await;
     let deadline = tokio::time::Instant::now() + WITHIN;
-    while hook.count() == 0 {
-        assert!(tokio::time::Instant::now() < deadline, "no webhook arrived");
+    let has = |r: &Receiver, kind: &str| r.hits().iter().any(|h| h.json()["type"] == kind);
+    while !(has(&hook, "trade") && has(&hook, "final") && has(&finals_hook, "final")) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "webhooks of every kind did not arrive"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     push.stop().await.unwrap();
-    let seen = ws.done.await.unwrap();
-    let frames: Vec<Value> = seen
-        .frames
-        .into_iter()
-        .map(|mut f| {
+    let mut frames: Vec<Value> = Vec::new();
+    for seen in [ws.done.await.unwrap(), finals_ws.done.await.unwrap()] {
+        frames.extend(seen.frames.into_iter().map(|mut f| {
             f.as_object_mut().unwrap().remove("_recv_ms");
             f
-        })
+        }));
+    }
+    let bodies: Vec<Value> = hook
+        .hits()
+        .iter()
+        .chain(finals_hook.hits().iter())
+        .map(|h| h.json())
         .collect();
-    let bodies: Vec<Value> = hook.hits().iter().map(|h| h.json()).collect();
     let input = json!({
         "asyncapi": pmw_api::routes::events::asyncapi(),
         "openapi": serde_json::from_str::<Value>(pmw_api::routes::openapi_json()).unwrap(),
@@ -75,7 +97,14 @@ async fn pushed_frames_and_webhook_bodies_match_the_published_schemas() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "schema violations:\n{text}");
     let counts: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
-    for k in ["ws:hello", "ws:trade", "ws:heartbeat", "webhook:trade"] {
+    for k in [
+        "ws:hello",
+        "ws:trade",
+        "ws:final",
+        "ws:heartbeat",
+        "webhook:trade",
+        "webhook:final",
+    ] {
         assert!(
             counts[k].as_u64().unwrap_or(0) >= 1,
             "{k} validated: {counts}"

@@ -8,7 +8,8 @@ use serde::de::DeserializeOwned;
 
 use crate::error::ApiError;
 
-/// A JSON body. Request types use `#[serde(deny_unknown_fields)]`.
+/// A JSON body: always an object (serde would also read a struct from an array of its fields).
+/// Request types use `#[serde(deny_unknown_fields)]`.
 pub struct ApiJson<T>(pub T);
 
 impl<T, S> FromRequest<S> for ApiJson<T>
@@ -19,8 +20,16 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let Json(v) = Json::<T>::from_request(req, state).await?;
-        Ok(ApiJson(v))
+        let Json(v) = Json::<serde_json::Value>::from_request(req, state).await?;
+        if !v.is_object() {
+            return Err(ApiError::unprocessable(
+                "invalid_body",
+                "the body must be a JSON object",
+            ));
+        }
+        serde_json::from_value(v)
+            .map(ApiJson)
+            .map_err(|e| ApiError::unprocessable("invalid_body", e.to_string()))
     }
 }
 

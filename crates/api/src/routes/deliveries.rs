@@ -7,7 +7,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use pmw_core::db::deliveries::{self, NewDelivery, Writer};
-use pmw_core::message::{stamp, Kind, TradeMessage};
+use pmw_core::message::{stamp, FinalNotice, Kind, TradeMessage};
 use pmw_core::store::{delivery_log, trades, TradeRow};
 use pmw_core::webhook::webhook_id;
 use pmw_core::{Cursor, UnixMs};
@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::trades::{check_limit, followed, markets, parse_cursor};
-use super::webhooks::owned;
+use super::webhooks::{owned, EventType};
 use crate::auth::Auth;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiJson, ApiPath, ApiQuery};
@@ -154,7 +154,8 @@ pub struct ReplayOutcome {
 }
 
 /// Queue the account's trades after `after` (up to what push has already processed) for this
-/// endpoint again. Already pending messages stay as they are.
+/// endpoint again, as the events it receives say: `trade`s, and `final`s of the finalized ones.
+/// Already pending messages stay as they are.
 #[utoipa::path(post, path = "/v1/webhooks/{id}/replay", tag = "webhooks", security(("api_key" = [])),
     params(("id" = i64, Path)), request_body = Replay,
     responses((status = 202, body = ReplayOutcome), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
@@ -176,18 +177,24 @@ pub async fn replay(
         ));
     }
     let wallets = followed(&c, who.account_id).await?;
-    // Up to what push's webhook lane has queued: later trades reach the endpoint through it.
-    let through = c
-        .query_opt(
-            "SELECT block_number, log_index FROM webhook_cursor WHERE slot = 0",
-            &[],
-        )
+    // Up to what push's webhook lane has queued (and, for `final`s, its finality lane): later
+    // trades reach the endpoint through them.
+    let (through, finals_through) = c
+        .query_opt(include_str!("sql/replay_bounds.sql"), &[])
         .await?
-        .map(|r| Cursor {
-            block: r.get::<_, i64>(0) as u64,
-            log_index: r.get::<_, i32>(1) as u32,
+        .map(|r| {
+            let at = |b: usize| Cursor {
+                block: r.get::<_, Option<i64>>(b).unwrap_or(0) as u64,
+                log_index: r.get::<_, Option<i32>>(b + 1).unwrap_or(0) as u32,
+            };
+            (at(0), at(2))
         })
-        .unwrap_or(Cursor::ORIGIN);
+        .unwrap_or((Cursor::ORIGIN, Cursor::ORIGIN));
+    let events = &endpoint.events;
+    let (trades_too, finals) = (
+        events.contains(&EventType::Trade),
+        events.contains(&EventType::Final),
+    );
     let mut rows =
         trades::wallet_trades_between(&st.ch, &wallets, after, through, u64::from(limit) + 1)
             .await?;
@@ -198,15 +205,30 @@ pub async fn replay(
     let now = UnixMs::now().0;
     let mut items = Vec::with_capacity(rows.len());
     for r in &rows {
-        let body = TradeMessage::from_row(r, names.get(&r.token_id)).to_json();
-        items.push(NewDelivery {
-            id: webhook_id(r.cursor(), &r.block_hash, id, Kind::Trade),
-            endpoint_id: id,
-            kind: Kind::Trade,
-            cursor: r.cursor(),
-            payload: stamp(Kind::Trade, &body, now),
-            t_detect_ms: r.t_detect_ms,
-        });
+        let finalized = r.cursor() <= finals_through;
+        let message = TradeMessage::from_row(r, names.get(&r.token_id)).finalized(finalized);
+        let mut queue = |kind: Kind, body: String| {
+            items.push(NewDelivery {
+                id: webhook_id(r.cursor(), &r.block_hash, id, kind),
+                endpoint_id: id,
+                kind,
+                cursor: r.cursor(),
+                payload: stamp(kind, &body, now),
+                t_detect_ms: r.t_detect_ms,
+            })
+        };
+        if trades_too {
+            queue(Kind::Trade, message.to_json());
+        }
+        if finals && finalized {
+            // As the finality lane sends it: small beside trades, else the full body.
+            let body = if trades_too {
+                FinalNotice::from_row(r).to_json()
+            } else {
+                message.to_json()
+            };
+            queue(Kind::Final, body);
+        }
     }
     let tx = c.transaction().await?;
     // Checked again under a share lock: a disable (which expires pending deliveries) either

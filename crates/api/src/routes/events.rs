@@ -1,18 +1,26 @@
 //! The schemas of what pmw pushes, generated from the types in `pmw_core::message` that produce
-//! it: OpenAPI 3.1 `webhooks` (the `trade` and `retract` bodies POSTed to endpoints, and the
-//! `test` event of `POST /v1/webhooks/{id}/test`) in the
+//! it: OpenAPI 3.1 `webhooks` (the `trade`, `retract` and `final` bodies POSTed to endpoints,
+//! and the `test` event of `POST /v1/webhooks/{id}/test`) in the
 //! served document, and an AsyncAPI 3.0 document for the WebSocket `/v1/ws` (`hello`, `trade`,
-//! `retract`, `heartbeat`, `resync`), served at `/v1/asyncapi.json` and committed as
+//! `retract`, `final`, `heartbeat`, `resync`), served at `/v1/asyncapi.json` and committed as
 //! `docs/asyncapi.json` (a test keeps the two equal).
 
 use std::sync::OnceLock;
 
-use pmw_core::message::{Control, Kind, Market, PushedMessage, Trade, TradeMessage};
+use pmw_core::message::{Control, FinalNotice, Kind, Market, PushedMessage, Trade, TradeMessage};
 use serde_json::{json, Map, Value};
 use utoipa::OpenApi;
 
 #[derive(OpenApi)]
-#[openapi(components(schemas(PushedMessage, TradeMessage, Trade, Market, Kind, Control)))]
+#[openapi(components(schemas(
+    PushedMessage,
+    TradeMessage,
+    Trade,
+    Market,
+    Kind,
+    Control,
+    FinalNotice
+)))]
 struct Events;
 
 /// The `test` event's schema: a webhook body only (never on the WebSocket).
@@ -47,6 +55,25 @@ fn typed(schema: &str, kind: &str) -> Value {
     })
 }
 
+/// A `final`: the full body (`final` only) or the small notice (beside `trade`s).
+fn final_schema() -> Value {
+    json!({"oneOf": [
+        typed("PushedMessage", "final"),
+        {
+            "allOf": [{"$ref": "#/components/schemas/FinalNotice"}],
+            "properties": {
+                "type": {"const": "final"},
+                "t_push_ms": {"type": "integer", "format": "int64", "description": "when push sent it (ms since the epoch)"}
+            },
+            "required": ["type", "t_push_ms"],
+        },
+    ]})
+}
+
+const FINAL_WHAT: &str = "The fill's block is finalized: it can no longer be reorganised away. \
+    To subscribers that also receive `trade`s, a small notice naming the trade (never before its \
+    `trade`); to `final`-only subscribers, the full trade body with `finalized: true`.";
+
 /// OpenAPI 3.1 `webhooks`: what an endpoint receives.
 pub fn webhooks() -> Value {
     let op = |kind: &str, what: &str| {
@@ -67,9 +94,12 @@ pub fn webhooks() -> Value {
     );
     test_op["post"]["requestBody"]["content"]["application/json"]["schema"] =
         typed("TestEvent", "test");
+    let mut final_op = op("final", FINAL_WHAT);
+    final_op["post"]["requestBody"]["content"]["application/json"]["schema"] = final_schema();
     json!({
-        "trade": op("trade", "A fill of a followed wallet on the canonical chain."),
+        "trade": op("trade", "A fill of a followed wallet on the canonical chain (endpoints with `trade` in `events`)."),
         "retract": op("retract", "A fill a reorg removed, with the body it was delivered with."),
+        "final": final_op,
         "test": test_op,
     })
 }
@@ -85,6 +115,7 @@ pub fn asyncapi() -> &'static Value {
             "hello": msg("hello", "first frame: where the session starts and the ingested head", typed("Control", "hello")),
             "trade": msg("trade", "a fill of a followed wallet", typed("PushedMessage", "trade")),
             "retract": msg("retract", "a fill a reorg removed (the body it was delivered with)", typed("PushedMessage", "retract")),
+            "final": msg("final", "a fill's block is finalized (with `events=final` or `events=trade,final`)", final_schema()),
             "heartbeat": msg("heartbeat", "every PMW_PUSH_WS_HEARTBEAT_MS: alive, and where the session stands", typed("Control", "heartbeat")),
             "resync": msg("resync", "the resume window was exceeded: backfill after `after` over REST, then reconnect", typed("Control", "resync")),
         });
@@ -121,7 +152,10 @@ pub fn asyncapi() -> &'static Value {
                     "type": "object",
                     "properties": {
                         "since": {"type": "string", "description": "resume after this position (`<cursor>:<hash8>`, or a bare cursor)"},
-                        "ticket": {"type": "string", "description": "a one-time browser ticket `pmwt_…`"}
+                        "ticket": {"type": "string", "description": "a one-time browser ticket `pmwt_…`"},
+                        "events": {"type": "string", "enum": ["trade", "final", "trade,final", "final,trade"], "default": "trade",
+                            "description": "`trade`: trades as ingested (and retracts); `final`: only the finalized ledger, each trade once as a `final` with the full body (`since` then names a position in that stream); `trade,final`: trades, and a small `final` naming each once its block is finalized, never before its `trade`"},
+                        "final_since": {"type": "string", "description": "with `events=trade,final`: resume the `final`s after this cursor (the `final_cursor` of the last `hello` or `heartbeat`); default `since`"}
                     }
                 }}}
             }},

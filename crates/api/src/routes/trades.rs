@@ -48,6 +48,9 @@ pub struct TradeQuery {
     /// Page size, 1..=1000 (default 100).
     #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<u32>,
+    /// Only finalized trades (at or below the chain's `finalized` block): pages never reach
+    /// past the finalized watermark, and what they hold can no longer be reorganised away.
+    pub final_only: Option<bool>,
 }
 
 /// Parse a cursor: 400 when it is not one.
@@ -80,6 +83,16 @@ pub async fn watermark(c: &super::Client) -> Result<Option<Cursor>, ApiError> {
     Ok(db::watermark(&***c).await?.map(db::watermark_cursor))
 }
 
+/// The finalized watermark (the highest ingested block the chain calls finalized), if any.
+pub async fn finalized(c: &super::Client) -> Result<Option<u64>, ApiError> {
+    Ok(c.query_opt(
+        "SELECT block_number FROM finalized_cursor WHERE id = 1",
+        &[],
+    )
+    .await?
+    .map(|r| r.get::<_, i64>(0) as u64))
+}
+
 /// The lowercase wallets the account follows.
 pub async fn followed(c: &super::Client, account_id: i64) -> Result<Vec<String>, ApiError> {
     Ok(c.query(
@@ -92,7 +105,8 @@ pub async fn followed(c: &super::Client, account_id: i64) -> Result<Vec<String>,
     .collect())
 }
 
-/// Trades of one wallet (or of every followed wallet) after a cursor, in ledger order.
+/// Trades of one wallet (or of every followed wallet) after a cursor, in ledger order; each says
+/// whether its block is finalized, and `final_only` keeps to those.
 #[utoipa::path(get, path = "/v1/trades", tag = "trades", security(("api_key" = [])),
     params(TradeQuery),
     responses((status = 200, body = TradePage), (status = 400, body = ErrorBody, description = "invalid cursor or query"),
@@ -112,7 +126,12 @@ pub async fn list(
         Some(w) => vec![parse_wallet(w)?.to_lower_hex()],
         None => followed(&c, who.account_id).await?,
     };
-    let Some(through) = watermark(&c).await? else {
+    let finalized = finalized(&c).await?;
+    let through = match watermark(&c).await? {
+        Some(w) if q.final_only == Some(true) => finalized.map(|f| w.min(db::watermark_cursor(f))),
+        w => w,
+    };
+    let Some(through) = through else {
         return Ok(Json(TradePage {
             trades: vec![],
             next: after.to_string(),
@@ -129,7 +148,10 @@ pub async fn list(
     Ok(Json(TradePage {
         trades: rows
             .iter()
-            .map(|r| TradeMessage::from_row(r, names.get(&r.token_id)))
+            .map(|r| {
+                TradeMessage::from_row(r, names.get(&r.token_id))
+                    .finalized(finalized.is_some_and(|f| r.block_number <= f))
+            })
             .collect(),
         next,
         more,

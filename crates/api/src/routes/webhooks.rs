@@ -25,7 +25,38 @@ pub const DEFAULT_OVERLAP_SECS: u64 = 24 * 3600;
 pub const MAX_OVERLAP_SECS: u64 = 7 * 24 * 3600;
 
 const COLUMNS: &str =
-    "id, url, enabled, disabled_reason, previous_expires_ms, created_ms, updated_ms";
+    "id, url, enabled, disabled_reason, previous_expires_ms, created_ms, updated_ms, events";
+
+/// An event type an endpoint (or a WebSocket session, `events=`) receives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum EventType {
+    /// Each trade at once (and its `retract` if a reorg removes it).
+    Trade,
+    /// Each trade once its block is finalized: a small `final` naming it when `trade` is also
+    /// chosen, else the full trade body with `finalized: true`.
+    Final,
+}
+
+/// The stored form of an event list: `{trade}`, `{final}` or `{trade,final}` (an empty list is
+/// refused).
+fn event_names(events: &[EventType]) -> Result<Vec<&'static str>, ApiError> {
+    let has = |e| events.contains(&e);
+    let mut names = Vec::new();
+    if has(EventType::Trade) {
+        names.push("trade");
+    }
+    if has(EventType::Final) {
+        names.push("final");
+    }
+    if names.is_empty() {
+        return Err(ApiError::unprocessable(
+            "invalid_events",
+            "events needs at least one of trade, final",
+        ));
+    }
+    Ok(names)
+}
 
 /// A webhook endpoint (never its secret).
 #[derive(Debug, Serialize, ToSchema)]
@@ -40,6 +71,8 @@ pub struct Endpoint {
     pub previous_expires_ms: Option<i64>,
     pub created_ms: i64,
     pub updated_ms: i64,
+    /// What it receives: `trade`, `final`, or both.
+    pub events: Vec<EventType>,
 }
 
 impl Endpoint {
@@ -53,6 +86,14 @@ impl Endpoint {
             previous_expires_ms: r.get::<_, Option<i64>>(4).filter(|t| *t > now),
             created_ms: r.get(5),
             updated_ms: r.get(6),
+            events: r
+                .get::<_, Vec<String>>(7)
+                .iter()
+                .map(|e| match e.as_str() {
+                    "final" => EventType::Final,
+                    _ => EventType::Trade,
+                })
+                .collect(),
         }
     }
 }
@@ -78,12 +119,19 @@ pub struct CreateEndpoint {
     /// `http` or `https`; must reach a public address.
     #[schema(example = "https://example.com/hooks/pmw")]
     pub url: String,
+    /// What it receives (default `["trade"]`).
+    #[schema(example = json!(["trade", "final"]), min_items = 1)]
+    pub events: Option<Vec<EventType>>,
 }
 
+/// Fields to change; absent ones stay as they are (`{}` changes nothing).
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateEndpoint {
-    pub enabled: bool,
+    pub enabled: Option<bool>,
+    /// What it receives from now on: `trade`, `final`, or both.
+    #[schema(min_items = 1)]
+    pub events: Option<Vec<EventType>>,
 }
 
 #[derive(Debug, Default, Deserialize, ToSchema)]
@@ -138,6 +186,7 @@ pub async fn create(
 ) -> Result<(StatusCode, Json<EndpointWithSecret>), ApiError> {
     let url = ssrf::validate_url(&body.url, st.cfg.api_allow_private_webhooks)
         .map_err(|e| ApiError::unprocessable("invalid_url", e.to_string()))?;
+    let events = event_names(body.events.as_deref().unwrap_or(&[EventType::Trade]))?;
     let max = st.cfg.plan(&who.plan).1.max_webhook_endpoints;
     let secret = Secret::generate().expose();
     let now = UnixMs::now().0;
@@ -159,7 +208,7 @@ pub async fn create(
     let row = tx
         .query_one(
             &format!(include_str!("sql/create_endpoint.sql"), COLUMNS = COLUMNS),
-            &[&who.account_id, &url.as_str(), &secret, &now],
+            &[&who.account_id, &url.as_str(), &secret, &now, &events],
         )
         .await?;
     super::notify_changes(&tx).await?;
@@ -199,7 +248,8 @@ pub async fn get_one(
     Ok(Json(EndpointDetail { endpoint, health }))
 }
 
-/// Enable or disable an endpoint (re-enabling clears the disabled reason). Disabling expires
+/// Enable or disable an endpoint (re-enabling clears the disabled reason), or change the events
+/// it receives (from the next round on; deliveries already queued are sent). Disabling expires
 /// the endpoint's pending deliveries in the same transaction (`failed`, `last_error`
 /// `endpoint disabled: …`): re-enabling delivers trades from then on, never a backlog at once.
 #[utoipa::path(patch, path = "/v1/webhooks/{id}", tag = "webhooks", security(("api_key" = [])),
@@ -211,6 +261,7 @@ pub async fn update(
     ApiPath(id): ApiPath<i64>,
     ApiJson(body): ApiJson<UpdateEndpoint>,
 ) -> Result<Json<Endpoint>, ApiError> {
+    let events = body.events.as_deref().map(event_names).transpose()?;
     let now = UnixMs::now().0;
     let mut c = st.pg.get().await?;
     let tx = c.transaction().await?;
@@ -226,14 +277,15 @@ pub async fn update(
     let row = tx
         .query_one(
             &format!(include_str!("sql/update_endpoint.sql"), COLUMNS = COLUMNS),
-            &[&id, &body.enabled, &now],
+            &[&id, &body.enabled, &now, &events],
         )
         .await?;
+    let enabled = body.enabled.unwrap_or(was);
     let mut expired = 0;
-    if !(was && body.enabled) {
+    if !(was && enabled) {
         // Disabling: its pending deliveries expire. Re-enabling: whatever is still pending was
         // queued while it was disabled (a round that raced the disable) and expires too.
-        let reason = match (was, body.enabled) {
+        let reason = match (was, enabled) {
             (true, false) => "disabled by the account",
             _ => "queued while disabled",
         };
@@ -246,7 +298,8 @@ pub async fn update(
     tracing::info!(
         account = who.account_id,
         endpoint = id,
-        enabled = body.enabled,
+        enabled,
+        events = ?events,
         expired,
         "webhook endpoint updated"
     );

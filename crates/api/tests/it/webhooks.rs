@@ -152,14 +152,48 @@ async fn endpoint_lifecycle_with_secret_rotation() {
     )
     .await
     .expect(422, Some("invalid_body"));
+    // An empty change changes nothing; an array is not a change, and an empty event list is
+    // refused.
+    let same = api
+        .call(
+            Method::PATCH,
+            &format!("/v1/webhooks/{ep}"),
+            Some(&key),
+            Some(json!({})),
+        )
+        .await;
+    same.expect(200, None);
+    assert_eq!(same.body["events"], json!(["trade"]));
     api.call(
         Method::PATCH,
         &format!("/v1/webhooks/{ep}"),
         Some(&key),
-        Some(json!({})),
+        Some(json!([null, null])),
     )
     .await
     .expect(422, Some("invalid_body"));
+    api.call(
+        Method::PATCH,
+        &format!("/v1/webhooks/{ep}"),
+        Some(&key),
+        Some(json!({"events": []})),
+    )
+    .await
+    .expect(422, Some("invalid_events"));
+    let fin = api
+        .call(
+            Method::PATCH,
+            &format!("/v1/webhooks/{ep}"),
+            Some(&key),
+            Some(json!({"events": ["final", "trade"]})),
+        )
+        .await;
+    fin.expect(200, None);
+    assert_eq!(fin.body["events"], json!(["trade", "final"]));
+    assert_eq!(
+        fin.body["enabled"], true,
+        "events change leaves enabled alone"
+    );
 
     // Rotate with a 1 h overlap: the previous secret keeps signing until then.
     let rot = api
