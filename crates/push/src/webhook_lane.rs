@@ -55,8 +55,7 @@ impl WebhookLane {
         let task = tokio::spawn(run(
             rounds,
             finals,
-            wake.clone(),
-            hooks_due.clone(),
+            (wake.clone(), hooks_due.clone()),
             dispatcher,
             health,
             timing,
@@ -143,8 +142,7 @@ async fn one_round(
 async fn run(
     mut rounds: Rounds,
     mut finals: Option<Rounds>,
-    wake: Arc<Notify>,
-    hooks_due: Arc<AtomicBool>,
+    (wake, hooks_due): (Arc<Notify>, Arc<AtomicBool>),
     dispatcher: Arc<Notify>,
     health: Arc<Health>,
     t: Timing,
