@@ -36,7 +36,8 @@ async fn start_push(db: &TestDb) -> ServiceHandle {
 async fn seed(db: &TestDb) {
     let c = db.connect().await;
     c.batch_execute(
-        "INSERT INTO ingest_cursor (id, block_number, block_hash, updated_ms) VALUES (1, 120, '0xabc', 0)",
+        "INSERT INTO ingest_cursor (id, block_number, block_hash, updated_ms) VALUES (1, 120, '0xabc', 0);
+         INSERT INTO finalized_cursor (id, block_number, block_hash, updated_ms) VALUES (1, 116, '0xdef', 0)",
     )
     .await
     .unwrap();
@@ -104,6 +105,13 @@ async fn status_shows_leader_cursors_lag_and_backlog() {
         "the first leader starts at the watermark"
     );
     assert_eq!(s["lag_blocks"]["push"], 0);
+    assert_eq!(s["finalized"]["block"], 116);
+    assert_eq!(s["lag_blocks"]["finalized"], 4);
+    assert_eq!(
+        s["final_lane"]["block"], 116,
+        "the finality lane starts after the finalized block"
+    );
+    assert_eq!(s["lag_blocks"]["final_lane"], 0);
     assert_eq!(s["push_backlog_trades"], 0);
     assert!(s["chain_head"].is_null() && s["lag_blocks"]["ingest"].is_null());
     assert_eq!(s["webhooks"]["pending"], 4);
@@ -122,6 +130,8 @@ async fn status_shows_leader_cursors_lag_and_backlog() {
         "push leader   push-a",
         "epoch 1",
         "push cursor   000000000120-",
+        "finalized     block 116",
+        "final lane    000000000116-999999",
         "4 pending",
         "listener listen",
     ] {

@@ -107,6 +107,20 @@ pub async fn collect(cfg: &CoreConfig) -> Result<Value, ServiceError> {
         .await
         .map_err(db_error)?
         .map(|r| (r.get::<_, i64>(0), r.get::<_, i32>(1), r.get::<_, i64>(2)));
+    let fin = c
+        .query_opt(include_str!("sql/finality.sql"), &[])
+        .await
+        .map_err(db_error)?;
+    let finalized = fin
+        .as_ref()
+        .and_then(|r| r.get::<_, Option<i64>>(0).zip(r.get::<_, Option<i64>>(1)));
+    let final_lane = fin.as_ref().and_then(|r| {
+        Some((
+            r.get::<_, Option<i64>>(2)?,
+            r.get::<_, Option<i32>>(3)?,
+            r.get::<_, Option<i64>>(4)?,
+        ))
+    });
     let leader = c
         .query_opt(
             include_str!("sql/push_leader.sql"),
@@ -209,8 +223,14 @@ pub async fn collect(cfg: &CoreConfig) -> Result<Value, ServiceError> {
         "webhook_lane": lane.map(|(b, l, u)| json!({
             "block": b, "log_index": l, "cursor": format!("{b:012}-{l:06}"), "updated_age_ms": now - u,
         })),
+        "finalized": finalized.map(|(b, u)| json!({"block": b, "updated_age_ms": now - u})),
+        "final_lane": final_lane.map(|(b, l, u)| json!({
+            "block": b, "log_index": l, "cursor": format!("{b:012}-{l:06}"), "updated_age_ms": now - u,
+        })),
         "lag_blocks": {
             "ingest": head.zip(ingest_block).map(|(h, i)| h as i64 - i),
+            "finalized": ingest_block.zip(finalized.map(|f| f.0)).map(|(i, f)| i - f),
+            "final_lane": finalized.map(|f| f.0).zip(final_lane.map(|l| l.0)).map(|(f, l)| f - l),
             "push": ingest_block.zip(push_block).map(|(i, p)| i - p),
             "webhook_lane": ingest_block.zip(lane.map(|l| l.0)).map(|(i, w)| i - w),
         },
@@ -309,6 +329,28 @@ fn text(s: &Value) -> String {
             s["lag_blocks"]["webhook_lane"]
                 .as_i64()
                 .map_or("?".into(), |l| l.to_string())
+        ));
+    }
+    let lag = |k: &str| {
+        s["lag_blocks"][k]
+            .as_i64()
+            .map_or("?".into(), |l| l.to_string())
+    };
+    line(match s["finalized"].as_object() {
+        None => "finalized     no finalized watermark yet".into(),
+        Some(f) => format!(
+            "finalized     block {} (moved {} ago), {} blocks behind ingest",
+            f["block"],
+            opt_age(&f["updated_age_ms"]),
+            lag("finalized")
+        ),
+    });
+    if let Some(l) = s["final_lane"].as_object() {
+        line(format!(
+            "final lane    {} (moved {} ago), {} blocks behind finalized",
+            l["cursor"].as_str().unwrap_or("?"),
+            opt_age(&l["updated_age_ms"]),
+            lag("final_lane")
         ));
     }
     let w = &s["webhooks"];
