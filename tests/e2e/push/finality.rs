@@ -225,3 +225,179 @@ async fn finals_follow_their_trades_and_final_only_subscribers_get_only_finals()
         .unwrap();
     assert!(n as usize >= 3 * expected.len(), "final latency rows: {n}");
 }
+
+/// Frames from `c` until `done(frames)` holds (or fail after `WITHIN`).
+async fn collect_until(
+    c: &mut crate::harness::Client,
+    mut frames: Vec<Value>,
+    done: impl Fn(&[Value]) -> bool,
+) -> Vec<Value> {
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    while !done(&frames) {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        match tokio::time::timeout(left, c.events.recv()).await {
+            Ok(Some(v)) => frames.push(v),
+            _ => panic!(
+                "condition not met within {WITHIN:?}; last frames: {:?}",
+                frames.iter().rev().take(3).collect::<Vec<_>>()
+            ),
+        }
+    }
+    frames
+}
+
+fn cursors(frames: &[Value], kind: &str) -> Vec<Cursor> {
+    of_type(frames, kind).iter().map(|f| cursor_of(f)).collect()
+}
+
+/// Mine empty blocks until the chain has finalized `block`.
+async fn finalize_through(h: &Harness, block: u64) {
+    while chain_finalized(&h.anvil.http_url()).await < block {
+        h.sim.rpc().mine().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resumed_sessions_miss_no_final_and_repeat_none() {
+    let h = Harness::with_anvil(FINALITY).await;
+    let (push, addr) = h.leader("push-a").await;
+    let mine = vec![demo_wallets(6)[1], demo_wallets(6)[3], demo_wallets(6)[5]];
+    let (_account, key) = h.account(&mine).await;
+    let wallets: Vec<String> = mine.iter().map(|w| w.to_lower_hex()).collect();
+    let url = |q: &str| format!("ws://{addr}/v1/ws?{q}");
+    let mut fin = connect_url(&url("events=final"), Some(&key)).await;
+    let mut both = connect_url(&url("events=trade,final"), Some(&key)).await;
+    let fin_start = hello_cursor(&mut fin).await;
+    let both_start = hello_cursor(&mut both).await;
+    let from_block = h.sim.rpc().latest_block().await.unwrap().number.0;
+    let rpc = h.anvil.http_url();
+    let fills = |after: Cursor| {
+        let (rpc, wallets) = (rpc.clone(), wallets.clone());
+        async move {
+            canonical(&rpc, from_block, &wallets)
+                .await
+                .into_iter()
+                .map(|(b, l, _)| Cursor {
+                    block: b,
+                    log_index: l as u32,
+                })
+                .filter(|c| *c > after)
+                .collect::<BTreeSet<Cursor>>()
+        }
+    };
+
+    // Batch 1: the `trade,final` session leaves once it has every trade, before (most of)
+    // their finals; the `final` session once it has every final.
+    h.trade(2, Duration::from_millis(200), 10).await;
+    let batch1 = fills(both_start).await;
+    assert!(
+        batch1.len() >= 4,
+        "premise: fills in batch 1 ({})",
+        batch1.len()
+    );
+    let b1 = batch1.clone();
+    let both_frames = collect_until(&mut both, Vec::new(), |f| {
+        cursors(f, "trade").len() >= b1.len()
+    })
+    .await;
+    both.done.abort();
+    finalize_through(&h, h.sim.rpc().latest_block().await.unwrap().number.0).await;
+    let b1 = batch1.clone();
+    let fin_frames = collect_until(&mut fin, Vec::new(), |f| {
+        cursors(f, "final").len() >= b1.len()
+    })
+    .await;
+    fin.done.abort();
+    let last_resume = |frames: &[Value], kind: &str| {
+        of_type(frames, kind)
+            .last()
+            .map(|f| f["resume"].as_str().unwrap().to_string())
+    };
+    let fin_resume = last_resume(&fin_frames, "final").expect("finals in batch 1");
+    let trade_resume = last_resume(&both_frames, "trade").expect("trades in batch 1");
+    // Where the `trade,final` session's finals stood when it left (its last final, else the
+    // start it was given).
+    let final_since = of_type(&both_frames, "final")
+        .last()
+        .map_or(both_start, |f| cursor_of(f));
+
+    // Batch 2 while both are away, then everything finalizes.
+    h.trade(2, Duration::from_millis(200), 10).await;
+    finalize_through(&h, h.sim.rpc().latest_block().await.unwrap().number.0).await;
+    let all = fills(both_start).await;
+    let batch2: BTreeSet<Cursor> = all.difference(&batch1).copied().collect();
+    assert!(
+        batch2.len() >= 4,
+        "premise: fills in batch 2 ({})",
+        batch2.len()
+    );
+
+    // The `final` session resumes after its last final: exactly batch 2's finals, in order.
+    let mut fin2 = connect_url(
+        &url(&format!("events=final&since={fin_resume}")),
+        Some(&key),
+    )
+    .await;
+    let b2 = batch2.clone();
+    let fin2_frames = collect_until(&mut fin2, Vec::new(), |f| {
+        cursors(f, "final").len() >= b2.len()
+    })
+    .await;
+    assert_eq!(
+        cursors(&fin2_frames, "final"),
+        batch2.iter().copied().collect::<Vec<_>>()
+    );
+    assert!(cursors(&fin2_frames, "trade").is_empty());
+
+    // The `trade,final` session resumes its trades after its last trade and its finals after
+    // its last final: batch 2's trades, every final it had not had, each after its trade.
+    let q = format!("events=trade,final&since={trade_resume}&final_since={final_since}");
+    let mut both2 = connect_url(&url(&q), Some(&key)).await;
+    let owed: BTreeSet<Cursor> = all.iter().copied().filter(|c| *c > final_since).collect();
+    let n = owed.len();
+    let both2_frames =
+        collect_until(&mut both2, Vec::new(), |f| cursors(f, "final").len() >= n).await;
+    tokio::time::sleep(Duration::from_millis(500)).await; // nothing more may come
+    let mut both2_frames = both2_frames;
+    while let Ok(v) = both2.events.try_recv() {
+        both2_frames.push(v);
+    }
+    push.stop().await.unwrap();
+    assert_eq!(
+        cursors(&both2_frames, "trade"),
+        batch2.iter().copied().collect::<Vec<_>>()
+    );
+    let finals2 = cursors(&both2_frames, "final");
+    assert_eq!(
+        finals2.iter().copied().collect::<BTreeSet<_>>(),
+        owed,
+        "the finals owed, no more"
+    );
+    assert_eq!(finals2.len(), n, "each once");
+    let first_final = cursors(&both_frames, "final");
+    let mut every: Vec<Cursor> = first_final.iter().chain(&finals2).copied().collect();
+    every.sort();
+    assert_eq!(
+        every,
+        all.iter().copied().collect::<Vec<_>>(),
+        "over both connections: every final once"
+    );
+    for (i, f) in both2_frames.iter().enumerate() {
+        if f["type"] == "final" && batch2.contains(&cursor_of(f)) {
+            let t = both2_frames
+                .iter()
+                .position(|g| g["type"] == "trade" && cursor_of(g) == cursor_of(f))
+                .expect("its trade on this connection");
+            assert!(t < i, "final after its trade");
+        }
+    }
+    println!(
+        "resume: final-only replayed {} finals; trade,final replayed {} trades and {} finals ({} of batch 1)",
+        batch2.len(),
+        batch2.len(),
+        n,
+        n - batch2.len()
+    );
+    let _ = fin_start;
+}
