@@ -589,6 +589,79 @@ mod tests {
     }
 
     #[test]
+    fn each_stream_reaches_the_sessions_that_asked_and_keeps_its_own_position() {
+        let hub = Hub::new(Position::default());
+        let mut rx = Vec::new();
+        for (account, events) in [(1, Events::TRADE), (2, Events::FINAL), (3, Events::BOTH)] {
+            let (tx, r) = mpsc::channel(16);
+            hub.register(Registration {
+                account_id: account,
+                key_id: account,
+                max_sessions: None,
+                wallets: vec!["0xa".into()],
+                version: 1,
+                events,
+                tx,
+                close: Arc::new(AtomicU16::new(1013)),
+            })
+            .unwrap();
+            rx.push(r);
+        }
+        let at = |log_index| Position {
+            cursor: Cursor {
+                block: 1,
+                log_index,
+            },
+            hash: None,
+        };
+        let fin = |log_index| {
+            let mut i = Arc::try_unwrap(item("0xa", log_index)).unwrap();
+            i.kind = Kind::Final;
+            Arc::new(i)
+        };
+        let retract = |log_index| {
+            let mut i = Arc::try_unwrap(item("0xa", log_index)).unwrap();
+            i.kind = Kind::Retract;
+            Arc::new(i)
+        };
+        hub.dispatch(&[item("0xa", 1), item("0xa", 2)], at(2));
+        hub.dispatch_stream(&[fin(1)], at(1), Stream::Final);
+        // An audit's retract in the final stream: for `final`-only sessions alone.
+        hub.dispatch_stream(&[retract(1)], at(1), Stream::Final);
+        assert_eq!(drain(&mut rx[0]), vec![1, 2], "trade: the ledger only");
+        assert_eq!(
+            drain(&mut rx[1]),
+            vec![1, 1],
+            "final: its final and the retract"
+        );
+        assert_eq!(
+            drain(&mut rx[2]),
+            vec![1, 2, 1],
+            "both: trades, then the final"
+        );
+        // A rewind of the final stream reaches `final`-only sessions only.
+        hub.rewind(Position::default(), Stream::Final);
+        assert!(drain(&mut rx[0]).is_empty() && drain(&mut rx[2]).is_empty());
+        assert_eq!(drain(&mut rx[1]), vec![1_000_000]);
+        // A late session gets each stream's own position.
+        hub.dispatch_stream(&[fin(2)], at(2), Stream::Final);
+        let (tx, _r) = mpsc::channel(4);
+        let reg = hub
+            .register(Registration {
+                account_id: 4,
+                key_id: 4,
+                max_sessions: None,
+                wallets: vec!["0xa".into()],
+                version: 1,
+                events: Events::BOTH,
+                tx,
+                close: Arc::new(AtomicU16::new(1013)),
+            })
+            .unwrap();
+        assert_eq!((reg.dispatched, reg.final_dispatched), (at(2), at(2)));
+    }
+
+    #[test]
     fn the_plan_limit_refuses_one_more_session_and_a_revoked_key_closes_with_1008() {
         let hub = Hub::new(Position::default());
         let (_a, _) = register(&hub, &["0xa"], 1, Some(2)).unwrap();
