@@ -1,0 +1,246 @@
+//! The hub's unit tests: index versions, shards, plan limits, the two streams.
+
+use super::*;
+use std::sync::atomic::AtomicU16;
+
+fn item(wallet: &str, log_index: u32) -> Arc<Item> {
+    Arc::new(Item {
+        kind: Kind::Trade,
+        cursor: Cursor {
+            block: 1,
+            log_index,
+        },
+        position: Position::default(),
+        wallet: wallet.into(),
+        t_detect_ms: 0,
+        body: "{}".into(),
+        brief: None,
+    })
+}
+
+fn register(
+    hub: &Hub,
+    wallets: &[&str],
+    version: i64,
+    max_sessions: Option<u32>,
+) -> Result<(mpsc::Receiver<Frame>, CloseCode), TooMany> {
+    let (tx, rx) = mpsc::channel(16);
+    let close = Arc::new(AtomicU16::new(1013));
+    hub.register(Registration {
+        account_id: 7,
+        key_id: 70,
+        max_sessions,
+        wallets: wallets.iter().map(|w| w.to_string()).collect(),
+        version,
+        events: Events::TRADE,
+        tx,
+        close: close.clone(),
+    })?;
+    Ok((rx, close))
+}
+
+fn session(hub: &Hub, wallets: &[&str], version: i64) -> mpsc::Receiver<Frame> {
+    register(hub, wallets, version, None).unwrap().0
+}
+
+fn drain(rx: &mut mpsc::Receiver<Frame>) -> Vec<u32> {
+    std::iter::from_fn(|| rx.try_recv().ok())
+        .map(|f| match f {
+            Frame::Item(i) => i.cursor.log_index,
+            Frame::Rewind(p) => 1_000_000 + p.cursor.log_index,
+        })
+        .collect()
+}
+
+#[test]
+fn an_older_index_never_replaces_a_fresher_session_set() {
+    let hub = Hub::new(Position::default());
+    let mut rx = session(&hub, &["0xa", "0xb"], 5);
+    // An index read before the session subscribed to 0xb.
+    let mut old = Index {
+        version: 4,
+        live_keys: [70].into(),
+        ..Index::default()
+    };
+    old.wallets_by_account.insert(7, vec!["0xa".into()]);
+    hub.apply(&old);
+    hub.dispatch(
+        &[item("0xa", 1), item("0xb", 2), item("0xc", 3)],
+        Position::default(),
+    );
+    assert_eq!(drain(&mut rx), vec![1, 2]);
+    // A newer index that removed 0xa: the session stops getting it.
+    let mut new = Index {
+        version: 6,
+        live_keys: [70].into(),
+        ..Index::default()
+    };
+    new.wallets_by_account.insert(7, vec!["0xb".into()]);
+    hub.apply(&new);
+    hub.dispatch(&[item("0xa", 4), item("0xb", 5)], Position::default());
+    assert_eq!(drain(&mut rx), vec![5]);
+    // A reorg reaches every session, before the round's items.
+    hub.rewind(Position::default(), Stream::Ledger);
+    hub.dispatch(&[item("0xb", 6)], Position::default());
+    assert_eq!(drain(&mut rx), vec![1_000_000, 6]);
+    assert!(!hub.follows("0xa") && hub.follows("0xb"));
+}
+
+#[test]
+fn every_shard_gets_the_round_and_a_late_session_starts_after_it() {
+    let hub = Hub::new(Position::default());
+    let mut rxs = Vec::new();
+    for account in 0..(3 * SHARDS as i64) {
+        let (tx, rx) = mpsc::channel(4);
+        hub.register(Registration {
+            account_id: account,
+            key_id: account,
+            max_sessions: None,
+            wallets: vec!["0xa".into()],
+            version: 1,
+            events: Events::TRADE,
+            tx,
+            close: Arc::new(AtomicU16::new(1013)),
+        })
+        .unwrap();
+        rxs.push(rx);
+    }
+    assert_eq!(hub.sessions(), 3 * SHARDS);
+    assert!(hub.follows("0xa") && !hub.follows("0xb"));
+    let through = Position {
+        cursor: Cursor {
+            block: 1,
+            log_index: 2,
+        },
+        hash: None,
+    };
+    assert_eq!(
+        hub.dispatch(&[item("0xa", 2), item("0xb", 3)], through),
+        3 * SHARDS
+    );
+    for rx in &mut rxs {
+        assert_eq!(drain(rx), vec![2]);
+    }
+    assert_eq!(hub.dispatched(), through);
+    // A session registering after the round replays up to it, in any shard.
+    let (tx, _rx) = mpsc::channel(4);
+    let at = hub
+        .register(Registration {
+            account_id: 5,
+            key_id: 5,
+            max_sessions: None,
+            wallets: vec!["0xa".into()],
+            version: 1,
+            events: Events::TRADE,
+            tx,
+            close: Arc::new(AtomicU16::new(1013)),
+        })
+        .unwrap()
+        .dispatched;
+    assert_eq!(at, through);
+}
+
+#[test]
+fn each_stream_reaches_the_sessions_that_asked_and_keeps_its_own_position() {
+    let hub = Hub::new(Position::default());
+    let mut rx = Vec::new();
+    for (account, events) in [(1, Events::TRADE), (2, Events::FINAL), (3, Events::BOTH)] {
+        let (tx, r) = mpsc::channel(16);
+        hub.register(Registration {
+            account_id: account,
+            key_id: account,
+            max_sessions: None,
+            wallets: vec!["0xa".into()],
+            version: 1,
+            events,
+            tx,
+            close: Arc::new(AtomicU16::new(1013)),
+        })
+        .unwrap();
+        rx.push(r);
+    }
+    let at = |log_index| Position {
+        cursor: Cursor {
+            block: 1,
+            log_index,
+        },
+        hash: None,
+    };
+    let fin = |log_index| {
+        let mut i = Arc::try_unwrap(item("0xa", log_index)).unwrap();
+        i.kind = Kind::Final;
+        Arc::new(i)
+    };
+    let retract = |log_index| {
+        let mut i = Arc::try_unwrap(item("0xa", log_index)).unwrap();
+        i.kind = Kind::Retract;
+        Arc::new(i)
+    };
+    hub.dispatch(&[item("0xa", 1), item("0xa", 2)], at(2));
+    hub.dispatch_stream(&[fin(1)], at(1), Stream::Final);
+    // An audit's retract in the final stream: for `final`-only sessions alone.
+    hub.dispatch_stream(&[retract(1)], at(1), Stream::Final);
+    assert_eq!(drain(&mut rx[0]), vec![1, 2], "trade: the ledger only");
+    assert_eq!(
+        drain(&mut rx[1]),
+        vec![1, 1],
+        "final: its final and the retract"
+    );
+    assert_eq!(
+        drain(&mut rx[2]),
+        vec![1, 2, 1],
+        "both: trades, then the final"
+    );
+    // A rewind of the final stream reaches `final`-only sessions only.
+    hub.rewind(Position::default(), Stream::Final);
+    assert!(drain(&mut rx[0]).is_empty() && drain(&mut rx[2]).is_empty());
+    assert_eq!(drain(&mut rx[1]), vec![1_000_000]);
+    // A late session gets each stream's own position.
+    hub.dispatch_stream(&[fin(2)], at(2), Stream::Final);
+    let (tx, _r) = mpsc::channel(4);
+    let reg = hub
+        .register(Registration {
+            account_id: 4,
+            key_id: 4,
+            max_sessions: None,
+            wallets: vec!["0xa".into()],
+            version: 1,
+            events: Events::BOTH,
+            tx,
+            close: Arc::new(AtomicU16::new(1013)),
+        })
+        .unwrap();
+    assert_eq!((reg.dispatched, reg.final_dispatched), (at(2), at(2)));
+}
+
+#[test]
+fn the_plan_limit_refuses_one_more_session_and_a_revoked_key_closes_with_1008() {
+    let hub = Hub::new(Position::default());
+    let (_a, _) = register(&hub, &["0xa"], 1, Some(2)).unwrap();
+    let (mut b, close_b) = register(&hub, &["0xa"], 1, Some(2)).unwrap();
+    assert_eq!(register(&hub, &["0xa"], 1, Some(2)).err(), Some(TooMany(2)));
+    // An index older than the sessions changes nothing, even without their key.
+    assert_eq!(
+        hub.apply(&Index {
+            version: 1,
+            ..Index::default()
+        }),
+        0
+    );
+    assert_eq!(hub.sessions_of(7), 2);
+    // A newer index without the key closes both, with 1008, and frees the slots.
+    assert_eq!(
+        hub.apply(&Index {
+            version: 2,
+            ..Index::default()
+        }),
+        2
+    );
+    assert_eq!(close_b.load(Ordering::SeqCst), 1008);
+    assert!(matches!(
+        b.try_recv(),
+        Err(mpsc::error::TryRecvError::Disconnected)
+    ));
+    assert_eq!(hub.sessions_of(7), 0);
+    assert!(register(&hub, &["0xa"], 3, Some(2)).is_ok());
+}
