@@ -401,3 +401,89 @@ async fn resumed_sessions_miss_no_final_and_repeat_none() {
     );
     let _ = fin_start;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reorg_above_finality_retracts_trades_and_no_orphan_is_ever_final() {
+    let h = Harness::with_anvil(FINALITY).await;
+    let (push, addr) = h.leader("push-a").await;
+    let mine: Vec<_> = demo_wallets(6);
+    let (_account, key) = h.account(&mine).await;
+    let wallets: Vec<String> = mine.iter().map(|w| w.to_lower_hex()).collect();
+    let mut both = connect_url(&format!("ws://{addr}/v1/ws?events=trade,final"), Some(&key)).await;
+    let start = hello_cursor(&mut both).await;
+    let from_block = h.sim.rpc().latest_block().await.unwrap().number.0;
+    h.sim.run_matches(6).await.unwrap();
+    h.wait_pushed(WITHIN).await;
+    // Two blocks replaced, above the finalized block (4 behind the head).
+    let outcome = h.sim.reorg(2).await.unwrap();
+    assert!(
+        !outcome.orphaned.is_empty(),
+        "premise: the reorg orphaned fills"
+    );
+    h.sim.run_matches(2).await.unwrap();
+    let last = h.sim.rpc().latest_block().await.unwrap().number.0;
+    finalize_through(&h, last).await;
+    let canonical: BTreeSet<Cursor> = canonical(&h.anvil.http_url(), from_block, &wallets)
+        .await
+        .into_iter()
+        .map(|(b, l, _)| Cursor {
+            block: b,
+            log_index: l as u32,
+        })
+        .filter(|c| *c > start)
+        .collect();
+    let n = canonical.len();
+    let frames = collect_until(&mut both, Vec::new(), |f| cursors(f, "final").len() >= n).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut frames = frames;
+    while let Ok(v) = both.events.try_recv() {
+        frames.push(v);
+    }
+    push.stop().await.unwrap();
+    // Finals: exactly the canonical fills, each naming the canonical block hash.
+    let finals = of_type(&frames, "final");
+    assert_eq!(
+        finals.iter().map(|f| cursor_of(f)).collect::<BTreeSet<_>>(),
+        canonical,
+        "finals are the canonical fills"
+    );
+    assert_eq!(finals.len(), n, "each once");
+    let orphaned: BTreeSet<String> = outcome
+        .orphaned_blocks
+        .iter()
+        .map(|b| b.to_string())
+        .collect();
+    for f in &finals {
+        assert!(
+            !orphaned.contains(f["block_hash"].as_str().unwrap()),
+            "a final names an orphaned block: {f}"
+        );
+    }
+    // What the session holds (trades minus retracts) is the canonical set too.
+    let mut held = BTreeSet::new();
+    for f in &frames {
+        let key = (
+            cursor_of_opt(f),
+            f["trade"]["block_hash"].as_str().map(String::from),
+        );
+        match f["type"].as_str() {
+            Some("trade") => {
+                held.insert(key);
+            }
+            Some("retract") => {
+                assert!(held.remove(&key), "a retract of a trade held: {f}");
+            }
+            _ => {}
+        }
+    }
+    let held: BTreeSet<Cursor> = held.into_iter().filter_map(|(c, _)| c).collect();
+    assert_eq!(held, canonical, "trades minus retracts");
+    assert!(
+        !of_type(&frames, "retract").is_empty(),
+        "the orphaned trades were retracted"
+    );
+}
+
+fn cursor_of_opt(f: &Value) -> Option<Cursor> {
+    f["cursor"].as_str().and_then(|c| c.parse().ok())
+}
