@@ -166,6 +166,7 @@ async fn run(
         }
     };
     let ctx = Arc::new(Ctx {
+        results: super::results::Results::spawn(pool.clone(), cfg.slot, epoch),
         pool,
         client,
         facts: recorder.clone(),

@@ -43,6 +43,7 @@ mod build;
 pub mod client;
 mod dispatcher;
 mod queue;
+mod results;
 pub mod retry;
 mod stats;
 mod store;

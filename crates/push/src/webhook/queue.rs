@@ -1,7 +1,9 @@
-//! One endpoint's queue: claim its due deliveries in cursor order, keep at most
-//! `max_in_flight_per_endpoint` attempts in flight, write each result back. Endpoints run in
+//! One endpoint's queue: claim its due deliveries in cursor order (a few ahead of the free
+//! slots), keep at most `max_in_flight_per_endpoint` attempts in flight, write each result back
+//! (successes in shared batches, see [`super::results`]). Endpoints run in
 //! separate tasks, so a slow or failing endpoint never delays another.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,6 +27,8 @@ use crate::recorder::{
 /// What every queue of one dispatcher shares.
 pub(crate) struct Ctx {
     pub pool: PgPool,
+    /// Where delivered attempts' results go (batched).
+    pub results: super::results::Results,
     pub client: GuardedClient,
     pub facts: Recorder,
     pub stats: Arc<WebhookStats>,
@@ -46,16 +50,19 @@ pub(crate) async fn run_endpoint(
     stop: CancellationToken,
 ) -> Result<u64, WebhookError> {
     let max = ctx.cfg.max_in_flight_per_endpoint.max(1);
-    let mut inflight: JoinSet<Result<(), WebhookError>> = JoinSet::new();
+    // Each attempt says whether it disabled the endpoint.
+    let mut inflight: JoinSet<Result<bool, WebhookError>> = JoinSet::new();
+    // Claimed in cursor order ahead of the free slots: one claim statement per few attempts.
+    let mut ahead: VecDeque<Claimed> = VecDeque::new();
     let mut stopping = false;
     let mut result = Ok(());
     let mut handled = 0u64;
     loop {
-        if !stopping && inflight.len() < max {
+        if !stopping && inflight.len() < max && ahead.is_empty() {
             let now = UnixMs::now().as_i64();
             let claimed = match ctx.pool.get().await {
                 Ok(c) => {
-                    let limit = (max - inflight.len()) as i64;
+                    let limit = (max * CLAIM_AHEAD - inflight.len()) as i64;
                     store::claim(
                         &**c,
                         ctx.cfg.slot,
@@ -70,12 +77,7 @@ pub(crate) async fn run_endpoint(
                 Err(e) => Err(e.into()),
             };
             match claimed {
-                Ok(rows) => {
-                    for row in rows {
-                        handled += 1;
-                        inflight.spawn(attempt(ctx.clone(), row));
-                    }
-                }
+                Ok(rows) => ahead.extend(rows),
                 Err(e @ WebhookError::Fenced { .. }) => return Err(e),
                 Err(e) => {
                     stopping = true;
@@ -83,12 +85,20 @@ pub(crate) async fn run_endpoint(
                 }
             }
         }
+        while !stopping && inflight.len() < max {
+            let Some(row) = ahead.pop_front() else { break };
+            handled += 1;
+            inflight.spawn(attempt(ctx.clone(), row));
+        }
         if inflight.is_empty() {
+            release(&ctx, ahead).await;
             return result.map(|()| handled);
         }
         tokio::select! {
             Some(done) = inflight.join_next() => match done {
-                Ok(Ok(())) => {}
+                Ok(Ok(false)) => {}
+                // Its pending deliveries expired with it: nothing claimed ahead goes out.
+                Ok(Ok(true)) => stopping = true,
                 Ok(Err(e @ WebhookError::Fenced { .. })) => return Err(e),
                 Ok(Err(e)) => {
                     tracing::warn!(endpoint = endpoint_id, error = %e, "webhook result not recorded");
@@ -102,6 +112,29 @@ pub(crate) async fn run_endpoint(
             },
             _ = stop.cancelled(), if !stopping => stopping = true,
         }
+    }
+}
+
+/// Claims taken per free attempt slot at most (see `run_endpoint`).
+const CLAIM_AHEAD: usize = 4;
+
+/// Give back claims not attempted (the queue is stopping): due again at once for any dispatcher
+/// of this epoch, instead of after the claim TTL. Best effort: a claim left is taken again after
+/// the TTL, or at once by a successor's epoch.
+async fn release(ctx: &Ctx, ahead: VecDeque<Claimed>) {
+    if ahead.is_empty() {
+        return;
+    }
+    let ids: Vec<String> = ahead.into_iter().map(|c| c.id).collect();
+    let released = match ctx.pool.get().await {
+        Ok(c) => c
+            .execute(include_str!("sql/release_claims.sql"), &[&ids, &ctx.epoch])
+            .await
+            .map_err(|e| pmw_core::pg::describe(&e)),
+        Err(e) => Err(e.to_string()),
+    };
+    if let Err(e) = released {
+        tracing::warn!(claims = ids.len(), error = %e, "claims not released; taken again after the claim ttl");
     }
 }
 
@@ -144,7 +177,8 @@ fn body(payload: &str, now: i64) -> Result<Vec<u8>, String> {
 }
 
 /// One attempt of one claimed delivery, its row update and its facts.
-async fn attempt(ctx: Arc<Ctx>, c: Claimed) -> Result<(), WebhookError> {
+/// Returns whether this attempt disabled the endpoint.
+async fn attempt(ctx: Arc<Ctx>, c: Claimed) -> Result<bool, WebhookError> {
     let number = c.attempts + 1;
     let started = Instant::now();
     let t_attempt = UnixMs::now().as_i64();
@@ -198,21 +232,33 @@ async fn attempt(ctx: Arc<Ctx>, c: Claimed) -> Result<(), WebhookError> {
         health: health(next, c.failing_since_ms),
         disable: disable(&ctx.cfg, next, &c, now),
     };
-    let written = match ctx.pool.get().await {
-        Ok(mut client) => {
-            store::finish(
-                &mut client,
-                ctx.cfg.slot,
-                ctx.epoch,
-                c.endpoint_id,
-                &c.id,
-                &finish,
-                now,
-            )
-            .await
-        }
-        Err(e) => Err(e.into()),
-    };
+    // The common case goes in the shared batch; anything else is one row's transaction.
+    let written =
+        if next == Next::Delivered && finish.health == Health::Keep && finish.disable.is_none() {
+            ctx.results
+                .delivered(&c.id, number, status.map_or(0, i32::from), now)
+                .await
+                .map(|landed| Finished {
+                    landed,
+                    ..Finished::default()
+                })
+        } else {
+            match ctx.pool.get().await {
+                Ok(mut client) => {
+                    store::finish(
+                        &mut client,
+                        ctx.cfg.slot,
+                        ctx.epoch,
+                        c.endpoint_id,
+                        &c.id,
+                        &finish,
+                        now,
+                    )
+                    .await
+                }
+                Err(e) => Err(e.into()),
+            }
+        };
     let mut log_error = error.clone();
     if let Ok(Finished {
         disabled: Some(reason),
@@ -275,7 +321,7 @@ async fn attempt(ctx: Arc<Ctx>, c: Claimed) -> Result<(), WebhookError> {
     }
     tracing::debug!(id = %c.id, endpoint = c.endpoint_id, attempt = number, status = status.unwrap_or(0),
         outcome = outcome.as_str(), ms = duration_ms, "webhook attempt");
-    Ok(())
+    Ok(written.disabled.is_some())
 }
 
 /// The failure-run transition of this attempt, judged from what the claim saw (`failing_since`):

@@ -25,7 +25,7 @@ use pmw_core::UnixMs;
 /// commits, can send a delivery twice (both leaders claimed it), which at-least-once allows; a
 /// graceful handover has no such race (the old dispatcher stops before the lock is released).
 /// Cursor moves and enqueues keep the lock ([`pmw_core::db::deliveries`], the round SQL).
-const EPOCH_CURRENT: &str =
+pub(crate) const EPOCH_CURRENT: &str =
     "fence AS MATERIALIZED (SELECT 1 FROM push_epoch WHERE slot = $1 AND epoch = $2)";
 
 /// Insert deliveries for slot 0 (see [`enqueue_in_slot`]).
