@@ -279,8 +279,7 @@ impl Filter {
             && self.min_collateral.is_none_or(|m| f.collateral >= m)
             && self.markets.as_ref().is_none_or(|m| {
                 m.tokens.contains(&f.token_id)
-                    || f
-                        .condition_id
+                    || f.condition_id
                         .as_ref()
                         .is_some_and(|c| m.conditions.contains(c))
             })
@@ -315,16 +314,19 @@ pub fn parse_micro(s: &str) -> Option<u128> {
         Some((i, f)) => (i, Some(f)),
         None => (s, None),
     };
-    let digits = |x: &str, max: usize| {
-        (1..=max).contains(&x.len()) && x.bytes().all(|b| b.is_ascii_digit())
-    };
+    let digits =
+        |x: &str, max: usize| (1..=max).contains(&x.len()) && x.bytes().all(|b| b.is_ascii_digit());
     if !digits(int, MAX_INT_DIGITS) || frac.is_some_and(|f| !digits(f, AMOUNT_DECIMALS)) {
         return None;
     }
     let frac = frac.unwrap_or("");
     let mut v: u128 = int.parse().ok()?;
     v = v.checked_mul(10u128.pow(AMOUNT_DECIMALS as u32))?;
-    let f: u128 = if frac.is_empty() { 0 } else { frac.parse().ok()? };
+    let f: u128 = if frac.is_empty() {
+        0
+    } else {
+        frac.parse().ok()?
+    };
     let f = f * 10u128.pow((AMOUNT_DECIMALS - frac.len()) as u32);
     v.checked_add(f)
 }

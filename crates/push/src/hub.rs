@@ -8,7 +8,9 @@
 //!
 //! A session's wallet set is read from Postgres when it connects, with the `subs_version` it was
 //! read at, and replaced only by an index at least that new: a round still using an older index
-//! can never drop a trade of a wallet the session already follows.
+//! can never drop a trade of a wallet the session already follows. The wallets' filters travel
+//! with them (same version) and are applied where the session is chosen, under the shard lock
+//! ([`crate::subs::wants`]), to trades and retracts alike.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,7 +20,7 @@ use pmw_core::message::Kind;
 use pmw_core::{Cursor, Position};
 use tokio::sync::mpsc;
 
-use crate::subs::Index;
+use crate::subs::{wants, Filters, Index};
 
 /// A trade or retraction ready for any session: body rendered once.
 #[derive(Debug)]
@@ -29,6 +31,8 @@ pub struct Item {
     pub position: Position,
     /// Lowercase `0x…` owner of the fill (its maker): who follows it gets it.
     pub wallet: String,
+    /// What subscription filters look at (from the same row and market as `body`).
+    pub facts: pmw_core::filter::Facts,
     pub t_detect_ms: i64,
     pub body: String,
 }
@@ -49,6 +53,8 @@ struct Session {
     account_id: i64,
     key_id: i64,
     wallets: Vec<String>,
+    /// The filters of `wallets` (same version).
+    filters: Filters,
     /// `subs_version` of `wallets`.
     version: i64,
     tx: mpsc::Sender<Frame>,
@@ -93,10 +99,11 @@ impl Inner {
                 continue;
             };
             for id in ids {
-                if slow.contains(id) {
+                let s = &self.sessions[id];
+                if slow.contains(id) || !wants(&s.filters, &item.wallet, &item.facts) {
                     continue;
                 }
-                match self.sessions[id].tx.try_send(Frame::Item(item.clone())) {
+                match s.tx.try_send(Frame::Item(item.clone())) {
                     Ok(()) => queued += 1,
                     Err(_) => slow.push(*id),
                 }
@@ -163,6 +170,7 @@ pub struct Registration {
     pub key_id: i64,
     pub max_sessions: Option<u32>,
     pub wallets: Vec<String>,
+    pub filters: Filters,
     pub version: i64,
     pub tx: mpsc::Sender<Frame>,
     pub close: CloseCode,
@@ -213,6 +221,7 @@ impl Hub {
                 account_id: r.account_id,
                 key_id: r.key_id,
                 wallets: r.wallets,
+                filters: r.filters,
                 version: r.version,
                 tx: r.tx,
                 close: r.close,
@@ -236,6 +245,7 @@ impl Hub {
     pub fn apply(&self, idx: &Index) -> usize {
         let mut revoked = 0;
         let none = Vec::new();
+        let no_filters = Filters::new();
         for mut inner in self.each() {
             let stale: Vec<u64> = inner
                 .sessions
@@ -246,7 +256,13 @@ impl Hub {
             for id in stale {
                 let s = inner.sessions.get_mut(&id).expect("listed above");
                 let wallets = idx.wallets_by_account.get(&s.account_id).unwrap_or(&none);
+                let filters = idx
+                    .filters_by_account
+                    .get(&s.account_id)
+                    .unwrap_or(&no_filters);
                 if idx.live_keys.contains(&s.key_id) && *wallets == s.wallets {
+                    // Same wallets: no relinking, only the filters may have changed.
+                    s.filters.clone_from(filters);
                     s.version = idx.version; // unchanged: no relinking
                     continue;
                 }
@@ -267,6 +283,11 @@ impl Hub {
                 }
                 s.wallets = idx
                     .wallets_by_account
+                    .get(&s.account_id)
+                    .cloned()
+                    .unwrap_or_default();
+                s.filters = idx
+                    .filters_by_account
                     .get(&s.account_id)
                     .cloned()
                     .unwrap_or_default();
@@ -368,17 +389,33 @@ impl Hub {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pmw_core::filter::{Facts, Filter, Side};
     use std::sync::atomic::AtomicU16;
 
+    fn facts(side: Side) -> Facts {
+        Facts {
+            side,
+            shares: 1,
+            collateral: 1,
+            token_id: "1".into(),
+            condition_id: None,
+        }
+    }
+
     fn item(wallet: &str, log_index: u32) -> Arc<Item> {
+        item_of(Kind::Trade, wallet, log_index, Side::Buy)
+    }
+
+    fn item_of(kind: Kind, wallet: &str, log_index: u32, side: Side) -> Arc<Item> {
         Arc::new(Item {
-            kind: Kind::Trade,
+            kind,
             cursor: Cursor {
                 block: 1,
                 log_index,
             },
             position: Position::default(),
             wallet: wallet.into(),
+            facts: facts(side),
             t_detect_ms: 0,
             body: "{}".into(),
         })
@@ -397,6 +434,7 @@ mod tests {
             key_id: 70,
             max_sessions,
             wallets: wallets.iter().map(|w| w.to_string()).collect(),
+            filters: Filters::new(),
             version,
             tx,
             close: close.clone(),
@@ -462,6 +500,7 @@ mod tests {
                 key_id: account,
                 max_sessions: None,
                 wallets: vec!["0xa".into()],
+                filters: Filters::new(),
                 version: 1,
                 tx,
                 close: Arc::new(AtomicU16::new(1013)),
@@ -494,6 +533,7 @@ mod tests {
                 key_id: 5,
                 max_sessions: None,
                 wallets: vec!["0xa".into()],
+                filters: Filters::new(),
                 version: 1,
                 tx,
                 close: Arc::new(AtomicU16::new(1013)),
@@ -532,5 +572,50 @@ mod tests {
         ));
         assert_eq!(hub.sessions_of(7), 0);
         assert!(register(&hub, &["0xa"], 3, Some(2)).is_ok());
+    }
+
+    #[test]
+    fn a_filter_decides_trades_and_retracts_alike_and_follows_newer_indexes() {
+        let hub = Hub::new(Position::default());
+        let (tx, mut rx) = mpsc::channel(16);
+        let buys = Filter {
+            side: Some(Side::Buy),
+            ..Filter::default()
+        };
+        hub.register(Registration {
+            account_id: 7,
+            key_id: 70,
+            max_sessions: None,
+            wallets: vec!["0xa".into(), "0xb".into()],
+            filters: [("0xa".to_string(), buys.clone())].into(),
+            version: 1,
+            tx,
+            close: Arc::new(AtomicU16::new(1013)),
+        })
+        .unwrap();
+        let round = |k: Kind| {
+            vec![
+                item_of(k, "0xa", 1, Side::Buy),
+                item_of(k, "0xa", 2, Side::Sell),
+                item_of(k, "0xb", 3, Side::Sell),
+            ]
+        };
+        hub.dispatch(&round(Kind::Trade), Position::default());
+        assert_eq!(drain(&mut rx), vec![1, 3]);
+        hub.dispatch(&round(Kind::Retract), Position::default());
+        assert_eq!(drain(&mut rx), vec![1, 3]);
+        // A newer index moves the filter to 0xb (same wallets: no relinking).
+        let mut idx = Index {
+            version: 2,
+            live_keys: [70].into(),
+            ..Index::default()
+        };
+        idx.wallets_by_account
+            .insert(7, vec!["0xa".into(), "0xb".into()]);
+        idx.filters_by_account
+            .insert(7, [("0xb".to_string(), buys)].into());
+        hub.apply(&idx);
+        hub.dispatch(&round(Kind::Trade), Position::default());
+        assert_eq!(drain(&mut rx), vec![1, 2]);
     }
 }

@@ -2,10 +2,14 @@
 //! endpoints, with the `subs_version` it was read at. Every round compares that version with
 //! the one it reads beside the watermark and reloads when they differ, so a lost NOTIFY never
 //! leaves the index stale (it once stayed stale for as long as blocks kept arriving).
+//!
+//! It also holds the filters (`pmw_core::filter`) of subscriptions and endpoints: a round
+//! decides with them who gets each message ([`Index::endpoints_for`], the hub's sessions).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use pmw_core::filter::{self, Facts, Filter};
 use pmw_core::pg::{PgError, PgPool};
 use tokio::sync::RwLock;
 
@@ -24,6 +28,45 @@ pub struct Index {
     pub endpoints_by_account: HashMap<i64, Vec<i64>>,
     /// API keys that may hold a session: not revoked, account enabled.
     pub live_keys: HashSet<i64>,
+    /// Account → the filters of its followed wallets (only wallets that have one).
+    pub filters_by_account: HashMap<i64, Filters>,
+    /// Endpoint → its filter (only endpoints that have one).
+    pub endpoint_filters: HashMap<i64, Filter>,
+}
+
+/// Wallet (lowercase `0x…`) → the filter of its subscription; a wallet not listed has none.
+pub type Filters = HashMap<String, Filter>;
+
+/// Whether a message about `wallet` with `facts` passes the subscription filter in `filters`.
+pub fn wants(filters: &Filters, wallet: &str, facts: &Facts) -> bool {
+    filter::passes(filters.get(wallet), facts)
+}
+
+impl Index {
+    /// The enabled endpoints of `accounts` (followers of `wallet`) that get a message: for a
+    /// trade (`facts` given), those whose account's subscription filter of `wallet` and whose
+    /// own filter both let it through; without `facts` (a retract), every one, since a retract
+    /// is queued only behind the endpoint's delivery of its trade (the enqueue statement).
+    pub fn endpoints_for(&self, accounts: &[i64], wallet: &str, facts: Option<&Facts>) -> Vec<i64> {
+        let none = Filters::new();
+        let mut out = Vec::new();
+        for a in accounts {
+            let Some(eps) = self.endpoints_by_account.get(a) else {
+                continue;
+            };
+            if let Some(f) = facts {
+                if !wants(self.filters_by_account.get(a).unwrap_or(&none), wallet, f) {
+                    continue;
+                }
+            }
+            out.extend(
+                eps.iter().copied().filter(|e| {
+                    facts.is_none_or(|f| filter::passes(self.endpoint_filters.get(e), f))
+                }),
+            );
+        }
+        out
+    }
 }
 
 /// Shared, swappable index.
@@ -55,11 +98,14 @@ impl Subscriptions {
             ..Index::default()
         };
         for r in tx
-            .query("SELECT s.account_id, s.wallet FROM subscriptions s JOIN accounts a ON a.id = s.account_id WHERE a.disabled_ms IS NULL", &[])
+            .query("SELECT s.account_id, s.wallet, s.filter::text FROM subscriptions s JOIN accounts a ON a.id = s.account_id WHERE a.disabled_ms IS NULL", &[])
             .await?
         {
             let account: i64 = r.get(0);
             let wallet = format!("0x{}", hex::encode(r.get::<_, &[u8]>(1)));
+            if let Some(f) = r.get::<_, Option<&str>>(2).and_then(Filter::from_stored) {
+                idx.filters_by_account.entry(account).or_default().insert(wallet.clone(), f);
+            }
             idx.accounts_by_wallet.entry(wallet.clone()).or_default().push(account);
             idx.wallets_by_account.entry(account).or_default().push(wallet);
         }
@@ -68,10 +114,13 @@ impl Subscriptions {
             w.sort();
         }
         for r in tx
-            .query("SELECT e.account_id, e.id FROM webhook_endpoints e JOIN accounts a ON a.id = e.account_id WHERE e.enabled AND a.disabled_ms IS NULL", &[])
+            .query("SELECT e.account_id, e.id, e.filter::text FROM webhook_endpoints e JOIN accounts a ON a.id = e.account_id WHERE e.enabled AND a.disabled_ms IS NULL", &[])
             .await?
         {
             idx.endpoints_by_account.entry(r.get(0)).or_default().push(r.get(1));
+            if let Some(f) = r.get::<_, Option<&str>>(2).and_then(Filter::from_stored) {
+                idx.endpoint_filters.insert(r.get(1), f);
+            }
         }
         idx.live_keys = tx
             .query("SELECT k.id FROM api_keys k JOIN accounts a ON a.id = k.account_id WHERE k.revoked_ms IS NULL AND a.disabled_ms IS NULL", &[])
@@ -105,6 +154,8 @@ impl Subscriptions {
 pub struct Grant {
     pub version: i64,
     pub wallets: Vec<String>,
+    /// The filters of those wallets that have one.
+    pub filters: Filters,
     pub max_sessions: Option<u32>,
 }
 
@@ -113,13 +164,21 @@ pub async fn grant(pool: &PgPool, account_id: i64) -> Result<Grant, PgError> {
     let row = client
         .query_one(include_str!("sql/session_grant.sql"), &[&account_id])
         .await?;
-    let wallets: Vec<Vec<u8>> = row.get(1);
+    let wallets: Vec<String> = row
+        .get::<_, Vec<Vec<u8>>>(1)
+        .iter()
+        .map(|w| format!("0x{}", hex::encode(w)))
+        .collect();
+    let stored: Vec<Option<String>> = row.get(3);
+    let filters = wallets
+        .iter()
+        .zip(&stored)
+        .filter_map(|(w, f)| Some((w.clone(), Filter::from_stored(f.as_deref()?)?)))
+        .collect();
     Ok(Grant {
         version: row.get(0),
-        wallets: wallets
-            .iter()
-            .map(|w| format!("0x{}", hex::encode(w)))
-            .collect(),
+        wallets,
+        filters,
         max_sessions: row.get::<_, Option<i32>>(2).map(|n| n.max(0) as u32),
     })
 }

@@ -14,6 +14,7 @@ use axum::response::{IntoResponse, Response};
 use futures::{SinkExt, StreamExt};
 use governor::clock::{Clock, DefaultClock};
 use pmw_core::auth::{self, Principal};
+use pmw_core::filter::Facts;
 use pmw_core::message::{stamp, Control, Kind, TradeMessage};
 use pmw_core::store::{trades, PushLatencyRow};
 use pmw_core::{db, Cursor, Position, UnixMs};
@@ -22,6 +23,7 @@ use tokio::sync::mpsc;
 
 use crate::hub::{Frame, Registration, TooMany};
 use crate::recorder::Fact;
+use crate::subs::Filters;
 use crate::{subs, AppState};
 
 const SEND_TIMEOUT: Duration = Duration::from_secs(10);
@@ -105,6 +107,7 @@ async fn session(
         }
     };
     let wallets = grant.wallets.clone();
+    let filters = grant.filters.clone();
     let (tx, mut rx) = mpsc::channel::<Frame>(st.cfg.push_ws_queue);
     let code = Arc::new(AtomicU16::new(1013));
     let registered = st.hub.register(Registration {
@@ -112,6 +115,7 @@ async fn session(
         key_id: who.key_id,
         max_sessions: grant.max_sessions,
         wallets: grant.wallets,
+        filters: grant.filters,
         version: grant.version,
         tx,
         close: code.clone(),
@@ -127,7 +131,7 @@ async fn session(
         &st,
         &mut socket,
         (account, id),
-        &wallets,
+        (&wallets, &filters),
         since,
         dispatched,
         &mut rx,
@@ -209,7 +213,7 @@ async fn stream(
     st: &AppState,
     socket: &mut WebSocket,
     (account, id): (i64, u64),
-    wallets: &[String],
+    (wallets, filters): (&[String], &Filters),
     since: Option<Position>,
     dispatched: Position,
     rx: &mut mpsc::Receiver<Frame>,
@@ -236,12 +240,17 @@ async fn stream(
     if !start.retract.is_empty() {
         let names = names(st, &start.retract).await?;
         for row in &start.retract {
-            let body = TradeMessage::from_row(row, names.get(&row.token_id)).to_json();
+            let market = names.get(&row.token_id);
+            if !subs::wants(filters, &row.maker, &Facts::of_row(row, market)) {
+                continue; // filtered out: never sent to this client
+            }
+            let body = TradeMessage::from_row(row, market).to_json();
             send(socket, stamp(Kind::Retract, &body, UnixMs::now().0)).await?;
         }
     }
     if sent.last < dispatched.cursor {
-        replay(st, socket, account, wallets, &mut sent, dispatched.cursor).await?;
+        let to = (wallets, filters);
+        replay(st, socket, account, to, &mut sent, dispatched.cursor).await?;
     }
     let every = Duration::from_millis(st.cfg.push_ws_heartbeat_ms);
     let mut heartbeat = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
@@ -341,26 +350,34 @@ async fn send_all(socket: &mut WebSocket, texts: Vec<String>) -> Result<(), Ende
 }
 
 /// Replay `(sent.last, through]` of `wallets` page by page (bounded memory per session), ledger
-/// order; past `push_resume_max_trades` the client gets a `resync` naming the last trade sent and
-/// backfills over REST.
+/// order, skipping what the wallets' filters keep out (as live frames do); past
+/// `push_resume_max_trades` trades sent the client gets a `resync` naming the last trade sent
+/// and backfills over REST.
 async fn replay(
     st: &AppState,
     socket: &mut WebSocket,
     account: i64,
-    wallets: &[String],
+    (wallets, filters): (&[String], &Filters),
     at: &mut Sent,
     through: Cursor,
 ) -> Result<(), Ended> {
     let max = st.cfg.push_resume_max_trades;
     let mut sent = 0u64;
+    // Where the next page starts: past filtered-out trades too.
+    let mut read = at.last;
     loop {
         let page = REPLAY_PAGE.min(max - sent + 1);
-        let rows = trades::wallet_trades_between(&st.ch, wallets, at.last, through, page)
+        let rows = trades::wallet_trades_between(&st.ch, wallets, read, through, page)
             .await
             .map_err(|e| Ended::Failed(e.to_string()))?;
         let full = rows.len() as u64 >= page;
+        read = rows.last().map_or(read, |r| r.cursor());
         let names = names(st, &rows).await?;
         for row in rows {
+            let market = names.get(&row.token_id);
+            if !subs::wants(filters, &row.maker, &Facts::of_row(&row, market)) {
+                continue;
+            }
             if sent == max {
                 let msg = Control::Resync {
                     after: at.last.to_string(),
@@ -372,7 +389,7 @@ async fn replay(
                 ));
             }
             let now = UnixMs::now().0;
-            let body = TradeMessage::from_row(&row, names.get(&row.token_id)).to_json();
+            let body = TradeMessage::from_row(&row, market).to_json();
             send(socket, stamp(Kind::Trade, &body, now)).await?;
             st.recorder.record(Fact::Latency(latency_row(
                 &row.cursor(),

@@ -33,8 +33,21 @@ fn amounts_parse_exactly_into_micro_units() {
         Some(999_999_999_999_999_999_999_999_999_999_000_000)
     );
     for bad in [
-        "", ".5", "5.", "1.0000001", "-1", "+1", "1e3", " 1", "1 ", "1,5", "0x10", "NaN", "1.2.3",
-        "١", "1.5\n",
+        "",
+        ".5",
+        "5.",
+        "1.0000001",
+        "-1",
+        "+1",
+        "1e3",
+        " 1",
+        "1 ",
+        "1,5",
+        "0x10",
+        "NaN",
+        "1.2.3",
+        "١",
+        "1.5\n",
     ] {
         assert_eq!(parse_micro(bad), None, "{bad:?}");
     }
@@ -70,7 +83,12 @@ fn minimums_compare_exactly_at_the_boundary() {
     let g = parse(serde_json::json!({"min_collateral": "12.50"}))
         .unwrap()
         .unwrap();
-    assert_eq!(g, parse(serde_json::json!({"min_collateral": "12.5"})).unwrap().unwrap());
+    assert_eq!(
+        g,
+        parse(serde_json::json!({"min_collateral": "12.5"}))
+            .unwrap()
+            .unwrap()
+    );
     assert_eq!(g.spec().min_collateral.as_deref(), Some("12.5"));
 }
 
@@ -100,7 +118,13 @@ fn markets_match_by_token_or_by_a_resolved_condition() {
     assert!(f.matches(&facts(Side::Buy, "1", "1", "7", Some(COND))));
     // An unresolved market never matches on its condition id.
     assert!(!f.matches(&facts(Side::Buy, "1", "1", "7", None)));
-    assert!(!f.matches(&facts(Side::Buy, "1", "1", "420", Some(&format!("0x{}", "1".repeat(64))))));
+    assert!(!f.matches(&facts(
+        Side::Buy,
+        "1",
+        "1",
+        "420",
+        Some(&format!("0x{}", "1".repeat(64)))
+    )));
     for bad in [
         "0x1234",
         &format!("0x{}", "g".repeat(64)),
