@@ -104,10 +104,10 @@ fn markets_schema() -> utoipa::openapi::schema::Array {
              not match on it) and/or outcome token ids (decimal, matched against \
              `trade.token_id`).",
         ))
-        .example(Some(serde_json::json!([
+        .examples([serde_json::json!([
             "0x5f65177b394277fd294cd75650044e32ba009a95022d88a0c1d565897d72f8f1",
             "21742633143463906290569050155826241533067272736897614950488156847949938836455"
-        ])))
+        ])])
         .build()
 }
 

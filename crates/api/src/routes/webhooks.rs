@@ -1,12 +1,15 @@
 //! Webhook endpoints: create (URL checked against SSRF rules, plan-limited), list, get,
 //! enable/disable, rotate the signing secret with an overlap window, delete. Secrets are
 //! Standard Webhooks `whsec_…` from `pmw_core::webhook::sign`, shown on create and rotate only.
+//! An endpoint may carry a filter (`pmw_core::filter`), applied on top of its account's
+//! subscription filters.
 //! Every change notifies the push leader in the same transaction.
 
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use pmw_core::db::deliveries::expire_pending;
+use pmw_core::filter::FilterSpec;
 use pmw_core::ssrf;
 use pmw_core::webhook::Secret;
 use pmw_core::UnixMs;
@@ -25,7 +28,7 @@ pub const DEFAULT_OVERLAP_SECS: u64 = 24 * 3600;
 pub const MAX_OVERLAP_SECS: u64 = 7 * 24 * 3600;
 
 const COLUMNS: &str =
-    "id, url, enabled, disabled_reason, previous_expires_ms, created_ms, updated_ms";
+    "id, url, enabled, disabled_reason, previous_expires_ms, created_ms, updated_ms, filter::text";
 
 /// A webhook endpoint (never its secret).
 #[derive(Debug, Serialize, ToSchema)]
@@ -40,6 +43,9 @@ pub struct Endpoint {
     pub previous_expires_ms: Option<i64>,
     pub created_ms: i64,
     pub updated_ms: i64,
+    /// Which trades this endpoint gets, on top of each followed wallet's own filter; `null`:
+    /// every trade of the followed wallets that passes theirs.
+    pub filter: Option<FilterSpec>,
 }
 
 impl Endpoint {
@@ -53,6 +59,7 @@ impl Endpoint {
             previous_expires_ms: r.get::<_, Option<i64>>(4).filter(|t| *t > now),
             created_ms: r.get(5),
             updated_ms: r.get(6),
+            filter: super::filters::shown(r.get(7)),
         }
     }
 }
@@ -78,12 +85,24 @@ pub struct CreateEndpoint {
     /// `http` or `https`; must reach a public address.
     #[schema(example = "https://example.com/hooks/pmw")]
     pub url: String,
+    /// Narrow what this endpoint gets (absent, `null` or `{}`: every trade of the followed
+    /// wallets that passes their own filters).
+    #[serde(default)]
+    pub filter: Option<FilterSpec>,
 }
 
+/// Change an endpoint: only the fields present change.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateEndpoint {
-    pub enabled: bool,
+    /// Enable or disable.
+    #[serde(default)]
+    pub enabled: Option<bool>,
+    /// The new filter; `null` or `{}` removes it. Applies to messages queued after the change
+    /// (deliveries already queued are sent as they are).
+    #[serde(default, deserialize_with = "super::filters::present")]
+    #[schema(value_type = Option<FilterSpec>, example = json!({"side": "BUY", "min_collateral": "1000"}))]
+    pub filter: Option<Option<FilterSpec>>,
 }
 
 #[derive(Debug, Default, Deserialize, ToSchema)]
@@ -138,6 +157,7 @@ pub async fn create(
 ) -> Result<(StatusCode, Json<EndpointWithSecret>), ApiError> {
     let url = ssrf::validate_url(&body.url, st.cfg.api_allow_private_webhooks)
         .map_err(|e| ApiError::unprocessable("invalid_url", e.to_string()))?;
+    let filter = super::filters::parse(body.filter.as_ref())?;
     let max = st.cfg.plan(&who.plan).1.max_webhook_endpoints;
     let secret = Secret::generate().expose();
     let now = UnixMs::now().0;
@@ -159,7 +179,13 @@ pub async fn create(
     let row = tx
         .query_one(
             &format!(include_str!("sql/create_endpoint.sql"), COLUMNS = COLUMNS),
-            &[&who.account_id, &url.as_str(), &secret, &now],
+            &[
+                &who.account_id,
+                &url.as_str(),
+                &secret,
+                &now,
+                &super::filters::stored(filter.as_ref()),
+            ],
         )
         .await?;
     super::notify_changes(&tx).await?;
@@ -199,9 +225,10 @@ pub async fn get_one(
     Ok(Json(EndpointDetail { endpoint, health }))
 }
 
-/// Enable or disable an endpoint (re-enabling clears the disabled reason). Disabling expires
-/// the endpoint's pending deliveries in the same transaction (`failed`, `last_error`
-/// `endpoint disabled: …`): re-enabling delivers trades from then on, never a backlog at once.
+/// Enable or disable an endpoint (re-enabling clears the disabled reason), or change its filter.
+/// Disabling expires the endpoint's pending deliveries in the same transaction (`failed`,
+/// `last_error` `endpoint disabled: …`): re-enabling delivers trades from then on, never a
+/// backlog at once.
 #[utoipa::path(patch, path = "/v1/webhooks/{id}", tag = "webhooks", security(("api_key" = [])),
     params(("id" = i64, Path)), request_body = UpdateEndpoint,
     responses((status = 200, body = Endpoint), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
@@ -211,6 +238,13 @@ pub async fn update(
     ApiPath(id): ApiPath<i64>,
     ApiJson(body): ApiJson<UpdateEndpoint>,
 ) -> Result<Json<Endpoint>, ApiError> {
+    let filter = match &body.filter {
+        None => None,
+        Some(spec) => Some(super::filters::parse(spec.as_ref())?),
+    };
+    let stored = filter
+        .as_ref()
+        .and_then(|f| super::filters::stored(f.as_ref()));
     let now = UnixMs::now().0;
     let mut c = st.pg.get().await?;
     let tx = c.transaction().await?;
@@ -226,14 +260,14 @@ pub async fn update(
     let row = tx
         .query_one(
             &format!(include_str!("sql/update_endpoint.sql"), COLUMNS = COLUMNS),
-            &[&id, &body.enabled, &now],
+            &[&id, &body.enabled, &now, &filter.is_some(), &stored],
         )
         .await?;
     let mut expired = 0;
-    if !(was && body.enabled) {
+    if let Some(enabled) = body.enabled.filter(|e| !(was && *e)) {
         // Disabling: its pending deliveries expire. Re-enabling: whatever is still pending was
         // queued while it was disabled (a round that raced the disable) and expires too.
-        let reason = match (was, body.enabled) {
+        let reason = match (was, enabled) {
             (true, false) => "disabled by the account",
             _ => "queued while disabled",
         };
@@ -246,7 +280,8 @@ pub async fn update(
     tracing::info!(
         account = who.account_id,
         endpoint = id,
-        enabled = body.enabled,
+        enabled = ?body.enabled,
+        filter = filter.is_some(),
         expired,
         "webhook endpoint updated"
     );

@@ -1,4 +1,7 @@
-UPDATE webhook_endpoints SET enabled = $2, updated_ms = $3,
-  disabled_reason = CASE WHEN $2 THEN NULL
+-- Change an endpoint: $2 enabled (NULL: unchanged), $4 whether the filter changes, to $5 (text
+-- of the canonical spec, NULL: none).
+UPDATE webhook_endpoints SET enabled = coalesce($2, enabled), updated_ms = $3,
+  filter = CASE WHEN $4 THEN $5::text::jsonb ELSE filter END,
+  disabled_reason = CASE WHEN coalesce($2, enabled) THEN NULL
     ELSE coalesce(disabled_reason, 'disabled by the account') END
 WHERE id = $1 RETURNING {COLUMNS}
