@@ -42,8 +42,9 @@ impl Side {
 }
 
 /// A filter as sent and stored: every field optional, all present ones must hold (an absent
-/// filter, or `{}`, lets everything through).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// filter, or `{}`, lets everything through). It deserializes from a JSON object only (see
+/// the `Deserialize` impl).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[cfg_attr(
     feature = "openapi",
@@ -83,6 +84,35 @@ pub struct FilterSpec {
         schema(schema_with = markets_schema)
     )]
     pub markets: Option<Vec<String>>,
+}
+
+/// The fields of [`FilterSpec`] as serde derives them (which also takes a JSON array of the
+/// fields in order: refused by [`FilterSpec`]'s own impl).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSpec {
+    #[serde(default)]
+    side: Option<String>,
+    #[serde(default)]
+    min_shares: Option<String>,
+    #[serde(default)]
+    min_collateral: Option<String>,
+    #[serde(default)]
+    markets: Option<Vec<String>>,
+}
+
+impl<'de> Deserialize<'de> for FilterSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<FilterSpec, D::Error> {
+        let map = serde_json::Map::<String, serde_json::Value>::deserialize(d)?;
+        let r: RawSpec = serde_json::from_value(serde_json::Value::Object(map))
+            .map_err(serde::de::Error::custom)?;
+        Ok(FilterSpec {
+            side: r.side,
+            min_shares: r.min_shares,
+            min_collateral: r.min_collateral,
+            markets: r.markets,
+        })
+    }
 }
 
 /// The schema of `markets`: 1 to 100 condition ids or token ids, or null.

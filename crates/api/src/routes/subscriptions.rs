@@ -12,7 +12,7 @@ use utoipa::ToSchema;
 
 use crate::auth::Auth;
 use crate::error::{ApiError, ErrorBody};
-use crate::extract::{ApiJson, ApiPath};
+use crate::extract::{ApiJson, ApiObject, ApiPath};
 use crate::AppState;
 use pmw_core::db::accounts::MAX_LABEL_CHARS;
 
@@ -61,11 +61,11 @@ pub struct AddSubscription {
     pub filter: Option<FilterSpec>,
 }
 
-/// Change a followed wallet: only the fields present change.
+/// Change a followed wallet: only the fields present change (`{}` changes nothing).
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateSubscription {
-    /// At most 200 characters, no control characters.
+    /// At most 200 characters, no control characters (absent or `null`: unchanged).
     #[serde(default)]
     #[schema(max_length = 200, pattern = r"^[^\u0000-\u001f\u007f-\u009f]*$")]
     pub label: Option<String>,
@@ -189,10 +189,11 @@ pub async fn update(
     State(st): State<AppState>,
     who: Auth,
     ApiPath(wallet): ApiPath<String>,
-    ApiJson(body): ApiJson<UpdateSubscription>,
+    ApiObject(body): ApiObject<UpdateSubscription>,
 ) -> Result<Json<Subscription>, ApiError> {
     let wallet = parse_wallet(&wallet)?;
-    if let Some(label) = &body.label {
+    let label = body.label;
+    if let Some(label) = &label {
         check_label(label)?;
     }
     let filter = match &body.filter {
@@ -212,7 +213,7 @@ pub async fn update(
             &[
                 &who.account_id,
                 &wallet.as_bytes().as_slice(),
-                &body.label,
+                &label,
                 &filter.is_some(),
                 &stored,
             ],

@@ -19,7 +19,7 @@ use utoipa::ToSchema;
 
 use crate::auth::Auth;
 use crate::error::{ApiError, ErrorBody};
-use crate::extract::{ApiJson, ApiPath, OptionalJson};
+use crate::extract::{ApiJson, ApiObject, ApiPath, OptionalJson};
 use crate::AppState;
 
 /// Default overlap of a rotated secret: the previous one keeps signing this long.
@@ -91,11 +91,11 @@ pub struct CreateEndpoint {
     pub filter: Option<FilterSpec>,
 }
 
-/// Change an endpoint: only the fields present change.
+/// Change an endpoint: only the fields present change (`{}` changes nothing).
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateEndpoint {
-    /// Enable or disable.
+    /// Enable or disable (absent or `null`: unchanged).
     #[serde(default)]
     pub enabled: Option<bool>,
     /// The new filter; `null` or `{}` removes it. Applies to messages queued after the change
@@ -236,8 +236,9 @@ pub async fn update(
     State(st): State<AppState>,
     who: Auth,
     ApiPath(id): ApiPath<i64>,
-    ApiJson(body): ApiJson<UpdateEndpoint>,
+    ApiObject(body): ApiObject<UpdateEndpoint>,
 ) -> Result<Json<Endpoint>, ApiError> {
+    let enabled = body.enabled;
     let filter = match &body.filter {
         None => None,
         Some(spec) => Some(super::filters::parse(spec.as_ref())?),
@@ -260,11 +261,11 @@ pub async fn update(
     let row = tx
         .query_one(
             &format!(include_str!("sql/update_endpoint.sql"), COLUMNS = COLUMNS),
-            &[&id, &body.enabled, &now, &filter.is_some(), &stored],
+            &[&id, &enabled, &now, &filter.is_some(), &stored],
         )
         .await?;
     let mut expired = 0;
-    if let Some(enabled) = body.enabled.filter(|e| !(was && *e)) {
+    if let Some(enabled) = enabled.filter(|e| !(was && *e)) {
         // Disabling: its pending deliveries expire. Re-enabling: whatever is still pending was
         // queued while it was disabled (a round that raced the disable) and expires too.
         let reason = match (was, enabled) {
@@ -280,7 +281,7 @@ pub async fn update(
     tracing::info!(
         account = who.account_id,
         endpoint = id,
-        enabled = ?body.enabled,
+        enabled = ?enabled,
         filter = filter.is_some(),
         expired,
         "webhook endpoint updated"

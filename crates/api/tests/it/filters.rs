@@ -108,6 +108,13 @@ async fn subscription_filters_are_validated_stored_canonical_and_bump_the_versio
     r.expect(200, None);
     assert_eq!(r.body["filter"], Value::Null);
     assert_eq!(r.body["label"], "x");
+    // `{}` changes nothing; a body that is not an object is refused.
+    let r = patch(&api, &path, &key, json!({})).await;
+    r.expect(200, None);
+    assert_eq!(r.body["label"], "x");
+    patch(&api, &path, &key, json!([null, null]))
+        .await
+        .expect(422, Some("invalid_body"));
     patch(
         &api,
         &format!("/v1/subscriptions/{}", wallet(9)),

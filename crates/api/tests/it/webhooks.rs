@@ -152,11 +152,22 @@ async fn endpoint_lifecycle_with_secret_rotation() {
     )
     .await
     .expect(422, Some("invalid_body"));
+    // Every field is optional (`{}` changes nothing), but the body must be an object.
+    let same = api
+        .call(
+            Method::PATCH,
+            &format!("/v1/webhooks/{ep}"),
+            Some(&key),
+            Some(json!({})),
+        )
+        .await;
+    same.expect(200, None);
+    assert_eq!(same.body["enabled"], true);
     api.call(
         Method::PATCH,
         &format!("/v1/webhooks/{ep}"),
         Some(&key),
-        Some(json!({})),
+        Some(json!([true])),
     )
     .await
     .expect(422, Some("invalid_body"));

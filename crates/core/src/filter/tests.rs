@@ -170,6 +170,8 @@ fn every_condition_must_hold_and_an_empty_filter_is_none() {
 fn unknown_fields_are_refused_and_stored_filters_round_trip() {
     assert!(serde_json::from_value::<FilterSpec>(serde_json::json!({"sides": "BUY"})).is_err());
     assert!(serde_json::from_value::<FilterSpec>(serde_json::json!({"min_shares": 5})).is_err());
+    assert!(serde_json::from_value::<FilterSpec>(serde_json::json!([null, "1"])).is_err());
+    assert!(serde_json::from_value::<FilterSpec>(serde_json::json!([])).is_err());
     let f = parse(serde_json::json!({"side": "BUY", "min_collateral": "0.5", "markets": [COND]}))
         .unwrap()
         .unwrap();
