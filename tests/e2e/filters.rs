@@ -90,6 +90,8 @@ struct Oracle {
     market_wallet: Address,
     /// Token ids (decimal) of the listed condition's market, plus the listed token.
     market_tokens: BTreeSet<String>,
+    /// Token ids of the listed condition's market alone (matched by condition id only).
+    condition_tokens: BTreeSet<String>,
     plain: Address,
     /// The endpoint's own filter.
     min_shares: u64,
@@ -119,6 +121,8 @@ impl Oracle {
             |w: Address| of(w).any(|e| self.subscribed(e)) && of(w).any(|e| !self.subscribed(e));
         both(self.buyer)
             && both(self.market_wallet)
+            && of(self.market_wallet)
+                .any(|e| self.condition_tokens.contains(&e.token_id.to_string()))
             && fills.iter().any(|e| self.hooked(e))
             && fills.iter().any(|e| self.subscribed(e) && !self.hooked(e))
     }
@@ -205,6 +209,7 @@ async fn filtered_sessions_replays_and_webhooks_get_exactly_the_matching_fills_o
             .map(|t| t.to_string())
             .chain([token.clone()])
             .collect(),
+        condition_tokens: listed.token_ids.iter().map(|t| t.to_string()).collect(),
         plain: w[2],
         min_shares: median(warm.iter().map(|e| e.shares).collect()),
     };
