@@ -10,6 +10,7 @@ mod api_webhooks;
 mod ctl_status;
 mod ctl_watch;
 mod examples;
+mod filters;
 mod harness;
 mod push;
 mod reorg;

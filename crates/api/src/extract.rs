@@ -33,6 +33,27 @@ where
     }
 }
 
+/// A JSON body that must be an object (serde's derived structs also take a JSON array of their
+/// fields in order, which no request schema allows; an update whose fields are all optional
+/// would otherwise take `[]` as a valid, empty change).
+pub struct ApiObject<T>(pub T);
+
+impl<T, S> FromRequest<S> for ApiObject<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let ApiJson(map) =
+            ApiJson::<serde_json::Map<String, serde_json::Value>>::from_request(req, state).await?;
+        serde_json::from_value(serde_json::Value::Object(map))
+            .map(ApiObject)
+            .map_err(|e| ApiError::unprocessable("invalid_body", e.to_string()))
+    }
+}
+
 /// An optional JSON body: no body, an empty one or `null` gives `T::default()`.
 pub struct OptionalJson<T>(pub T);
 

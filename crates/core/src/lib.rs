@@ -8,6 +8,7 @@ pub mod channels;
 pub mod config;
 pub mod db;
 pub mod exit;
+pub mod filter;
 pub mod heartbeat;
 pub mod lock;
 pub mod message;

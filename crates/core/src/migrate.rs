@@ -58,6 +58,7 @@ pub const POSTGRES: &[Migration] = &[
     migration!(6, "webhook_cursor", "postgres/0006_webhook_cursor.sql"),
     migration!(7, "webhook_pending", "postgres/0007_webhook_pending.sql"),
     migration!(8, "idempotency", "postgres/0008_idempotency.sql"),
+    migration!(9, "filters", "postgres/0009_filters.sql"),
     migration!(10, "finality", "postgres/0010_finality.sql"),
 ];
 

@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use pmw_core::filter::Facts;
 use pmw_core::message::{FinalNotice, Kind, TradeMessage};
 use pmw_core::store::TradeRow;
 use pmw_core::{Position, UnixMs};
@@ -33,7 +34,10 @@ impl Rounds {
             .map(|r| (Kind::Retract, r))
             .chain(rows.iter().map(|r| (Kind::Final, r)))
         {
-            let full = TradeMessage::from_row(row, self.names.get(&row.token_id))
+            let market = self.names.get(&row.token_id);
+            // The same filters decide as for its trade (same row, same market).
+            let facts = Facts::of_row(row, market);
+            let full = TradeMessage::from_row(row, market)
                 .finalized(kind == Kind::Final)
                 .to_json();
             let brief = (kind == Kind::Final).then(|| FinalNotice::from_row(row).to_json());
@@ -43,6 +47,7 @@ impl Rounds {
                     Some(accounts),
                     kind,
                     row,
+                    &facts,
                     (&full, brief.as_deref().unwrap_or(&full)),
                     now,
                 ));
@@ -52,6 +57,7 @@ impl Rounds {
                 cursor: row.cursor(),
                 position: Position::of(row.cursor(), &row.block_hash),
                 wallet: row.maker.clone(),
+                facts,
                 t_detect_ms: row.t_detect_ms,
                 body: full,
                 brief,

@@ -13,7 +13,9 @@
 //!
 //! A session's wallet set is read from Postgres when it connects, with the `subs_version` it was
 //! read at, and replaced only by an index at least that new: a round still using an older index
-//! can never drop a trade of a wallet the session already follows.
+//! can never drop a trade of a wallet the session already follows. The wallets' filters travel
+//! with them (same version) and are applied where the session is chosen, under the shard lock
+//! ([`crate::subs::wants`]), to trades and retracts alike.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,7 +25,7 @@ use pmw_core::message::{Events, Kind};
 use pmw_core::{Cursor, Position};
 use tokio::sync::mpsc;
 
-use crate::subs::Index;
+use crate::subs::{wants, Filters, Index};
 
 /// A trade or retraction ready for any session: body rendered once.
 #[derive(Debug)]
@@ -34,6 +36,8 @@ pub struct Item {
     pub position: Position,
     /// Lowercase `0x…` owner of the fill (its maker): who follows it gets it.
     pub wallet: String,
+    /// What subscription filters look at (from the same row and market as `body`).
+    pub facts: pmw_core::filter::Facts,
     pub t_detect_ms: i64,
     pub body: String,
     /// A `final`'s small body ([`pmw_core::message::FinalNotice`]) for sessions that also get
@@ -84,6 +88,8 @@ struct Session {
     account_id: i64,
     key_id: i64,
     wallets: Vec<String>,
+    /// The filters of `wallets` (same version).
+    filters: Filters,
     /// `subs_version` of `wallets`.
     version: i64,
     events: Events,
@@ -136,11 +142,14 @@ impl Inner {
                 continue;
             };
             for id in ids {
-                let session = &self.sessions[id];
-                if slow.contains(id) || !stream.wants(session.events, item.kind) {
+                let s = &self.sessions[id];
+                if slow.contains(id)
+                    || !stream.wants(s.events, item.kind)
+                    || !wants(&s.filters, &item.wallet, &item.facts)
+                {
                     continue;
                 }
-                match session.tx.try_send(Frame::Item(item.clone())) {
+                match s.tx.try_send(Frame::Item(item.clone())) {
                     Ok(()) => queued += 1,
                     Err(_) => slow.push(*id),
                 }
@@ -211,6 +220,7 @@ pub struct Registration {
     pub key_id: i64,
     pub max_sessions: Option<u32>,
     pub wallets: Vec<String>,
+    pub filters: Filters,
     pub version: i64,
     pub events: Events,
     pub tx: mpsc::Sender<Frame>,
@@ -271,6 +281,7 @@ impl Hub {
                 account_id: r.account_id,
                 key_id: r.key_id,
                 wallets: r.wallets,
+                filters: r.filters,
                 version: r.version,
                 events: r.events,
                 tx: r.tx,
@@ -299,6 +310,7 @@ impl Hub {
     pub fn apply(&self, idx: &Index) -> usize {
         let mut revoked = 0;
         let none = Vec::new();
+        let no_filters = Filters::new();
         for mut inner in self.each() {
             let stale: Vec<u64> = inner
                 .sessions
@@ -309,7 +321,13 @@ impl Hub {
             for id in stale {
                 let s = inner.sessions.get_mut(&id).expect("listed above");
                 let wallets = idx.wallets_by_account.get(&s.account_id).unwrap_or(&none);
+                let filters = idx
+                    .filters_by_account
+                    .get(&s.account_id)
+                    .unwrap_or(&no_filters);
                 if idx.live_keys.contains(&s.key_id) && *wallets == s.wallets {
+                    // Same wallets: no relinking, only the filters may have changed.
+                    s.filters.clone_from(filters);
                     s.version = idx.version; // unchanged: no relinking
                     continue;
                 }
@@ -330,6 +348,11 @@ impl Hub {
                 }
                 s.wallets = idx
                     .wallets_by_account
+                    .get(&s.account_id)
+                    .cloned()
+                    .unwrap_or_default();
+                s.filters = idx
+                    .filters_by_account
                     .get(&s.account_id)
                     .cloned()
                     .unwrap_or_default();

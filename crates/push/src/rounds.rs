@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pmw_core::ch::ChClient;
+use pmw_core::filter::Facts;
 use pmw_core::message::{Kind, Market, TradeMessage};
 use pmw_core::pg::PgPool;
 use pmw_core::store::{trades, TradeRow};
@@ -327,12 +328,14 @@ impl Rounds {
             .map(|r| (Kind::Retract, r))
             .chain(rows.iter().map(|r| (Kind::Trade, r)))
         {
-            let body = TradeMessage::from_row(row, self.names.get(&row.token_id));
+            let market = self.names.get(&row.token_id);
+            let body = TradeMessage::from_row(row, market);
             items.push(Arc::new(Item {
                 kind,
                 cursor: row.cursor(),
                 position: Position::of(row.cursor(), &row.block_hash),
                 wallet: row.maker.clone(),
+                facts: Facts::of_row(row, market),
                 t_detect_ms: row.t_detect_ms,
                 body: body.to_json(),
                 brief: None,
@@ -381,7 +384,7 @@ impl Rounds {
     }
 
     /// The webhook lane: one delivery per enabled endpoint of every account following the
-    /// maker, queued in the transaction that moves `webhook_cursor` (fenced by the epoch).
+    /// maker whose filters let the message through ([`Index::endpoints_for`]), queued in the transaction that moves `webhook_cursor` (fenced by the epoch).
     async fn deliver_webhooks(
         &mut self,
         mut client: deadpool_postgres::Object,
@@ -400,12 +403,15 @@ impl Rounds {
             let Some(accounts) = idx.accounts_by_wallet.get(&row.maker) else {
                 continue;
             };
-            let body = TradeMessage::from_row(row, self.names.get(&row.token_id)).to_json();
+            let market = self.names.get(&row.token_id);
+            let body = TradeMessage::from_row(row, market).to_json();
+            let facts = Facts::of_row(row, market);
             deliveries.extend(webhook::deliveries_of(
                 idx,
                 Some(accounts),
                 kind,
                 row,
+                &facts,
                 &body,
                 now,
             ));

@@ -2,10 +2,14 @@
 //! endpoints, with the `subs_version` it was read at. Every round compares that version with
 //! the one it reads beside the watermark and reloads when they differ, so a lost NOTIFY never
 //! leaves the index stale (it once stayed stale for as long as blocks kept arriving).
+//!
+//! It also holds the filters (`pmw_core::filter`) of subscriptions and endpoints: a round
+//! decides with them who gets each message ([`Index::endpoints_for`], the hub's sessions).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use pmw_core::filter::{self, Facts, Filter};
 use pmw_core::message::Events;
 use pmw_core::pg::{PgError, PgPool};
 use tokio::sync::RwLock;
@@ -27,6 +31,45 @@ pub struct Index {
     pub events_by_endpoint: HashMap<i64, Events>,
     /// API keys that may hold a session: not revoked, account enabled.
     pub live_keys: HashSet<i64>,
+    /// Account → the filters of its followed wallets (only wallets that have one).
+    pub filters_by_account: HashMap<i64, Filters>,
+    /// Endpoint → its filter (only endpoints that have one).
+    pub endpoint_filters: HashMap<i64, Filter>,
+}
+
+/// Wallet (lowercase `0x…`) → the filter of its subscription; a wallet not listed has none.
+pub type Filters = HashMap<String, Filter>;
+
+/// Whether a message about `wallet` with `facts` passes the subscription filter in `filters`.
+pub fn wants(filters: &Filters, wallet: &str, facts: &Facts) -> bool {
+    filter::passes(filters.get(wallet), facts)
+}
+
+impl Index {
+    /// The enabled endpoints of `accounts` (followers of `wallet`) that get a message: for a
+    /// trade (`facts` given), those whose account's subscription filter of `wallet` and whose
+    /// own filter both let it through; without `facts` (a retract), every one, since a retract
+    /// is queued only behind the endpoint's delivery of its trade (the enqueue statement).
+    pub fn endpoints_for(&self, accounts: &[i64], wallet: &str, facts: Option<&Facts>) -> Vec<i64> {
+        let none = Filters::new();
+        let mut out = Vec::new();
+        for a in accounts {
+            let Some(eps) = self.endpoints_by_account.get(a) else {
+                continue;
+            };
+            if let Some(f) = facts {
+                if !wants(self.filters_by_account.get(a).unwrap_or(&none), wallet, f) {
+                    continue;
+                }
+            }
+            out.extend(
+                eps.iter().copied().filter(|e| {
+                    facts.is_none_or(|f| filter::passes(self.endpoint_filters.get(e), f))
+                }),
+            );
+        }
+        out
+    }
 }
 
 impl Index {
@@ -68,11 +111,14 @@ impl Subscriptions {
             ..Index::default()
         };
         for r in tx
-            .query("SELECT s.account_id, s.wallet FROM subscriptions s JOIN accounts a ON a.id = s.account_id WHERE a.disabled_ms IS NULL", &[])
+            .query("SELECT s.account_id, s.wallet, s.filter::text FROM subscriptions s JOIN accounts a ON a.id = s.account_id WHERE a.disabled_ms IS NULL", &[])
             .await?
         {
             let account: i64 = r.get(0);
             let wallet = format!("0x{}", hex::encode(r.get::<_, &[u8]>(1)));
+            if let Some(f) = r.get::<_, Option<&str>>(2).and_then(Filter::from_stored) {
+                idx.filters_by_account.entry(account).or_default().insert(wallet.clone(), f);
+            }
             idx.accounts_by_wallet.entry(wallet.clone()).or_default().push(account);
             idx.wallets_by_account.entry(account).or_default().push(wallet);
         }
@@ -81,12 +127,15 @@ impl Subscriptions {
             w.sort();
         }
         for r in tx
-            .query("SELECT e.account_id, e.id, e.events FROM webhook_endpoints e JOIN accounts a ON a.id = e.account_id WHERE e.enabled AND a.disabled_ms IS NULL", &[])
+            .query("SELECT e.account_id, e.id, e.filter::text, e.events FROM webhook_endpoints e JOIN accounts a ON a.id = e.account_id WHERE e.enabled AND a.disabled_ms IS NULL", &[])
             .await?
         {
             let id: i64 = r.get(1);
             idx.endpoints_by_account.entry(r.get(0)).or_default().push(id);
-            let names: Vec<String> = r.get(2);
+            if let Some(f) = r.get::<_, Option<&str>>(2).and_then(Filter::from_stored) {
+                idx.endpoint_filters.insert(id, f);
+            }
+            let names: Vec<String> = r.get(3);
             // The column's CHECK allows only valid lists; a bad one would fall back to trades.
             idx.events_by_endpoint
                 .insert(id, Events::from_names(&names).unwrap_or_default());
@@ -123,6 +172,8 @@ impl Subscriptions {
 pub struct Grant {
     pub version: i64,
     pub wallets: Vec<String>,
+    /// The filters of those wallets that have one.
+    pub filters: Filters,
     pub max_sessions: Option<u32>,
 }
 
@@ -131,13 +182,149 @@ pub async fn grant(pool: &PgPool, account_id: i64) -> Result<Grant, PgError> {
     let row = client
         .query_one(include_str!("sql/session_grant.sql"), &[&account_id])
         .await?;
-    let wallets: Vec<Vec<u8>> = row.get(1);
+    let wallets: Vec<String> = row
+        .get::<_, Vec<Vec<u8>>>(1)
+        .iter()
+        .map(|w| format!("0x{}", hex::encode(w)))
+        .collect();
+    let stored: Vec<Option<String>> = row.get(3);
+    let filters = wallets
+        .iter()
+        .zip(&stored)
+        .filter_map(|(w, f)| Some((w.clone(), Filter::from_stored(f.as_deref()?)?)))
+        .collect();
     Ok(Grant {
         version: row.get(0),
-        wallets: wallets
-            .iter()
-            .map(|w| format!("0x{}", hex::encode(w)))
-            .collect(),
+        wallets,
+        filters,
         max_sessions: row.get::<_, Option<i32>>(2).map(|n| n.max(0) as u32),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicU16;
+
+    use pmw_core::filter::{Facts, Filter, Side};
+    use pmw_core::message::Kind;
+    use pmw_core::{Cursor, Position};
+    use tokio::sync::mpsc;
+
+    use super::*;
+    use crate::hub::{Frame, Hub, Item, Registration};
+
+    fn facts(side: Side, shares: u128) -> Facts {
+        Facts {
+            side,
+            shares,
+            collateral: 1,
+            token_id: "1".into(),
+            condition_id: None,
+        }
+    }
+
+    fn item_of(kind: Kind, wallet: &str, log_index: u32, side: Side) -> Arc<Item> {
+        Arc::new(Item {
+            kind,
+            cursor: Cursor {
+                block: 1,
+                log_index,
+            },
+            position: Position::default(),
+            wallet: wallet.into(),
+            facts: facts(side, 1),
+            t_detect_ms: 0,
+            body: "{}".into(),
+            brief: None,
+        })
+    }
+
+    fn drain(rx: &mut mpsc::Receiver<Frame>) -> Vec<u32> {
+        std::iter::from_fn(|| rx.try_recv().ok())
+            .filter_map(|f| match f {
+                Frame::Item(i) => Some(i.cursor.log_index),
+                Frame::Rewind(_) => None,
+            })
+            .collect()
+    }
+
+    fn buys() -> Filter {
+        Filter {
+            side: Some(Side::Buy),
+            ..Filter::default()
+        }
+    }
+
+    #[test]
+    fn a_filter_decides_trades_and_retracts_alike_and_follows_newer_indexes() {
+        let hub = Hub::new(Position::default());
+        let (tx, mut rx) = mpsc::channel(16);
+        let buys = buys();
+        hub.register(Registration {
+            account_id: 7,
+            key_id: 70,
+            max_sessions: None,
+            wallets: vec!["0xa".into(), "0xb".into()],
+            filters: [("0xa".to_string(), buys.clone())].into(),
+            version: 1,
+            events: pmw_core::message::Events::TRADE,
+            tx,
+            close: Arc::new(AtomicU16::new(1013)),
+        })
+        .unwrap();
+        let round = |k: Kind| {
+            vec![
+                item_of(k, "0xa", 1, Side::Buy),
+                item_of(k, "0xa", 2, Side::Sell),
+                item_of(k, "0xb", 3, Side::Sell),
+            ]
+        };
+        hub.dispatch(&round(Kind::Trade), Position::default());
+        assert_eq!(drain(&mut rx), vec![1, 3]);
+        hub.dispatch(&round(Kind::Retract), Position::default());
+        assert_eq!(drain(&mut rx), vec![1, 3]);
+        // A newer index moves the filter to 0xb (same wallets: no relinking).
+        let mut idx = Index {
+            version: 2,
+            live_keys: [70].into(),
+            ..Index::default()
+        };
+        idx.wallets_by_account
+            .insert(7, vec!["0xa".into(), "0xb".into()]);
+        idx.filters_by_account
+            .insert(7, [("0xb".to_string(), buys)].into());
+        hub.apply(&idx);
+        hub.dispatch(&round(Kind::Trade), Position::default());
+        assert_eq!(drain(&mut rx), vec![1, 2]);
+    }
+
+    #[test]
+    fn webhook_trades_pass_both_filters_and_retracts_go_to_every_follower_endpoint() {
+        let mut idx = Index::default();
+        idx.endpoints_by_account.insert(1, vec![10, 11]);
+        idx.endpoints_by_account.insert(2, vec![20]);
+        idx.filters_by_account
+            .insert(2, [("0xa".to_string(), buys())].into());
+        idx.endpoint_filters.insert(
+            11,
+            Filter {
+                min_shares: Some(5),
+                ..Filter::default()
+            },
+        );
+        let small_sell = facts(Side::Sell, 1);
+        let big_buy = facts(Side::Buy, 5);
+        assert_eq!(
+            idx.endpoints_for(&[1, 2], "0xa", Some(&small_sell)),
+            vec![10]
+        );
+        assert_eq!(
+            idx.endpoints_for(&[1, 2], "0xa", Some(&big_buy)),
+            vec![10, 11, 20]
+        );
+        // The subscription filter is the wallet's: another wallet of account 2 is unfiltered.
+        assert_eq!(idx.endpoints_for(&[2], "0xb", Some(&small_sell)), vec![20]);
+        // A retract is offered to every endpoint (the enqueue keeps those that got the trade).
+        assert_eq!(idx.endpoints_for(&[1, 2], "0xa", None), vec![10, 11, 20]);
+    }
 }

@@ -20,6 +20,7 @@ use axum::response::{IntoResponse, Response};
 use futures::{SinkExt, StreamExt};
 use governor::clock::{Clock, DefaultClock};
 use pmw_core::auth::{self, Principal};
+use pmw_core::filter::Facts;
 use pmw_core::message::{stamp, Control, Events, FinalNotice, Kind, TradeMessage};
 use pmw_core::store::{trades, PushLatencyRow};
 use pmw_core::{db, Cursor, Position, UnixMs};
@@ -28,6 +29,7 @@ use tokio::sync::mpsc;
 
 use crate::hub::{Frame, Registration, TooMany};
 use crate::recorder::Fact;
+use crate::subs::Filters;
 use crate::{subs, AppState};
 
 const SEND_TIMEOUT: Duration = Duration::from_secs(10);
@@ -148,6 +150,7 @@ async fn session(
         }
     };
     let wallets = grant.wallets.clone();
+    let filters = grant.filters.clone();
     let (tx, mut rx) = mpsc::channel::<Frame>(st.cfg.push_ws_queue);
     let code = Arc::new(AtomicU16::new(1013));
     let registered = st.hub.register(Registration {
@@ -155,6 +158,7 @@ async fn session(
         key_id: who.key_id,
         max_sessions: grant.max_sessions,
         wallets: grant.wallets,
+        filters: grant.filters,
         version: grant.version,
         events: opts.events,
         tx,
@@ -172,7 +176,7 @@ async fn session(
         &st,
         &mut socket,
         (account, id),
-        &wallets,
+        (&wallets, &filters),
         since,
         opts,
         reg,
@@ -267,7 +271,7 @@ async fn stream(
     st: &AppState,
     socket: &mut WebSocket,
     (account, id): (i64, u64),
-    wallets: &[String],
+    (wallets, filters): (&[String], &Filters),
     since: Option<Position>,
     opts: Options,
     reg: crate::hub::Registered,
@@ -310,7 +314,11 @@ async fn stream(
     if !start.retract.is_empty() {
         let names = names(st, &start.retract).await?;
         for row in &start.retract {
-            let body = TradeMessage::from_row(row, names.get(&row.token_id)).to_json();
+            let market = names.get(&row.token_id);
+            if !subs::wants(filters, &row.maker, &Facts::of_row(row, market)) {
+                continue; // filtered out: never sent to this client
+            }
+            let body = TradeMessage::from_row(row, market).to_json();
             send(socket, stamp(Kind::Retract, &body, UnixMs::now().0)).await?;
         }
     }
@@ -323,11 +331,12 @@ async fn stream(
             }
         };
         let mut after = sent.last;
+        let to = (wallets, filters);
         replay(
             st,
             socket,
             account,
-            wallets,
+            to,
             &mut after,
             dispatched.cursor,
             render,
@@ -342,11 +351,12 @@ async fn stream(
         .filter(|f| **f < reg.final_dispatched.cursor)
     {
         let through = reg.final_dispatched.cursor;
+        let to = (wallets, filters);
         replay(
             st,
             socket,
             account,
-            wallets,
+            to,
             fin,
             through,
             Render::FinalBrief,
@@ -488,15 +498,15 @@ async fn send_all(socket: &mut WebSocket, texts: Vec<String>) -> Result<(), Ende
 }
 
 /// Replay `(after, through]` of `wallets` page by page (bounded memory per session), ledger
-/// order, rendered as `render` says; `sent_one` sees each position sent. Past
-/// `push_resume_max_trades` the client gets a `resync` naming the last one sent and backfills
-/// over REST.
+/// order, skipping what the wallets' filters keep out (as live frames do), rendered as `render`
+/// says; `sent_one` sees each position sent. Past `push_resume_max_trades` messages sent the
+/// client gets a `resync` naming the last one sent and backfills over REST.
 #[allow(clippy::too_many_arguments)]
 async fn replay(
     st: &AppState,
     socket: &mut WebSocket,
     account: i64,
-    wallets: &[String],
+    (wallets, filters): (&[String], &Filters),
     after: &mut Cursor,
     through: Cursor,
     render: Render,
@@ -504,14 +514,21 @@ async fn replay(
 ) -> Result<(), Ended> {
     let max = st.cfg.push_resume_max_trades;
     let mut sent = 0u64;
+    // Where the next page starts: past filtered-out trades too.
+    let mut read = *after;
     loop {
         let page = REPLAY_PAGE.min(max - sent + 1);
-        let rows = trades::wallet_trades_between(&st.ch, wallets, *after, through, page)
+        let rows = trades::wallet_trades_between(&st.ch, wallets, read, through, page)
             .await
             .map_err(|e| Ended::Failed(e.to_string()))?;
         let full = rows.len() as u64 >= page;
+        read = rows.last().map_or(read, |r| r.cursor());
         let names = names(st, &rows).await?;
         for row in rows {
+            let market = names.get(&row.token_id);
+            if !subs::wants(filters, &row.maker, &Facts::of_row(&row, market)) {
+                continue;
+            }
             if sent == max {
                 let msg = Control::Resync {
                     after: after.to_string(),
@@ -523,7 +540,7 @@ async fn replay(
                 ));
             }
             let now = UnixMs::now().0;
-            let message = || TradeMessage::from_row(&row, names.get(&row.token_id));
+            let message = || TradeMessage::from_row(&row, market);
             let (kind, body, channel) = match render {
                 Render::Trade { finalized_through } => (
                     Kind::Trade,

@@ -1,6 +1,6 @@
 //! Bulk follow/unfollow (`POST /v1/subscriptions/bulk`): up to the plan's wallet limit in one
 //! call, all-or-nothing. Every entry is checked first; any invalid entry (a malformed address, a
-//! bad label, a wallet listed twice, an unfollow of a wallet not followed) refuses the whole
+//! bad label or filter, a wallet listed twice, an unfollow of a wallet not followed) refuses the whole
 //! call with 422 and one error per entry, and a result over the plan's limit with 403; nothing
 //! changes then. Otherwise everything is applied in one transaction (one push notification).
 
@@ -11,6 +11,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use pmw_core::db::accounts::MAX_LABEL_CHARS;
+use pmw_core::filter::Filter;
 use pmw_core::{Address, UnixMs};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -25,7 +26,8 @@ use crate::AppState;
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BulkChange {
-    /// Wallets to follow (already followed ones are left as they are).
+    /// Wallets to follow, each with its optional filter (already followed ones are left as they
+    /// are, filter included).
     #[serde(default)]
     #[schema(max_items = 1000)]
     pub follow: Vec<AddSubscription>,
@@ -59,7 +61,8 @@ pub struct EntryError {
     pub index: usize,
     /// The wallet as sent.
     pub wallet: String,
-    /// `invalid_address`, `invalid_label`, `duplicate`, `not_followed` or `plan_limit`.
+    /// `invalid_address`, `invalid_label`, `invalid_filter`, `duplicate`, `not_followed` or
+    /// `plan_limit`.
     pub code: String,
     pub message: String,
 }
@@ -122,7 +125,7 @@ pub async fn bulk(
     }
     let mut errors = Vec::new();
     let mut seen = HashSet::new();
-    let mut follow: Vec<(usize, Address, &str)> = Vec::new();
+    let mut follow: Vec<(usize, Address, &str, Option<Filter>)> = Vec::new();
     for (i, f) in body.follow.iter().enumerate() {
         match f.wallet.parse::<Address>() {
             Err(e) => errors.push(entry(
@@ -151,7 +154,16 @@ pub async fn bulk(
                 "duplicate",
                 "listed more than once".into(),
             )),
-            Ok(a) => follow.push((i, a, &f.label)),
+            Ok(a) => match f.filter.as_ref().map(Filter::parse).transpose() {
+                Ok(filter) => follow.push((i, a, &f.label, filter.flatten())),
+                Err(e) => errors.push(entry(
+                    "follow",
+                    i,
+                    &f.wallet,
+                    "invalid_filter",
+                    e.to_string(),
+                )),
+            },
         }
     }
     let mut unfollow: Vec<(usize, Address)> = Vec::new();
@@ -173,16 +185,13 @@ pub async fn bulk(
     super::lock_account(&tx, who.account_id).await?;
     let rows = tx
         .query(
-            "SELECT wallet, label, created_ms FROM subscriptions WHERE account_id = $1",
+            "SELECT wallet, label, created_ms, filter::text FROM subscriptions WHERE account_id = $1",
             &[&who.account_id],
         )
         .await?;
     let mut current = std::collections::HashMap::new();
     for r in &rows {
-        current.insert(
-            r.get::<_, Vec<u8>>(0),
-            (r.get::<_, String>(1), r.get::<_, i64>(2)),
-        );
+        current.insert(r.get::<_, Vec<u8>>(0), r);
     }
     for (i, a) in &unfollow {
         if !current.contains_key(a.as_bytes().as_slice()) {
@@ -207,14 +216,14 @@ pub async fn bulk(
     }
     let (new, old): (Vec<_>, Vec<_>) = follow
         .iter()
-        .partition(|(_, a, _)| !current.contains_key(a.as_bytes().as_slice()));
+        .partition(|(_, a, _, _)| !current.contains_key(a.as_bytes().as_slice()));
     let total = current.len() as i64 + new.len() as i64 - unfollow.len() as i64;
     if total > i64::from(max) {
         let room = (i64::from(max) - current.len() as i64 + unfollow.len() as i64).max(0) as usize;
         let errors = new
             .iter()
             .skip(room)
-            .map(|(i, _, _)| {
+            .map(|(i, _, _, _)| {
                 entry(
                     "follow",
                     *i,
@@ -246,10 +255,10 @@ pub async fn bulk(
         )
         .await?;
     }
-    for (_, a, label) in &new {
+    for (_, a, label, filter) in &new {
         tx.execute(
-            "INSERT INTO subscriptions (account_id, wallet, label, created_ms) VALUES ($1, $2, $3, $4)",
-            &[&who.account_id, &a.as_bytes().as_slice(), label, &now],
+            "INSERT INTO subscriptions (account_id, wallet, label, created_ms, filter) VALUES ($1, $2, $3, $4, $5::text::jsonb)",
+            &[&who.account_id, &a.as_bytes().as_slice(), label, &now, &super::filters::stored(filter.as_ref())],
         )
         .await?;
     }
@@ -266,22 +275,16 @@ pub async fn bulk(
     Ok(Json(BulkOutcome {
         followed: new
             .iter()
-            .map(|(_, a, label)| Subscription {
+            .map(|(_, a, label, filter)| Subscription {
                 wallet: a.to_lower_hex(),
                 label: label.to_string(),
                 created_ms: now,
+                filter: filter.as_ref().map(Filter::spec),
             })
             .collect(),
         already_followed: old
             .iter()
-            .map(|(_, a, _)| {
-                let (label, created_ms) = current[a.as_bytes().as_slice()].clone();
-                Subscription {
-                    wallet: a.to_lower_hex(),
-                    label,
-                    created_ms,
-                }
-            })
+            .map(|(_, a, _, _)| super::subscriptions::from_row(current[a.as_bytes().as_slice()]))
             .collect(),
         unfollowed: unfollow.iter().map(|(_, a)| a.to_lower_hex()).collect(),
         total,

@@ -1,12 +1,14 @@
 //! The delivery log of an endpoint (every attempt, from ClickHouse `delivery_log`, newest first,
 //! keyset-paginated) and replay: enqueue the account's trades after a cursor for one endpoint
 //! again, as `webhook_deliveries` rows in the push engine's shape (same `webhook-id` as the
-//! original message, so receivers that already have it can drop the duplicate).
+//! original message, so receivers that already have it can drop the duplicate). A replay sends
+//! what push would: trades that pass their wallet's subscription filter and the endpoint's.
 
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use pmw_core::db::deliveries::{self, NewDelivery, Writer};
+use pmw_core::filter::{self, Facts, Filter};
 use pmw_core::message::{stamp, FinalNotice, Kind, TradeMessage};
 use pmw_core::store::{delivery_log, trades, TradeRow};
 use pmw_core::webhook::webhook_id;
@@ -146,7 +148,8 @@ pub struct Replay {
 pub struct ReplayOutcome {
     /// Deliveries queued (new, or finished ones queued again).
     pub enqueued: u64,
-    /// Trades found for the account's wallets in the range.
+    /// Trades found for the account's wallets in the range that pass the filters (the
+    /// subscription's and the endpoint's), i.e. replayed.
     pub trades: usize,
     /// Call again with `after = next` for the rest when `more`.
     pub next: String,
@@ -154,7 +157,8 @@ pub struct ReplayOutcome {
 }
 
 /// Queue the account's trades after `after` (up to what push has already processed) for this
-/// endpoint again, as the events it receives say: `trade`s, and `final`s of the finalized ones.
+/// endpoint again, filtered as push filters them (`limit` bounds the trades read, filtered out
+/// ones included), as the events it receives say: `trade`s, and `final`s of the finalized ones.
 /// Already pending messages stay as they are.
 #[utoipa::path(post, path = "/v1/webhooks/{id}/replay", tag = "webhooks", security(("api_key" = [])),
     params(("id" = i64, Path)), request_body = Replay,
@@ -202,11 +206,22 @@ pub async fn replay(
     rows.truncate(limit as usize);
     let next = rows.last().map_or(after, TradeRow::cursor).to_string();
     let names = markets(&c, &rows).await?;
+    let filters = super::filters::of_account(&c, who.account_id).await?;
+    let own = endpoint
+        .filter
+        .as_ref()
+        .and_then(|s| Filter::parse(s).ok().flatten());
     let now = UnixMs::now().0;
     let mut items = Vec::with_capacity(rows.len());
     for r in &rows {
+        let market = names.get(&r.token_id);
+        let facts = Facts::of_row(r, market);
+        if !(filter::passes(filters.get(&r.maker), &facts) && filter::passes(own.as_ref(), &facts))
+        {
+            continue;
+        }
         let finalized = r.cursor() <= finals_through;
-        let message = TradeMessage::from_row(r, names.get(&r.token_id)).finalized(finalized);
+        let message = TradeMessage::from_row(r, market).finalized(finalized);
         let mut queue = |kind: Kind, body: String| {
             items.push(NewDelivery {
                 id: webhook_id(r.cursor(), &r.block_hash, id, kind),
@@ -252,12 +267,12 @@ pub async fn replay(
         .map_err(|e| ApiError::unavailable("postgres", e))?
         .inserted;
     tx.commit().await?;
-    tracing::info!(account = who.account_id, endpoint = id, after = %after, trades = rows.len(), enqueued, "replay queued");
+    tracing::info!(account = who.account_id, endpoint = id, after = %after, read = rows.len(), trades = items.len(), enqueued, "replay queued");
     Ok((
         StatusCode::ACCEPTED,
         Json(ReplayOutcome {
             enqueued,
-            trades: rows.len(),
+            trades: items.len(),
             next,
             more,
         }),

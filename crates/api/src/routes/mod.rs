@@ -6,6 +6,7 @@ mod bulk;
 mod contract;
 mod deliveries;
 pub mod events;
+mod filters;
 mod hook_test;
 mod ops;
 pub use ops::metrics;
@@ -76,7 +77,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(account::revoke_key))
         .routes(routes!(account::ws_ticket))
         .routes(routes!(subscriptions::list, subscriptions::add))
-        .routes(routes!(subscriptions::remove))
+        .routes(routes!(subscriptions::update, subscriptions::remove))
         .routes(routes!(bulk::bulk))
         .routes(routes!(webhooks::list, webhooks::create))
         .routes(routes!(

@@ -1,12 +1,15 @@
 //! `GET /v1/trades`: keyset pagination over the per-wallet trades in ClickHouse, by cursor
 //! `(block, log_index)`, never by offset, and never past the ingest watermark (so a page never
 //! skips a trade that becomes visible later). Trades have the shape of the pushed `trade`
-//! messages (without `type` and `t_push_ms`).
+//! messages (without `type` and `t_push_ms`). By default a page holds what the WebSocket sends:
+//! each followed wallet's subscription filter applies (after the page is read, so a page can
+//! hold fewer than `limit` trades while `more` is true); `unfiltered=true` lists every trade.
 
 use std::collections::HashMap;
 
 use axum::extract::State;
 use axum::Json;
+use pmw_core::filter::{self, Facts};
 use pmw_core::message::{Market, TradeMessage};
 use pmw_core::store::{trades, TradeRow};
 use pmw_core::{db, Cursor};
@@ -28,7 +31,8 @@ pub const MAX_LIMIT: u32 = 1_000;
 #[derive(Debug, Serialize, ToSchema)]
 pub struct TradePage {
     pub trades: Vec<TradeMessage>,
-    /// Pass as `after` for the next page (the last trade's cursor, or `after` when empty).
+    /// Pass as `after` for the next page (the cursor of the last trade read, returned or
+    /// filtered out; `after` when none was read).
     pub next: String,
     /// More trades are available now beyond this page.
     pub more: bool,
@@ -45,12 +49,15 @@ pub struct TradeQuery {
     /// Trades strictly after this cursor (`BBBBBBBBBBBB-LLLLLL`); default: from the start.
     #[param(pattern = r"^[0-9]{12}-[0-9]{6}$")]
     pub after: Option<String>,
-    /// Page size, 1..=1000 (default 100).
+    /// Trades read for this page, 1..=1000 (default 100); filtered out ones are not returned.
     #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<u32>,
     /// Only finalized trades (at or below the chain's `finalized` block): pages never reach
     /// past the finalized watermark, and what they hold can no longer be reorganised away.
     pub final_only: Option<bool>,
+    /// `true`: every trade of the wallets, ignoring the subscriptions' filters (default
+    /// `false`: what push sends over the WebSocket).
+    pub unfiltered: Option<bool>,
 }
 
 /// Parse a cursor: 400 when it is not one.
@@ -145,9 +152,18 @@ pub async fn list(
     rows.truncate(limit as usize);
     let names = markets(&c, &rows).await?;
     let next = rows.last().map_or(after, TradeRow::cursor).to_string();
+    let filters = if q.unfiltered == Some(true) {
+        Default::default()
+    } else {
+        super::filters::of_account(&c, who.account_id).await?
+    };
     Ok(Json(TradePage {
         trades: rows
             .iter()
+            .filter(|r| {
+                let facts = Facts::of_row(r, names.get(&r.token_id));
+                filter::passes(filters.get(&r.maker), &facts)
+            })
             .map(|r| {
                 TradeMessage::from_row(r, names.get(&r.token_id))
                     .finalized(finalized.is_some_and(|f| r.block_number <= f))

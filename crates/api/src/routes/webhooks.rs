@@ -1,12 +1,15 @@
 //! Webhook endpoints: create (URL checked against SSRF rules, plan-limited), list, get,
 //! enable/disable, rotate the signing secret with an overlap window, delete. Secrets are
 //! Standard Webhooks `whsec_…` from `pmw_core::webhook::sign`, shown on create and rotate only.
+//! An endpoint may carry a filter (`pmw_core::filter`), applied on top of its account's
+//! subscription filters.
 //! Every change notifies the push leader in the same transaction.
 
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use pmw_core::db::deliveries::expire_pending;
+use pmw_core::filter::FilterSpec;
 use pmw_core::ssrf;
 use pmw_core::webhook::Secret;
 use pmw_core::UnixMs;
@@ -16,7 +19,7 @@ use utoipa::ToSchema;
 
 use crate::auth::Auth;
 use crate::error::{ApiError, ErrorBody};
-use crate::extract::{ApiJson, ApiPath, OptionalJson};
+use crate::extract::{ApiJson, ApiObject, ApiPath, OptionalJson};
 use crate::AppState;
 
 /// Default overlap of a rotated secret: the previous one keeps signing this long.
@@ -25,7 +28,7 @@ pub const DEFAULT_OVERLAP_SECS: u64 = 24 * 3600;
 pub const MAX_OVERLAP_SECS: u64 = 7 * 24 * 3600;
 
 const COLUMNS: &str =
-    "id, url, enabled, disabled_reason, previous_expires_ms, created_ms, updated_ms, events";
+    "id, url, enabled, disabled_reason, previous_expires_ms, created_ms, updated_ms, filter::text, events";
 
 /// An event type an endpoint (or a WebSocket session, `events=`) receives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -71,6 +74,9 @@ pub struct Endpoint {
     pub previous_expires_ms: Option<i64>,
     pub created_ms: i64,
     pub updated_ms: i64,
+    /// Which trades this endpoint gets, on top of each followed wallet's own filter; `null`:
+    /// every trade of the followed wallets that passes theirs.
+    pub filter: Option<FilterSpec>,
     /// What it receives: `trade`, `final`, or both.
     pub events: Vec<EventType>,
 }
@@ -86,8 +92,9 @@ impl Endpoint {
             previous_expires_ms: r.get::<_, Option<i64>>(4).filter(|t| *t > now),
             created_ms: r.get(5),
             updated_ms: r.get(6),
+            filter: super::filters::shown(r.get(7)),
             events: r
-                .get::<_, Vec<String>>(7)
+                .get::<_, Vec<String>>(8)
                 .iter()
                 .map(|e| match e.as_str() {
                     "final" => EventType::Final,
@@ -119,17 +126,29 @@ pub struct CreateEndpoint {
     /// `http` or `https`; must reach a public address.
     #[schema(example = "https://example.com/hooks/pmw")]
     pub url: String,
+    /// Narrow what this endpoint gets (absent, `null` or `{}`: every trade of the followed
+    /// wallets that passes their own filters).
+    #[serde(default)]
+    pub filter: Option<FilterSpec>,
     /// What it receives (default `["trade"]`).
     #[schema(example = json!(["trade", "final"]), min_items = 1)]
     pub events: Option<Vec<EventType>>,
 }
 
-/// Fields to change; absent ones stay as they are (`{}` changes nothing).
+/// Change an endpoint: only the fields present change (`{}` changes nothing).
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateEndpoint {
+    /// Enable or disable (absent or `null`: unchanged).
+    #[serde(default)]
     pub enabled: Option<bool>,
-    /// What it receives from now on: `trade`, `final`, or both.
+    /// The new filter; `null` or `{}` removes it. Applies to messages queued after the change
+    /// (deliveries already queued are sent as they are).
+    #[serde(default, deserialize_with = "super::filters::present")]
+    #[schema(value_type = Option<FilterSpec>, example = json!({"side": "BUY", "min_collateral": "1000"}))]
+    pub filter: Option<Option<FilterSpec>>,
+    /// What it receives from now on: `trade`, `final`, or both (absent or `null`: unchanged).
+    #[serde(default)]
     #[schema(min_items = 1)]
     pub events: Option<Vec<EventType>>,
 }
@@ -187,6 +206,7 @@ pub async fn create(
     let url = ssrf::validate_url(&body.url, st.cfg.api_allow_private_webhooks)
         .map_err(|e| ApiError::unprocessable("invalid_url", e.to_string()))?;
     let events = event_names(body.events.as_deref().unwrap_or(&[EventType::Trade]))?;
+    let filter = super::filters::parse(body.filter.as_ref())?;
     let max = st.cfg.plan(&who.plan).1.max_webhook_endpoints;
     let secret = Secret::generate().expose();
     let now = UnixMs::now().0;
@@ -208,7 +228,14 @@ pub async fn create(
     let row = tx
         .query_one(
             &format!(include_str!("sql/create_endpoint.sql"), COLUMNS = COLUMNS),
-            &[&who.account_id, &url.as_str(), &secret, &now, &events],
+            &[
+                &who.account_id,
+                &url.as_str(),
+                &secret,
+                &now,
+                &events,
+                &super::filters::stored(filter.as_ref()),
+            ],
         )
         .await?;
     super::notify_changes(&tx).await?;
@@ -248,10 +275,11 @@ pub async fn get_one(
     Ok(Json(EndpointDetail { endpoint, health }))
 }
 
-/// Enable or disable an endpoint (re-enabling clears the disabled reason), or change the events
-/// it receives (from the next round on; deliveries already queued are sent). Disabling expires
-/// the endpoint's pending deliveries in the same transaction (`failed`, `last_error`
-/// `endpoint disabled: …`): re-enabling delivers trades from then on, never a backlog at once.
+/// Enable or disable an endpoint (re-enabling clears the disabled reason), or change its filter
+/// or the events it receives (from the next round on; deliveries already queued are sent).
+/// Disabling expires the endpoint's pending deliveries in the same transaction (`failed`,
+/// `last_error` `endpoint disabled: …`): re-enabling delivers trades from then on, never a
+/// backlog at once.
 #[utoipa::path(patch, path = "/v1/webhooks/{id}", tag = "webhooks", security(("api_key" = [])),
     params(("id" = i64, Path)), request_body = UpdateEndpoint,
     responses((status = 200, body = Endpoint), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
@@ -259,9 +287,17 @@ pub async fn update(
     State(st): State<AppState>,
     who: Auth,
     ApiPath(id): ApiPath<i64>,
-    ApiJson(body): ApiJson<UpdateEndpoint>,
+    ApiObject(body): ApiObject<UpdateEndpoint>,
 ) -> Result<Json<Endpoint>, ApiError> {
+    let enabled = body.enabled;
     let events = body.events.as_deref().map(event_names).transpose()?;
+    let filter = match &body.filter {
+        None => None,
+        Some(spec) => Some(super::filters::parse(spec.as_ref())?),
+    };
+    let stored = filter
+        .as_ref()
+        .and_then(|f| super::filters::stored(f.as_ref()));
     let now = UnixMs::now().0;
     let mut c = st.pg.get().await?;
     let tx = c.transaction().await?;
@@ -277,12 +313,11 @@ pub async fn update(
     let row = tx
         .query_one(
             &format!(include_str!("sql/update_endpoint.sql"), COLUMNS = COLUMNS),
-            &[&id, &body.enabled, &now, &events],
+            &[&id, &enabled, &now, &filter.is_some(), &stored, &events],
         )
         .await?;
-    let enabled = body.enabled.unwrap_or(was);
     let mut expired = 0;
-    if !(was && enabled) {
+    if let Some(enabled) = enabled.filter(|e| !(was && *e)) {
         // Disabling: its pending deliveries expire. Re-enabling: whatever is still pending was
         // queued while it was disabled (a round that raced the disable) and expires too.
         let reason = match (was, enabled) {
@@ -298,7 +333,8 @@ pub async fn update(
     tracing::info!(
         account = who.account_id,
         endpoint = id,
-        enabled,
+        enabled = ?enabled,
+        filter = filter.is_some(),
         events = ?events,
         expired,
         "webhook endpoint updated"

@@ -8,6 +8,7 @@ mod common;
 mod config;
 mod contract;
 mod deliveries;
+mod filters;
 mod hook_test;
 mod openapi;
 mod schema_guard;

@@ -16,7 +16,7 @@ fn served() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
         ("/v1/keys/{prefix}", &["delete"]),
         ("/v1/ws-ticket", &["post"]),
         ("/v1/subscriptions", &["get", "post"]),
-        ("/v1/subscriptions/{wallet}", &["delete"]),
+        ("/v1/subscriptions/{wallet}", &["patch", "delete"]),
         ("/v1/subscriptions/bulk", &["post"]),
         ("/v1/webhooks", &["get", "post"]),
         ("/v1/webhooks/{id}", &["get", "patch", "delete"]),

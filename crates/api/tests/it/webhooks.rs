@@ -152,8 +152,8 @@ async fn endpoint_lifecycle_with_secret_rotation() {
     )
     .await
     .expect(422, Some("invalid_body"));
-    // An empty change changes nothing; an array is not a change, and an empty event list is
-    // refused.
+    // Every field is optional (`{}` changes nothing), but the body must be an object, and an
+    // empty event list is refused.
     let same = api
         .call(
             Method::PATCH,
@@ -163,12 +163,13 @@ async fn endpoint_lifecycle_with_secret_rotation() {
         )
         .await;
     same.expect(200, None);
+    assert_eq!(same.body["enabled"], true);
     assert_eq!(same.body["events"], json!(["trade"]));
     api.call(
         Method::PATCH,
         &format!("/v1/webhooks/{ep}"),
         Some(&key),
-        Some(json!([null, null])),
+        Some(json!([true])),
     )
     .await
     .expect(422, Some("invalid_body"));

@@ -1,6 +1,7 @@
-//! The hub's unit tests: index versions, shards, plan limits, the two streams.
+//! The hub's unit tests: index versions, shards, plan limits, filters, the two streams.
 
 use super::*;
+use pmw_core::filter::{Facts, Side};
 use std::sync::atomic::AtomicU16;
 
 fn item(wallet: &str, log_index: u32) -> Arc<Item> {
@@ -12,6 +13,13 @@ fn item(wallet: &str, log_index: u32) -> Arc<Item> {
         },
         position: Position::default(),
         wallet: wallet.into(),
+        facts: Facts {
+            side: Side::Buy,
+            shares: 1,
+            collateral: 1,
+            token_id: "1".into(),
+            condition_id: None,
+        },
         t_detect_ms: 0,
         body: "{}".into(),
         brief: None,
@@ -31,6 +39,7 @@ fn register(
         key_id: 70,
         max_sessions,
         wallets: wallets.iter().map(|w| w.to_string()).collect(),
+        filters: Filters::new(),
         version,
         events: Events::TRADE,
         tx,
@@ -97,6 +106,7 @@ fn every_shard_gets_the_round_and_a_late_session_starts_after_it() {
             key_id: account,
             max_sessions: None,
             wallets: vec!["0xa".into()],
+            filters: Filters::new(),
             version: 1,
             events: Events::TRADE,
             tx,
@@ -130,6 +140,7 @@ fn every_shard_gets_the_round_and_a_late_session_starts_after_it() {
             key_id: 5,
             max_sessions: None,
             wallets: vec!["0xa".into()],
+            filters: Filters::new(),
             version: 1,
             events: Events::TRADE,
             tx,
@@ -151,6 +162,7 @@ fn each_stream_reaches_the_sessions_that_asked_and_keeps_its_own_position() {
             key_id: account,
             max_sessions: None,
             wallets: vec!["0xa".into()],
+            filters: Default::default(),
             version: 1,
             events,
             tx,
@@ -204,6 +216,7 @@ fn each_stream_reaches_the_sessions_that_asked_and_keeps_its_own_position() {
             key_id: 4,
             max_sessions: None,
             wallets: vec!["0xa".into()],
+            filters: Default::default(),
             version: 1,
             events: Events::BOTH,
             tx,

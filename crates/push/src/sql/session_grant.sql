@@ -1,9 +1,12 @@
 -- What a new WebSocket session of account $1 starts with, in one snapshot: the subscription
 -- version, the account's wallets (none if it is disabled), and its plan's session limit (the
--- default plan's when its own is not published; NULL when no plan is published at all).
+-- default plan's when its own is not published; NULL when no plan is published at all), and the
+-- wallets' filters (as text, in the wallets' order; NULL: none).
 SELECT (SELECT seq FROM subs_version WHERE id = 1),
        ARRAY(SELECT s.wallet FROM subscriptions s JOIN accounts a ON a.id = s.account_id
              WHERE s.account_id = $1 AND a.disabled_ms IS NULL ORDER BY s.wallet),
        (SELECT coalesce((SELECT p.max_ws_sessions FROM plans p WHERE p.name = a.plan),
                         (SELECT p.max_ws_sessions FROM plans p WHERE p.is_default))
-        FROM accounts a WHERE a.id = $1)
+        FROM accounts a WHERE a.id = $1),
+       ARRAY(SELECT s.filter::text FROM subscriptions s JOIN accounts a ON a.id = s.account_id
+             WHERE s.account_id = $1 AND a.disabled_ms IS NULL ORDER BY s.wallet)

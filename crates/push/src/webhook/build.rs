@@ -1,6 +1,8 @@
 //! A round's webhook deliveries: one per enabled endpoint of every account that follows the
-//! message's wallet and wants its kind of event, with the body stamped once for the round.
+//! message's wallet, wants its kind of event and whose filters let it through, with the body
+//! stamped once for the round.
 
+use pmw_core::filter::Facts;
 use pmw_core::message::{stamp, Kind};
 use pmw_core::store::TradeRow;
 
@@ -8,20 +10,23 @@ use super::{webhook_id, NewDelivery};
 use crate::subs::Index;
 
 /// The deliveries of one `trade` or `retract` about `row` to the endpoints of `accounts` (the
-/// followers of its wallet in `idx`) that receive trades, body `body` stamped `now`.
+/// followers of its wallet in `idx`) that receive trades, body `body` stamped `now`. A trade
+/// goes to the endpoints whose subscription and endpoint filters pass `facts`; a retract to
+/// every such endpoint of the followers (the enqueue keeps only those that got, or still get,
+/// its trade).
 pub fn deliveries_of(
     idx: &Index,
     accounts: Option<&Vec<i64>>,
     kind: Kind,
     row: &TradeRow,
+    facts: &Facts,
     body: &str,
     now: i64,
 ) -> Vec<NewDelivery> {
-    let endpoints: Vec<i64> = accounts
+    let facts = (kind == Kind::Trade).then_some(facts);
+    let endpoints: Vec<i64> = idx
+        .endpoints_for(accounts.map_or(&[], Vec::as_slice), &row.maker, facts)
         .into_iter()
-        .flatten()
-        .flat_map(|a| idx.endpoints_by_account.get(a).into_iter().flatten())
-        .copied()
         .filter(|e| idx.events_of(*e).trade)
         .collect();
     if endpoints.is_empty() {
@@ -42,24 +47,24 @@ pub fn deliveries_of(
 }
 
 /// The finality lane's deliveries about `row` to the endpoints of `accounts` that receive
-/// `final`s: `final` with the small body `brief` to endpoints that also get trades, with the full
-/// body `full` to `final`-only ones; a `retract` (`kind`) goes to `final`-only endpoints alone
-/// (the others get theirs from the webhook lane).
+/// `final`s and whose filters pass `facts` (as for its trade): `final` with the small body
+/// `brief` to endpoints that also get trades, with the full body `full` to `final`-only ones; a
+/// `retract` (`kind`) goes to `final`-only endpoints alone (the others get theirs from the
+/// webhook lane; the enqueue keeps only those that got its `final`).
 pub fn finals_of(
     idx: &Index,
     accounts: Option<&Vec<i64>>,
     kind: Kind,
     row: &TradeRow,
+    facts: &Facts,
     (full, brief): (&str, &str),
     now: i64,
 ) -> Vec<NewDelivery> {
     let mut out = Vec::new();
     let (mut full_payload, mut brief_payload) = (None, None);
-    let endpoints = accounts
-        .into_iter()
-        .flatten()
-        .flat_map(|a| idx.endpoints_by_account.get(a).into_iter().flatten());
-    for &endpoint in endpoints {
+    let facts = (kind == Kind::Final).then_some(facts);
+    let endpoints = idx.endpoints_for(accounts.map_or(&[], Vec::as_slice), &row.maker, facts);
+    for endpoint in endpoints {
         let events = idx.events_of(endpoint);
         let payload = match (kind, events.final_only()) {
             (Kind::Final, true) | (Kind::Retract, true) => {

@@ -1,2 +1,2 @@
-SELECT wallet, label, created_ms FROM subscriptions WHERE account_id = $1
+SELECT wallet, label, created_ms, filter::text FROM subscriptions WHERE account_id = $1
 ORDER BY created_ms, wallet
