@@ -87,6 +87,10 @@ pub struct TradeMessage {
     pub t_detect_ms: i64,
     /// Ingested by the gap backfill rather than live.
     pub backfilled: bool,
+    /// Found missing by pmw-live's completeness audit of finalized blocks and stored then
+    /// (`backfilled` too; `t_detect_ms` is the audit's time).
+    #[serde(default)]
+    pub audit: bool,
     pub trade: Trade,
     pub market: Option<Market>,
 }
@@ -98,6 +102,7 @@ impl TradeMessage {
             resume: Position::of(row.cursor(), &row.block_hash).to_string(),
             t_detect_ms: row.t_detect_ms,
             backfilled: row.backfilled == 1,
+            audit: row.audit == 1,
             trade: Trade::from_row(row),
             market: market.cloned(),
         }
@@ -229,6 +234,7 @@ mod tests {
             backfilled: 1,
             retracted: 0,
             version: 1,
+            audit: 0,
         }
     }
 
@@ -262,9 +268,15 @@ mod tests {
         assert_eq!(wire["trade"]["side"], "SELL");
         assert_eq!(wire["trade"]["wallet"], "0x11");
         assert_eq!(wire["backfilled"], true);
+        assert_eq!(wire["audit"], false);
         assert_eq!(wire["market"]["question"], "Will it rain?");
-        let back: TradeMessage = serde_json::from_value(wire).unwrap();
+        let back: TradeMessage = serde_json::from_value(wire.clone()).unwrap();
         assert_eq!(back, m);
+        // A body without `audit` (sent before the audit existed) reads as not found by it.
+        let mut old = wire;
+        old.as_object_mut().unwrap().remove("audit");
+        let back: TradeMessage = serde_json::from_value(old).unwrap();
+        assert!(!back.audit);
     }
 
     #[test]
