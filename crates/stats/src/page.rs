@@ -142,6 +142,7 @@ pub fn render(s: &Snapshot, fresh: &Freshness) -> String {
     out.push_str("</div></section>");
 
     stage_table(s, &mut out);
+    crate::audit::render(&s.audit, &mut out);
     charts_section(s, &mut out);
     method(s, &mut out);
     out.push_str("</body></html>");
