@@ -2,6 +2,7 @@
 //! pmw-sim trades, pmw-api and pmwctl against a running push, the dashboard against clients.
 
 mod api;
+mod audit;
 mod api_config;
 mod api_events;
 mod api_push;
