@@ -66,7 +66,12 @@ impl Hooks {
     }
 
     fn messages(&self) -> Vec<Value> {
-        self.0.lock().unwrap().iter().map(|(_, v)| v.clone()).collect()
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, v)| v.clone())
+            .collect()
     }
 }
 
@@ -160,7 +165,8 @@ async fn a_fill_ingest_missed_is_delivered_once_audited_and_an_injected_one_is_r
     let start = h.sim.rpc().latest_block().await.unwrap().number.0;
     let full = Allowlist::polymarket();
     let left_out = full.addresses().next().unwrap().to_lower_hex();
-    let partial = Allowlist::new(full.iter().filter(|(a, _)| a.to_lower_hex() != left_out)).unwrap();
+    let partial =
+        Allowlist::new(full.iter().filter(|(a, _)| a.to_lower_hex() != left_out)).unwrap();
 
     // 1. Live without one exchange: the session gets every other fill, never the left-out ones.
     let live = start_live(h.core(), start, false, partial);
@@ -280,7 +286,10 @@ async fn a_fill_ingest_missed_is_delivered_once_audited_and_an_injected_one_is_r
             .iter()
             .find(|m| m["type"] == "retract" && fill_of(m).as_ref() == Some(&injected))
             .unwrap();
-        assert_eq!(retract["audit"], false, "the retracted row was not the audit's");
+        assert_eq!(
+            retract["audit"], false,
+            "the retracted row was not the audit's"
+        );
         assert!(
             messages
                 .iter()

@@ -307,11 +307,19 @@ async fn status_shows_the_audited_watermark_its_trail_and_counts_per_window() {
             .clone()
     };
     assert_eq!(
-        (w("1h")["fills_checked"].clone(), w("1h")["missing"].clone(), w("1h")["extra"].clone()),
+        (
+            w("1h")["fills_checked"].clone(),
+            w("1h")["missing"].clone(),
+            w("1h")["extra"].clone()
+        ),
         (17.into(), 2.into(), 0.into())
     );
     assert_eq!(
-        (w("7d")["fills_checked"].clone(), w("7d")["missing"].clone(), w("7d")["extra"].clone()),
+        (
+            w("7d")["fills_checked"].clone(),
+            w("7d")["missing"].clone(),
+            w("7d")["extra"].clone()
+        ),
         (57.into(), 2.into(), 1.into())
     );
     let (code, out, _) = ctl(&db, &["status"]).await;

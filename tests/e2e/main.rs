@@ -2,12 +2,12 @@
 //! pmw-sim trades, pmw-api and pmwctl against a running push, the dashboard against clients.
 
 mod api;
-mod audit;
 mod api_config;
 mod api_events;
 mod api_push;
 mod api_ready;
 mod api_webhooks;
+mod audit;
 mod ctl_status;
 mod ctl_watch;
 mod examples;

@@ -46,10 +46,12 @@ pub fn text(a: &Value) -> Vec<String> {
         a["block"],
         a["updated_age_ms"].as_i64().map_or("-".into(), age),
         a["trail_blocks"],
-        a["trail_ms"].as_i64().map_or("? of block time".into(), |ms| format!(
-            "{} of block time",
-            age(ms)
-        )),
+        a["trail_ms"]
+            .as_i64()
+            .map_or("? of block time".into(), |ms| format!(
+                "{} of block time",
+                age(ms)
+            )),
     )];
     for w in a["windows"].as_array().into_iter().flatten() {
         out.push(format!(

@@ -144,8 +144,8 @@ impl Audit {
         settings: AuditSettings,
         notifier: BlockNotifier,
     ) -> Audit {
-        let advance_sql = include_str!("sql/advance_audit.sql")
-            .replace("{fence}", &fence_sql(keys::LIVE, "$3"));
+        let advance_sql =
+            include_str!("sql/advance_audit.sql").replace("{fence}", &fence_sql(keys::LIVE, "$3"));
         let gap = Duration::from_secs_f64(1.0 / settings.max_rps.max(0.001));
         Audit {
             chain,
@@ -379,7 +379,12 @@ impl Audit {
         if !recount.is_empty() {
             let prior: HashMap<(u64, u32, &str), u64> = stored
                 .iter()
-                .map(|r| ((r.block_number, r.log_index, r.block_hash.as_str()), r.version))
+                .map(|r| {
+                    (
+                        (r.block_number, r.log_index, r.block_hash.as_str()),
+                        r.version,
+                    )
+                })
                 .collect();
             let version = self.next_version();
             let mut rows = Vec::with_capacity(missing.len() + extra.len());

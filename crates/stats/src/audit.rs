@@ -85,7 +85,10 @@ pub async fn report(pg: &PgPool, now: UnixMs) -> Result<AuditReport, StatsError>
     for nw in model::windows(now) {
         let w = nw.window;
         let r = c
-            .query_one(include_str!("sql/audit_window.sql"), &[&w.from_ms, &w.to_ms])
+            .query_one(
+                include_str!("sql/audit_window.sql"),
+                &[&w.from_ms, &w.to_ms],
+            )
             .await?;
         let ranges = r.get::<_, i64>(0).max(0) as u64;
         let some = |i: usize| (ranges > 0).then(|| r.get::<_, i64>(i).max(0) as u64);

@@ -145,7 +145,10 @@ async fn the_audit_backfills_fills_ingest_never_stored_and_retracts_injected_ext
 
     // 2. Two rows the chain does not have, in a block holding a real fill: one on the block's
     // canonical hash (a log index the block lacks), one on a hash that is not the block's.
-    let real = stored.first().expect("premise: some fill was stored").clone();
+    let real = stored
+        .first()
+        .expect("premise: some fill was stored")
+        .clone();
     let b = real.block_number;
     let mut fake = real.clone();
     fake.log_index = 900;
@@ -180,7 +183,10 @@ async fn the_audit_backfills_fills_ingest_never_stored_and_retracts_injected_ext
         .filter(|r| r.audit == 1)
         .map(|r| (r.block_number, r.log_index))
         .collect();
-    assert_eq!(flagged, never_stored, "backfilled exactly the missing fills");
+    assert_eq!(
+        flagged, never_stored,
+        "backfilled exactly the missing fills"
+    );
     for r in visible.iter().filter(|r| r.audit == 1) {
         assert_eq!(r.backfilled, 1, "an audit fill is a backfilled one: {r:?}");
         assert!(
@@ -194,10 +200,15 @@ async fn the_audit_backfills_fills_ingest_never_stored_and_retracts_injected_ext
         block: u64::MAX / 2,
         log_index: 0,
     };
-    let theirs =
-        trades::wallet_trades_between(&h.db.ch, &[one.maker.clone()], Cursor::ORIGIN, through, 1_000)
-            .await
-            .unwrap();
+    let theirs = trades::wallet_trades_between(
+        &h.db.ch,
+        std::slice::from_ref(&one.maker),
+        Cursor::ORIGIN,
+        through,
+        1_000,
+    )
+    .await
+    .unwrap();
     assert!(
         theirs
             .iter()

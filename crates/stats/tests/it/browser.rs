@@ -143,7 +143,11 @@ async fn dashboard_renders_in_headless_chromium_with_nothing_from_the_internet()
         assert_eq!(card["window"], w["window"]);
         assert_eq!(card["visible"], true, "{card}");
         assert_eq!(
-            (w["fills_checked"].as_u64(), w["missing"].as_u64(), w["extra"].as_u64()),
+            (
+                w["fills_checked"].as_u64(),
+                w["missing"].as_u64(),
+                w["extra"].as_u64()
+            ),
             (Some(fills), Some(missing), Some(extra)),
             "{w}"
         );
