@@ -298,6 +298,33 @@ async fn a_fill_ingest_missed_is_delivered_once_audited_and_an_injected_one_is_r
             "{who}: only the missed fills are flagged"
         );
     }
+    // Their deliveries are no live latency: push records them as backfilled, on both channels.
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    loop {
+        let rows: Vec<(u64, u32, String, u8)> =
+            h.db.ch
+                .query("SELECT block_number, log_index, channel, backfilled FROM push_latency")
+                .fetch_all()
+                .await
+                .unwrap();
+        let of_missed: Vec<_> = rows
+            .iter()
+            .filter(|r| missed.iter().any(|f| f.0 == r.0 && f.1 == u64::from(r.1)))
+            .collect();
+        let channels: BTreeSet<&str> = of_missed.iter().map(|r| r.2.as_str()).collect();
+        if channels.len() == 2 {
+            assert!(
+                of_missed.iter().all(|r| r.3 == 1),
+                "an audit fill's delivery is recorded as backfilled: {of_missed:?}"
+            );
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no latency rows of the missed fills: {rows:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     let r = c
         .query_one(
             "SELECT coalesce(sum(fills_checked), 0)::bigint, coalesce(sum(missing), 0)::bigint, \

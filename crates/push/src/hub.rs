@@ -30,6 +30,8 @@ pub struct Item {
     /// Lowercase `0x…` owner of the fill (its maker): who follows it gets it.
     pub wallet: String,
     pub t_detect_ms: i64,
+    /// Found by pmw-live's completeness audit, not seen live: its delivery is no live latency.
+    pub audit: bool,
     pub body: String,
 }
 
@@ -380,6 +382,7 @@ mod tests {
             position: Position::default(),
             wallet: wallet.into(),
             t_detect_ms: 0,
+            audit: false,
             body: "{}".into(),
         })
     }

@@ -304,6 +304,7 @@ impl Rounds {
                 position: Position::of(row.cursor(), &row.block_hash),
                 wallet: row.maker.clone(),
                 t_detect_ms: row.t_detect_ms,
+                audit: row.audit == 1,
                 body: body.to_json(),
             }));
         }

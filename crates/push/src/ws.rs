@@ -304,13 +304,14 @@ fn live_frame(st: &AppState, account: i64, sent: &mut Sent, frame: Frame, out: &
             }
             out.push(stamp(item.kind, &item.body, now));
             sent.trade(item.position);
+            // An audit's fill was not seen live: its delivery is left out of live latency.
             st.recorder.record(Fact::Latency(latency_row(
                 &item.cursor,
                 item.t_detect_ms,
                 now,
                 account,
                 st.epoch,
-                false,
+                item.audit,
             )));
         }
         Kind::Retract => {
