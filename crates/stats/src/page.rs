@@ -270,7 +270,7 @@ fn method(s: &Snapshot, out: &mut String) {
         out,
         "<li>Percentiles: {}.</li><li>Each window is <code>[from, to)</code>: both bounds are \
          applied, so a mis-dated row can never appear in every window. Blocks fetched to fill a \
-         gap (backfilled) are left out.</li><li>The same figures as JSON: \
+         gap (backfilled) and fills found by the completeness audit are left out.</li><li>The same figures as JSON: \
          <a href=\"/latency.json\">/latency.json</a>.</li></ul></section>",
         esc(&s.percentiles)
     );
