@@ -329,7 +329,8 @@ async fn a_fill_ingest_missed_is_delivered_once_audited_and_an_injected_one_is_r
         .query_one(
             "SELECT coalesce(sum(fills_checked), 0)::bigint, coalesce(sum(missing), 0)::bigint, \
              coalesce(sum(extra), 0)::bigint, max(to_block), max(head_block - to_block), \
-             (SELECT count(*) FROM reorgs WHERE cause = 'audit') FROM audit_ranges",
+             (SELECT count(*) FROM reorgs WHERE cause = 'audit'), max(audited_ms - to_block_time_ms) \
+             FROM audit_ranges",
             &[],
         )
         .await
@@ -339,9 +340,10 @@ async fn a_fill_ingest_missed_is_delivered_once_audited_and_an_injected_one_is_r
     assert_eq!(extra, 1);
     assert!(r.get::<_, i64>(5) >= 1, "push was told to rewind");
     println!(
-        "audit e2e: {checked} fills checked through block {:?}, {missing} missing (delivered over WebSocket and webhook, flagged audit), {extra} extra (retracted); trailed the head by at most {:?} blocks",
+        "audit e2e: {checked} fills checked through block {:?}, {missing} missing (delivered over WebSocket and webhook, flagged audit), {extra} extra (retracted); trailed the head by at most {:?} blocks, audited at most {:?} ms after its block's timestamp",
         r.get::<_, Option<i64>>(3),
-        r.get::<_, Option<i64>>(4)
+        r.get::<_, Option<i64>>(4),
+        r.get::<_, Option<i64>>(6)
     );
     live.stop().await.unwrap();
     push.stop().await.unwrap();
