@@ -280,3 +280,66 @@ async fn status_shows_the_standby_and_warns_when_there_is_none() {
     assert_eq!(s["warnings"].as_array().unwrap().len(), 1, "{s}");
     leader.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_the_audited_watermark_its_trail_and_counts_per_window() {
+    let db = TestDb::new().await;
+    seed(&db).await;
+    let c = db.connect().await;
+    let now = UnixMs::now().0;
+    // Blocks 100 and 120 recorded 40 s apart; audited through 100; one range 30 min ago (2
+    // missing), one 2 days ago (1 extra).
+    c.batch_execute(&format!(
+        "INSERT INTO chain_blocks (block_number, block_hash, parent_hash, block_time_ms, t_detect_ms, backfilled, trade_count) \
+         VALUES (100, '0x64', '0x63', 1000000, 0, false, 0), (120, '0x78', '0x77', 1040000, 0, false, 0);
+         INSERT INTO audit_cursor (id, block_number, updated_ms) VALUES (1, 100, {now});
+         INSERT INTO audit_ranges (from_block, to_block, fills_checked, missing, extra, audited_ms, head_block, to_block_time_ms) \
+         VALUES (91, 100, 17, 2, 0, {}, 110, 1000000), (1, 90, 40, 0, 1, {}, 95, 990000);",
+        now - 1_800_000,
+        now - 2 * 86_400_000
+    ))
+    .await
+    .unwrap();
+    let (code, out, err) = ctl(&db, &["status", "--json"]).await;
+    assert_eq!(code, 0, "{err}");
+    let s: Value = serde_json::from_str(&out).unwrap();
+    let a = &s["audit"];
+    assert_eq!(a["block"], 100, "{a}");
+    assert_eq!(a["trail_blocks"], 20, "{a}");
+    assert_eq!(a["trail_ms"], 40_000, "{a}");
+    let w = |name: &str| {
+        a["windows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|w| w["window"] == name)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(
+        (
+            w("1h")["fills_checked"].clone(),
+            w("1h")["missing"].clone(),
+            w("1h")["extra"].clone()
+        ),
+        (17.into(), 2.into(), 0.into())
+    );
+    assert_eq!(
+        (
+            w("7d")["fills_checked"].clone(),
+            w("7d")["missing"].clone(),
+            w("7d")["extra"].clone()
+        ),
+        (57.into(), 2.into(), 1.into())
+    );
+    let (code, out, _) = ctl(&db, &["status"]).await;
+    assert_eq!(code, 0);
+    for needle in [
+        "audit         through block 100",
+        "20 blocks (40.0 s of block time) behind ingest",
+        "last 1h   17 fills checked, 2 missing, 0 extra",
+        "last 30d  57 fills checked, 2 missing, 1 extra",
+    ] {
+        assert!(out.contains(needle), "{needle:?} missing in:\n{out}");
+    }
+}

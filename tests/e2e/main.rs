@@ -7,6 +7,7 @@ mod api_events;
 mod api_push;
 mod api_ready;
 mod api_webhooks;
+mod audit;
 mod ctl_status;
 mod ctl_watch;
 mod examples;

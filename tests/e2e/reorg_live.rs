@@ -428,7 +428,7 @@ async fn a_lagging_rpc_node_causes_no_retraction() {
     let reorgs: i64 =
         h.db.connect()
             .await
-            .query_one("SELECT count(*) FROM reorgs", &[])
+            .query_one("SELECT count(*) FROM reorgs WHERE cause = 'reorg'", &[])
             .await
             .unwrap()
             .get(0);

@@ -92,6 +92,10 @@ pub struct TradeMessage {
     /// with the full body says `true`.
     #[serde(default)]
     pub finalized: bool,
+    /// Found missing by pmw-live's completeness audit of finalized blocks and stored then
+    /// (`backfilled` too; `t_detect_ms` is the audit's time).
+    #[serde(default)]
+    pub audit: bool,
     pub trade: Trade,
     pub market: Option<Market>,
 }
@@ -104,6 +108,7 @@ impl TradeMessage {
             t_detect_ms: row.t_detect_ms,
             backfilled: row.backfilled == 1,
             finalized: false,
+            audit: row.audit == 1,
             trade: Trade::from_row(row),
             market: market.cloned(),
         }
@@ -139,6 +144,9 @@ pub struct FinalNotice {
     pub wallet: String,
     /// When pmw-live received the trade's block header (ms since the epoch).
     pub t_detect_ms: i64,
+    /// The trade was found by the completeness audit (as in its `trade`).
+    #[serde(default)]
+    pub audit: bool,
 }
 
 impl FinalNotice {
@@ -151,6 +159,7 @@ impl FinalNotice {
             block_hash: row.block_hash.clone(),
             wallet: row.maker.clone(),
             t_detect_ms: row.t_detect_ms,
+            audit: row.audit == 1,
         }
     }
 
@@ -363,6 +372,7 @@ mod tests {
             backfilled: 1,
             retracted: 0,
             version: 1,
+            audit: 0,
         }
     }
 
@@ -396,9 +406,15 @@ mod tests {
         assert_eq!(wire["trade"]["side"], "SELL");
         assert_eq!(wire["trade"]["wallet"], "0x11");
         assert_eq!(wire["backfilled"], true);
+        assert_eq!(wire["audit"], false);
         assert_eq!(wire["market"]["question"], "Will it rain?");
-        let back: TradeMessage = serde_json::from_value(wire).unwrap();
+        let back: TradeMessage = serde_json::from_value(wire.clone()).unwrap();
         assert_eq!(back, m);
+        // A body without `audit` (sent before the audit existed) reads as not found by it.
+        let mut old = wire;
+        old.as_object_mut().unwrap().remove("audit");
+        let back: TradeMessage = serde_json::from_value(old).unwrap();
+        assert!(!back.audit);
     }
 
     #[test]

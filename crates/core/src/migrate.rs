@@ -60,10 +60,14 @@ pub const POSTGRES: &[Migration] = &[
     migration!(8, "idempotency", "postgres/0008_idempotency.sql"),
     migration!(9, "filters", "postgres/0009_filters.sql"),
     migration!(10, "finality", "postgres/0010_finality.sql"),
+    migration!(11, "audit", "postgres/0011_audit.sql"),
 ];
 
 /// ClickHouse migrations, in order. Every file in `migrations/clickhouse` must be listed (tested).
-pub const CLICKHOUSE: &[Migration] = &[migration!(1, "init", "clickhouse/0001_init.sql")];
+pub const CLICKHOUSE: &[Migration] = &[
+    migration!(1, "init", "clickhouse/0001_init.sql"),
+    migration!(2, "audit", "clickhouse/0002_audit.sql"),
+];
 
 /// Advisory lock key serialising concurrent `pmwctl migrate` runs (per database).
 const MIGRATE_LOCK: i64 = 7_000;
@@ -208,7 +212,15 @@ pub async fn migrate_clickhouse(ch: &ChClient) -> Result<Vec<u32>, SchemaError> 
         .filter(|m| !applied.contains_key(&m.version))
     {
         for stmt in clickhouse_statements(m.sql) {
-            ch.query(&stmt).execute().await?;
+            match ch.query(&stmt).execute().await {
+                Ok(()) => {}
+                // ClickHouse 18.16 has no `ADD COLUMN IF NOT EXISTS`: a column an interrupted
+                // run already added is done.
+                Err(e) if is_add_column(&stmt) && column_exists(&e) => {
+                    tracing::info!(store = "clickhouse", version = m.version, statement = %stmt, "column already there");
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
         let mut insert = ch.insert::<ChAppliedRow<'_>>("schema_migrations").await?;
         insert
@@ -229,6 +241,17 @@ pub async fn migrate_clickhouse(ch: &ChClient) -> Result<Vec<u32>, SchemaError> 
         applied_now.push(m.version);
     }
     Ok(applied_now)
+}
+
+/// An `ALTER TABLE … ADD COLUMN …` statement.
+fn is_add_column(stmt: &str) -> bool {
+    let s = stmt.to_ascii_uppercase();
+    s.starts_with("ALTER TABLE") && s.contains(" ADD COLUMN ")
+}
+
+/// ClickHouse's answer to adding a column that exists (code 44 on 18.16, 15 later).
+fn column_exists(e: &clickhouse::error::Error) -> bool {
+    e.to_string().contains("already exists")
 }
 
 /// Migrate both stores. The Postgres advisory lock is held on `pg` for the ClickHouse part too,

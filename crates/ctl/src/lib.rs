@@ -7,6 +7,7 @@ mod diag;
 mod key;
 mod migrate;
 mod status;
+mod status_audit;
 mod watch;
 
 use std::process::ExitCode;

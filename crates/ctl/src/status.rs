@@ -1,7 +1,7 @@
 //! `pmwctl status`: who leads push (push_epoch + heartbeats) and which standby waits on the lock
 //! (a warning when none has a fresh heartbeat: the leader is then a single point of failure),
 //! the ingest and push cursors and their lag in blocks (against the chain head when the RPC
-//! answers), the age of the leader's last round, every instance's heartbeat, and the webhook
+//! answers), the completeness audit (its watermark, trail and counts), the age of the leader's last round, every instance's heartbeat, and the webhook
 //! backlog by age. Human-readable, or `--json` for machines.
 
 use std::time::Duration;
@@ -207,6 +207,7 @@ pub async fn collect(cfg: &CoreConfig) -> Result<Value, ServiceError> {
         .enumerate()
         .map(|(i, (label, _))| json!({"age": label, "count": hooks.get::<_, i64>(4 + i)}))
         .collect();
+    let audit = crate::status_audit::collect(&c, now).await?;
     let ingest_block = ingest.map(|i| i.0);
     let push_block = push.map(|p| p.0);
     let waiting = match (ingest, push) {
@@ -235,6 +236,7 @@ pub async fn collect(cfg: &CoreConfig) -> Result<Value, ServiceError> {
             "webhook_lane": ingest_block.zip(lane.map(|l| l.0)).map(|(i, w)| i - w),
         },
         "push_backlog_trades": waiting,
+        "audit": audit,
         "leader": leader,
         "standbys": standbys,
         "warnings": warnings,
@@ -352,6 +354,9 @@ fn text(s: &Value) -> String {
             opt_age(&l["updated_age_ms"]),
             lag("final_lane")
         ));
+    }
+    for l in crate::status_audit::text(&s["audit"]) {
+        line(l);
     }
     let w = &s["webhooks"];
     let buckets: Vec<String> = w["by_age"]

@@ -8,6 +8,10 @@
 //! | `PMW_LIVE_POLL_INTERVAL_MS` | `1000` | HTTP head polling period while the WebSocket is down |
 //! | `PMW_LIVE_WS_STALL_MS` | `30000` | a WebSocket silent this long is treated as lost |
 //! | `PMW_LIVE_FINALIZED_POLL_MS` | `1000` | how often the chain's `finalized` block is asked for (the finalized watermark behind `final` events) |
+//! | `PMW_LIVE_AUDIT_ENABLED` | `true` | run the completeness audit (re-reads finalized blocks with `eth_getLogs`, backfills missing fills, retracts extra ones) |
+//! | `PMW_LIVE_AUDIT_RANGE_BLOCKS` | `100` | blocks per audit `eth_getLogs` range, at most (1–10000) |
+//! | `PMW_LIVE_AUDIT_MAX_RPS` | `5` | RPC calls per second the audit makes, at most (two per range: the logs and the range's top block) |
+//! | `PMW_LIVE_AUDIT_INTERVAL_MS` | `30000` | how often an audit that has caught up looks for newly finalized blocks |
 //! | `PMW_LIVE_START_BLOCK` | unset | first block to ingest when no watermark exists (default: the first head seen) |
 //! | `PMW_LIVE_METRICS_ADDR` | `127.0.0.1:9461` | private Prometheus `/metrics` address (loopback; a port in use is logged, not fatal) |
 //! | `PMW_GAMMA_URL` | `https://gamma-api.polymarket.com` | Gamma-compatible market metadata API |
@@ -30,6 +34,14 @@ pub struct LiveConfig {
     pub live_ws_stall_ms: u64,
     #[serde(default = "d::finalized_poll")]
     pub live_finalized_poll_ms: u64,
+    #[serde(default = "d::yes")]
+    pub live_audit_enabled: bool,
+    #[serde(default = "d::audit_range")]
+    pub live_audit_range_blocks: u64,
+    #[serde(default = "d::audit_rps")]
+    pub live_audit_max_rps: f64,
+    #[serde(default = "d::audit_interval")]
+    pub live_audit_interval_ms: u64,
     #[serde(default)]
     pub live_start_block: Option<u64>,
     #[serde(default = "d::gamma")]
@@ -51,6 +63,18 @@ mod d {
     pub fn finalized_poll() -> u64 {
         1_000
     }
+    pub fn yes() -> bool {
+        true
+    }
+    pub fn audit_range() -> u64 {
+        100
+    }
+    pub fn audit_rps() -> f64 {
+        5.0
+    }
+    pub fn audit_interval() -> u64 {
+        30_000
+    }
     pub fn stall() -> u64 {
         30_000
     }
@@ -71,6 +95,15 @@ impl LiveConfig {
     }
     pub fn finalized_poll(&self) -> Duration {
         Duration::from_millis(self.live_finalized_poll_ms)
+    }
+
+    /// The completeness audit's pacing.
+    pub fn audit(&self) -> crate::audit::AuditSettings {
+        crate::audit::AuditSettings {
+            range_blocks: self.live_audit_range_blocks,
+            max_rps: self.live_audit_max_rps,
+            interval: Duration::from_millis(self.live_audit_interval_ms),
+        }
     }
 
     pub fn ws_stall(&self) -> Duration {
@@ -112,6 +145,24 @@ impl Validate for LiveConfig {
         if self.live_finalized_poll_ms < 10 {
             return Err(ConfigError::invalid(
                 "PMW_LIVE_FINALIZED_POLL_MS",
+                "must be at least 10",
+            ));
+        }
+        if !(1..=10_000).contains(&self.live_audit_range_blocks) {
+            return Err(ConfigError::invalid(
+                "PMW_LIVE_AUDIT_RANGE_BLOCKS",
+                "must be 1 to 10000",
+            ));
+        }
+        if !(self.live_audit_max_rps.is_finite() && self.live_audit_max_rps > 0.0) {
+            return Err(ConfigError::invalid(
+                "PMW_LIVE_AUDIT_MAX_RPS",
+                "must be a number above 0",
+            ));
+        }
+        if self.live_audit_interval_ms < 10 {
+            return Err(ConfigError::invalid(
+                "PMW_LIVE_AUDIT_INTERVAL_MS",
                 "must be at least 10",
             ));
         }

@@ -1,6 +1,8 @@
 //! pmw-live: follows new block headers, ingests Polymarket fills into ClickHouse, advances the
-//! ingest watermark in Postgres and wakes push. One writer, holding the `live` advisory lock.
+//! ingest watermark in Postgres and wakes push; follows finality and audits finalized blocks for
+//! completeness ([`audit`]). One writer, holding the `live` advisory lock.
 
+pub mod audit;
 pub mod chain;
 pub mod config;
 pub mod failpoint;
@@ -80,6 +82,18 @@ pub async fn run_with(
         notifier.clone(),
     );
     tokio::spawn(finality.run(tasks.clone()));
+    if live.live_audit_enabled {
+        let audit = audit::Audit::new(
+            chain.clone(),
+            storage.pg.clone(),
+            storage.ch.clone(),
+            allow.clone(),
+            lock.pid(),
+            live.audit(),
+            notifier.clone(),
+        );
+        tokio::spawn(audit.run(tasks.clone()));
+    }
     let mut ingester = Ingester::new(
         chain.clone(),
         storage.pg.clone(),

@@ -15,6 +15,14 @@
 //! | `pmw_live_finalized_block` | gauge | the finalized watermark (highest ingested block the chain calls finalized) |
 //! | `pmw_live_chain_finalized_block` | gauge | the chain's own `finalized` block |
 //! | `pmw_live_finality_violations_total` | counter | reorgs that would retract below the finalized watermark (refused: an alarm) |
+//! | `pmw_live_audit_blocks_total` | counter | finalized blocks the completeness audit compared with the chain |
+//! | `pmw_live_audit_fills_checked_total` | counter | fills it compared (the chain's, plus stored ones the chain does not have) |
+//! | `pmw_live_audit_missing_total` | counter | fills on the chain missing from the store: backfilled (flagged `audit`) |
+//! | `pmw_live_audit_extra_total` | counter | stored fills not on the chain: retracted |
+//! | `pmw_live_audit_errors_total` | counter | audit steps that failed and were retried |
+//! | `pmw_live_audit_disagreements_total` | counter | of those, a finalized block whose chain hash is not the recorded one (an alarm: nothing corrected) |
+//! | `pmw_live_audit_block` | gauge | the audited watermark (every block up to it compared) |
+//! | `pmw_live_audit_trail_blocks` | gauge | ingest watermark − audited watermark, at the last audited range |
 //! | `pmw_live_head_lead_ms` | gauge | detect time − block timestamp of the last block seen live (clock offset plus propagation) |
 
 use pmw_core::UnixMs;
@@ -33,6 +41,14 @@ pub const HEAD_LEAD_MS: &str = "pmw_live_head_lead_ms";
 pub const FINALIZED: &str = "pmw_live_finalized_block";
 pub const CHAIN_FINALIZED: &str = "pmw_live_chain_finalized_block";
 pub const FINALITY_VIOLATIONS: &str = "pmw_live_finality_violations_total";
+pub const AUDIT_BLOCKS: &str = "pmw_live_audit_blocks_total";
+pub const AUDIT_FILLS: &str = "pmw_live_audit_fills_checked_total";
+pub const AUDIT_MISSING: &str = "pmw_live_audit_missing_total";
+pub const AUDIT_EXTRA: &str = "pmw_live_audit_extra_total";
+pub const AUDIT_ERRORS: &str = "pmw_live_audit_errors_total";
+pub const AUDIT_DISAGREEMENTS: &str = "pmw_live_audit_disagreements_total";
+pub const AUDIT_BLOCK: &str = "pmw_live_audit_block";
+pub const AUDIT_TRAIL: &str = "pmw_live_audit_trail_blocks";
 
 /// Every counter exists from the start (at 0), so `rate()` and `increase()` see a series.
 pub fn init() {
@@ -44,6 +60,12 @@ pub fn init() {
         TRADES,
         INGEST_ERRORS,
         FINALITY_VIOLATIONS,
+        AUDIT_BLOCKS,
+        AUDIT_FILLS,
+        AUDIT_MISSING,
+        AUDIT_EXTRA,
+        AUDIT_ERRORS,
+        AUDIT_DISAGREEMENTS,
     ] {
         metrics::counter!(c).increment(0);
     }
@@ -93,4 +115,22 @@ pub fn ch_insert_failed(table: &'static str) {
 pub fn finalized(block: u64, chain: u64) {
     metrics::gauge!(FINALIZED).set(block as f64);
     metrics::gauge!(CHAIN_FINALIZED).set(chain as f64);
+}
+
+/// The completeness audit compared a range.
+pub fn audited(r: &crate::audit::RangeReport) {
+    metrics::counter!(AUDIT_BLOCKS).increment(r.to - r.from + 1);
+    metrics::counter!(AUDIT_FILLS).increment(r.fills_checked);
+    metrics::counter!(AUDIT_MISSING).increment(r.missing.len() as u64);
+    metrics::counter!(AUDIT_EXTRA).increment(r.extra.len() as u64);
+    metrics::gauge!(AUDIT_BLOCK).set(r.to as f64);
+    metrics::gauge!(AUDIT_TRAIL).set(r.head.saturating_sub(r.to) as f64);
+}
+
+/// An audit step failed (`disagreement`: the chain disagrees with a finalized block).
+pub fn audit_failed(disagreement: bool) {
+    metrics::counter!(AUDIT_ERRORS).increment(1);
+    if disagreement {
+        metrics::counter!(AUDIT_DISAGREEMENTS).increment(1);
+    }
 }

@@ -140,6 +140,7 @@ mod tests {
             backfilled: 0,
             retracted: 0,
             version: 1,
+            audit: 0,
         }
     }
 

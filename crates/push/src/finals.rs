@@ -59,6 +59,7 @@ impl Rounds {
                 wallet: row.maker.clone(),
                 facts,
                 t_detect_ms: row.t_detect_ms,
+                audit: row.audit == 1,
                 body: full,
                 brief,
             }));

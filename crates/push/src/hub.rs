@@ -39,6 +39,8 @@ pub struct Item {
     /// What subscription filters look at (from the same row and market as `body`).
     pub facts: pmw_core::filter::Facts,
     pub t_detect_ms: i64,
+    /// Found by pmw-live's completeness audit, not seen live: its delivery is no live latency.
+    pub audit: bool,
     pub body: String,
     /// A `final`'s small body ([`pmw_core::message::FinalNotice`]) for sessions that also get
     /// `trade`s; `body` is the full one, for `final`-only sessions.

@@ -80,6 +80,11 @@ pub struct Rounds {
     pub cursor: Cursor,
     /// `cursor` with its block's hash (what sessions report as their resume point).
     pub position: Position,
+    /// The highest cursor this lane moved to. A rewind sends the retractions up to it, not only
+    /// up to `cursor`: a rewind round that read the ledger after a retraction (an audit's) but
+    /// before its `reorgs` row moved `cursor` below a trade delivered earlier. Sessions and
+    /// endpoints drop a retract of a trade they never got.
+    held: Cursor,
     pub reorg_id: i64,
     /// Trades read per round: at most half a session queue, so a session that keeps up is never
     /// closed as slow because a catch-up round is larger than its queue.
@@ -122,6 +127,7 @@ impl Rounds {
             epoch,
             cursor: position.cursor,
             position,
+            held: position.cursor,
             reorg_id,
             limit,
             span: u64::MAX / 2,
@@ -249,10 +255,11 @@ impl Rounds {
         let from = from.cursor;
         let mut retracts = Vec::new();
         if from < self.cursor {
-            retracts = trades::retracted_between(&self.ch, from.block, self.cursor.block)
+            let held = self.held.max(self.cursor);
+            retracts = trades::retracted_between(&self.ch, from.block, held.block)
                 .await?
                 .into_iter()
-                .filter(|t| t.cursor() <= self.cursor)
+                .filter(|t| t.cursor() <= held)
                 .collect();
         }
         // The cursor moves only to the last row actually read (a short or empty answer from
@@ -337,6 +344,7 @@ impl Rounds {
                 wallet: row.maker.clone(),
                 facts: Facts::of_row(row, market),
                 t_detect_ms: row.t_detect_ms,
+                audit: row.audit == 1,
                 body: body.to_json(),
                 brief: None,
             }));
@@ -461,6 +469,7 @@ impl Rounds {
 
     pub(crate) fn moved(&mut self, read: Read) {
         self.cursor = read.through_pos.cursor;
+        self.held = self.held.max(self.cursor);
         self.position = read.through_pos;
         self.reorg_id = read.reorg_id;
     }

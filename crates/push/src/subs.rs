@@ -234,6 +234,7 @@ mod tests {
             wallet: wallet.into(),
             facts: facts(side, 1),
             t_detect_ms: 0,
+            audit: false,
             body: "{}".into(),
             brief: None,
         })

@@ -470,13 +470,14 @@ fn live_frame(st: &AppState, at: &mut At, frame: Frame, out: &mut Vec<String>) {
             *fin = item.cursor;
         }
     }
+    // An audit's fill was not seen live: its delivery is left out of live latency.
     st.recorder.record(Fact::Latency(latency_row(
         &item.cursor,
         item.t_detect_ms,
         now,
         (at.account, st.epoch),
         channel,
-        false,
+        item.audit,
     )));
 }
 

@@ -1,9 +1,10 @@
-//! pmw-stats: latency aggregates for 1h/24h/7d/30d, the public dashboard page (`GET /latency`)
-//! and its JSON (`GET /latency.json`), and the retention jobs: latency and `delivery_log` day
+//! pmw-stats: latency aggregates for 1h/24h/7d/30d and the completeness audit's figures
+//! ([`audit`]), the public dashboard page (`GET /latency`) and its JSON (`GET /latency.json`), and the retention jobs: latency and `delivery_log` day
 //! partitions in ClickHouse ([`retention`]), finished `ws_claims` and `webhook_deliveries` rows
 //! in Postgres ([`purge`]). One writer, holding the `stats` advisory lock; it binds its loopback
 //! port only once it holds the lock.
 
+pub mod audit;
 pub mod charts;
 pub mod config;
 pub mod error;
@@ -113,7 +114,7 @@ pub async fn run_with(
             }
             _ = refresh.tick() => {
                 let outcome = tokio::select! {
-                    r = query::compute(&storage.ch, UnixMs::now()) => r,
+                    r = snapshot(&storage, UnixMs::now()) => r,
                     _ = shutdown.cancelled() => continue,
                     _ = lost.cancelled() => continue,
                 };
@@ -154,6 +155,13 @@ pub async fn run_with(
         tracing::warn!(error = %e, "releasing the stats lock failed (it ends with the session)");
     }
     Ok(())
+}
+
+/// The whole snapshot: latency from ClickHouse, the completeness audit from Postgres.
+pub async fn snapshot(storage: &Storage, now: UnixMs) -> Result<Snapshot, StatsError> {
+    let mut s = query::compute(&storage.ch, now).await?;
+    s.audit = audit::report(&storage.pg, now).await?;
+    Ok(s)
 }
 
 /// Counters of the main loop, for the heartbeat.

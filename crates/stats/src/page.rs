@@ -142,6 +142,7 @@ pub fn render(s: &Snapshot, fresh: &Freshness) -> String {
     out.push_str("</div></section>");
 
     stage_table(s, &mut out);
+    crate::audit::render(&s.audit, &mut out);
     charts_section(s, &mut out);
     method(s, &mut out);
     out.push_str("</body></html>");
@@ -269,7 +270,7 @@ fn method(s: &Snapshot, out: &mut String) {
         out,
         "<li>Percentiles: {}.</li><li>Each window is <code>[from, to)</code>: both bounds are \
          applied, so a mis-dated row can never appear in every window. Blocks fetched to fill a \
-         gap (backfilled) are left out.</li><li>The same figures as JSON: \
+         gap (backfilled) and fills found by the completeness audit are left out.</li><li>The same figures as JSON: \
          <a href=\"/latency.json\">/latency.json</a>.</li></ul></section>",
         esc(&s.percentiles)
     );

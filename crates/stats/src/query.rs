@@ -116,6 +116,7 @@ pub async fn compute(ch: &ChClient, now: UnixMs) -> Result<Snapshot, StatsError>
         windows,
         series,
         histogram_1h,
+        audit: Default::default(),
         diagnostics: Diagnostics {
             head_lead_ms: head_lead,
             rows_dated_after_now,

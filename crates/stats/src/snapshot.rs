@@ -261,6 +261,9 @@ pub struct Snapshot {
     pub windows: Vec<WindowReport>,
     pub series: Series,
     pub histogram_1h: HistogramReport,
+    /// The completeness audit (Postgres; filled in by the service after the ClickHouse part).
+    #[serde(default)]
+    pub audit: crate::audit::AuditReport,
     pub diagnostics: Diagnostics,
 }
 

@@ -111,6 +111,7 @@ pub fn trade_row(block: u64, log_index: u32, maker: &str) -> pmw_core::store::Tr
         backfilled: 0,
         retracted: 0,
         version: 1,
+        audit: 0,
     }
 }
 

@@ -17,6 +17,8 @@ pub const TRADES_OF_BLOCK: &str = include_str!("sql/trades_of_block.sql");
 pub const VISIBLE_ABOVE: &str = include_str!("sql/visible_above.sql");
 /// Retracted trades in a block range (push, resume). Hole: `{COLUMNS}`.
 pub const RETRACTED_BETWEEN: &str = include_str!("sql/retracted_between.sql");
+/// The latest version of every trade in a block range (the completeness audit). Hole: `{COLUMNS}`.
+pub const LATEST_BETWEEN: &str = include_str!("sql/latest_between.sql");
 /// Per-wallet trades in a cursor range (API, resumes). Holes: `{COLUMNS}`, `{list}`.
 pub const WALLET_TRADES_BETWEEN: &str = include_str!("sql/wallet_trades_between.sql");
 /// When a trade was ingested (resume check).
@@ -62,6 +64,7 @@ pub const ALL: &[(&str, &str)] = &[
     ("trades_of_block", TRADES_OF_BLOCK),
     ("visible_above", VISIBLE_ABOVE),
     ("retracted_between", RETRACTED_BETWEEN),
+    ("latest_between", LATEST_BETWEEN),
     ("wallet_trades_between", WALLET_TRADES_BETWEEN),
     ("ingested_version", INGESTED_VERSION),
     ("trades_waiting", TRADES_WAITING),

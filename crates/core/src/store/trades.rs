@@ -37,6 +37,9 @@ pub struct TradeRow {
     pub backfilled: u8,
     pub retracted: u8,
     pub version: u64,
+    /// 1 when pmw-live's completeness audit found the fill missing and stored it (then
+    /// `backfilled` is 1 too and `t_detect_ms` is the audit's time).
+    pub audit: u8,
 }
 
 /// The per-wallet copy: the same row keyed by `wallet` (= `maker`, the owner of the fill).
@@ -64,6 +67,7 @@ pub struct WalletTradeRow {
     pub backfilled: u8,
     pub retracted: u8,
     pub version: u64,
+    pub audit: u8,
 }
 
 impl TradeRow {
@@ -100,6 +104,7 @@ impl TradeRow {
             backfilled: u8::from(backfilled),
             retracted: 0,
             version,
+            audit: 0,
         }
     }
 
@@ -136,6 +141,7 @@ impl TradeRow {
             backfilled: t.backfilled,
             retracted: t.retracted,
             version: t.version,
+            audit: t.audit,
         }
     }
 }
@@ -152,7 +158,7 @@ pub async fn insert_trades(
 
 const COLUMNS: &str = "block_number, log_index, block_hash, tx_hash, block_time_ms, exchange, \
     exchange_version, order_hash, maker, taker, side, token_id, shares, collateral, price, fee, \
-    fee_asset, t_detect_ms, backfilled, retracted, version";
+    fee_asset, t_detect_ms, backfilled, retracted, version, audit";
 
 /// Visible trades after `after`, up to and including block `up_to` (the ingest watermark), in
 /// ledger order, at most `limit`.
@@ -235,6 +241,17 @@ pub async fn retract_above(
         .collect();
     insert_trades(ch, &retractions).await?;
     Ok((visible, top))
+}
+
+/// The latest version of every trade identity in blocks `from..=to`, retracted or not, in
+/// ledger order: what the completeness audit compares with the chain.
+pub async fn latest_between(
+    ch: &ChClient,
+    from: u64,
+    to: u64,
+) -> Result<Vec<TradeRow>, clickhouse::error::Error> {
+    let sql = sql::LATEST_BETWEEN.replace("{COLUMNS}", COLUMNS);
+    ch.query(&sql).bind(from).bind(to).fetch_all().await
 }
 
 /// Trades whose latest version is a retraction, in blocks `(after_block, through_block]`.

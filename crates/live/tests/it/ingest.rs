@@ -327,7 +327,7 @@ async fn reorg_of_depth_two_retracts_orphans_and_ingests_the_new_branch() {
     }
     let c = h.db.connect().await;
     let depth: i32 = c
-        .query_one("SELECT max(depth) FROM reorgs", &[])
+        .query_one("SELECT max(depth) FROM reorgs WHERE cause = 'reorg'", &[])
         .await
         .unwrap()
         .get(0);

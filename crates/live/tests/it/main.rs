@@ -1,6 +1,7 @@
 //! pmw-live's integration tests: live in-process on a private anvil with the real Postgres and
 //! ClickHouse.
 
+mod audit;
 mod common;
 mod finality;
 mod ingest;

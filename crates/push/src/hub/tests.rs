@@ -21,6 +21,7 @@ fn item(wallet: &str, log_index: u32) -> Arc<Item> {
             condition_id: None,
         },
         t_detect_ms: 0,
+        audit: false,
         body: "{}".into(),
         brief: None,
     })

@@ -1,6 +1,7 @@
 // Load the dashboard in headless Chromium (Debian's /usr/bin/chromium) driven by playwright-core,
-// record every request, console error and page error, read the headline figures as shown, compare
-// them with /latency.json, count the charts and save a full-page screenshot.
+// record every request, console error and page error, read the headline figures and the audit's
+// figures as shown, compare them with /latency.json, count the charts and save a full-page
+// screenshot.
 //
 // usage: PMW_NODE_MODULES=<tools/node/node_modules> node check.cjs <page-url> <screenshot.png>
 // Prints one JSON report on stdout; the Rust test (tests/browser.rs) asserts on it.
@@ -49,6 +50,8 @@ async function main() {
     headline: [],
     json_figures: null,
     mismatches: [],
+    audit_now: null,
+    audit: [],
     svg_count: 0,
     svg_visible: 0,
     title: null,
@@ -104,6 +107,24 @@ async function main() {
         visible: await card.isVisible(),
       });
     }
+    const now = page.locator('#audit-now');
+    report.audit_now = {
+      block: await now.getAttribute('data-audited-block'),
+      text: (await now.innerText()).trim(),
+      visible: await now.isVisible(),
+    };
+    const audits = page.locator('.audit-window');
+    for (let i = 0; i < (await audits.count()); i++) {
+      const card = audits.nth(i);
+      report.audit.push({
+        window: await card.getAttribute('data-window'),
+        fills_checked: await card.getAttribute('data-fills-checked'),
+        missing: await card.getAttribute('data-missing'),
+        extra: await card.getAttribute('data-extra'),
+        text: (await card.locator('.audit-figures').innerText()).trim(),
+        visible: await card.isVisible(),
+      });
+    }
     const svgs = page.locator('figure svg');
     report.svg_count = await svgs.count();
     for (let i = 0; i < report.svg_count; i++) {
@@ -130,6 +151,7 @@ async function main() {
       const w = json.windows.find((x) => x.window === c.window);
       return { ...c, json: w ? w.stages.detect_final.p50_ms : undefined };
     });
+    report.json_audit = json.audit;
     for (const f of json.headline.figures) {
       const shown = report.headline.find((h) => h.window === f.window);
       if (!shown || shown.text !== expectedText(f.p50_ms) || !shown.visible) {

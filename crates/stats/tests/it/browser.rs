@@ -1,6 +1,7 @@
 //! The dashboard in a real headless Chromium (Debian's `chromium`, driven by `playwright-core`
-//! from tools/node): headline figures visible and equal to the JSON, charts present, no console
-//! error, no request leaving this machine; a screenshot is saved under `artifacts/`.
+//! from tools/node): headline figures and the completeness audit's figures visible and equal to
+//! the JSON, charts present, no console error, no request leaving this machine; a screenshot is
+//! saved under `artifacts/`.
 
 use std::path::Path;
 use std::time::Duration;
@@ -48,6 +49,36 @@ async fn dashboard_renders_in_headless_chromium_with_nothing_from_the_internet()
         }
     }
     write(&db, &ingest_rows, &push_rows).await;
+    // The completeness audit: through block 5000, 12 blocks (24 s) behind the head; one audited
+    // range per window, each with its own figures.
+    let pg = db.connect().await;
+    pg.batch_execute(&format!(
+        "INSERT INTO chain_blocks (block_number, block_hash, parent_hash, block_time_ms, t_detect_ms, backfilled, trade_count) \
+         VALUES (5000, '0x1', '0x0', 1000000, 0, false, 0), (5012, '0x2', '0x1', 1024000, 0, false, 0);
+         INSERT INTO ingest_cursor (id, block_number, block_hash, updated_ms) VALUES (1, 5012, '0x2', {0});
+         INSERT INTO audit_cursor (id, block_number, updated_ms) VALUES (1, 5000, {0});",
+        now.0
+    ))
+    .await
+    .unwrap();
+    for (i, (age, fills, missing, extra)) in [
+        (10 * 60_000, 120, 2, 0),
+        (6 * HOUR, 340, 0, 1),
+        (3 * DAY, 560, 3, 0),
+        (12 * DAY, 780, 0, 0),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let to = 5000 - 100 * i as i64;
+        pg.execute(
+            "INSERT INTO audit_ranges (from_block, to_block, fills_checked, missing, extra, audited_ms, head_block, to_block_time_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            &[&(to - 99), &to, &fills, &missing, &extra, &(now.0 - age), &(to + 10), &(now.0 - age - 20_000)],
+        )
+        .await
+        .unwrap();
+    }
     // One snapshot for the whole test: the page and both JSON reads show the same figures.
     let (svc, addr) = start(db.cfg.clone(), stats_config(3_600_000)).await;
     let json = json_after(addr, now.0).await;
@@ -100,6 +131,48 @@ async fn dashboard_renders_in_headless_chromium_with_nothing_from_the_internet()
             .unwrap_or_else(|| panic!("final p50 in the JSON: {f}"));
         assert_eq!(f["shown"], format!("{p50} ms").as_str(), "{f}");
     }
+    // The audit's figures, per window, as the JSON says and with real numbers.
+    let audit = &json["audit"];
+    assert_eq!(audit["audited_through_block"], 5000, "{audit}");
+    assert_eq!(audit["trail_blocks"], 12, "{audit}");
+    assert_eq!(audit["trail_ms"], 24_000, "{audit}");
+    assert_eq!(report["audit_now"]["block"], "5000", "{report}");
+    assert_eq!(report["audit_now"]["visible"], true, "{report}");
+    assert!(
+        report["audit_now"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("Audited through block 5000: 12 blocks (24.0 s of block time) behind"),
+        "{report}"
+    );
+    let shown = report["audit"].as_array().unwrap();
+    let windows = audit["windows"].as_array().unwrap();
+    assert_eq!(shown.len(), 4, "{report}");
+    let expected = [(120, 2, 0), (460, 2, 1), (1020, 5, 1), (1800, 5, 1)];
+    for ((w, card), (fills, missing, extra)) in windows.iter().zip(shown).zip(expected) {
+        assert_eq!(card["window"], w["window"]);
+        assert_eq!(card["visible"], true, "{card}");
+        assert_eq!(
+            (
+                w["fills_checked"].as_u64(),
+                w["missing"].as_u64(),
+                w["extra"].as_u64()
+            ),
+            (Some(fills), Some(missing), Some(extra)),
+            "{w}"
+        );
+        assert_eq!(card["fills_checked"], fills.to_string().as_str(), "{card}");
+        assert_eq!(card["missing"], missing.to_string().as_str(), "{card}");
+        assert_eq!(card["extra"], extra.to_string().as_str(), "{card}");
+        let text = format!(
+            "audited through block {}: {fills} fills checked, {missing} missing, {extra} extra",
+            w["audited_through_block"]
+        );
+        assert_eq!(card["text"], text.as_str(), "{card}");
+    }
+    assert_eq!(windows[0]["audited_through_block"], 5000);
+    assert_eq!(windows[0]["max_trail_blocks"], 10);
+    assert_eq!(windows[0]["max_trail_ms"], 20_000);
     let p50s: Vec<_> = figures.iter().map(|f| f["p50_ms"].clone()).collect();
     assert!(
         p50s.iter().all(|v| v.is_i64()),

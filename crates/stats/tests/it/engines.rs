@@ -71,6 +71,7 @@ fn trade(block: u64, log: u32, branch: u8, maker: &str) -> TradeRow {
         backfilled: u8::from(block == 100),
         retracted: 0,
         version: 1,
+        audit: 0,
     }
 }
 
@@ -149,6 +150,9 @@ async fn scenario(ch: &ChClient) -> Vec<(&'static str, String)> {
     let gone = trades::retracted_between(ch, 99, 104).await.unwrap();
     assert_eq!(gone.len(), 3 + 3, "retracted: {gone:?}");
     rec("retracted_between", format!("{gone:?}"));
+    let latest = trades::latest_between(ch, 101, 102).await.unwrap();
+    assert_eq!(latest.len(), 3 + 3 + 2, "latest versions: {latest:?}");
+    rec("latest_between", format!("{latest:?}"));
     let wallets = [W1.to_string(), W2.to_string()];
     let through = Cursor {
         block: 104,

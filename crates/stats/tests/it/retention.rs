@@ -36,6 +36,7 @@ fn trade(block: u64, t_ms: i64) -> TradeRow {
         backfilled: 0,
         retracted: 0,
         version: 1,
+        audit: 0,
     }
 }
 

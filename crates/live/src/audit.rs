@@ -1,0 +1,516 @@
+//! The completeness audit: a task behind the live writer lock that re-reads every finalized
+//! block range with `eth_getLogs` by block range (the allowlisted exchanges, both `OrderFilled`
+//! topics), decodes the fills independently of the ingest path and compares the set of
+//! (block hash, log index) with the stored, non-retracted trades of those blocks.
+//!
+//! A fill missing from the store is backfilled (flagged `audit`, and `backfilled`: its
+//! `t_detect_ms` is the audit's time, so latency figures leave it out); a stored fill the chain
+//! does not have is retracted (a newer version with `retracted = 1`). Either correction fixes
+//! the block's `chain_blocks.trade_count` and records a `reorgs` row with cause `audit`, so push
+//! rewinds to the block below the lowest corrected one and delivers the ledger after it again:
+//! the backfilled fill reaches its subscribers like any late trade, the retracted one as a
+//! `retract`. Every range is recorded in `audit_ranges` and moves `audit_cursor`, both fenced.
+//!
+//! The RPC load is bounded: at most `PMW_LIVE_AUDIT_RANGE_BLOCKS` blocks per `eth_getLogs`, at
+//! most `PMW_LIVE_AUDIT_MAX_RPS` calls per second. After downtime it catches up range by range,
+//! in its own task: ingest never waits for it. A finalized block whose hash on the chain is not
+//! the recorded one is an alarm (logged, counted): nothing is corrected and the audit stays there.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
+
+use pmw_core::ch::ChClient;
+use pmw_core::lock::{fence_sql, keys};
+use pmw_core::pg::PgPool;
+use pmw_core::store::{trades, TradeRow};
+use pmw_core::trade::exchange::ORDER_FILLED_TOPICS;
+use pmw_core::trade::{self, Allowlist, Fill};
+use pmw_core::types::Address;
+use pmw_core::UnixMs;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::chain::{hex32, Chain, ChainError};
+use crate::ingest::IngestError;
+use crate::notifier::BlockNotifier;
+use crate::telemetry;
+
+/// `audit_ranges` rows are kept this long (the dashboard's longest window is 30 days).
+const KEEP_RANGES_MS: i64 = 35 * 86_400_000;
+/// How often old `audit_ranges` rows are pruned.
+const PRUNE_EVERY: Duration = Duration::from_secs(3_600);
+
+/// How the audit paces itself (see [`crate::config`]).
+#[derive(Debug, Clone, Copy)]
+pub struct AuditSettings {
+    /// Blocks per `eth_getLogs` range, at most.
+    pub range_blocks: u64,
+    /// RPC calls per second, at most.
+    pub max_rps: f64,
+    /// How often an audit that has caught up looks for newly finalized blocks.
+    pub interval: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    #[error(transparent)]
+    Io(#[from] IngestError),
+    #[error("block {block}: the chain's hash {chain} is not the recorded {stored}: a finalized block disagrees, nothing corrected")]
+    Disagrees {
+        block: u64,
+        stored: String,
+        chain: String,
+    },
+    #[error("block {0} is not recorded in chain_blocks: cannot audit it")]
+    Unrecorded(u64),
+}
+
+macro_rules! via_ingest_error {
+    ($($t:ty),*) => {$(
+        impl From<$t> for AuditError {
+            fn from(e: $t) -> Self {
+                AuditError::Io(e.into())
+            }
+        }
+    )*};
+}
+via_ingest_error!(
+    ChainError,
+    clickhouse::error::Error,
+    tokio_postgres::Error,
+    deadpool_postgres::PoolError,
+    pmw_core::pg::PgError
+);
+
+/// What one audited range found.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RangeReport {
+    pub from: u64,
+    pub to: u64,
+    /// Fills compared: the chain's, plus the stored ones the chain does not have.
+    pub fills_checked: u64,
+    /// `(block, log_index)` of the fills backfilled.
+    pub missing: Vec<(u64, u32)>,
+    /// `(block, log_index)` of the stored fills retracted.
+    pub extra: Vec<(u64, u32)>,
+    /// Blocks whose `trade_count` was corrected.
+    pub recounted: Vec<u64>,
+    /// The ingest watermark when the range was audited.
+    pub head: u64,
+}
+
+/// A `chain_blocks` row of an audited range.
+struct Recorded {
+    hash: String,
+    count: Option<i32>,
+    time_ms: i64,
+}
+
+/// At most one call per `gap`.
+struct Pacer {
+    gap: Duration,
+    next: Instant,
+}
+
+impl Pacer {
+    async fn wait(&mut self) {
+        tokio::time::sleep_until(self.next).await;
+        self.next = Instant::now() + self.gap;
+    }
+}
+
+pub struct Audit {
+    chain: Chain,
+    pg: PgPool,
+    ch: ChClient,
+    allow: Allowlist,
+    addresses: Vec<Address>,
+    lock_pid: i32,
+    settings: AuditSettings,
+    notifier: BlockNotifier,
+    pacer: Pacer,
+    advance_sql: String,
+    /// Versions written from now on are above this.
+    version_floor: u64,
+}
+
+impl Audit {
+    pub fn new(
+        chain: Chain,
+        pg: PgPool,
+        ch: ChClient,
+        allow: Allowlist,
+        lock_pid: i32,
+        settings: AuditSettings,
+        notifier: BlockNotifier,
+    ) -> Audit {
+        let advance_sql =
+            include_str!("sql/advance_audit.sql").replace("{fence}", &fence_sql(keys::LIVE, "$3"));
+        let gap = Duration::from_secs_f64(1.0 / settings.max_rps.max(0.001));
+        Audit {
+            chain,
+            pg,
+            ch,
+            addresses: allow.addresses().collect(),
+            allow,
+            lock_pid,
+            settings,
+            notifier,
+            pacer: Pacer {
+                gap,
+                next: Instant::now(),
+            },
+            advance_sql,
+            version_floor: 0,
+        }
+    }
+
+    /// Audit until `shutdown`: range after range while finalized blocks wait, then every
+    /// `interval`. Failures are logged (once, then at debug) and retried after `interval`.
+    pub async fn run(mut self, shutdown: CancellationToken) {
+        let mut failing = false;
+        let mut pruned_at: Option<Instant> = None;
+        loop {
+            let pause = match self.step().await {
+                Ok(Some(_)) => {
+                    failing = false;
+                    Duration::ZERO
+                }
+                Ok(None) => {
+                    failing = false;
+                    self.settings.interval
+                }
+                Err(e) => {
+                    telemetry::audit_failed(matches!(e, AuditError::Disagrees { .. }));
+                    if !failing {
+                        failing = true;
+                        match e {
+                            AuditError::Disagrees { .. } => {
+                                tracing::error!(error = %e, "audit stopped at a finalized block the chain disagrees with")
+                            }
+                            _ => tracing::warn!(error = %e, "audit step failed; retrying"),
+                        }
+                    } else {
+                        tracing::debug!(error = %e, "audit step failed again");
+                    }
+                    self.settings.interval
+                }
+            };
+            if pruned_at.is_none_or(|t| t.elapsed() >= PRUNE_EVERY) {
+                pruned_at = Some(Instant::now());
+                if let Err(e) = self.prune().await {
+                    tracing::warn!(error = %e, "audit_ranges prune failed");
+                }
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(pause) => {}
+            }
+        }
+    }
+
+    /// The version of rows written now: the clock, but always above the last one.
+    fn next_version(&mut self) -> u64 {
+        let v = (UnixMs::now().0 as u64).max(self.version_floor + 1);
+        self.version_floor = v;
+        v
+    }
+
+    /// Audit the next range of finalized blocks, if any: what it found.
+    #[tracing::instrument(name = "audit", skip_all)]
+    pub async fn step(&mut self) -> Result<Option<RangeReport>, AuditError> {
+        let client = self.pg.get().await?;
+        let state = client
+            .query_one(include_str!("sql/audit_state.sql"), &[])
+            .await?;
+        let audited = state.get::<_, Option<i64>>(0).map(|n| n as u64);
+        let (Some(finalized), Some(head), Some(lowest)) = (
+            state.get::<_, Option<i64>>(1).map(|n| n as u64),
+            state.get::<_, Option<i64>>(2).map(|n| n as u64),
+            state.get::<_, Option<i64>>(3).map(|n| n as u64),
+        ) else {
+            return Ok(None);
+        };
+        let mut from = audited.map_or(lowest, |a| a + 1);
+        if from < lowest {
+            tracing::warn!(
+                from,
+                to = lowest - 1,
+                "blocks pruned from chain_blocks before the audit reached them: not audited"
+            );
+            from = lowest;
+        }
+        if from > finalized {
+            return Ok(None);
+        }
+        let to = finalized.min(from + self.settings.range_blocks - 1);
+        let rows = client
+            .query(
+                include_str!("sql/audit_blocks.sql"),
+                &[&(from as i64), &(to as i64)],
+            )
+            .await?;
+        drop(client);
+        // The recorded blocks, contiguous from `from` (ingest records them in order).
+        let mut recorded = BTreeMap::new();
+        for r in &rows {
+            let n = r.get::<_, i64>(0) as u64;
+            if n != from + recorded.len() as u64 {
+                break;
+            }
+            recorded.insert(
+                n,
+                Recorded {
+                    hash: r.get(1),
+                    count: r.get(2),
+                    time_ms: r.get(3),
+                },
+            );
+        }
+        let Some(to) = recorded.keys().next_back().copied() else {
+            return Err(AuditError::Unrecorded(from));
+        };
+        let report = self.audit_range(from, to, &recorded, head).await?;
+        Ok(Some(report))
+    }
+
+    /// Compare blocks `from..=to` (all in `recorded`) with the chain and correct the store.
+    async fn audit_range(
+        &mut self,
+        from: u64,
+        to: u64,
+        recorded: &BTreeMap<u64, Recorded>,
+        head: u64,
+    ) -> Result<RangeReport, AuditError> {
+        self.pacer.wait().await;
+        let logs = self
+            .chain
+            .logs_in_range(from, to, &self.addresses, &ORDER_FILLED_TOPICS)
+            .await?;
+        // The top block is canonical on the chain as recorded: every block below it is too
+        // (ingest stored them linked by parent hash).
+        self.pacer.wait().await;
+        let top = self
+            .chain
+            .block(to)
+            .await?
+            .ok_or(ChainError::Incomplete("audited block (not on the chain)"))?;
+        let disagrees = |block: u64, chain: &[u8; 32], stored: &str| AuditError::Disagrees {
+            block,
+            stored: stored.to_string(),
+            chain: hex32(chain),
+        };
+        if hex32(&top.hash) != recorded[&to].hash {
+            return Err(disagrees(to, &top.hash, &recorded[&to].hash));
+        }
+        let mut on_chain: BTreeMap<(u64, u32), Fill> = BTreeMap::new();
+        for log in &logs {
+            let Some(rec) = recorded.get(&log.block_number) else {
+                tracing::warn!(
+                    block = log.block_number,
+                    "log outside the audited range ignored"
+                );
+                continue;
+            };
+            if hex32(&log.block_hash) != rec.hash {
+                return Err(disagrees(log.block_number, &log.block_hash, &rec.hash));
+            }
+            match trade::decode(log, &self.allow) {
+                Ok(Some(fill)) => {
+                    on_chain.insert((fill.block_number, fill.log_index), fill);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(block = log.block_number, log_index = log.log_index, error = %e, "undecodable log (audit)")
+                }
+            }
+        }
+        let stored = trades::latest_between(&self.ch, from, to).await?;
+        let canonical = |r: &TradeRow| {
+            recorded
+                .get(&r.block_number)
+                .is_some_and(|b| b.hash == r.block_hash)
+        };
+        let visible: BTreeSet<(u64, u32)> = stored
+            .iter()
+            .filter(|r| r.retracted == 0 && canonical(r))
+            .map(|r| (r.block_number, r.log_index))
+            .collect();
+        let missing: Vec<&Fill> = on_chain
+            .iter()
+            .filter(|(k, _)| !visible.contains(k))
+            .map(|(_, f)| f)
+            .collect();
+        let extra: Vec<&TradeRow> = stored
+            .iter()
+            .filter(|r| r.retracted == 0)
+            .filter(|r| !canonical(r) || !on_chain.contains_key(&(r.block_number, r.log_index)))
+            .collect();
+        let mut counts: BTreeMap<u64, i32> = BTreeMap::new();
+        for (block, _) in on_chain.keys() {
+            *counts.entry(*block).or_default() += 1;
+        }
+        // Blocks to correct: those with findings, and those whose recorded count is wrong (an
+        // earlier audit that stored its rows but lost its lock before recording the rest).
+        let mut recount: BTreeSet<u64> = missing.iter().map(|f| f.block_number).collect();
+        recount.extend(extra.iter().map(|r| r.block_number));
+        for (n, rec) in recorded {
+            let actual = counts.get(n).copied().unwrap_or(0);
+            if rec.count.is_some_and(|c| c != actual) {
+                recount.insert(*n);
+            }
+        }
+        let now = UnixMs::now();
+        let report = RangeReport {
+            from,
+            to,
+            fills_checked: (on_chain.len() + extra.len()) as u64,
+            missing: missing
+                .iter()
+                .map(|f| (f.block_number, f.log_index))
+                .collect(),
+            extra: extra
+                .iter()
+                .map(|r| (r.block_number, r.log_index))
+                .collect(),
+            recounted: recount.iter().copied().collect(),
+            head,
+        };
+        if !recount.is_empty() {
+            let prior: HashMap<(u64, u32, &str), u64> = stored
+                .iter()
+                .map(|r| {
+                    (
+                        (r.block_number, r.log_index, r.block_hash.as_str()),
+                        r.version,
+                    )
+                })
+                .collect();
+            let version = self.next_version();
+            let mut rows = Vec::with_capacity(missing.len() + extra.len());
+            for f in &missing {
+                let rec = &recorded[&f.block_number];
+                let mut r = TradeRow::from_fill(f, rec.time_ms, now.0, true, version);
+                r.audit = 1;
+                if let Some(v) = prior.get(&(r.block_number, r.log_index, r.block_hash.as_str())) {
+                    r.version = r.version.max(v + 1);
+                }
+                rows.push(r);
+            }
+            for r in &extra {
+                let mut r = (*r).clone();
+                r.retracted = 1;
+                r.version = version.max(r.version + 1);
+                rows.push(r);
+            }
+            self.version_floor = self
+                .version_floor
+                .max(rows.iter().map(|r| r.version).max().unwrap_or(0));
+            trades::insert_trades(&self.ch, &rows)
+                .await
+                .inspect_err(|_| telemetry::ch_insert_failed("trades"))?;
+        }
+        self.record(&report, recorded, &counts, now).await?;
+        for f in &missing {
+            tracing::warn!(
+                block = f.block_number,
+                log_index = f.log_index,
+                block_hash = %hex32(&f.block_hash),
+                "audit: fill missing from the store; backfilled"
+            );
+        }
+        for r in &extra {
+            tracing::warn!(
+                block = r.block_number,
+                log_index = r.log_index,
+                block_hash = %r.block_hash,
+                "audit: stored fill not on the chain; retracted"
+            );
+        }
+        if !recount.is_empty() {
+            tracing::warn!(blocks = ?report.recounted, ancestor = report.recounted[0].saturating_sub(1), "audit: trade counts corrected; push rewinds");
+            self.notifier.notify(head);
+        }
+        telemetry::audited(&report);
+        tracing::debug!(
+            from,
+            to,
+            fills = report.fills_checked,
+            missing = report.missing.len(),
+            extra = report.extra.len(),
+            "range audited"
+        );
+        Ok(report)
+    }
+
+    /// In one transaction fenced by the live lock: the audited watermark, the corrected counts
+    /// and push's rewind (if any), and the range's row.
+    async fn record(
+        &self,
+        report: &RangeReport,
+        recorded: &BTreeMap<u64, Recorded>,
+        counts: &BTreeMap<u64, i32>,
+        now: UnixMs,
+    ) -> Result<(), AuditError> {
+        let mut client = self.pg.get().await?;
+        let tx = client.transaction().await?;
+        let moved = tx
+            .execute(
+                self.advance_sql.as_str(),
+                &[&(report.to as i64), &now.0, &self.lock_pid],
+            )
+            .await?;
+        if moved != 1 {
+            return Err(IngestError::Fenced.into());
+        }
+        for n in &report.recounted {
+            let count = counts.get(n).copied().unwrap_or(0);
+            tx.execute(
+                include_str!("sql/audit_count.sql"),
+                &[&(*n as i64), &recorded[n].hash, &count],
+            )
+            .await?;
+        }
+        if let Some(&lowest) = report.recounted.first() {
+            let ancestor = lowest.saturating_sub(1);
+            tx.execute(
+                include_str!("sql/record_audit_rewind.sql"),
+                &[
+                    &(ancestor as i64),
+                    &(report.head as i64),
+                    &recorded[&lowest].hash,
+                    &(report.head.saturating_sub(ancestor) as i32),
+                    &now.0,
+                ],
+            )
+            .await?;
+        }
+        tx.execute(
+            include_str!("sql/record_audit_range.sql"),
+            &[
+                &(report.from as i64),
+                &(report.to as i64),
+                &(report.fills_checked as i32),
+                &(report.missing.len() as i32),
+                &(report.extra.len() as i32),
+                &now.0,
+                &(report.head as i64),
+                &recorded[&report.to].time_ms,
+            ],
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Drop `audit_ranges` rows older than [`KEEP_RANGES_MS`].
+    pub async fn prune(&self) -> Result<u64, AuditError> {
+        let client = self.pg.get().await?;
+        Ok(client
+            .execute(
+                include_str!("sql/prune_audit_ranges.sql"),
+                &[&(UnixMs::now().0 - KEEP_RANGES_MS)],
+            )
+            .await?)
+    }
+}
