@@ -8,8 +8,10 @@ use serde::de::DeserializeOwned;
 
 use crate::error::ApiError;
 
-/// A JSON body: always an object (serde would also read a struct from an array of its fields).
-/// Request types use `#[serde(deny_unknown_fields)]`.
+/// A JSON body: always an object (serde's derived structs also take a JSON array of their fields
+/// in order, which no request schema allows; an update whose fields are all optional would
+/// otherwise take `[]` as a valid, empty change). Request types use
+/// `#[serde(deny_unknown_fields)]`.
 pub struct ApiJson<T>(pub T);
 
 impl<T, S> FromRequest<S> for ApiJson<T>
@@ -21,37 +23,19 @@ where
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
         let Json(v) = Json::<serde_json::Value>::from_request(req, state).await?;
-        if !v.is_object() {
-            return Err(ApiError::unprocessable(
-                "invalid_body",
-                "the body must be a JSON object",
-            ));
-        }
-        serde_json::from_value(v)
-            .map(ApiJson)
-            .map_err(|e| ApiError::unprocessable("invalid_body", e.to_string()))
+        object(v).map(ApiJson)
     }
 }
 
-/// A JSON body that must be an object (serde's derived structs also take a JSON array of their
-/// fields in order, which no request schema allows; an update whose fields are all optional
-/// would otherwise take `[]` as a valid, empty change).
-pub struct ApiObject<T>(pub T);
-
-impl<T, S> FromRequest<S> for ApiObject<T>
-where
-    T: DeserializeOwned,
-    S: Send + Sync,
-{
-    type Rejection = ApiError;
-
-    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let ApiJson(map) =
-            ApiJson::<serde_json::Map<String, serde_json::Value>>::from_request(req, state).await?;
-        serde_json::from_value(serde_json::Value::Object(map))
-            .map(ApiObject)
-            .map_err(|e| ApiError::unprocessable("invalid_body", e.to_string()))
+/// `v` as a request type, refused (422 `invalid_body`) unless it is a JSON object.
+fn object<T: DeserializeOwned>(v: serde_json::Value) -> Result<T, ApiError> {
+    if !v.is_object() {
+        return Err(ApiError::unprocessable(
+            "invalid_body",
+            "the body must be a JSON object",
+        ));
     }
+    serde_json::from_value(v).map_err(|e| ApiError::unprocessable("invalid_body", e.to_string()))
 }
 
 /// An optional JSON body: no body, an empty one or `null` gives `T::default()`.
@@ -84,9 +68,12 @@ where
         if empty {
             return Ok(OptionalJson(T::default()));
         }
-        // JSON `null` is no body too.
-        let ApiJson(v) = ApiJson::<Option<T>>::from_request(req, state).await?;
-        Ok(OptionalJson(v.unwrap_or_default()))
+        // JSON `null` is no body too; anything else must be an object.
+        let Json(v) = Json::<serde_json::Value>::from_request(req, state).await?;
+        if v.is_null() {
+            return Ok(OptionalJson(T::default()));
+        }
+        object(v).map(OptionalJson)
     }
 }
 

@@ -12,7 +12,7 @@ use utoipa::ToSchema;
 
 use crate::auth::Auth;
 use crate::error::{ApiError, ErrorBody};
-use crate::extract::{ApiJson, ApiObject, ApiPath};
+use crate::extract::{ApiJson, ApiPath};
 use crate::AppState;
 use pmw_core::db::accounts::MAX_LABEL_CHARS;
 
@@ -189,7 +189,7 @@ pub async fn update(
     State(st): State<AppState>,
     who: Auth,
     ApiPath(wallet): ApiPath<String>,
-    ApiObject(body): ApiObject<UpdateSubscription>,
+    ApiJson(body): ApiJson<UpdateSubscription>,
 ) -> Result<Json<Subscription>, ApiError> {
     let wallet = parse_wallet(&wallet)?;
     let label = body.label;

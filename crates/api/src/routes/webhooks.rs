@@ -19,7 +19,7 @@ use utoipa::ToSchema;
 
 use crate::auth::Auth;
 use crate::error::{ApiError, ErrorBody};
-use crate::extract::{ApiJson, ApiObject, ApiPath, OptionalJson};
+use crate::extract::{ApiJson, ApiPath, OptionalJson};
 use crate::AppState;
 
 /// Default overlap of a rotated secret: the previous one keeps signing this long.
@@ -287,7 +287,7 @@ pub async fn update(
     State(st): State<AppState>,
     who: Auth,
     ApiPath(id): ApiPath<i64>,
-    ApiObject(body): ApiObject<UpdateEndpoint>,
+    ApiJson(body): ApiJson<UpdateEndpoint>,
 ) -> Result<Json<Endpoint>, ApiError> {
     let enabled = body.enabled;
     let events = body.events.as_deref().map(event_names).transpose()?;

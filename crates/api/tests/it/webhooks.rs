@@ -229,6 +229,21 @@ async fn endpoint_lifecycle_with_secret_rotation() {
     )
     .await
     .expect(200, None);
+    // A JSON `null` is no body too; an array is not an object.
+    api.post(
+        &format!("/v1/webhooks/{ep}/rotate-secret"),
+        &key,
+        json!(null),
+    )
+    .await
+    .expect(200, None);
+    api.post(
+        &format!("/v1/webhooks/{ep}/rotate-secret"),
+        &key,
+        json!([0]),
+    )
+    .await
+    .expect(422, Some("invalid_body"));
     api.post(
         &format!("/v1/webhooks/{ep}/rotate-secret"),
         &key,
