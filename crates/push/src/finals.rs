@@ -64,31 +64,15 @@ impl Rounds {
                 brief,
             }));
         }
-        let through = read.through_pos.cursor;
-        let tx = client.transaction().await?;
-        let moved = tx
-            .query_opt(
+        let enqueued = self
+            .move_and_queue(
+                &mut client,
                 include_str!("sql/final_round.sql"),
-                &[
-                    &self.slot,
-                    &self.epoch,
-                    &(through.block as i64),
-                    &(through.log_index as i32),
-                    &read.reorg_id,
-                    &now,
-                ],
+                read,
+                &deliveries,
+                now,
             )
             .await?;
-        if moved.is_none() {
-            return Err(RoundError::Fenced);
-        }
-        let enqueued = match webhook::enqueue_in_slot(&tx, self.slot, self.epoch, &deliveries).await
-        {
-            Ok(n) => n,
-            Err(webhook::WebhookError::Fenced { .. }) => return Err(RoundError::Fenced),
-            Err(e) => return Err(RoundError::Webhook(e.to_string())),
-        };
-        tx.commit().await?;
         self.log_cancelled(idx, &enqueued.cancelled);
         if read.rewound {
             self.hub.rewind(read.from_pos, Stream::Final);

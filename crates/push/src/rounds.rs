@@ -424,11 +424,43 @@ impl Rounds {
                 now,
             ));
         }
+        let enqueued = self
+            .move_and_queue(
+                &mut client,
+                include_str!("sql/webhook_round.sql"),
+                read,
+                &deliveries,
+                now,
+            )
+            .await?;
+        self.log_cancelled(idx, &enqueued.cancelled);
+        self.moved(read);
+        Ok(RoundOutcome {
+            trades: read.trades,
+            retracted: retracts.len(),
+            webhooks: enqueued.inserted,
+            webhooks_skipped: enqueued.skipped,
+            more: read.more,
+            ..RoundOutcome::default()
+        })
+    }
+
+    /// A queueing lane's commit: move its cursor to what `read` read (`cursor_sql`, fenced by the
+    /// epoch in the same statement) and queue `deliveries` in the same transaction. Endpoints
+    /// deleted or disabled meanwhile are skipped (counted), never an error.
+    pub(crate) async fn move_and_queue(
+        &self,
+        client: &mut deadpool_postgres::Object,
+        cursor_sql: &str,
+        read: Read,
+        deliveries: &[webhook::NewDelivery],
+        now: i64,
+    ) -> Result<webhook::Enqueued, RoundError> {
         let through = read.through_pos.cursor;
         let tx = client.transaction().await?;
         let moved = tx
             .query_opt(
-                include_str!("sql/webhook_round.sql"),
+                cursor_sql,
                 &[
                     &self.slot,
                     &self.epoch,
@@ -442,29 +474,20 @@ impl Rounds {
         if moved.is_none() {
             return Err(RoundError::Fenced);
         }
-        let enqueued = match webhook::enqueue_in_slot(&tx, self.slot, self.epoch, &deliveries).await
+        let enqueued = match webhook::enqueue_in_slot(&tx, self.slot, self.epoch, deliveries).await
         {
             Ok(n) => n,
             Err(webhook::WebhookError::Fenced { .. }) => return Err(RoundError::Fenced),
             Err(e) => return Err(RoundError::Webhook(e.to_string())),
         };
         tx.commit().await?;
-        self.log_cancelled(idx, &enqueued.cancelled);
         if enqueued.skipped > 0 {
             tracing::debug!(
                 skipped = enqueued.skipped,
                 "webhook deliveries skipped: endpoint deleted or disabled"
             );
         }
-        self.moved(read);
-        Ok(RoundOutcome {
-            trades: read.trades,
-            retracted: retracts.len(),
-            webhooks: enqueued.inserted,
-            webhooks_skipped: enqueued.skipped,
-            more: read.more,
-            ..RoundOutcome::default()
-        })
+        Ok(enqueued)
     }
 
     pub(crate) fn moved(&mut self, read: Read) {
