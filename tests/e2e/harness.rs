@@ -316,6 +316,19 @@ pub fn strictly_increasing(v: &[Cursor]) -> bool {
     v.windows(2).all(|w| w[0] < w[1])
 }
 
+/// One JSON-RPC request to the chain itself (plain HTTP, none of pmw's code); the whole response.
+pub async fn rpc_call(rpc: &str, req: &Value) -> Value {
+    reqwest::Client::new()
+        .post(rpc)
+        .json(req)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 /// A fill's identity: block number, log index, block hash (lowercase `0x…`).
 pub type Fill = (u64, u64, String);
 
@@ -336,15 +349,7 @@ pub async fn canonical(rpc: &str, from_block: u64, wallets: &[String]) -> BTreeS
         "fromBlock": format!("0x{:x}", from_block + 1), "toBlock": "latest",
         "address": EXCHANGES, "topics": [TOPICS],
     }]});
-    let resp: Value = reqwest::Client::new()
-        .post(rpc)
-        .json(&req)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let resp = rpc_call(rpc, &req).await;
     let hex = |v: &Value| u64::from_str_radix(v.as_str().unwrap().trim_start_matches("0x"), 16);
     resp["result"]
         .as_array()

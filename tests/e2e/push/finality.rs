@@ -13,7 +13,7 @@ use pmw_testkit::hooks::PyReceiver;
 use serde_json::Value;
 
 use super::WITHIN;
-use crate::harness::{canonical, connect_url, hello_cursor, Harness};
+use crate::harness::{canonical, connect_url, hello_cursor, rpc_call, Harness};
 
 const FINALITY: &[&str] = &["--slots-in-an-epoch", "2"];
 
@@ -21,23 +21,31 @@ const FINALITY: &[&str] = &["--slots-in-an-epoch", "2"];
 async fn chain_finalized(rpc: &str) -> u64 {
     let req = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "eth_getBlockByNumber",
         "params": ["finalized", false]});
-    let v: Value = reqwest::Client::new()
-        .post(rpc)
-        .json(&req)
-        .send()
-        .await
+    let v = rpc_call(rpc, &req).await;
+    let n = v["result"]["number"]
+        .as_str()
         .unwrap()
-        .json()
+        .trim_start_matches("0x");
+    u64::from_str_radix(n, 16).unwrap()
+}
+
+/// The chain's fills of `wallets` after block `from_block` (`eth_getLogs`), as cursors after
+/// `after`.
+async fn fills_after(
+    rpc: &str,
+    from_block: u64,
+    wallets: &[String],
+    after: Cursor,
+) -> BTreeSet<Cursor> {
+    canonical(rpc, from_block, wallets)
         .await
-        .unwrap();
-    u64::from_str_radix(
-        v["result"]["number"]
-            .as_str()
-            .unwrap()
-            .trim_start_matches("0x"),
-        16,
-    )
-    .unwrap()
+        .into_iter()
+        .map(|(b, l, _)| Cursor {
+            block: b,
+            log_index: l as u32,
+        })
+        .filter(|c| *c > after)
+        .collect()
 }
 
 fn cursor_of(f: &Value) -> Cursor {
@@ -94,15 +102,7 @@ async fn finals_follow_their_trades_and_final_only_subscribers_get_only_finals()
         h.sim.rpc().mine().await.unwrap();
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let expected: BTreeSet<Cursor> = canonical(&h.anvil.http_url(), from_block, &wallets)
-        .await
-        .into_iter()
-        .map(|(b, l, _)| Cursor {
-            block: b,
-            log_index: l as u32,
-        })
-        .filter(|c| *c > start)
-        .collect();
+    let expected = fills_after(&h.anvil.http_url(), from_block, &wallets, start).await;
     assert!(
         expected.len() >= 8,
         "premise: enough fills of these wallets ({})",
@@ -272,20 +272,7 @@ async fn resumed_sessions_miss_no_final_and_repeat_none() {
     let both_start = hello_cursor(&mut both).await;
     let from_block = h.sim.rpc().latest_block().await.unwrap().number.0;
     let rpc = h.anvil.http_url();
-    let fills = |after: Cursor| {
-        let (rpc, wallets) = (rpc.clone(), wallets.clone());
-        async move {
-            canonical(&rpc, from_block, &wallets)
-                .await
-                .into_iter()
-                .map(|(b, l, _)| Cursor {
-                    block: b,
-                    log_index: l as u32,
-                })
-                .filter(|c| *c > after)
-                .collect::<BTreeSet<Cursor>>()
-        }
-    };
+    let fills = |after: Cursor| fills_after(&rpc, from_block, &wallets, after);
 
     // Batch 1: the `trade,final` session leaves once it has every trade, before (most of)
     // their finals; the `final` session once it has every final.
@@ -423,15 +410,7 @@ async fn a_reorg_above_finality_retracts_trades_and_no_orphan_is_ever_final() {
     h.sim.run_matches(2).await.unwrap();
     let last = h.sim.rpc().latest_block().await.unwrap().number.0;
     finalize_through(&h, last).await;
-    let canonical: BTreeSet<Cursor> = canonical(&h.anvil.http_url(), from_block, &wallets)
-        .await
-        .into_iter()
-        .map(|(b, l, _)| Cursor {
-            block: b,
-            log_index: l as u32,
-        })
-        .filter(|c| *c > start)
-        .collect();
+    let canonical = fills_after(&h.anvil.http_url(), from_block, &wallets, start).await;
     let n = canonical.len();
     let frames = collect_until(&mut both, Vec::new(), |f| cursors(f, "final").len() >= n).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
