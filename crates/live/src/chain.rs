@@ -154,17 +154,8 @@ impl Chain {
         addresses: &[Address],
         topic0s: &[[u8; 32]],
     ) -> Result<Vec<RawLog>, ChainError> {
-        let filter = Filter::new()
-            .at_block_hash(H256(*block_hash))
-            .address(
-                addresses
-                    .iter()
-                    .map(|a| ethers_core::types::H160(a.0))
-                    .collect::<Vec<_>>(),
-            )
-            .topic0(topic0s.iter().map(|t| H256(*t)).collect::<Vec<_>>());
-        let logs = bounded(self.http.get_logs(&filter)).await?;
-        logs.iter().map(raw_log).collect()
+        let filter = Filter::new().at_block_hash(H256(*block_hash));
+        self.logs_where(filter, addresses, topic0s).await
     }
 
     /// Logs of the canonical blocks `from..=to` (by range: what the completeness audit
@@ -176,9 +167,19 @@ impl Chain {
         addresses: &[Address],
         topic0s: &[[u8; 32]],
     ) -> Result<Vec<RawLog>, ChainError> {
-        let filter = Filter::new()
-            .from_block(from)
-            .to_block(to)
+        let filter = Filter::new().from_block(from).to_block(to);
+        self.logs_where(filter, addresses, topic0s).await
+    }
+
+    /// `eth_getLogs` for the blocks `filter` names, only from `addresses` and with one of
+    /// `topic0s`.
+    async fn logs_where(
+        &self,
+        filter: Filter,
+        addresses: &[Address],
+        topic0s: &[[u8; 32]],
+    ) -> Result<Vec<RawLog>, ChainError> {
+        let filter = filter
             .address(
                 addresses
                     .iter()

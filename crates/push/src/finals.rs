@@ -7,10 +7,9 @@
 
 use std::sync::Arc;
 
-use pmw_core::filter::Facts;
 use pmw_core::message::{FinalNotice, Kind, TradeMessage};
 use pmw_core::store::TradeRow;
-use pmw_core::{Position, UnixMs};
+use pmw_core::UnixMs;
 
 use crate::hub::{Item, Stream};
 use crate::rounds::{Read, RoundError, RoundOutcome, Rounds};
@@ -35,34 +34,24 @@ impl Rounds {
             .chain(rows.iter().map(|r| (Kind::Final, r)))
         {
             let market = self.names.get(&row.token_id);
-            // The same filters decide as for its trade (same row, same market).
-            let facts = Facts::of_row(row, market);
             let full = TradeMessage::from_row(row, market)
                 .finalized(kind == Kind::Final)
                 .to_json();
             let brief = (kind == Kind::Final).then(|| FinalNotice::from_row(row).to_json());
+            // The same filters decide as for its trade (same row, same market).
+            let item = Item::of_row(kind, row, market, full, brief);
             if let Some(accounts) = idx.accounts_by_wallet.get(&row.maker) {
                 deliveries.extend(webhook::finals_of(
                     idx,
                     Some(accounts),
                     kind,
                     row,
-                    &facts,
-                    (&full, brief.as_deref().unwrap_or(&full)),
+                    &item.facts,
+                    (&item.body, item.brief.as_deref().unwrap_or(&item.body)),
                     now,
                 ));
             }
-            items.push(Arc::new(Item {
-                kind,
-                cursor: row.cursor(),
-                position: Position::of(row.cursor(), &row.block_hash),
-                wallet: row.maker.clone(),
-                facts,
-                t_detect_ms: row.t_detect_ms,
-                audit: row.audit == 1,
-                body: full,
-                brief,
-            }));
+            items.push(Arc::new(item));
         }
         let enqueued = self
             .move_and_queue(

@@ -47,6 +47,30 @@ pub struct Item {
     pub brief: Option<String>,
 }
 
+impl Item {
+    /// The item of a `kind` message about `row`: its facts from `row` and `market` (the same
+    /// that rendered `body`), and the small body of a `final`, if any.
+    pub fn of_row(
+        kind: Kind,
+        row: &pmw_core::store::TradeRow,
+        market: Option<&pmw_core::message::Market>,
+        body: String,
+        brief: Option<String>,
+    ) -> Item {
+        Item {
+            kind,
+            cursor: row.cursor(),
+            position: Position::of(row.cursor(), &row.block_hash),
+            wallet: row.maker.clone(),
+            facts: pmw_core::filter::Facts::of_row(row, market),
+            t_detect_ms: row.t_detect_ms,
+            audit: row.audit == 1,
+            body,
+            brief,
+        }
+    }
+}
+
 /// Which stream a round feeds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stream {

@@ -336,18 +336,8 @@ impl Rounds {
             .chain(rows.iter().map(|r| (Kind::Trade, r)))
         {
             let market = self.names.get(&row.token_id);
-            let body = TradeMessage::from_row(row, market);
-            items.push(Arc::new(Item {
-                kind,
-                cursor: row.cursor(),
-                position: Position::of(row.cursor(), &row.block_hash),
-                wallet: row.maker.clone(),
-                facts: Facts::of_row(row, market),
-                t_detect_ms: row.t_detect_ms,
-                audit: row.audit == 1,
-                body: body.to_json(),
-                brief: None,
-            }));
+            let body = TradeMessage::from_row(row, market).to_json();
+            items.push(Arc::new(Item::of_row(kind, row, market, body, None)));
         }
         let now = UnixMs::now().0;
         let (from, through) = (read.from, read.through_pos.cursor);

@@ -35,15 +35,20 @@ pub fn deliveries_of(
     let payload = stamp(kind, body, now);
     endpoints
         .into_iter()
-        .map(|endpoint| NewDelivery {
-            id: webhook_id(row.cursor(), &row.block_hash, endpoint, kind),
-            endpoint_id: endpoint,
-            kind,
-            cursor: row.cursor(),
-            payload: payload.clone(),
-            t_detect_ms: row.t_detect_ms,
-        })
+        .map(|endpoint| delivery(row, endpoint, kind, &payload))
         .collect()
+}
+
+/// One `kind` delivery about `row` to `endpoint`, with its stable `webhook-id`.
+fn delivery(row: &TradeRow, endpoint: i64, kind: Kind, payload: &str) -> NewDelivery {
+    NewDelivery {
+        id: webhook_id(row.cursor(), &row.block_hash, endpoint, kind),
+        endpoint_id: endpoint,
+        kind,
+        cursor: row.cursor(),
+        payload: payload.to_string(),
+        t_detect_ms: row.t_detect_ms,
+    }
 }
 
 /// The finality lane's deliveries about `row` to the endpoints of `accounts` that receive
@@ -75,14 +80,7 @@ pub fn finals_of(
             }
             _ => continue,
         };
-        out.push(NewDelivery {
-            id: webhook_id(row.cursor(), &row.block_hash, endpoint, kind),
-            endpoint_id: endpoint,
-            kind,
-            cursor: row.cursor(),
-            payload: payload.clone(),
-            t_detect_ms: row.t_detect_ms,
-        });
+        out.push(delivery(row, endpoint, kind, payload));
     }
     out
 }
