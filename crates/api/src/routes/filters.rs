@@ -25,6 +25,14 @@ pub fn stored(filter: Option<&Filter>) -> Option<String> {
     filter.map(|f| serde_json::to_string(&f.spec()).expect("a filter spec serialises"))
 }
 
+/// A PATCH's filter field (see [`present`]) as an update of the `filter` column: `None` when
+/// absent (unchanged), else `Some` of the text to store (NULL: none).
+pub fn change(field: Option<&Option<FilterSpec>>) -> Result<Option<Option<String>>, ApiError> {
+    field
+        .map(|spec| parse(spec.as_ref()).map(|f| stored(f.as_ref())))
+        .transpose()
+}
+
 /// A stored filter (`filter::text`) as shown in responses.
 pub fn shown(text: Option<&str>) -> Option<FilterSpec> {
     text.and_then(|t| serde_json::from_str(t).ok())

@@ -196,13 +196,8 @@ pub async fn update(
     if let Some(label) = &label {
         check_label(label)?;
     }
-    let filter = match &body.filter {
-        None => None,
-        Some(spec) => Some(super::filters::parse(spec.as_ref())?),
-    };
-    let stored = filter
-        .as_ref()
-        .and_then(|f| super::filters::stored(f.as_ref()));
+    let filter = super::filters::change(body.filter.as_ref())?;
+    let stored = filter.as_ref().and_then(|f| f.as_deref());
     let mut c = st.pg.get().await?;
     let tx = c.transaction().await?;
     let row = tx

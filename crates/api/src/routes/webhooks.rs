@@ -291,13 +291,8 @@ pub async fn update(
 ) -> Result<Json<Endpoint>, ApiError> {
     let enabled = body.enabled;
     let events = body.events.as_deref().map(event_names).transpose()?;
-    let filter = match &body.filter {
-        None => None,
-        Some(spec) => Some(super::filters::parse(spec.as_ref())?),
-    };
-    let stored = filter
-        .as_ref()
-        .and_then(|f| super::filters::stored(f.as_ref()));
+    let filter = super::filters::change(body.filter.as_ref())?;
+    let stored = filter.as_ref().and_then(|f| f.as_deref());
     let now = UnixMs::now().0;
     let mut c = st.pg.get().await?;
     let tx = c.transaction().await?;
