@@ -1,12 +1,13 @@
-//! The dispatcher: scans for endpoints with due deliveries (on [`Dispatcher::wake`], after each
-//! busy queue ends, and at least every `poll_interval` or when the next retry falls due) and
-//! runs one queue task per endpoint. It stops on shutdown (letting attempts in flight finish),
+//! The dispatcher: scans (on [`Dispatcher::wake`], after each busy queue ends, and at least
+//! every `poll_interval` or when the next retry falls due), claiming in one statement the due
+//! deliveries of every endpoint whose queue is not running, and runs one queue task per endpoint
+//! that got some. It stops on shutdown (letting attempts in flight finish),
 //! and on a fence: once its epoch is no longer current it aborts every queue and reports
 //! [`WebhookError::Fenced`].
 
 use std::collections::HashSet;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,9 +21,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::client::GuardedClient;
-use super::queue::{run_endpoint, Ctx};
+use super::queue::{claim_limit, run_endpoint, Ctx};
 use super::stats::{StatsSnapshot, WebhookStats};
-use super::store;
+use super::store::{self, Claim};
 use super::{WebhookConfig, WebhookError};
 use crate::recorder::Recorder;
 
@@ -173,6 +174,7 @@ async fn run(
         stats: stats.clone(),
         cfg,
         epoch,
+        wakes: AtomicU64::new(0),
     });
     tracing::info!(slot = ctx.cfg.slot, epoch, "webhook dispatcher started");
     let result = coordinate(&ctx, &stop, &wake).await;
@@ -238,12 +240,17 @@ async fn coordinate(
                 ctx.stats.active_endpoints.store(running.len() as u64, Relaxed);
                 continue;
             }
-            _ = wake.notified() => {}
+            _ = wake.notified() => {
+                ctx.wakes.fetch_add(1, Relaxed);
+            }
             _ = tokio::time::sleep_until(next_scan) => {}
         }
         let now = UnixMs::now().as_i64();
         let count = Instant::now() >= next_count;
-        let scanned = match ctx.pool.get().await {
+        // Read before the claim: a wake after it makes the new queues claim again.
+        let seen = ctx.wakes.load(Relaxed);
+        let busy: Vec<i64> = running.iter().copied().collect();
+        let claimed = match ctx.pool.get().await {
             Ok(c) => {
                 if count {
                     next_count = Instant::now() + COUNT_EVERY;
@@ -255,40 +262,47 @@ async fn coordinate(
                         Err(e) => tracing::warn!(error = %e, "webhook backlog count failed"),
                     }
                 }
-                store::scan(&**c, ctx.cfg.slot, ctx.epoch, now, ctx.stale_before(now)).await
+                store::claim(
+                    &**c,
+                    (ctx.cfg.slot, ctx.epoch),
+                    Claim::AllBut(&busy),
+                    (now, ctx.stale_before(now)),
+                    claim_limit(&ctx.cfg) as i64,
+                )
+                .await
             }
             Err(e) => Err(e.into()),
         };
         let mut wait = ctx.cfg.poll_interval;
-        match scanned {
-            Ok(s) if !s.current => {
-                break Some(WebhookError::Fenced {
-                    slot: ctx.cfg.slot,
-                    epoch: ctx.epoch,
-                })
-            }
-            Ok(s) => {
+        match claimed {
+            Err(e @ WebhookError::Fenced { .. }) => break Some(e),
+            Ok(c) => {
                 ctx.stats.last_scan_ms.store(now, Relaxed);
-                for endpoint in s.due_endpoints {
-                    if running.insert(endpoint) {
-                        let (ctx, stop) = (ctx.clone(), queue_stop.clone());
-                        queues.spawn(async move {
-                            let r = AssertUnwindSafe(run_endpoint(ctx, endpoint, stop))
-                                .catch_unwind()
-                                .await
-                                .unwrap_or_else(|_| {
-                                    Err(WebhookError::Task(format!(
-                                        "queue of endpoint {endpoint} panicked"
-                                    )))
-                                });
-                            (endpoint, r)
-                        });
+                let mut rows = c.rows.into_iter().peekable();
+                while let Some(head) = rows.next() {
+                    let endpoint = head.endpoint_id;
+                    let mut mine = vec![head];
+                    while let Some(r) = rows.next_if(|r| r.endpoint_id == endpoint) {
+                        mine.push(r);
                     }
+                    running.insert(endpoint);
+                    let (ctx, stop) = (ctx.clone(), queue_stop.clone());
+                    queues.spawn(async move {
+                        let r = AssertUnwindSafe(run_endpoint(ctx, endpoint, (mine, seen), stop))
+                            .catch_unwind()
+                            .await
+                            .unwrap_or_else(|_| {
+                                Err(WebhookError::Task(format!(
+                                    "queue of endpoint {endpoint} panicked"
+                                )))
+                            });
+                        (endpoint, r)
+                    });
                 }
                 ctx.stats
                     .active_endpoints
                     .store(running.len() as u64, Relaxed);
-                if let Some(due) = s.next_due_ms {
+                if let Some(due) = c.next_due_ms {
                     let until = Duration::from_millis((due - now).max(1) as u64);
                     wait = wait.min(until);
                 }

@@ -1,9 +1,10 @@
-//! One endpoint's queue: claim its due deliveries in cursor order (a few ahead of the free
-//! slots), keep at most `max_in_flight_per_endpoint` attempts in flight, write each result back
+//! One endpoint's queue: attempt the deliveries the dispatcher's scan claimed for it, claim more
+//! in cursor order while more may be due (a few ahead of the free slots), keep at most `max_in_flight_per_endpoint` attempts in flight, write each result back
 //! (successes in shared batches, see [`super::results`]). Endpoints run in
 //! separate tasks, so a slow or failing endpoint never delays another.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,7 +18,7 @@ use super::client::{GuardedClient, SendError};
 use super::retry::{self, Next, Outcome};
 use super::sign::{sign_headers, Secret};
 use super::stats::WebhookStats;
-use super::store::{self, Claimed, Disable, Finish, Finished, Health};
+use super::store::{self, Claim, Claimed, Disable, Finish, Finished, Health};
 use super::{WebhookConfig, WebhookError};
 use crate::recorder::{
     DeliveryLogRow, Fact, Recorder, WEBHOOK_CHANNEL as CHANNEL,
@@ -34,6 +35,9 @@ pub(crate) struct Ctx {
     pub stats: Arc<WebhookStats>,
     pub cfg: WebhookConfig,
     pub epoch: i64,
+    /// How often the dispatcher was woken (new deliveries queued): a running queue whose last
+    /// claim was short claims again when this moved.
+    pub wakes: AtomicU64,
 }
 
 impl Ctx {
@@ -42,46 +46,57 @@ impl Ctx {
     }
 }
 
-/// Run one endpoint's queue until nothing of it is due (or `stop`). Returns how many
+/// Run one endpoint's queue, starting from the deliveries the dispatcher's scan claimed for it
+/// (and the wake count read before that scan),
+/// until nothing of it is left to attempt (or `stop`). It claims more itself only when its last
+/// claim was full (more may be due) or new deliveries were queued since (the dispatcher's wake
+/// count moved); otherwise the dispatcher's next scan takes what becomes due. Returns how many
 /// deliveries it attempted. A fenced claim or update aborts the attempts in flight.
 pub(crate) async fn run_endpoint(
     ctx: Arc<Ctx>,
     endpoint_id: i64,
+    (first, mut seen): (Vec<Claimed>, u64),
     stop: CancellationToken,
 ) -> Result<u64, WebhookError> {
     let max = ctx.cfg.max_in_flight_per_endpoint.max(1);
     // Each attempt says whether it disabled the endpoint.
     let mut inflight: JoinSet<Result<bool, WebhookError>> = JoinSet::new();
     // Claimed in cursor order ahead of the free slots: one claim statement per few attempts.
-    let mut ahead: VecDeque<Claimed> = VecDeque::new();
+    let mut more = first.len() >= claim_limit(&ctx.cfg);
+    let mut ahead: VecDeque<Claimed> = first.into();
     let mut stopping = false;
     let mut result = Ok(());
     let mut handled = 0u64;
     loop {
         if !stopping && inflight.len() < max && ahead.is_empty() {
-            let now = UnixMs::now().as_i64();
-            let claimed = match ctx.pool.get().await {
-                Ok(c) => {
-                    let limit = (max * CLAIM_AHEAD - inflight.len()) as i64;
-                    store::claim(
-                        &**c,
-                        ctx.cfg.slot,
-                        ctx.epoch,
-                        endpoint_id,
-                        now,
-                        ctx.stale_before(now),
-                        limit,
-                    )
-                    .await
-                }
-                Err(e) => Err(e.into()),
-            };
-            match claimed {
-                Ok(rows) => ahead.extend(rows),
-                Err(e @ WebhookError::Fenced { .. }) => return Err(e),
-                Err(e) => {
-                    stopping = true;
-                    result = Err(e);
+            let wakes = ctx.wakes.load(Relaxed);
+            if more || wakes != seen {
+                seen = wakes;
+                let now = UnixMs::now().as_i64();
+                let limit = (max * CLAIM_AHEAD - inflight.len()) as i64;
+                let claimed = match ctx.pool.get().await {
+                    Ok(c) => {
+                        store::claim(
+                            &**c,
+                            (ctx.cfg.slot, ctx.epoch),
+                            Claim::One(endpoint_id),
+                            (now, ctx.stale_before(now)),
+                            limit,
+                        )
+                        .await
+                    }
+                    Err(e) => Err(e.into()),
+                };
+                match claimed {
+                    Ok(c) => {
+                        more = c.rows.len() as i64 >= limit;
+                        ahead.extend(c.rows);
+                    }
+                    Err(e @ WebhookError::Fenced { .. }) => return Err(e),
+                    Err(e) => {
+                        stopping = true;
+                        result = Err(e);
+                    }
                 }
             }
         }
@@ -113,6 +128,11 @@ pub(crate) async fn run_endpoint(
             _ = stop.cancelled(), if !stopping => stopping = true,
         }
     }
+}
+
+/// Deliveries one claim takes per endpoint at most: a few per attempt slot.
+pub(crate) fn claim_limit(cfg: &WebhookConfig) -> usize {
+    cfg.max_in_flight_per_endpoint.max(1) * CLAIM_AHEAD
 }
 
 /// Claims taken per free attempt slot at most (see `run_endpoint`).

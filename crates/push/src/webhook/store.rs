@@ -55,36 +55,6 @@ pub async fn enqueue_in_slot(
         })
 }
 
-/// What the dispatcher learns from one scan.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Scan {
-    pub current: bool,
-    pub due_endpoints: Vec<i64>,
-    pub next_due_ms: Option<i64>,
-}
-
-/// Which endpoints have claimable due deliveries (same conditions as [`claim`]), when the next
-/// one falls due, and whether `epoch` is still current.
-pub(crate) async fn scan(
-    c: &impl GenericClient,
-    slot: i16,
-    epoch: i64,
-    now: i64,
-    stale_before: i64,
-) -> Result<Scan, WebhookError> {
-    let row = c
-        .query_one(
-            include_str!("sql/scan_deliveries.sql"),
-            &[&slot, &epoch, &now, &stale_before],
-        )
-        .await?;
-    Ok(Scan {
-        current: row.get(0),
-        due_endpoints: row.get(1),
-        next_due_ms: row.get(2),
-    })
-}
-
 /// The backlog: pending deliveries of enabled endpoints, and how many are due.
 pub(crate) async fn backlog(c: &impl GenericClient, now: i64) -> Result<(i64, i64), WebhookError> {
     let row = c
@@ -114,55 +84,94 @@ pub(crate) struct Claimed {
     pub failing_since_ms: Option<i64>,
 }
 
-/// Claim up to `limit` due deliveries of one enabled endpoint, in cursor order, for `epoch`.
-/// Unclaimed rows, rows claimed under another epoch (a predecessor's leftovers: webhooks are
-/// at least once) and this epoch's abandoned claims (older than `stale_before`) qualify.
+/// Which endpoints to claim for: one scan claims for every enabled endpoint whose queue is not
+/// running, a running queue claims for its own endpoint.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Claim<'a> {
+    /// Every enabled endpoint except these (their queues run).
+    AllBut(&'a [i64]),
+    /// This endpoint only.
+    One(i64),
+}
+
+/// What one claim statement returned.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Claims {
+    /// The claimed deliveries, in cursor order per endpoint.
+    pub rows: Vec<Claimed>,
+    /// When the next delivery not due yet falls due (scans only).
+    pub next_due_ms: Option<i64>,
+}
+
+/// Claim up to `per_endpoint` due deliveries of each endpoint `which` names, in cursor order,
+/// for `epoch`, in one statement. Unclaimed rows, rows claimed under another epoch (a
+/// predecessor's leftovers: webhooks are at least once) and this epoch's abandoned claims
+/// (older than `stale_before`) qualify. [`WebhookError::Fenced`] once the epoch is not current.
 pub(crate) async fn claim(
     c: &impl GenericClient,
-    slot: i16,
-    epoch: i64,
-    endpoint_id: i64,
-    now: i64,
-    stale_before: i64,
-    limit: i64,
-) -> Result<Vec<Claimed>, WebhookError> {
+    (slot, epoch): (i16, i64),
+    which: Claim<'_>,
+    (now, stale_before): (i64, i64),
+    per_endpoint: i64,
+) -> Result<Claims, WebhookError> {
     let sql = format!(
         include_str!("sql/claim_deliveries.sql"),
         FENCE = EPOCH_CURRENT
     );
+    let (one, but): (Option<i64>, &[i64]) = match which {
+        Claim::AllBut(running) => (None, running),
+        Claim::One(id) => (Some(id), &[]),
+    };
     let rows = c
         .query(
             &sql,
-            &[&slot, &epoch, &endpoint_id, &now, &stale_before, &limit],
+            &[
+                &slot,
+                &epoch,
+                &now,
+                &stale_before,
+                &per_endpoint,
+                &one,
+                &but,
+            ],
         )
         .await?;
     if rows.first().map(|r| r.get::<_, i64>(0)) != Some(1) {
         return Err(WebhookError::Fenced { slot, epoch });
     }
+    let next_due_ms = rows.first().and_then(|r| r.get(1));
     let mut out: Vec<Claimed> = rows
         .iter()
-        .filter(|r| r.get::<_, Option<String>>(1).is_some())
+        .filter(|r| r.get::<_, Option<String>>(2).is_some())
         .map(|r| Claimed {
-            id: r.get(1),
-            endpoint_id: r.get(2),
-            account_id: r.get(3),
-            kind: r.get(4),
-            block_number: r.get(5),
-            log_index: r.get(6),
-            payload: r.get(7),
-            attempts: r.get(8),
-            t_detect_ms: r.get(9),
-            url: r.get(10),
-            secret: r.get(11),
-            previous_secret: r.get(12),
-            previous_expires_ms: r.get(13),
-            failing_since_ms: r.get(14),
+            id: r.get(2),
+            endpoint_id: r.get(3),
+            account_id: r.get(4),
+            kind: r.get(5),
+            block_number: r.get(6),
+            log_index: r.get(7),
+            payload: r.get(8),
+            attempts: r.get(9),
+            t_detect_ms: r.get(10),
+            url: r.get(11),
+            secret: r.get(12),
+            previous_secret: r.get(13),
+            previous_expires_ms: r.get(14),
+            failing_since_ms: r.get(15),
         })
         .collect();
     out.sort_by(|a, b| {
-        (a.block_number, a.log_index, &a.id).cmp(&(b.block_number, b.log_index, &b.id))
+        (a.endpoint_id, a.block_number, a.log_index, &a.id).cmp(&(
+            b.endpoint_id,
+            b.block_number,
+            b.log_index,
+            &b.id,
+        ))
     });
-    Ok(out)
+    Ok(Claims {
+        rows: out,
+        next_due_ms,
+    })
 }
 
 /// The result of one attempt, written back to the row.
