@@ -186,7 +186,10 @@ impl Bench {
         env.push(("PMW_RPC_WS_URL".into(), self.anvil.ws_url()));
         env.push(("PMW_RPC_HTTP_URL".into(), self.anvil.http_url()));
         env.push(("PMW_INSTANCE".into(), instance.into()));
-        env.push(("PMW_LOG".into(), "warn,pmw_live=info,pmw_push=info".into()));
+        // PMW_BENCH_SERVICE_LOG: the services' filter, e.g. `info,pmw_push=debug` to trace rounds.
+        let filter = std::env::var("PMW_BENCH_SERVICE_LOG")
+            .unwrap_or_else(|_| "warn,pmw_live=info,pmw_push=info".into());
+        env.push(("PMW_LOG".into(), filter));
         env
     }
 

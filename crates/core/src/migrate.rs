@@ -61,6 +61,7 @@ pub const POSTGRES: &[Migration] = &[
     migration!(9, "filters", "postgres/0009_filters.sql"),
     migration!(10, "finality", "postgres/0010_finality.sql"),
     migration!(11, "audit", "postgres/0011_audit.sql"),
+    migration!(12, "webhook_churn", "postgres/0012_webhook_churn.sql"),
 ];
 
 /// ClickHouse migrations, in order. Every file in `migrations/clickhouse` must be listed (tested).
