@@ -143,7 +143,7 @@ impl Plan {
                 if s {
                     vec![1, 4]
                 } else {
-                    vec![2, 5, 10, 20, 40, 80, 160]
+                    vec![2, 5, 10, 20, 40, 80, 100, 120, 160]
                 }
             }),
             rate_window: pick(20, 8, a.rate_secs),
