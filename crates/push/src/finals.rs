@@ -77,6 +77,7 @@ impl Rounds {
             webhooks: enqueued.inserted,
             webhooks_skipped: enqueued.skipped,
             more: read.more,
+            ..RoundOutcome::default()
         })
     }
 }

@@ -249,6 +249,7 @@ impl Leading<'_> {
         )
         .for_webhooks();
         lane_rounds.span = push.push_catchup_span_blocks;
+        lane_rounds.handoff = Some(dispatcher.handoff());
         let finals = Rounds::new(
             storage.pg.clone(),
             storage.ch.clone(),

@@ -61,6 +61,8 @@ pub struct RoundOutcome {
     pub retracted: usize,
     pub frames: usize,
     pub webhooks: u64,
+    /// Of `webhooks`, those handed to the dispatcher claimed (no scan needed for them).
+    pub handed: u64,
     /// Deliveries not enqueued because their endpoint was deleted or disabled meanwhile.
     pub webhooks_skipped: u64,
     /// The round read a full batch: more is waiting.
@@ -97,6 +99,9 @@ pub struct Rounds {
     pub facts: Recorder,
     /// The finality lane reads no further than this (where the other lanes stand).
     pub bound: Option<Cursor>,
+    /// The webhook lane's trade deliveries go in claimed by the epoch and are handed to the
+    /// dispatcher here after the commit (`None`: queued unclaimed, found by its scans).
+    pub handoff: Option<webhook::Handoff>,
     pub(crate) names: Names,
     /// Reload the subscription index before the next round (set after a failed round).
     reload: bool,
@@ -135,6 +140,7 @@ impl Rounds {
             hub,
             facts,
             bound: None,
+            handoff: None,
             names: Names::default(),
             reload: false,
             closed_by_last_apply: 0,
@@ -424,11 +430,16 @@ impl Rounds {
             )
             .await?;
         self.log_cancelled(idx, &enqueued.cancelled);
+        let handed = enqueued.handed.len() as u64;
+        if let Some(h) = &self.handoff {
+            h.send(&deliveries, enqueued.handed);
+        }
         self.moved(read);
         Ok(RoundOutcome {
             trades: read.trades,
             retracted: retracts.len(),
             webhooks: enqueued.inserted,
+            handed,
             webhooks_skipped: enqueued.skipped,
             more: read.more,
             ..RoundOutcome::default()
@@ -464,12 +475,13 @@ impl Rounds {
         if moved.is_none() {
             return Err(RoundError::Fenced);
         }
-        let enqueued = match webhook::enqueue_in_slot(&tx, self.slot, self.epoch, deliveries).await
-        {
-            Ok(n) => n,
-            Err(webhook::WebhookError::Fenced { .. }) => return Err(RoundError::Fenced),
-            Err(e) => return Err(RoundError::Webhook(e.to_string())),
-        };
+        let claim = self.handoff.is_some();
+        let enqueued =
+            match webhook::enqueue_in_slot(&tx, (self.slot, self.epoch), claim, deliveries).await {
+                Ok(n) => n,
+                Err(webhook::WebhookError::Fenced { .. }) => return Err(RoundError::Fenced),
+                Err(e) => return Err(RoundError::Webhook(e.to_string())),
+            };
         tx.commit().await?;
         if enqueued.skipped > 0 {
             tracing::debug!(

@@ -181,11 +181,12 @@ async fn run(
                     health
                         .webhook_round_ms
                         .store(UnixMs::now().0, Ordering::Relaxed);
-                    if o.webhooks > 0 || o.retracted > 0 {
+                    // Handed-over trades need no scan; retracts (and anything queued unclaimed) do.
+                    if o.webhooks > o.handed || o.retracted > 0 {
                         dispatcher.notify_one();
                     }
                     if o.trades + o.retracted > 0 {
-                        tracing::debug!(trades = o.trades, retracted = o.retracted, webhooks = o.webhooks, cursor = %rounds.cursor, "webhook round");
+                        tracing::debug!(trades = o.trades, retracted = o.retracted, webhooks = o.webhooks, handed = o.handed, cursor = %rounds.cursor, "webhook round");
                         finals_now = finals.is_some();
                     }
                     hooks_now = o.more;

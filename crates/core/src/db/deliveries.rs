@@ -24,8 +24,9 @@ pub struct NewDelivery {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Writer {
     /// A push leader's round: lands only while `epoch` is the slot's current one; ids already
-    /// queued are left as they are.
-    Round { slot: i16, epoch: i64 },
+    /// queued are left as they are. With `claim`, new trade deliveries are inserted claimed by
+    /// `epoch` and returned ([`Enqueued::handed`]) for the leader's dispatcher to attempt.
+    Round { slot: i16, epoch: i64, claim: bool },
     /// An operator's or subscriber's replay through the API: unfenced, and deliveries already
     /// delivered or failed are put back to pending.
     Replay,
@@ -40,6 +41,22 @@ pub struct Enqueued {
     pub skipped: u64,
     /// Trade deliveries cancelled by their retract before any attempt (neither is sent).
     pub cancelled: Vec<Cancelled>,
+    /// New trade deliveries inserted claimed by the writer's epoch (`Writer::Round` with
+    /// `claim`), in id order.
+    pub handed: Vec<Handed>,
+}
+
+/// A trade delivery inserted already claimed, with what its attempt needs of its endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Handed {
+    pub id: String,
+    pub account_id: i64,
+    pub url: String,
+    pub secret: String,
+    pub previous_secret: Option<String>,
+    pub previous_expires_ms: Option<i64>,
+    /// When the endpoint's current run of failed attempts began, if any.
+    pub failing_since_ms: Option<i64>,
 }
 
 /// A trade delivery its retract cancelled.
@@ -70,9 +87,9 @@ pub async fn enqueue(
     if items.is_empty() {
         return Ok(Enqueued::default());
     }
-    let (slot, epoch, requeue) = match writer {
-        Writer::Round { slot, epoch } => (Some(slot), Some(epoch), false),
-        Writer::Replay => (None, None, true),
+    let (slot, epoch, requeue, claim) = match writer {
+        Writer::Round { slot, epoch, claim } => (Some(slot), Some(epoch), false, claim),
+        Writer::Replay => (None, None, true, false),
     };
     let now = UnixMs::now().as_i64();
     let ids: Vec<&str> = items.iter().map(|d| d.id.as_str()).collect();
@@ -87,7 +104,7 @@ pub async fn enqueue(
             include_str!("sql/enqueue_deliveries.sql"),
             &[
                 &slot, &epoch, &now, &ids, &endpoints, &kinds, &blocks, &logs, &payloads, &detects,
-                &requeue,
+                &requeue, &claim,
             ],
         )
         .await?;
@@ -113,10 +130,34 @@ pub async fn enqueue(
             },
         })
         .collect();
+    let ids: Vec<String> = row.get(7);
+    let accounts: Vec<i64> = row.get(8);
+    let urls: Vec<String> = row.get(9);
+    let secrets: Vec<String> = row.get(10);
+    let previous: Vec<Option<String>> = row.get(11);
+    let expires: Vec<Option<i64>> = row.get(12);
+    let failing: Vec<Option<i64>> = row.get(13);
+    let handed = (ids.into_iter().zip(accounts).zip(urls).zip(secrets))
+        .zip(previous.into_iter().zip(expires).zip(failing))
+        .map(
+            |((((id, account_id), url), secret), ((previous_secret, previous_expires_ms), f))| {
+                Handed {
+                    id,
+                    account_id,
+                    url,
+                    secret,
+                    previous_secret,
+                    previous_expires_ms,
+                    failing_since_ms: f,
+                }
+            },
+        )
+        .collect();
     Ok(Enqueued {
         inserted: row.get::<_, i64>(1) as u64,
         skipped: items.len() as u64 - live,
         cancelled,
+        handed,
     })
 }
 

@@ -5,25 +5,24 @@
 //! and on a fence: once its epoch is no longer current it aborts every queue and reports
 //! [`WebhookError::Fenced`].
 
-use std::collections::HashSet;
-use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::FutureExt;
 use pmw_core::ch::ChClient;
 use pmw_core::pg::PgPool;
 use pmw_core::UnixMs;
-use tokio::sync::Notify;
-use tokio::task::{JoinHandle, JoinSet};
+use tokio::sync::{mpsc, Notify};
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::client::GuardedClient;
-use super::queue::{claim_limit, run_endpoint, Ctx};
+use super::handoff::Handoff;
+use super::queue::{claim_limit, Ctx};
+use super::running::Running;
 use super::stats::{StatsSnapshot, WebhookStats};
-use super::store::{self, Claim};
+use super::store::{self, Claim, Claimed};
 use super::{WebhookConfig, WebhookError};
 use crate::recorder::Recorder;
 
@@ -40,6 +39,7 @@ const FLUSH_WITHIN: Duration = Duration::from_secs(10);
 /// A running delivery engine for one epoch.
 pub struct Dispatcher {
     wake: Arc<Notify>,
+    handoff: Handoff,
     stats: Arc<WebhookStats>,
     stop: CancellationToken,
     task: Option<JoinHandle<Result<(), WebhookError>>>,
@@ -82,17 +82,19 @@ impl Dispatcher {
         let wake = Arc::new(Notify::new());
         let stats = Arc::new(WebhookStats::default());
         let stop = shutdown.child_token();
+        let (handoff, handed) = mpsc::unbounded_channel();
         let task = tokio::spawn(run(
             pool,
             recorder,
             epoch,
             config,
             stop.clone(),
-            wake.clone(),
+            (wake.clone(), handed),
             stats.clone(),
         ));
         Dispatcher {
             wake,
+            handoff: Handoff(handoff),
             stats,
             stop,
             task: Some(task),
@@ -108,6 +110,11 @@ impl Dispatcher {
     /// What [`Dispatcher::wake`] notifies, for a task that queues deliveries.
     pub fn waker(&self) -> Arc<Notify> {
         self.wake.clone()
+    }
+
+    /// Where the webhook lane hands its claimed trade deliveries (see [`Handoff`]).
+    pub fn handoff(&self) -> Handoff {
+        self.handoff.clone()
     }
 
     /// The live counters (cheap to clone and keep).
@@ -155,7 +162,7 @@ async fn run(
     epoch: i64,
     cfg: WebhookConfig,
     stop: CancellationToken,
-    wake: Arc<Notify>,
+    (wake, mut handed): (Arc<Notify>, mpsc::UnboundedReceiver<Vec<Claimed>>),
     stats: Arc<WebhookStats>,
 ) -> Result<(), WebhookError> {
     let client = match GuardedClient::new(cfg.timeout, cfg.allow_private_destinations) {
@@ -177,7 +184,7 @@ async fn run(
         wakes: AtomicU64::new(0),
     });
     tracing::info!(slot = ctx.cfg.slot, epoch, "webhook dispatcher started");
-    let result = coordinate(&ctx, &stop, &wake).await;
+    let result = coordinate(&ctx, &stop, &wake, &mut handed).await;
     match &result {
         Err(e @ WebhookError::Fenced { .. }) => {
             stats.fenced.store(true, Relaxed);
@@ -206,17 +213,16 @@ async fn coordinate(
     ctx: &Arc<Ctx>,
     stop: &CancellationToken,
     wake: &Notify,
+    handoff: &mut mpsc::UnboundedReceiver<Vec<Claimed>>,
 ) -> Result<(), WebhookError> {
-    let queue_stop = CancellationToken::new();
-    let mut queues: JoinSet<(i64, Result<u64, WebhookError>)> = JoinSet::new();
-    let mut running: HashSet<i64> = HashSet::new();
+    let mut running = Running::new();
     let mut next_scan = Instant::now();
     let mut next_count = Instant::now();
     let fenced = loop {
         tokio::select! {
             biased;
             _ = stop.cancelled() => break None,
-            Some(done) = queues.join_next() => {
+            Some(done) = running.tasks.join_next() => {
                 let (endpoint, r) = match done {
                     Ok(v) => v,
                     Err(e) => {
@@ -225,7 +231,6 @@ async fn coordinate(
                         continue;
                     }
                 };
-                running.remove(&endpoint);
                 match r {
                     Err(e @ WebhookError::Fenced { .. }) => break Some(e),
                     Err(e) => {
@@ -237,6 +242,12 @@ async fn coordinate(
                     Ok(n) if n > 0 => next_scan = next_scan.min(Instant::now() + RESCAN_AFTER_QUEUE),
                     Ok(_) => {}
                 }
+                running.ended(ctx, endpoint);
+                ctx.stats.active_endpoints.store(running.len() as u64, Relaxed);
+                continue;
+            }
+            Some(rows) = handoff.recv() => {
+                running.hand(ctx, rows);
                 ctx.stats.active_endpoints.store(running.len() as u64, Relaxed);
                 continue;
             }
@@ -249,7 +260,7 @@ async fn coordinate(
         let count = Instant::now() >= next_count;
         // Read before the claim: a wake after it makes the new queues claim again.
         let seen = ctx.wakes.load(Relaxed);
-        let busy: Vec<i64> = running.iter().copied().collect();
+        let busy = running.endpoints();
         let claimed = match ctx.pool.get().await {
             Ok(c) => {
                 if count {
@@ -285,19 +296,7 @@ async fn coordinate(
                     while let Some(r) = rows.next_if(|r| r.endpoint_id == endpoint) {
                         mine.push(r);
                     }
-                    running.insert(endpoint);
-                    let (ctx, stop) = (ctx.clone(), queue_stop.clone());
-                    queues.spawn(async move {
-                        let r = AssertUnwindSafe(run_endpoint(ctx, endpoint, (mine, seen), stop))
-                            .catch_unwind()
-                            .await
-                            .unwrap_or_else(|_| {
-                                Err(WebhookError::Task(format!(
-                                    "queue of endpoint {endpoint} panicked"
-                                )))
-                            });
-                        (endpoint, r)
-                    });
+                    running.start(ctx, endpoint, mine, seen);
                 }
                 ctx.stats
                     .active_endpoints
@@ -314,15 +313,16 @@ async fn coordinate(
         }
         next_scan = Instant::now() + wait;
     };
+    running.clear();
     if let Some(e) = fenced {
         // Stop delivering at once: in-flight attempts could not record their results anyway.
-        queues.abort_all();
-        while queues.join_next().await.is_some() {}
+        running.tasks.abort_all();
+        while running.tasks.join_next().await.is_some() {}
         ctx.stats.active_endpoints.store(0, Relaxed);
         return Err(e);
     }
-    queue_stop.cancel();
-    while let Some(done) = queues.join_next().await {
+    running.stop();
+    while let Some(done) = running.tasks.join_next().await {
         if let Ok((endpoint, Err(e))) = done {
             if matches!(e, WebhookError::Fenced { .. }) {
                 return Err(e);

@@ -42,9 +42,11 @@
 mod build;
 pub mod client;
 mod dispatcher;
+mod handoff;
 mod queue;
 mod results;
 pub mod retry;
+mod running;
 mod stats;
 mod store;
 
@@ -58,6 +60,7 @@ use serde::Deserialize;
 
 pub use build::{deliveries_of, finals_of};
 pub use dispatcher::Dispatcher;
+pub use handoff::Handoff;
 pub use stats::{StatsSnapshot, WebhookStats};
 pub use store::{
     enqueue, enqueue_in_slot, expire_pending, webhook_id, DeliveryKind, Enqueued, NewDelivery,

@@ -56,6 +56,7 @@ pub(crate) async fn run_endpoint(
     ctx: Arc<Ctx>,
     endpoint_id: i64,
     (first, mut seen): (Vec<Claimed>, u64),
+    mut feed: Feed,
     stop: CancellationToken,
 ) -> Result<u64, WebhookError> {
     let max = ctx.cfg.max_in_flight_per_endpoint.max(1);
@@ -68,6 +69,9 @@ pub(crate) async fn run_endpoint(
     let mut result = Ok(());
     let mut handled = 0u64;
     loop {
+        while let Ok(rows) = feed.rx.try_recv() {
+            ahead.extend(rows);
+        }
         if !stopping && inflight.len() < max && ahead.is_empty() {
             let wakes = ctx.wakes.load(Relaxed);
             if more || wakes != seen {
@@ -106,10 +110,23 @@ pub(crate) async fn run_endpoint(
             inflight.spawn(attempt(ctx.clone(), row));
         }
         if inflight.is_empty() {
+            if !stopping {
+                // Take nothing more by hand-off (the dispatcher keeps what it could not send
+                // for this endpoint's next queue), but attempt what already arrived.
+                feed.rx.close();
+                while let Ok(rows) = feed.rx.try_recv() {
+                    ahead.extend(rows);
+                }
+                if !ahead.is_empty() {
+                    continue;
+                }
+            }
             release(&ctx, ahead).await;
             return result.map(|()| handled);
         }
+        feed.held.store(ahead.len() + inflight.len(), Relaxed);
         tokio::select! {
+            Some(rows) = feed.rx.recv(), if !stopping => ahead.extend(rows),
             Some(done) = inflight.join_next() => match done {
                 Ok(Ok(false)) => {}
                 // Its pending deliveries expired with it: nothing claimed ahead goes out.
@@ -140,10 +157,18 @@ pub(crate) fn claim_limit(cfg: &WebhookConfig) -> usize {
 /// queue did not attempt is released at once.
 const CLAIM_AHEAD: usize = 16;
 
+/// What the dispatcher hands a running queue: the webhook lane's claimed trade deliveries for
+/// its endpoint, and how many deliveries the queue holds (ahead plus in flight), which the
+/// dispatcher reads to stop handing over past [`super::handoff::MAX_AHEAD`].
+pub(crate) struct Feed {
+    pub rx: tokio::sync::mpsc::UnboundedReceiver<Vec<Claimed>>,
+    pub held: Arc<std::sync::atomic::AtomicUsize>,
+}
+
 /// Give back claims not attempted (the queue is stopping): due again at once for any dispatcher
 /// of this epoch, instead of after the claim TTL. Best effort: a claim left is taken again after
 /// the TTL, or at once by a successor's epoch.
-async fn release(ctx: &Ctx, ahead: VecDeque<Claimed>) {
+pub(crate) async fn release(ctx: &Ctx, ahead: VecDeque<Claimed>) {
     if ahead.is_empty() {
         return;
     }
@@ -171,14 +196,17 @@ fn secrets(c: &Claimed, now: i64) -> Result<Vec<Secret>, String> {
     Ok(out)
 }
 
-/// The body of this attempt: the stored payload with its top-level `t_push_ms` set to now,
-/// spliced into the text Postgres renders (`"t_push_ms": 123`; inside a JSON string the quotes
-/// would be escaped, so only the key matches): no parse, no re-serialisation. A payload without
-/// that key (not queued by pmw) goes through serde_json, which adds it to an object.
+/// The body of this attempt: the payload with its top-level `t_push_ms` set to now, spliced
+/// into the text (as Postgres renders it, `"t_push_ms": 123`, or as the lane rendered it,
+/// `"t_push_ms":123`; inside a JSON string the quotes would be escaped, so only the key
+/// matches): no parse, no re-serialisation. A payload without that key (not queued by pmw) goes
+/// through serde_json, which adds it to an object.
 fn body(payload: &str, now: i64) -> Result<Vec<u8>, String> {
-    const KEY: &str = "\"t_push_ms\": ";
-    if let Some(at) = payload.find(KEY) {
-        let start = at + KEY.len();
+    for key in ["\"t_push_ms\": ", "\"t_push_ms\":"] {
+        let Some(at) = payload.find(key) else {
+            continue;
+        };
+        let start = at + key.len();
         let digits = payload[start..]
             .find(|c: char| !(c.is_ascii_digit() || c == '-'))
             .unwrap_or(payload.len() - start);
@@ -326,8 +354,11 @@ async fn attempt(ctx: Arc<Ctx>, c: Claimed) -> Result<bool, WebhookError> {
             t_push_ms: received_ms.unwrap_or(now),
             epoch: ctx.epoch as u64,
             // A fill found by the completeness audit was not seen live: no live latency. The
-            // payload is jsonb's rendering (`"k": v`), and a key cannot occur inside a string.
-            backfilled: u8::from(c.payload.contains("\"audit\": true")),
+            // payload is jsonb's rendering (`"k": v`) or the lane's (`"k":v`, handed over), and
+            // a key cannot occur unescaped inside a string.
+            backfilled: u8::from(
+                c.payload.contains("\"audit\": true") || c.payload.contains("\"audit\":true"),
+            ),
         })),
         Next::Failed | Next::Disable => {
             WebhookStats::add(&s.failed_final, 1);
@@ -413,6 +444,17 @@ mod tests {
             serde_json::from_slice(&body(r#"{"type": "retract"}"#, 9).unwrap()).unwrap();
         assert_eq!(out["t_push_ms"], 9);
         assert!(body("not json", 1).is_err());
+        // As the webhook lane renders it (handed over without a trip through Postgres).
+        let lane = pmw_core::message::stamp(
+            pmw_core::message::Kind::Trade,
+            r#"{"note":"\"t_push_ms\":7","n":2}"#,
+            5,
+        );
+        let out: serde_json::Value = serde_json::from_slice(&body(&lane, 4321).unwrap()).unwrap();
+        assert_eq!(out["t_push_ms"], 4321);
+        assert_eq!(out["type"], "trade");
+        assert_eq!(out["note"], "\"t_push_ms\":7");
+        assert_eq!(out["n"], 2);
     }
 
     #[test]

@@ -34,20 +34,23 @@ pub async fn enqueue(
     epoch: i64,
     items: &[NewDelivery],
 ) -> Result<u64, WebhookError> {
-    Ok(enqueue_in_slot(tx, 0, epoch, items).await?.inserted)
+    Ok(enqueue_in_slot(tx, (0, epoch), false, items)
+        .await?
+        .inserted)
 }
 
 /// Insert a round's deliveries as `pending`, due now, inside the transaction that moves the
 /// cursor, only while the slot's epoch is still `epoch` (otherwise [`WebhookError::Fenced`]).
 /// Ids already present are left alone; endpoints gone or disabled meanwhile are skipped
-/// ([`pmw_core::db::deliveries::enqueue`]).
+/// ([`pmw_core::db::deliveries::enqueue`]). With `claim`, new trade deliveries are inserted
+/// claimed by `epoch` and returned in [`Enqueued::handed`] (see [`super::Handoff`]).
 pub async fn enqueue_in_slot(
     tx: &Transaction<'_>,
-    slot: i16,
-    epoch: i64,
+    (slot, epoch): (i16, i64),
+    claim: bool,
     items: &[NewDelivery],
 ) -> Result<Enqueued, WebhookError> {
-    deliveries::enqueue(tx, Writer::Round { slot, epoch }, items)
+    deliveries::enqueue(tx, Writer::Round { slot, epoch, claim }, items)
         .await
         .map_err(|e| match e {
             EnqueueError::Fenced { slot, epoch } => WebhookError::Fenced { slot, epoch },

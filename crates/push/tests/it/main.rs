@@ -3,6 +3,7 @@
 
 mod schema_guard;
 mod webhook_fence;
+mod webhook_handoff;
 mod webhook_isolation;
 mod webhook_retry;
 mod webhook_signing;

@@ -1,0 +1,115 @@
+//! The dispatcher's running queues, one task per endpoint: started with what a scan claimed or
+//! what the webhook lane handed over, fed further hand-offs while they run, and restarted with
+//! what arrived for an endpoint whose queue was just ending.
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
+
+use futures::FutureExt;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use super::handoff::MAX_AHEAD;
+use super::queue::{release, run_endpoint, Ctx, Feed};
+use super::store::Claimed;
+use super::WebhookError;
+
+type Sender = mpsc::UnboundedSender<Vec<Claimed>>;
+
+/// The queue tasks of one dispatcher.
+pub(crate) struct Running {
+    pub tasks: JoinSet<(i64, Result<u64, WebhookError>)>,
+    feeds: HashMap<i64, (Sender, Arc<AtomicUsize>)>,
+    /// Hand-offs for endpoints whose queue was ending: its successor starts with them.
+    stash: HashMap<i64, Vec<Claimed>>,
+    stop: CancellationToken,
+}
+
+impl Running {
+    pub fn new() -> Running {
+        Running {
+            tasks: JoinSet::new(),
+            feeds: HashMap::new(),
+            stash: HashMap::new(),
+            stop: CancellationToken::new(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.feeds.len()
+    }
+
+    pub fn endpoints(&self) -> Vec<i64> {
+        self.feeds.keys().copied().collect()
+    }
+
+    /// Start `endpoint`'s queue with `rows` (`seen`: the wake count read before they were
+    /// claimed). The caller checked it is not running.
+    pub fn start(&mut self, ctx: &Arc<Ctx>, endpoint: i64, rows: Vec<Claimed>, seen: u64) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let held = Arc::new(AtomicUsize::new(rows.len()));
+        self.feeds.insert(endpoint, (tx, held.clone()));
+        let feed = Feed { rx, held };
+        let (ctx, stop) = (ctx.clone(), self.stop.clone());
+        self.tasks.spawn(async move {
+            let r = AssertUnwindSafe(run_endpoint(ctx, endpoint, (rows, seen), feed, stop))
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|_| {
+                    Err(WebhookError::Task(format!(
+                        "queue of endpoint {endpoint} panicked"
+                    )))
+                });
+            (endpoint, r)
+        });
+    }
+
+    /// The webhook lane's claimed trade deliveries (in ledger order): to each endpoint's running
+    /// queue, or a new one. A queue that already holds [`MAX_AHEAD`] gets none: those claims
+    /// are released (its next claim takes them, in order) and the wake count moves.
+    pub fn hand(&mut self, ctx: &Arc<Ctx>, rows: Vec<Claimed>) {
+        let mut by_endpoint: HashMap<i64, Vec<Claimed>> = HashMap::new();
+        for r in rows {
+            by_endpoint.entry(r.endpoint_id).or_default().push(r);
+        }
+        let seen = ctx.wakes.load(Relaxed);
+        for (endpoint, rows) in by_endpoint {
+            let Some((tx, held)) = self.feeds.get(&endpoint) else {
+                self.start(ctx, endpoint, rows, seen);
+                continue;
+            };
+            if held.load(Relaxed) >= MAX_AHEAD {
+                ctx.wakes.fetch_add(1, Relaxed);
+                let ctx = ctx.clone();
+                tokio::spawn(async move { release(&ctx, rows.into()).await });
+                continue;
+            }
+            if let Err(mpsc::error::SendError(rows)) = tx.send(rows) {
+                self.stash.entry(endpoint).or_default().extend(rows);
+            }
+        }
+    }
+
+    /// `endpoint`'s queue ended: start its successor with what was handed over meanwhile.
+    pub fn ended(&mut self, ctx: &Arc<Ctx>, endpoint: i64) {
+        self.feeds.remove(&endpoint);
+        if let Some(rows) = self.stash.remove(&endpoint) {
+            let seen = ctx.wakes.load(Relaxed);
+            self.start(ctx, endpoint, rows, seen);
+        }
+    }
+
+    /// Stop every queue: attempts in flight finish, claims ahead are released.
+    pub fn stop(&self) {
+        self.stop.cancel();
+    }
+
+    /// Forget the stash (fenced or stopping: those claims are taken again by a successor).
+    pub fn clear(&mut self) {
+        self.stash.clear();
+        self.feeds.clear();
+    }
+}

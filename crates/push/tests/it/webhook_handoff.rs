@@ -1,0 +1,145 @@
+//! The webhook lane's hand-off: trade deliveries queued claimed by the epoch reach the
+//! dispatcher in memory (no claim statement can take them while fresh), each sent once and
+//! recorded; retracts stay unclaimed for the claim path; claimed deliveries a leader never got
+//! to send are sent by its successor's epoch.
+
+use std::time::Duration;
+
+use crate::webhook_support::{config, eventually, Env, Receiver, Step};
+use pmw_core::Cursor;
+use pmw_push::webhook::sign::Secret;
+use pmw_push::webhook::{self, DeliveryKind, Dispatcher, NewDelivery};
+use tokio_util::sync::CancellationToken;
+
+fn items(endpoint: i64, blocks: &[u64], kind: DeliveryKind) -> Vec<NewDelivery> {
+    blocks
+        .iter()
+        .map(|b| {
+            let cursor = Cursor::new(*b, 1).unwrap();
+            let body = format!(r#"{{"block":{b},"audit":false}}"#);
+            NewDelivery {
+                id: webhook::webhook_id(cursor, "0x0123456789abcdef", endpoint, kind),
+                endpoint_id: endpoint,
+                kind,
+                cursor,
+                payload: pmw_core::message::stamp(kind, &body, 1),
+                t_detect_ms: 1_000,
+            }
+        })
+        .collect()
+}
+
+/// Queue `items` the way the webhook lane does (slot 0, `epoch`, claiming).
+async fn queue_claimed(env: &Env, epoch: i64, items: &[NewDelivery]) -> webhook::Enqueued {
+    let mut c = env.db.connect().await;
+    let tx = c.transaction().await.unwrap();
+    let q = webhook::enqueue_in_slot(&tx, (0, epoch), true, items)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    q
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_handed_trades_are_sent_once_without_a_claim_and_retracts_wait_for_the_scan() {
+    let env = Env::new().await;
+    let rx = Receiver::start(vec![Step::status(204)]).await;
+    let secret = Secret::generate().expose();
+    let ep = env.endpoint(&rx.url(), &secret).await;
+
+    let trades = items(ep, &[5, 6, 7], DeliveryKind::Trade);
+    let q = queue_claimed(&env, 1, &trades).await;
+    assert_eq!(q.inserted, 3);
+    let mut handed: Vec<&str> = q.handed.iter().map(|h| h.id.as_str()).collect();
+    handed.sort();
+    let mut want: Vec<&str> = trades.iter().map(|t| t.id.as_str()).collect();
+    want.sort();
+    assert_eq!(handed, want, "every new trade delivery is handed over");
+    assert!(q
+        .handed
+        .iter()
+        .all(|h| h.url == rx.url() && h.secret == secret && h.account_id == env.account));
+    for t in &trades {
+        assert_eq!(env.delivery(&t.id).await.claimed_epoch, Some(1));
+    }
+
+    // A dispatcher whose scans cannot take them (claimed by its own epoch, fresh): only the
+    // hand-off can deliver them.
+    let mut cfg = config();
+    cfg.poll_interval = Duration::from_secs(3600);
+    let d = Dispatcher::spawn(
+        env.db.pg.clone(),
+        env.db.ch.clone(),
+        1,
+        cfg,
+        CancellationToken::new(),
+    );
+    d.handoff().send(&trades, q.handed);
+    assert!(
+        eventually(Duration::from_secs(15), || async {
+            let mut n = 0;
+            for t in &trades {
+                n += usize::from(env.delivery(&t.id).await.state == "delivered");
+            }
+            n == 3
+        })
+        .await,
+        "handed deliveries delivered"
+    );
+    let mut ids: Vec<String> = rx.hits().into_iter().map(|h| h.id).collect();
+    ids.sort();
+    assert_eq!(ids, want, "each handed delivery sent exactly once");
+    for h in rx.hits() {
+        let body = h.json();
+        assert!(
+            body["t_push_ms"].as_i64().unwrap() > 1,
+            "stamped at the attempt: {body}"
+        );
+        assert_eq!(body["type"], "trade");
+    }
+
+    // A retract is queued unclaimed (it waits for its trade) and the scan sends it.
+    let retract = items(ep, &[7], DeliveryKind::Retract);
+    let q = queue_claimed(&env, 1, &retract).await;
+    assert_eq!((q.inserted, q.handed.len()), (1, 0));
+    assert_eq!(env.delivery(&retract[0].id).await.claimed_epoch, None);
+    d.wake();
+    assert!(
+        eventually(Duration::from_secs(15), || async {
+            env.delivery(&retract[0].id).await.state == "delivered"
+        })
+        .await,
+        "the retract goes through the scan"
+    );
+    assert_eq!(rx.count(), 4);
+    d.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_claimed_deliveries_never_handed_over_are_sent_by_the_successor() {
+    let env = Env::new().await;
+    let rx = Receiver::start(vec![Step::status(200)]).await;
+    let ep = env.endpoint(&rx.url(), &Secret::generate().expose()).await;
+    // Epoch 1 queued them claimed and died before its dispatcher got them.
+    let trades = items(ep, &[20, 21], DeliveryKind::Trade);
+    assert_eq!(queue_claimed(&env, 1, &trades).await.handed.len(), 2);
+    let epoch = env.bump_epoch().await;
+    let d = Dispatcher::spawn(
+        env.db.pg.clone(),
+        env.db.ch.clone(),
+        epoch,
+        config(),
+        CancellationToken::new(),
+    );
+    d.wake();
+    assert!(
+        eventually(Duration::from_secs(15), || async {
+            env.delivery(&trades[0].id).await.state == "delivered"
+                && env.delivery(&trades[1].id).await.state == "delivered"
+        })
+        .await,
+        "the successor's scan claims and sends them"
+    );
+    assert_eq!(rx.count(), 2);
+    d.stop().await.unwrap();
+}
