@@ -16,7 +16,7 @@ use super::NewDelivery;
 /// Deliveries a queue holds at most (claimed ahead plus in flight) before hand-offs to it are
 /// released back to the claim path instead: a slow endpoint never holds an unbounded backlog
 /// in memory.
-pub(crate) const MAX_AHEAD: usize = 512;
+pub(crate) const MAX_AHEAD: usize = 1024;
 
 /// The sending side, held by the webhook lane.
 #[derive(Clone, Debug)]

@@ -98,8 +98,9 @@ async fn write(
     let status: Vec<i32> = batch.iter().map(|d| d.status).collect();
     let done: Vec<i64> = batch.iter().map(|d| d.done_ms).collect();
     let c = pool.get().await?;
+    let stmt = c.prepare_cached(sql).await?;
     let row = c
-        .query_one(sql, &[&slot, &epoch, &ids, &attempts, &status, &done])
+        .query_one(&stmt, &[&slot, &epoch, &ids, &attempts, &status, &done])
         .await?;
     if row.get::<_, i64>(0) == 0 {
         return Err(WebhookError::Fenced { slot, epoch });
