@@ -4,11 +4,12 @@
 //! retries.
 //!
 //! Flow: the webhook lane ([`crate::rounds::Lane::Webhooks`], behind the WebSocket rounds) calls
-//! [`enqueue`] inside the transaction that moves `webhook_cursor` (fenced by the push epoch in
-//! the same statement), commits, then wakes the dispatcher. The dispatcher
-//! finds endpoints with due deliveries and runs one queue per endpoint (independent of each
-//! other; cursor order within an endpoint; at most `max_in_flight_per_endpoint` attempts in
-//! flight). Each claim and each result update checks the epoch in the same statement; a
+//! [`enqueue_in_slot`] inside the transaction that moves `webhook_cursor` (fenced by the push
+//! epoch in the same statement), with new trade deliveries claimed by the epoch, commits, then
+//! hands those to the dispatcher in memory ([`Handoff`]) and wakes it only for what it must
+//! claim itself (retracts, finals). The dispatcher's scan claims due deliveries for every idle
+//! endpoint in one statement; it runs one queue per endpoint (independent of each other; cursor
+//! order within an endpoint; at most `max_in_flight_per_endpoint` attempts in flight). Each claim and each result update checks the epoch in the same statement; a
 //! dispatcher whose epoch was bumped gets [`WebhookError::Fenced`] and stops. Every attempt is
 //! logged to ClickHouse `delivery_log`; each delivered message adds one `push_latency` row
 //! (channel `webhook`, `target_id` = endpoint id), both through the leader's
