@@ -222,47 +222,28 @@ impl Leading<'_> {
         let server_stop = CancellationToken::new();
         let server = server::spawn(listener, state, server_stop.clone());
 
-        let mut rounds = Rounds::new(
-            storage.pg.clone(),
-            storage.ch.clone(),
-            push.push_slot,
-            lead.epoch,
-            lead.cursor,
-            lead.reorg_id,
-            push.round_trades(),
-            subs,
-            hub.clone(),
-            recorder.clone(),
-        );
+        // The three lanes' rounds: the same stores, epoch, batch size, hub and recorder, each
+        // from its own cursor.
+        let rounds_from = |(position, reorg_id), subs| {
+            Rounds::new(
+                storage.pg.clone(),
+                storage.ch.clone(),
+                push.push_slot,
+                lead.epoch,
+                position,
+                reorg_id,
+                push.round_trades(),
+                subs,
+                hub.clone(),
+                recorder.clone(),
+            )
+        };
+        let mut rounds = rounds_from((lead.cursor, lead.reorg_id), subs);
         rounds.span = push.push_catchup_span_blocks;
-        let mut lane_rounds = Rounds::new(
-            storage.pg.clone(),
-            storage.ch.clone(),
-            push.push_slot,
-            lead.epoch,
-            lead.webhooks.0,
-            lead.webhooks.1,
-            push.round_trades(),
-            Subscriptions::default(),
-            hub.clone(),
-            recorder.clone(),
-        )
-        .for_webhooks();
+        let mut lane_rounds = rounds_from(lead.webhooks, Subscriptions::default()).for_webhooks();
         lane_rounds.span = push.push_catchup_span_blocks;
         lane_rounds.handoff = Some(dispatcher.handoff());
-        let finals = Rounds::new(
-            storage.pg.clone(),
-            storage.ch.clone(),
-            push.push_slot,
-            lead.epoch,
-            lead.finals.0,
-            lead.finals.1,
-            push.round_trades(),
-            Subscriptions::default(),
-            hub.clone(),
-            recorder.clone(),
-        )
-        .for_finals();
+        let finals = rounds_from(lead.finals, Subscriptions::default()).for_finals();
         let mut lane = WebhookLane::spawn(
             lane_rounds,
             Some(finals),

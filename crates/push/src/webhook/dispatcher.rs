@@ -247,7 +247,7 @@ async fn coordinate(
                 continue;
             }
             Some(rows) = handoff.recv() => {
-                running.hand(ctx, rows);
+                running.hand(ctx, rows, ctx.wakes.load(Relaxed));
                 ctx.stats.active_endpoints.store(running.len() as u64, Relaxed);
                 continue;
             }
@@ -289,15 +289,8 @@ async fn coordinate(
             Err(e @ WebhookError::Fenced { .. }) => break Some(e),
             Ok(c) => {
                 ctx.stats.last_scan_ms.store(now, Relaxed);
-                let mut rows = c.rows.into_iter().peekable();
-                while let Some(head) = rows.next() {
-                    let endpoint = head.endpoint_id;
-                    let mut mine = vec![head];
-                    while let Some(r) = rows.next_if(|r| r.endpoint_id == endpoint) {
-                        mine.push(r);
-                    }
-                    running.start(ctx, endpoint, mine, seen);
-                }
+                // Only endpoints without a running queue were claimed for: each gets one.
+                running.hand(ctx, c.rows, seen);
                 ctx.stats
                     .active_endpoints
                     .store(running.len() as u64, Relaxed);

@@ -1,7 +1,8 @@
-//! One endpoint's queue: attempt the deliveries the dispatcher's scan claimed for it, claim more
-//! in cursor order while more may be due (a few ahead of the free slots), keep at most `max_in_flight_per_endpoint` attempts in flight, write each result back
-//! (successes in shared batches, see [`super::results`]). Endpoints run in
-//! separate tasks, so a slow or failing endpoint never delays another.
+//! One endpoint's queue: attempt the deliveries the dispatcher claimed or was handed for it,
+//! claim more in cursor order while more may be due (a few ahead of the free slots), keep at
+//! most `max_in_flight_per_endpoint` attempts in flight, write each result back (successes in
+//! shared batches, see [`super::results`]). Endpoints run in separate tasks, so a slow or
+//! failing endpoint never delays another.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -46,9 +47,9 @@ impl Ctx {
     }
 }
 
-/// Run one endpoint's queue, starting from the deliveries the dispatcher's scan claimed for it
-/// (and the wake count read before that scan),
-/// until nothing of it is left to attempt (or `stop`). It claims more itself only when its last
+/// Run one endpoint's queue, starting from the deliveries claimed for it (and the wake count
+/// read before they were claimed), taking what the dispatcher hands over while it runs, until
+/// nothing of it is left to attempt (or `stop`). It claims more itself only when its last
 /// claim was full (more may be due) or new deliveries were queued since (the dispatcher's wake
 /// count moved); otherwise the dispatcher's next scan takes what becomes due. Returns how many
 /// deliveries it attempted. A fenced claim or update aborts the attempts in flight.
@@ -196,25 +197,30 @@ fn secrets(c: &Claimed, now: i64) -> Result<Vec<Secret>, String> {
     Ok(out)
 }
 
+/// Where the value of top-level `key` lies in a stored payload: after `"key": ` (as Postgres
+/// renders jsonb) or `"key":` (as the webhook lane rendered it, handed over), up to the next
+/// `,` or `}`. Inside a JSON string the quotes would be escaped, so only a key matches.
+fn value_of(payload: &str, key: &str) -> Option<std::ops::Range<usize>> {
+    let quoted = format!("\"{key}\":");
+    let at = payload.find(&quoted)? + quoted.len();
+    let start = at + usize::from(payload[at..].starts_with(' '));
+    let end = payload[start..]
+        .find([',', '}'])
+        .map_or(payload.len(), |n| start + n);
+    Some(start..end)
+}
+
 /// The body of this attempt: the payload with its top-level `t_push_ms` set to now, spliced
-/// into the text (as Postgres renders it, `"t_push_ms": 123`, or as the lane rendered it,
-/// `"t_push_ms":123`; inside a JSON string the quotes would be escaped, so only the key
-/// matches): no parse, no re-serialisation. A payload without that key (not queued by pmw) goes
-/// through serde_json, which adds it to an object.
+/// into the text ([`value_of`]): no parse, no re-serialisation. A payload without that key
+/// (not queued by pmw) goes through serde_json, which adds it to an object.
 fn body(payload: &str, now: i64) -> Result<Vec<u8>, String> {
-    for key in ["\"t_push_ms\": ", "\"t_push_ms\":"] {
-        let Some(at) = payload.find(key) else {
-            continue;
-        };
-        let start = at + key.len();
-        let digits = payload[start..]
-            .find(|c: char| !(c.is_ascii_digit() || c == '-'))
-            .unwrap_or(payload.len() - start);
-        if digits > 0 {
+    if let Some(v) = value_of(payload, "t_push_ms") {
+        let digits = &payload[v.clone()];
+        if !digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit() || c == '-') {
             let mut out = Vec::with_capacity(payload.len() + 8);
-            out.extend_from_slice(&payload.as_bytes()[..start]);
+            out.extend_from_slice(&payload.as_bytes()[..v.start]);
             out.extend_from_slice(now.to_string().as_bytes());
-            out.extend_from_slice(&payload.as_bytes()[start + digits..]);
+            out.extend_from_slice(&payload.as_bytes()[v.end..]);
             return Ok(out);
         }
     }
@@ -353,11 +359,9 @@ async fn attempt(ctx: Arc<Ctx>, c: Claimed) -> Result<bool, WebhookError> {
             t_detect_ms: c.t_detect_ms,
             t_push_ms: received_ms.unwrap_or(now),
             epoch: ctx.epoch as u64,
-            // A fill found by the completeness audit was not seen live: no live latency. The
-            // payload is jsonb's rendering (`"k": v`) or the lane's (`"k":v`, handed over), and
-            // a key cannot occur unescaped inside a string.
+            // A fill found by the completeness audit was not seen live: no live latency.
             backfilled: u8::from(
-                c.payload.contains("\"audit\": true") || c.payload.contains("\"audit\":true"),
+                value_of(&c.payload, "audit").is_some_and(|v| &c.payload[v] == "true"),
             ),
         })),
         Next::Failed | Next::Disable => {
@@ -455,6 +459,18 @@ mod tests {
         assert_eq!(out["type"], "trade");
         assert_eq!(out["note"], "\"t_push_ms\":7");
         assert_eq!(out["n"], 2);
+        // The audit flag, in either rendering; a key inside a string is not a key.
+        for (payload, want) in [
+            (r#"{"type": "trade", "audit": true, "n": 1}"#, Some("true")),
+            (r#"{"type":"trade","audit":false}"#, Some("false")),
+            (r#"{"note":"\"audit\":true"}"#, None),
+        ] {
+            assert_eq!(
+                value_of(payload, "audit").map(|v| &payload[v]),
+                want,
+                "{payload}"
+            );
+        }
     }
 
     #[test]

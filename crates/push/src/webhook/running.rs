@@ -48,7 +48,7 @@ impl Running {
 
     /// Start `endpoint`'s queue with `rows` (`seen`: the wake count read before they were
     /// claimed). The caller checked it is not running.
-    pub fn start(&mut self, ctx: &Arc<Ctx>, endpoint: i64, rows: Vec<Claimed>, seen: u64) {
+    fn start(&mut self, ctx: &Arc<Ctx>, endpoint: i64, rows: Vec<Claimed>, seen: u64) {
         let (tx, rx) = mpsc::unbounded_channel();
         let held = Arc::new(AtomicUsize::new(rows.len()));
         self.feeds.insert(endpoint, (tx, held.clone()));
@@ -67,15 +67,16 @@ impl Running {
         });
     }
 
-    /// The webhook lane's claimed trade deliveries (in ledger order): to each endpoint's running
-    /// queue, or a new one. A queue that already holds [`MAX_AHEAD`] gets none: those claims
-    /// are released (its next claim takes them, in order) and the wake count moves.
-    pub fn hand(&mut self, ctx: &Arc<Ctx>, rows: Vec<Claimed>) {
+    /// Claimed deliveries (in ledger order per endpoint; a scan's, or the webhook lane's
+    /// hand-off) to each endpoint's running queue, or a new one started with them (`seen`: the
+    /// wake count read before they were claimed). A queue that already holds [`MAX_AHEAD`] gets
+    /// none: those claims are released (its next claim takes them, in order) and the wake
+    /// count moves.
+    pub fn hand(&mut self, ctx: &Arc<Ctx>, rows: Vec<Claimed>, seen: u64) {
         let mut by_endpoint: HashMap<i64, Vec<Claimed>> = HashMap::new();
         for r in rows {
             by_endpoint.entry(r.endpoint_id).or_default().push(r);
         }
-        let seen = ctx.wakes.load(Relaxed);
         for (endpoint, rows) in by_endpoint {
             let Some((tx, held)) = self.feeds.get(&endpoint) else {
                 self.start(ctx, endpoint, rows, seen);
