@@ -164,12 +164,7 @@ pub(crate) async fn claim(
         })
         .collect();
     out.sort_by(|a, b| {
-        (a.endpoint_id, a.block_number, a.log_index, &a.id).cmp(&(
-            b.endpoint_id,
-            b.block_number,
-            b.log_index,
-            &b.id,
-        ))
+        (a.block_number, a.log_index, &a.id).cmp(&(b.block_number, b.log_index, &b.id))
     });
     Ok(Claims {
         rows: out,
