@@ -282,6 +282,29 @@ impl Drill {
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+        // And, when the API runs, until it answers through Caddy (it starts beside push, and a
+        // request before its port is bound is Caddy's 502).
+        let apps = opts
+            .apps
+            .unwrap_or("pmw-live,pmw-push-a,pmw-push-b,pmw-api");
+        if apps.split(',').any(|a| a == "pmw-api") {
+            let http = reqwest::Client::new();
+            loop {
+                let ok = http
+                    .get(format!("http://127.0.0.1:{site}/v1/health"))
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status().is_success());
+                if ok {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "pmw-api not reachable through caddy"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
         let start_cursor = Cursor {
             block: sim.rpc().latest_block().await.unwrap().number.0,
             log_index: pmw_core::types::cursor::MAX_LOG_INDEX,

@@ -120,7 +120,15 @@ async fn call(
             tokio::time::sleep(Duration::from_millis(wait * 1000)).await;
             continue;
         }
-        return resp.json().await.unwrap_or(serde_json::Value::Null);
+        let status = resp.status();
+        let body = resp.text().await.unwrap_or_default();
+        if body.is_empty() {
+            // 204 (a delete) has no body; anything else empty is an answer worth seeing.
+            assert!(status.is_success(), "{method} {url}: {status} with no body");
+            return serde_json::Value::Null;
+        }
+        return serde_json::from_str(&body)
+            .unwrap_or_else(|e| panic!("{method} {url}: {status} not JSON ({e}): {body}"));
     }
 }
 
