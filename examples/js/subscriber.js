@@ -26,11 +26,15 @@ function subscribe() {
   const key = process.env.PMW_API_KEY;
   const resumeFile = process.env.PMW_RESUME_FILE || ".pmw-resume";
   let seen = 0;
+  // Set once the limit is reached: frames already in the socket's buffer still fire "message"
+  // while the process exits, and must neither print nor move the resume point.
+  let done = false;
   const connect = () => {
     const since = fs.existsSync(resumeFile) ? fs.readFileSync(resumeFile, "utf8").trim() : "";
     const target = since ? `${url}?since=${encodeURIComponent(since)}` : url;
     const ws = new WebSocket(target, { headers: { Authorization: `Bearer ${key}` } });
     ws.on("message", (raw) => {
+      if (done) return;
       const frame = JSON.parse(raw);
       if (frame.type === "hello") console.error(`connected at ${frame.resume}`);
       if (frame.type === "trade" || frame.type === "retract") {
@@ -44,6 +48,7 @@ function subscribe() {
         fs.writeFileSync(resumeFile, frame.resume);
       }
       if (EXIT_AFTER && seen >= EXIT_AFTER) {
+        done = true;
         ws.removeAllListeners("close");
         ws.terminate();
         process.stdout.write("", () => process.exit(0));
@@ -65,6 +70,11 @@ function receive(port) {
     const chunks = [];
     req.on("data", (c) => chunks.push(c));
     req.on("end", () => {
+      if (EXIT_AFTER && seen >= EXIT_AFTER) {
+        // Exiting: not acknowledged, so pmw retries it (at least once).
+        res.writeHead(503).end();
+        return;
+      }
       let message;
       try {
         message = hook.verify(Buffer.concat(chunks).toString("utf8"), req.headers);

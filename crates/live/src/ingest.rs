@@ -7,15 +7,16 @@ use std::collections::BTreeMap;
 use pmw_core::ch::ChClient;
 use pmw_core::lock::{fence_sql, keys};
 use pmw_core::pg::PgPool;
-use pmw_core::store::{latency, trades, IngestLatencyRow, TradeRow};
+use pmw_core::store::{trades, IngestLatencyRow, TradeRow};
 use pmw_core::trade::exchange::ORDER_FILLED_TOPICS;
 use pmw_core::trade::{self, Allowlist};
 use pmw_core::types::Address;
 use pmw_core::UnixMs;
 
 use crate::chain::{hex32, Chain, ChainError, Head, SeenHead};
+use crate::latency_writer::LatencyRows;
 use crate::names::Names;
-use crate::notifier::BlockNotifier;
+use crate::notifier::{BlockNotifier, CHANNEL};
 
 /// Why a step could not complete. All but `Fenced` and `ReorgTooDeep` are retried.
 #[derive(Debug, thiserror::Error)]
@@ -58,7 +59,6 @@ pub struct IngestStats {
     pub undecodable_logs: u64,
     pub reorgs: u64,
     pub retracted: u64,
-    pub latency_rows_lost: u64,
     /// Reorgs refused because they reached below the finalized watermark.
     pub finality_violations: u64,
 }
@@ -76,6 +76,7 @@ pub struct Ingester {
     pub ch: ChClient,
     pub allow: Allowlist,
     pub notifier: BlockNotifier,
+    pub latency: LatencyRows,
     pub names: Names,
     pub lock_pid: i32,
     pub max_reorg_depth: u64,
@@ -86,6 +87,7 @@ pub struct Ingester {
     book: BTreeMap<u64, SeenHead>,
     addresses: Vec<Address>,
     advance_sql: String,
+    commit_sql: String,
     /// ClickHouse may hold rows above the watermark that were never committed (at start: a
     /// predecessor may have died between its two writes; later: a failed ingest). They are
     /// retracted before the watermark moves again ([`trades::retract_above`]).
@@ -102,6 +104,7 @@ impl Ingester {
         ch: ChClient,
         allow: Allowlist,
         notifier: BlockNotifier,
+        latency: LatencyRows,
         names: Names,
         lock_pid: i32,
         max_reorg_depth: u64,
@@ -109,12 +112,15 @@ impl Ingester {
         let addresses = allow.addresses().collect();
         let advance_sql =
             include_str!("sql/advance_cursor.sql").replace("{fence}", &fence_sql(keys::LIVE, "$4"));
+        let commit_sql =
+            include_str!("sql/commit_block.sql").replace("{fence}", &fence_sql(keys::LIVE, "$4"));
         Ingester {
             chain,
             pg,
             ch,
             allow,
             notifier,
+            latency,
             names,
             lock_pid,
             max_reorg_depth,
@@ -124,6 +130,7 @@ impl Ingester {
             book: BTreeMap::new(),
             addresses,
             advance_sql,
+            commit_sql,
             uncommitted: true,
             version_floor: 0,
         }
@@ -304,46 +311,50 @@ impl Ingester {
             .inspect_err(|_| crate::telemetry::ch_insert_failed("trades"))?;
         crate::failpoint::hit("after_trades_insert", head.number);
         let t_stored = UnixMs::now();
-        let mut client = self.pg.get().await?;
-        let tx = client.transaction().await?;
-        tx.execute(
-            include_str!("sql/record_block.sql"),
-            &[
-                &(head.number as i64),
-                &head.hash_hex(),
-                &head.parent_hex(),
-                &block_time_ms,
-                &t_detect.0,
-                &backfilled,
-                &(rows.len() as i32),
-            ],
-        )
-        .await?;
-        let moved = tx
-            .execute(
-                &self.advance_sql,
+        // One statement records the block, moves the watermark (fenced) and, for a block seen
+        // live, wakes push in the same commit. Backfilled blocks wake push through the
+        // coalescing notifier instead: a catch-up of a thousand blocks is one wake-up, not a
+        // thousand.
+        let client = self.pg.get().await?;
+        let commit = client.prepare_cached(&self.commit_sql).await?;
+        let channel = if backfilled { "" } else { CHANNEL };
+        let moved = client
+            .query_opt(
+                &commit,
                 &[
                     &(head.number as i64),
                     &head.hash_hex(),
                     &t_stored.0,
                     &self.lock_pid,
+                    &head.parent_hex(),
+                    &block_time_ms,
+                    &t_detect.0,
+                    &backfilled,
+                    &(rows.len() as i32),
+                    &channel,
                 ],
             )
             .await?;
-        if moved != 1 {
+        drop(client);
+        if moved.is_none() {
             return Err(IngestError::Fenced);
         }
-        tx.commit().await?;
+        let t_committed = UnixMs::now();
         self.uncommitted = false;
         self.cursor = Some(BlockRef {
             number: head.number,
             hash: head.hash,
         });
-        self.notifier.notify(head.number);
+        if backfilled {
+            self.notifier.notify(head.number);
+        } else {
+            self.notifier.woke_inline();
+        }
         self.names.seen(rows.iter().map(|r| r.token_id.clone()));
-        // The latency row is written after the watermark moves: it is a measurement, not a
-        // fact readers wait for, and its INSERT would otherwise delay every push by a round trip.
-        let latency_row = IngestLatencyRow {
+        // The latency row is written after the watermark moves, by the latency writer: it is a
+        // measurement, not a fact readers wait for, and its INSERT would otherwise delay every
+        // push (or compete with push's read of this block).
+        self.latency.send(IngestLatencyRow {
             block_number: head.number,
             block_hash: head.hash_hex(),
             t_detect_ms: t_detect.0,
@@ -352,12 +363,7 @@ impl Ingester {
             head_lead_ms: t_detect.0 - block_time_ms,
             trade_count: rows.len() as u32,
             backfilled: u8::from(backfilled),
-        };
-        if let Err(e) = latency::insert_ingest(&self.ch, &[latency_row]).await {
-            self.stats.latency_rows_lost += 1;
-            crate::telemetry::ch_insert_failed("ingest_latency");
-            tracing::warn!(block = head.number, error = %e, "ingest latency row not stored");
-        }
+        });
         crate::telemetry::block_ingested(
             head.number,
             backfilled,
@@ -372,6 +378,8 @@ impl Ingester {
             trades = rows.len(),
             backfilled,
             detect_to_stored_ms = t_stored.0 - t_detect.0,
+            detect_to_committed_ms = t_committed.0 - t_detect.0,
+            detect_to_logs_ms = t_logs.0 - t_detect.0,
             "block ingested"
         );
         Ok(())

@@ -9,6 +9,7 @@ pub mod failpoint;
 pub mod finality;
 pub mod heads;
 pub mod ingest;
+pub mod latency_writer;
 pub mod names;
 pub mod notifier;
 pub mod telemetry;
@@ -66,7 +67,28 @@ pub async fn run_with(
     .await
     .map_err(|e| ServiceError::transient(format!("cannot take the live lock: {e}")))?;
     let Some(lock) = lock else { return Ok(()) };
+    let (latency, writer) = latency_writer::LatencyWriter::spawn(storage.ch.clone());
+    let result = lead(
+        cfg, live, allow, &storage, &heartbeat, lock, latency, &shutdown,
+    )
+    .await;
+    // The ingester (the writer's only sender) is gone: the last latency rows are written now.
+    writer.close().await;
+    result
+}
 
+/// Ingest while holding the live lock, until shutdown or an error.
+#[allow(clippy::too_many_arguments)]
+async fn lead(
+    cfg: CoreConfig,
+    live: LiveConfig,
+    allow: Allowlist,
+    storage: &Storage,
+    heartbeat: &Heartbeat,
+    lock: WriterLock,
+    latency: latency_writer::LatencyRows,
+    shutdown: &CancellationToken,
+) -> Result<(), ServiceError> {
     let chain =
         chain::Chain::new(&cfg.rpc_http_url).map_err(|e| ServiceError::Config(e.to_string()))?;
     // Tasks below stop with `tasks`, which also fires on our own exit.
@@ -100,6 +122,7 @@ pub async fn run_with(
         storage.ch.clone(),
         allow,
         notifier,
+        latency.clone(),
         names,
         lock.pid(),
         live.live_reorg_max_depth,
@@ -110,7 +133,7 @@ pub async fn run_with(
             Ok(_) => break,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the ingest watermark; retrying");
-                if sleep_or_stop(&mut backoff, &shutdown, &lock).await? {
+                if sleep_or_stop(&mut backoff, shutdown, &lock).await? {
                     return Ok(());
                 }
             }
@@ -196,7 +219,7 @@ pub async fn run_with(
                 Err(e @ IngestError::BelowFinalized { .. }) => {
                     metrics::counter!(telemetry::INGEST_ERRORS).increment(1);
                     tracing::error!(error = %e, "the chain disagrees with a finalized block: nothing retracted; retrying");
-                    if sleep_or_stop(&mut backoff, &shutdown, &lock).await? {
+                    if sleep_or_stop(&mut backoff, shutdown, &lock).await? {
                         break;
                     }
                 }
@@ -206,7 +229,7 @@ pub async fn run_with(
                 Err(e) => {
                     metrics::counter!(telemetry::INGEST_ERRORS).increment(1);
                     tracing::warn!(error = %e, cursor = ?ingester.cursor.map(|c| c.number), "ingest step failed; retrying");
-                    if sleep_or_stop(&mut backoff, &shutdown, &lock).await? {
+                    if sleep_or_stop(&mut backoff, shutdown, &lock).await? {
                         break;
                     }
                 }
@@ -226,6 +249,7 @@ pub async fn run_with(
                 "head": ingester.head,
                 "stats": ingester.stats,
                 "notify_sent": ingester.notifier.stats.sent.load(std::sync::atomic::Ordering::Relaxed),
+                "latency_rows_lost": latency.lost.load(std::sync::atomic::Ordering::Relaxed),
             });
             if let Err(e) = heartbeat.beat(&state).await {
                 tracing::warn!(error = %e, "heartbeat failed");

@@ -1,6 +1,9 @@
 //! `BlockNotifier`: wakes push with `pg_notify('pmw_blocks', <block>)`, coalesced: at most one
 //! NOTIFY in flight, and only the highest pending block number remembered. The payload is the
-//! number only; readers always read data from ClickHouse by cursor.
+//! number only; readers always read data from ClickHouse by cursor. A block seen live wakes push
+//! in its own commit statement instead (`sql/commit_block.sql`, one round trip less on the
+//! latency path); this task carries the wake-ups of backfilled blocks, unwinds, audit
+//! corrections and finality.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -39,6 +42,11 @@ impl BlockNotifier {
             pending: Arc::new(tx),
             stats,
         }
+    }
+
+    /// Count a wake-up sent inside a block's commit (it shows in `sent` like the others).
+    pub fn woke_inline(&self) {
+        self.stats.sent.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Ask for a wake-up for `block`. Never blocks; a burst collapses into one NOTIFY carrying

@@ -228,12 +228,14 @@ impl Rounds {
     }
 
     async fn round_inner(&mut self) -> Result<RoundOutcome, RoundError> {
+        let started = std::time::Instant::now();
         let client = self.pool.get().await?;
         // The statements every round runs are prepared once per pooled connection: one round
         // trip each instead of two (prepare, then execute).
         let stmt = client.prepare_cached(self.state_sql.as_str()).await?;
         let state = client.query_one(&stmt, &[&self.reorg_id]).await?;
         // The index first: revocations and unsubscribes apply even before the first block.
+        let state_at = std::time::Instant::now();
         let idx = self.index(state.get(1)).await?;
         let Some(mut wm) = state.get::<_, Option<i64>>(0).map(|b| b as u64) else {
             return Ok(RoundOutcome::default());
@@ -275,6 +277,7 @@ impl Rounds {
         let span = catchup::span(&client, from.block, wm, self.span).await?;
         let upto = span.as_ref().map_or(wm, |s| s.upto);
         let mut rows = trades::trades_after(&self.ch, from, upto, self.limit).await?;
+        let read_at = std::time::Instant::now();
         let mut full = rows.len() as u64 >= self.limit;
         if let Some(b) = self.bound {
             let read = rows.len();
@@ -310,6 +313,12 @@ impl Rounds {
             reorg_id,
             trades: rows.len(),
             more,
+            stages: Stages {
+                started,
+                state: state_at,
+                read: read_at,
+                claimed: read_at,
+            },
         };
         match self.lane {
             Lane::Ws => self.deliver_ws(client, &retracts, &rows, read).await,
@@ -371,10 +380,22 @@ impl Rounds {
         let Some(claim) = claim else {
             return Err(RoundError::Fenced);
         };
+        let stages = Stages {
+            claimed: std::time::Instant::now(),
+            ..read.stages
+        };
         if read.rewound {
             self.hub.rewind(read.from_pos, Stream::Ledger);
         }
         let frames = self.hub.dispatch(&items, read.through_pos);
+        crate::telemetry::ws_round_stages(
+            &stages,
+            std::time::Instant::now(),
+            rows.iter()
+                .filter(|r| r.backfilled == 0)
+                .map(|r| r.t_detect_ms)
+                .max(),
+        );
         let done_sql = client
             .prepare_cached(include_str!("sql/claim_done.sql"))
             .await?;
@@ -517,6 +538,16 @@ pub(crate) struct Read {
     pub reorg_id: i64,
     pub trades: usize,
     pub more: bool,
+    pub stages: Stages,
+}
+
+/// When a round's parts ended (for [`crate::telemetry::ws_round_stages`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Stages {
+    pub started: std::time::Instant,
+    pub state: std::time::Instant,
+    pub read: std::time::Instant,
+    pub claimed: std::time::Instant,
 }
 
 impl Rounds {

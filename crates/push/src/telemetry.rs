@@ -10,6 +10,7 @@
 //! | `pmw_push_epoch` | gauge | the leader's PushEpoch |
 //! | `pmw_push_rounds_total{outcome}` | counter | rounds `completed` or `failed` |
 //! | `pmw_push_round_duration_seconds{outcome}` | histogram | how long a round took |
+//! | `pmw_push_ws_round_stage_seconds{stage}` | histogram | a WebSocket round's parts: `state` (Postgres), `read` (ClickHouse), `claim` (the fenced cursor move), `dispatch` (queueing frames to sessions) |
 //! | `pmw_push_frames_queued_total` | counter | frames queued to WebSocket sessions |
 //! | `pmw_push_frames_sent_total` | counter | frames written to a WebSocket |
 //! | `pmw_push_slow_consumer_closes_total` | counter | sessions closed 1013 (queue full) |
@@ -32,6 +33,7 @@ pub const LEADER: &str = "pmw_push_leader";
 pub const EPOCH: &str = "pmw_push_epoch";
 pub const ROUNDS: &str = "pmw_push_rounds_total";
 pub const ROUND_SECONDS: &str = "pmw_push_round_duration_seconds";
+pub const WS_STAGE_SECONDS: &str = "pmw_push_ws_round_stage_seconds";
 pub const FRAMES_QUEUED: &str = "pmw_push_frames_queued_total";
 pub const FRAMES_SENT: &str = "pmw_push_frames_sent_total";
 pub const SLOW_CLOSES: &str = "pmw_push_slow_consumer_closes_total";
@@ -62,6 +64,37 @@ pub fn round(ok: bool, took: Duration) {
     let outcome = if ok { "completed" } else { "failed" };
     metrics::counter!(ROUNDS, "outcome" => outcome).increment(1);
     metrics::histogram!(ROUND_SECONDS, "outcome" => outcome).record(took.as_secs_f64());
+}
+
+/// A WebSocket round that delivered something: how long each of its parts took, and (debug log)
+/// how long after the newest trade's block was detected each part ended.
+pub fn ws_round_stages(
+    stages: &crate::rounds::Stages,
+    dispatched: std::time::Instant,
+    newest_detect_ms: Option<i64>,
+) {
+    let parts = [
+        ("state", stages.started, stages.state),
+        ("read", stages.state, stages.read),
+        ("claim", stages.read, stages.claimed),
+        ("dispatch", stages.claimed, dispatched),
+    ];
+    for (stage, from, to) in parts {
+        metrics::histogram!(WS_STAGE_SECONDS, "stage" => stage).record((to - from).as_secs_f64());
+    }
+    if let Some(detect) = newest_detect_ms {
+        let now = pmw_core::UnixMs::now().0;
+        let ago =
+            |t: std::time::Instant| now - detect - dispatched.duration_since(t).as_millis() as i64;
+        tracing::debug!(
+            started = ago(stages.started),
+            state = ago(stages.state),
+            read = ago(stages.read),
+            claimed = ago(stages.claimed),
+            dispatched = now - detect,
+            "ws round after detect (ms)"
+        );
+    }
 }
 
 /// The leader's counters, mirrored (called with every leader heartbeat).

@@ -1,0 +1,29 @@
+-- A block's commit, in one statement (one round trip): record it in chain_blocks and move the
+-- ingest watermark to it, both only while this writer still holds the live lock (the fence
+-- predicate, filled in by the code, evaluated once), and, when $10 names a channel, wake push
+-- with the block number: the NOTIFY is delivered when this statement commits, never before.
+-- $1 block, $2 hash, $3 now (ms), $4 lock pid, $5 parent hash, $6 block time (ms),
+-- $7 t_detect (ms), $8 backfilled, $9 trade count, $10 channel ('' for none).
+-- Returns one row when the watermark moved, none when fenced off.
+WITH fence AS MATERIALIZED (
+    SELECT 1 AS held WHERE {fence}
+), recorded AS (
+    INSERT INTO chain_blocks (block_number, block_hash, parent_hash, block_time_ms, t_detect_ms, backfilled, trade_count)
+    SELECT $1, $2, $5, $6, $7, $8, $9 FROM fence
+    ON CONFLICT (block_number) DO UPDATE
+    SET block_hash = EXCLUDED.block_hash, parent_hash = EXCLUDED.parent_hash,
+        block_time_ms = EXCLUDED.block_time_ms, t_detect_ms = EXCLUDED.t_detect_ms,
+        backfilled = EXCLUDED.backfilled, trade_count = EXCLUDED.trade_count
+    RETURNING block_number
+), moved AS (
+    INSERT INTO ingest_cursor (id, block_number, block_hash, updated_ms)
+    SELECT 1, $1, $2, $3 FROM fence
+    ON CONFLICT (id) DO UPDATE
+    SET block_number = EXCLUDED.block_number, block_hash = EXCLUDED.block_hash,
+        updated_ms = EXCLUDED.updated_ms
+    RETURNING block_number
+)
+SELECT moved.block_number,
+       (SELECT count(*) FROM recorded) AS recorded,
+       CASE WHEN $10::text <> '' THEN pg_notify($10::text, moved.block_number::text) END AS woke
+FROM moved
