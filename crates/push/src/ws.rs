@@ -1,6 +1,7 @@
 //! The `/v1/ws` endpoint: authenticate (API key header or browser ticket), register with the hub,
 //! replay what the client missed since its cursor, then stream live frames in ledger order with
-//! heartbeats. Close codes: 1008 auth/policy, 1012 restart, 1013 slow consumer.
+//! heartbeats. Close codes: 1008 auth/policy, 1012 restart, 1013 slow consumer or a store that did
+//! not answer (try again later).
 //!
 //! `events` chooses the streams: `trade` (default: trades and retracts as ingested), `final`
 //! (only the finalized ledger: each trade once, as a `final` with the full body, when its block
@@ -197,8 +198,15 @@ async fn session(
         Err(Ended::Client) => {}
         Err(Ended::Policy(reason)) => close(&mut socket, 1008, &reason).await,
         Err(Ended::Failed(e)) => {
-            tracing::warn!(session = id, error = %e, "ws session failed");
-            close(&mut socket, 1011, "server error").await;
+            // Every such failure is a store (Postgres, ClickHouse) that did not answer: the
+            // client should come back, resuming where it was, not give up (1011 would say so).
+            tracing::warn!(session = id, error = %e, "ws session failed: store unavailable");
+            close(
+                &mut socket,
+                1013,
+                "store unavailable: resume with since shortly",
+            )
+            .await;
         }
     }
 }
@@ -206,6 +214,7 @@ async fn session(
 enum Ended {
     Client,
     Policy(String),
+    /// A store did not answer (closed 1013: try again later).
     Failed(String),
 }
 

@@ -308,3 +308,65 @@ async fn a_reorg_retracts_delivered_trades_and_delivers_the_new_branch() {
     live.sort();
     assert_eq!(live, canonical);
 }
+
+/// A session that starts while ClickHouse does not answer (its replay reads ClickHouse) is
+/// closed 1013 "try again later", never 1011; once ClickHouse is back, the same resume gets
+/// every trade, in order, nothing twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_while_clickhouse_is_down_is_closed_1013_and_resumes_once_it_is_back() {
+    let h = Harness::new().await;
+    let url = url::Url::parse(&h.db.cfg.clickhouse_url).unwrap();
+    let ch = pmw_testkit::TcpProxy::start(
+        format!(
+            "{}:{}",
+            url.host_str().unwrap(),
+            url.port_or_known_default().unwrap()
+        )
+        .parse()
+        .unwrap(),
+    )
+    .await;
+    let mut core = h.core();
+    core.clickhouse_url = format!("http://{}", ch.addr);
+    let (push, addr) = crate::harness::start_push(
+        core,
+        "push-a",
+        h.push_config(),
+        pmw_push::webhook::WebhookConfig::default(),
+    )
+    .await;
+    let mine = demo_wallets(6)[..2].to_vec();
+    let (_, key) = h.account(&mine).await;
+    h.sim.run_matches(6).await.unwrap();
+    h.wait_pushed(WITHIN).await;
+    let expected = h.expected(&mine, Cursor::ORIGIN);
+    assert!(!expected.is_empty(), "the account follows traded wallets");
+
+    ch.cut();
+    let refused =
+        tokio::time::timeout(WITHIN, connect(addr, &key, Some(Cursor::ORIGIN)).await.done)
+            .await
+            .expect("the session is closed while clickhouse is down")
+            .unwrap();
+    println!(
+        "resume while clickhouse is cut: close {:?}",
+        refused.close_code
+    );
+    assert_eq!(refused.close_code, Some(1013), "{refused:?}");
+    assert!(refused.trades.is_empty(), "{refused:?}");
+
+    ch.restore();
+    let mut c = connect(addr, &key, Some(Cursor::ORIGIN)).await;
+    let mut got = Vec::new();
+    while got.len() < expected.len() {
+        let v = tokio::time::timeout(WITHIN, c.events.recv())
+            .await
+            .expect("the replay arrives once clickhouse is back")
+            .expect("session open");
+        if v["type"] == "trade" {
+            got.push(v["cursor"].as_str().unwrap().parse::<Cursor>().unwrap());
+        }
+    }
+    assert_eq!(got, expected, "every trade once, in ledger order");
+    push.stop().await.unwrap();
+}
