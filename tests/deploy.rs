@@ -338,7 +338,9 @@ async fn systemd_restarts_every_signal_death_and_keeps_stops_and_78_down() {
         &format!("[Service]\nEnvironmentFile={}\n", outage.display()),
     );
     h.sd.ok(&["daemon-reload"]);
-    h.sd.ok(&["restart", unit]);
+    // Not waited for: the new process exits 75 within milliseconds, and a restart job that sees
+    // its process exit before the job completes is reported as failed (a race, not a finding).
+    h.sd.ok(&["restart", "--no-block", unit]);
     let first = h.state(unit).restarts;
     let deadline = std::time::Instant::now() + services::WITHIN;
     loop {
