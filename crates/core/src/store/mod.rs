@@ -5,6 +5,7 @@ pub mod delivery_log;
 pub mod latency;
 pub mod statements;
 pub mod trades;
+pub mod visible;
 pub mod window;
 
 pub use delivery_log::DeliveryLogRow;

@@ -11,6 +11,8 @@ pub const MIGRATIONS_APPLIED: &str = include_str!("sql/migrations_applied.sql");
 pub const HAS_MIGRATIONS_TABLE: &str = include_str!("sql/has_migrations_table.sql");
 /// Trades after a cursor up to the watermark (push rounds). Hole: `{COLUMNS}`.
 pub const TRADES_AFTER: &str = include_str!("sql/trades_after.sql");
+/// Every version of the trades after a cursor (push's small round reads). Hole: `{COLUMNS}`.
+pub const VERSIONS_AFTER: &str = include_str!("sql/versions_after.sql");
 /// Visible trades of one block (reorg retraction). Hole: `{COLUMNS}`.
 pub const TRADES_OF_BLOCK: &str = include_str!("sql/trades_of_block.sql");
 /// Visible trades above the watermark (live start-up). Hole: `{COLUMNS}`.

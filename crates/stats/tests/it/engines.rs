@@ -179,6 +179,54 @@ async fn scenario(ch: &ChClient) -> Vec<(&'static str, String)> {
         format!("{:?}", trades::waiting(ch, mid, 103).await),
     );
 
+    // Push's round read de-duplicates small reads itself and leaves large ones to ClickHouse:
+    // both answers must be the statement's. Blocks 300..=303, 40 fills each; 301 stored twice,
+    // 302 retracted, two fills of 303 stored again with a newer version (an audit's re-insert).
+    let many: Vec<TradeRow> = (300..=303)
+        .flat_map(|b| (0..40).map(move |l| trade(b, l, 0xcc, if l % 3 == 0 { W2 } else { W1 })))
+        .collect();
+    trades::insert_trades(ch, &many).await.unwrap();
+    let twice: Vec<TradeRow> = many
+        .iter()
+        .filter(|r| r.block_number == 301)
+        .cloned()
+        .collect();
+    trades::insert_trades(ch, &twice).await.unwrap();
+    trades::retract_block(ch, 302, &trade(302, 0, 0xcc, W1).block_hash, 30)
+        .await
+        .unwrap();
+    let newer: Vec<TradeRow> = many
+        .iter()
+        .filter(|r| r.block_number == 303 && r.log_index < 2)
+        .map(|r| TradeRow {
+            version: 40,
+            audit: 1,
+            ..r.clone()
+        })
+        .collect();
+    trades::insert_trades(ch, &newer).await.unwrap();
+    let at = |block, log_index| Cursor { block, log_index };
+    let mut compared = 0;
+    for after in [
+        origin,
+        at(300, 5),
+        at(301, 39),
+        at(302, 999_999),
+        at(303, 0),
+    ] {
+        for up_to in [302, 303] {
+            for limit in [1, 3, 50, 200, 1_000] {
+                let mine = trades::trades_after(ch, after, up_to, limit).await.unwrap();
+                let theirs = trades::deduplicated_after(ch, after, up_to, limit)
+                    .await
+                    .unwrap();
+                assert_eq!(mine, theirs, "after {after} up to {up_to} limit {limit}");
+                compared += mine.len();
+            }
+        }
+    }
+    assert!(compared > 1_000, "the comparisons saw rows: {compared}");
+
     // Latency across the day boundary, a duplicate ingest row (FINAL), backfilled rows, rows
     // dated after now, and old days for retention.
     let mut ing: Vec<IngestLatencyRow> = (0..40)
