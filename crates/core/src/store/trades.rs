@@ -164,9 +164,10 @@ const COLUMNS: &str = "block_number, log_index, block_hash, tx_hash, block_time_
 /// ledger order, at most `limit`.
 ///
 /// First the raw versions, de-duplicated here ([`super::visible::latest_visible`]): on a table
-/// with fresh parts (every block adds one) ClickHouse's sort and `LIMIT 1 BY` cost more than
-/// reading the rows. When the versions reach their bound (a large catch-up), the de-duplicating
-/// statement answers instead, so the result is the same either way.
+/// with fresh parts (every block adds one) ClickHouse's `LIMIT 1 BY` pipeline costs more than
+/// reading the rows. When the versions reach their bound (a large catch-up), the complete
+/// positions among them answer if they hold `limit` visible trades, else the de-duplicating
+/// statement does, so the result is the same either way.
 pub async fn trades_after(
     ch: &ChClient,
     after: Cursor,
@@ -185,6 +186,15 @@ pub async fn trades_after(
         .await?;
     if (versions.len() as u64) < bound {
         return Ok(super::visible::latest_visible(versions, limit));
+    }
+    // Cut by the bound: every position before the last one read is complete.
+    let mut versions = versions;
+    if let Some(last) = versions.last().map(|r| (r.block_number, r.log_index)) {
+        versions.retain(|r| (r.block_number, r.log_index) < last);
+    }
+    let visible = super::visible::latest_visible(versions, limit);
+    if visible.len() as u64 >= limit {
+        return Ok(visible);
     }
     deduplicated_after(ch, after, up_to, limit).await
 }
