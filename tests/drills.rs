@@ -25,7 +25,7 @@ use pmw_tests::{clients, harness};
 use tokio_util::sync::CancellationToken;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rolling_push_restart_under_load_through_caddy_loses_nothing() {
+async fn exclusive_rolling_push_restart_under_load_through_caddy_loses_nothing() {
     let d = Drill::start().await;
     let (sim, env, site, accounts) = (&d.sim, &d.env, d.site, &d.accounts);
     let pm2 = &d.pm2;
@@ -171,7 +171,7 @@ async fn kill_9_of_the_leader_is_taken_over_and_loses_nothing() {
 /// so only the heartbeat lease frees the lock and only Caddy's active health check steers new
 /// connections away from it; clients notice the silence (no heartbeat) and resume.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigstop_of_the_leader_is_taken_over_within_the_lease_and_loses_nothing() {
+async fn exclusive_sigstop_of_the_leader_is_taken_over_within_the_lease_and_loses_nothing() {
     let d = Drill::start_with(Opts {
         env: vec![("PMW_PUSH_LEASE_MS", "3000")],
         ..Opts::default()
