@@ -62,6 +62,11 @@ pub const POSTGRES: &[Migration] = &[
     migration!(10, "finality", "postgres/0010_finality.sql"),
     migration!(11, "audit", "postgres/0011_audit.sql"),
     migration!(12, "webhook_churn", "postgres/0012_webhook_churn.sql"),
+    migration!(
+        13,
+        "webhook_payload_text",
+        "postgres/0013_webhook_payload_text.sql"
+    ),
 ];
 
 /// ClickHouse migrations, in order. Every file in `migrations/clickhouse` must be listed (tested).

@@ -169,7 +169,7 @@ async fn replay_enqueues_the_accounts_trades_after_the_cursor() {
     let c = api.db.pg.get().await.unwrap();
     let stored = c
         .query(
-            "SELECT id, endpoint_id, kind, block_number, log_index, payload, state, attempts, t_detect_ms \
+            "SELECT id, endpoint_id, kind, block_number, log_index, payload::jsonb, state, attempts, t_detect_ms \
              FROM webhook_deliveries ORDER BY block_number, log_index",
             &[],
         )

@@ -1,6 +1,8 @@
 //! Webhook deliveries as both writers queue them: push's rounds (fenced by the push epoch) and
 //! the API's replays (unfenced, requeueing). One statement, `sql/enqueue_deliveries.sql`.
 
+use std::collections::{HashMap, HashSet};
+
 use tokio_postgres::{GenericClient, Transaction};
 
 use crate::message::Kind;
@@ -42,7 +44,7 @@ pub struct Enqueued {
     /// Trade deliveries cancelled by their retract before any attempt (neither is sent).
     pub cancelled: Vec<Cancelled>,
     /// New trade deliveries inserted claimed by the writer's epoch (`Writer::Round` with
-    /// `claim`), in id order.
+    /// `claim`), in the order of the items (ledger order, as the webhook lane builds them).
     pub handed: Vec<Handed>,
 }
 
@@ -57,6 +59,42 @@ pub struct Handed {
     pub previous_expires_ms: Option<i64>,
     /// When the endpoint's current run of failed attempts began, if any.
     pub failing_since_ms: Option<i64>,
+}
+
+/// What a claimed delivery's attempt needs of its endpoint, read once per endpoint.
+struct Endpoint {
+    account_id: i64,
+    url: String,
+    secret: String,
+    previous_secret: Option<String>,
+    previous_expires_ms: Option<i64>,
+    failing_since_ms: Option<i64>,
+}
+
+/// The trade deliveries of `items` the statement inserted claimed: those of a deliverable
+/// endpoint (`endpoints`) the statement did not report as `unclaimed`, with their endpoint's
+/// settings.
+fn handed(
+    items: &[NewDelivery],
+    endpoints: &HashMap<i64, Endpoint>,
+    unclaimed: &HashSet<String>,
+) -> Vec<Handed> {
+    items
+        .iter()
+        .filter(|d| d.kind == Kind::Trade && !unclaimed.contains(&d.id))
+        .filter_map(|d| {
+            let e = endpoints.get(&d.endpoint_id)?;
+            Some(Handed {
+                id: d.id.clone(),
+                account_id: e.account_id,
+                url: e.url.clone(),
+                secret: e.secret.clone(),
+                previous_secret: e.previous_secret.clone(),
+                previous_expires_ms: e.previous_expires_ms,
+                failing_since_ms: e.failing_since_ms,
+            })
+        })
+        .collect()
 }
 
 /// A trade delivery its retract cancelled.
@@ -130,29 +168,35 @@ pub async fn enqueue(
             },
         })
         .collect();
-    let ids: Vec<String> = row.get(7);
-    let accounts: Vec<i64> = row.get(8);
-    let urls: Vec<String> = row.get(9);
-    let secrets: Vec<String> = row.get(10);
-    let previous: Vec<Option<String>> = row.get(11);
-    let expires: Vec<Option<i64>> = row.get(12);
-    let failing: Vec<Option<i64>> = row.get(13);
-    let handed = (ids.into_iter().zip(accounts).zip(urls).zip(secrets))
+    let unclaimed: HashSet<String> = row.get::<_, Vec<String>>(7).into_iter().collect();
+    let ids: Vec<i64> = row.get(8);
+    let accounts: Vec<i64> = row.get(9);
+    let urls: Vec<String> = row.get(10);
+    let secrets: Vec<String> = row.get(11);
+    let previous: Vec<Option<String>> = row.get(12);
+    let expires: Vec<Option<i64>> = row.get(13);
+    let failing: Vec<Option<i64>> = row.get(14);
+    let endpoints: HashMap<i64, Endpoint> = (ids.into_iter().zip(accounts).zip(urls).zip(secrets))
         .zip(previous.into_iter().zip(expires).zip(failing))
         .map(
             |((((id, account_id), url), secret), ((previous_secret, previous_expires_ms), f))| {
-                Handed {
-                    id,
+                let e = Endpoint {
                     account_id,
                     url,
                     secret,
                     previous_secret,
                     previous_expires_ms,
                     failing_since_ms: f,
-                }
+                };
+                (id, e)
             },
         )
         .collect();
+    let handed = if claim {
+        handed(items, &endpoints, &unclaimed)
+    } else {
+        Vec::new()
+    };
     Ok(Enqueued {
         inserted: row.get::<_, i64>(1) as u64,
         skipped: items.len() as u64 - live,

@@ -237,9 +237,10 @@ async fn coordinate(
                         ctx.stats.set_error(&e);
                         tracing::warn!(endpoint, error = %e, "webhook queue ended with error");
                     }
-                    // It worked through deliveries: more may have become due meanwhile (scans
-                    // coalesced: many queues ending together cost one scan).
-                    Ok(n) if n > 0 => next_scan = next_scan.min(Instant::now() + RESCAN_AFTER_QUEUE),
+                    // It left work due at a time this loop has not seen, or work was queued
+                    // since its last claim (scans coalesced: many queues ending together cost
+                    // one scan). A queue that delivered all it took needs none.
+                    Ok(ran) if ran.rescan => next_scan = next_scan.min(Instant::now() + RESCAN_AFTER_QUEUE),
                     Ok(_) => {}
                 }
                 running.ended(ctx, endpoint);

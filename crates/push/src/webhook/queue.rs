@@ -51,24 +51,29 @@ impl Ctx {
 /// read before they were claimed), taking what the dispatcher hands over while it runs, until
 /// nothing of it is left to attempt (or `stop`). It claims more itself only when its last
 /// claim was full (more may be due) or new deliveries were queued since (the dispatcher's wake
-/// count moved); otherwise the dispatcher's next scan takes what becomes due. Returns how many
-/// deliveries it attempted. A fenced claim or update aborts the attempts in flight.
+/// count moved); otherwise the dispatcher's next scan takes what becomes due. Returns whether
+/// the dispatcher should scan after it ([`Ran`]). A fenced claim or update aborts the attempts
+/// in flight.
 pub(crate) async fn run_endpoint(
     ctx: Arc<Ctx>,
     endpoint_id: i64,
     (first, mut seen): (Vec<Claimed>, u64),
     mut feed: Feed,
     stop: CancellationToken,
-) -> Result<u64, WebhookError> {
+) -> Result<Ran, WebhookError> {
     let max = ctx.cfg.max_in_flight_per_endpoint.max(1);
-    // Each attempt says whether it disabled the endpoint.
-    let mut inflight: JoinSet<Result<bool, WebhookError>> = JoinSet::new();
+    // Each attempt says whether it disabled the endpoint and whether it settled its delivery.
+    let mut inflight: JoinSet<Result<Attempted, WebhookError>> = JoinSet::new();
+    // Whether this queue left work in Postgres whose due time the dispatcher has not seen.
+    let mut left = false;
+    // Anything queued during this queue's life may wait behind a delivery it made (a retract or
+    // a final waits for its trade), even when its own claims came too early to take it.
+    let started = seen;
     // Claimed in cursor order ahead of the free slots: one claim statement per few attempts.
     let mut more = first.len() >= claim_limit(&ctx.cfg);
     let mut ahead: VecDeque<Claimed> = first.into();
     let mut stopping = false;
     let mut result = Ok(());
-    let mut handled = 0u64;
     loop {
         while let Ok(rows) = feed.rx.try_recv() {
             ahead.extend(rows);
@@ -107,7 +112,6 @@ pub(crate) async fn run_endpoint(
         }
         while !stopping && inflight.len() < max {
             let Some(row) = ahead.pop_front() else { break };
-            handled += 1;
             inflight.spawn(attempt(ctx.clone(), row));
         }
         if inflight.is_empty() {
@@ -122,18 +126,23 @@ pub(crate) async fn run_endpoint(
                     continue;
                 }
             }
+            left |= !ahead.is_empty();
             release(&ctx, ahead).await;
-            return result.map(|()| handled);
+            let rescan = left || ctx.wakes.load(Relaxed) != started;
+            return result.map(|()| Ran { rescan });
         }
         feed.held.store(ahead.len() + inflight.len(), Relaxed);
         tokio::select! {
             Some(rows) = feed.rx.recv(), if !stopping => ahead.extend(rows),
             Some(done) = inflight.join_next() => match done {
-                Ok(Ok(false)) => {}
-                // Its pending deliveries expired with it: nothing claimed ahead goes out.
-                Ok(Ok(true)) => stopping = true,
+                Ok(Ok(a)) => {
+                    left |= !a.settled;
+                    // Its pending deliveries expired with it: nothing claimed ahead goes out.
+                    stopping |= a.disabled;
+                }
                 Ok(Err(e @ WebhookError::Fenced { .. })) => return Err(e),
                 Ok(Err(e)) => {
+                    left = true;
                     tracing::warn!(endpoint = endpoint_id, error = %e, "webhook result not recorded");
                     ctx.stats.set_error(&e);
                 }
@@ -146,6 +155,25 @@ pub(crate) async fn run_endpoint(
             _ = stop.cancelled(), if !stopping => stopping = true,
         }
     }
+}
+
+/// What a queue did, for the dispatcher.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ran {
+    /// Whether it may have left due work the dispatcher has not seen: a retry scheduled, a
+    /// result not recorded, claims released, or anything queued while it ran (a retract or a
+    /// final becomes claimable once its trade is delivered). A queue that delivered everything
+    /// it took, with nothing queued meanwhile, costs no scan after it.
+    pub rescan: bool,
+}
+
+/// What one attempt did, for its queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Attempted {
+    /// It disabled the endpoint.
+    disabled: bool,
+    /// Its delivery is done (delivered and recorded): nothing of it is left to schedule.
+    settled: bool,
 }
 
 /// Deliveries one claim takes per endpoint at most: a few per attempt slot.
@@ -233,8 +261,8 @@ fn body(payload: &str, now: i64) -> Result<Vec<u8>, String> {
 }
 
 /// One attempt of one claimed delivery, its row update and its facts.
-/// Returns whether this attempt disabled the endpoint.
-async fn attempt(ctx: Arc<Ctx>, c: Claimed) -> Result<bool, WebhookError> {
+/// Returns whether this attempt disabled the endpoint and settled its delivery.
+async fn attempt(ctx: Arc<Ctx>, c: Claimed) -> Result<Attempted, WebhookError> {
     let number = c.attempts + 1;
     let started = Instant::now();
     let t_attempt = UnixMs::now().as_i64();
@@ -380,7 +408,10 @@ async fn attempt(ctx: Arc<Ctx>, c: Claimed) -> Result<bool, WebhookError> {
     }
     tracing::debug!(id = %c.id, endpoint = c.endpoint_id, attempt = number, status = status.unwrap_or(0),
         outcome = outcome.as_str(), ms = duration_ms, "webhook attempt");
-    Ok(written.disabled.is_some())
+    Ok(Attempted {
+        disabled: written.disabled.is_some(),
+        settled: next == Next::Delivered,
+    })
 }
 
 /// The failure-run transition of this attempt, judged from what the claim saw (`failing_since`):

@@ -13,7 +13,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::handoff::MAX_AHEAD;
-use super::queue::{release, run_endpoint, Ctx, Feed};
+use super::queue::{release, run_endpoint, Ctx, Feed, Ran};
 use super::store::Claimed;
 use super::WebhookError;
 
@@ -21,7 +21,7 @@ type Sender = mpsc::UnboundedSender<Vec<Claimed>>;
 
 /// The queue tasks of one dispatcher.
 pub(crate) struct Running {
-    pub tasks: JoinSet<(i64, Result<u64, WebhookError>)>,
+    pub tasks: JoinSet<(i64, Result<Ran, WebhookError>)>,
     feeds: HashMap<i64, (Sender, Arc<AtomicUsize>)>,
     /// Hand-offs for endpoints whose queue was ending: its successor starts with them.
     stash: HashMap<i64, Vec<Claimed>>,

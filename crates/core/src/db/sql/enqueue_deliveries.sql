@@ -12,11 +12,14 @@
 -- delivery, if the endpoint gets trades, is already queued); the dispatcher sends it only after
 -- its trade's delivery is done. For a `final`-only endpoint a retract follows its `final`.
 -- With $12 (a push leader's webhook lane), new trade deliveries are inserted already claimed by
--- the epoch and returned with their endpoint's settings, for the leader's dispatcher to attempt
--- without a claim statement (a successor's epoch claims them again, as any other claim).
+-- the epoch, for the leader's dispatcher to attempt without a claim statement (a successor's
+-- epoch claims them again, as any other claim). The statement's cost is in its rows: each
+-- endpoint is locked and described once (not once per delivery), and of the claimed trade
+-- deliveries only the exceptions come back (a batch's trades minus these are what was claimed).
 -- Returns (fence holds, inserted or requeued, deliverable, cancelled trade ids, their endpoints,
--- blocks and log indexes, then the claimed trade ids with their endpoint's account, url,
--- secret, previous secret and its expiry, and the start of its run of failures).
+-- blocks and log indexes, the deliverable trade ids not inserted claimed, then the deliverable
+-- endpoints with their account, url, secret, previous secret and its expiry, and the start of
+-- their run of failures).
 WITH fence AS MATERIALIZED (
     SELECT $2::bigint IS NULL OR EXISTS (
         SELECT 1 FROM push_epoch WHERE slot = $1 AND epoch = $2 FOR SHARE
@@ -24,11 +27,13 @@ WITH fence AS MATERIALIZED (
 ), x AS (
     SELECT * FROM unnest($4::text[], $5::bigint[], $6::text[], $7::bigint[], $8::int[], $9::text[], $10::bigint[])
         AS x(id, endpoint_id, kind, block_number, log_index, payload, t_detect_ms)
-), live AS MATERIALIZED (
-    SELECT x.*, e.account_id, e.url, e.secret, e.previous_secret, e.previous_expires_ms
-    FROM x JOIN webhook_endpoints e ON e.id = x.endpoint_id AND e.enabled
-    WHERE (SELECT ok FROM fence)
+), eps AS MATERIALIZED (
+    SELECT e.id, e.account_id, e.url, e.secret, e.previous_secret, e.previous_expires_ms
+    FROM webhook_endpoints e
+    WHERE e.id = ANY ($5::bigint[]) AND e.enabled AND (SELECT ok FROM fence)
     FOR KEY SHARE OF e
+), live AS MATERIALIZED (
+    SELECT x.* FROM x WHERE x.endpoint_id IN (SELECT id FROM eps)
 ), cancel AS (
     -- by primary key: the trade ids of this batch's retracts (none in most rounds)
     UPDATE webhook_deliveries t
@@ -41,7 +46,7 @@ WITH fence AS MATERIALIZED (
 ), ins AS (
     INSERT INTO webhook_deliveries (id, endpoint_id, kind, block_number, log_index, payload,
         state, attempts, next_attempt_ms, t_detect_ms, created_ms, claimed_epoch, claimed_ms)
-    SELECT id, endpoint_id, kind, block_number, log_index, payload::jsonb, 'pending', 0, $3, t_detect_ms, $3,
+    SELECT id, endpoint_id, kind, block_number, log_index, payload, 'pending', 0, $3, t_detect_ms, $3,
         CASE WHEN $12 AND kind = 'trade' THEN $2::bigint END, CASE WHEN $12 AND kind = 'trade' THEN $3::bigint END
     FROM live
     WHERE live.kind IN ('trade', 'final')
@@ -54,19 +59,23 @@ WITH fence AS MATERIALIZED (
         claimed_epoch = NULL, claimed_ms = NULL, last_status = NULL, last_error = NULL, done_ms = NULL
     WHERE $11 AND webhook_deliveries.state <> 'pending'
     RETURNING id, claimed_epoch IS NOT NULL AS claimed
-), handed AS (
-    SELECT l.*, (SELECT f.since_ms FROM webhook_failing f WHERE f.endpoint_id = l.endpoint_id) AS failing
-    FROM ins JOIN live l ON l.id = ins.id WHERE ins.claimed
+), unclaimed AS (
+    -- a deliverable trade of a claiming batch that is not in the table claimed by this insert
+    -- (it was queued before: a conflict)
+    SELECT l.id FROM live l
+    WHERE $12 AND l.kind = 'trade' AND NOT EXISTS (SELECT 1 FROM ins WHERE ins.id = l.id AND ins.claimed)
 )
 SELECT (SELECT ok FROM fence), (SELECT count(*) FROM ins), (SELECT count(*) FROM live),
        coalesce((SELECT array_agg(id ORDER BY id) FROM cancel), '{}'::text[]),
        coalesce((SELECT array_agg(endpoint_id ORDER BY id) FROM cancel), '{}'::bigint[]),
        coalesce((SELECT array_agg(block_number ORDER BY id) FROM cancel), '{}'::bigint[]),
        coalesce((SELECT array_agg(log_index ORDER BY id) FROM cancel), '{}'::int[]),
-       coalesce((SELECT array_agg(id ORDER BY id) FROM handed), '{}'::text[]),
-       coalesce((SELECT array_agg(account_id ORDER BY id) FROM handed), '{}'::bigint[]),
-       coalesce((SELECT array_agg(url ORDER BY id) FROM handed), '{}'::text[]),
-       coalesce((SELECT array_agg(secret ORDER BY id) FROM handed), '{}'::text[]),
-       coalesce((SELECT array_agg(previous_secret ORDER BY id) FROM handed), '{}'::text[]),
-       coalesce((SELECT array_agg(previous_expires_ms ORDER BY id) FROM handed), '{}'::bigint[]),
-       coalesce((SELECT array_agg(failing ORDER BY id) FROM handed), '{}'::bigint[])
+       coalesce((SELECT array_agg(id) FROM unclaimed), '{}'::text[]),
+       coalesce((SELECT array_agg(id ORDER BY id) FROM eps), '{}'::bigint[]),
+       coalesce((SELECT array_agg(account_id ORDER BY id) FROM eps), '{}'::bigint[]),
+       coalesce((SELECT array_agg(url ORDER BY id) FROM eps), '{}'::text[]),
+       coalesce((SELECT array_agg(secret ORDER BY id) FROM eps), '{}'::text[]),
+       coalesce((SELECT array_agg(previous_secret ORDER BY id) FROM eps), '{}'::text[]),
+       coalesce((SELECT array_agg(previous_expires_ms ORDER BY id) FROM eps), '{}'::bigint[]),
+       coalesce((SELECT array_agg((SELECT f.since_ms FROM webhook_failing f WHERE f.endpoint_id = eps.id)
+                                  ORDER BY id) FROM eps), '{}'::bigint[])

@@ -23,7 +23,7 @@ upd AS (
   UPDATE webhook_deliveries d SET claimed_epoch = $2, claimed_ms = $3
   FROM due, eps e
   WHERE d.id = due.id AND e.id = d.endpoint_id
-  RETURNING d.id, d.endpoint_id, e.account_id, d.kind, d.block_number, d.log_index, d.payload::text,
+  RETURNING d.id, d.endpoint_id, e.account_id, d.kind, d.block_number, d.log_index, d.payload,
     d.attempts, d.t_detect_ms, e.url, e.secret, e.previous_secret, e.previous_expires_ms,
     (SELECT f.since_ms FROM webhook_failing f WHERE f.endpoint_id = d.endpoint_id))
 SELECT (SELECT count(*) FROM fence),
