@@ -51,7 +51,8 @@ pub struct Enqueued {
 /// A trade delivery inserted already claimed, with what its attempt needs of its endpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Handed {
-    pub id: String,
+    /// Its place in the enqueued items (its id, body and cursor are there).
+    pub item: usize,
     pub account_id: i64,
     pub url: String,
     pub secret: String,
@@ -81,11 +82,12 @@ fn handed(
 ) -> Vec<Handed> {
     items
         .iter()
-        .filter(|d| d.kind == Kind::Trade && !unclaimed.contains(&d.id))
-        .filter_map(|d| {
+        .enumerate()
+        .filter(|(_, d)| d.kind == Kind::Trade && !unclaimed.contains(&d.id))
+        .filter_map(|(item, d)| {
             let e = endpoints.get(&d.endpoint_id)?;
             Some(Handed {
-                id: d.id.clone(),
+                item,
                 account_id: e.account_id,
                 url: e.url.clone(),
                 secret: e.secret.clone(),

@@ -5,8 +5,6 @@
 //! to the claim path: claimed rows are never lost, at worst taken again after the claim ttl or
 //! by a successor's epoch.
 
-use std::collections::HashMap;
-
 use pmw_core::db::deliveries::Handed;
 use tokio::sync::mpsc;
 
@@ -29,12 +27,12 @@ impl Handoff {
         if handed.is_empty() {
             return;
         }
-        let by_id: HashMap<&str, &NewDelivery> = items.iter().map(|d| (d.id.as_str(), d)).collect();
         let rows: Vec<Claimed> = handed
             .into_iter()
             .filter_map(|h| {
-                let d = by_id.get(h.id.as_str())?;
+                let d = items.get(h.item)?;
                 Some(Claimed {
+                    id: d.id.clone(),
                     endpoint_id: d.endpoint_id,
                     account_id: h.account_id,
                     kind: d.kind.as_str().to_string(),
@@ -48,7 +46,6 @@ impl Handoff {
                     previous_secret: h.previous_secret,
                     previous_expires_ms: h.previous_expires_ms,
                     failing_since_ms: h.failing_since_ms,
-                    id: h.id,
                 })
             })
             .collect();

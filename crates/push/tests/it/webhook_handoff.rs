@@ -50,7 +50,11 @@ async fn webhook_handed_trades_are_sent_once_without_a_claim_and_retracts_wait_f
     let trades = items(ep, &[5, 6, 7], DeliveryKind::Trade);
     let q = queue_claimed(&env, 1, &trades).await;
     assert_eq!(q.inserted, 3);
-    let mut handed: Vec<&str> = q.handed.iter().map(|h| h.id.as_str()).collect();
+    let mut handed: Vec<&str> = q
+        .handed
+        .iter()
+        .map(|h| trades[h.item].id.as_str())
+        .collect();
     handed.sort();
     let mut want: Vec<&str> = trades.iter().map(|t| t.id.as_str()).collect();
     want.sort();
