@@ -175,7 +175,7 @@ pub async fn trades_after(
     limit: u64,
 ) -> Result<Vec<TradeRow>, clickhouse::error::Error> {
     let bound = limit.saturating_mul(2).saturating_add(64);
-    let versions: Vec<TradeRow> = ch
+    let mut versions: Vec<TradeRow> = ch
         .query(&sql::VERSIONS_AFTER.replace("{COLUMNS}", COLUMNS))
         .bind(after.block)
         .bind(up_to)
@@ -188,7 +188,6 @@ pub async fn trades_after(
         return Ok(super::visible::latest_visible(versions, limit));
     }
     // Cut by the bound: every position before the last one read is complete.
-    let mut versions = versions;
     if let Some(last) = versions.last().map(|r| (r.block_number, r.log_index)) {
         versions.retain(|r| (r.block_number, r.log_index) < last);
     }
