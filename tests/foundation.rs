@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
+use pmw_core::ch::{latency, IngestLatencyRow, Window};
 use pmw_core::lock::WriterLock;
 use pmw_core::pg;
-use pmw_core::store::{latency, IngestLatencyRow, Window};
 use pmw_core::UnixMs;
 use pmw_testkit::TestDb;
 use serde::Deserialize;

@@ -2,7 +2,7 @@
 //! alone over N sequential repetitions (after a few unmeasured warm-ups), through the production
 //! code where there is one: `eth_getLogs` by block hash (`pmw_live::chain::Chain::logs`, HTTP,
 //! the allowlist and topics pmw-live uses), one ClickHouse INSERT of 100 trade rows
-//! (`pmw_core::store::latency::insert_all`, the function `insert_trades` calls, into a copy of
+//! (`pmw_core::ch::latency::insert_all`, the function `insert_trades` calls, into a copy of
 //! `trades` so push never sees them), one ClickHouse read (`trades_after`, push's round read), one
 //! Postgres round trip (`SELECT 1` on a pooled connection), one WebSocket frame (a real rendered
 //! trade frame sent by a tungstenite server and received by a tungstenite client over loopback).
@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure};
 use futures::{SinkExt, StreamExt};
-use pmw_core::store::{latency, trades, TradeRow};
+use pmw_core::ch::{latency, trades, TradeRow};
 use pmw_core::trade::exchange::ORDER_FILLED_TOPICS;
 use pmw_core::trade::Allowlist;
 use pmw_core::{Address, Cursor};
@@ -114,8 +114,8 @@ pub async fn measure(b: &Bench, reps: usize) -> anyhow::Result<Floor> {
     Ok(Floor {
         hops: vec![
             Hop { name: "eth_getLogs by block hash", how: "`pmw_live::chain::Chain::logs` (HTTP, 4 exchange addresses, 2 topics) on a block with 4 matches", cost: logs },
-            Hop { name: "ClickHouse INSERT, 100 rows", how: "`pmw_core::store::latency::insert_all` of 100 trade rows (what `insert_trades` does per table) into a copy of `trades`", cost: insert },
-            Hop { name: "ClickHouse read", how: "`pmw_core::store::trades::trades_after` (push's round read, de-duplicated), up to 100 rows", cost: read },
+            Hop { name: "ClickHouse INSERT, 100 rows", how: "`pmw_core::ch::latency::insert_all` of 100 trade rows (what `insert_trades` does per table) into a copy of `trades`", cost: insert },
+            Hop { name: "ClickHouse read", how: "`pmw_core::ch::trades::trades_after` (push's round read, de-duplicated), up to 100 rows", cost: read },
             Hop { name: "Postgres round trip", how: "`SELECT 1` on a pooled connection", cost: pg_rt },
             Hop { name: "WebSocket frame", how: "a rendered trade frame, tungstenite send → tungstenite receive over loopback (NODELAY)", cost: ws },
         ],

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use crate::api::{live_for, push_config, ready_becomes, spawn_api, start_push, test_config, Api};
 use pmw_api::ApiConfig;
-use pmw_core::store::latency::insert_push;
-use pmw_core::store::PushLatencyRow;
+use pmw_core::ch::latency::insert_push;
+use pmw_core::ch::PushLatencyRow;
 use pmw_core::UnixMs;
 use pmw_testkit::{Http, Resp, ServiceHandle, TcpProxy, TestDb};
 use secrecy::{ExposeSecret, SecretString};

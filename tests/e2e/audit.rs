@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use pmw_core::store::trades;
+use pmw_core::ch::trades;
 use pmw_core::trade::Allowlist;
 use pmw_core::{CoreConfig, Cursor};
 use pmw_sim::anvil::Anvil;

@@ -84,10 +84,10 @@ async fn watch_prints_trades_and_resumes_after_a_leader_restart() {
     let wallets: BTreeSet<pmw_core::Address> =
         sim.config().wallets.iter().take(2).copied().collect();
     let c = db.connect().await;
-    let account = pmw_core::db::accounts::create_account(&c, "watcher", None, "pro")
+    let account = pmw_core::pg::accounts::create_account(&c, "watcher", None, "pro")
         .await
         .unwrap();
-    let key = pmw_core::db::accounts::create_key(&c, account.id, "watch")
+    let key = pmw_core::pg::accounts::create_key(&c, account.id, "watch")
         .await
         .unwrap()
         .key;

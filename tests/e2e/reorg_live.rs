@@ -239,7 +239,7 @@ async fn an_ingest_interrupted_between_its_writes_leaves_no_phantom_after_a_reor
     h.live.take().unwrap().stop().await.unwrap();
 
     let final_head = head(&http).await;
-    let read = pmw_core::store::trades::trades_after(&h.db.ch, since, final_head, 1_000_000)
+    let read = pmw_core::ch::trades::trades_after(&h.db.ch, since, final_head, 1_000_000)
         .await
         .unwrap();
     let read_a = read

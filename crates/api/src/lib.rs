@@ -20,7 +20,7 @@ use std::time::Duration;
 use pmw_core::ch::ChClient;
 use pmw_core::heartbeat::Heartbeat;
 use pmw_core::pg::PgPool;
-use pmw_core::storage::Storage;
+use pmw_core::stores::Stores;
 use pmw_core::{CoreConfig, ServiceError};
 
 pub use config::{ApiConfig, Plan};
@@ -59,8 +59,8 @@ pub async fn run_with(
     shutdown: CancellationToken,
     bound: Option<oneshot::Sender<SocketAddr>>,
 ) -> Result<(), ServiceError> {
-    let storage = Storage::open(&cfg, SERVICE).await?;
-    publish_plans(&storage.pg, &api)
+    let stores = Stores::open(&cfg, SERVICE).await?;
+    publish_plans(&stores.pg, &api)
         .await
         .map_err(|e| ServiceError::transient(format!("cannot publish plans: {e}")))?;
     pmw_core::metrics::install();
@@ -76,8 +76,8 @@ pub async fn run_with(
         let _ = b.send(addr);
     }
     let state = AppState {
-        pg: storage.pg.clone(),
-        ch: storage.ch.clone(),
+        pg: stores.pg.clone(),
+        ch: stores.ch.clone(),
         limiter: auth::limiter(&api),
         failures: auth::failure_limiter(&api),
         test_limiter: auth::test_limiter(&api),
@@ -86,7 +86,7 @@ pub async fn run_with(
         cfg: Arc::new(api),
     };
     let app = http::app(state.clone());
-    let heartbeat = Heartbeat::new(storage.pg.clone(), SERVICE, &cfg.instance_or(SERVICE));
+    let heartbeat = Heartbeat::new(stores.pg.clone(), SERVICE, &cfg.instance_or(SERVICE));
     let beats = tokio::spawn(beat(heartbeat, addr, state, shutdown.clone()));
     let stop = shutdown.clone();
     let served = axum::serve(

@@ -10,8 +10,8 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
+use crate::ch::TradeRow;
 use crate::message::{Market, TradeMessage};
-use crate::store::TradeRow;
 
 /// Markets a filter may list at most.
 pub const MAX_MARKETS: usize = 100;

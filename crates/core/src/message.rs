@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::store::TradeRow;
+use crate::ch::TradeRow;
 use crate::Position;
 
 /// The fill itself. Amounts are exact decimal strings (6 decimals applied).

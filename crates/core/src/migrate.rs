@@ -121,7 +121,7 @@ pub struct MigrateReport {
 
 const PG_VERSION_TABLE: &str = include_str!("sql/pg_schema_migrations.sql");
 
-const CH_VERSION_TABLE: &str = crate::store::statements::SCHEMA_MIGRATIONS_TABLE;
+const CH_VERSION_TABLE: &str = crate::ch::statements::SCHEMA_MIGRATIONS_TABLE;
 
 /// Apply pending Postgres migrations, each in its own transaction, under an advisory lock.
 pub async fn migrate_postgres(client: &mut Client) -> Result<Vec<u32>, SchemaError> {
@@ -200,7 +200,7 @@ struct ChAppliedRow<'a> {
 
 async fn ch_applied(ch: &ChClient) -> Result<BTreeMap<u32, String>, clickhouse::error::Error> {
     let rows = ch
-        .query(crate::store::statements::MIGRATIONS_APPLIED)
+        .query(crate::ch::statements::MIGRATIONS_APPLIED)
         .fetch_all::<ChApplied>()
         .await?;
     Ok(rows.into_iter().map(|r| (r.version, r.checksum)).collect())
@@ -330,7 +330,7 @@ pub async fn check_schema(
     };
     check_exact(Store::Postgres, POSTGRES, &pg_applied)?;
     let ch_has_table: u8 = ch
-        .query(crate::store::statements::HAS_MIGRATIONS_TABLE)
+        .query(crate::ch::statements::HAS_MIGRATIONS_TABLE)
         .fetch_one()
         .await?;
     let ch_applied = if ch_has_table == 1 {

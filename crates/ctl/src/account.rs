@@ -3,8 +3,8 @@
 
 use clap::Subcommand;
 use pmw_core::config::CoreConfig;
-use pmw_core::db::accounts::{self, AccountError};
 use pmw_core::exit::ServiceError;
+use pmw_core::pg::accounts::{self, AccountError};
 use pmw_core::plans::Plans;
 use pmw_core::UnixMs;
 

@@ -4,8 +4,8 @@
 //! `cursor` and whether the price is exact. `block_time_ms` comes from the log's
 //! `blockTimestamp` when the node includes it, else it is `null`.
 
+use pmw_core::ch::TradeRow;
 use pmw_core::message::Trade;
-use pmw_core::store::TradeRow;
 use pmw_core::trade::{self, Allowlist, Fill, RawLog};
 use serde_json::Value;
 

@@ -3,8 +3,8 @@
 
 use clap::Subcommand;
 use pmw_core::config::CoreConfig;
-use pmw_core::db::accounts;
 use pmw_core::exit::ServiceError;
+use pmw_core::pg::accounts;
 
 use crate::account::account_error;
 use crate::conn::connect;

@@ -64,7 +64,7 @@ async fn trades_waiting(cfg: &CoreConfig, block: i64, log: i32, watermark: i64) 
         block: u64::try_from(block).ok()?,
         log_index: u32::try_from(log).ok()?,
     };
-    let q = pmw_core::store::trades::waiting(&ch, after, u64::try_from(watermark).ok()?);
+    let q = pmw_core::ch::trades::waiting(&ch, after, u64::try_from(watermark).ok()?);
     tokio::time::timeout(Duration::from_secs(2), q)
         .await
         .ok()?

@@ -20,9 +20,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use pmw_core::ch::ChClient;
+use pmw_core::ch::{trades, TradeRow};
 use pmw_core::lock::{fence_sql, keys};
 use pmw_core::pg::PgPool;
-use pmw_core::store::{trades, TradeRow};
 use pmw_core::trade::exchange::ORDER_FILLED_TOPICS;
 use pmw_core::trade::{self, Allowlist, Fill};
 use pmw_core::types::Address;

@@ -5,9 +5,9 @@
 use std::collections::BTreeMap;
 
 use pmw_core::ch::ChClient;
+use pmw_core::ch::{trades, IngestLatencyRow, TradeRow};
 use pmw_core::lock::{fence_sql, keys};
 use pmw_core::pg::PgPool;
-use pmw_core::store::{trades, IngestLatencyRow, TradeRow};
 use pmw_core::trade::exchange::ORDER_FILLED_TOPICS;
 use pmw_core::trade::{self, Allowlist};
 use pmw_core::types::Address;

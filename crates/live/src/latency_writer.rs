@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pmw_core::ch::ChClient;
-use pmw_core::store::{latency, IngestLatencyRow};
+use pmw_core::ch::{latency, IngestLatencyRow};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 

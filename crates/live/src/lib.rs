@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use pmw_core::heartbeat::Heartbeat;
 use pmw_core::lock::{keys, WriterLock};
-use pmw_core::storage::Storage;
+use pmw_core::stores::Stores;
 use pmw_core::trade::Allowlist;
 use pmw_core::{CoreConfig, ServiceError};
 use tokio::sync::mpsc;
@@ -51,9 +51,9 @@ pub async fn run_with(
 ) -> Result<(), ServiceError> {
     pmw_core::metrics::start(SERVICE, live.live_metrics_addr, &shutdown).await;
     telemetry::init();
-    let storage = Storage::open(&cfg, SERVICE).await?;
+    let stores = Stores::open(&cfg, SERVICE).await?;
     let instance = cfg.instance_or(SERVICE);
-    let heartbeat = Heartbeat::new(storage.pg.clone(), SERVICE, &instance);
+    let heartbeat = Heartbeat::new(stores.pg.clone(), SERVICE, &instance);
     let _ = heartbeat
         .beat(&serde_json::json!({ "state": "waiting for lock" }))
         .await;
@@ -67,9 +67,9 @@ pub async fn run_with(
     .await
     .map_err(|e| ServiceError::transient(format!("cannot take the live lock: {e}")))?;
     let Some(lock) = lock else { return Ok(()) };
-    let (latency, writer) = latency_writer::LatencyWriter::spawn(storage.ch.clone());
+    let (latency, writer) = latency_writer::LatencyWriter::spawn(stores.ch.clone());
     let result = lead(
-        cfg, live, allow, &storage, &heartbeat, lock, latency, &shutdown,
+        cfg, live, allow, &stores, &heartbeat, lock, latency, &shutdown,
     )
     .await;
     // The ingester (the writer's only sender) is gone: the last latency rows are written now.
@@ -83,7 +83,7 @@ async fn lead(
     cfg: CoreConfig,
     live: LiveConfig,
     allow: Allowlist,
-    storage: &Storage,
+    stores: &Stores,
     heartbeat: &Heartbeat,
     lock: WriterLock,
     latency: latency_writer::LatencyRows,
@@ -94,11 +94,11 @@ async fn lead(
     // Tasks below stop with `tasks`, which also fires on our own exit.
     let tasks = shutdown.child_token();
     let _stop_tasks = tasks.clone().drop_guard();
-    let notifier = notifier::BlockNotifier::spawn(storage.pg.clone(), tasks.clone());
-    let names = names::Names::spawn(storage.pg.clone(), live.gamma_url.clone(), tasks.clone());
+    let notifier = notifier::BlockNotifier::spawn(stores.pg.clone(), tasks.clone());
+    let names = names::Names::spawn(stores.pg.clone(), live.gamma_url.clone(), tasks.clone());
     let finality = finality::Finality::new(
         chain.clone(),
-        storage.pg.clone(),
+        stores.pg.clone(),
         lock.pid(),
         live.finalized_poll(),
         notifier.clone(),
@@ -107,8 +107,8 @@ async fn lead(
     if live.live_audit_enabled {
         let audit = audit::Audit::new(
             chain.clone(),
-            storage.pg.clone(),
-            storage.ch.clone(),
+            stores.pg.clone(),
+            stores.ch.clone(),
             allow.clone(),
             lock.pid(),
             live.audit(),
@@ -118,8 +118,8 @@ async fn lead(
     }
     let mut ingester = Ingester::new(
         chain.clone(),
-        storage.pg.clone(),
-        storage.ch.clone(),
+        stores.pg.clone(),
+        stores.ch.clone(),
         allow,
         notifier,
         latency.clone(),

@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use pmw_core::store::TradeRow;
+use pmw_core::ch::TradeRow;
 use pmw_core::types::cursor::MAX_LOG_INDEX;
 use pmw_core::{Cursor, Position};
 

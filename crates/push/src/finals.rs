@@ -7,8 +7,8 @@
 
 use std::sync::Arc;
 
+use pmw_core::ch::TradeRow;
 use pmw_core::message::{FinalNotice, Kind, TradeMessage};
-use pmw_core::store::TradeRow;
 use pmw_core::UnixMs;
 
 use crate::hub::{Item, Stream};

@@ -52,7 +52,7 @@ impl Item {
     /// that rendered `body`), and the small body of a `final`, if any.
     pub fn of_row(
         kind: Kind,
-        row: &pmw_core::store::TradeRow,
+        row: &pmw_core::ch::TradeRow,
         market: Option<&pmw_core::message::Market>,
         body: String,
         brief: Option<String>,

@@ -19,7 +19,7 @@ use std::time::Duration;
 use pmw_core::heartbeat::Heartbeat;
 use pmw_core::lock::{keys, WriterLock};
 use pmw_core::pg::{PgError, PgPool};
-use pmw_core::storage::Storage;
+use pmw_core::stores::Stores;
 use pmw_core::types::cursor::MAX_LOG_INDEX;
 use pmw_core::{CoreConfig, Cursor, Position, ServiceError, UnixMs};
 use tokio::sync::oneshot;
@@ -93,7 +93,7 @@ pub async fn take(
         .execute(include_str!("sql/void_claims.sql"), &[&slot, &epoch, &now])
         .await?;
     // First leader ever: start at the ingest watermark (no history replay).
-    let start = pmw_core::db::watermark(&*tx).await?.unwrap_or(0) as i64;
+    let start = pmw_core::pg::watermark(&*tx).await?.unwrap_or(0) as i64;
     tx.execute(
         include_str!("sql/init_cursor.sql"),
         &[&slot, &start, &(MAX_LOG_INDEX as i32), &epoch, &now],
@@ -156,7 +156,7 @@ async fn standby_beats(heartbeat: &Heartbeat, slot: i16) -> std::convert::Infall
 pub(crate) struct Leading<'a> {
     pub cfg: &'a CoreConfig,
     pub push: &'a PushConfig,
-    pub storage: &'a Storage,
+    pub stores: &'a Stores,
     pub pools: &'a Pools,
     pub heartbeat: &'a Heartbeat,
     pub shutdown: &'a CancellationToken,
@@ -171,7 +171,7 @@ impl Leading<'_> {
         hooks: webhook::WebhookConfig,
         bound: Option<oneshot::Sender<SocketAddr>>,
     ) -> Result<(), ServiceError> {
-        let (cfg, push, storage) = (self.cfg, self.push, self.storage);
+        let (cfg, push, stores) = (self.cfg, self.push, self.stores);
         // LISTEN before the first index load: a change committed in between is then either in
         // the load or notified (and every round checks the index version anyway).
         let listen = if push.push_legacy_poll_ms.is_some() {
@@ -180,7 +180,7 @@ impl Leading<'_> {
             Some(round_loop::listen_session(cfg).await?)
         };
         let subs = Subscriptions::default();
-        subs.reload(&storage.pg)
+        subs.reload(&stores.pg)
             .await
             .map_err(|e| ServiceError::transient(e.to_string()))?;
 
@@ -201,7 +201,7 @@ impl Leading<'_> {
         hub.start_finals(lead.finals.0);
         let health = Arc::new(Health::default());
         health.epoch.store(lead.epoch, Ordering::Relaxed);
-        let recorder = Recorder::spawn(storage.ch.clone(), tasks.clone());
+        let recorder = Recorder::spawn(stores.ch.clone(), tasks.clone());
         let mut dispatcher = webhook::Dispatcher::spawn_shared(
             self.pools.webhooks.clone(),
             recorder.clone(),
@@ -211,7 +211,7 @@ impl Leading<'_> {
         );
         let state = AppState {
             pool: self.pools.sessions.clone(),
-            ch: storage.ch.clone(),
+            ch: stores.ch.clone(),
             hub: hub.clone(),
             cfg: Arc::new(push.clone()),
             recorder: recorder.clone(),
@@ -226,8 +226,8 @@ impl Leading<'_> {
         // from its own cursor.
         let rounds_from = |(position, reorg_id), subs| {
             Rounds::new(
-                storage.pg.clone(),
-                storage.ch.clone(),
+                stores.pg.clone(),
+                stores.ch.clone(),
                 push.push_slot,
                 lead.epoch,
                 position,

@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use pmw_core::ch::ChClient;
 use pmw_core::heartbeat::Heartbeat;
 use pmw_core::pg::{self, PgPool};
-use pmw_core::storage::Storage;
+use pmw_core::stores::Stores;
 use pmw_core::{CoreConfig, ServiceError};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
@@ -92,7 +92,7 @@ pub async fn run_with(
     }
     pmw_core::metrics::start(SERVICE, push.push_metrics_addr, &shutdown).await;
     telemetry::init();
-    let storage = Storage::open(&cfg, SERVICE).await?;
+    let stores = Stores::open(&cfg, SERVICE).await?;
     let pools = Pools::open(&cfg)?;
     let instance = cfg.instance_or(SERVICE);
     let heartbeat = Heartbeat::new(pools.heartbeat.clone(), SERVICE, &instance);
@@ -115,7 +115,7 @@ pub async fn run_with(
     let leading = leader::Leading {
         cfg: &cfg,
         push: &push,
-        storage: &storage,
+        stores: &stores,
         pools: &pools,
         heartbeat: &heartbeat,
         shutdown: &shutdown,
@@ -123,7 +123,7 @@ pub async fn run_with(
     leading.run(lead, hooks, bound).await
 }
 
-/// Separate Postgres pools, so one kind of work cannot starve another: rounds (the storage
+/// Separate Postgres pools, so one kind of work cannot starve another: rounds (the stores
 /// pool), WebSocket session set-up (auth, grants: a reconnect storm), the webhook engine, and
 /// heartbeats (which the standby's lease and readiness depend on).
 pub(crate) struct Pools {

@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use pmw_core::ch::latency::{insert_all, insert_push, PushLatencyRow};
 use pmw_core::ch::ChClient;
-use pmw_core::store::latency::{insert_all, insert_push, PushLatencyRow};
-pub use pmw_core::store::DeliveryLogRow;
+pub use pmw_core::ch::DeliveryLogRow;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;

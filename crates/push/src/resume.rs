@@ -4,8 +4,8 @@
 //! may hold from the orphaned blocks, then the canonical branch from the common ancestor. A plain
 //! cursor is taken as canonical (the old contract).
 
+use pmw_core::ch::{trades, TradeRow};
 use pmw_core::pg::PgPool;
-use pmw_core::store::{trades, TradeRow};
 use pmw_core::types::cursor::MAX_LOG_INDEX;
 use pmw_core::{ch::ChClient, Cursor, Position};
 

@@ -14,12 +14,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pmw_core::ch::ChClient;
+use pmw_core::ch::{trades, TradeRow};
 use pmw_core::filter::Facts;
 use pmw_core::message::{Kind, Market, TradeMessage};
 use pmw_core::pg::PgPool;
-use pmw_core::store::{trades, TradeRow};
 use pmw_core::types::cursor::MAX_LOG_INDEX;
-use pmw_core::{db, Cursor, Position, UnixMs};
+use pmw_core::{pg, Cursor, Position, UnixMs};
 
 use crate::catchup;
 use crate::hub::{Hub, Item, Stream};
@@ -556,7 +556,7 @@ impl Rounds {
     pub(crate) fn log_cancelled(
         &self,
         idx: &Index,
-        cancelled: &[pmw_core::db::deliveries::Cancelled],
+        cancelled: &[pmw_core::pg::deliveries::Cancelled],
     ) {
         let now = UnixMs::now().0;
         for c in cancelled {
@@ -616,7 +616,7 @@ impl Names {
             return Ok(());
         }
         let tokens: Vec<&str> = ask.iter().map(String::as_str).collect();
-        for (token, market) in db::market_names(&***client, &tokens).await? {
+        for (token, market) in pg::market_names(&***client, &tokens).await? {
             self.missing.remove(&token);
             self.known.insert(token, market);
         }

@@ -21,10 +21,10 @@ use axum::response::{IntoResponse, Response};
 use futures::{SinkExt, StreamExt};
 use governor::clock::{Clock, DefaultClock};
 use pmw_core::auth::{self, Principal};
+use pmw_core::ch::{trades, PushLatencyRow};
 use pmw_core::filter::Facts;
 use pmw_core::message::{stamp, Control, Events, FinalNotice, Kind, TradeMessage};
-use pmw_core::store::{trades, PushLatencyRow};
-use pmw_core::{db, Cursor, Position, UnixMs};
+use pmw_core::{pg, Cursor, Position, UnixMs};
 use serde_json::json;
 use tokio::sync::mpsc;
 
@@ -588,14 +588,14 @@ async fn replay(
 /// The market names of a replay page, as live frames carry them.
 async fn names(
     st: &AppState,
-    rows: &[pmw_core::store::TradeRow],
+    rows: &[pmw_core::ch::TradeRow],
 ) -> Result<HashMap<String, pmw_core::message::Market>, Ended> {
     let c = st
         .pool
         .get()
         .await
         .map_err(|e| Ended::Failed(e.to_string()))?;
-    db::market_names_of(&**c, rows)
+    pg::market_names_of(&**c, rows)
         .await
         .map_err(|e| Ended::Failed(pmw_core::pg::describe(&e)))
 }

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use pmw_core::heartbeat::Heartbeat;
 use pmw_core::lock::{keys, WriterLock};
-use pmw_core::storage::Storage;
+use pmw_core::stores::Stores;
 use pmw_core::{CoreConfig, ServiceError, UnixMs};
 use tokio::sync::oneshot;
 use tokio::time::MissedTickBehavior;
@@ -62,8 +62,8 @@ pub async fn run_with(
     for outcome in ["ok", "failed"] {
         metrics::counter!(REFRESHES, "outcome" => outcome).increment(0);
     }
-    let storage = Storage::open(&cfg, SERVICE).await?;
-    let heartbeat = Heartbeat::new(storage.pg.clone(), SERVICE, &cfg.instance_or(SERVICE));
+    let stores = Stores::open(&cfg, SERVICE).await?;
+    let heartbeat = Heartbeat::new(stores.pg.clone(), SERVICE, &cfg.instance_or(SERVICE));
     let Some(lock) = wait_for_lock(&cfg, &stats, &heartbeat, &shutdown).await? else {
         return Ok(());
     };
@@ -114,7 +114,7 @@ pub async fn run_with(
             }
             _ = refresh.tick() => {
                 let outcome = tokio::select! {
-                    r = snapshot(&storage, UnixMs::now()) => r,
+                    r = snapshot(&stores, UnixMs::now()) => r,
                     _ = shutdown.cancelled() => continue,
                     _ = lost.cancelled() => continue,
                 };
@@ -122,7 +122,7 @@ pub async fn run_with(
             }
             _ = retention.tick() => {
                 tokio::select! {
-                    _ = run_retention(&storage, &stats, &mut state, &shutdown) => {}
+                    _ = run_retention(&stores, &stats, &mut state, &shutdown) => {}
                     _ = shutdown.cancelled() => continue,
                     _ = lost.cancelled() => continue,
                 };
@@ -158,9 +158,9 @@ pub async fn run_with(
 }
 
 /// The whole snapshot: latency from ClickHouse, the completeness audit from Postgres.
-pub async fn snapshot(storage: &Storage, now: UnixMs) -> Result<Snapshot, StatsError> {
-    let mut s = query::compute(&storage.ch, now).await?;
-    s.audit = audit::report(&storage.pg, now).await?;
+pub async fn snapshot(stores: &Stores, now: UnixMs) -> Result<Snapshot, StatsError> {
+    let mut s = query::compute(&stores.ch, now).await?;
+    s.audit = audit::report(&stores.pg, now).await?;
     Ok(s)
 }
 
@@ -175,7 +175,7 @@ struct LoopState {
 
 /// One run of the retention jobs; each job's failure is logged and the others still run.
 async fn run_retention(
-    storage: &Storage,
+    stores: &Stores,
     stats: &StatsConfig,
     state: &mut LoopState,
     shutdown: &CancellationToken,
@@ -185,12 +185,12 @@ async fn run_retention(
     for (what, outcome) in [
         (
             "latency",
-            retention::drop_expired(&storage.ch, now, stats.stats_retention_days).await,
+            retention::drop_expired(&stores.ch, now, stats.stats_retention_days).await,
         ),
         (
             "delivery_log",
             retention::drop_expired_delivery_log(
-                &storage.ch,
+                &stores.ch,
                 now,
                 stats.stats_delivery_log_retention_days,
             )
@@ -207,7 +207,7 @@ async fn run_retention(
     }
     state.partitions_dropped += dropped;
     let mut purged = 0;
-    match purge::purge_finished(&storage.pg, now, &stats.row_retention(), shutdown).await {
+    match purge::purge_finished(&stores.pg, now, &stats.row_retention(), shutdown).await {
         Ok(p) => purged = p.iter().map(|p| p.rows).sum::<u64>(),
         Err(e) => tracing::warn!(job = "postgres rows", error = %e, "retention failed"),
     }

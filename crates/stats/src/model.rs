@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use pmw_core::store::Window;
+use pmw_core::ch::Window;
 use pmw_core::UnixMs;
 
 pub const HOUR_MS: i64 = 3_600_000;

@@ -6,7 +6,7 @@
 
 use clickhouse::Row;
 use pmw_core::ch::ChClient;
-use pmw_core::store::Window;
+use pmw_core::ch::Window;
 use pmw_core::UnixMs;
 use serde::Deserialize;
 
@@ -63,7 +63,7 @@ struct HistogramRow {
     bins: Vec<u64>,
 }
 
-use pmw_core::store::statements::{
+use pmw_core::ch::statements::{
     HISTOGRAM, INGEST_ROWS_AFTER, INGEST_SERIES, INGEST_WINDOW, PUSH_ROWS_AFTER, PUSH_SERIES,
     PUSH_WINDOW,
 };

@@ -6,8 +6,8 @@
 //! Finished Postgres rows are in [`crate::purge`].
 
 use clickhouse::Row;
+use pmw_core::ch::statements;
 use pmw_core::ch::ChClient;
-use pmw_core::store::statements;
 use pmw_core::UnixMs;
 use serde::Deserialize;
 

@@ -13,7 +13,7 @@ use crate::auth::Auth;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiPath, OptionalJson};
 use crate::AppState;
-use pmw_core::db::accounts::{self, Account, AccountError, KeyInfo, NewKey};
+use pmw_core::pg::accounts::{self, Account, AccountError, KeyInfo, NewKey};
 
 impl From<AccountError> for ApiError {
     fn from(e: AccountError) -> ApiError {

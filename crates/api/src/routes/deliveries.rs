@@ -7,10 +7,10 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use pmw_core::db::deliveries::{self, NewDelivery, Writer};
+use pmw_core::ch::{delivery_log, trades, TradeRow};
 use pmw_core::filter::{self, Facts, Filter};
 use pmw_core::message::{stamp, FinalNotice, Kind, TradeMessage};
-use pmw_core::store::{delivery_log, trades, TradeRow};
+use pmw_core::pg::deliveries::{self, NewDelivery, Writer};
 use pmw_core::webhook::webhook_id;
 use pmw_core::{Cursor, UnixMs};
 use serde::{Deserialize, Serialize};

@@ -10,7 +10,7 @@ use std::time::Instant;
 use axum::extract::State;
 use axum::Json;
 use governor::clock::{Clock, DefaultClock};
-use pmw_core::store::delivery_log;
+use pmw_core::ch::delivery_log;
 use pmw_core::webhook::sign::{sign_headers, SecretError};
 use pmw_core::webhook::Secret;
 use pmw_core::UnixMs;

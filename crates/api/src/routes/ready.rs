@@ -13,7 +13,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use pmw_core::store::Window;
+use pmw_core::ch::Window;
 use pmw_core::UnixMs;
 use serde::Serialize;
 use serde_json::Value;
@@ -225,8 +225,7 @@ async fn clickhouse_and_latency(st: &AppState, now: i64) -> (Check, Check) {
         Duration::from_millis(st.cfg.api_ready_latency_window_ms),
     );
     let max = st.cfg.api_ready_latency_max_ms as i64;
-    let median =
-        |channel: &'static str| bounded(pmw_core::store::latency::recent(&st.ch, channel, w));
+    let median = |channel: &'static str| bounded(pmw_core::ch::latency::recent(&st.ch, channel, w));
     let mut channel = "ws";
     let mut r = median(channel).await;
     if matches!(r, Ok((0, _))) {

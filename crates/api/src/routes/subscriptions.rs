@@ -14,7 +14,7 @@ use crate::auth::Auth;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiJson, ApiPath};
 use crate::AppState;
-use pmw_core::db::accounts::MAX_LABEL_CHARS;
+use pmw_core::pg::accounts::MAX_LABEL_CHARS;
 
 /// Parse a wallet address: 422 with the reason when it is not one.
 pub fn parse_wallet(s: &str) -> Result<Address, ApiError> {

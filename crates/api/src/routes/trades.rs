@@ -9,10 +9,10 @@ use std::collections::HashMap;
 
 use axum::extract::State;
 use axum::Json;
+use pmw_core::ch::{trades, TradeRow};
 use pmw_core::filter::{self, Facts};
 use pmw_core::message::{Market, TradeMessage};
-use pmw_core::store::{trades, TradeRow};
-use pmw_core::{db, Cursor};
+use pmw_core::{pg, Cursor};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -82,12 +82,12 @@ pub async fn markets(
     c: &super::Client,
     rows: &[TradeRow],
 ) -> Result<HashMap<String, Market>, ApiError> {
-    Ok(db::market_names_of(&***c, rows).await?)
+    Ok(pg::market_names_of(&***c, rows).await?)
 }
 
 /// The ingest watermark as the last cursor a reader may see.
 pub async fn watermark(c: &super::Client) -> Result<Option<Cursor>, ApiError> {
-    Ok(db::watermark(&***c).await?.map(db::watermark_cursor))
+    Ok(pg::watermark(&***c).await?.map(pg::watermark_cursor))
 }
 
 /// The finalized watermark (the highest ingested block the chain calls finalized), if any.
@@ -135,7 +135,7 @@ pub async fn list(
     };
     let finalized = finalized(&c).await?;
     let through = match watermark(&c).await? {
-        Some(w) if q.final_only == Some(true) => finalized.map(|f| w.min(db::watermark_cursor(f))),
+        Some(w) if q.final_only == Some(true) => finalized.map(|f| w.min(pg::watermark_cursor(f))),
         w => w,
     };
     let Some(through) = through else {

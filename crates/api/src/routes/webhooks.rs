@@ -8,8 +8,8 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use pmw_core::db::deliveries::expire_pending;
 use pmw_core::filter::FilterSpec;
+use pmw_core::pg::deliveries::expire_pending;
 use pmw_core::ssrf;
 use pmw_core::webhook::Secret;
 use pmw_core::UnixMs;

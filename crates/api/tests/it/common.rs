@@ -66,10 +66,10 @@ impl Api {
     /// A new account on `plan` with one API key.
     pub async fn account(&self, plan: &str) -> (i64, String) {
         let c = self.db.pg.get().await.unwrap();
-        let a = pmw_core::db::accounts::create_account(&**c, "test", None, plan)
+        let a = pmw_core::pg::accounts::create_account(&**c, "test", None, plan)
             .await
             .unwrap();
-        let k = pmw_core::db::accounts::create_key(&**c, a.id, "test")
+        let k = pmw_core::pg::accounts::create_key(&**c, a.id, "test")
             .await
             .unwrap();
         (a.id, k.key)
@@ -88,8 +88,8 @@ pub fn wallet(i: u8) -> String {
 }
 
 /// A stored trade row of `maker` at `(block, log_index)`, as live writes it.
-pub fn trade_row(block: u64, log_index: u32, maker: &str) -> pmw_core::store::TradeRow {
-    pmw_core::store::TradeRow {
+pub fn trade_row(block: u64, log_index: u32, maker: &str) -> pmw_core::ch::TradeRow {
+    pmw_core::ch::TradeRow {
         block_number: block,
         log_index,
         block_hash: format!("0x{:064x}", block),

@@ -5,9 +5,9 @@
 use std::collections::BTreeSet;
 
 use crate::common::{set_push_cursor, set_watermark, trade_row, wallet, Api};
-use pmw_core::store::latency::insert_all;
-use pmw_core::store::trades::insert_trades;
-use pmw_core::store::DeliveryLogRow;
+use pmw_core::ch::latency::insert_all;
+use pmw_core::ch::trades::insert_trades;
+use pmw_core::ch::DeliveryLogRow;
 use pmw_core::webhook::{webhook_id, DeliveryKind};
 use pmw_core::Cursor;
 use serde_json::json;

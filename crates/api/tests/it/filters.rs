@@ -4,7 +4,7 @@
 //! `GET /v1/trades` and webhook replay list what push would send.
 
 use crate::common::{set_push_cursor, set_watermark, trade_row, wallet, Api};
-use pmw_core::store::trades::insert_trades;
+use pmw_core::ch::trades::insert_trades;
 use reqwest::Method;
 use serde_json::{json, Value};
 

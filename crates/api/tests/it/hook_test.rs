@@ -4,8 +4,8 @@
 //! and last error from ClickHouse `delivery_log`, backlog from Postgres).
 
 use pmw_api::ApiConfig;
-use pmw_core::store::latency::insert_all;
-use pmw_core::store::DeliveryLogRow;
+use pmw_core::ch::latency::insert_all;
+use pmw_core::ch::DeliveryLogRow;
 use pmw_core::UnixMs;
 use pmw_testkit::hooks::{python_sign, Receiver, Step};
 use serde_json::json;

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::common::{set_watermark, trade_row, wallet, Api};
-use pmw_core::store::trades::insert_trades;
+use pmw_core::ch::trades::insert_trades;
 use pmw_core::Cursor;
 use serde_json::json;
 

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use pmw_core::store::{trades, TradeRow};
+use pmw_core::ch::{trades, TradeRow};
 use pmw_core::trade::Allowlist;
 use pmw_core::{Cursor, UnixMs};
 use pmw_live::LiveConfig;

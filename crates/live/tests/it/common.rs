@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use pmw_core::store::{trades, TradeRow};
+use pmw_core::ch::{trades, TradeRow};
 use pmw_core::trade::Allowlist;
 use pmw_core::{CoreConfig, Cursor};
 use pmw_live::LiveConfig;

@@ -133,7 +133,7 @@ async fn a_reorg_below_the_finalized_watermark_is_refused_and_counted_not_retrac
     }
     // Nothing was retracted and nothing recorded as a reorg; the watermark did not move back.
     let after = h.visible().await;
-    let keys = |v: &[pmw_core::store::TradeRow]| {
+    let keys = |v: &[pmw_core::ch::TradeRow]| {
         v.iter()
             .filter(|r| r.block_number <= fin)
             .map(|r| (r.block_number, r.log_index, r.block_hash.clone()))

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use crate::common::{assert_exactly_emitted, p50_p99, Harness};
-use pmw_core::store::{latency, trades, Window};
+use pmw_core::ch::{latency, trades, Window};
 use pmw_sim::types::Role;
 use pmw_sim::RunConfig;
 use pmw_testkit::TcpProxy;

@@ -151,9 +151,9 @@ async fn a_live_block_wakes_push_in_its_commit_and_its_latency_row_follows() {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     let first = *live_blocks.first().unwrap() as u64;
     loop {
-        let rows = pmw_core::store::latency::ingest_in_window(
+        let rows = pmw_core::ch::latency::ingest_in_window(
             &h.db.ch,
-            pmw_core::store::Window {
+            pmw_core::ch::Window {
                 from_ms: 0,
                 to_ms: i64::MAX,
             },

@@ -2,9 +2,9 @@
 //! message's wallet, wants its kind of event and whose filters let it through, with the body
 //! stamped once for the round.
 
+use pmw_core::ch::TradeRow;
 use pmw_core::filter::Facts;
 use pmw_core::message::{stamp, Kind};
-use pmw_core::store::TradeRow;
 
 use super::{webhook_id, NewDelivery};
 use crate::subs::Index;

@@ -5,7 +5,7 @@
 //! to the claim path: claimed rows are never lost, at worst taken again after the claim ttl or
 //! by a successor's epoch.
 
-use pmw_core::db::deliveries::Handed;
+use pmw_core::pg::deliveries::Handed;
 use tokio::sync::mpsc;
 
 use super::store::Claimed;

@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use pmw_core::ch::latency::PushLatencyRow;
 use pmw_core::pg::PgPool;
-use pmw_core::store::latency::PushLatencyRow;
 use pmw_core::UnixMs;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;

@@ -3,16 +3,16 @@
 //! their pending deliveries. Every write of push takes the slot's `push_epoch` row `FOR SHARE`
 //! in the same statement (or transaction) and lands only while the epoch is current, so a
 //! deposed leader's writes fail. Enqueueing and expiring are
-//! [`pmw_core::db::deliveries`]' (the API queues replays and expires too).
+//! [`pmw_core::pg::deliveries`]' (the API queues replays and expires too).
 
 use tokio_postgres::{GenericClient, Transaction};
 
 use super::WebhookError;
 
-pub use pmw_core::db::deliveries::{expire_pending, Enqueued, NewDelivery};
+pub use pmw_core::pg::deliveries::{expire_pending, Enqueued, NewDelivery};
 pub use pmw_core::webhook::{webhook_id, DeliveryKind};
 
-use pmw_core::db::deliveries::{self, EnqueueError, Writer};
+use pmw_core::pg::deliveries::{self, EnqueueError, Writer};
 use pmw_core::UnixMs;
 
 /// The epoch check of claims and result writes: without a row lock. With `FOR SHARE` on the one
@@ -24,7 +24,7 @@ use pmw_core::UnixMs;
 /// finds it and stops the dispatcher. The one race left, a claim in flight while the bump
 /// commits, can send a delivery twice (both leaders claimed it), which at-least-once allows; a
 /// graceful handover has no such race (the old dispatcher stops before the lock is released).
-/// Cursor moves and enqueues keep the lock ([`pmw_core::db::deliveries`], the round SQL).
+/// Cursor moves and enqueues keep the lock ([`pmw_core::pg::deliveries`], the round SQL).
 pub(crate) const EPOCH_CURRENT: &str =
     "fence AS MATERIALIZED (SELECT 1 FROM push_epoch WHERE slot = $1 AND epoch = $2)";
 
@@ -42,7 +42,7 @@ pub async fn enqueue(
 /// Insert a round's deliveries as `pending`, due now, inside the transaction that moves the
 /// cursor, only while the slot's epoch is still `epoch` (otherwise [`WebhookError::Fenced`]).
 /// Ids already present are left alone; endpoints gone or disabled meanwhile are skipped
-/// ([`pmw_core::db::deliveries::enqueue`]). With `claim`, new trade deliveries are inserted
+/// ([`pmw_core::pg::deliveries::enqueue`]). With `claim`, new trade deliveries are inserted
 /// claimed by `epoch` and returned in [`Enqueued::handed`] (see [`super::Handoff`]).
 pub async fn enqueue_in_slot(
     tx: &Transaction<'_>,

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use pmw_core::store::latency::{self, IngestLatencyRow, PushLatencyRow};
+use pmw_core::ch::latency::{self, IngestLatencyRow, PushLatencyRow};
 use pmw_core::CoreConfig;
 use pmw_stats::StatsConfig;
 use pmw_testkit::{ServiceHandle, TestDb};

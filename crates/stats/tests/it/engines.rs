@@ -2,14 +2,14 @@
 //! (chDB behind its HTTP interface, `tools/python/chdb_http.py`). The production code runs the
 //! migration, writes the same data (ingested trades, a crash's re-insert, a reorg's retraction
 //! rows, latency rows across a day boundary, delivery attempts) and sends every statement of
-//! `pmw_core::store::statements` (checked from the statements the second engine received); each
+//! `pmw_core::ch::statements` (checked from the statements the second engine received); each
 //! read returns the same rows on both, and retention drops the same partitions.
 
+use pmw_core::ch::delivery_log::{self, DeliveryLogRow};
+use pmw_core::ch::latency::{self, IngestLatencyRow, PushLatencyRow};
+use pmw_core::ch::trades::{self, TradeRow};
 use pmw_core::ch::{self, ChClient};
-use pmw_core::store::delivery_log::{self, DeliveryLogRow};
-use pmw_core::store::latency::{self, IngestLatencyRow, PushLatencyRow};
-use pmw_core::store::trades::{self, TradeRow};
-use pmw_core::store::{statements, Window};
+use pmw_core::ch::{statements, Window};
 use pmw_core::{migrate, Cursor, UnixMs};
 use pmw_stats::{query, retention};
 use pmw_testkit::{ChdbServer, TestDb};

@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use crate::common::*;
-use pmw_core::store::trades::{self, TradeRow};
-use pmw_core::store::Window;
+use pmw_core::ch::trades::{self, TradeRow};
+use pmw_core::ch::Window;
 use pmw_core::{Cursor, UnixMs};
 use pmw_stats::purge::{self, RowRetention};
 use pmw_stats::{retention, StatsConfig};
@@ -45,7 +45,7 @@ async fn ingest_times(db: &TestDb) -> Vec<i64> {
         from_ms: i64::MIN / 2,
         to_ms: i64::MAX / 2,
     };
-    let mut t: Vec<i64> = pmw_core::store::latency::ingest_in_window(&db.ch, all)
+    let mut t: Vec<i64> = pmw_core::ch::latency::ingest_in_window(&db.ch, all)
         .await
         .unwrap()
         .into_iter()

@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 
 use crate::common::*;
-use pmw_core::store::{latency, PushLatencyRow, Window};
+use pmw_core::ch::{latency, PushLatencyRow, Window};
 use pmw_core::UnixMs;
 use pmw_stats::model::{windows, SeriesSpec};
 use pmw_stats::{query, Snapshot};

@@ -60,7 +60,7 @@ async fn p50_is_the_median_of_per_row_differences_of_exactly_the_rows_inside() {
         .filter(|r| inside(r.t_detect_ms))
         .map(|r| r.t_stored_ms - r.t_detect_ms)
         .collect();
-    let ch_rows = |c: &str| -> Vec<&pmw_core::store::PushLatencyRow> {
+    let ch_rows = |c: &str| -> Vec<&pmw_core::ch::PushLatencyRow> {
         push_rows
             .iter()
             .filter(|r| r.channel == c && inside(r.t_push_ms))

@@ -1,6 +1,7 @@
-//! The production ClickHouse write and read paths for facts (trades and latency rows); every
-//! statement's text is in [`statements`].
+//! ClickHouse: the client, and the production write and read paths for facts (trades, latency
+//! rows, the delivery log); every statement's text is in [`statements`].
 
+mod client;
 pub mod delivery_log;
 pub mod latency;
 pub mod statements;
@@ -8,6 +9,7 @@ pub mod trades;
 pub mod visible;
 pub mod window;
 
+pub use client::*;
 pub use delivery_log::DeliveryLogRow;
 pub use latency::{IngestLatencyRow, PushLatencyRow};
 pub use trades::{TradeRow, WalletTradeRow};

@@ -1,4 +1,4 @@
-//! Every ClickHouse statement the services send, in one place: the `.sql` files of `store/sql`
+//! Every ClickHouse statement the services send, in one place: the `.sql` files of `ch/sql`
 //! (and the migrations). Callers fill `?` with binds and `{name}` holes with validated text;
 //! [`ALL`] lists them so the two-engine test (18.16 and a current ClickHouse) can check that each
 //! one ran on both.

@@ -1,10 +1,6 @@
-//! Postgres reads and writes that more than one service makes, defined once with their SQL in
-//! `db/sql/`: the ingest watermark, market names, accounts and keys, webhook deliveries. A
+//! Postgres reads more than one service makes: the ingest watermark and market names. A
 //! statement that `pmwctl diag` looks for in `pg_stat_statements` carries a `pmw:<name>` marker
 //! comment, never matched by its text.
-
-pub mod accounts;
-pub mod deliveries;
 
 use std::collections::HashMap;
 
@@ -36,7 +32,7 @@ pub fn watermark_cursor(block: u64) -> Cursor {
 /// Resolved market names of the tokens of `rows` (a page of trades).
 pub async fn market_names_of(
     c: &impl GenericClient,
-    rows: &[crate::store::TradeRow],
+    rows: &[crate::ch::TradeRow],
 ) -> Result<HashMap<String, Market>, tokio_postgres::Error> {
     let mut tokens: Vec<&str> = rows.iter().map(|r| r.token_id.as_str()).collect();
     tokens.sort_unstable();
