@@ -16,7 +16,9 @@
 //! in its own task: ingest never waits for it. A finalized block whose hash on the chain is not
 //! the recorded one is an alarm (logged, counted): nothing is corrected and the audit stays there.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+pub mod compare;
+
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use pmw_core::ch::ChClient;
@@ -24,16 +26,18 @@ use pmw_core::ch::{trades, TradeRow};
 use pmw_core::lock::{fence_sql, keys};
 use pmw_core::pg::PgPool;
 use pmw_core::trade::exchange::ORDER_FILLED_TOPICS;
-use pmw_core::trade::{self, Allowlist, Fill};
+use pmw_core::trade::{self, Allowlist, Fill, RawLog};
 use pmw_core::types::Address;
 use pmw_core::UnixMs;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::chain::{hex32, Chain, ChainError};
-use crate::ingest::IngestError;
+use crate::error::IngestError;
 use crate::notifier::BlockNotifier;
 use crate::telemetry;
+use crate::version::VersionFloor;
+use compare::{compare, corrections, Findings, Key, Recorded};
 
 /// `audit_ranges` rows are kept this long (the dashboard's longest window is 30 days).
 const KEEP_RANGES_MS: i64 = 35 * 86_400_000;
@@ -99,13 +103,6 @@ pub struct RangeReport {
     pub head: u64,
 }
 
-/// A `chain_blocks` row of an audited range.
-struct Recorded {
-    hash: String,
-    count: Option<i32>,
-    time_ms: i64,
-}
-
 /// At most one call per `gap`.
 struct Pacer {
     gap: Duration,
@@ -131,7 +128,7 @@ pub struct Audit {
     pacer: Pacer,
     advance_sql: String,
     /// Versions written from now on are above this.
-    version_floor: u64,
+    versions: VersionFloor,
 }
 
 impl Audit {
@@ -161,7 +158,7 @@ impl Audit {
                 next: Instant::now(),
             },
             advance_sql,
-            version_floor: 0,
+            versions: VersionFloor::default(),
         }
     }
 
@@ -207,13 +204,6 @@ impl Audit {
                 _ = tokio::time::sleep(pause) => {}
             }
         }
-    }
-
-    /// The version of rows written now: the clock, but always above the last one.
-    fn next_version(&mut self) -> u64 {
-        let v = (UnixMs::now().0 as u64).max(self.version_floor + 1);
-        self.version_floor = v;
-        v
     }
 
     /// Audit the next range of finalized blocks, if any: what it found.
@@ -282,156 +272,49 @@ impl Audit {
         recorded: &BTreeMap<u64, Recorded>,
         head: u64,
     ) -> Result<RangeReport, AuditError> {
-        self.pacer.wait().await;
-        let logs = self
-            .chain
-            .logs_in_range(from, to, &self.addresses, &ORDER_FILLED_TOPICS)
-            .await?;
-        // The top block is canonical on the chain as recorded: every block below it is too
-        // (ingest stored them linked by parent hash).
-        self.pacer.wait().await;
-        let top = self
-            .chain
-            .block(to)
-            .await?
-            .ok_or(ChainError::Incomplete("audited block (not on the chain)"))?;
-        let disagrees = |block: u64, chain: &[u8; 32], stored: &str| AuditError::Disagrees {
-            block,
-            stored: stored.to_string(),
-            chain: hex32(chain),
-        };
-        if hex32(&top.hash) != recorded[&to].hash {
-            return Err(disagrees(to, &top.hash, &recorded[&to].hash));
-        }
-        let mut on_chain: BTreeMap<(u64, u32), Fill> = BTreeMap::new();
-        for log in &logs {
-            let Some(rec) = recorded.get(&log.block_number) else {
-                tracing::warn!(
-                    block = log.block_number,
-                    "log outside the audited range ignored"
-                );
-                continue;
-            };
-            if hex32(&log.block_hash) != rec.hash {
-                return Err(disagrees(log.block_number, &log.block_hash, &rec.hash));
-            }
-            match trade::decode(log, &self.allow) {
-                Ok(Some(fill)) => {
-                    on_chain.insert((fill.block_number, fill.log_index), fill);
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    tracing::warn!(block = log.block_number, log_index = log.log_index, error = %e, "undecodable log (audit)")
-                }
-            }
-        }
+        let logs = self.chain_logs(from, to, recorded).await?;
+        let on_chain = decode_on_chain(&logs, recorded, &self.allow)?;
         let stored = trades::latest_between(&self.ch, from, to).await?;
-        let canonical = |r: &TradeRow| {
-            recorded
-                .get(&r.block_number)
-                .is_some_and(|b| b.hash == r.block_hash)
-        };
-        let visible: BTreeSet<(u64, u32)> = stored
-            .iter()
-            .filter(|r| r.retracted == 0 && canonical(r))
-            .map(|r| (r.block_number, r.log_index))
-            .collect();
-        let missing: Vec<&Fill> = on_chain
-            .iter()
-            .filter(|(k, _)| !visible.contains(k))
-            .map(|(_, f)| f)
-            .collect();
-        let extra: Vec<&TradeRow> = stored
-            .iter()
-            .filter(|r| r.retracted == 0)
-            .filter(|r| !canonical(r) || !on_chain.contains_key(&(r.block_number, r.log_index)))
-            .collect();
-        let mut counts: BTreeMap<u64, i32> = BTreeMap::new();
-        for (block, _) in on_chain.keys() {
-            *counts.entry(*block).or_default() += 1;
-        }
-        // Blocks to correct: those with findings, and those whose recorded count is wrong (an
-        // earlier audit that stored its rows but lost its lock before recording the rest).
-        let mut recount: BTreeSet<u64> = missing.iter().map(|f| f.block_number).collect();
-        recount.extend(extra.iter().map(|r| r.block_number));
-        for (n, rec) in recorded {
-            let actual = counts.get(n).copied().unwrap_or(0);
-            if rec.count.is_some_and(|c| c != actual) {
-                recount.insert(*n);
-            }
-        }
+        let findings = compare(&on_chain, &stored, recorded);
         let now = UnixMs::now();
         let report = RangeReport {
             from,
             to,
-            fills_checked: (on_chain.len() + extra.len()) as u64,
-            missing: missing
+            fills_checked: (on_chain.len() + findings.extra.len()) as u64,
+            missing: findings.missing.clone(),
+            extra: findings
+                .extra
                 .iter()
-                .map(|f| (f.block_number, f.log_index))
+                .map(|&i| (stored[i].block_number, stored[i].log_index))
                 .collect(),
-            extra: extra
-                .iter()
-                .map(|r| (r.block_number, r.log_index))
-                .collect(),
-            recounted: recount.iter().copied().collect(),
+            recounted: findings.recount.iter().copied().collect(),
             head,
         };
-        if !recount.is_empty() {
-            let prior: HashMap<(u64, u32, &str), u64> = stored
-                .iter()
-                .map(|r| {
-                    (
-                        (r.block_number, r.log_index, r.block_hash.as_str()),
-                        r.version,
-                    )
-                })
-                .collect();
-            let version = self.next_version();
-            let mut rows = Vec::with_capacity(missing.len() + extra.len());
-            for f in &missing {
-                let rec = &recorded[&f.block_number];
-                let mut r = TradeRow::from_fill(f, rec.time_ms, now.0, true, version);
-                r.audit = 1;
-                if let Some(v) = prior.get(&(r.block_number, r.log_index, r.block_hash.as_str())) {
-                    r.version = r.version.max(v + 1);
-                }
-                rows.push(r);
+        if !findings.recount.is_empty() {
+            let version = self.versions.next_now();
+            let rows = corrections(&findings, &on_chain, &stored, recorded, version, now.0);
+            if let Some(top) = rows.iter().map(|r| r.version).max() {
+                self.versions.raise(top);
             }
-            for r in &extra {
-                let mut r = (*r).clone();
-                r.retracted = 1;
-                r.version = version.max(r.version + 1);
-                rows.push(r);
-            }
-            self.version_floor = self
-                .version_floor
-                .max(rows.iter().map(|r| r.version).max().unwrap_or(0));
             trades::insert_trades(&self.ch, &rows)
                 .await
                 .inspect_err(|_| telemetry::ch_insert_failed("trades"))?;
         }
-        self.record(&report, recorded, &counts, now).await?;
-        for f in &missing {
-            tracing::warn!(
-                block = f.block_number,
-                log_index = f.log_index,
-                block_hash = %hex32(&f.block_hash),
-                "audit: fill missing from the store; backfilled"
-            );
-        }
-        for r in &extra {
-            tracing::warn!(
-                block = r.block_number,
-                log_index = r.log_index,
-                block_hash = %r.block_hash,
-                "audit: stored fill not on the chain; retracted"
-            );
-        }
-        if !recount.is_empty() {
+        self.record(&report, recorded, &findings.counts, now)
+            .await?;
+        log_findings(&findings, &on_chain, &stored);
+        if !findings.recount.is_empty() {
             tracing::warn!(blocks = ?report.recounted, ancestor = report.recounted[0].saturating_sub(1), "audit: trade counts corrected; push rewinds");
             self.notifier.notify(head);
         }
-        telemetry::audited(&report);
+        telemetry::audited(telemetry::Audited {
+            from,
+            to,
+            fills_checked: report.fills_checked,
+            missing: report.missing.len() as u64,
+            extra: report.extra.len() as u64,
+            head,
+        });
         tracing::debug!(
             from,
             to,
@@ -441,6 +324,32 @@ impl Audit {
             "range audited"
         );
         Ok(report)
+    }
+
+    /// The exchanges' logs of blocks `from..=to`, once the chain's block `to` is the recorded
+    /// one: every block below it is then canonical too (ingest stored them linked by parent
+    /// hash). Two paced RPC calls.
+    async fn chain_logs(
+        &mut self,
+        from: u64,
+        to: u64,
+        recorded: &BTreeMap<u64, Recorded>,
+    ) -> Result<Vec<RawLog>, AuditError> {
+        self.pacer.wait().await;
+        let logs = self
+            .chain
+            .logs_in_range(from, to, &self.addresses, &ORDER_FILLED_TOPICS)
+            .await?;
+        self.pacer.wait().await;
+        let top = self
+            .chain
+            .block(to)
+            .await?
+            .ok_or(ChainError::Incomplete("audited block (not on the chain)"))?;
+        if hex32(&top.hash) != recorded[&to].hash {
+            return Err(disagrees(to, &top.hash, &recorded[&to].hash));
+        }
+        Ok(logs)
     }
 
     /// In one transaction fenced by the live lock: the audited watermark, the corrected counts
@@ -512,5 +421,65 @@ impl Audit {
                 &[&(UnixMs::now().0 - KEEP_RANGES_MS)],
             )
             .await?)
+    }
+}
+
+fn disagrees(block: u64, chain: &[u8; 32], stored: &str) -> AuditError {
+    AuditError::Disagrees {
+        block,
+        stored: stored.to_string(),
+        chain: hex32(chain),
+    }
+}
+
+/// The fills of `logs` by key; a log of a block outside `recorded` is ignored, a log whose
+/// block hash is not the recorded one is a disagreement.
+fn decode_on_chain(
+    logs: &[RawLog],
+    recorded: &BTreeMap<u64, Recorded>,
+    allow: &Allowlist,
+) -> Result<BTreeMap<Key, Fill>, AuditError> {
+    let mut on_chain = BTreeMap::new();
+    for log in logs {
+        let Some(rec) = recorded.get(&log.block_number) else {
+            tracing::warn!(
+                block = log.block_number,
+                "log outside the audited range ignored"
+            );
+            continue;
+        };
+        if hex32(&log.block_hash) != rec.hash {
+            return Err(disagrees(log.block_number, &log.block_hash, &rec.hash));
+        }
+        match trade::decode(log, allow) {
+            Ok(Some(fill)) => {
+                on_chain.insert((fill.block_number, fill.log_index), fill);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(block = log.block_number, log_index = log.log_index, error = %e, "undecodable log (audit)")
+            }
+        }
+    }
+    Ok(on_chain)
+}
+
+/// One warning per corrected fill.
+fn log_findings(findings: &Findings, on_chain: &BTreeMap<Key, Fill>, stored: &[TradeRow]) {
+    for f in findings.missing.iter().map(|k| &on_chain[k]) {
+        tracing::warn!(
+            block = f.block_number,
+            log_index = f.log_index,
+            block_hash = %hex32(&f.block_hash),
+            "audit: fill missing from the store; backfilled"
+        );
+    }
+    for r in findings.extra.iter().map(|&i| &stored[i]) {
+        tracing::warn!(
+            block = r.block_number,
+            log_index = r.log_index,
+            block_hash = %r.block_hash,
+            "audit: stored fill not on the chain; retracted"
+        );
     }
 }

@@ -12,7 +12,7 @@ use pmw_core::UnixMs;
 use tokio_util::sync::CancellationToken;
 
 use crate::chain::{hex32, Chain};
-use crate::ingest::IngestError;
+use crate::error::IngestError;
 use crate::notifier::BlockNotifier;
 
 /// Follows the `finalized` tag every `poll`.

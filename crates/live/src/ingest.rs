@@ -9,39 +9,18 @@ use pmw_core::ch::{trades, IngestLatencyRow, TradeRow};
 use pmw_core::lock::{fence_sql, keys};
 use pmw_core::pg::PgPool;
 use pmw_core::trade::exchange::ORDER_FILLED_TOPICS;
-use pmw_core::trade::{self, Allowlist};
+use pmw_core::trade::{self, Allowlist, RawLog};
 use pmw_core::types::Address;
 use pmw_core::UnixMs;
 
-use crate::chain::{hex32, Chain, ChainError, Head, SeenHead};
+use crate::chain::{Chain, Head, SeenHead};
+use crate::error::IngestError;
 use crate::latency_writer::LatencyRows;
 use crate::names::Names;
 use crate::notifier::{BlockNotifier, CHANNEL};
+use crate::version::VersionFloor;
 
-/// Why a step could not complete. All but `Fenced` and `ReorgTooDeep` are retried.
-#[derive(Debug, thiserror::Error)]
-pub enum IngestError {
-    #[error("chain: {0}")]
-    Chain(#[from] ChainError),
-    #[error("clickhouse: {0}")]
-    ClickHouse(#[from] clickhouse::error::Error),
-    #[error("postgres: {}", pmw_core::pg::describe(.0))]
-    Postgres(#[from] tokio_postgres::Error),
-    #[error("postgres pool: {0}")]
-    Pool(#[from] pmw_core::pg::PgError),
-    #[error("the live writer lock is no longer held by this process")]
-    Fenced,
-    #[error("reorg deeper than {0} blocks: no common ancestor found")]
-    ReorgTooDeep(u64),
-    #[error("the chain reorganised below the finalized watermark {finalized} (common ancestor {ancestor}): refused")]
-    BelowFinalized { ancestor: u64, finalized: u64 },
-}
-
-impl From<deadpool_postgres::PoolError> for IngestError {
-    fn from(e: deadpool_postgres::PoolError) -> Self {
-        IngestError::Pool(e.into())
-    }
-}
+mod unwind;
 
 /// The block the watermark points at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +49,19 @@ const KEEP_BLOCKS: u64 = 50_000;
 /// Recent heads seen live, by number, so gap blocks that did arrive keep their detect time.
 const BOOK_SIZE: usize = 512;
 
+/// What an [`Ingester`] works with.
+pub struct IngestParts {
+    pub chain: Chain,
+    pub pg: PgPool,
+    pub ch: ChClient,
+    pub allow: Allowlist,
+    pub notifier: BlockNotifier,
+    pub latency: LatencyRows,
+    pub names: Names,
+    pub lock_pid: i32,
+    pub max_reorg_depth: u64,
+}
+
 pub struct Ingester {
     pub chain: Chain,
     pub pg: PgPool,
@@ -93,37 +85,80 @@ pub struct Ingester {
     /// retracted before the watermark moves again ([`trades::retract_above`]).
     uncommitted: bool,
     /// Versions written from now on are above this (retractions must never tie a re-insert).
-    version_floor: u64,
+    versions: VersionFloor,
+}
+
+/// When a block's stages ended.
+#[derive(Debug, Clone, Copy)]
+struct Times {
+    detect: UnixMs,
+    logs: UnixMs,
+    stored: UnixMs,
+}
+
+/// How the rows of one block are stamped.
+#[derive(Debug, Clone, Copy)]
+struct Stamp {
+    block_time_ms: i64,
+    t_detect_ms: i64,
+    backfilled: bool,
+    version: u64,
+}
+
+/// The trade rows of `head`'s logs (a log of another block hash is skipped) and how many logs
+/// could not be decoded.
+fn decode_rows(
+    logs: &[RawLog],
+    head: &Head,
+    allow: &Allowlist,
+    stamp: Stamp,
+) -> (Vec<TradeRow>, u64) {
+    let mut rows = Vec::with_capacity(logs.len());
+    let mut undecodable = 0;
+    for log in logs {
+        if log.block_hash != head.hash {
+            tracing::warn!(
+                block = head.number,
+                log_index = log.log_index,
+                "log from another block hash ignored"
+            );
+            continue;
+        }
+        match trade::decode(log, allow) {
+            Ok(Some(fill)) => rows.push(TradeRow::from_fill(
+                &fill,
+                stamp.block_time_ms,
+                stamp.t_detect_ms,
+                stamp.backfilled,
+                stamp.version,
+            )),
+            Ok(None) => {}
+            Err(e) => {
+                undecodable += 1;
+                tracing::warn!(block = head.number, log_index = log.log_index, emitter = %log.address, error = %e, "undecodable log");
+            }
+        }
+    }
+    (rows, undecodable)
 }
 
 impl Ingester {
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        chain: Chain,
-        pg: PgPool,
-        ch: ChClient,
-        allow: Allowlist,
-        notifier: BlockNotifier,
-        latency: LatencyRows,
-        names: Names,
-        lock_pid: i32,
-        max_reorg_depth: u64,
-    ) -> Ingester {
-        let addresses = allow.addresses().collect();
+    pub fn new(parts: IngestParts) -> Ingester {
+        let addresses = parts.allow.addresses().collect();
         let advance_sql =
             include_str!("sql/advance_cursor.sql").replace("{fence}", &fence_sql(keys::LIVE, "$4"));
         let commit_sql =
             include_str!("sql/commit_block.sql").replace("{fence}", &fence_sql(keys::LIVE, "$4"));
         Ingester {
-            chain,
-            pg,
-            ch,
-            allow,
-            notifier,
-            latency,
-            names,
-            lock_pid,
-            max_reorg_depth,
+            chain: parts.chain,
+            pg: parts.pg,
+            ch: parts.ch,
+            allow: parts.allow,
+            notifier: parts.notifier,
+            latency: parts.latency,
+            names: parts.names,
+            lock_pid: parts.lock_pid,
+            max_reorg_depth: parts.max_reorg_depth,
             cursor: None,
             head: 0,
             stats: IngestStats::default(),
@@ -132,15 +167,8 @@ impl Ingester {
             advance_sql,
             commit_sql,
             uncommitted: true,
-            version_floor: 0,
+            versions: VersionFloor::default(),
         }
-    }
-
-    /// The version of rows written now: the clock, but always above the last retraction.
-    fn next_version(&mut self) -> u64 {
-        let v = (UnixMs::now().0 as u64).max(self.version_floor + 1);
-        self.version_floor = v;
-        v
     }
 
     /// Retract what a failed or interrupted ingest left above the watermark (see
@@ -150,9 +178,9 @@ impl Ingester {
             return Ok(());
         }
         let watermark = self.cursor.map_or(0, |c| c.number);
-        let version = self.next_version();
+        let version = self.versions.next_now();
         let (rows, top) = trades::retract_above(&self.ch, watermark, version).await?;
-        self.version_floor = self.version_floor.max(top);
+        self.versions.raise(top);
         if !rows.is_empty() {
             tracing::warn!(
                 watermark,
@@ -276,33 +304,14 @@ impl Ingester {
             .logs(&head.hash, &self.addresses, &ORDER_FILLED_TOPICS)
             .await?;
         let t_logs = UnixMs::now();
-        let block_time_ms = head.timestamp as i64 * 1000;
-        let version = self.next_version();
-        let mut rows = Vec::with_capacity(logs.len());
-        for log in &logs {
-            if log.block_hash != head.hash {
-                tracing::warn!(
-                    block = head.number,
-                    log_index = log.log_index,
-                    "log from another block hash ignored"
-                );
-                continue;
-            }
-            match trade::decode(log, &self.allow) {
-                Ok(Some(fill)) => rows.push(TradeRow::from_fill(
-                    &fill,
-                    block_time_ms,
-                    t_detect.0,
-                    backfilled,
-                    version,
-                )),
-                Ok(None) => {}
-                Err(e) => {
-                    self.stats.undecodable_logs += 1;
-                    tracing::warn!(block = head.number, log_index = log.log_index, emitter = %log.address, error = %e, "undecodable log");
-                }
-            }
-        }
+        let stamp = Stamp {
+            block_time_ms: head.timestamp as i64 * 1000,
+            t_detect_ms: t_detect.0,
+            backfilled,
+            version: self.versions.next_now(),
+        };
+        let (rows, undecodable) = decode_rows(&logs, head, &self.allow, stamp);
+        self.stats.undecodable_logs += undecodable;
         // Until the watermark commits, these rows are uncommitted: a failure from here on leaves
         // them for `retract_uncommitted`.
         self.uncommitted = true;
@@ -311,13 +320,32 @@ impl Ingester {
             .inspect_err(|_| crate::telemetry::ch_insert_failed("trades"))?;
         crate::failpoint::hit("after_trades_insert", head.number);
         let t_stored = UnixMs::now();
-        // One statement records the block, moves the watermark (fenced) and, for a block seen
-        // live, wakes push in the same commit. Backfilled blocks wake push through the
-        // coalescing notifier instead: a catch-up of a thousand blocks is one wake-up, not a
-        // thousand.
+        if !self.commit_block(head, stamp, rows.len(), t_stored).await? {
+            return Err(IngestError::Fenced);
+        }
+        let times = Times {
+            detect: t_detect,
+            logs: t_logs,
+            stored: t_stored,
+        };
+        self.committed(head, &rows, stamp, times);
+        Ok(())
+    }
+
+    /// One statement records the block, moves the watermark (fenced) and, for a block seen
+    /// live, wakes push in the same commit. Backfilled blocks wake push through the coalescing
+    /// notifier instead: a catch-up of a thousand blocks is one wake-up, not a thousand.
+    /// `false` when fenced.
+    async fn commit_block(
+        &self,
+        head: &Head,
+        stamp: Stamp,
+        trades: usize,
+        t_stored: UnixMs,
+    ) -> Result<bool, IngestError> {
         let client = self.pg.get().await?;
         let commit = client.prepare_cached(&self.commit_sql).await?;
-        let channel = if backfilled { "" } else { CHANNEL };
+        let channel = if stamp.backfilled { "" } else { CHANNEL };
         let moved = client
             .query_opt(
                 &commit,
@@ -327,19 +355,22 @@ impl Ingester {
                     &t_stored.0,
                     &self.lock_pid,
                     &head.parent_hex(),
-                    &block_time_ms,
-                    &t_detect.0,
-                    &backfilled,
-                    &(rows.len() as i32),
+                    &stamp.block_time_ms,
+                    &stamp.t_detect_ms,
+                    &stamp.backfilled,
+                    &(trades as i32),
                     &channel,
                 ],
             )
             .await?;
-        drop(client);
-        if moved.is_none() {
-            return Err(IngestError::Fenced);
-        }
+        Ok(moved.is_some())
+    }
+
+    /// After the watermark moved to `head`: the cursor, push's wake-up, names to resolve, the
+    /// latency row, metrics and counters.
+    fn committed(&mut self, head: &Head, rows: &[TradeRow], stamp: Stamp, t: Times) {
         let t_committed = UnixMs::now();
+        let backfilled = stamp.backfilled;
         self.uncommitted = false;
         self.cursor = Some(BlockRef {
             number: head.number,
@@ -357,10 +388,10 @@ impl Ingester {
         self.latency.send(IngestLatencyRow {
             block_number: head.number,
             block_hash: head.hash_hex(),
-            t_detect_ms: t_detect.0,
-            t_logs_ms: t_logs.0,
-            t_stored_ms: t_stored.0,
-            head_lead_ms: t_detect.0 - block_time_ms,
+            t_detect_ms: t.detect.0,
+            t_logs_ms: t.logs.0,
+            t_stored_ms: t.stored.0,
+            head_lead_ms: t.detect.0 - stamp.block_time_ms,
             trade_count: rows.len() as u32,
             backfilled: u8::from(backfilled),
         });
@@ -368,7 +399,7 @@ impl Ingester {
             head.number,
             backfilled,
             rows.len(),
-            (t_detect, t_logs, t_stored),
+            (t.detect, t.logs, t.stored),
         );
         self.stats.blocks += 1;
         self.stats.backfilled_blocks += u64::from(backfilled);
@@ -377,125 +408,11 @@ impl Ingester {
             block = head.number,
             trades = rows.len(),
             backfilled,
-            detect_to_stored_ms = t_stored.0 - t_detect.0,
-            detect_to_committed_ms = t_committed.0 - t_detect.0,
-            detect_to_logs_ms = t_logs.0 - t_detect.0,
+            detect_to_stored_ms = t.stored.0 - t.detect.0,
+            detect_to_committed_ms = t_committed.0 - t.detect.0,
+            detect_to_logs_ms = t.logs.0 - t.detect.0,
             "block ingested"
         );
-        Ok(())
-    }
-
-    /// Walk back from the watermark to the newest block whose stored hash is canonical, retract
-    /// the trades of every orphaned block above it, and move the watermark back to it.
-    #[tracing::instrument(name = "unwind", skip_all, fields(cursor = self.cursor.map(|c| c.number)))]
-    pub async fn unwind(&mut self) -> Result<(), IngestError> {
-        let tip = self.cursor.expect("unwind needs a cursor");
-        let stored = self
-            .stored_hashes(tip.number.saturating_sub(self.max_reorg_depth))
-            .await?;
-        let mut ancestor = None;
-        for (&number, hash) in stored.iter().rev() {
-            // A block the node does not have proves nothing (a lagging node): try again later
-            // rather than walk past a block that may well be canonical.
-            let c = self
-                .chain
-                .block(number)
-                .await?
-                .ok_or(IngestError::Chain(ChainError::Rpc(format!(
-                    "block {number} not available while looking for the common ancestor"
-                ))))?;
-            if c.hash == *hash {
-                ancestor = Some(BlockRef {
-                    number,
-                    hash: *hash,
-                });
-                break;
-            }
-        }
-        let ancestor = ancestor.ok_or(IngestError::ReorgTooDeep(self.max_reorg_depth))?;
-        // A finalized trade is never retracted: a chain that disagrees with a finalized block is
-        // an alarm (a broken node, or worse), logged and counted; ingest waits for it to agree.
-        let finalized = crate::finality::watermark(&self.pg).await?;
-        if ancestor.number < finalized {
-            metrics::counter!(crate::telemetry::FINALITY_VIOLATIONS).increment(1);
-            self.stats.finality_violations += 1;
-            return Err(IngestError::BelowFinalized {
-                ancestor: ancestor.number,
-                finalized,
-            });
-        }
-        let version = self.next_version();
-        let mut retracted = 0;
-        for (&number, hash) in stored.range(ancestor.number + 1..) {
-            retracted += trades::retract_block(&self.ch, number, &hex32(hash), version)
-                .await?
-                .len();
-        }
-        let depth = tip.number - ancestor.number;
-        let mut client = self.pg.get().await?;
-        let tx = client.transaction().await?;
-        tx.execute(include_str!("sql/unwind.sql"), &[&(ancestor.number as i64)])
-            .await?;
-        tx.execute(
-            include_str!("sql/record_reorg.sql"),
-            &[
-                &(ancestor.number as i64),
-                &(tip.number as i64),
-                &hex32(&tip.hash),
-                &(depth as i32),
-                &UnixMs::now().0,
-            ],
-        )
-        .await?;
-        let moved = tx
-            .execute(
-                &self.advance_sql,
-                &[
-                    &(ancestor.number as i64),
-                    &hex32(&ancestor.hash),
-                    &UnixMs::now().0,
-                    &self.lock_pid,
-                ],
-            )
-            .await?;
-        if moved != 1 {
-            return Err(IngestError::Fenced);
-        }
-        tx.commit().await?;
-        self.book.retain(|&n, _| n <= ancestor.number);
-        self.cursor = Some(ancestor);
-        self.notifier.notify(ancestor.number);
-        crate::telemetry::reorged(ancestor.number);
-        self.stats.reorgs += 1;
-        self.stats.retracted += retracted as u64;
-        tracing::warn!(
-            ancestor = ancestor.number,
-            old_tip = tip.number,
-            depth,
-            retracted,
-            "reorg unwound"
-        );
-        Ok(())
-    }
-
-    /// Stored canonical hashes from `from` up to the watermark.
-    async fn stored_hashes(&self, from: u64) -> Result<BTreeMap<u64, [u8; 32]>, IngestError> {
-        let client = self.pg.get().await?;
-        let rows = client
-            .query(
-                "SELECT block_number, block_hash FROM chain_blocks WHERE block_number >= $1 ORDER BY block_number",
-                &[&(from as i64)],
-            )
-            .await?;
-        Ok(rows
-            .iter()
-            .map(|r| {
-                (
-                    r.get::<_, i64>(0) as u64,
-                    parse_hash(&r.get::<_, String>(1)),
-                )
-            })
-            .collect())
     }
 
     /// Keep `chain_blocks` to [`KEEP_BLOCKS`] (at least the reorg window plus margin).
@@ -517,4 +434,73 @@ fn parse_hash(s: &str) -> [u8; 32] {
     let mut out = [0u8; 32];
     let _ = hex::decode_to_slice(s.trim_start_matches("0x"), &mut out);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HASH: [u8; 32] = [7; 32];
+
+    fn head() -> Head {
+        Head {
+            number: 100,
+            hash: HASH,
+            parent_hash: [6; 32],
+            timestamp: 1_700_000_000,
+        }
+    }
+
+    fn log(address: Address, block_hash: [u8; 32], topic: [u8; 32]) -> RawLog {
+        RawLog {
+            address,
+            topics: vec![topic],
+            data: vec![],
+            block_number: 100,
+            block_hash,
+            tx_hash: [1; 32],
+            log_index: 3,
+        }
+    }
+
+    fn stamp() -> Stamp {
+        Stamp {
+            block_time_ms: 1_700_000_000_000,
+            t_detect_ms: 1_700_000_000_500,
+            backfilled: false,
+            version: 9,
+        }
+    }
+
+    #[test]
+    fn a_log_of_another_block_hash_is_skipped_not_counted_undecodable() {
+        let allow = Allowlist::polymarket();
+        let exchange = allow.addresses().next().unwrap();
+        let logs = [log(exchange, [8; 32], [0; 32])];
+        let (rows, undecodable) = decode_rows(&logs, &head(), &allow, stamp());
+        assert!(rows.is_empty());
+        assert_eq!(undecodable, 0);
+    }
+
+    #[test]
+    fn a_log_from_an_unknown_emitter_is_counted_undecodable() {
+        let allow = Allowlist::polymarket();
+        let logs = [
+            log(Address([0xee; 20]), HASH, ORDER_FILLED_TOPICS[0]),
+            log(Address([0xef; 20]), HASH, ORDER_FILLED_TOPICS[1]),
+        ];
+        let (rows, undecodable) = decode_rows(&logs, &head(), &allow, stamp());
+        assert!(rows.is_empty());
+        assert_eq!(undecodable, 2);
+    }
+
+    #[test]
+    fn an_exchange_log_that_is_not_a_fill_yields_nothing() {
+        let allow = Allowlist::polymarket();
+        let exchange = allow.addresses().next().unwrap();
+        let logs = [log(exchange, HASH, [0x11; 32])];
+        let (rows, undecodable) = decode_rows(&logs, &head(), &allow, stamp());
+        assert!(rows.is_empty());
+        assert_eq!(undecodable, 0);
+    }
 }
