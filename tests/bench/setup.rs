@@ -234,7 +234,7 @@ impl Bench {
         env.push(("PMW_PUSH_WS_CONNECTS_PER_SEC".into(), "1000000".into()));
         env.push(("PMW_PUSH_WS_CONNECT_BURST".into(), "1000000".into()));
         if let Some(ms) = legacy {
-            env.push(("PMW_PUSH_LEGACY_POLL_MS".into(), ms.to_string()));
+            env.push(("PMW_BENCH_POLL_MS".into(), ms.to_string()));
         }
         let log = self.logs.join(format!("{name}.log"));
         let mut svc = Service::spawn(&name, &sibling("pmw-push")?, &env, &log)?;

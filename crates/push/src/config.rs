@@ -8,7 +8,6 @@
 //! | `PMW_PUSH_WORKER` / `PUSH_WORKER` | `1` | `0` refuses to start (the push worker is disabled here) |
 //! | `PMW_PUSH_LOCK_SEGMENT_MS` | `300000` | one segment of the standby's lock wait (`lock_timeout`) |
 //! | `PMW_PUSH_FALLBACK_MS` | `3000` | poll period when no NOTIFY arrives |
-//! | `PMW_PUSH_LEGACY_POLL_MS` | unset | benchmark baseline: no LISTEN wake-up, sleep this long between rounds |
 //! | `PMW_PUSH_ROUND_LIMIT` | `5000` | trades read per round (at most half of `PMW_PUSH_WS_QUEUE`, so a round never overflows a session that keeps up) |
 //! | `PMW_PUSH_CATCHUP_SPAN_BLOCKS` | `1000` | a round far behind the watermark reads at most this many blocks (when their trade counts are recorded), and moves past them only if every block returned its recorded count |
 //! | `PMW_PUSH_ROUND_DEADLINE_MS` | `10000` | on SIGTERM, how long the current round may take before exiting with the lock held |
@@ -38,8 +37,6 @@ pub struct PushConfig {
     pub push_lock_segment_ms: u64,
     #[serde(default = "d::fallback")]
     pub push_fallback_ms: u64,
-    #[serde(default)]
-    pub push_legacy_poll_ms: Option<u64>,
     #[serde(default = "d::limit")]
     pub push_round_limit: u64,
     #[serde(default = "d::span")]

@@ -25,12 +25,12 @@ use pmw_core::{CoreConfig, Cursor, Position, ServiceError, UnixMs};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
+use crate::hooks_and_finals::{HooksAndFinals, Timing};
 use crate::hub::Hub;
+use crate::lanes::{Fence, FinalLane, HookLane, LaneSetup, WsLane};
 use crate::recorder::Recorder;
 use crate::round_loop::{self, Stopped};
-use crate::rounds::Rounds;
 use crate::subs::Subscriptions;
-use crate::webhook_lane::{Timing, WebhookLane};
 use crate::{server, webhook, AppState, Health, Pools, PushConfig};
 
 /// What this process holds once it leads.
@@ -162,6 +162,18 @@ pub(crate) struct Leading<'a> {
     pub shutdown: &'a CancellationToken,
 }
 
+/// What a leader's round loop runs with, beside the lanes.
+struct Running {
+    hub: Hub,
+    health: Arc<Health>,
+    recorder: Recorder,
+    dispatcher: webhook::Dispatcher,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+    server_stop: CancellationToken,
+    /// Stops the recorder's and dispatcher's tasks when the leader ends.
+    _tasks: tokio_util::sync::DropGuard,
+}
+
 impl Leading<'_> {
     /// Serve as the slot's leader until shutdown (`Ok`) or a failure that hands over (`Err`:
     /// the process exits and the standby takes the lock). `bound` receives the listen address.
@@ -171,19 +183,61 @@ impl Leading<'_> {
         hooks: webhook::WebhookConfig,
         bound: Option<oneshot::Sender<SocketAddr>>,
     ) -> Result<(), ServiceError> {
-        let (cfg, push, stores) = (self.cfg, self.push, self.stores);
         // LISTEN before the first index load: a change committed in between is then either in
         // the load or notified (and every round checks the index version anyway).
-        let listen = if push.push_legacy_poll_ms.is_some() {
-            None
-        } else {
-            Some(round_loop::listen_session(cfg).await?)
+        let listen = match crate::baseline::poll_ms() {
+            Some(_) => None,
+            None => Some(round_loop::listen_session(self.cfg).await?),
         };
         let subs = Subscriptions::default();
-        subs.reload(&stores.pg)
+        subs.reload(&self.stores.pg)
             .await
             .map_err(|e| ServiceError::transient(e.to_string()))?;
+        let mut run = self.serve(&lead, hooks, bound).await?;
+        let (ws, mut behind) = self.lanes(&lead, subs, &run);
+        let stopped = round_loop::RoundLoop {
+            cfg: self.cfg,
+            push: self.push,
+            shutdown: self.shutdown,
+            lost: lead.lock.lost(),
+            listen,
+            ws,
+            hub: run.hub.clone(),
+            health: run.health.clone(),
+            heartbeat: self.heartbeat,
+            dispatcher: &mut run.dispatcher,
+            behind: &mut behind,
+            relisten_at: tokio::time::Instant::now(),
+            relisten_wait: Duration::from_millis(100),
+            index_at: None,
+            index_due: None,
+        }
+        .run()
+        .await;
+        match stopped {
+            Err(e) => {
+                run.hub.close_all(1012);
+                Err(e)
+            }
+            Ok(Stopped::DeadlinePassed) => {
+                run.hub.close_all(1012);
+                Ok(())
+            }
+            Ok(Stopped::Graceful) => {
+                self.stop_gracefully(lead.lock, behind, run).await;
+                Ok(())
+            }
+        }
+    }
 
+    /// Bind the port, start the recorder, the webhook dispatcher and the WebSocket server.
+    async fn serve(
+        &self,
+        lead: &Leadership,
+        hooks: webhook::WebhookConfig,
+        bound: Option<oneshot::Sender<SocketAddr>>,
+    ) -> Result<Running, ServiceError> {
+        let push = self.push;
         let listener = tokio::net::TcpListener::bind(push.push_listen)
             .await
             .map_err(|e| ServiceError::Config(format!("cannot bind {}: {e}", push.push_listen)))?;
@@ -194,15 +248,13 @@ impl Leading<'_> {
         if let Some(b) = bound {
             let _ = b.send(addr);
         }
-
         let tasks = CancellationToken::new();
-        let _stop_tasks = tasks.clone().drop_guard();
         let hub = Hub::new(lead.cursor);
         hub.start_finals(lead.finals.0);
         let health = Arc::new(Health::default());
         health.epoch.store(lead.epoch, Ordering::Relaxed);
-        let recorder = Recorder::spawn(stores.ch.clone(), tasks.clone());
-        let mut dispatcher = webhook::Dispatcher::spawn_shared(
+        let recorder = Recorder::spawn(self.stores.ch.clone(), tasks.clone());
+        let dispatcher = webhook::Dispatcher::spawn_shared(
             self.pools.webhooks.clone(),
             recorder.clone(),
             lead.epoch,
@@ -211,7 +263,7 @@ impl Leading<'_> {
         );
         let state = AppState {
             pool: self.pools.sessions.clone(),
-            ch: stores.ch.clone(),
+            ch: self.stores.ch.clone(),
             hub: hub.clone(),
             cfg: Arc::new(push.clone()),
             recorder: recorder.clone(),
@@ -221,82 +273,69 @@ impl Leading<'_> {
         };
         let server_stop = CancellationToken::new();
         let server = server::spawn(listener, state, server_stop.clone());
+        Ok(Running {
+            hub,
+            health,
+            recorder,
+            dispatcher,
+            server,
+            server_stop,
+            _tasks: tasks.drop_guard(),
+        })
+    }
 
-        // The three lanes' rounds: the same stores, epoch, batch size, hub and recorder, each
-        // from its own cursor.
-        let rounds_from = |(position, reorg_id), subs| {
-            Rounds::new(
-                stores.pg.clone(),
-                stores.ch.clone(),
-                push.push_slot,
-                lead.epoch,
-                position,
-                reorg_id,
-                push.round_trades(),
-                subs,
-                hub.clone(),
-                recorder.clone(),
-            )
+    /// The three lanes, each from its own cursor: the WebSocket lane (run by the round loop),
+    /// and the webhook and finality lanes in their own task.
+    fn lanes(
+        &self,
+        lead: &Leadership,
+        subs: Subscriptions,
+        run: &Running,
+    ) -> (WsLane, HooksAndFinals) {
+        let push = self.push;
+        let setup = LaneSetup {
+            pool: self.stores.pg.clone(),
+            ch: self.stores.ch.clone(),
+            fence: Fence {
+                slot: push.push_slot,
+                epoch: lead.epoch,
+            },
+            limit: push.round_trades(),
+            span: push.push_catchup_span_blocks,
+            facts: run.recorder.clone(),
         };
-        let mut rounds = rounds_from((lead.cursor, lead.reorg_id), subs);
-        rounds.span = push.push_catchup_span_blocks;
-        let mut lane_rounds = rounds_from(lead.webhooks, Subscriptions::default()).for_webhooks();
-        lane_rounds.span = push.push_catchup_span_blocks;
-        lane_rounds.handoff = Some(dispatcher.handoff());
-        let finals = rounds_from(lead.finals, Subscriptions::default()).for_finals();
-        let mut lane = WebhookLane::spawn(
-            lane_rounds,
+        let ws = WsLane::new(&setup, (lead.cursor, lead.reorg_id), subs, run.hub.clone());
+        let hooks = HookLane::new(&setup, lead.webhooks, Some(run.dispatcher.handoff()));
+        let finals = FinalLane::new(&setup, lead.finals, run.hub.clone());
+        let behind = HooksAndFinals::spawn(
+            hooks,
             Some(finals),
-            dispatcher.waker(),
-            health.clone(),
+            run.dispatcher.waker(),
+            run.health.clone(),
             Timing {
-                fallback: PushConfig::ms(push.push_legacy_poll_ms.unwrap_or(push.push_fallback_ms)),
+                fallback: PushConfig::ms(
+                    crate::baseline::poll_ms().unwrap_or(push.push_fallback_ms),
+                ),
                 stall: PushConfig::ms(push.stall_exit_ms()),
                 deadline: PushConfig::ms(push.push_round_deadline_ms),
             },
         );
-        let stopped = round_loop::RoundLoop {
-            cfg,
-            push,
-            shutdown: self.shutdown,
-            lost: lead.lock.lost(),
-            listen,
-            rounds,
-            hub: hub.clone(),
-            health,
-            heartbeat: self.heartbeat,
-            dispatcher: &mut dispatcher,
-            lane: &mut lane,
-            relisten_at: tokio::time::Instant::now(),
-            relisten_wait: Duration::from_millis(100),
-            index_at: None,
-            index_due: None,
-        }
-        .run()
-        .await;
-        match stopped {
-            Err(e) => {
-                hub.close_all(1012);
-                Err(e)
-            }
-            Ok(Stopped::DeadlinePassed) => {
-                hub.close_all(1012);
-                Ok(())
-            }
-            Ok(Stopped::Graceful) => {
-                server_stop.cancel();
-                self.hand_over(lead.lock, lane, dispatcher, &hub).await;
-                let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
-                recorder
-                    .close(PushConfig::ms(self.push.push_round_deadline_ms))
-                    .await;
-                let _ = self
-                    .heartbeat
-                    .beat(&serde_json::json!({"role": "stopped"}))
-                    .await;
-                Ok(())
-            }
-        }
+        (ws, behind)
+    }
+
+    /// A graceful stop: no new connections, then [`Leading::hand_over`], then the server and the
+    /// recorder finish and the heartbeat says `stopped`.
+    async fn stop_gracefully(&self, lock: WriterLock, behind: HooksAndFinals, run: Running) {
+        run.server_stop.cancel();
+        self.hand_over(lock, behind, run.dispatcher, &run.hub).await;
+        let _ = tokio::time::timeout(Duration::from_secs(5), run.server).await;
+        run.recorder
+            .close(PushConfig::ms(self.push.push_round_deadline_ms))
+            .await;
+        let _ = self
+            .heartbeat
+            .beat(&serde_json::json!({"role": "stopped"}))
+            .await;
     }
 
     /// The graceful stop's order: the webhook lane finishes its round in flight, the dispatcher
@@ -305,12 +344,12 @@ impl Leading<'_> {
     async fn hand_over(
         &self,
         lock: WriterLock,
-        lane: WebhookLane,
+        behind: HooksAndFinals,
         dispatcher: webhook::Dispatcher,
         hub: &Hub,
     ) {
         let within = PushConfig::ms(self.push.push_round_deadline_ms);
-        if let Err(e) = lane.stop().await {
+        if let Err(e) = behind.stop().await {
             tracing::warn!(error = %e, "webhook lane ended with an error");
         }
         match tokio::time::timeout(within, dispatcher.stop()).await {

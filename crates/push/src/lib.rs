@@ -1,21 +1,23 @@
 //! pmw-push: leader/standby push of matched trades over WebSocket and signed webhooks. Run twice
 //! (`push-a`, `push-b`): the standby waits on the slot's lock and binds nothing until it leads.
 
+mod baseline;
 mod catchup;
 pub mod config;
-mod finals;
+mod hooks_and_finals;
 pub mod hub;
+mod lanes;
 pub mod leader;
 mod lease;
+pub mod ledger;
 pub mod recorder;
 mod resume;
+pub mod round;
 mod round_loop;
-pub mod rounds;
 mod server;
 pub mod subs;
 pub mod telemetry;
 pub mod webhook;
-mod webhook_lane;
 pub mod ws;
 
 use std::net::SocketAddr;

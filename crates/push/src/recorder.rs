@@ -70,7 +70,9 @@ impl Recorder {
 
     /// Queue a fact without waiting; a full queue drops it (counted).
     pub fn record(&self, fact: Fact) {
-        crate::telemetry::fact(&fact);
+        if let Fact::Latency(r) = &fact {
+            crate::telemetry::delivered(&r.channel, r.t_detect_ms, r.t_push_ms);
+        }
         if self.tx.try_send(fact).is_err() {
             self.stats.dropped.fetch_add(1, Relaxed);
         }

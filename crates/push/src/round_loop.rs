@@ -13,16 +13,24 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::hub::Hub;
-use crate::rounds::{RoundError, Rounds};
 use pmw_core::channels;
 
-use crate::webhook_lane::WebhookLane;
+use crate::hooks_and_finals::HooksAndFinals;
+use crate::hub::Hub;
+use crate::lanes::WsLane;
+use crate::round::{stalled, RoundError, RoundOutcome};
 use crate::{webhook, Health, PushConfig};
 
 /// Subscription-only wake-ups refresh the index at most this often (a churning account cannot
 /// make the leader reload continuously; revocation still applies well within a second).
 const INDEX_EVERY: Duration = Duration::from_millis(200);
+
+/// What the loop does after a round.
+enum Next {
+    /// Go on; `true`: run the next round at once (more is waiting, or a retry).
+    Run(bool),
+    Stop(Stopped),
+}
 
 /// What woke the loop.
 enum Wake {
@@ -46,15 +54,15 @@ pub(crate) struct RoundLoop<'a> {
     pub shutdown: &'a CancellationToken,
     /// Cancelled when the lock session is gone.
     pub lost: CancellationToken,
-    /// `None` in the benchmark's legacy polling mode.
+    /// `None` in the benchmark's polling baseline.
     pub listen: Option<Session>,
-    pub rounds: Rounds,
+    pub ws: WsLane,
     pub hub: Hub,
     pub health: Arc<Health>,
     pub heartbeat: &'a Heartbeat,
     pub dispatcher: &'a mut webhook::Dispatcher,
-    /// Queues webhook deliveries behind this loop's rounds.
-    pub lane: &'a mut WebhookLane,
+    /// The webhook and finality lanes, behind this loop's rounds.
+    pub behind: &'a mut HooksAndFinals,
     /// When the lost listen session may be reopened next, and the backoff after that.
     pub relisten_at: Instant,
     pub relisten_wait: Duration,
@@ -63,108 +71,154 @@ pub(crate) struct RoundLoop<'a> {
     pub index_due: Option<Instant>,
 }
 
+/// The loop's clock: when it last made progress, and how it backs off and beats.
+struct Pace {
+    /// Rounds run at least this often without a wake-up.
+    fallback: Duration,
+    /// How long the round in flight may finish after a stop.
+    deadline: Duration,
+    /// Hand over when no round completed for this long.
+    stall: Duration,
+    /// Taking the lead counts as progress: a leader that never completes a round hands over.
+    progress: Instant,
+    backoff: Duration,
+    last_beat: i64,
+}
+
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// The heartbeat is the standby's lease: beat this often even when idle.
+const BEAT_EVERY_MS: i64 = 1_000;
+
 impl RoundLoop<'_> {
     pub(crate) async fn run(mut self) -> Result<Stopped, ServiceError> {
         let push = self.push;
-        let fallback = PushConfig::ms(push.push_legacy_poll_ms.unwrap_or(push.push_fallback_ms));
-        let deadline = PushConfig::ms(push.push_round_deadline_ms);
-        let stall = PushConfig::ms(push.stall_exit_ms());
-        let epoch = self.rounds.epoch;
-        // Taking the lead counts as progress: a leader that never completes a round hands over.
-        let mut progress = Instant::now();
-        let mut backoff = Duration::from_millis(100);
-        let mut last_beat = 0i64;
+        let mut pace = Pace {
+            fallback: PushConfig::ms(crate::baseline::poll_ms().unwrap_or(push.push_fallback_ms)),
+            deadline: PushConfig::ms(push.push_round_deadline_ms),
+            stall: PushConfig::ms(push.stall_exit_ms()),
+            progress: Instant::now(),
+            backoff: BACKOFF_MIN,
+            last_beat: 0,
+        };
         let mut run_now = true; // catch up from the cursor at once
         loop {
             if self.shutdown.is_cancelled() {
                 return Ok(Stopped::Graceful);
             }
-            let fallback_at = Instant::now() + fallback;
-            while !run_now {
-                match self.wait(fallback_at, progress + stall).await? {
-                    Wake::Round => run_now = true,
-                    // Only subscriptions changed: refresh the index (revocations, unsubscribes)
-                    // without a ClickHouse round; at most every INDEX_EVERY.
-                    Wake::Index => self.refresh_index().await,
-                    Wake::Beat => {}
-                }
-                if UnixMs::now().0 - last_beat >= 1_000 {
-                    last_beat = UnixMs::now().0;
-                    self.beat(epoch).await;
-                }
-                if self.shutdown.is_cancelled() {
-                    return Ok(Stopped::Graceful);
-                }
+            if !run_now && !self.idle(&mut pace).await? {
+                return Ok(Stopped::Graceful);
             }
-            let round_started = Instant::now();
-            let outcome = {
-                // Every log line of the round (errors with their SQLSTATE, reorgs, short blocks)
-                // carries the epoch and the cursor it started from.
-                let span = tracing::info_span!("round", epoch, from = %self.rounds.position);
-                let mut round = std::pin::pin!(self.rounds.round().instrument(span));
-                tokio::select! {
-                    r = &mut round => r,
-                    _ = self.shutdown.cancelled() => match tokio::time::timeout(deadline, &mut round).await {
-                        Ok(r) => r,
-                        Err(_) => {
-                            tracing::error!(deadline_ms = deadline.as_millis() as u64, "round deadline passed on shutdown; exiting with the lock held");
-                            return Ok(Stopped::DeadlinePassed);
-                        }
-                    },
-                    _ = self.lost.cancelled() => return Err(ServiceError::transient("push lock session lost")),
-                    _ = tokio::time::sleep_until(progress + stall) => return Err(stalled("push", stall, "a round is still running")),
-                }
+            run_now = match self.round(&mut pace).await? {
+                Next::Run(again) => again,
+                Next::Stop(stopped) => return Ok(stopped),
             };
-            crate::telemetry::round(outcome.is_ok(), round_started.elapsed());
-            match outcome {
-                Ok(o) => {
-                    progress = Instant::now();
-                    backoff = Duration::from_millis(100);
-                    self.health.rounds.fetch_add(1, Ordering::Relaxed);
-                    self.health
-                        .last_round_ms
-                        .store(UnixMs::now().0, Ordering::Relaxed);
-                    self.health
-                        .webhooks_skipped
-                        .fetch_add(o.webhooks_skipped, Ordering::Relaxed);
-                    if o.trades + o.retracted == 0 {
-                        self.lane.wake_finals();
-                    } else {
-                        self.lane.wake();
-                        tracing::debug!(trades = o.trades, retracted = o.retracted, frames = o.frames, webhooks = o.webhooks, cursor = %self.rounds.cursor, "round");
-                    }
-                    run_now = o.more;
-                    if o.more {
-                        // A catch-up runs round after round: let the session writers, the
-                        // webhook lane and the dispatcher run in between.
-                        tokio::task::yield_now().await;
-                    }
-                }
-                Err(RoundError::Fenced) => {
-                    tracing::error!(epoch, "deposed: a newer leader bumped the epoch");
-                    return Err(ServiceError::transient("push epoch superseded"));
-                }
-                Err(e) => {
-                    self.health.errors.fetch_add(1, Ordering::Relaxed);
-                    *self.health.last_error.lock().expect("health lock") = Some(e.to_string());
-                    if progress.elapsed() >= stall {
-                        return Err(stalled("push", stall, &e.to_string()));
-                    }
-                    tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "push round failed");
-                    tokio::select! {
-                        _ = tokio::time::sleep(backoff) => {}
-                        _ = self.shutdown.cancelled() => return Ok(Stopped::Graceful),
-                        _ = self.lost.cancelled() => return Err(ServiceError::transient("push lock session lost")),
-                    }
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
-                    run_now = true;
-                }
+            self.beat_if_due(&mut pace).await;
+        }
+    }
+
+    /// Wait for the next round (a block, the fallback period), refreshing the index on
+    /// subscription changes and beating meanwhile. `false`: shutdown came.
+    async fn idle(&mut self, pace: &mut Pace) -> Result<bool, ServiceError> {
+        let fallback_at = Instant::now() + pace.fallback;
+        loop {
+            let wake = self.wait(fallback_at, pace.progress + pace.stall).await?;
+            match wake {
+                // Only subscriptions changed: refresh the index (revocations, unsubscribes)
+                // without a ClickHouse round; at most every INDEX_EVERY.
+                Wake::Index => self.refresh_index().await,
+                Wake::Round | Wake::Beat => {}
             }
-            let now = UnixMs::now().0;
-            if now - last_beat >= 1_000 {
-                last_beat = now;
-                self.beat(epoch).await;
+            self.beat_if_due(pace).await;
+            if self.shutdown.is_cancelled() {
+                return Ok(false);
             }
+            if let Wake::Round = wake {
+                return Ok(true);
+            }
+        }
+    }
+
+    /// One WebSocket round, bounded by the stall limit, the lock session and (after shutdown)
+    /// the round deadline; then what its outcome means for the loop.
+    async fn round(&mut self, pace: &mut Pace) -> Result<Next, ServiceError> {
+        let started = Instant::now();
+        let epoch = self.ws.epoch();
+        let outcome = {
+            // Every log line of the round (errors with their SQLSTATE, reorgs, short blocks)
+            // carries the epoch and the cursor it started from.
+            let span = tracing::info_span!("round", epoch, from = %self.ws.at.position);
+            let mut round = std::pin::pin!(self.ws.round().instrument(span));
+            tokio::select! {
+                r = &mut round => r,
+                _ = self.shutdown.cancelled() => match tokio::time::timeout(pace.deadline, &mut round).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        tracing::error!(deadline_ms = pace.deadline.as_millis() as u64, "round deadline passed on shutdown; exiting with the lock held");
+                        return Ok(Next::Stop(Stopped::DeadlinePassed));
+                    }
+                },
+                _ = self.lost.cancelled() => return Err(ServiceError::transient("push lock session lost")),
+                _ = tokio::time::sleep_until(pace.progress + pace.stall) => return Err(stalled("push", pace.stall, "a round is still running")),
+            }
+        };
+        crate::telemetry::round(outcome.is_ok(), started.elapsed());
+        match outcome {
+            Ok(o) => Ok(Next::Run(self.completed(pace, o).await)),
+            Err(RoundError::Fenced) => {
+                tracing::error!(epoch, "deposed: a newer leader bumped the epoch");
+                Err(ServiceError::transient("push epoch superseded"))
+            }
+            Err(e) => self.failed(pace, e).await,
+        }
+    }
+
+    /// A completed round: record it, wake the lanes behind; `true` when more is waiting.
+    async fn completed(&mut self, pace: &mut Pace, o: RoundOutcome) -> bool {
+        pace.progress = Instant::now();
+        pace.backoff = BACKOFF_MIN;
+        let h = &self.health;
+        h.rounds.fetch_add(1, Ordering::Relaxed);
+        h.last_round_ms.store(UnixMs::now().0, Ordering::Relaxed);
+        h.webhooks_skipped
+            .fetch_add(o.webhooks_skipped, Ordering::Relaxed);
+        if o.trades + o.retracted == 0 {
+            self.behind.wake_finals();
+        } else {
+            self.behind.wake();
+            tracing::debug!(trades = o.trades, retracted = o.retracted, frames = o.frames, webhooks = o.webhooks, cursor = %self.ws.at.cursor(), "round");
+        }
+        if o.more {
+            // A catch-up runs round after round: let the session writers, the webhook lane and
+            // the dispatcher run in between.
+            tokio::task::yield_now().await;
+        }
+        o.more
+    }
+
+    /// A failed round: surfaced in health and logs, retried after a backoff, handed over when
+    /// no round completed for the stall limit.
+    async fn failed(&mut self, pace: &mut Pace, e: RoundError) -> Result<Next, ServiceError> {
+        self.health.errors.fetch_add(1, Ordering::Relaxed);
+        *self.health.last_error.lock().expect("health lock") = Some(e.to_string());
+        if pace.progress.elapsed() >= pace.stall {
+            return Err(stalled("push", pace.stall, &e.to_string()));
+        }
+        tracing::warn!(error = %e, retry_in_ms = pace.backoff.as_millis() as u64, "push round failed");
+        tokio::select! {
+            _ = tokio::time::sleep(pace.backoff) => {}
+            _ = self.shutdown.cancelled() => return Ok(Next::Stop(Stopped::Graceful)),
+            _ = self.lost.cancelled() => return Err(ServiceError::transient("push lock session lost")),
+        }
+        pace.backoff = (pace.backoff * 2).min(BACKOFF_MAX);
+        Ok(Next::Run(true))
+    }
+
+    async fn beat_if_due(&self, pace: &mut Pace) {
+        let now = UnixMs::now().0;
+        if now - pace.last_beat >= BEAT_EVERY_MS {
+            pace.last_beat = now;
+            self.beat().await;
         }
     }
 
@@ -176,7 +230,7 @@ impl RoundLoop<'_> {
         fallback_at: Instant,
         stall_at: Instant,
     ) -> Result<Wake, ServiceError> {
-        if self.listen.is_none() && self.push.push_legacy_poll_ms.is_none() {
+        if self.listen.is_none() && crate::baseline::poll_ms().is_none() {
             self.relisten().await;
         }
         let listen_lost = self.listen.as_ref().map(Session::lost);
@@ -189,7 +243,7 @@ impl RoundLoop<'_> {
                 let why = match r { Ok(()) => "stopped".to_string(), Err(e) => e.to_string() };
                 return Err(ServiceError::transient(format!("webhook dispatcher ended while leading: {why}")));
             }
-            r = self.lane.wait() => {
+            r = self.behind.wait() => {
                 let why = r.err().unwrap_or_else(|| "stopped".to_string());
                 return Err(ServiceError::transient(format!("webhook lane ended while leading: {why}")));
             }
@@ -230,7 +284,7 @@ impl RoundLoop<'_> {
         }
         self.index_due = None;
         self.index_at = Some(now);
-        match self.rounds.refresh_index().await {
+        match self.ws.refresh_index().await {
             Ok(0) => {}
             Ok(closed) => tracing::info!(closed, "sessions closed by revocation"),
             Err(e) => tracing::warn!(error = %e, "subscription index refresh failed"),
@@ -256,36 +310,32 @@ impl RoundLoop<'_> {
         }
     }
 
-    async fn beat(&self, epoch: i64) {
+    async fn beat(&self) {
         let h = &self.health;
         let state = serde_json::json!({
-            "role": "leader", "epoch": epoch, "cursor": self.rounds.cursor.to_string(),
+            "role": "leader", "epoch": self.ws.epoch(), "cursor": self.ws.at.cursor().to_string(),
             "last_round_ms": h.last_round_ms.load(Ordering::Relaxed), "rounds": h.rounds.load(Ordering::Relaxed),
             "errors": h.errors.load(Ordering::Relaxed), "sessions": self.hub.sessions(),
             "webhook_block": h.webhook_block.load(Ordering::Relaxed),
             "final_block": h.final_block.load(Ordering::Relaxed),
             "listener": if self.listen.is_some() { "listen" } else { "poll" },
         });
-        crate::telemetry::leader_state(h, &self.hub, &self.dispatcher.snapshot());
+        let hooks = self.dispatcher.snapshot();
+        crate::telemetry::leader_state(&crate::telemetry::LeaderCounts {
+            epoch: h.epoch.load(Ordering::Relaxed),
+            frames_queued: self.hub.stats.frames_queued.load(Ordering::Relaxed),
+            slow_closed: self.hub.stats.slow_closed.load(Ordering::Relaxed),
+            sessions: self.hub.sessions(),
+            webhooks_delivered: hooks.delivered,
+            webhooks_failed: hooks.failed_attempts,
+            webhooks_gave_up: hooks.failed_final,
+            webhook_backlog: hooks.backlog,
+            webhooks_due: hooks.due,
+        });
         if let Err(e) = self.heartbeat.beat(&state).await {
             tracing::warn!(error = %e, "heartbeat failed");
         }
     }
-}
-
-/// The hand-over error of a loop (`push` rounds or `webhook` rounds) that completed no round
-/// within the stall limit.
-pub(crate) fn stalled(lane: &str, stall: Duration, why: &str) -> ServiceError {
-    tracing::error!(
-        lane,
-        stall_ms = stall.as_millis() as u64,
-        last = why,
-        "no round completed within the stall limit; handing over"
-    );
-    ServiceError::transient(format!(
-        "no {lane} round completed for {} ms ({why}); handing over to the standby",
-        stall.as_millis()
-    ))
 }
 
 pub(crate) async fn listen_session(cfg: &CoreConfig) -> Result<Session, ServiceError> {

@@ -1,8 +1,7 @@
 //! pmw-push's Prometheus metrics (served on `PMW_PUSH_METRICS_ADDR` by the leader and the
-//! standby alike, see [`crate::config`]). Most are mirrored once a second from the counters the
-//! leader already keeps ([`crate::Health`], [`crate::hub::HubStats`], the webhook dispatcher's
-//! [`crate::webhook::StatsSnapshot`]) by [`leader_state`]; rounds and deliveries are recorded
-//! where they happen.
+//! standby alike, see [`crate::config`]). A leaf: it takes plain values. Most are mirrored once
+//! a second from the counters the leader already keeps ([`LeaderCounts`], filled by the round
+//! loop's heartbeat) by [`leader_state`]; rounds and deliveries are recorded where they happen.
 //!
 //! | metric | type | meaning |
 //! |---|---|---|
@@ -21,13 +20,9 @@
 //! | `pmw_push_clickhouse_insert_errors_total{table}` | counter | failed ClickHouse inserts of the recorder |
 //! | `pmw_push_facts_dropped_total` | counter | latency/delivery rows the recorder gave up on |
 
-use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
-use crate::hub::Hub;
-use crate::recorder::Fact;
-use crate::webhook::StatsSnapshot;
-use crate::Health;
+use std::time::Instant;
 
 pub const LEADER: &str = "pmw_push_leader";
 pub const EPOCH: &str = "pmw_push_epoch";
@@ -68,11 +63,7 @@ pub fn round(ok: bool, took: Duration) {
 
 /// A WebSocket round that delivered something: how long each of its parts took, and (debug log)
 /// how long after the newest trade's block was detected each part ended.
-pub fn ws_round_stages(
-    stages: &crate::rounds::Stages,
-    dispatched: std::time::Instant,
-    newest_detect_ms: Option<i64>,
-) {
+pub fn ws_round_stages(stages: &Stages, dispatched: Instant, newest_detect_ms: Option<i64>) {
     let parts = [
         ("state", stages.started, stages.state),
         ("read", stages.state, stages.read),
@@ -84,8 +75,7 @@ pub fn ws_round_stages(
     }
     if let Some(detect) = newest_detect_ms {
         let now = pmw_core::UnixMs::now().0;
-        let ago =
-            |t: std::time::Instant| now - detect - dispatched.duration_since(t).as_millis() as i64;
+        let ago = |t: Instant| now - detect - dispatched.duration_since(t).as_millis() as i64;
         tracing::debug!(
             started = ago(stages.started),
             state = ago(stages.state),
@@ -97,33 +87,57 @@ pub fn ws_round_stages(
     }
 }
 
+/// When a WebSocket round's parts ended.
+#[derive(Debug, Clone, Copy)]
+pub struct Stages {
+    pub started: Instant,
+    /// The state statement answered.
+    pub state: Instant,
+    /// The trades were read.
+    pub read: Instant,
+    /// The fenced claim and cursor move committed.
+    pub claimed: Instant,
+}
+
+/// The leader's counters as the heartbeat reads them.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LeaderCounts {
+    pub epoch: i64,
+    pub frames_queued: u64,
+    pub slow_closed: u64,
+    pub sessions: usize,
+    pub webhooks_delivered: u64,
+    pub webhooks_failed: u64,
+    pub webhooks_gave_up: u64,
+    pub webhook_backlog: u64,
+    pub webhooks_due: u64,
+}
+
 /// The leader's counters, mirrored (called with every leader heartbeat).
-pub fn leader_state(health: &Health, hub: &Hub, hooks: &StatsSnapshot) {
+pub fn leader_state(c: &LeaderCounts) {
     metrics::gauge!(LEADER).set(1.0);
-    metrics::gauge!(EPOCH).set(health.epoch.load(Relaxed) as f64);
-    metrics::counter!(FRAMES_QUEUED).absolute(hub.stats.frames_queued.load(Relaxed));
-    metrics::counter!(SLOW_CLOSES).absolute(hub.stats.slow_closed.load(Relaxed));
-    metrics::gauge!(SESSIONS).set(hub.sessions() as f64);
+    metrics::gauge!(EPOCH).set(c.epoch as f64);
+    metrics::counter!(FRAMES_QUEUED).absolute(c.frames_queued);
+    metrics::counter!(SLOW_CLOSES).absolute(c.slow_closed);
+    metrics::gauge!(SESSIONS).set(c.sessions as f64);
     for (outcome, n) in [
-        ("delivered", hooks.delivered),
-        ("failed", hooks.failed_attempts),
-        ("gave_up", hooks.failed_final),
+        ("delivered", c.webhooks_delivered),
+        ("failed", c.webhooks_failed),
+        ("gave_up", c.webhooks_gave_up),
     ] {
         metrics::counter!(WEBHOOK_ATTEMPTS, "outcome" => outcome).absolute(n);
     }
-    metrics::gauge!(WEBHOOK_BACKLOG).set(hooks.backlog as f64);
-    metrics::gauge!(WEBHOOK_DUE).set(hooks.due as f64);
+    metrics::gauge!(WEBHOOK_BACKLOG).set(c.webhook_backlog as f64);
+    metrics::gauge!(WEBHOOK_DUE).set(c.webhooks_due as f64);
 }
 
-/// A fact handed to the recorder: a delivered frame or webhook (its detect→push latency).
-pub fn fact(fact: &Fact) {
-    if let Fact::Latency(r) = fact {
-        let secs = (r.t_push_ms - r.t_detect_ms).max(0) as f64 / 1000.0;
-        if r.channel == "ws" {
-            metrics::counter!(FRAMES_SENT).increment(1);
-        }
-        metrics::histogram!(DETECT_TO_PUSH, "channel" => r.channel.clone()).record(secs);
+/// A frame written or a webhook delivered on `channel`: its detect→push latency.
+pub fn delivered(channel: &str, t_detect_ms: i64, t_push_ms: i64) {
+    let secs = (t_push_ms - t_detect_ms).max(0) as f64 / 1000.0;
+    if channel == "ws" {
+        metrics::counter!(FRAMES_SENT).increment(1);
     }
+    metrics::histogram!(DETECT_TO_PUSH, "channel" => channel.to_string()).record(secs);
 }
 
 /// The recorder could not insert into `table`.

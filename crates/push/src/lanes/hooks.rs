@@ -1,0 +1,123 @@
+//! The webhook lane: one delivery per enabled endpoint of every account following the maker
+//! whose filters let the message through ([`crate::subs::Index::endpoints_for`]), queued in the
+//! transaction that moves `webhook_cursor` (fenced by the epoch). Trade deliveries go in claimed
+//! by the epoch and are handed to the dispatcher in memory after the commit.
+
+use pmw_core::filter::Facts;
+use pmw_core::message::{Kind, TradeMessage};
+
+use super::queue::{log_cancelled, move_and_queue};
+use super::{now_ms, Fence, LaneSetup};
+use crate::ledger::{Batch, LaneCursor, Ledger, Matcher, Source};
+use crate::recorder::Recorder;
+use crate::round::{RoundError, RoundOutcome};
+use crate::subs::{Index, Subscriptions};
+use crate::webhook;
+
+pub struct HookLane {
+    ledger: Ledger,
+    pub at: LaneCursor,
+    fence: Fence,
+    matcher: Matcher,
+    facts: Recorder,
+    /// Where claimed trade deliveries go after the commit (`None`: queued unclaimed, found by
+    /// the dispatcher's scans).
+    handoff: Option<webhook::Handoff>,
+}
+
+impl HookLane {
+    pub fn new(
+        setup: &LaneSetup,
+        from: (pmw_core::Position, i64),
+        handoff: Option<webhook::Handoff>,
+    ) -> HookLane {
+        let (ledger, at) = setup.start(Source::Webhooks, from);
+        HookLane {
+            ledger,
+            at,
+            fence: setup.fence,
+            // Its index starts empty: loaded on the first round whatever the version.
+            matcher: Matcher::new(Subscriptions::default(), false),
+            facts: setup.facts.clone(),
+            handoff,
+        }
+    }
+
+    pub fn epoch(&self) -> i64 {
+        self.fence.epoch
+    }
+
+    /// One round; an error leaves the cursor where it was and reloads the index next time.
+    pub async fn round(&mut self) -> Result<RoundOutcome, RoundError> {
+        let outcome = async {
+            let r = self.ledger.read(&self.at, &mut self.matcher, None).await?;
+            match r.batch {
+                None => Ok(RoundOutcome::default()),
+                Some(batch) => self.deliver(r.client, &r.index, batch).await,
+            }
+        }
+        .await;
+        if outcome.is_err() {
+            self.matcher.failed();
+        }
+        outcome
+    }
+
+    async fn deliver(
+        &mut self,
+        mut client: deadpool_postgres::Object,
+        idx: &Index,
+        batch: Batch,
+    ) -> Result<RoundOutcome, RoundError> {
+        let deliveries = self.deliveries(idx, &batch);
+        let enqueued = move_and_queue(
+            &mut client,
+            (self.fence, include_str!("sql/hooks_cursor.sql")),
+            &batch,
+            &deliveries,
+            self.handoff.is_some(),
+        )
+        .await?;
+        log_cancelled(&self.facts, idx, &enqueued.cancelled);
+        let handed = enqueued.handed.len() as u64;
+        if let Some(h) = &self.handoff {
+            h.send(&deliveries, enqueued.handed);
+        }
+        self.at.moved(&batch);
+        Ok(RoundOutcome {
+            trades: batch.rows.len(),
+            retracted: batch.retracts.len(),
+            webhooks: enqueued.inserted,
+            handed,
+            webhooks_skipped: enqueued.skipped,
+            more: batch.more,
+            ..RoundOutcome::default()
+        })
+    }
+
+    /// The batch's deliveries: its retractions, then its trades, for every matching endpoint.
+    fn deliveries(&self, idx: &Index, batch: &Batch) -> Vec<webhook::NewDelivery> {
+        let now = now_ms();
+        let retracts = batch.retracts.iter().map(|r| (Kind::Retract, r));
+        let trades = batch.rows.iter().map(|r| (Kind::Trade, r));
+        let mut out = Vec::new();
+        for (kind, row) in retracts.chain(trades) {
+            let Some(accounts) = idx.accounts_by_wallet.get(&row.maker) else {
+                continue;
+            };
+            let market = self.ledger.market(&row.token_id);
+            let body = TradeMessage::from_row(row, market).to_json();
+            let facts = Facts::of_row(row, market);
+            out.extend(webhook::deliveries_of(
+                idx,
+                Some(accounts),
+                kind,
+                row,
+                &facts,
+                &body,
+                now,
+            ));
+        }
+        out
+    }
+}

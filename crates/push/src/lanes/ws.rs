@@ -1,0 +1,188 @@
+//! The WebSocket lane: a trade belongs to every session whose own wallet set has its maker (the
+//! owner of the fill). Claim the range and move `push_cursor` (one fenced statement), then fan
+//! out. Every trade becomes an item, followed or not: which sessions follow a wallet is decided
+//! only under the hub's shard locks, as each shard's dispatched position moves (a session that
+//! registers meanwhile must get either the frame or the replay).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use pmw_core::message::{Kind, TradeMessage};
+
+use super::{now_ms, Fence, LaneSetup};
+use crate::hub::{Hub, Item, Stream};
+use crate::ledger::{Batch, LaneCursor, Ledger, Matcher, Source, Stages};
+use crate::round::{RoundError, RoundOutcome};
+use crate::subs::Subscriptions;
+
+pub struct WsLane {
+    ledger: Ledger,
+    pub at: LaneCursor,
+    fence: Fence,
+    matcher: Matcher,
+    hub: Hub,
+    /// Sessions the last index reload closed (revoked keys, disabled accounts).
+    closed_by_last_apply: usize,
+}
+
+impl WsLane {
+    /// `subs` holds the index loaded before the leader bound its port.
+    pub fn new(
+        setup: &LaneSetup,
+        from: (pmw_core::Position, i64),
+        subs: Subscriptions,
+        hub: Hub,
+    ) -> WsLane {
+        let (ledger, at) = setup.start(Source::Ws, from);
+        WsLane {
+            ledger,
+            at,
+            fence: setup.fence,
+            matcher: Matcher::new(subs, true),
+            hub,
+            closed_by_last_apply: 0,
+        }
+    }
+
+    pub fn epoch(&self) -> i64 {
+        self.fence.epoch
+    }
+
+    /// One round. Any error leaves the cursor where it was and makes the next round reload the
+    /// subscription index.
+    pub async fn round(&mut self) -> Result<RoundOutcome, RoundError> {
+        let outcome = self.round_inner().await;
+        if outcome.is_err() {
+            self.matcher.failed();
+        }
+        outcome
+    }
+
+    async fn round_inner(&mut self) -> Result<RoundOutcome, RoundError> {
+        let r = self.ledger.read(&self.at, &mut self.matcher, None).await?;
+        if r.reloaded {
+            self.closed_by_last_apply = self.hub.apply(&r.index);
+        }
+        if let Some(wm) = r.watermark {
+            self.hub.set_head(wm);
+        }
+        match r.batch {
+            None => Ok(RoundOutcome::default()),
+            Some(batch) => self.deliver(r.client, batch).await,
+        }
+    }
+
+    /// Bring the index up to the current `subs_version` (no ClickHouse read): what a change
+    /// notification does between rounds. Returns the sessions closed by revocation.
+    pub async fn refresh_index(&mut self) -> Result<usize, RoundError> {
+        let refreshed = async {
+            let version: i64 = self
+                .ledger
+                .pool
+                .get()
+                .await?
+                .query_one("SELECT seq FROM subs_version WHERE id = 1", &[])
+                .await?
+                .get(0);
+            let before = self.matcher.version().await;
+            let (idx, reloaded) = self.matcher.index(&self.ledger.pool, version).await?;
+            if reloaded {
+                self.closed_by_last_apply = self.hub.apply(&idx);
+            }
+            Ok(if idx.version != before {
+                self.closed_by_last_apply
+            } else {
+                0
+            })
+        }
+        .await;
+        if refreshed.is_err() {
+            self.matcher.failed();
+        }
+        refreshed
+    }
+
+    async fn deliver(
+        &mut self,
+        client: deadpool_postgres::Object,
+        batch: Batch,
+    ) -> Result<RoundOutcome, RoundError> {
+        let items = self.items(&batch);
+        let claim = self.claim(&client, &batch).await?;
+        let stages = Stages {
+            claimed: Instant::now(),
+            ..batch.stages
+        };
+        if batch.rewound {
+            self.hub.rewind(batch.from, Stream::Ledger);
+        }
+        let frames = self.hub.dispatch(&items, batch.through);
+        let newest_live = batch
+            .rows
+            .iter()
+            .filter(|r| r.backfilled == 0)
+            .map(|r| r.t_detect_ms)
+            .max();
+        crate::telemetry::ws_round_stages(&stages, Instant::now(), newest_live);
+        let done = client
+            .prepare_cached(include_str!("sql/ws_claim_done.sql"))
+            .await?;
+        client
+            .execute(
+                &done,
+                &[&claim, &self.fence.epoch, &now_ms(), &self.fence.slot],
+            )
+            .await?;
+        self.at.moved(&batch);
+        Ok(RoundOutcome {
+            trades: batch.rows.len(),
+            retracted: batch.retracts.len(),
+            frames,
+            more: batch.more,
+            ..RoundOutcome::default()
+        })
+    }
+
+    /// The batch as hub items: its retractions, then its trades, each rendered once.
+    fn items(&self, batch: &Batch) -> Vec<Arc<Item>> {
+        let retracts = batch.retracts.iter().map(|r| (Kind::Retract, r));
+        let trades = batch.rows.iter().map(|r| (Kind::Trade, r));
+        retracts
+            .chain(trades)
+            .map(|(kind, row)| {
+                let market = self.ledger.market(&row.token_id);
+                let body = TradeMessage::from_row(row, market).to_json();
+                Arc::new(Item::of_row(kind, row, market, body, None))
+            })
+            .collect()
+    }
+
+    /// Claim the batch's range and move `push_cursor` in one statement fenced by the epoch.
+    async fn claim(
+        &self,
+        client: &deadpool_postgres::Object,
+        batch: &Batch,
+    ) -> Result<i64, RoundError> {
+        let (from, through) = (batch.from.cursor, batch.through.cursor);
+        let sql = client
+            .prepare_cached(include_str!("sql/ws_claim.sql"))
+            .await?;
+        let claim = client
+            .query_opt(
+                &sql,
+                &[
+                    &self.fence.slot,
+                    &self.fence.epoch,
+                    &(from.block as i64),
+                    &(from.log_index as i32),
+                    &(through.block as i64),
+                    &(through.log_index as i32),
+                    &((batch.rows.len() + batch.retracts.len()) as i32),
+                    &now_ms(),
+                    &batch.reorg_id,
+                ],
+            )
+            .await?;
+        claim.map(|r| r.get(0)).ok_or(RoundError::Fenced)
+    }
+}

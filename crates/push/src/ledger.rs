@@ -1,0 +1,398 @@
+//! The ledger read every lane's round starts with: one Postgres statement for the state (the
+//! lane's watermark, the subscription version, the reorgs after the lane's last one), then the
+//! retractions a rewind owes and the trades after the lane's cursor (ClickHouse, bounded), with
+//! their market names. It knows nothing of sessions or endpoints: a [`Batch`] is what a lane
+//! then delivers. This is the seam the Postgres hot ledger replaces.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pmw_core::ch::{trades, ChClient, TradeRow};
+use pmw_core::message::Market;
+use pmw_core::pg::{self, PgPool};
+use pmw_core::types::cursor::MAX_LOG_INDEX;
+use pmw_core::{Cursor, Position};
+
+use crate::catchup;
+use crate::round::RoundError;
+use crate::subs::{Index, Subscriptions};
+pub use crate::telemetry::Stages;
+
+/// Which lane reads, and so which watermark bounds it and which statement starts its round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// The WebSocket lane: up to the ingest watermark.
+    Ws,
+    /// The webhook lane: up to the ingest watermark (its own statement, counted apart).
+    Webhooks,
+    /// The finality lane: up to the finalized watermark.
+    Finals,
+}
+
+impl Source {
+    fn state_sql(self) -> &'static str {
+        match self {
+            Source::Ws => include_str!("sql/state_ws.sql"),
+            Source::Webhooks => include_str!("sql/state_webhooks.sql"),
+            Source::Finals => include_str!("sql/state_finals.sql"),
+        }
+    }
+}
+
+/// Where a lane stands in the ledger.
+#[derive(Debug, Clone, Copy)]
+pub struct LaneCursor {
+    /// The last position delivered (the lane's cursor with its block's hash).
+    pub position: Position,
+    /// The highest cursor this lane ever moved to. A rewind sends the retractions up to it, not
+    /// only up to `position`: a rewind round that read the ledger after a retraction (an
+    /// audit's) but before its `reorgs` row moved the cursor below a trade delivered earlier.
+    /// Sessions and endpoints drop a retract of a trade they never got.
+    pub held: Cursor,
+    /// The newest `reorgs` row this lane has handled.
+    pub reorg_id: i64,
+}
+
+impl LaneCursor {
+    pub fn new(position: Position, reorg_id: i64) -> LaneCursor {
+        LaneCursor {
+            position,
+            held: position.cursor,
+            reorg_id,
+        }
+    }
+
+    pub fn cursor(&self) -> Cursor {
+        self.position.cursor
+    }
+
+    /// The lane delivered `batch` and moved its cursor there.
+    pub fn moved(&mut self, batch: &Batch) {
+        self.position = batch.through;
+        self.held = self.held.max(batch.through.cursor);
+        self.reorg_id = batch.reorg_id;
+    }
+}
+
+/// What a round read, for the lane that delivers it.
+#[derive(Debug)]
+pub struct Batch {
+    /// Where delivery starts: the lane's position, or the common ancestor after a reorg.
+    pub from: Position,
+    /// Where the lane's cursor moves once the batch is delivered.
+    pub through: Position,
+    /// A reorg moved `from` below the lane's position.
+    pub rewound: bool,
+    pub reorg_id: i64,
+    /// Trades of orphaned blocks the lane may have delivered, up to its highest cursor.
+    pub retracts: Vec<TradeRow>,
+    /// Trades after `from`, in ledger order, through `through`.
+    pub rows: Vec<TradeRow>,
+    /// The read was cut (by the batch limit or a catch-up span): more is waiting.
+    pub more: bool,
+    pub stages: Stages,
+}
+
+/// A round's read: the connection it used (the lane's commit goes on it), the index to match
+/// with, and the batch (`None`: nothing to deliver).
+pub struct Reading {
+    pub client: deadpool_postgres::Object,
+    pub index: Arc<Index>,
+    /// The index was reloaded this round (the WebSocket lane gives it to the hub's sessions).
+    pub reloaded: bool,
+    /// The lane's watermark (`None` before the first block).
+    pub watermark: Option<u64>,
+    pub batch: Option<Batch>,
+}
+
+/// The subscription index a lane matches with, reloaded when the version read with the
+/// watermark moved or after a failed round (a stale index must never fail rounds forever).
+pub struct Matcher {
+    subs: Subscriptions,
+    reload: bool,
+}
+
+impl Matcher {
+    /// `loaded`: `subs` holds a fresh index (else it is loaded on the first round).
+    pub fn new(subs: Subscriptions, loaded: bool) -> Matcher {
+        Matcher {
+            subs,
+            reload: !loaded,
+        }
+    }
+
+    /// The index for `version`, and whether it was reloaded for it.
+    pub async fn index(
+        &mut self,
+        pool: &PgPool,
+        version: i64,
+    ) -> Result<(Arc<Index>, bool), RoundError> {
+        let idx = self.subs.current().await;
+        if idx.version == version && !self.reload {
+            return Ok((idx, false));
+        }
+        let idx = self.subs.reload(pool).await?;
+        self.reload = false;
+        Ok((idx, true))
+    }
+
+    pub async fn version(&self) -> i64 {
+        self.subs.current().await.version
+    }
+
+    /// A round failed: reload before the next one.
+    pub fn failed(&mut self) {
+        self.reload = true;
+    }
+}
+
+/// The state a round starts from (one statement, one snapshot).
+#[derive(Debug, Clone)]
+pub struct State {
+    pub watermark: Option<u64>,
+    pub version: i64,
+    /// The newest `reorgs` row after the lane's, and the lowest common ancestor among them
+    /// (block, hash).
+    pub reorg_id: Option<i64>,
+    pub ancestor: Option<(u64, Option<String>)>,
+}
+
+/// One lane's reader of the ledger.
+pub struct Ledger {
+    pub pool: PgPool,
+    ch: ChClient,
+    source: Source,
+    /// Trades read per round: at most half a session queue, so a session that keeps up is never
+    /// closed as slow because a catch-up round is larger than its queue.
+    limit: u64,
+    /// Blocks a catch-up round reads at most (see [`crate::catchup`]).
+    span: u64,
+    names: Names,
+}
+
+impl Ledger {
+    pub fn new(pool: PgPool, ch: ChClient, source: Source, limit: u64, span: u64) -> Ledger {
+        Ledger {
+            pool,
+            ch,
+            source,
+            limit,
+            span,
+            names: Names::default(),
+        }
+    }
+
+    /// The market of a token read in this lane's last batch (from the name cache).
+    pub fn market(&self, token: &str) -> Option<&Market> {
+        self.names.get(token)
+    }
+
+    /// A round's read from `at`, never past `bound`: the state, then the index (revocations and
+    /// unsubscribes apply even before the first block), then the batch.
+    pub async fn read(
+        &mut self,
+        at: &LaneCursor,
+        matcher: &mut Matcher,
+        bound: Option<Cursor>,
+    ) -> Result<Reading, RoundError> {
+        let started = Instant::now();
+        let client = self.pool.get().await?;
+        let state = self.state(&client, at.reorg_id).await?;
+        let state_at = Instant::now();
+        let (index, reloaded) = matcher.index(&self.pool, state.version).await?;
+        let batch = match state.watermark {
+            None => None,
+            Some(wm) => {
+                let upto = bound.map_or(wm, |b| wm.min(b.block));
+                self.batch(&client, &state, at, (upto, bound), (started, state_at))
+                    .await?
+            }
+        };
+        Ok(Reading {
+            client,
+            index,
+            reloaded,
+            watermark: state.watermark,
+            batch,
+        })
+    }
+
+    /// The state statement of this lane (prepared once per pooled connection).
+    pub async fn state(
+        &self,
+        c: &deadpool_postgres::Object,
+        after_reorg: i64,
+    ) -> Result<State, RoundError> {
+        let stmt = c.prepare_cached(self.source.state_sql()).await?;
+        let row = c.query_one(&stmt, &[&after_reorg]).await?;
+        Ok(State {
+            watermark: row.get::<_, Option<i64>>(0).map(|b| b as u64),
+            version: row.get(1),
+            reorg_id: row.get(2),
+            ancestor: row
+                .get::<_, Option<i64>>(3)
+                .map(|a| (a as u64, row.get::<_, Option<String>>(4))),
+        })
+    }
+
+    /// The retractions and trades after `at` up to block `upto` (and cursor `bound`), or `None`
+    /// when there is nothing to deliver. The cursor moves only to the last row actually read (a
+    /// short or empty answer from ClickHouse then delays delivery and never skips a trade), or,
+    /// on a bounded catch-up span, past blocks proven complete by their recorded trade counts.
+    async fn batch(
+        &mut self,
+        client: &deadpool_postgres::Object,
+        state: &State,
+        at: &LaneCursor,
+        (upto, bound): (u64, Option<Cursor>),
+        (started, state_at): (Instant, Instant),
+    ) -> Result<Option<Batch>, RoundError> {
+        let reorg_id = state.reorg_id.unwrap_or(at.reorg_id);
+        let from = rewind_to(at.position, state.ancestor.as_ref());
+        let retracts = if from.cursor < at.cursor() {
+            let held = at.held.max(at.cursor());
+            trades::retracted_between(&self.ch, from.cursor.block, held.block)
+                .await?
+                .into_iter()
+                .filter(|t| t.cursor() <= held)
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let span = catchup::span(client, from.cursor.block, upto, self.span).await?;
+        let upto = span.as_ref().map_or(upto, |s| s.upto);
+        let mut rows = trades::trades_after(&self.ch, from.cursor, upto, self.limit).await?;
+        let read_at = Instant::now();
+        let mut full = rows.len() as u64 >= self.limit;
+        if let Some(b) = bound {
+            let read = rows.len();
+            rows.retain(|r| r.cursor() <= b);
+            full &= rows.len() == read;
+        }
+        let through = match &span {
+            None => rows
+                .last()
+                .map_or(from, |r| Position::of(r.cursor(), &r.block_hash)),
+            Some(s) => {
+                let checked = catchup::check(s, from.cursor, &rows, full);
+                if let Some((block, read, recorded)) = checked.short {
+                    tracing::warn!(block, read, recorded, "clickhouse returned fewer trades than stored for a block; not moving past it");
+                }
+                rows.truncate(checked.keep);
+                checked.through.unwrap_or(from)
+            }
+        };
+        if through.cursor <= from.cursor && retracts.is_empty() && reorg_id == at.reorg_id {
+            return Ok(None);
+        }
+        self.names
+            .refresh(client, rows.iter().chain(&retracts))
+            .await?;
+        Ok(Some(Batch {
+            from,
+            through,
+            rewound: from.cursor < at.cursor(),
+            reorg_id,
+            retracts,
+            rows,
+            more: full || span.is_some(),
+            stages: Stages {
+                started,
+                state: state_at,
+                read: read_at,
+                claimed: read_at,
+            },
+        }))
+    }
+}
+
+/// Where delivery starts: `at`, or the common ancestor of the reorgs read when it is below it.
+fn rewind_to(at: Position, ancestor: Option<&(u64, Option<String>)>) -> Position {
+    match ancestor {
+        Some((block, hash)) if *block < at.cursor.block => Position::maybe(
+            Cursor {
+                block: *block,
+                log_index: MAX_LOG_INDEX,
+            },
+            hash.as_deref(),
+        ),
+        _ => at,
+    }
+}
+
+/// Market names from the background resolver's cache; misses are looked up again at most every
+/// 10 s and never waited for.
+#[derive(Default)]
+struct Names {
+    known: HashMap<String, Market>,
+    missing: HashMap<String, Instant>,
+}
+
+impl Names {
+    fn get(&self, token: &str) -> Option<&Market> {
+        self.known.get(token)
+    }
+
+    async fn refresh<'a>(
+        &mut self,
+        client: &deadpool_postgres::Object,
+        rows: impl Iterator<Item = &'a TradeRow>,
+    ) -> Result<(), tokio_postgres::Error> {
+        let retry = Duration::from_secs(10);
+        let mut ask: Vec<String> = rows
+            .map(|r| r.token_id.clone())
+            .filter(|t| {
+                !self.known.contains_key(t)
+                    && self.missing.get(t).is_none_or(|at| at.elapsed() > retry)
+            })
+            .collect();
+        ask.sort();
+        ask.dedup();
+        if ask.is_empty() {
+            return Ok(());
+        }
+        let tokens: Vec<&str> = ask.iter().map(String::as_str).collect();
+        for (token, market) in pg::market_names(&***client, &tokens).await? {
+            self.missing.remove(&token);
+            self.known.insert(token, market);
+        }
+        let now = Instant::now();
+        for t in ask {
+            if !self.known.contains_key(&t) {
+                self.missing.insert(t, now);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pos(block: u64, log_index: u32) -> Position {
+        Position::maybe(Cursor { block, log_index }, None)
+    }
+
+    #[test]
+    fn a_reorg_below_the_lane_rewinds_to_the_end_of_the_ancestor_block() {
+        let at = pos(120, 3);
+        let ancestor = (117, Some(format!("0x{}", "ab".repeat(32))));
+        let from = rewind_to(at, Some(&ancestor));
+        assert_eq!(from.cursor.block, 117);
+        assert_eq!(from.cursor.log_index, MAX_LOG_INDEX);
+        assert!(
+            from.hash.is_some(),
+            "the ancestor's hash is the resume point's"
+        );
+    }
+
+    #[test]
+    fn a_reorg_at_or_above_the_lane_does_not_move_it() {
+        let at = pos(120, 3);
+        assert_eq!(rewind_to(at, Some(&(120, None))).cursor, at.cursor);
+        assert_eq!(rewind_to(at, Some(&(125, None))).cursor, at.cursor);
+        assert_eq!(rewind_to(at, None).cursor, at.cursor);
+    }
+}
