@@ -1,0 +1,441 @@
+//! The `/v1/ws` endpoint: authenticate (API key header or browser ticket), register with the hub,
+//! replay what the client missed since its cursor, then stream live frames in ledger order with
+//! heartbeats. Close codes: 1008 auth/policy, 1012 restart, 1013 slow consumer or a store that did
+//! not answer (try again later).
+//!
+//! `events` chooses the streams: `trade` (default: trades and retracts as ingested), `final`
+//! (only the finalized ledger: each trade once, as a `final` with the full body, when its block
+//! is finalized; `since` and the session's cursor are then positions in that stream), or
+//! `trade,final` (trades as ingested, and a small `final` naming each one once its block is
+//! finalized, never before its `trade`; `final_since` resumes the finals, default `since`).
+
+mod replay;
+mod sent;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use futures::{SinkExt, StreamExt};
+use governor::clock::{Clock, DefaultClock};
+use pmw_core::auth::{self, Principal};
+use pmw_core::filter::Facts;
+use pmw_core::message::{stamp, Control, Events, Kind, TradeMessage};
+use pmw_core::{Cursor, Position, UnixMs};
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use crate::hub::{Frame, Registered, Registration, TooMany};
+use crate::recorder::Fact;
+use crate::{subs, AppState};
+use replay::{latency_row, Render, Viewer};
+use sent::{At, Sent};
+
+const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+/// Frames written per flush at most.
+const MAX_BATCH: usize = 64;
+
+pub async fn upgrade(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+    ws: WebSocketUpgrade,
+) -> Response {
+    // `Bearer <key>`, the scheme in any case (as the REST API accepts it).
+    let bearer = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, key)| key.trim().to_string());
+    let who = match (bearer, q.get("ticket")) {
+        (Some(key), _) => auth::account_for_key(&st.pool, &key).await,
+        (None, Some(t)) => auth::redeem_ticket(&st.pool, t).await,
+        (None, None) => Err(auth::AuthError::Missing),
+    };
+    // Connects per account are rate limited before the upgrade: one account's reconnect storm
+    // costs the others nothing.
+    if let Ok(p) = &who {
+        if let Err(not_until) = st.connects.check_key(&p.account_id) {
+            let wait = not_until.wait_time_from(DefaultClock::default().now());
+            let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
+            let body = json!({"error": {"code": "rate_limited", "message": format!("too many WebSocket connects for this account; retry in {secs} s")}});
+            return (
+                StatusCode::TOO_MANY_REQUESTS,
+                [(header::RETRY_AFTER, secs.to_string())],
+                axum::Json(body),
+            )
+                .into_response();
+        }
+    }
+    let since = q.get("since").map(|s| s.parse::<Position>());
+    let opts = Options::parse(&q);
+    ws.read_buffer_size(4 * 1024)
+        .write_buffer_size(8 * 1024)
+        .max_message_size(16 * 1024)
+        .on_upgrade(move |socket| session(st, socket, who, since, opts))
+}
+
+/// The stream options of a connection: `events` and `final_since`.
+#[derive(Debug, Clone, Copy)]
+struct Options {
+    events: Events,
+    final_since: Option<Cursor>,
+}
+
+impl Options {
+    /// A bad value is reported when the socket is open (close 1008 with the reason).
+    fn parse(q: &HashMap<String, String>) -> Result<Options, String> {
+        let events = match q.get("events") {
+            None => Events::TRADE,
+            Some(list) => Events::parse(list).map_err(|e| format!("invalid events: {e}"))?,
+        };
+        let final_since = match q.get("final_since") {
+            None => None,
+            Some(c) => Some(
+                c.split(':')
+                    .next()
+                    .unwrap_or_default()
+                    .parse::<Cursor>()
+                    .map_err(|e| format!("invalid final_since: {e}"))?,
+            ),
+        };
+        Ok(Options {
+            events,
+            final_since,
+        })
+    }
+}
+
+async fn close(socket: &mut WebSocket, code: u16, reason: &str) {
+    let frame = CloseFrame {
+        code,
+        reason: reason.to_string().into(),
+    };
+    let _ = tokio::time::timeout(SEND_TIMEOUT, socket.send(Message::Close(Some(frame)))).await;
+}
+
+async fn session(
+    st: AppState,
+    mut socket: WebSocket,
+    who: Result<Principal, auth::AuthError>,
+    since: Option<Result<Position, pmw_core::types::PositionError>>,
+    opts: Result<Options, String>,
+) {
+    let (who, since, opts) = match admit(who, since, opts) {
+        Ok(admitted) => admitted,
+        Err((code, reason)) => return close(&mut socket, code, &reason).await,
+    };
+    let account = who.account_id;
+    // The wallets this session follows, read now: fresher than any index a round may still use.
+    let grant = match subs::grant(&st.pool, account).await {
+        Ok(g) => g,
+        Err(e) => {
+            tracing::warn!(error = %e, "ws subscriptions unavailable");
+            return close(&mut socket, 1013, "try again later").await;
+        }
+    };
+    let (wallets, filters) = (grant.wallets.clone(), grant.filters.clone());
+    let (tx, mut rx) = mpsc::channel::<Frame>(st.cfg.push_ws_queue);
+    let code = Arc::new(AtomicU16::new(1013));
+    let registered = st.hub.register(Registration {
+        account_id: account,
+        key_id: who.key_id,
+        max_sessions: grant.max_sessions,
+        wallets: grant.wallets,
+        filters: grant.filters,
+        version: grant.version,
+        events: opts.events,
+        tx,
+        close: code.clone(),
+    });
+    let reg = match registered {
+        Ok(r) => r,
+        Err(TooMany(max)) => {
+            let reason = format!("session limit reached: the plan allows {max} WebSocket sessions");
+            return close(&mut socket, 1008, &reason).await;
+        }
+    };
+    let id = reg.id;
+    let viewer = Viewer {
+        account,
+        wallets: &wallets,
+        filters: &filters,
+    };
+    let s = Session {
+        st: &st,
+        id,
+        viewer,
+        opts,
+    };
+    let outcome = s.stream(&mut socket, since, reg, &mut rx).await;
+    st.hub.unregister(id);
+    end(&mut socket, id, outcome, code.load(Ordering::SeqCst)).await;
+}
+
+/// The connection's credentials, resume point and options, or the close code and reason that
+/// refuse it: 1013 when the credential store did not answer, 1008 for the rest.
+fn admit(
+    who: Result<Principal, auth::AuthError>,
+    since: Option<Result<Position, pmw_core::types::PositionError>>,
+    opts: Result<Options, String>,
+) -> Result<(Principal, Option<Position>, Options), (u16, String)> {
+    let who = match who {
+        Ok(p) => p,
+        Err(auth::AuthError::Store(e)) => {
+            tracing::warn!(error = %e, "ws auth unavailable");
+            return Err((1013, "try again later".into()));
+        }
+        Err(e) => return Err((1008, e.to_string())),
+    };
+    let since = since
+        .transpose()
+        .map_err(|e| (1008, format!("invalid since: {e}")))?;
+    let opts = opts.map_err(|e| (1008, e))?;
+    Ok((who, since, opts))
+}
+
+/// Close the socket as the session's end says: the hub's code (`hub_code`) when it let the
+/// session go, 1008 on a policy end, 1013 when a store failed, nothing when the client left.
+async fn end(socket: &mut WebSocket, id: u64, outcome: Result<(), Ended>, hub_code: u16) {
+    match outcome {
+        Ok(()) => {
+            let reason = match hub_code {
+                1012 => "service restart",
+                1008 => "credentials revoked or account disabled",
+                _ => "slow consumer: resume with since",
+            };
+            close(socket, hub_code, reason).await;
+        }
+        Err(Ended::Client) => {}
+        Err(Ended::Policy(reason)) => close(socket, 1008, &reason).await,
+        Err(Ended::Failed(e)) => {
+            // Every such failure is a store (Postgres, ClickHouse) that did not answer: the
+            // client should come back, resuming where it was, not give up (1011 would say so).
+            tracing::warn!(session = id, error = %e, "ws session failed: store unavailable");
+            close(socket, 1013, "store unavailable: resume with since shortly").await;
+        }
+    }
+}
+
+enum Ended {
+    Client,
+    Policy(String),
+    /// A store did not answer (closed 1013: try again later).
+    Failed(String),
+}
+
+async fn send(socket: &mut WebSocket, text: String) -> Result<(), Ended> {
+    match tokio::time::timeout(SEND_TIMEOUT, socket.send(Message::Text(text.into()))).await {
+        Ok(Ok(())) => Ok(()),
+        _ => Err(Ended::Client),
+    }
+}
+
+/// Write `texts` and flush once, within the send timeout.
+async fn send_all(socket: &mut WebSocket, texts: Vec<String>) -> Result<(), Ended> {
+    if texts.is_empty() {
+        return Ok(());
+    }
+    let write = async {
+        for t in texts {
+            socket.feed(Message::Text(t.into())).await?;
+        }
+        socket.flush().await
+    };
+    match tokio::time::timeout(SEND_TIMEOUT, write).await {
+        Ok(Ok(())) => Ok(()),
+        _ => Err(Ended::Client),
+    }
+}
+
+/// One registered session.
+struct Session<'a> {
+    st: &'a AppState,
+    id: u64,
+    viewer: Viewer<'a>,
+    opts: Options,
+}
+
+impl Session<'_> {
+    /// Replay then live. `Ok(())` when the hub let the session go (restart or slow consumer).
+    async fn stream(
+        &self,
+        socket: &mut WebSocket,
+        since: Option<Position>,
+        reg: Registered,
+        rx: &mut mpsc::Receiver<Frame>,
+    ) -> Result<(), Ended> {
+        let at = self.catch_up(socket, since, &reg).await?;
+        self.live(socket, at, rx).await
+    }
+
+    /// The `hello`, the retractions a resume from an orphaned block owes, the trades missed
+    /// since `since` (up to what the hub has dispatched), then the finals after them.
+    async fn catch_up(
+        &self,
+        socket: &mut WebSocket,
+        since: Option<Position>,
+        reg: &Registered,
+    ) -> Result<At, Ended> {
+        let (st, opts) = (self.st, self.opts);
+        let final_only = opts.events.final_only();
+        // A `final`-only session's ledger is the finalized one.
+        let dispatched = match final_only {
+            true => reg.final_dispatched,
+            false => reg.dispatched,
+        };
+        let start = match since {
+            Some(since) => crate::resume::start(&st.pool, &st.ch, since, self.viewer.wallets)
+                .await
+                .map_err(Ended::Failed)?,
+            None => crate::resume::Start {
+                from: dispatched,
+                retract: Vec::new(),
+            },
+        };
+        let mut sent = Sent::new(start.from, since.map_or(dispatched.cursor, |s| s.cursor));
+        // A `trade,final` session's finals: sent after this trade (a new session starts with
+        // the trades it is about to get).
+        let mut finals = (opts.events.trade && opts.events.fin).then(|| {
+            opts.final_since
+                .or(since.map(|s| s.cursor))
+                .unwrap_or(dispatched.cursor)
+        });
+        self.hello(socket, &sent, finals).await?;
+        self.retract(socket, &start.retract).await?;
+        if sent.last < dispatched.cursor {
+            let render = match final_only {
+                true => Render::FinalFull,
+                false => Render::Trade {
+                    finalized_through: reg.final_dispatched.cursor,
+                },
+            };
+            let mut after = sent.last;
+            let span = (&mut after, dispatched.cursor);
+            replay::replay(st, socket, self.viewer, span, render, |p| sent.trade(p)).await?;
+        }
+        // Finals after the trades they name: every trade at or below the final stream's
+        // position was sent before (at or below `since`) or just replayed.
+        let through = reg.final_dispatched.cursor;
+        if let Some(fin) = finals.as_mut().filter(|f| **f < through) {
+            replay::replay(
+                st,
+                socket,
+                self.viewer,
+                (fin, through),
+                Render::FinalBrief,
+                |_| {},
+            )
+            .await?;
+        }
+        Ok(At {
+            final_only,
+            sent,
+            finals,
+        })
+    }
+
+    async fn hello(
+        &self,
+        socket: &mut WebSocket,
+        sent: &Sent,
+        finals: Option<Cursor>,
+    ) -> Result<(), Ended> {
+        let hello = Control::Hello {
+            session: self.id,
+            account: self.viewer.account,
+            epoch: self.st.epoch,
+            cursor: sent.last.to_string(),
+            resume: sent.position.to_string(),
+            head: self.st.hub.head(),
+            final_cursor: finals.map(|c| c.to_string()),
+        };
+        send(socket, hello.to_json()).await
+    }
+
+    /// The retractions of a resume from an orphaned block (what the client may hold there),
+    /// except those its filters never let through.
+    async fn retract(
+        &self,
+        socket: &mut WebSocket,
+        rows: &[pmw_core::ch::TradeRow],
+    ) -> Result<(), Ended> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let names = replay::names(self.st, rows).await?;
+        for row in rows {
+            let market = names.get(&row.token_id);
+            if !subs::wants(self.viewer.filters, &row.maker, &Facts::of_row(row, market)) {
+                continue; // filtered out: never sent to this client
+            }
+            let body = TradeMessage::from_row(row, market).to_json();
+            send(socket, stamp(Kind::Retract, &body, UnixMs::now().0)).await?;
+        }
+        Ok(())
+    }
+
+    /// Live frames in ledger order, written in bursts, with heartbeats; ends when the client
+    /// leaves or the hub lets the session go.
+    async fn live(
+        &self,
+        socket: &mut WebSocket,
+        mut at: At,
+        rx: &mut mpsc::Receiver<Frame>,
+    ) -> Result<(), Ended> {
+        let every = Duration::from_millis(self.st.cfg.push_ws_heartbeat_ms);
+        let mut heartbeat = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        loop {
+            tokio::select! {
+                frame = rx.recv() => {
+                    let Some(frame) = frame else { return Ok(()) };
+                    // This frame and whatever else is already queued: written, then flushed
+                    // once (one write per burst instead of one per frame).
+                    let mut out = Vec::new();
+                    self.frame(&mut at, frame, &mut out);
+                    while out.len() < MAX_BATCH {
+                        match rx.try_recv() {
+                            Ok(f) => self.frame(&mut at, f, &mut out),
+                            Err(_) => break,
+                        }
+                    }
+                    send_all(socket, out).await?;
+                }
+                _ = heartbeat.tick() => {
+                    let hb = Control::Heartbeat {
+                        head: self.st.hub.head(),
+                        cursor: at.sent.last.to_string(),
+                        resume: at.sent.position.to_string(),
+                        t_ms: UnixMs::now().0,
+                        final_cursor: at.finals.map(|c| c.to_string()),
+                    };
+                    send(socket, hb.to_json()).await?;
+                }
+                msg = socket.next() => match msg {
+                    Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return Err(Ended::Client),
+                    Some(Ok(_)) => {}
+                },
+            }
+        }
+    }
+
+    /// One live frame into `out`, and its latency row. An audit's fill was not seen live: its
+    /// delivery is left out of live latency.
+    fn frame(&self, at: &mut At, frame: Frame, out: &mut Vec<String>) {
+        let now = UnixMs::now().0;
+        if let Some(w) = at.frame(frame, now, out) {
+            self.st.recorder.record(Fact::Latency(latency_row(
+                (&w.cursor, w.t_detect_ms, now),
+                (self.viewer.account, self.st.epoch),
+                w.channel,
+                w.audit,
+            )));
+        }
+    }
+}

@@ -1,0 +1,157 @@
+//! A session's replay of what it missed: `(after, through]` of its wallets, page by page from
+//! the ledger store (bounded memory per session), in ledger order, skipping what its filters keep
+//! out (as live frames do), rendered as its streams need. Past `push_resume_max_trades` messages
+//! the client gets a `resync` naming the last one sent and backfills over REST.
+
+use std::collections::HashMap;
+
+use axum::extract::ws::WebSocket;
+use pmw_core::ch::{trades, PushLatencyRow, TradeRow};
+use pmw_core::filter::Facts;
+use pmw_core::message::{stamp, Control, FinalNotice, Kind, Market, TradeMessage};
+use pmw_core::{pg, Cursor, Position, UnixMs};
+
+use super::{send, Ended};
+use crate::recorder::Fact;
+use crate::subs::{self, Filters};
+use crate::AppState;
+
+/// Trades read per replay page.
+const REPLAY_PAGE: u64 = 500;
+
+/// How replayed rows are rendered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Render {
+    /// `trade`, `finalized` when at or below the final stream's position.
+    Trade { finalized_through: Cursor },
+    /// `final` with the full body (a `final`-only session).
+    FinalFull,
+    /// `final` with the small body (a `trade,final` session).
+    FinalBrief,
+}
+
+impl Render {
+    /// The message about `row`, and the latency channel it counts in.
+    fn message(self, row: &TradeRow, market: Option<&Market>) -> (Kind, String, &'static str) {
+        let message = || TradeMessage::from_row(row, market);
+        match self {
+            Render::Trade { finalized_through } => (
+                Kind::Trade,
+                message()
+                    .finalized(row.cursor() <= finalized_through)
+                    .to_json(),
+                "ws",
+            ),
+            Render::FinalFull => (Kind::Final, message().finalized(true).to_json(), "ws_final"),
+            Render::FinalBrief => (
+                Kind::Final,
+                FinalNotice::from_row(row).to_json(),
+                "ws_final",
+            ),
+        }
+    }
+}
+
+/// Whose replay: the session's account and what it follows.
+#[derive(Clone, Copy)]
+pub(super) struct Viewer<'a> {
+    pub account: i64,
+    pub wallets: &'a [String],
+    pub filters: &'a Filters,
+}
+
+/// Replay `(after, through]` for `who`, rendered as `render`; `sent_one` sees each position
+/// sent and `after` ends at the last one.
+pub(super) async fn replay(
+    st: &AppState,
+    socket: &mut WebSocket,
+    who: Viewer<'_>,
+    (after, through): (&mut Cursor, Cursor),
+    render: Render,
+    mut sent_one: impl FnMut(Position),
+) -> Result<(), Ended> {
+    let max = st.cfg.push_resume_max_trades;
+    let mut sent = 0u64;
+    // Where the next page starts: past filtered-out trades too.
+    let mut read = *after;
+    loop {
+        let page = REPLAY_PAGE.min(max - sent + 1);
+        let rows = trades::wallet_trades_between(&st.ch, who.wallets, read, through, page)
+            .await
+            .map_err(|e| Ended::Failed(e.to_string()))?;
+        let full = rows.len() as u64 >= page;
+        read = rows.last().map_or(read, |r| r.cursor());
+        let names = names(st, &rows).await?;
+        for row in rows {
+            let market = names.get(&row.token_id);
+            if !subs::wants(who.filters, &row.maker, &Facts::of_row(&row, market)) {
+                continue;
+            }
+            if sent == max {
+                return resync(socket, *after).await;
+            }
+            let now = UnixMs::now().0;
+            let (kind, body, channel) = render.message(&row, market);
+            send(socket, stamp(kind, &body, now)).await?;
+            let row_at = row.cursor();
+            st.recorder.record(Fact::Latency(latency_row(
+                (&row_at, row.t_detect_ms, now),
+                (who.account, st.epoch),
+                channel,
+                true,
+            )));
+            *after = row_at;
+            sent_one(Position::of(row_at, &row.block_hash));
+            sent += 1;
+        }
+        if !full {
+            return Ok(());
+        }
+    }
+}
+
+/// The resume window is exceeded: tell the client where to backfill from, and end.
+async fn resync(socket: &mut WebSocket, after: Cursor) -> Result<(), Ended> {
+    let msg = Control::Resync {
+        after: after.to_string(),
+        reason: "resume window exceeded: backfill with GET /v1/trades".into(),
+    };
+    send(socket, msg.to_json()).await?;
+    Err(Ended::Policy(
+        "resume window exceeded; backfill over REST".into(),
+    ))
+}
+
+/// The market names of a replay page, as live frames carry them.
+pub(super) async fn names(
+    st: &AppState,
+    rows: &[TradeRow],
+) -> Result<HashMap<String, Market>, Ended> {
+    let c = st
+        .pool
+        .get()
+        .await
+        .map_err(|e| Ended::Failed(e.to_string()))?;
+    pg::market_names_of(&**c, rows)
+        .await
+        .map_err(|e| Ended::Failed(pg::describe(&e)))
+}
+
+/// The latency row of a frame written: `(cursor, t_detect_ms, t_push_ms)`.
+pub(super) fn latency_row(
+    (c, t_detect_ms, t_push_ms): (&Cursor, i64, i64),
+    (account, epoch): (i64, i64),
+    channel: &str,
+    backfilled: bool,
+) -> PushLatencyRow {
+    PushLatencyRow {
+        block_number: c.block,
+        log_index: c.log_index,
+        channel: channel.into(),
+        target_id: account as u64,
+        t_detect_ms,
+        t_push_ms,
+        epoch: epoch as u64,
+        backfilled: u8::from(backfilled),
+    }
+}
