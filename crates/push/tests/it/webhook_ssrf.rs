@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::webhook_support::{config, eventually, Env, Receiver, Step};
 use pmw_core::ssrf::{validate_url, UrlError};
 use pmw_push::webhook::client::{
-    filter_addrs, resolve_checked, GuardError, GuardedClient, GuardedResolver, SendError,
+    filter_addrs, resolve_checked, GuardedClient, GuardedResolver, Refused, SendError,
 };
 use pmw_push::webhook::sign::{sign_headers, Secret};
 use pmw_push::webhook::{Dispatcher, WebhookConfig};
@@ -64,7 +64,7 @@ async fn webhook_resolver_drops_forbidden_addresses() {
         .collect();
     assert!(matches!(
         filter_addrs("localhost", addrs.clone(), false),
-        Err(GuardError::Forbidden { .. })
+        Err(Refused::Forbidden { .. })
     ));
     assert_eq!(
         filter_addrs("localhost", addrs.clone(), true).unwrap(),
@@ -82,11 +82,11 @@ async fn webhook_resolver_drops_forbidden_addresses() {
     // The resolver functions, by name and by an address given as a name.
     assert!(matches!(
         resolve_checked("localhost", false).await,
-        Err(GuardError::LocalName { .. })
+        Err(Refused::LocalName { .. })
     ));
     assert!(matches!(
         resolve_checked("127.0.0.1", false).await,
-        Err(GuardError::Forbidden { .. })
+        Err(Refused::Forbidden { .. })
     ));
     assert!(!resolve_checked("localhost", true).await.unwrap().is_empty());
     let r = GuardedResolver {

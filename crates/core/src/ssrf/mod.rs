@@ -4,8 +4,11 @@
 //!
 //! Literal addresses are checked here after WHATWG parsing, which normalises `127.1`,
 //! `2130706433`, `0x7f.1` and `[::ffff:127.0.0.1]` into the address they mean. Names are checked
-//! again where they are resolved (the push service's guarded HTTP client drops forbidden
-//! addresses from every DNS answer and connects only to a checked one).
+//! again where they are resolved: [`resolve`] drops forbidden addresses from every DNS answer,
+//! and [`client`] (push's deliveries and the API's test events) connects only to a checked one.
+
+pub mod client;
+pub mod resolve;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
