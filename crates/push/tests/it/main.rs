@@ -1,6 +1,7 @@
 //! pmw-push's integration tests: the webhook engine against real receivers and the real stores
 //! (push with live, api or stats is in the top-level `tests/e2e`).
 
+mod ledger;
 mod schema_guard;
 mod webhook_fence;
 mod webhook_handoff;

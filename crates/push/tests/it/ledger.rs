@@ -1,0 +1,188 @@
+//! The ledger read on its own, against the real stores and without a hub: what a lane's round
+//! reads after its cursor (bounded by the watermark, a cursor bound and the batch limit), and what
+//! a reorg below it makes it retract and rewind to.
+
+use pmw_core::ch::{trades, TradeRow};
+use pmw_core::types::cursor::MAX_LOG_INDEX;
+use pmw_core::{Cursor, Position};
+use pmw_push::ledger::{LaneCursor, Ledger, Matcher, Source};
+use pmw_push::subs::Subscriptions;
+use pmw_testkit::TestDb;
+
+fn hash(block: u64, branch: u8) -> String {
+    format!("0x{:02x}{:062x}", branch, block)
+}
+
+fn row(block: u64, log_index: u32, branch: u8) -> TradeRow {
+    TradeRow {
+        block_number: block,
+        log_index,
+        block_hash: hash(block, branch),
+        tx_hash: format!("0xtx{block}{log_index}"),
+        block_time_ms: 0,
+        exchange: "0x4bfb41d5b3570defd03c39a9a4d8de6bd8b8982e".into(),
+        exchange_version: 1,
+        order_hash: format!("0xorder{block}{log_index}"),
+        maker: "0x1111111111111111111111111111111111111111".into(),
+        taker: "0x2222222222222222222222222222222222222222".into(),
+        side: 0,
+        token_id: "7".into(),
+        shares: "1".into(),
+        collateral: "0.5".into(),
+        price: "0.5".into(),
+        fee: "0".into(),
+        fee_asset: "collateral".into(),
+        t_detect_ms: 1_000,
+        backfilled: 0,
+        retracted: 0,
+        version: 1,
+        audit: 0,
+    }
+}
+
+/// Blocks 10..=13 on branch 1, trades in 11 (two) and 12 (one), the watermark at 13.
+async fn ledger_of_three() -> TestDb {
+    let db = TestDb::new().await;
+    let c = db.connect().await;
+    for b in 10..=13u64 {
+        let n = match b {
+            11 => 2,
+            12 => 1,
+            _ => 0,
+        };
+        c.execute(
+            "INSERT INTO chain_blocks (block_number, block_hash, parent_hash, block_time_ms, t_detect_ms, backfilled, trade_count) \
+             VALUES ($1, $2, $3, 0, 0, false, $4)",
+            &[&(b as i64), &hash(b, 1), &hash(b - 1, 1), &n],
+        )
+        .await
+        .unwrap();
+    }
+    c.execute(
+        "INSERT INTO ingest_cursor (id, block_number, block_hash, updated_ms) VALUES (1, 13, $1, 0)",
+        &[&hash(13, 1)],
+    )
+    .await
+    .unwrap();
+    trades::insert_trades(&db.ch, &[row(11, 0, 1), row(11, 4, 1), row(12, 2, 1)])
+        .await
+        .unwrap();
+    db
+}
+
+fn at(block: u64, log_index: u32) -> LaneCursor {
+    LaneCursor::new(Position::maybe(Cursor { block, log_index }, None), 0)
+}
+
+fn ledger(db: &TestDb, limit: u64) -> (Ledger, Matcher) {
+    let l = Ledger::new(db.pg.clone(), db.ch.clone(), Source::Ws, limit, 1_000);
+    (l, Matcher::new(Subscriptions::default(), false))
+}
+
+fn cursors(rows: &[TradeRow]) -> Vec<(u64, u32)> {
+    rows.iter().map(|r| (r.block_number, r.log_index)).collect()
+}
+
+#[tokio::test]
+async fn a_read_returns_the_trades_after_the_cursor_up_to_the_watermark_in_ledger_order() {
+    let db = ledger_of_three().await;
+    let (mut l, mut m) = ledger(&db, 100);
+    let r = l.read(&at(10, MAX_LOG_INDEX), &mut m, None).await.unwrap();
+    assert_eq!(r.watermark, Some(13));
+    assert!(r.reloaded, "the first read loads the subscription index");
+    let b = r.batch.expect("three trades to deliver");
+    assert_eq!(cursors(&b.rows), vec![(11, 0), (11, 4), (12, 2)]);
+    assert_eq!(
+        b.through.cursor,
+        Cursor {
+            block: 12,
+            log_index: 2
+        }
+    );
+    assert!(b.retracts.is_empty() && !b.rewound && !b.more);
+
+    // From the last trade on: nothing to deliver, and the index is not reloaded again.
+    let mut lane = at(10, MAX_LOG_INDEX);
+    lane.moved(&b);
+    let r = l.read(&lane, &mut m, None).await.unwrap();
+    assert!(r.batch.is_none(), "nothing after the last trade");
+    assert!(!r.reloaded);
+}
+
+#[tokio::test]
+async fn a_read_stops_at_its_bound_and_at_the_batch_limit() {
+    let db = ledger_of_three().await;
+    let (mut l, mut m) = ledger(&db, 100);
+    let bound = Cursor {
+        block: 11,
+        log_index: 4,
+    };
+    let b = l
+        .read(&at(10, MAX_LOG_INDEX), &mut m, Some(bound))
+        .await
+        .unwrap()
+        .batch
+        .unwrap();
+    assert_eq!(cursors(&b.rows), vec![(11, 0), (11, 4)]);
+    assert_eq!(b.through.cursor, bound);
+
+    let (mut l, mut m) = ledger(&db, 2);
+    let b = l
+        .read(&at(10, MAX_LOG_INDEX), &mut m, None)
+        .await
+        .unwrap()
+        .batch
+        .unwrap();
+    assert_eq!(cursors(&b.rows), vec![(11, 0), (11, 4)]);
+    assert!(b.more, "a full batch says more is waiting");
+}
+
+#[tokio::test]
+async fn a_reorg_below_the_cursor_retracts_what_the_lane_delivered_and_rewinds_to_the_ancestor() {
+    let db = ledger_of_three().await;
+    // Block 12 is orphaned: its trade retracted, the new branch's 12 has another trade.
+    trades::retract_block(&db.ch, 12, &hash(12, 1), 2)
+        .await
+        .unwrap();
+    trades::insert_trades(&db.ch, &[row(12, 7, 2)])
+        .await
+        .unwrap();
+    let c = db.connect().await;
+    c.execute(
+        "UPDATE chain_blocks SET block_hash = $1, trade_count = 1 WHERE block_number = 12",
+        &[&hash(12, 2)],
+    )
+    .await
+    .unwrap();
+    let reorg: i64 = c
+        .query_one(
+            "INSERT INTO reorgs (ancestor, old_head, new_head_hash, depth, detected_ms) \
+             VALUES (11, 13, $1, 2, 0) RETURNING id",
+            &[&hash(13, 2)],
+        )
+        .await
+        .unwrap()
+        .get(0);
+
+    let (mut l, mut m) = ledger(&db, 100);
+    let lane = at(12, 2);
+    let b = l.read(&lane, &mut m, None).await.unwrap().batch.unwrap();
+    assert!(b.rewound);
+    assert_eq!(
+        b.from.cursor,
+        Cursor {
+            block: 11,
+            log_index: MAX_LOG_INDEX
+        }
+    );
+    let ancestor = hash(11, 1);
+    assert_eq!(
+        b.from,
+        Position::maybe(b.from.cursor, Some(ancestor.as_str()))
+    );
+    assert_eq!(cursors(&b.retracts), vec![(12, 2)]);
+    assert_eq!(b.retracts[0].block_hash, hash(12, 1));
+    assert_eq!(cursors(&b.rows), vec![(12, 7)]);
+    assert_eq!(b.rows[0].block_hash, hash(12, 2));
+    assert_eq!(b.reorg_id, reorg);
+}
