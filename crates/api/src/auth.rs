@@ -1,8 +1,8 @@
-//! Authentication by API key (`Authorization: Bearer pmw_…`, looked up by its SHA-256: not
-//! revoked, account not disabled) and per-key rate limiting (a `governor` GCRA limiter keyed by
-//! key id; over the limit → 429 with `Retry-After`). Failed authentications (no key, a malformed,
-//! unknown or revoked one) are limited per client address at the same rate: past it they get
-//! 429 instead of 401, without a database lookup.
+//! Authentication by API key (`Authorization: Bearer pmw_…`, checked by core's key rule,
+//! [`pmw_core::auth::key_holder`]: not revoked, account not disabled) and per-key rate limiting
+//! (a `governor` GCRA limiter keyed by key id; over the limit → 429 with `Retry-After`). Failed
+//! authentications (no key, a malformed, unknown or revoked one) are limited per client address
+//! at the same rate: past it they get 429 instead of 401, without a database lookup.
 
 use std::net::IpAddr;
 use std::num::NonZeroU32;
@@ -14,7 +14,7 @@ use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
-use pmw_core::auth::{hash_secret, KEY_PREFIX};
+use pmw_core::auth::{key_holder, AuthError};
 
 use crate::error::ApiError;
 use crate::AppState;
@@ -89,7 +89,7 @@ impl FromRequestParts<AppState> for Auth {
         }
         match authenticate(parts, st).await {
             Err(e) if e.status == axum::http::StatusCode::UNAUTHORIZED => {
-                let ip = crate::http::client_ip(parts)
+                let ip = crate::client_ip::client_ip(parts)
                     .unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
                 match st.failures.check_key(&ip) {
                     Ok(()) => Err(e),
@@ -104,27 +104,21 @@ impl FromRequestParts<AppState> for Auth {
     }
 }
 
-/// Look the presented key up and apply the per-key rate limit.
+/// Look the presented key up ([`pmw_core::auth::key_holder`]) and apply the per-key rate limit.
 async fn authenticate(parts: &Parts, st: &AppState) -> Result<Auth, ApiError> {
     let key = bearer(parts)?;
-    if !key.starts_with(KEY_PREFIX) || key.len() > 200 {
-        return Err(ApiError::unauthorized("invalid or revoked API key"));
-    }
-    let client = st.pg.get().await?;
-    let row = client
-        .query_opt(
-            include_str!("sql/key_for_request.sql"),
-            &[&hash_secret(key).as_slice()],
-        )
-        .await?;
-    let Some(row) = row else {
-        return Err(ApiError::unauthorized("invalid or revoked API key"));
+    let holder = match key_holder(&st.pg, key).await {
+        Ok(h) => h,
+        Err(AuthError::Store(e)) => return Err(e.into()),
+        Err(AuthError::Missing | AuthError::Invalid) => {
+            return Err(ApiError::unauthorized("invalid or revoked API key"))
+        }
     };
     let auth = Auth {
-        key_id: row.get(0),
-        key_prefix: row.get(1),
-        account_id: row.get(2),
-        plan: row.get(3),
+        account_id: holder.principal.account_id,
+        key_id: holder.principal.key_id,
+        key_prefix: holder.key_prefix,
+        plan: holder.plan,
     };
     if let Err(not_until) = st.limiter.check_key(&auth.key_id) {
         let wait = not_until.wait_time_from(DefaultClock::default().now());

@@ -3,11 +3,10 @@
 //! body size limit (413 in the error shape, connection closed), request metrics, panic → 500,
 //! and the error shape for every non-JSON error response.
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
-use axum::extract::{ConnectInfo, DefaultBodyLimit, MatchedPath, Request, State};
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::{header, HeaderValue};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -113,23 +112,6 @@ fn closing(err: ApiError) -> Response {
     resp.headers_mut()
         .insert(header::CONNECTION, HeaderValue::from_static("close"));
     resp
-}
-
-/// The client's address: the first `X-Forwarded-For` hop when Caddy (the only public listener,
-/// which overwrites that header) forwarded the request, else the TCP peer.
-pub fn client_ip(parts: &axum::http::request::Parts) -> Option<std::net::IpAddr> {
-    let forwarded = parts
-        .headers
-        .get("x-forwarded-for")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(',').next())
-        .and_then(|v| v.trim().parse().ok());
-    forwarded.or_else(|| {
-        parts
-            .extensions
-            .get::<ConnectInfo<SocketAddr>>()
-            .map(|c| c.0.ip())
-    })
 }
 
 /// Count and time every request by its route template.

@@ -5,6 +5,7 @@
 //! `PMW_API_*` value stops the API (exit 78) and never push or live.
 
 pub mod auth;
+mod client_ip;
 pub mod config;
 pub mod error;
 pub mod extract;

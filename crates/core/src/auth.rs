@@ -1,5 +1,6 @@
 //! API keys and WebSocket tickets: random secrets shown once, stored only as SHA-256, looked up by
-//! hash. Shared by the API (which issues them) and push (which authenticates WebSocket clients).
+//! hash. Shared by the API (which issues keys and checks them on every request) and push (which
+//! authenticates WebSocket clients): the API-key rule is [`key_holder`], here only.
 
 use rand::RngCore;
 use sha2::{Digest, Sha256};
@@ -56,9 +57,26 @@ impl From<deadpool_postgres::PoolError> for AuthError {
     }
 }
 
-/// Resolve an API key (`pmw_…`) to its account: not revoked, account not disabled.
-pub async fn account_for_key(pool: &PgPool, key: &str) -> Result<Principal, AuthError> {
-    if !key.starts_with(KEY_PREFIX) || key.len() > 200 {
+/// Whether `secret` can be a credential of this kind at all (its prefix, a sane length): anything
+/// else is refused without a lookup.
+pub fn plausible(secret: &str, prefix: &str) -> bool {
+    secret.starts_with(prefix) && secret.len() <= 200
+}
+
+/// The holder of an API key: its account, the key, and what the API shows and limits by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyHolder {
+    pub principal: Principal,
+    /// The key's display prefix (first 12 characters).
+    pub key_prefix: String,
+    /// The account's plan name as stored.
+    pub plan: String,
+}
+
+/// The API-key rule: a key (`pmw_…`) is valid while it is not revoked and its account is not
+/// disabled; it is looked up by its SHA-256 only.
+pub async fn key_holder(pool: &PgPool, key: &str) -> Result<KeyHolder, AuthError> {
+    if !plausible(key, KEY_PREFIX) {
         return Err(AuthError::Invalid);
     }
     let client = pool.get().await?;
@@ -68,16 +86,25 @@ pub async fn account_for_key(pool: &PgPool, key: &str) -> Result<Principal, Auth
             &[&hash_secret(key).as_slice()],
         )
         .await?;
-    row.map(|r| Principal {
-        account_id: r.get(0),
-        key_id: r.get(1),
+    row.map(|r| KeyHolder {
+        principal: Principal {
+            account_id: r.get(0),
+            key_id: r.get(1),
+        },
+        key_prefix: r.get(2),
+        plan: r.get(3),
     })
     .ok_or(AuthError::Invalid)
 }
 
+/// Resolve an API key (`pmw_…`) to its account ([`key_holder`]'s rule).
+pub async fn account_for_key(pool: &PgPool, key: &str) -> Result<Principal, AuthError> {
+    Ok(key_holder(pool, key).await?.principal)
+}
+
 /// Redeem a WebSocket ticket (`pmwt_…`): valid once, before it expires.
 pub async fn redeem_ticket(pool: &PgPool, ticket: &str) -> Result<Principal, AuthError> {
-    if !ticket.starts_with(TICKET_PREFIX) || ticket.len() > 200 {
+    if !plausible(ticket, TICKET_PREFIX) {
         return Err(AuthError::Invalid);
     }
     let client = pool.get().await?;
@@ -107,6 +134,9 @@ mod tests {
         assert_eq!(pa, a[..12]);
         assert_eq!(hash_secret(&a), hash_secret(&a));
         assert_ne!(hash_secret(&a), hash_secret(&b));
+        assert!(plausible(&a, KEY_PREFIX) && !plausible(&a, TICKET_PREFIX));
+        assert!(!plausible(&format!("pmw_{}", "0".repeat(197)), KEY_PREFIX));
+        assert!(plausible(&format!("pmw_{}", "0".repeat(196)), KEY_PREFIX));
         // SHA-256("abc"), FIPS 180-2 test vector.
         assert_eq!(
             hex::encode(hash_secret("abc")),

@@ -165,7 +165,7 @@ pub async fn test(
     let webhook_id = format!("msg_test_{id}_{}", hex::encode(now.to_be_bytes()));
     let headers = sign_headers(&secrets, &webhook_id, now / 1_000, &body);
     let start = Instant::now();
-    let outcome = st.hooks.post(&url, &headers.pairs(), body).await;
+    let outcome = st.hooks.post(&url, &headers, body).await;
     let duration_ms = start.elapsed().as_millis() as i64;
     let delivered = outcome.error.is_none();
     tracing::info!(
