@@ -8,6 +8,7 @@ mod key;
 mod migrate;
 mod status;
 mod status_audit;
+mod status_text;
 mod watch;
 
 use std::process::ExitCode;

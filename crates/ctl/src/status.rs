@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 /// Instances that beat within this long count when comparing build revisions.
 const STALE_FOR_REVISIONS_MS: i64 = 60_000;
 
-use crate::conn::{age, connect, db_error};
+use crate::conn::{connect, db_error};
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
@@ -71,42 +71,37 @@ async fn trades_waiting(cfg: &CoreConfig, block: i64, log: i32, watermark: i64) 
         .ok()
 }
 
-/// Everything `status` shows, as JSON.
-pub async fn collect(cfg: &CoreConfig) -> Result<Value, ServiceError> {
-    let c = connect(cfg).await?;
-    let now = UnixMs::now().0;
-    let head = chain_head(cfg).await;
+/// The cursors `status` reports, each `None` until it exists.
+#[derive(Debug, Clone, Copy, Default)]
+struct Cursors {
+    /// (block, moved at)
+    ingest: Option<(i64, i64)>,
+    /// (block, log index, epoch, moved at)
+    push: Option<(i64, i32, i64, i64)>,
+    /// (block, log index, moved at)
+    lane: Option<(i64, i32, i64)>,
+    /// (block, moved at)
+    finalized: Option<(i64, i64)>,
+    /// (block, log index, moved at)
+    final_lane: Option<(i64, i32, i64)>,
+}
+
+async fn cursors(c: &tokio_postgres::Client) -> Result<Cursors, ServiceError> {
     let ingest = c
-        .query_opt(
-            "SELECT block_number, updated_ms FROM ingest_cursor WHERE id = 1",
-            &[],
-        )
+        .query_opt(include_str!("sql/ingest_cursor.sql"), &[])
         .await
         .map_err(db_error)?
         .map(|r| (r.get::<_, i64>(0), r.get::<_, i64>(1)));
     let push = c
-        .query_opt(
-            "SELECT block_number, log_index, epoch, updated_ms FROM push_cursor WHERE slot = 0",
-            &[],
-        )
+        .query_opt(include_str!("sql/push_cursor.sql"), &[])
         .await
         .map_err(db_error)?
-        .map(|r| {
-            (
-                r.get::<_, i64>(0),
-                r.get::<_, i32>(1),
-                r.get::<_, i64>(2),
-                r.get::<_, i64>(3),
-            )
-        });
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)));
     let lane = c
-        .query_opt(
-            "SELECT block_number, log_index, updated_ms FROM webhook_cursor WHERE slot = 0",
-            &[],
-        )
+        .query_opt(include_str!("sql/webhook_cursor.sql"), &[])
         .await
         .map_err(db_error)?
-        .map(|r| (r.get::<_, i64>(0), r.get::<_, i32>(1), r.get::<_, i64>(2)));
+        .map(|r| (r.get(0), r.get(1), r.get(2)));
     let fin = c
         .query_opt(include_str!("sql/finality.sql"), &[])
         .await
@@ -121,33 +116,43 @@ pub async fn collect(cfg: &CoreConfig) -> Result<Value, ServiceError> {
             r.get::<_, Option<i64>>(4)?,
         ))
     });
-    let leader = c
-        .query_opt(
-            include_str!("sql/push_leader.sql"),
-            &[],
-        )
+    Ok(Cursors {
+        ingest,
+        push,
+        lane,
+        finalized,
+        final_lane,
+    })
+}
+
+/// The push leader (slot 0) with its heartbeat's state, `null` when push never led.
+async fn leader(c: &tokio_postgres::Client, now: i64) -> Result<Value, ServiceError> {
+    let row = c
+        .query_opt(include_str!("sql/push_leader.sql"), &[])
         .await
-        .map_err(db_error)?
-        .map(|r| {
-            let state: Option<Value> = r.get(5);
-            let state = state.unwrap_or(Value::Null);
-            let beat: Option<i64> = r.get(4);
-            json!({
-                "slot": r.get::<_, i16>(0), "epoch": r.get::<_, i64>(1), "instance": r.get::<_, String>(2),
-                "acquired_ms": r.get::<_, i64>(3), "pid": r.get::<_, Option<i32>>(6),
-                "role": state["role"], "beat_age_ms": beat.map(|b| now - b),
-                "last_round_age_ms": state["last_round_ms"].as_i64().filter(|t| *t > 0).map(|t| now - t),
-                "listener": state["listener"], "sessions": state["sessions"], "errors": state["errors"],
-                "cursor": state["cursor"],
-            })
-        });
-    let standbys: Vec<Value> = c
-        .query(
-            include_str!("sql/push_standbys.sql"),
-            &[],
-        )
+        .map_err(db_error)?;
+    Ok(row.map_or(Value::Null, |r| {
+        let state: Option<Value> = r.get(5);
+        let state = state.unwrap_or(Value::Null);
+        let beat: Option<i64> = r.get(4);
+        json!({
+            "slot": r.get::<_, i16>(0), "epoch": r.get::<_, i64>(1), "instance": r.get::<_, String>(2),
+            "acquired_ms": r.get::<_, i64>(3), "pid": r.get::<_, Option<i32>>(6),
+            "role": state["role"], "beat_age_ms": beat.map(|b| now - b),
+            "last_round_age_ms": state["last_round_ms"].as_i64().filter(|t| *t > 0).map(|t| now - t),
+            "listener": state["listener"], "sessions": state["sessions"], "errors": state["errors"],
+            "cursor": state["cursor"],
+        })
+    }))
+}
+
+/// The push standbys waiting on the lock.
+async fn standbys(c: &tokio_postgres::Client, now: i64) -> Result<Vec<Value>, ServiceError> {
+    let rows = c
+        .query(include_str!("sql/push_standbys.sql"), &[])
         .await
-        .map_err(db_error)?
+        .map_err(db_error)?;
+    Ok(rows
         .iter()
         .map(|r| {
             let beat_age = now - r.get::<_, i64>(2);
@@ -157,21 +162,16 @@ pub async fn collect(cfg: &CoreConfig) -> Result<Value, ServiceError> {
                 "fresh": beat_age <= STANDBY_FRESH_MS,
             })
         })
-        .collect();
-    let mut warnings = Vec::new();
-    if !standbys.iter().any(|s| s["fresh"] == true) {
-        warnings.push(format!(
-            "no push standby (no standby heartbeat in the last {} s): the push leader is a single point of failure",
-            STANDBY_FRESH_MS / 1_000
-        ));
-    }
-    let instances: Vec<Value> = c
-        .query(
-            "SELECT service, instance, pid, started_ms, beat_ms, state->>'role', state->>'revision' FROM heartbeats ORDER BY service, instance",
-            &[],
-        )
+        .collect())
+}
+
+/// Every instance's heartbeat.
+async fn instances(c: &tokio_postgres::Client, now: i64) -> Result<Vec<Value>, ServiceError> {
+    let rows = c
+        .query(include_str!("sql/heartbeats.sql"), &[])
         .await
-        .map_err(db_error)?
+        .map_err(db_error)?;
+    Ok(rows
         .iter()
         .map(|r| {
             json!({
@@ -180,7 +180,18 @@ pub async fn collect(cfg: &CoreConfig) -> Result<Value, ServiceError> {
                 "role": r.get::<_, Option<String>>(5), "revision": r.get::<_, Option<String>>(6),
             })
         })
-        .collect();
+        .collect())
+}
+
+/// What an operator should act on: no fresh push standby; instances on different builds.
+fn warnings(standbys: &[Value], instances: &[Value]) -> Vec<String> {
+    let mut warnings = Vec::new();
+    if !standbys.iter().any(|s| s["fresh"] == true) {
+        warnings.push(format!(
+            "no push standby (no standby heartbeat in the last {} s): the push leader is a single point of failure",
+            STANDBY_FRESH_MS / 1_000
+        ));
+    }
     let mut revisions: Vec<String> = instances
         .iter()
         .filter(|i| {
@@ -198,6 +209,11 @@ pub async fn collect(cfg: &CoreConfig) -> Result<Value, ServiceError> {
             revisions.join(", ")
         ));
     }
+    warnings
+}
+
+/// The webhook backlog: pending, due, failed, the oldest pending, and pending by age.
+async fn webhooks(c: &tokio_postgres::Client, now: i64) -> Result<Value, ServiceError> {
     let hooks = c
         .query_one(include_str!("sql/webhook_backlog.sql"), &[&now])
         .await
@@ -207,188 +223,75 @@ pub async fn collect(cfg: &CoreConfig) -> Result<Value, ServiceError> {
         .enumerate()
         .map(|(i, (label, _))| json!({"age": label, "count": hooks.get::<_, i64>(4 + i)}))
         .collect();
-    let audit = crate::status_audit::collect(&c, now).await?;
-    let ingest_block = ingest.map(|i| i.0);
-    let push_block = push.map(|p| p.0);
-    let waiting = match (ingest, push) {
-        (Some((wm, _)), Some((b, l, _, _))) => trades_waiting(cfg, b, l, wm).await,
-        _ => None,
-    };
     Ok(json!({
-        "now_ms": now,
-        "chain_head": head,
-        "ingest": ingest.map(|(b, u)| json!({"block": b, "updated_age_ms": now - u})),
-        "push": push.map(|(b, l, e, u)| json!({
-            "block": b, "log_index": l, "cursor": format!("{b:012}-{l:06}"), "epoch": e, "updated_age_ms": now - u,
+        "pending": hooks.get::<_, i64>(0), "due": hooks.get::<_, i64>(1), "failed": hooks.get::<_, i64>(2),
+        "oldest_pending_age_ms": hooks.get::<_, Option<i64>>(3).map(|t| now - t),
+        "by_age": by_age,
+    }))
+}
+
+/// `<block:012>-<log:06>`, the cursor as clients see it.
+fn cursor_text(block: i64, log: i32) -> String {
+    format!("{block:012}-{log:06}")
+}
+
+/// Each cursor as JSON (with its age at `now`), and the lags between them in blocks.
+fn cursors_json(k: &Cursors, head: Option<u64>, now: i64) -> Value {
+    let ingest_block = k.ingest.map(|i| i.0);
+    let finalized_block = k.finalized.map(|f| f.0);
+    json!({
+        "ingest": k.ingest.map(|(b, u)| json!({"block": b, "updated_age_ms": now - u})),
+        "push": k.push.map(|(b, l, e, u)| json!({
+            "block": b, "log_index": l, "cursor": cursor_text(b, l), "epoch": e, "updated_age_ms": now - u,
         })),
-        "webhook_lane": lane.map(|(b, l, u)| json!({
-            "block": b, "log_index": l, "cursor": format!("{b:012}-{l:06}"), "updated_age_ms": now - u,
+        "webhook_lane": k.lane.map(|(b, l, u)| json!({
+            "block": b, "log_index": l, "cursor": cursor_text(b, l), "updated_age_ms": now - u,
         })),
-        "finalized": finalized.map(|(b, u)| json!({"block": b, "updated_age_ms": now - u})),
-        "final_lane": final_lane.map(|(b, l, u)| json!({
-            "block": b, "log_index": l, "cursor": format!("{b:012}-{l:06}"), "updated_age_ms": now - u,
+        "finalized": k.finalized.map(|(b, u)| json!({"block": b, "updated_age_ms": now - u})),
+        "final_lane": k.final_lane.map(|(b, l, u)| json!({
+            "block": b, "log_index": l, "cursor": cursor_text(b, l), "updated_age_ms": now - u,
         })),
         "lag_blocks": {
             "ingest": head.zip(ingest_block).map(|(h, i)| h as i64 - i),
-            "finalized": ingest_block.zip(finalized.map(|f| f.0)).map(|(i, f)| i - f),
-            "final_lane": finalized.map(|f| f.0).zip(final_lane.map(|l| l.0)).map(|(f, l)| f - l),
-            "push": ingest_block.zip(push_block).map(|(i, p)| i - p),
-            "webhook_lane": ingest_block.zip(lane.map(|l| l.0)).map(|(i, w)| i - w),
+            "finalized": ingest_block.zip(finalized_block).map(|(i, f)| i - f),
+            "final_lane": finalized_block.zip(k.final_lane.map(|l| l.0)).map(|(f, l)| f - l),
+            "push": ingest_block.zip(k.push.map(|p| p.0)).map(|(i, p)| i - p),
+            "webhook_lane": ingest_block.zip(k.lane.map(|l| l.0)).map(|(i, w)| i - w),
         },
+    })
+}
+
+/// Everything `status` shows, as JSON.
+pub async fn collect(cfg: &CoreConfig) -> Result<Value, ServiceError> {
+    let c = connect(cfg).await?;
+    let now = UnixMs::now().0;
+    let head = chain_head(cfg).await;
+    let k = cursors(&c).await?;
+    let leader = leader(&c, now).await?;
+    let standbys = standbys(&c, now).await?;
+    let instances = instances(&c, now).await?;
+    let warnings = warnings(&standbys, &instances);
+    let webhooks = webhooks(&c, now).await?;
+    let audit = crate::status_audit::collect(&c, now).await?;
+    let waiting = match (k.ingest, k.push) {
+        (Some((wm, _)), Some((b, l, _, _))) => trades_waiting(cfg, b, l, wm).await,
+        _ => None,
+    };
+    let mut out = json!({
+        "now_ms": now,
+        "chain_head": head,
         "push_backlog_trades": waiting,
         "audit": audit,
         "leader": leader,
         "standbys": standbys,
         "warnings": warnings,
         "instances": instances,
-        "webhooks": {
-            "pending": hooks.get::<_, i64>(0), "due": hooks.get::<_, i64>(1), "failed": hooks.get::<_, i64>(2),
-            "oldest_pending_age_ms": hooks.get::<_, Option<i64>>(3).map(|t| now - t),
-            "by_age": by_age,
-        },
-    }))
-}
-
-fn opt_age(v: &Value) -> String {
-    v.as_i64().map_or_else(|| "-".into(), age)
-}
-
-fn text(s: &Value) -> String {
-    let mut out = String::new();
-    let mut line = |l: String| {
-        out.push_str(&l);
-        out.push('\n');
-    };
-    match &s["leader"] {
-        Value::Null => line("push leader   none (no push_epoch row: push never led)".into()),
-        l => line(format!(
-            "push leader   {} (pid {}), epoch {}, since {}; heartbeat {} ago, role {}, last round {} ago, listener {}, {} ws sessions",
-            l["instance"].as_str().unwrap_or("?"),
-            l["pid"],
-            l["epoch"],
-            UnixMs(l["acquired_ms"].as_i64().unwrap_or(0)).to_rfc3339(),
-            opt_age(&l["beat_age_ms"]),
-            l["role"].as_str().unwrap_or("unknown"),
-            opt_age(&l["last_round_age_ms"]),
-            l["listener"].as_str().unwrap_or("unknown"),
-            l["sessions"],
-        )),
-    }
-    let standbys = s["standbys"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or_default();
-    if standbys.is_empty() {
-        line("push standby  none".into());
-    }
-    for b in standbys {
-        line(format!(
-            "push standby  {} (pid {}){}, heartbeat {} ago, waiting on the lock for {}",
-            b["instance"].as_str().unwrap_or("?"),
-            b["pid"],
-            if b["fresh"] == true { "" } else { " STALE" },
-            opt_age(&b["beat_age_ms"]),
-            opt_age(&b["waiting_age_ms"]),
-        ));
-    }
-    line(format!(
-        "chain head    {}",
-        s["chain_head"]
-            .as_u64()
-            .map_or("unknown (RPC did not answer)".into(), |h| h.to_string())
-    ));
-    line(match &s["ingest"] {
-        Value::Null => "ingest        no watermark yet".into(),
-        i => format!(
-            "ingest        block {} (moved {} ago), {} blocks behind the head",
-            i["block"],
-            opt_age(&i["updated_age_ms"]),
-            s["lag_blocks"]["ingest"]
-                .as_i64()
-                .map_or("?".into(), |l| l.to_string())
-        ),
+        "webhooks": webhooks,
     });
-    line(match &s["push"] {
-        Value::Null => "push cursor   none yet".into(),
-        p => format!(
-            "push cursor   {} (epoch {}, moved {} ago), {} blocks behind ingest, {} trades waiting",
-            p["cursor"].as_str().unwrap_or("?"),
-            p["epoch"],
-            opt_age(&p["updated_age_ms"]),
-            s["lag_blocks"]["push"]
-                .as_i64()
-                .map_or("?".into(), |l| l.to_string()),
-            s["push_backlog_trades"]
-                .as_u64()
-                .map_or("?".into(), |l| l.to_string())
-        ),
-    });
-    if let Some(l) = s["webhook_lane"].as_object() {
-        line(format!(
-            "webhook lane  {} (moved {} ago), {} blocks behind ingest",
-            l["cursor"].as_str().unwrap_or("?"),
-            opt_age(&l["updated_age_ms"]),
-            s["lag_blocks"]["webhook_lane"]
-                .as_i64()
-                .map_or("?".into(), |l| l.to_string())
-        ));
+    if let (Value::Object(o), Value::Object(cur)) = (&mut out, cursors_json(&k, head, now)) {
+        o.extend(cur);
     }
-    let lag = |k: &str| {
-        s["lag_blocks"][k]
-            .as_i64()
-            .map_or("?".into(), |l| l.to_string())
-    };
-    line(match s["finalized"].as_object() {
-        None => "finalized     no finalized watermark yet".into(),
-        Some(f) => format!(
-            "finalized     block {} (moved {} ago), {} blocks behind ingest",
-            f["block"],
-            opt_age(&f["updated_age_ms"]),
-            lag("finalized")
-        ),
-    });
-    if let Some(l) = s["final_lane"].as_object() {
-        line(format!(
-            "final lane    {} (moved {} ago), {} blocks behind finalized",
-            l["cursor"].as_str().unwrap_or("?"),
-            opt_age(&l["updated_age_ms"]),
-            lag("final_lane")
-        ));
-    }
-    for l in crate::status_audit::text(&s["audit"]) {
-        line(l);
-    }
-    let w = &s["webhooks"];
-    let buckets: Vec<String> = w["by_age"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|b| format!("{} {}", b["age"].as_str().unwrap_or(""), b["count"]))
-        .collect();
-    line(format!(
-        "webhooks      {} pending ({} due), {} failed; by age: {}",
-        w["pending"],
-        w["due"],
-        w["failed"],
-        buckets.join(", ")
-    ));
-    line("instances".into());
-    for i in s["instances"].as_array().into_iter().flatten() {
-        line(format!(
-            "  {:<10} {:<10} pid {:<8} role {:<8} beat {} ago, up {}, revision {}",
-            i["service"].as_str().unwrap_or(""),
-            i["instance"].as_str().unwrap_or(""),
-            i["pid"],
-            i["role"].as_str().unwrap_or("-"),
-            opt_age(&i["beat_age_ms"]),
-            opt_age(&i["up_ms"]),
-            i["revision"].as_str().unwrap_or("?"),
-        ));
-    }
-    for w in s["warnings"].as_array().into_iter().flatten() {
-        line(format!("WARNING       {}", w.as_str().unwrap_or("")));
-    }
-    out
+    Ok(out)
 }
 
 pub async fn run(cfg: &CoreConfig, args: StatusArgs) -> Result<(), ServiceError> {
@@ -396,7 +299,58 @@ pub async fn run(cfg: &CoreConfig, args: StatusArgs) -> Result<(), ServiceError>
     if args.json {
         println!("{s}");
     } else {
-        print!("{}", text(&s));
+        print!("{}", crate::status_text::text(&s));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warns_without_a_fresh_standby_and_on_mixed_builds_of_live_instances() {
+        let fresh = [json!({"fresh": true})];
+        let stale = [json!({"fresh": false})];
+        let same = [
+            json!({"beat_age_ms": 1_000, "revision": "a"}),
+            json!({"beat_age_ms": 2_000, "revision": "a"}),
+            json!({"beat_age_ms": 600_000, "revision": "old"}),
+        ];
+        assert!(warnings(&fresh, &same).is_empty());
+        let w = warnings(&stale, &same);
+        assert_eq!(w.len(), 1);
+        assert!(w[0].starts_with("no push standby (no standby heartbeat in the last 15 s)"));
+        let mixed = [
+            json!({"beat_age_ms": 1_000, "revision": "b"}),
+            json!({"beat_age_ms": 1_000, "revision": "a"}),
+            json!({"beat_age_ms": 1_000}),
+        ];
+        let w = warnings(&fresh, &mixed);
+        assert_eq!(
+            w,
+            ["services run different builds (a, b, unknown): restart the ones left on an older revision"]
+        );
+    }
+
+    #[test]
+    fn lags_are_between_neighbouring_cursors_and_absent_without_both() {
+        let k = Cursors {
+            ingest: Some((118, 900)),
+            push: Some((110, 3, 4, 950)),
+            lane: None,
+            finalized: Some((100, 800)),
+            final_lane: Some((97, 0, 700)),
+        };
+        let v = cursors_json(&k, Some(120), 1_000);
+        assert_eq!(
+            v["lag_blocks"],
+            json!({"ingest": 2, "push": 8, "webhook_lane": null, "finalized": 18, "final_lane": 3})
+        );
+        assert_eq!(v["push"]["cursor"], "000000000110-000003");
+        assert_eq!(v["push"]["updated_age_ms"], 50);
+        assert!(v["webhook_lane"].is_null());
+        let none = cursors_json(&Cursors::default(), None, 1_000);
+        assert!(none["lag_blocks"]["ingest"].is_null());
+    }
 }

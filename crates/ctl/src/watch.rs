@@ -17,6 +17,7 @@ use rand::Rng;
 use serde_json::Value;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken as Cancel;
 
@@ -155,6 +156,9 @@ pub async fn run(args: WatchArgs, shutdown: Cancel) -> Result<(), ServiceError> 
     }
 }
 
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
 /// One connection: connect, stream until it ends.
 async fn session(
     args: &WatchArgs,
@@ -162,25 +166,9 @@ async fn session(
     shutdown: &Cancel,
     backoff: &mut Duration,
 ) -> End {
-    let url = url_with_since(&args.url, *cursor);
-    let mut req = match url.as_str().into_client_request() {
-        Ok(r) => r,
-        Err(e) => return End::Fatal(format!("invalid url {}: {e}", args.url)),
-    };
-    match format!("Bearer {}", args.key).parse() {
-        Ok(v) => {
-            req.headers_mut().insert("authorization", v);
-        }
-        Err(_) => return End::Fatal("the key is not a valid header value".into()),
-    }
-    let connected = tokio::select! {
-        r = tokio::time::timeout(Duration::from_secs(10), tokio_tungstenite::connect_async(req)) => r,
-        _ = shutdown.cancelled() => return End::Stop,
-    };
-    let mut ws = match connected {
-        Ok(Ok((ws, _))) => ws,
-        Ok(Err(e)) => return End::Again(format!("connect: {e}")),
-        Err(_) => return End::Again("connect timed out".into()),
+    let mut ws = match open(args, *cursor, shutdown).await {
+        Ok(ws) => ws,
+        Err(end) => return end,
     };
     let silence = Duration::from_secs(args.silence_secs.max(1));
     loop {
@@ -198,92 +186,217 @@ async fn session(
             None => return End::Again("connection ended".into()),
             Some(Err(e)) => return End::Again(format!("read: {e}")),
             Some(Ok(Message::Text(t))) => t,
-            Some(Ok(Message::Close(frame))) => {
-                let (code, reason) = frame.map_or((CloseCode::Status, String::new()), |f| {
-                    (f.code, f.reason.to_string())
-                });
-                if args.verbose {
-                    eprintln!("close {} {reason}", u16::from(code));
-                }
-                if code == CloseCode::Policy {
-                    return End::Fatal(format!("server refused the session (1008): {reason}"));
-                }
-                return End::Again(format!("closed {} {reason}", u16::from(code)));
-            }
+            Some(Ok(Message::Close(frame))) => return closed(frame, args.verbose),
             Some(Ok(_)) => continue,
         };
         let v: Value = match serde_json::from_str(text.as_str()) {
             Ok(v) => v,
             Err(e) => return End::Fatal(format!("server sent something that is not JSON: {e}")),
         };
-        match v["type"].as_str() {
-            Some("hello") => {
-                *backoff = BACKOFF_MIN;
-                // Before the first trade, the stream's starting cursor is the resume point:
-                // otherwise trades dispatched while reconnecting would be skipped.
-                if cursor.is_none() {
-                    *cursor = resume_of(&v);
-                }
-                if args.verbose {
-                    eprintln!(
-                        "hello session {} epoch {} cursor {} head {}",
-                        v["session"],
-                        v["epoch"],
-                        v["cursor"].as_str().unwrap_or("?"),
-                        v["head"]
-                    );
-                }
-            }
-            Some("trade") => {
-                let Some(c) = resume_of(&v) else {
-                    return End::Fatal(format!("trade without a valid cursor: {v}"));
-                };
-                // After a reorg the new branch may come at or below cursors already printed
-                // (after their `retract`): the server sends each trade once, in order.
-                println!("{}", trade_line(&v));
-                *cursor = Some(c);
-                if let Some(f) = &args.cursor_file {
-                    if let Err(e) = write_cursor(f, c) {
-                        return End::Fatal(format!("cannot write {}: {e}", f.display()));
-                    }
-                }
-            }
-            Some("retract") => {
-                // Drop that trade (cursor and block hash); the resume point stays: resuming from
-                // an orphaned block makes the server retract and replay from the ancestor.
-                println!("{} RETRACTED {}", v["cursor"].as_str().unwrap_or("?"), v["trade"]["wallet"].as_str().unwrap_or(""));
-            }
-            Some("heartbeat") if resume_of(&v).is_some() && cursor.is_some() => {
-                // Where the session stands (the common ancestor after a reorg).
-                *cursor = resume_of(&v);
-                if let (Some(f), Some(c)) = (&args.cursor_file, *cursor) {
-                    if let Err(e) = write_cursor(f, c) {
-                        return End::Fatal(format!("cannot write {}: {e}", f.display()));
-                    }
-                }
-                if args.verbose {
-                    eprintln!("heartbeat head {} resume {}", v["head"], v["resume"].as_str().unwrap_or("?"));
-                }
-            }
-            Some("heartbeat") if args.verbose => eprintln!(
-                "heartbeat head {} cursor {}",
-                v["head"],
-                v["cursor"].as_str().unwrap_or("?")
-            ),
-            Some("heartbeat") => {}
-            Some("resync") => {
-                return End::Fatal(format!(
-                    "the server cannot replay that far: backfill with GET /v1/trades?after={} and restart",
-                    v["after"].as_str().unwrap_or("?")
-                ))
-            }
-            _ if args.verbose => eprintln!("unknown message {v}"),
-            _ => {}
+        if let Some(end) = on_message(&v, args, cursor, backoff) {
+            return end;
         }
     }
+}
+
+/// Connect with the key, resuming after `cursor`.
+async fn open(args: &WatchArgs, cursor: Option<Position>, shutdown: &Cancel) -> Result<Ws, End> {
+    let url = url_with_since(&args.url, cursor);
+    let mut req = url
+        .as_str()
+        .into_client_request()
+        .map_err(|e| End::Fatal(format!("invalid url {}: {e}", args.url)))?;
+    let auth = format!("Bearer {}", args.key)
+        .parse()
+        .map_err(|_| End::Fatal("the key is not a valid header value".into()))?;
+    req.headers_mut().insert("authorization", auth);
+    let connected = tokio::select! {
+        r = tokio::time::timeout(Duration::from_secs(10), tokio_tungstenite::connect_async(req)) => r,
+        _ = shutdown.cancelled() => return Err(End::Stop),
+    };
+    match connected {
+        Ok(Ok((ws, _))) => Ok(ws),
+        Ok(Err(e)) => Err(End::Again(format!("connect: {e}"))),
+        Err(_) => Err(End::Again("connect timed out".into())),
+    }
+}
+
+/// A close frame: 1008 (the key refused) ends the watch, anything else reconnects.
+fn closed(frame: Option<CloseFrame>, verbose: bool) -> End {
+    let (code, reason) = frame.map_or((CloseCode::Status, String::new()), |f| {
+        (f.code, f.reason.to_string())
+    });
+    if verbose {
+        eprintln!("close {} {reason}", u16::from(code));
+    }
+    if code == CloseCode::Policy {
+        return End::Fatal(format!("server refused the session (1008): {reason}"));
+    }
+    End::Again(format!("closed {} {reason}", u16::from(code)))
+}
+
+/// Act on one server message: print it, move the resume point. `Some` ends the session.
+fn on_message(
+    v: &Value,
+    args: &WatchArgs,
+    cursor: &mut Option<Position>,
+    backoff: &mut Duration,
+) -> Option<End> {
+    match v["type"].as_str() {
+        Some("hello") => {
+            *backoff = BACKOFF_MIN;
+            // Before the first trade, the stream's starting cursor is the resume point:
+            // otherwise trades dispatched while reconnecting would be skipped.
+            if cursor.is_none() {
+                *cursor = resume_of(v);
+            }
+            if args.verbose {
+                eprintln!(
+                    "hello session {} epoch {} cursor {} head {}",
+                    v["session"],
+                    v["epoch"],
+                    v["cursor"].as_str().unwrap_or("?"),
+                    v["head"]
+                );
+            }
+        }
+        Some("trade") => {
+            let Some(c) = resume_of(v) else {
+                return Some(End::Fatal(format!("trade without a valid cursor: {v}")));
+            };
+            // After a reorg the new branch may come at or below cursors already printed
+            // (after their `retract`): the server sends each trade once, in order.
+            println!("{}", trade_line(v));
+            *cursor = Some(c);
+            return save(args, *cursor);
+        }
+        Some("retract") => {
+            // Drop that trade (cursor and block hash); the resume point stays: resuming from
+            // an orphaned block makes the server retract and replay from the ancestor.
+            println!(
+                "{} RETRACTED {}",
+                v["cursor"].as_str().unwrap_or("?"),
+                v["trade"]["wallet"].as_str().unwrap_or("")
+            );
+        }
+        Some("heartbeat") if resume_of(v).is_some() && cursor.is_some() => {
+            // Where the session stands (the common ancestor after a reorg).
+            *cursor = resume_of(v);
+            let end = save(args, *cursor);
+            if end.is_none() && args.verbose {
+                eprintln!(
+                    "heartbeat head {} resume {}",
+                    v["head"],
+                    v["resume"].as_str().unwrap_or("?")
+                );
+            }
+            return end;
+        }
+        Some("heartbeat") if args.verbose => eprintln!(
+            "heartbeat head {} cursor {}",
+            v["head"],
+            v["cursor"].as_str().unwrap_or("?")
+        ),
+        Some("heartbeat") => {}
+        Some("resync") => {
+            return Some(End::Fatal(format!(
+            "the server cannot replay that far: backfill with GET /v1/trades?after={} and restart",
+            v["after"].as_str().unwrap_or("?")
+        )))
+        }
+        _ if args.verbose => eprintln!("unknown message {v}"),
+        _ => {}
+    }
+    None
+}
+
+/// Write the resume point to `--cursor-file`, if given; a failed write ends the watch.
+fn save(args: &WatchArgs, cursor: Option<Position>) -> Option<End> {
+    let (Some(f), Some(c)) = (&args.cursor_file, cursor) else {
+        return None;
+    };
+    write_cursor(f, c)
+        .err()
+        .map(|e| End::Fatal(format!("cannot write {}: {e}", f.display())))
 }
 
 /// Cancelled on SIGINT or SIGTERM.
 pub fn on_signals() -> Cancel {
     pmw_core::shutdown::on_signals()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    const AT: &str = "000000000101-000003:ab12cd34";
+
+    fn args() -> WatchArgs {
+        WatchArgs {
+            key: "pmw_x".into(),
+            url: "ws://127.0.0.1:1/v1/ws".into(),
+            cursor_file: None,
+            since: None,
+            verbose: false,
+            silence_secs: 45,
+        }
+    }
+
+    #[test]
+    fn hello_resets_the_backoff_and_starts_from_its_cursor_only_without_one() {
+        let mut backoff = BACKOFF_MAX;
+        let mut cursor = None;
+        let hello = json!({"type": "hello", "resume": AT});
+        assert!(on_message(&hello, &args(), &mut cursor, &mut backoff).is_none());
+        assert_eq!(backoff, BACKOFF_MIN);
+        assert_eq!(cursor, Some(AT.parse().unwrap()));
+        let mut kept = Some("000000000090-000000".parse().unwrap());
+        on_message(&hello, &args(), &mut kept, &mut backoff);
+        assert_eq!(kept, Some("000000000090-000000".parse().unwrap()));
+    }
+
+    #[test]
+    fn a_trade_moves_the_cursor_and_one_without_a_cursor_ends_the_watch() {
+        let (mut backoff, mut cursor) = (BACKOFF_MIN, None);
+        let trade = json!({"type": "trade", "resume": AT, "trade": {}});
+        assert!(on_message(&trade, &args(), &mut cursor, &mut backoff).is_none());
+        assert_eq!(cursor, Some(AT.parse().unwrap()));
+        let bad = json!({"type": "trade", "trade": {}});
+        let end = on_message(&bad, &args(), &mut cursor, &mut backoff);
+        assert!(matches!(end, Some(End::Fatal(_))));
+    }
+
+    #[test]
+    fn a_heartbeat_moves_only_a_cursor_already_set_and_resync_ends_the_watch() {
+        let (mut backoff, mut cursor) = (BACKOFF_MIN, None);
+        let beat = json!({"type": "heartbeat", "resume": AT});
+        on_message(&beat, &args(), &mut cursor, &mut backoff);
+        assert_eq!(cursor, None);
+        cursor = Some("000000000090-000000".parse().unwrap());
+        on_message(&beat, &args(), &mut cursor, &mut backoff);
+        assert_eq!(cursor, Some(AT.parse().unwrap()));
+        let resync = json!({"type": "resync", "after": "x"});
+        let end = on_message(&resync, &args(), &mut cursor, &mut backoff);
+        assert!(matches!(end, Some(End::Fatal(e)) if e.contains("after=x")));
+    }
+
+    #[test]
+    fn a_policy_close_ends_the_watch_and_a_restart_close_reconnects() {
+        let frame = |code| {
+            Some(CloseFrame {
+                code,
+                reason: "why".into(),
+            })
+        };
+        assert!(matches!(
+            closed(frame(CloseCode::Policy), false),
+            End::Fatal(_)
+        ));
+        assert!(
+            matches!(closed(frame(CloseCode::Restart), false), End::Again(e) if e == "closed 1012 why")
+        );
+        assert!(matches!(closed(None, false), End::Again(_)));
+    }
 }
