@@ -496,4 +496,6 @@ impl Hub {
 }
 
 #[cfg(test)]
+mod filter_tests;
+#[cfg(test)]
 mod tests;
