@@ -11,8 +11,6 @@ mod hook_test;
 mod ops;
 pub use ops::metrics;
 mod ready;
-mod ready_metrics;
-mod ready_more;
 mod subscriptions;
 mod trades;
 mod webhooks;

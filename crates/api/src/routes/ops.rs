@@ -51,7 +51,7 @@ pub async fn asyncapi_json() -> Json<&'static serde_json::Value> {
 /// runs the readiness checks and exports them (`pmw_api_ready`, `pmw_api_ready_check{check}`,
 /// …): the alert rules see readiness without a blackbox prober.
 pub async fn metrics(State(st): State<AppState>) -> Response {
-    super::ready_metrics::export(&super::ready::evaluate(&st).await);
+    super::ready::metrics::export(&super::ready::evaluate(&st).await);
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         pmw_core::metrics::render(),

@@ -12,7 +12,7 @@
 
 use serde_json::Value;
 
-use super::ready::{Check, Readiness};
+use super::{Check, Readiness};
 
 pub const READY: &str = "pmw_api_ready";
 pub const READY_CHECK: &str = "pmw_api_ready_check";
