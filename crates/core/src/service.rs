@@ -50,23 +50,3 @@ where
         }
     }
 }
-
-/// Heartbeat every `every` until shutdown: the behaviour of a service with no loop of its own yet.
-pub async fn beat_until_shutdown(
-    heartbeat: crate::heartbeat::Heartbeat,
-    every: std::time::Duration,
-    shutdown: CancellationToken,
-) {
-    loop {
-        if let Err(e) = heartbeat
-            .beat(&serde_json::json!({ "state": "idle" }))
-            .await
-        {
-            tracing::warn!(error = %e, "heartbeat failed");
-        }
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(every) => {}
-        }
-    }
-}
