@@ -8,11 +8,11 @@ use std::fmt::Write;
 
 use pmw_core::pg::PgPool;
 use pmw_core::UnixMs;
-use serde::{Deserialize, Serialize};
 
 use crate::error::StatsError;
+use crate::html::esc;
 use crate::model::{self, iso};
-use crate::snapshot::Bounds;
+use crate::snapshot::{AuditReport, AuditWindow, Bounds};
 
 /// What the audit compares, stated in the JSON and on the page.
 pub const AUDIT_DEFINITION: &str = "pmw-live re-reads every finalized block range with \
@@ -20,44 +20,6 @@ eth_getLogs (the allowlisted exchanges, both OrderFilled topics), independently 
 compares the fills (block hash, log index) with the stored, non-retracted trades of those blocks: \
 a fill missing from the store is backfilled and delivered, a stored fill the chain does not have \
 is retracted. A window counts the ranges audited in it";
-
-/// The audit over one window (by the time each range was audited).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AuditWindow {
-    pub window: String,
-    #[serde(flatten)]
-    pub bounds: Bounds,
-    /// Audited ranges in the window (0: every figure below is `null`).
-    pub ranges: u64,
-    pub blocks_checked: Option<u64>,
-    pub fills_checked: Option<u64>,
-    /// Fills on the chain the store lacked (backfilled, flagged `audit`).
-    pub missing: Option<u64>,
-    /// Stored fills the chain does not have (retracted).
-    pub extra: Option<u64>,
-    /// The highest block audited in the window.
-    pub audited_through_block: Option<u64>,
-    /// The most the audit trailed the ingest watermark, in blocks, when it audited a range.
-    pub max_trail_blocks: Option<u64>,
-    /// The most time between a range's last block (its timestamp) and its audit.
-    pub max_trail_ms: Option<i64>,
-}
-
-/// The audit now and per window.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AuditReport {
-    pub definition: String,
-    /// Every block up to this one was compared with the chain (`null`: not yet).
-    pub audited_through_block: Option<u64>,
-    pub audited_at: Option<String>,
-    /// The ingest watermark (the newest block stored).
-    pub head_block: Option<u64>,
-    /// head_block − audited_through_block.
-    pub trail_blocks: Option<u64>,
-    /// Block time of head_block − block time of audited_through_block.
-    pub trail_ms: Option<i64>,
-    pub windows: Vec<AuditWindow>,
-}
 
 fn nonneg(v: Option<i64>) -> Option<u64> {
     v.map(|v| v.max(0) as u64)
@@ -176,7 +138,7 @@ pub fn render(a: &AuditReport, out: &mut String) {
     let _ = write!(
         out,
         "</div><p class=\"meta\">{}.</p></section>",
-        crate::page::esc(&a.definition)
+        esc(&a.definition)
     );
 }
 

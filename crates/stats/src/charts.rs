@@ -3,6 +3,7 @@
 //! with no data at all says so.
 
 use plotters::coord::ranged1d::SegmentValue;
+use plotters::coord::types::{RangedCoordf64, RangedCoordi32};
 use plotters::prelude::*;
 
 use crate::error::StatsError;
@@ -59,6 +60,46 @@ fn runs(values: &[Option<i64>]) -> Vec<Vec<(i32, f64)>> {
     out
 }
 
+/// The y axis of a latency chart over `values`: from 0 (or the lowest value, if negative) to 10 %
+/// above the highest; `None` when there is no value at all.
+fn y_range<'a>(values: impl IntoIterator<Item = &'a Option<i64>>) -> Option<(f64, f64)> {
+    let all: Vec<i64> = values.into_iter().flatten().copied().collect();
+    let (min, max) = (all.iter().min()?, all.iter().max()?);
+    let lo = (*min).min(0) as f64;
+    Some((lo, ((*max as f64) * 1.1).max(lo + 1.0)))
+}
+
+type LineChart<'a, 'b> =
+    ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordi32, RangedCoordf64>>;
+
+/// One percentile as lines (split at empty buckets) with a dot per bucket, in the legend once.
+fn draw_line(
+    chart: &mut LineChart<'_, '_>,
+    name: &str,
+    color: RGBColor,
+    values: &[Option<i64>],
+) -> Result<(), StatsError> {
+    let runs = runs(values);
+    for (j, run) in runs.iter().enumerate() {
+        let drawn = chart
+            .draw_series(LineSeries::new(run.iter().copied(), color.stroke_width(2)))
+            .map_err(chart_err)?;
+        if j == 0 {
+            drawn.label(name).legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+        }
+    }
+    chart
+        .draw_series(
+            runs.iter()
+                .flatten()
+                .map(|&(x, y)| Circle::new((x, y), 3, color.filled())),
+        )
+        .map_err(chart_err)?;
+    Ok(())
+}
+
 /// p50 and p99 of `stage` per bucket of `series`; `label` names bucket `i` on the x axis.
 pub fn series_chart(
     title: &str,
@@ -66,22 +107,17 @@ pub fn series_chart(
     stage: Stage,
     label: impl Fn(i64) -> String,
 ) -> Result<String, StatsError> {
-    let p50: Vec<Option<i64>> = series
-        .buckets
-        .iter()
-        .map(|b| b.stages.get(stage).p50_ms)
-        .collect();
-    let p99: Vec<Option<i64>> = series
-        .buckets
-        .iter()
-        .map(|b| b.stages.get(stage).p99_ms)
-        .collect();
-    let all: Vec<i64> = p50.iter().chain(&p99).flatten().copied().collect();
-    let (Some(min), Some(max)) = (all.iter().min(), all.iter().max()) else {
+    let of = |pick: fn(&crate::snapshot::P50P99) -> Option<i64>| -> Vec<Option<i64>> {
+        series
+            .buckets
+            .iter()
+            .map(|b| pick(b.stages.get(stage)))
+            .collect()
+    };
+    let (p50, p99) = (of(|p| p.p50_ms), of(|p| p.p99_ms));
+    let Some((lo, hi)) = y_range(p50.iter().chain(&p99)) else {
         return empty_svg(title, "no data in this period");
     };
-    let lo = (*min).min(0) as f64;
-    let hi = ((*max as f64) * 1.1).max(lo + 1.0);
     let n = series.buckets.len() as i32;
     let labels: Vec<String> = series
         .buckets
@@ -115,26 +151,8 @@ pub fn series_chart(
             .light_line_style(RGBColor(235, 235, 235))
             .draw()
             .map_err(chart_err)?;
-        for (name, color, values) in [("p50", P50, &p50), ("p99", P99, &p99)] {
-            let runs = runs(values);
-            for (j, run) in runs.iter().enumerate() {
-                let drawn = chart
-                    .draw_series(LineSeries::new(run.iter().copied(), color.stroke_width(2)))
-                    .map_err(chart_err)?;
-                if j == 0 {
-                    drawn.label(name).legend(move |(x, y)| {
-                        PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-                    });
-                }
-            }
-            chart
-                .draw_series(
-                    runs.iter()
-                        .flatten()
-                        .map(|&(x, y)| Circle::new((x, y), 3, color.filled())),
-                )
-                .map_err(chart_err)?;
-        }
+        draw_line(&mut chart, "p50", P50, &p50)?;
+        draw_line(&mut chart, "p99", P99, &p99)?;
         chart
             .configure_series_labels()
             .position(SeriesLabelPosition::UpperLeft)
@@ -222,6 +240,20 @@ mod tests {
     fn runs_split_at_gaps() {
         let r = runs(&[None, Some(1), Some(2), None, Some(5), None]);
         assert_eq!(r, vec![vec![(1, 1.0), (2, 2.0)], vec![(4, 5.0)]]);
+    }
+
+    #[test]
+    fn the_y_axis_starts_at_zero_unless_below_and_leaves_headroom() {
+        assert_eq!(y_range(&[None, None]), None);
+        assert_eq!(
+            y_range(&[Some(10), None, Some(100)]),
+            Some((0.0, 110.00000000000001))
+        );
+        assert_eq!(
+            y_range(&[Some(-20), Some(50)]),
+            Some((-20.0, 55.00000000000001))
+        );
+        assert_eq!(y_range(&[Some(0)]), Some((0.0, 1.0)), "never an empty axis");
     }
 
     #[test]

@@ -8,6 +8,7 @@ pub mod audit;
 pub mod charts;
 pub mod config;
 pub mod error;
+pub mod html;
 pub mod http;
 pub mod model;
 pub mod page;
@@ -67,14 +68,7 @@ pub async fn run_with(
     let Some(lock) = wait_for_lock(&cfg, &stats, &heartbeat, &shutdown).await? else {
         return Ok(());
     };
-    let listener = tokio::net::TcpListener::bind(stats.stats_listen)
-        .await
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::AddrInUse => {
-                ServiceError::transient(format!("cannot bind {}: {e}", stats.stats_listen))
-            }
-            _ => ServiceError::Config(format!("cannot bind {}: {e}", stats.stats_listen)),
-        })?;
+    let listener = bind(&stats).await?;
     let addr = listener
         .local_addr()
         .map_err(|e| ServiceError::Bug(e.into()))?;
@@ -82,79 +76,131 @@ pub async fn run_with(
     if let Some(tx) = bound {
         let _ = tx.send(addr);
     }
-
     let shared = http::Shared::new(stats.stats_interval_ms);
-    let server_stop = CancellationToken::new();
-    let _stop_server = server_stop.clone().drop_guard();
-    let mut server = tokio::spawn({
-        let stop = server_stop.clone();
-        let app = http::router(shared.clone());
-        async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(stop.cancelled_owned())
-                .await
-        }
-    });
-
-    let lost = lock.lost();
-    let mut refresh = tokio::time::interval(stats.interval());
-    refresh.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let mut retention = tokio::time::interval(stats.retention_interval());
-    retention.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let mut beat = tokio::time::interval(HEARTBEAT_EVERY);
-    beat.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let mut state = LoopState::default();
-    loop {
-        tokio::select! {
-            biased;
-            _ = shutdown.cancelled() => break,
-            _ = lost.cancelled() => return Err(ServiceError::transient("stats lock session lost")),
-            r = &mut server => {
-                return Err(ServiceError::Bug(anyhow::anyhow!("dashboard server stopped: {r:?}")));
-            }
-            _ = refresh.tick() => {
-                let outcome = tokio::select! {
-                    r = snapshot(&stores, UnixMs::now()) => r,
-                    _ = shutdown.cancelled() => continue,
-                    _ = lost.cancelled() => continue,
-                };
-                state.refreshed(&shared, outcome);
-            }
-            _ = retention.tick() => {
-                tokio::select! {
-                    _ = run_retention(&stores, &stats, &mut state, &shutdown) => {}
-                    _ = shutdown.cancelled() => continue,
-                    _ = lost.cancelled() => continue,
-                };
-            }
-            _ = beat.tick() => {
-                let s = serde_json::json!({
-                    "state": "serving",
-                    "listen": addr.to_string(),
-                    "snapshot_ms": shared.snapshot().map(|s| s.generated_at_ms),
-                    "refreshes": state.refreshes,
-                    "refresh_failures": state.failures,
-                    "partitions_dropped": state.partitions_dropped,
-                    "rows_purged": state.rows_purged,
-                });
-                if let Err(e) = heartbeat.beat(&s).await {
-                    tracing::warn!(error = %e, "heartbeat failed");
-                }
-            }
-        }
-    }
-    server_stop.cancel();
-    if tokio::time::timeout(SERVER_STOP_DEADLINE, &mut server)
-        .await
-        .is_err()
-    {
-        tracing::warn!("dashboard server did not stop in time");
-        server.abort();
-    }
+    let mut server = Server::spawn(listener, shared.clone());
+    let serving = Serving {
+        stores: &stores,
+        stats: &stats,
+        heartbeat: &heartbeat,
+        shared: &shared,
+        addr,
+        shutdown: &shutdown,
+    };
+    serve(&serving, &lock, &mut server).await?;
+    server.stop().await;
     if let Err(e) = lock.release().await {
         tracing::warn!(error = %e, "releasing the stats lock failed (it ends with the session)");
     }
     Ok(())
+}
+
+/// Bind the dashboard's port: a port in use is transient (a predecessor still holds it).
+async fn bind(stats: &StatsConfig) -> Result<tokio::net::TcpListener, ServiceError> {
+    tokio::net::TcpListener::bind(stats.stats_listen)
+        .await
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::AddrInUse => {
+                ServiceError::transient(format!("cannot bind {}: {e}", stats.stats_listen))
+            }
+            _ => ServiceError::Config(format!("cannot bind {}: {e}", stats.stats_listen)),
+        })
+}
+
+/// The dashboard's HTTP server task; it stops gracefully when this is stopped or dropped.
+struct Server {
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+    stop: CancellationToken,
+    _stop_on_drop: tokio_util::sync::DropGuard,
+}
+
+impl Server {
+    fn spawn(listener: tokio::net::TcpListener, shared: std::sync::Arc<http::Shared>) -> Server {
+        let stop = CancellationToken::new();
+        let app = http::router(shared);
+        let task = tokio::spawn({
+            let stop = stop.clone();
+            async move {
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(stop.cancelled_owned())
+                    .await
+            }
+        });
+        Server {
+            task,
+            _stop_on_drop: stop.clone().drop_guard(),
+            stop,
+        }
+    }
+
+    /// Stop gracefully, or abort after [`SERVER_STOP_DEADLINE`].
+    async fn stop(mut self) {
+        self.stop.cancel();
+        if tokio::time::timeout(SERVER_STOP_DEADLINE, &mut self.task)
+            .await
+            .is_err()
+        {
+            tracing::warn!("dashboard server did not stop in time");
+            self.task.abort();
+        }
+    }
+}
+
+/// What the serving loop works with.
+struct Serving<'a> {
+    stores: &'a Stores,
+    stats: &'a StatsConfig,
+    heartbeat: &'a Heartbeat,
+    shared: &'a std::sync::Arc<http::Shared>,
+    addr: SocketAddr,
+    shutdown: &'a CancellationToken,
+}
+
+/// Refresh the snapshot, run retention and beat the heartbeat on their intervals, until
+/// shutdown (`Ok`), the lock's loss or the server's end (`Err`).
+async fn serve(
+    s: &Serving<'_>,
+    lock: &WriterLock,
+    server: &mut Server,
+) -> Result<(), ServiceError> {
+    let shutdown = s.shutdown;
+    let lost = lock.lost();
+    let mut refresh = every(s.stats.interval());
+    let mut retention = every(s.stats.retention_interval());
+    let mut beat = every(HEARTBEAT_EVERY);
+    let mut state = LoopState::default();
+    loop {
+        tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => return Ok(()),
+            _ = lost.cancelled() => return Err(ServiceError::transient("stats lock session lost")),
+            r = &mut server.task => {
+                return Err(ServiceError::Bug(anyhow::anyhow!("dashboard server stopped: {r:?}")));
+            }
+            _ = refresh.tick() => {
+                let outcome = tokio::select! {
+                    r = snapshot(s.stores, UnixMs::now()) => r,
+                    _ = shutdown.cancelled() => continue,
+                    _ = lost.cancelled() => continue,
+                };
+                state.refreshed(s.shared, outcome);
+            }
+            _ = retention.tick() => {
+                tokio::select! {
+                    _ = run_retention(s.stores, s.stats, &mut state, shutdown) => {}
+                    _ = shutdown.cancelled() => continue,
+                    _ = lost.cancelled() => continue,
+                };
+            }
+            _ = beat.tick() => state.beat(s).await,
+        }
+    }
+}
+
+/// An interval that delays its ticks after a slow one (never bursts to catch up).
+fn every(period: Duration) -> tokio::time::Interval {
+    let mut i = tokio::time::interval(period);
+    i.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    i
 }
 
 /// The whole snapshot: latency from ClickHouse, the completeness audit from Postgres.
@@ -216,6 +262,22 @@ async fn run_retention(
 }
 
 impl LoopState {
+    /// Beat the heartbeat with the serving state.
+    async fn beat(&self, s: &Serving<'_>) {
+        let state = serde_json::json!({
+            "state": "serving",
+            "listen": s.addr.to_string(),
+            "snapshot_ms": s.shared.snapshot().map(|s| s.generated_at_ms),
+            "refreshes": self.refreshes,
+            "refresh_failures": self.failures,
+            "partitions_dropped": self.partitions_dropped,
+            "rows_purged": self.rows_purged,
+        });
+        if let Err(e) = s.heartbeat.beat(&state).await {
+            tracing::warn!(error = %e, "heartbeat failed");
+        }
+    }
+
     fn refreshed(&mut self, shared: &http::Shared, outcome: Result<Snapshot, StatsError>) {
         match outcome {
             Ok(s) => {

@@ -1,5 +1,6 @@
-//! The latency snapshot: what `/latency.json` serves and `/latency` renders. A figure with no rows
-//! behind it is `null` (never 0); every window, bucket and histogram carries its UTC bounds.
+//! The latency snapshot: what `/latency.json` serves and `/latency` renders, the completeness
+//! audit's report included (types only: a leaf). A figure with no rows behind it is `null` (never
+//! 0); every window, bucket and histogram carries its UTC bounds.
 
 use serde::{Deserialize, Serialize};
 
@@ -251,6 +252,44 @@ pub struct Diagnostics {
     pub rows_dated_after_now: RowsAfterNow,
 }
 
+/// The audit over one window (by the time each range was audited).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditWindow {
+    pub window: String,
+    #[serde(flatten)]
+    pub bounds: Bounds,
+    /// Audited ranges in the window (0: every figure below is `null`).
+    pub ranges: u64,
+    pub blocks_checked: Option<u64>,
+    pub fills_checked: Option<u64>,
+    /// Fills on the chain the store lacked (backfilled, flagged `audit`).
+    pub missing: Option<u64>,
+    /// Stored fills the chain does not have (retracted).
+    pub extra: Option<u64>,
+    /// The highest block audited in the window.
+    pub audited_through_block: Option<u64>,
+    /// The most the audit trailed the ingest watermark, in blocks, when it audited a range.
+    pub max_trail_blocks: Option<u64>,
+    /// The most time between a range's last block (its timestamp) and its audit.
+    pub max_trail_ms: Option<i64>,
+}
+
+/// The audit now and per window.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditReport {
+    pub definition: String,
+    /// Every block up to this one was compared with the chain (`null`: not yet).
+    pub audited_through_block: Option<u64>,
+    pub audited_at: Option<String>,
+    /// The ingest watermark (the newest block stored).
+    pub head_block: Option<u64>,
+    /// head_block − audited_through_block.
+    pub trail_blocks: Option<u64>,
+    /// Block time of head_block − block time of audited_through_block.
+    pub trail_ms: Option<i64>,
+    pub windows: Vec<AuditWindow>,
+}
+
 /// Everything the dashboard shows, computed at `generated_at`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Snapshot {
@@ -263,7 +302,7 @@ pub struct Snapshot {
     pub histogram_1h: HistogramReport,
     /// The completeness audit (Postgres; filled in by the service after the ClickHouse part).
     #[serde(default)]
-    pub audit: crate::audit::AuditReport,
+    pub audit: AuditReport,
     pub diagnostics: Diagnostics,
 }
 
