@@ -1,30 +1,19 @@
-//! The hub's unit tests: index versions, shards, plan limits, filters, the two streams.
+//! The hub's unit tests: index versions, shards, plan limits, filters (trades and retracts decided
+//! alike, newer indexes followed), the two streams.
 
 use super::*;
-use pmw_core::filter::{Facts, Side};
+use pmw_core::filter::{Filter, Side};
 use std::sync::atomic::AtomicU16;
 
 fn item(wallet: &str, log_index: u32) -> Arc<Item> {
-    Arc::new(Item {
-        kind: Kind::Trade,
+    let at = Position {
         cursor: Cursor {
             block: 1,
             log_index,
         },
-        position: Position::default(),
-        wallet: wallet.into(),
-        facts: Facts {
-            side: Side::Buy,
-            shares: 1,
-            collateral: 1,
-            token_id: "1".into(),
-            condition_id: None,
-        },
-        t_detect_ms: 0,
-        audit: false,
-        body: "{}".into(),
-        brief: None,
-    })
+        hash: None,
+    };
+    Arc::new(Item::test(Kind::Trade, wallet, at, Side::Buy))
 }
 
 fn register(
@@ -257,4 +246,65 @@ fn the_plan_limit_refuses_one_more_session_and_a_revoked_key_closes_with_1008() 
     ));
     assert_eq!(hub.sessions_of(7), 0);
     assert!(register(&hub, &["0xa"], 3, Some(2)).is_ok());
+}
+
+fn item_of(kind: Kind, wallet: &str, log_index: u32, side: Side) -> Arc<Item> {
+    let at = Position {
+        cursor: Cursor {
+            block: 1,
+            log_index,
+        },
+        hash: None,
+    };
+    Arc::new(Item::test(kind, wallet, at, side))
+}
+
+fn buys() -> Filter {
+    Filter {
+        side: Some(Side::Buy),
+        ..Filter::default()
+    }
+}
+
+#[test]
+fn a_filter_decides_trades_and_retracts_alike_and_follows_newer_indexes() {
+    let hub = Hub::new(Position::default());
+    let (tx, mut rx) = mpsc::channel(16);
+    let buys = buys();
+    hub.register(Registration {
+        account_id: 7,
+        key_id: 70,
+        max_sessions: None,
+        wallets: vec!["0xa".into(), "0xb".into()],
+        filters: [("0xa".to_string(), buys.clone())].into(),
+        version: 1,
+        events: pmw_core::message::Events::TRADE,
+        tx,
+        close: Arc::new(AtomicU16::new(1013)),
+    })
+    .unwrap();
+    let round = |k: Kind| {
+        vec![
+            item_of(k, "0xa", 1, Side::Buy),
+            item_of(k, "0xa", 2, Side::Sell),
+            item_of(k, "0xb", 3, Side::Sell),
+        ]
+    };
+    hub.dispatch(&round(Kind::Trade), Position::default());
+    assert_eq!(drain(&mut rx), vec![1, 3]);
+    hub.dispatch(&round(Kind::Retract), Position::default());
+    assert_eq!(drain(&mut rx), vec![1, 3]);
+    // A newer index moves the filter to 0xb (same wallets: no relinking).
+    let mut idx = Index {
+        version: 2,
+        live_keys: [70].into(),
+        ..Index::default()
+    };
+    idx.wallets_by_account
+        .insert(7, vec!["0xa".into(), "0xb".into()]);
+    idx.filters_by_account
+        .insert(7, [("0xb".to_string(), buys)].into());
+    hub.apply(&idx);
+    hub.dispatch(&round(Kind::Trade), Position::default());
+    assert_eq!(drain(&mut rx), vec![1, 2]);
 }

@@ -130,32 +130,21 @@ impl At {
 mod tests {
     use std::sync::Arc;
 
-    use pmw_core::filter::{Facts, Side};
+    use pmw_core::filter::Side;
 
     use super::*;
     use crate::hub::Item;
 
     fn item(kind: Kind, block: u64, log_index: u32, hash: u8) -> Frame {
-        let cursor = Cursor { block, log_index };
+        let at = Position {
+            cursor: Cursor { block, log_index },
+            hash: Some([hash; 4]),
+        };
         Frame::Item(Arc::new(Item {
-            kind,
-            cursor,
-            position: Position {
-                cursor,
-                hash: Some([hash; 4]),
-            },
-            wallet: "0x01".into(),
-            facts: Facts {
-                side: Side::Buy,
-                shares: 1,
-                collateral: 1,
-                token_id: "1".into(),
-                condition_id: None,
-            },
             t_detect_ms: 1_000 + block as i64,
-            audit: false,
             body: format!(r#"{{"block":{block},"log":{log_index}}}"#),
             brief: (kind == Kind::Final).then(|| format!(r#"{{"brief":{block}}}"#)),
+            ..Item::test(kind, "0x01", at, Side::Buy)
         }))
     }
 
