@@ -1,16 +1,26 @@
 //! The start-up contract every service binary must honour, checked against the real stores:
 //! unknown schema → 78, unreachable Postgres → 75, known schema → runs, SIGTERM → 0.
 
+use std::cell::RefCell;
 use std::path::Path;
 use std::time::Duration;
 
 use crate::db::TestDb;
 use crate::proc::{run_bin, ChildService};
+use crate::wait::eventually;
 
 const WITHIN: Duration = Duration::from_secs(60);
 
 /// Exercise `bin`'s schema guard and exit codes.
 pub async fn schema_guard(bin: &Path) {
+    refuses_unknown_schemas(bin).await;
+    let db = TestDb::new().await;
+    exits_on_unreachable_store_and_bad_config(bin, &db).await;
+    runs_and_stops_on_the_known_schema(bin, &db).await;
+}
+
+/// Empty, ahead (Postgres or ClickHouse) or edited schemas: 78, saying what to do.
+async fn refuses_unknown_schemas(bin: &Path) {
     // 1. Empty databases: nothing migrated.
     let empty = TestDb::empty().await;
     let (code, _, err) = run_bin(bin, &empty.env(), &[], WITHIN).await;
@@ -63,9 +73,11 @@ pub async fn schema_guard(bin: &Path) {
     let (code, _, err) = run_bin(bin, &edited.env(), &[], WITHIN).await;
     assert_eq!(code, 78, "edited migration must exit 78; stderr:\n{err}");
     drop(edited);
+}
 
+/// Unreachable Postgres: 75 (transient, restart me); a broken core setting: 78.
+async fn exits_on_unreachable_store_and_bad_config(bin: &Path, db: &TestDb) {
     // 5. Postgres unreachable: transient, restart me.
-    let db = TestDb::new().await;
     let mut env = db.env();
     env.retain(|(k, _)| k != "PMW_POSTGRES_URL");
     env.push((
@@ -83,13 +95,14 @@ pub async fn schema_guard(bin: &Path) {
     env.push(("PMW_CLICKHOUSE_URL".into(), "not-a-url".into()));
     let (code, _, err) = run_bin(bin, &env, &[], WITHIN).await;
     assert_eq!(code, 78, "invalid config must exit 78; stderr:\n{err}");
+}
 
-    // 7. The known schema: it starts, beats, and stops cleanly on SIGTERM.
+/// The known schema: it starts, beats, and stops cleanly on SIGTERM.
+async fn runs_and_stops_on_the_known_schema(bin: &Path, db: &TestDb) {
     let name = bin.file_name().unwrap().to_string_lossy().to_string();
-    let mut child = ChildService::start(bin, &db.env(), &[]);
+    let child = RefCell::new(ChildService::start(bin, &db.env(), &[]));
     let client = db.connect().await;
-    let deadline = tokio::time::Instant::now() + WITHIN;
-    loop {
+    let beat = eventually(WITHIN, || async {
         let n: i64 = client
             .query_one(
                 "SELECT count(*) FROM heartbeats WHERE service = $1",
@@ -98,19 +111,15 @@ pub async fn schema_guard(bin: &Path) {
             .await
             .unwrap()
             .get(0);
-        if n == 1 {
-            break;
-        }
         assert!(
-            child.is_running(),
+            n == 1 || child.borrow_mut().is_running(),
             "{name} exited instead of running on a known schema"
         );
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{name} never wrote its heartbeat"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        n == 1
+    })
+    .await;
+    assert!(beat, "{name} never wrote its heartbeat within {WITHIN:?}");
+    let mut child = child.into_inner();
     child.terminate();
     assert_eq!(
         child.wait_code(WITHIN).await,

@@ -8,6 +8,8 @@ use reqwest::header::HeaderMap;
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 
+use crate::wait::eventually_every;
+
 /// One response: status, headers and the body as JSON (`Value::Null` when it is not JSON).
 #[derive(Debug)]
 pub struct Resp {
@@ -137,19 +139,20 @@ impl Http {
         what: &str,
         pred: impl Fn(&Resp) -> bool,
     ) -> Resp {
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
+        let polled = eventually_every(within, Duration::from_millis(100), || async {
             let r = self.call(Method::GET, path, None, None).await;
             if pred(&r) {
-                return r;
+                Ok(r)
+            } else {
+                Err(r)
             }
-            assert!(
-                tokio::time::Instant::now() < deadline,
+        })
+        .await;
+        polled.unwrap_or_else(|r| {
+            panic!(
                 "{path} never showed {what} within {within:?}; last: {} {}",
-                r.status,
-                r.text
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+                r.status, r.text
+            )
+        })
     }
 }
