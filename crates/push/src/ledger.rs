@@ -95,7 +95,7 @@ pub struct Batch {
 }
 
 /// A round's read: the connection it used (the lane's commit goes on it), the index to match
-/// with, and the batch (`None`: nothing to deliver).
+/// with, and the batch (`None`: nothing to deliver, or not read yet).
 pub struct Reading {
     pub client: deadpool_postgres::Object,
     pub index: Arc<Index>,
@@ -103,7 +103,11 @@ pub struct Reading {
     pub reloaded: bool,
     /// The lane's watermark (`None` before the first block).
     pub watermark: Option<u64>,
+    /// Filled by [`Ledger::read_batch`].
     pub batch: Option<Batch>,
+    state: State,
+    /// When the round started and when its state statement answered.
+    times: (Instant, Instant),
 }
 
 /// The subscription index a lane matches with, reloaded when the version read with the
@@ -188,34 +192,57 @@ impl Ledger {
         self.names.get(token)
     }
 
-    /// A round's read from `at`, never past `bound`: the state, then the index (revocations and
-    /// unsubscribes apply even before the first block), then the batch.
+    /// A round's read from `at`, never past `bound`: [`Ledger::begin`], then
+    /// [`Ledger::read_batch`].
     pub async fn read(
         &mut self,
         at: &LaneCursor,
         matcher: &mut Matcher,
         bound: Option<Cursor>,
     ) -> Result<Reading, RoundError> {
+        let mut r = self.begin(at, matcher).await?;
+        self.read_batch(&mut r, at, bound).await?;
+        Ok(r)
+    }
+
+    /// A round's start: the state, then the index (revocations and unsubscribes apply even
+    /// before the first block, and even when the trades cannot be read).
+    pub async fn begin(
+        &mut self,
+        at: &LaneCursor,
+        matcher: &mut Matcher,
+    ) -> Result<Reading, RoundError> {
         let started = Instant::now();
         let client = self.pool.get().await?;
         let state = self.state(&client, at.reorg_id).await?;
         let state_at = Instant::now();
         let (index, reloaded) = matcher.index(&self.pool, state.version).await?;
-        let batch = match state.watermark {
-            None => None,
-            Some(wm) => {
-                let upto = bound.map_or(wm, |b| wm.min(b.block));
-                self.batch(&client, &state, at, (upto, bound), (started, state_at))
-                    .await?
-            }
-        };
         Ok(Reading {
             client,
             index,
             reloaded,
             watermark: state.watermark,
-            batch,
+            batch: None,
+            state,
+            times: (started, state_at),
         })
+    }
+
+    /// The batch after `at` (up to the watermark and `bound`) into `r.batch`.
+    pub async fn read_batch(
+        &mut self,
+        r: &mut Reading,
+        at: &LaneCursor,
+        bound: Option<Cursor>,
+    ) -> Result<(), RoundError> {
+        let Some(wm) = r.state.watermark else {
+            return Ok(());
+        };
+        let upto = bound.map_or(wm, |b| wm.min(b.block));
+        r.batch = self
+            .batch(&r.client, &r.state, at, (upto, bound), r.times)
+            .await?;
+        Ok(())
     }
 
     /// The state statement of this lane (prepared once per pooled connection).

@@ -11,7 +11,7 @@ use pmw_core::message::{FinalNotice, Kind, TradeMessage};
 use pmw_core::Cursor;
 
 use super::queue::{log_cancelled, move_and_queue};
-use super::{now_ms, Fence, LaneSetup};
+use super::{now_ms, Fence, Lane, LaneSetup};
 use crate::hub::{Hub, Item, Stream};
 use crate::ledger::{Batch, LaneCursor, Ledger, Matcher, Source};
 use crate::recorder::Recorder;
@@ -56,26 +56,12 @@ impl FinalLane {
         self.hub.dispatched().cursor.min(hooks)
     }
 
-    /// One round up to `bound`; an error leaves the cursor where it was.
+    /// One round up to `bound` (see [`super::round`]).
     pub async fn round(&mut self, bound: Cursor) -> Result<RoundOutcome, RoundError> {
-        let outcome = async {
-            let r = self
-                .ledger
-                .read(&self.at, &mut self.matcher, Some(bound))
-                .await?;
-            match r.batch {
-                None => Ok(RoundOutcome::default()),
-                Some(batch) => self.deliver(r.client, &r.index, batch).await,
-            }
-        }
-        .await;
-        if outcome.is_err() {
-            self.matcher.failed();
-        }
-        outcome
+        super::round(self, Some(bound)).await
     }
 
-    async fn deliver(
+    async fn queue(
         &mut self,
         mut client: deadpool_postgres::Object,
         idx: &Index,
@@ -138,5 +124,20 @@ impl FinalLane {
             items.push(Arc::new(item));
         }
         (items, deliveries)
+    }
+}
+
+impl Lane for FinalLane {
+    fn reader(&mut self) -> (&mut Ledger, &LaneCursor, &mut Matcher) {
+        (&mut self.ledger, &self.at, &mut self.matcher)
+    }
+
+    async fn deliver(
+        &mut self,
+        client: deadpool_postgres::Object,
+        index: &Index,
+        batch: Batch,
+    ) -> Result<RoundOutcome, RoundError> {
+        self.queue(client, index, batch).await
     }
 }

@@ -7,7 +7,7 @@ use pmw_core::filter::Facts;
 use pmw_core::message::{Kind, TradeMessage};
 
 use super::queue::{log_cancelled, move_and_queue};
-use super::{now_ms, Fence, LaneSetup};
+use super::{now_ms, Fence, Lane, LaneSetup};
 use crate::ledger::{Batch, LaneCursor, Ledger, Matcher, Source};
 use crate::recorder::Recorder;
 use crate::round::{RoundError, RoundOutcome};
@@ -47,23 +47,12 @@ impl HookLane {
         self.fence.epoch
     }
 
-    /// One round; an error leaves the cursor where it was and reloads the index next time.
+    /// One round (see [`super::round`]).
     pub async fn round(&mut self) -> Result<RoundOutcome, RoundError> {
-        let outcome = async {
-            let r = self.ledger.read(&self.at, &mut self.matcher, None).await?;
-            match r.batch {
-                None => Ok(RoundOutcome::default()),
-                Some(batch) => self.deliver(r.client, &r.index, batch).await,
-            }
-        }
-        .await;
-        if outcome.is_err() {
-            self.matcher.failed();
-        }
-        outcome
+        super::round(self, None).await
     }
 
-    async fn deliver(
+    async fn queue(
         &mut self,
         mut client: deadpool_postgres::Object,
         idx: &Index,
@@ -119,5 +108,20 @@ impl HookLane {
             ));
         }
         out
+    }
+}
+
+impl Lane for HookLane {
+    fn reader(&mut self) -> (&mut Ledger, &LaneCursor, &mut Matcher) {
+        (&mut self.ledger, &self.at, &mut self.matcher)
+    }
+
+    async fn deliver(
+        &mut self,
+        client: deadpool_postgres::Object,
+        index: &Index,
+        batch: Batch,
+    ) -> Result<RoundOutcome, RoundError> {
+        self.queue(client, index, batch).await
     }
 }

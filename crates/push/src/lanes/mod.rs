@@ -18,10 +18,12 @@ pub use ws::WsLane;
 
 use pmw_core::ch::ChClient;
 use pmw_core::pg::PgPool;
-use pmw_core::{Position, UnixMs};
+use pmw_core::{Cursor, Position, UnixMs};
 
-use crate::ledger::{LaneCursor, Ledger, Source};
+use crate::ledger::{Batch, LaneCursor, Ledger, Matcher, Reading, Source};
 use crate::recorder::Recorder;
+use crate::round::{RoundError, RoundOutcome};
+use crate::subs::Index;
 
 /// A leader's claim on its slot: every cursor move and claim checks it in the same statement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,4 +65,46 @@ impl LaneSetup {
 /// Milliseconds now, for the rows a round writes.
 fn now_ms() -> i64 {
     UnixMs::now().0
+}
+
+/// What makes a lane: its reader, and its deliver step.
+pub(crate) trait Lane {
+    /// The lane's ledger reader, cursor and subscription index.
+    fn reader(&mut self) -> (&mut Ledger, &LaneCursor, &mut Matcher);
+
+    /// The round read the state and has its index (before the trades are read).
+    fn seen(&mut self, _read: &Reading) {}
+
+    /// Deliver `batch` and move the lane's cursor (fenced), on the read's connection.
+    async fn deliver(
+        &mut self,
+        client: deadpool_postgres::Object,
+        index: &Index,
+        batch: Batch,
+    ) -> Result<RoundOutcome, RoundError>;
+}
+
+/// One round of `lane`, never past `bound`. Any error leaves the cursor where it was and makes
+/// the next round reload the subscription index (a stale index must never fail rounds forever).
+async fn round<L: Lane>(lane: &mut L, bound: Option<Cursor>) -> Result<RoundOutcome, RoundError> {
+    let outcome = async {
+        let mut read = {
+            let (ledger, at, matcher) = lane.reader();
+            ledger.begin(at, matcher).await?
+        };
+        lane.seen(&read);
+        {
+            let (ledger, at, _) = lane.reader();
+            ledger.read_batch(&mut read, at, bound).await?;
+        }
+        match read.batch.take() {
+            None => Ok(RoundOutcome::default()),
+            Some(batch) => lane.deliver(read.client, &read.index, batch).await,
+        }
+    }
+    .await;
+    if outcome.is_err() {
+        lane.reader().2.failed();
+    }
+    outcome
 }

@@ -9,11 +9,11 @@ use std::time::Instant;
 
 use pmw_core::message::{Kind, TradeMessage};
 
-use super::{now_ms, Fence, LaneSetup};
+use super::{now_ms, Fence, Lane, LaneSetup};
 use crate::hub::{Hub, Item, Stream};
-use crate::ledger::{Batch, LaneCursor, Ledger, Matcher, Source, Stages};
+use crate::ledger::{Batch, LaneCursor, Ledger, Matcher, Reading, Source, Stages};
 use crate::round::{RoundError, RoundOutcome};
-use crate::subs::Subscriptions;
+use crate::subs::{Index, Subscriptions};
 
 pub struct WsLane {
     ledger: Ledger,
@@ -48,28 +48,9 @@ impl WsLane {
         self.fence.epoch
     }
 
-    /// One round. Any error leaves the cursor where it was and makes the next round reload the
-    /// subscription index.
+    /// One round (see [`super::round`]).
     pub async fn round(&mut self) -> Result<RoundOutcome, RoundError> {
-        let outcome = self.round_inner().await;
-        if outcome.is_err() {
-            self.matcher.failed();
-        }
-        outcome
-    }
-
-    async fn round_inner(&mut self) -> Result<RoundOutcome, RoundError> {
-        let r = self.ledger.read(&self.at, &mut self.matcher, None).await?;
-        if r.reloaded {
-            self.closed_by_last_apply = self.hub.apply(&r.index);
-        }
-        if let Some(wm) = r.watermark {
-            self.hub.set_head(wm);
-        }
-        match r.batch {
-            None => Ok(RoundOutcome::default()),
-            Some(batch) => self.deliver(r.client, batch).await,
-        }
+        super::round(self, None).await
     }
 
     /// Bring the index up to the current `subs_version` (no ClickHouse read): what a change
@@ -102,7 +83,7 @@ impl WsLane {
         refreshed
     }
 
-    async fn deliver(
+    async fn fan_out(
         &mut self,
         client: deadpool_postgres::Object,
         batch: Batch,
@@ -184,5 +165,30 @@ impl WsLane {
             )
             .await?;
         claim.map(|r| r.get(0)).ok_or(RoundError::Fenced)
+    }
+}
+
+impl Lane for WsLane {
+    fn reader(&mut self) -> (&mut Ledger, &LaneCursor, &mut Matcher) {
+        (&mut self.ledger, &self.at, &mut self.matcher)
+    }
+
+    /// A reloaded index goes to the hub's sessions; the watermark is the heartbeats' head.
+    fn seen(&mut self, read: &Reading) {
+        if read.reloaded {
+            self.closed_by_last_apply = self.hub.apply(&read.index);
+        }
+        if let Some(wm) = read.watermark {
+            self.hub.set_head(wm);
+        }
+    }
+
+    async fn deliver(
+        &mut self,
+        client: deadpool_postgres::Object,
+        _index: &Index,
+        batch: Batch,
+    ) -> Result<RoundOutcome, RoundError> {
+        self.fan_out(client, batch).await
     }
 }
