@@ -16,8 +16,9 @@ use pmw_core::{Cursor, UnixMs};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::trades::{check_limit, followed, markets, parse_cursor};
-use super::webhooks::{owned, EventType};
+use super::endpoint::{owned, EventType};
+use super::ledger::{followed, markets};
+use super::params::{check_limit, parse_cursor};
 use crate::auth::Auth;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiJson, ApiPath, ApiQuery};

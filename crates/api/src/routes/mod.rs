@@ -2,13 +2,16 @@
 //! the document at `/v1/openapi.json` is generated from the code that serves the routes.
 
 mod account;
-mod bulk;
 mod contract;
 mod deliveries;
+mod endpoint;
+mod endpoint_health;
 pub mod events;
 mod filters;
 mod hook_test;
+mod ledger;
 mod ops;
+mod params;
 pub use ops::metrics;
 mod ready;
 mod subscriptions;
@@ -76,7 +79,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(account::ws_ticket))
         .routes(routes!(subscriptions::list, subscriptions::add))
         .routes(routes!(subscriptions::update, subscriptions::remove))
-        .routes(routes!(bulk::bulk))
+        .routes(routes!(subscriptions::bulk::bulk))
         .routes(routes!(webhooks::list, webhooks::create))
         .routes(routes!(
             webhooks::get_one,

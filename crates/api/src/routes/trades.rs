@@ -5,18 +5,17 @@
 //! each followed wallet's subscription filter applies (after the page is read, so a page can
 //! hold fewer than `limit` trades while `more` is true); `unfiltered=true` lists every trade.
 
-use std::collections::HashMap;
-
 use axum::extract::State;
 use axum::Json;
 use pmw_core::ch::{trades, TradeRow};
 use pmw_core::filter::{self, Facts};
-use pmw_core::message::{Market, TradeMessage};
+use pmw_core::message::TradeMessage;
 use pmw_core::{pg, Cursor};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::subscriptions::parse_wallet;
+use super::ledger::{finalized, followed, markets, watermark};
+use super::params::{check_limit, parse_cursor, parse_wallet};
 use crate::auth::Auth;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::ApiQuery;
@@ -58,58 +57,6 @@ pub struct TradeQuery {
     /// `true`: every trade of the wallets, ignoring the subscriptions' filters (default
     /// `false`: what push sends over the WebSocket).
     pub unfiltered: Option<bool>,
-}
-
-/// Parse a cursor: 400 when it is not one.
-pub fn parse_cursor(s: &str) -> Result<Cursor, ApiError> {
-    s.parse::<Cursor>()
-        .map_err(|e| ApiError::bad_request("invalid_cursor", format!("{s:?}: {e}")))
-}
-
-/// Check a page size: 422 outside `1..=max`.
-pub fn check_limit(limit: Option<u32>, default: u32, max: u32) -> Result<u32, ApiError> {
-    match limit.unwrap_or(default) {
-        n if (1..=max).contains(&n) => Ok(n),
-        n => Err(ApiError::unprocessable(
-            "invalid_limit",
-            format!("limit must be between 1 and {max}, got {n}"),
-        )),
-    }
-}
-
-/// Market names cached in Postgres for the rows' tokens (resolved ones only).
-pub async fn markets(
-    c: &super::Client,
-    rows: &[TradeRow],
-) -> Result<HashMap<String, Market>, ApiError> {
-    Ok(pg::market_names_of(&***c, rows).await?)
-}
-
-/// The ingest watermark as the last cursor a reader may see.
-pub async fn watermark(c: &super::Client) -> Result<Option<Cursor>, ApiError> {
-    Ok(pg::watermark(&***c).await?.map(pg::watermark_cursor))
-}
-
-/// The finalized watermark (the highest ingested block the chain calls finalized), if any.
-pub async fn finalized(c: &super::Client) -> Result<Option<u64>, ApiError> {
-    Ok(c.query_opt(
-        "SELECT block_number FROM finalized_cursor WHERE id = 1",
-        &[],
-    )
-    .await?
-    .map(|r| r.get::<_, i64>(0) as u64))
-}
-
-/// The lowercase wallets the account follows.
-pub async fn followed(c: &super::Client, account_id: i64) -> Result<Vec<String>, ApiError> {
-    Ok(c.query(
-        "SELECT wallet FROM subscriptions WHERE account_id = $1",
-        &[&account_id],
-    )
-    .await?
-    .iter()
-    .map(|r| format!("0x{}", hex::encode(r.get::<_, &[u8]>(0))))
-    .collect())
 }
 
 /// Trades of one wallet (or of every followed wallet) after a cursor, in ledger order; each says

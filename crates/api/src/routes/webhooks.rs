@@ -14,9 +14,10 @@ use pmw_core::ssrf;
 use pmw_core::webhook::Secret;
 use pmw_core::UnixMs;
 use serde::{Deserialize, Serialize};
-use tokio_postgres::Row;
 use utoipa::ToSchema;
 
+use super::endpoint::{event_names, owned, Endpoint, EventType, COLUMNS};
+use super::endpoint_health::{self, EndpointHealth};
 use crate::auth::Auth;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiJson, ApiPath, OptionalJson};
@@ -26,84 +27,6 @@ use crate::AppState;
 pub const DEFAULT_OVERLAP_SECS: u64 = 24 * 3600;
 /// Longest overlap.
 pub const MAX_OVERLAP_SECS: u64 = 7 * 24 * 3600;
-
-const COLUMNS: &str =
-    "id, url, enabled, disabled_reason, previous_expires_ms, created_ms, updated_ms, filter::text, events";
-
-/// An event type an endpoint (or a WebSocket session, `events=`) receives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum EventType {
-    /// Each trade at once (and its `retract` if a reorg removes it).
-    Trade,
-    /// Each trade once its block is finalized: a small `final` naming it when `trade` is also
-    /// chosen, else the full trade body with `finalized: true`.
-    Final,
-}
-
-/// The stored form of an event list: `{trade}`, `{final}` or `{trade,final}` (an empty list is
-/// refused).
-fn event_names(events: &[EventType]) -> Result<Vec<&'static str>, ApiError> {
-    let has = |e| events.contains(&e);
-    let mut names = Vec::new();
-    if has(EventType::Trade) {
-        names.push("trade");
-    }
-    if has(EventType::Final) {
-        names.push("final");
-    }
-    if names.is_empty() {
-        return Err(ApiError::unprocessable(
-            "invalid_events",
-            "events needs at least one of trade, final",
-        ));
-    }
-    Ok(names)
-}
-
-/// A webhook endpoint (never its secret).
-#[derive(Debug, Serialize, ToSchema)]
-pub struct Endpoint {
-    pub id: i64,
-    pub url: String,
-    pub enabled: bool,
-    /// Why it was disabled: by the account, by a 410 from the receiver, or by the dispatcher
-    /// after every attempt failed for the configured period (5 days by default).
-    pub disabled_reason: Option<String>,
-    /// While a rotation overlaps, the previous secret also signs until then.
-    pub previous_expires_ms: Option<i64>,
-    pub created_ms: i64,
-    pub updated_ms: i64,
-    /// Which trades this endpoint gets, on top of each followed wallet's own filter; `null`:
-    /// every trade of the followed wallets that passes theirs.
-    pub filter: Option<FilterSpec>,
-    /// What it receives: `trade`, `final`, or both.
-    pub events: Vec<EventType>,
-}
-
-impl Endpoint {
-    fn from_row(r: &Row) -> Endpoint {
-        let now = UnixMs::now().0;
-        Endpoint {
-            id: r.get(0),
-            url: r.get(1),
-            enabled: r.get(2),
-            disabled_reason: r.get(3),
-            previous_expires_ms: r.get::<_, Option<i64>>(4).filter(|t| *t > now),
-            created_ms: r.get(5),
-            updated_ms: r.get(6),
-            filter: super::filters::shown(r.get(7)),
-            events: r
-                .get::<_, Vec<String>>(8)
-                .iter()
-                .map(|e| match e.as_str() {
-                    "final" => EventType::Final,
-                    _ => EventType::Trade,
-                })
-                .collect(),
-        }
-    }
-}
 
 /// An endpoint with its signing secret: only in the create and rotate responses.
 #[derive(Debug, Serialize, ToSchema)]
@@ -159,21 +82,6 @@ pub struct RotateSecret {
     /// How long the previous secret keeps signing (default 86400, at most 604800).
     #[schema(minimum = 0, maximum = 604800)]
     pub overlap_secs: Option<u64>,
-}
-
-/// The endpoint `id` of the caller's account, or 404.
-pub async fn owned(
-    c: &crate::routes::Client,
-    account_id: i64,
-    id: i64,
-) -> Result<Endpoint, ApiError> {
-    c.query_opt(
-        &format!("SELECT {COLUMNS} FROM webhook_endpoints WHERE id = $1 AND account_id = $2"),
-        &[&id, &account_id],
-    )
-    .await?
-    .map(|r| Endpoint::from_row(&r))
-    .ok_or_else(|| ApiError::not_found(format!("no webhook endpoint {id}")))
 }
 
 #[utoipa::path(get, path = "/v1/webhooks", tag = "webhooks", security(("api_key" = [])),
@@ -257,7 +165,7 @@ pub async fn create(
 pub struct EndpointDetail {
     #[serde(flatten)]
     pub endpoint: Endpoint,
-    pub health: super::hook_test::EndpointHealth,
+    pub health: EndpointHealth,
 }
 
 /// One endpoint, with its recent success rate, last error and retry backlog.
@@ -271,7 +179,7 @@ pub async fn get_one(
 ) -> Result<Json<EndpointDetail>, ApiError> {
     let c = st.pg.get().await?;
     let endpoint = owned(&c, who.account_id, id).await?;
-    let health = super::hook_test::health(&st, &c, id).await?;
+    let health = endpoint_health::health(&st, &c, id).await?;
     Ok(Json(EndpointDetail { endpoint, health }))
 }
 

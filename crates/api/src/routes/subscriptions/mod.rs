@@ -1,64 +1,33 @@
 //! Followed wallets: add (idempotent, EIP-55 checked when mixed case, plan-limited), list,
 //! change (label, filter), remove. Every change notifies the push leader in the same
-//! transaction (and bumps `subs_version` by trigger).
+//! transaction (and bumps `subs_version` by trigger). Bulk changes are [`bulk`]; the row shape,
+//! the label rule and the statements both use are [`model`] and [`store`].
 
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use pmw_core::filter::FilterSpec;
-use pmw_core::{Address, UnixMs};
+use pmw_core::UnixMs;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+pub(super) mod bulk;
+mod model;
+mod store;
+
+use super::params::parse_wallet;
 use crate::auth::Auth;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiJson, ApiPath};
 use crate::AppState;
-use pmw_core::pg::accounts::MAX_LABEL_CHARS;
-
-/// Parse a wallet address: 422 with the reason when it is not one.
-pub fn parse_wallet(s: &str) -> Result<Address, ApiError> {
-    s.parse::<Address>()
-        .map_err(|e| ApiError::unprocessable("invalid_address", format!("{s:?}: {e}")))
-}
-
-/// One followed wallet.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct Subscription {
-    /// Lowercase `0x…` hex.
-    #[schema(example = "0x1111111111111111111111111111111111111111")]
-    pub wallet: String,
-    pub label: String,
-    pub created_ms: i64,
-    /// What push sends of this wallet (WebSocket and webhooks); `null`: every trade.
-    pub filter: Option<FilterSpec>,
-}
+use model::check_label;
+pub use model::{AddSubscription, Subscription};
 
 /// The caller's subscriptions and the plan's limit.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct SubscriptionList {
     pub subscriptions: Vec<Subscription>,
     pub limit: u32,
-}
-
-/// Follow a wallet.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct AddSubscription {
-    /// `0x` + 40 hex digits; mixed case must carry a valid EIP-55 checksum.
-    #[schema(
-        example = "0x1111111111111111111111111111111111111111",
-        pattern = r"^0x[0-9a-fA-F]{40}$"
-    )]
-    pub wallet: String,
-    /// At most 200 characters, no control characters.
-    #[serde(default)]
-    #[schema(max_length = 200, pattern = r"^[^\u0000-\u001f\u007f-\u009f]*$")]
-    pub label: String,
-    /// Narrow what push sends of this wallet (absent, `null` or `{}`: every trade). Ignored
-    /// when the wallet is already followed: change it with `PATCH /v1/subscriptions/{wallet}`.
-    #[serde(default)]
-    pub filter: Option<FilterSpec>,
 }
 
 /// Change a followed wallet: only the fields present change (`{}` changes nothing).
@@ -76,29 +45,6 @@ pub struct UpdateSubscription {
     pub filter: Option<Option<FilterSpec>>,
 }
 
-/// 422 unless a label is at most 200 characters without control characters.
-fn check_label(label: &str) -> Result<(), ApiError> {
-    if label.chars().count() > MAX_LABEL_CHARS || label.chars().any(char::is_control) {
-        return Err(ApiError::unprocessable(
-            "invalid_label",
-            format!(
-                "label must be at most {MAX_LABEL_CHARS} characters without control characters"
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// A `subscriptions` row read as `wallet, label, created_ms, filter::text`.
-pub fn from_row(r: &tokio_postgres::Row) -> Subscription {
-    Subscription {
-        wallet: format!("0x{}", hex::encode(r.get::<_, &[u8]>(0))),
-        label: r.get(1),
-        created_ms: r.get(2),
-        filter: super::filters::shown(r.get(3)),
-    }
-}
-
 #[utoipa::path(get, path = "/v1/subscriptions", tag = "subscriptions", security(("api_key" = [])),
     responses((status = 200, body = SubscriptionList), (status = 401, body = ErrorBody)))]
 pub async fn list(
@@ -106,14 +52,9 @@ pub async fn list(
     who: Auth,
 ) -> Result<Json<SubscriptionList>, ApiError> {
     let c = st.pg.get().await?;
-    let rows = c
-        .query(
-            include_str!("sql/list_subscriptions.sql"),
-            &[&who.account_id],
-        )
-        .await?;
+    let rows = store::list(&**c, who.account_id).await?;
     Ok(Json(SubscriptionList {
-        subscriptions: rows.iter().map(from_row).collect(),
+        subscriptions: rows.iter().map(store::from_row).collect(),
         limit: st.cfg.plan(&who.plan).1.max_wallets,
     }))
 }
@@ -136,33 +77,23 @@ pub async fn add(
     let mut c = st.pg.get().await?;
     let tx = c.transaction().await?;
     super::lock_account(&tx, who.account_id).await?;
-    let bytes = wallet.as_bytes().as_slice();
-    if let Some(r) = tx
-        .query_opt(
-            "SELECT wallet, label, created_ms, filter::text FROM subscriptions WHERE account_id = $1 AND wallet = $2",
-            &[&who.account_id, &bytes],
-        )
-        .await?
-    {
-        return Ok((StatusCode::OK, Json(from_row(&r))));
+    if let Some(r) = store::one(&*tx, who.account_id, &wallet).await? {
+        return Ok((StatusCode::OK, Json(store::from_row(&r))));
     }
-    let count: i64 = tx
-        .query_one(
-            "SELECT count(*) FROM subscriptions WHERE account_id = $1",
-            &[&who.account_id],
-        )
-        .await?
-        .get(0);
+    let count = store::count(&*tx, who.account_id).await?;
     if count >= i64::from(max) {
         return Err(ApiError::plan_limit(format!(
             "the plan allows {max} wallets and {count} are followed; remove one or upgrade"
         )));
     }
     let now = UnixMs::now().0;
-    let stored = super::filters::stored(filter.as_ref());
-    tx.execute(
-        "INSERT INTO subscriptions (account_id, wallet, label, created_ms, filter) VALUES ($1, $2, $3, $4, $5::text::jsonb)",
-        &[&who.account_id, &bytes, &body.label, &now, &stored],
+    store::insert(
+        &*tx,
+        who.account_id,
+        &wallet,
+        &body.label,
+        now,
+        filter.as_ref(),
     )
     .await?;
     super::notify_changes(&tx).await?;
@@ -197,33 +128,26 @@ pub async fn update(
         check_label(label)?;
     }
     let filter = super::filters::change(body.filter.as_ref())?;
-    let stored = filter.as_ref().and_then(|f| f.as_deref());
     let mut c = st.pg.get().await?;
     let tx = c.transaction().await?;
-    let row = tx
-        .query_opt(
-            "UPDATE subscriptions SET label = coalesce($3, label), \
-             filter = CASE WHEN $4 THEN $5::text::jsonb ELSE filter END \
-             WHERE account_id = $1 AND wallet = $2 RETURNING wallet, label, created_ms, filter::text",
-            &[
-                &who.account_id,
-                &wallet.as_bytes().as_slice(),
-                &label,
-                &filter.is_some(),
-                &stored,
-            ],
-        )
-        .await?
-        .ok_or_else(|| {
-            ApiError::not_found(format!(
-                "{} is not followed by this account",
-                wallet.to_lower_hex()
-            ))
-        })?;
+    let row = store::update(
+        &*tx,
+        who.account_id,
+        &wallet,
+        label.as_deref(),
+        filter.as_ref().map(|f| f.as_deref()),
+    )
+    .await?
+    .ok_or_else(|| {
+        ApiError::not_found(format!(
+            "{} is not followed by this account",
+            wallet.to_lower_hex()
+        ))
+    })?;
     super::notify_changes(&tx).await?;
     tx.commit().await?;
     tracing::info!(account = who.account_id, wallet = %wallet, filter = filter.is_some(), "subscription changed");
-    Ok(Json(from_row(&row)))
+    Ok(Json(store::from_row(&row)))
 }
 
 /// Stop following a wallet.
@@ -238,12 +162,7 @@ pub async fn remove(
     let wallet = parse_wallet(&wallet)?;
     let mut c = st.pg.get().await?;
     let tx = c.transaction().await?;
-    let n = tx
-        .execute(
-            "DELETE FROM subscriptions WHERE account_id = $1 AND wallet = $2",
-            &[&who.account_id, &wallet.as_bytes().as_slice()],
-        )
-        .await?;
+    let n = store::remove(&*tx, who.account_id, &[&wallet]).await?;
     if n == 0 {
         return Err(ApiError::not_found(format!(
             "{} is not followed by this account",

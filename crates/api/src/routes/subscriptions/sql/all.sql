@@ -1,0 +1,1 @@
+SELECT wallet, label, created_ms, filter::text FROM subscriptions WHERE account_id = $1

@@ -1,0 +1,1 @@
+SELECT count(*) FROM subscriptions WHERE account_id = $1

@@ -1,0 +1,1 @@
+DELETE FROM subscriptions WHERE account_id = $1 AND wallet = ANY($2)
