@@ -79,6 +79,35 @@ pub struct DecodedFill {
     pub metadata: B256,
 }
 
+/// The maker's side and the outcome token from an `OrderFilled`'s first two data words: V1
+/// states the two assets (collateral is asset 0: a zero maker asset is a BUY of the taker
+/// asset), V2 the side (0 BUY, 1 SELL) and the token.
+fn side_and_token(
+    version: Version,
+    w0: &[u8; 32],
+    w1: &[u8; 32],
+) -> anyhow::Result<(Side, TokenId)> {
+    match version {
+        Version::V1 => {
+            let maker_asset = TokenId::from_be_bytes(w0);
+            let taker_asset = TokenId::from_be_bytes(w1);
+            if maker_asset.is_zero() {
+                Ok((Side::Buy, taker_asset))
+            } else {
+                Ok((Side::Sell, maker_asset))
+            }
+        }
+        Version::V2 => {
+            let side = match word_u64(w0) {
+                Some(0) => Side::Buy,
+                Some(1) => Side::Sell,
+                other => bail!("OrderFilled V2 side {other:?}"),
+            };
+            Ok((side, TokenId::from_be_bytes(w1)))
+        }
+    }
+}
+
 /// Decodes `log` if it is an `OrderFilled` of one of the four exchanges (by address and the
 /// version's topic0). `Ok(None)` for any other log; an error when the topic matches but the
 /// layout does not (wrong topic count, short data, out-of-range words).
@@ -107,49 +136,11 @@ pub fn decode_order_filled(log: &Log) -> anyhow::Result<Option<DecodedFill>> {
     let w = |i: usize| word(data, i).expect("length checked");
     let amount =
         |i: usize| word_u64(w(i)).with_context(|| format!("OrderFilled word {i} exceeds u64"));
-    let (side, token_id, making, taking, fee, builder, metadata) = match version {
-        Version::V1 => {
-            let maker_asset = TokenId::from_be_bytes(w(0));
-            let taker_asset = TokenId::from_be_bytes(w(1));
-            if maker_asset.is_zero() {
-                (
-                    Side::Buy,
-                    taker_asset,
-                    amount(2)?,
-                    amount(3)?,
-                    amount(4)?,
-                    B256::ZERO,
-                    B256::ZERO,
-                )
-            } else {
-                (
-                    Side::Sell,
-                    maker_asset,
-                    amount(2)?,
-                    amount(3)?,
-                    amount(4)?,
-                    B256::ZERO,
-                    B256::ZERO,
-                )
-            }
-        }
-        Version::V2 => {
-            let side = match word_u64(w(0)) {
-                Some(0) => Side::Buy,
-                Some(1) => Side::Sell,
-                other => bail!("OrderFilled V2 side {other:?}"),
-            };
-            let token = TokenId::from_be_bytes(w(1));
-            (
-                side,
-                token,
-                amount(2)?,
-                amount(3)?,
-                amount(4)?,
-                B256(*w(5)),
-                B256(*w(6)),
-            )
-        }
+    let (side, token_id) = side_and_token(version, w(0), w(1))?;
+    let (making, taking, fee) = (amount(2)?, amount(3)?, amount(4)?);
+    let (builder, metadata) = match version {
+        Version::V1 => (B256::ZERO, B256::ZERO),
+        Version::V2 => (B256(*w(5)), B256(*w(6))),
     };
     let (shares, collateral) = match side {
         Side::Buy => (taking, making),
@@ -312,5 +303,39 @@ mod tests {
                 .is_none(),
             "V1 topic at a V2 exchange"
         );
+    }
+
+    fn word_of(v: u64) -> [u8; 32] {
+        let mut w = [0u8; 32];
+        w[24..].copy_from_slice(&v.to_be_bytes());
+        w
+    }
+
+    #[test]
+    fn v1_sides_follow_which_asset_is_collateral() {
+        let (zero, token) = (word_of(0), word_of(77));
+        assert_eq!(
+            side_and_token(Version::V1, &zero, &token).unwrap(),
+            (Side::Buy, TokenId::from_be_bytes(&token))
+        );
+        assert_eq!(
+            side_and_token(Version::V1, &token, &zero).unwrap(),
+            (Side::Sell, TokenId::from_be_bytes(&token))
+        );
+    }
+
+    #[test]
+    fn v2_states_its_side_and_refuses_any_other_value() {
+        let token = word_of(5);
+        assert_eq!(
+            side_and_token(Version::V2, &word_of(0), &token).unwrap().0,
+            Side::Buy
+        );
+        assert_eq!(
+            side_and_token(Version::V2, &word_of(1), &token).unwrap(),
+            (Side::Sell, TokenId::from_be_bytes(&token))
+        );
+        let err = side_and_token(Version::V2, &word_of(2), &token).unwrap_err();
+        assert_eq!(err.to_string(), "OrderFilled V2 side Some(2)");
     }
 }

@@ -136,8 +136,20 @@ impl Planner {
     pub fn plan(&mut self, cfg: &SimConfig) -> PlannedMatch {
         let id = self.next_id;
         self.next_id += 1;
-        let rng = &mut self.rng;
+        let terms = self.terms(cfg);
+        let (aggressor, makers) = draw_makers(&mut self.rng, cfg, &terms);
+        let taker = draw_taker(&mut self.rng, cfg, &terms, aggressor, &makers);
+        PlannedMatch {
+            id,
+            exchange: terms.exchange,
+            taker,
+            makers,
+        }
+    }
 
+    /// The market, exchange, token, price and sides of the next match.
+    fn terms(&mut self, cfg: &SimConfig) -> Terms {
+        let rng = &mut self.rng;
         let market_idx = rng.gen_range(0..cfg.markets.len());
         let market = &cfg.markets[market_idx];
         let version = if rng.gen_bool(cfg.v2_share) {
@@ -145,8 +157,6 @@ impl Planner {
         } else {
             Version::V1
         };
-        let exchange = Exchange::of(version, market.neg_risk);
-
         // Price of outcome 0 random-walks by up to 3 ticks, within 0.02..=0.98.
         let start = rng.gen_range(20..=80);
         let p0 = self.prices.entry(market_idx).or_insert(start);
@@ -171,71 +181,100 @@ impl Planner {
         } else {
             (taker_side, market.token_ids[1 - outcome], 100 - price)
         };
-
-        let mut others: Vec<Address> = cfg.wallets.clone();
-        let aggressor = others.remove(rng.gen_range(0..others.len()));
-        others.shuffle(rng);
-        let n_makers = rng.gen_range(1..=cfg.max_makers.min(others.len()));
-
-        let max_ticks = cfg.max_order_shares * (ONE / SHARE_TICK);
-        let mut makers = Vec::with_capacity(n_makers);
-        for owner in others.into_iter().take(n_makers) {
-            // Mostly small orders, sometimes large ones.
-            let ticks = if rng.gen_bool(0.8) {
-                rng.gen_range(1..=max_ticks.min(5_000))
-            } else {
-                rng.gen_range(1..=max_ticks)
-            };
-            let shares = ticks * SHARE_TICK;
-            makers.push(PlannedFill {
-                order_hash: B256(rng.gen()),
-                owner,
-                role: Role::Maker,
-                side: maker_side,
-                token_id: maker_token,
-                shares,
-                collateral: collateral(shares, maker_price),
-                price_cents: maker_price,
-                fee: 0,
-                fee_asset: fee_asset(version, maker_side),
-                builder: B256::ZERO,
-                metadata: B256::ZERO,
-            });
+        Terms {
+            version,
+            exchange: Exchange::of(version, market.neg_risk),
+            token,
+            price,
+            taker_side,
+            maker_side,
+            maker_token,
+            maker_price,
         }
+    }
+}
 
-        let shares: u64 = makers.iter().map(|m| m.shares).sum();
-        let taker_collateral = collateral(shares, price);
-        let fee_asset = fee_asset(version, taker_side);
-        let fee_bps = rng.gen_range(0..=cfg.max_fee_bps) as u64;
-        let fee_base = match fee_asset {
-            FeeAsset::Collateral => taker_collateral,
-            FeeAsset::Shares => shares,
-        };
-        let (builder, metadata) = if version == Version::V2 && rng.gen_bool(0.3) {
-            (B256(rng.gen()), B256(rng.gen()))
+/// What a match trades, on each side.
+struct Terms {
+    version: Version,
+    exchange: Exchange,
+    token: TokenId,
+    price: u32,
+    taker_side: Side,
+    maker_side: Side,
+    maker_token: TokenId,
+    maker_price: u32,
+}
+
+/// The aggressor, and the makers it matches (other wallets, 1..=`max_makers` of them).
+fn draw_makers(rng: &mut StdRng, cfg: &SimConfig, t: &Terms) -> (Address, Vec<PlannedFill>) {
+    let mut others: Vec<Address> = cfg.wallets.clone();
+    let aggressor = others.remove(rng.gen_range(0..others.len()));
+    others.shuffle(rng);
+    let n_makers = rng.gen_range(1..=cfg.max_makers.min(others.len()));
+
+    let max_ticks = cfg.max_order_shares * (ONE / SHARE_TICK);
+    let mut makers = Vec::with_capacity(n_makers);
+    for owner in others.into_iter().take(n_makers) {
+        // Mostly small orders, sometimes large ones.
+        let ticks = if rng.gen_bool(0.8) {
+            rng.gen_range(1..=max_ticks.min(5_000))
         } else {
-            (B256::ZERO, B256::ZERO)
+            rng.gen_range(1..=max_ticks)
         };
-        let taker = PlannedFill {
+        let shares = ticks * SHARE_TICK;
+        makers.push(PlannedFill {
             order_hash: B256(rng.gen()),
-            owner: aggressor,
-            role: Role::Taker,
-            side: taker_side,
-            token_id: token,
+            owner,
+            role: Role::Maker,
+            side: t.maker_side,
+            token_id: t.maker_token,
             shares,
-            collateral: taker_collateral,
-            price_cents: price,
-            fee: fee_base * fee_bps / 10_000,
-            fee_asset,
-            builder,
-            metadata,
-        };
-        PlannedMatch {
-            id,
-            exchange,
-            taker,
-            makers,
-        }
+            collateral: collateral(shares, t.maker_price),
+            price_cents: t.maker_price,
+            fee: 0,
+            fee_asset: fee_asset(t.version, t.maker_side),
+            builder: B256::ZERO,
+            metadata: B256::ZERO,
+        });
+    }
+    (aggressor, makers)
+}
+
+/// The aggressor's taker fill: every maker's shares, and a small fee.
+fn draw_taker(
+    rng: &mut StdRng,
+    cfg: &SimConfig,
+    t: &Terms,
+    aggressor: Address,
+    makers: &[PlannedFill],
+) -> PlannedFill {
+    let shares: u64 = makers.iter().map(|m| m.shares).sum();
+    let taker_collateral = collateral(shares, t.price);
+    let fee_asset = fee_asset(t.version, t.taker_side);
+    let fee_bps = rng.gen_range(0..=cfg.max_fee_bps) as u64;
+    let fee_base = match fee_asset {
+        FeeAsset::Collateral => taker_collateral,
+        FeeAsset::Shares => shares,
+    };
+    let (builder, metadata) = if t.version == Version::V2 && rng.gen_bool(0.3) {
+        (B256(rng.gen()), B256(rng.gen()))
+    } else {
+        (B256::ZERO, B256::ZERO)
+    };
+    PlannedFill {
+        order_hash: B256(rng.gen()),
+        owner: aggressor,
+        role: Role::Taker,
+        side: t.taker_side,
+        token_id: t.token,
+        shares,
+        collateral: taker_collateral,
+        price_cents: t.price,
+        fee: fee_base * fee_bps / 10_000,
+        fee_asset,
+        builder,
+        metadata,
     }
 }
 

@@ -12,7 +12,7 @@ use serde::Serialize;
 use crate::abi::keccak256;
 use crate::emitted::{decode_order_filled, Emitted};
 use crate::rpc::{Block, TxRequest};
-use crate::sim::{exchange_of, SentTx, Sim};
+use crate::sim::{exchange_of, ChainState, SentTx, Sim};
 use crate::types::B256;
 
 /// What a reorg replaces and with what.
@@ -100,14 +100,7 @@ impl Sim {
         let rpc = &self.inner.rpc;
         let mut state = self.inner.chain.lock().await;
         let old = rpc.latest_block().await?;
-        ensure!(plan.depth >= 1, "reorg depth must be at least 1");
-        ensure!(
-            plan.depth < old.number.0,
-            "reorg depth {} reaches genesis (head is {})",
-            plan.depth,
-            old.number.0
-        );
-        let ancestor = old.number.0 - plan.depth;
+        let ancestor = ancestor_of(&plan, old.number.0)?;
         let mut old_hashes = Vec::new();
         for n in ancestor + 1..=old.number.0 {
             old_hashes.push(
@@ -117,7 +110,40 @@ impl Sim {
                     .hash,
             );
         }
+        let txs = self.branch_txs(&mut state, &plan, ancestor);
+        rpc.anvil_reorg(plan.depth, &txs)
+            .await
+            .context("anvil_reorg")?;
+        let new = rpc.latest_block().await?;
+        tracing::info!(depth = plan.depth, ancestor, old_head = %old.hash, new_head = %new.hash, "reorg");
+        let orphaned = self
+            .mark_orphaned(&mut state, ancestor, new.number.0)
+            .await?;
+        let added = self
+            .record_branch(&mut state, ancestor, new.number.0)
+            .await?;
+        if let Some(report) = self.inner.report.lock().expect("report lock").as_mut() {
+            report.write(&orphaned)?;
+        }
+        self.record(&added)?;
+        Ok(ReorgOutcome {
+            old_head: BlockRef::from(&old),
+            new_head: BlockRef::from(&new),
+            common_ancestor: ancestor,
+            orphaned_blocks: old_hashes,
+            orphaned,
+            added,
+        })
+    }
 
+    /// The new branch's transactions, each with its block's offset from the common ancestor:
+    /// fresh matches first, then (with `replay_orphaned`) the orphaned ones again.
+    fn branch_txs(
+        &self,
+        state: &mut ChainState,
+        plan: &ReorgPlan,
+        ancestor: u64,
+    ) -> Vec<(TxRequest, u64)> {
         let mut txs: Vec<(TxRequest, u64)> = Vec::new();
         for offset in 0..plan.depth {
             for _ in 0..plan.new_matches_per_block {
@@ -142,34 +168,31 @@ impl Sim {
             for t in replays {
                 // Each fill takes at least 7 calldata words: an upper bound for the gas limit.
                 let fills = t.input.len() / 224 + 1;
-                let same = t.block_number - ancestor - 1;
-                let offset = match plan.replay_order {
-                    ReplayOrder::Same => same,
-                    ReplayOrder::Reversed => plan.depth - 1 - same,
-                    ReplayOrder::LastBlock => plan.depth - 1,
-                };
+                let offset = replay_offset(plan, ancestor, t.block_number);
                 txs.push((self.tx_request(t.to, t.input.clone(), fills), offset));
             }
         }
         txs.sort_by_key(|(_, offset)| *offset);
+        txs
+    }
 
-        rpc.anvil_reorg(plan.depth, &txs)
-            .await
-            .context("anvil_reorg")?;
-        let new = rpc.latest_block().await?;
-        tracing::info!(depth = plan.depth, ancestor, old_head = %old.hash, new_head = %new.hash, "reorg");
-
+    /// Mark the fills of blocks no longer canonical (above `ancestor`, up to the new head)
+    /// orphaned, and forget their transactions: the records newly marked.
+    async fn mark_orphaned(
+        &self,
+        state: &mut ChainState,
+        ancestor: u64,
+        head: u64,
+    ) -> anyhow::Result<Vec<Emitted>> {
         // Canonical hashes from the first possibly replaced block up to the head.
         let mut canonical = std::collections::HashMap::new();
-        for n in ancestor + 1..=new.number.0 {
-            if let Some(b) = rpc.block(n).await? {
+        for n in ancestor + 1..=head {
+            if let Some(b) = self.inner.rpc.block(n).await? {
                 canonical.insert(n, b.hash);
             }
         }
         let is_canonical =
             |number: u64, hash: &B256| number <= ancestor || canonical.get(&number) == Some(hash);
-
-        // Mark orphaned fills; forget orphaned transactions.
         let orphaned: Vec<Emitted> = {
             let mut emitted = self.inner.emitted.lock().expect("emitted lock");
             emitted
@@ -184,8 +207,18 @@ impl Sim {
         state
             .sent
             .retain(|_, t| is_canonical(t.block_number, &t.block_hash));
+        Ok(orphaned)
+    }
 
-        // Record the simulator's transactions in the new branch.
+    /// Record the simulator's transactions in the new branch (blocks above `ancestor` up to
+    /// `head`): their fills, and each as sent.
+    async fn record_branch(
+        &self,
+        state: &mut ChainState,
+        ancestor: u64,
+        head: u64,
+    ) -> anyhow::Result<Vec<Emitted>> {
+        let rpc = &self.inner.rpc;
         let known: HashSet<(B256, B256)> = self
             .inner
             .emitted
@@ -195,7 +228,7 @@ impl Sim {
             .map(|e| (e.tx_hash, e.block_hash))
             .collect();
         let mut added = Vec::new();
-        for n in ancestor + 1..=new.number.0 {
+        for n in ancestor + 1..=head {
             let block = rpc
                 .block_with_txs(n)
                 .await?
@@ -228,17 +261,58 @@ impl Sim {
                 );
             }
         }
-        if let Some(report) = self.inner.report.lock().expect("report lock").as_mut() {
-            report.write(&orphaned)?;
+        Ok(added)
+    }
+}
+
+/// The common ancestor of a reorg of `plan.depth` blocks below `head`.
+fn ancestor_of(plan: &ReorgPlan, head: u64) -> anyhow::Result<u64> {
+    ensure!(plan.depth >= 1, "reorg depth must be at least 1");
+    ensure!(
+        plan.depth < head,
+        "reorg depth {} reaches genesis (head is {})",
+        plan.depth,
+        head
+    );
+    Ok(head - plan.depth)
+}
+
+/// The offset from the common ancestor of the new block an orphaned transaction of `block` is
+/// mined into again.
+fn replay_offset(plan: &ReorgPlan, ancestor: u64, block: u64) -> u64 {
+    let same = block - ancestor - 1;
+    match plan.replay_order {
+        ReplayOrder::Same => same,
+        ReplayOrder::Reversed => plan.depth - 1 - same,
+        ReplayOrder::LastBlock => plan.depth - 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(depth: u64, replay_order: ReplayOrder) -> ReorgPlan {
+        ReorgPlan {
+            replay_orphaned: true,
+            replay_order,
+            ..ReorgPlan::new(depth)
         }
-        self.record(&added)?;
-        Ok(ReorgOutcome {
-            old_head: BlockRef::from(&old),
-            new_head: BlockRef::from(&new),
-            common_ancestor: ancestor,
-            orphaned_blocks: old_hashes,
-            orphaned,
-            added,
-        })
+    }
+
+    #[test]
+    fn the_ancestor_is_depth_below_the_head_and_never_genesis() {
+        assert_eq!(ancestor_of(&ReorgPlan::new(3), 10).unwrap(), 7);
+        assert!(ancestor_of(&ReorgPlan::new(0), 10).is_err());
+        assert!(ancestor_of(&ReorgPlan::new(10), 10).is_err());
+    }
+
+    #[test]
+    fn replays_land_per_their_order() {
+        // Ancestor 7, depth 3: blocks 8, 9, 10 are replaced (offsets 0, 1, 2).
+        let at = |order, block| replay_offset(&plan(3, order), 7, block);
+        assert_eq!([8, 9, 10].map(|b| at(ReplayOrder::Same, b)), [0, 1, 2]);
+        assert_eq!([8, 9, 10].map(|b| at(ReplayOrder::Reversed, b)), [2, 1, 0]);
+        assert_eq!([8, 9, 10].map(|b| at(ReplayOrder::LastBlock, b)), [2, 2, 2]);
     }
 }
