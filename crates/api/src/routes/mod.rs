@@ -14,6 +14,7 @@ mod ops;
 mod params;
 pub use ops::metrics;
 mod ready;
+mod replay;
 mod subscriptions;
 mod trades;
 mod webhooks;
@@ -89,7 +90,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(webhooks::rotate_secret))
         .routes(routes!(hook_test::test))
         .routes(routes!(deliveries::log))
-        .routes(routes!(deliveries::replay))
+        .routes(routes!(replay::replay))
         .routes(routes!(trades::list))
         .routes(routes!(ready::ready))
         .routes(routes!(ops::health))
