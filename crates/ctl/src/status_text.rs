@@ -1,5 +1,5 @@
-//! `pmwctl status` as text: one labelled line per part of the JSON [`crate::status::collect`]
-//! returns (leader, standbys, cursors and lags, audit, webhooks, instances, warnings).
+//! `pmwctl status` as text: one labelled line per part of the JSON `status`
+//! collects (leader, standbys, cursors and lags, audit, webhooks, instances, warnings).
 
 use pmw_core::UnixMs;
 use serde_json::Value;

@@ -33,6 +33,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::chain::{hex32, Chain, ChainError};
+use crate::config::AuditSettings;
 use crate::error::IngestError;
 use crate::notifier::BlockNotifier;
 use crate::telemetry;
@@ -43,17 +44,6 @@ use compare::{compare, corrections, Findings, Key, Recorded};
 const KEEP_RANGES_MS: i64 = 35 * 86_400_000;
 /// How often old `audit_ranges` rows are pruned.
 const PRUNE_EVERY: Duration = Duration::from_secs(3_600);
-
-/// How the audit paces itself (see [`crate::config`]).
-#[derive(Debug, Clone, Copy)]
-pub struct AuditSettings {
-    /// Blocks per `eth_getLogs` range, at most.
-    pub range_blocks: u64,
-    /// RPC calls per second, at most.
-    pub max_rps: f64,
-    /// How often an audit that has caught up looks for newly finalized blocks.
-    pub interval: Duration,
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum AuditError {

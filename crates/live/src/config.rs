@@ -98,8 +98,8 @@ impl LiveConfig {
     }
 
     /// The completeness audit's pacing.
-    pub fn audit(&self) -> crate::audit::AuditSettings {
-        crate::audit::AuditSettings {
+    pub fn audit(&self) -> AuditSettings {
+        AuditSettings {
             range_blocks: self.live_audit_range_blocks,
             max_rps: self.live_audit_max_rps,
             interval: Duration::from_millis(self.live_audit_interval_ms),
@@ -174,4 +174,15 @@ impl Validate for LiveConfig {
         }
         Ok(())
     }
+}
+
+/// How the audit paces itself.
+#[derive(Debug, Clone, Copy)]
+pub struct AuditSettings {
+    /// Blocks per `eth_getLogs` range, at most.
+    pub range_blocks: u64,
+    /// RPC calls per second, at most.
+    pub max_rps: f64,
+    /// How often an audit that has caught up looks for newly finalized blocks.
+    pub interval: Duration,
 }

@@ -2,7 +2,7 @@
 //! records, fenced by the live writer lock, the highest ingested block it covers. It never
 //! moves back and is never above the ingest watermark; a block is recorded only when its
 //! stored hash is the canonical one. Push's finality lane sends `final` events behind it, and
-//! [`crate::ingest::Ingester::unwind`] refuses to retract below it (an alarm, not a retract).
+//! ingest's unwind refuses to retract below it (an alarm, not a retract).
 
 use std::time::Duration;
 

@@ -11,7 +11,7 @@ use pmw_core::ch::{trades, TradeRow};
 use pmw_core::trade::Allowlist;
 use pmw_core::{Cursor, UnixMs};
 use pmw_live::LiveConfig;
-use pmw_testkit::ServiceHandle;
+use pmw_testkit::{eventually_every, ServiceHandle};
 
 use crate::common::{assert_exactly_emitted, Harness};
 
@@ -43,19 +43,20 @@ async fn audit_cursor(h: &Harness) -> Option<u64> {
 
 /// Mine empty blocks (so `finalized` moves on) until the audit has passed `block`.
 async fn wait_audited(h: &Harness, block: u64) -> u64 {
-    let deadline = tokio::time::Instant::now() + WITHIN;
-    loop {
-        if let Some(a) = audit_cursor(h).await.filter(|a| *a >= block) {
-            return a;
+    let polled = eventually_every(WITHIN, Duration::from_millis(100), || async {
+        let at = audit_cursor(h).await;
+        match at.filter(|a| *a >= block) {
+            Some(a) => Ok(a),
+            None => {
+                h.sim.rpc().mine().await.unwrap();
+                Err(at)
+            }
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the audit did not reach block {block} within {WITHIN:?} (at {:?})",
-            audit_cursor(h).await
-        );
-        h.sim.rpc().mine().await.unwrap();
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
+    polled.unwrap_or_else(|at| {
+        panic!("the audit did not reach block {block} within {WITHIN:?} (at {at:?})")
+    })
 }
 
 /// Sums over `audit_ranges`: (ranges, fills checked, missing, extra, max head − to_block,

@@ -10,7 +10,7 @@ use pmw_core::{CoreConfig, Cursor};
 use pmw_live::LiveConfig;
 use pmw_sim::anvil::Anvil;
 use pmw_sim::{Emitted, Sim};
-use pmw_testkit::{ServiceHandle, TestDb};
+use pmw_testkit::{eventually, ServiceHandle, TestDb};
 
 pub struct Harness {
     pub db: TestDb,
@@ -73,21 +73,17 @@ impl Harness {
 
     /// Wait until the watermark is at the chain head (number and hash).
     pub async fn wait_caught_up(&self, within: Duration) {
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
+        let polled = eventually(within, || async {
             let head = self.sim.rpc().latest_block().await.unwrap();
-            if let Some((n, h)) = self.cursor().await {
-                if n == head.number.0 && h == head.hash.to_string() {
-                    return;
-                }
+            let cursor = self.cursor().await;
+            match &cursor {
+                Some((n, h)) if *n == head.number.0 && *h == head.hash.to_string() => Ok(()),
+                _ => Err((head.number.0, cursor)),
             }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "live did not catch up with head {} within {within:?} (cursor {:?})",
-                head.number.0,
-                self.cursor().await
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        })
+        .await;
+        if let Err((head, cursor)) = polled {
+            panic!("live did not catch up with head {head} within {within:?} (cursor {cursor:?})");
         }
     }
 

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use crate::common::{assert_exactly_emitted, Harness};
+use pmw_testkit::{assert_eventually, eventually_every};
 
 const WITHIN: Duration = Duration::from_secs(30);
 
@@ -40,19 +41,19 @@ async fn chain_finalized(h: &Harness) -> (u64, String) {
 
 /// Wait until the recorded watermark is the chain's finalized block.
 async fn wait_finalized_matches_chain(h: &Harness) -> (u64, String) {
-    let deadline = tokio::time::Instant::now() + WITHIN;
-    loop {
+    let polled = eventually_every(WITHIN, Duration::from_millis(100), || async {
         let chain = chain_finalized(h).await;
         let ours = finalized_cursor(h).await;
         if ours.as_ref() == Some(&chain) {
-            return chain;
+            Ok(chain)
+        } else {
+            Err((ours, chain))
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "finalized watermark {ours:?} never reached the chain's {chain:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
+    polled.unwrap_or_else(|(ours, chain)| {
+        panic!("finalized watermark {ours:?} never reached the chain's {chain:?}")
+    })
 }
 
 fn fast(mut live: pmw_live::LiveConfig) -> pmw_live::LiveConfig {
@@ -112,9 +113,8 @@ async fn a_reorg_below_the_finalized_watermark_is_refused_and_counted_not_retrac
 
     // Live sees the reorg, refuses it and says so in its heartbeat's counters.
     let c = h.db.connect().await;
-    let deadline = tokio::time::Instant::now() + WITHIN;
-    loop {
-        let violations: Option<i64> = c
+    let violations = || async {
+        let n: Option<i64> = c
             .query_opt(
                 "SELECT (state->'stats'->>'finality_violations')::bigint FROM heartbeats WHERE service = 'pmw-live'",
                 &[],
@@ -122,15 +122,13 @@ async fn a_reorg_below_the_finalized_watermark_is_refused_and_counted_not_retrac
             .await
             .unwrap()
             .and_then(|r| r.get(0));
-        if violations.unwrap_or(0) >= 1 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no finality violation was counted"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        n.unwrap_or(0)
+    };
+    assert_eventually!(
+        WITHIN,
+        violations().await >= 1,
+        "no finality violation was counted"
+    );
     // Nothing was retracted and nothing recorded as a reorg; the watermark did not move back.
     let after = h.visible().await;
     let keys = |v: &[pmw_core::ch::TradeRow]| {

@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use crate::common::{assert_exactly_emitted, p50_p99, Harness};
 use pmw_core::ch::{latency, trades, Window};
+use pmw_core::lock::keys;
 use pmw_sim::types::Role;
 use pmw_sim::RunConfig;
-use pmw_testkit::TcpProxy;
+use pmw_testkit::{assert_eventually, eventually, TcpProxy};
 use tokio_util::sync::CancellationToken;
 
 const CATCH_UP: Duration = Duration::from_secs(60);
@@ -244,14 +245,11 @@ async fn cut_rpc_websocket_misses_no_block() {
     run.await.unwrap().unwrap();
     h.sim.run_matches(2).await.unwrap();
     h.wait_caught_up(CATCH_UP).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
-    while proxy.accepted() < 2 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "live never reconnected its WebSocket"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    assert_eventually!(
+        Duration::from_secs(40),
+        proxy.accepted() >= 2,
+        "live never reconnected its WebSocket"
+    );
     assert_exactly_emitted(&h.visible().await, &h.sim.canonical());
     live.stop().await.unwrap();
 }
@@ -270,18 +268,20 @@ async fn clickhouse_outage_is_retried_without_loss_or_doubles() {
     h.sim.run_matches(3).await.unwrap();
     h.wait_caught_up(CATCH_UP).await;
 
+    let (before, _) = h.cursor().await.unwrap();
     proxy.cut();
     h.sim.run_matches(5).await.unwrap();
+    let head = h.sim.rpc().latest_block().await.unwrap().number.0;
+    assert!(before < head, "the chain moved on during the cut");
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (during, _) = h.cursor().await.unwrap();
+    assert_eq!(
+        during, before,
+        "the watermark must not move while ClickHouse is unreachable"
+    );
     proxy.restore();
     h.sim.run_matches(2).await.unwrap();
     h.wait_caught_up(CATCH_UP).await;
-    let head = h.sim.rpc().latest_block().await.unwrap().number.0;
-    assert!(
-        during < head,
-        "the watermark did not move while ClickHouse was unreachable"
-    );
     assert!(
         !live.is_finished(),
         "a ClickHouse outage is retried, not fatal"
@@ -335,6 +335,18 @@ async fn reorg_of_depth_two_retracts_orphans_and_ingests_the_new_branch() {
     live.stop().await.unwrap();
 }
 
+/// Sessions of this test's database holding (`granted`) or waiting for the live writer lock.
+async fn live_lock(c: &tokio_postgres::Client, granted: bool) -> i64 {
+    c.query_one(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = $1 AND granted = $2 \
+         AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+        &[&(keys::LIVE as u32), &granted],
+    )
+    .await
+    .unwrap()
+    .get(0)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_live_waits_for_the_lock_and_takes_over() {
     let h = Harness::new().await;
@@ -342,9 +354,32 @@ async fn a_second_live_waits_for_the_lock_and_takes_over() {
     let first = h.start_live(h.core(), cfg.clone());
     h.sim.run_matches(2).await.unwrap();
     h.wait_caught_up(CATCH_UP).await;
+    let c = h.db.connect().await;
+    assert_eq!(
+        live_lock(&c, true).await,
+        1,
+        "the first live holds the lock"
+    );
     let second = h.start_live(h.core(), cfg);
+    // The second queues on the lock (a waiter in pg_locks) and stays queued, without exiting,
+    // while lock segments (1 s each) pass.
+    assert_eventually!(
+        CATCH_UP,
+        live_lock(&c, false).await == 1,
+        "the second live never waited on the lock"
+    );
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(!second.is_finished(), "the second live waits");
+    assert_eq!(
+        live_lock(&c, true).await,
+        1,
+        "the first live keeps the lock"
+    );
+    assert_eventually!(
+        Duration::from_secs(5),
+        live_lock(&c, false).await == 1,
+        "the second live stopped waiting on the lock"
+    );
     first.stop().await.unwrap();
     h.sim.run_matches(3).await.unwrap();
     h.wait_caught_up(CATCH_UP).await;
@@ -419,22 +454,20 @@ async fn market_names_are_resolved_in_the_background_from_a_gamma_api() {
         .map(|e| e.token_id.0.to_string())
         .collect();
     let c = h.db.connect().await;
-    let deadline = tokio::time::Instant::now() + CATCH_UP;
-    loop {
-        let resolved: i64 = c
+    let resolved = || async {
+        let n: i64 = c
             .query_one("SELECT count(*) FROM market_names WHERE status = 'resolved' AND token_id = ANY($1)", &[&tokens.iter().cloned().collect::<Vec<_>>()])
             .await
             .unwrap()
             .get(0);
-        if resolved as usize == tokens.len() {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "names not resolved: {resolved} of {}",
+        n as usize
+    };
+    if !eventually(CATCH_UP, || async { resolved().await == tokens.len() }).await {
+        panic!(
+            "names not resolved: {} of {}",
+            resolved().await,
             tokens.len()
         );
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     for m in &markets {
         for (i, t) in m.token_ids.iter().enumerate() {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use pmw_core::pg;
 use pmw_live::notifier::{BlockNotifier, CHANNEL};
-use pmw_testkit::TestDb;
+use pmw_testkit::{eventually_every, TestDb};
 use tokio_util::sync::CancellationToken;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -148,28 +148,33 @@ async fn a_live_block_wakes_push_in_its_commit_and_its_latency_row_follows() {
 
     // Every ingested block gets its latency row (written off the ingest path, shortly after).
     let (top, _) = h.cursor().await.unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     let first = *live_blocks.first().unwrap() as u64;
-    loop {
-        let rows = pmw_core::ch::latency::ingest_in_window(
-            &h.db.ch,
-            pmw_core::ch::Window {
-                from_ms: 0,
-                to_ms: i64::MAX,
-            },
-        )
-        .await
-        .unwrap();
-        let have: std::collections::BTreeSet<u64> = rows.iter().map(|r| r.block_number).collect();
-        let missing: Vec<u64> = (first..=top).filter(|b| !have.contains(b)).collect();
-        if missing.is_empty() {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "ingest_latency rows missing for blocks {missing:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    let polled = eventually_every(
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        || async {
+            let rows = pmw_core::ch::latency::ingest_in_window(
+                &h.db.ch,
+                pmw_core::ch::Window {
+                    from_ms: 0,
+                    to_ms: i64::MAX,
+                },
+            )
+            .await
+            .unwrap();
+            let have: std::collections::BTreeSet<u64> =
+                rows.iter().map(|r| r.block_number).collect();
+            let missing: Vec<u64> = (first..=top).filter(|b| !have.contains(b)).collect();
+            if missing.is_empty() {
+                Ok(())
+            } else {
+                Err(missing)
+            }
+        },
+    )
+    .await;
+    if let Err(missing) = polled {
+        panic!("ingest_latency rows missing for blocks {missing:?}");
     }
     live.stop().await.unwrap();
 }
