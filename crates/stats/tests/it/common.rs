@@ -7,7 +7,7 @@ use std::time::Duration;
 use pmw_core::ch::latency::{self, IngestLatencyRow, PushLatencyRow};
 use pmw_core::CoreConfig;
 use pmw_stats::StatsConfig;
-use pmw_testkit::{ServiceHandle, TestDb};
+use pmw_testkit::{eventually_every, ServiceHandle, TestDb};
 
 pub const HOUR: i64 = 3_600_000;
 pub const DAY: i64 = 86_400_000;
@@ -98,23 +98,21 @@ pub async fn get(url: &str) -> (u16, String) {
 
 /// Wait until `/latency.json` answers 200 with a snapshot generated at or after `not_before_ms`.
 pub async fn json_after(addr: SocketAddr, not_before_ms: i64) -> serde_json::Value {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let (status, body) = get(&format!("http://{addr}/latency.json")).await;
-        if status == 200 {
-            let v: serde_json::Value = serde_json::from_str(&body).expect("json");
-            if v["generated_at_ms"].as_i64().unwrap() >= not_before_ms {
-                return v;
+    let snapshot = eventually_every(
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        || async {
+            let (status, body) = get(&format!("http://{addr}/latency.json")).await;
+            if status != 200 {
+                assert_eq!(status, 503, "before the first snapshot: 503; got {body}");
+                return None;
             }
-        } else {
-            assert_eq!(status, 503, "before the first snapshot: 503; got {body}");
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no snapshot after {not_before_ms}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+            let v: serde_json::Value = serde_json::from_str(&body).expect("json");
+            (v["generated_at_ms"].as_i64().unwrap() >= not_before_ms).then_some(v)
+        },
+    )
+    .await;
+    snapshot.unwrap_or_else(|| panic!("no snapshot after {not_before_ms}"))
 }
 
 /// The window object named `name` in a JSON snapshot.

@@ -1,11 +1,12 @@
 //! The stats writer lock: a second instance waits (without binding its port) and takes over when
 //! the first stops; losing the lock session ends the process with exit code 75.
 
+use std::cell::RefCell;
 use std::time::Duration;
 
 use crate::common::*;
 use pmw_core::lock::keys;
-use pmw_testkit::{ChildService, ServiceHandle, TestDb};
+use pmw_testkit::{assert_eventually, eventually_every, ChildService, ServiceHandle, TestDb};
 
 /// Pid of the session holding the stats advisory lock, if any.
 async fn holder(client: &tokio_postgres::Client) -> Option<i32> {
@@ -33,8 +34,7 @@ async fn a_second_instance_waits_for_the_lock_then_takes_over() {
         pmw_stats::run_with(cfg_b, stats_config(500), shutdown, Some(bound))
     });
     // B starts, beats "waiting for lock" and waits on its own lock session.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
+    let waiting = || async {
         let state: Option<serde_json::Value> = client
             .query_opt(
                 "SELECT state FROM heartbeats WHERE service = 'pmw-stats' AND instance = 'stats-b'",
@@ -52,13 +52,10 @@ async fn a_second_instance_waits_for_the_lock_then_takes_over() {
             .await
             .unwrap()
             .get(0);
-        if sessions == 2 && state.is_some_and(|s| s["state"] == "waiting for lock") {
-            break;
-        }
         assert!(!b.is_finished(), "the second instance must wait, not exit");
-        assert!(tokio::time::Instant::now() < deadline, "B never waited");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        sessions == 2 && state.is_some_and(|s| s["state"] == "waiting for lock")
+    };
+    assert_eventually!(Duration::from_secs(60), waiting().await, "B never waited");
     // Several lock segments (200 ms each) pass without B binding or exiting.
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     assert!(
@@ -95,23 +92,26 @@ async fn a_lost_lock_session_exits_75() {
     let mut env = db.env();
     env.push(("PMW_STATS_LISTEN".into(), "127.0.0.1:0".into()));
     env.push(("PMW_STATS_INTERVAL_MS".into(), "500".into()));
-    let mut child = ChildService::start(
+    let child = RefCell::new(ChildService::start(
         std::path::Path::new(env!("CARGO_BIN_EXE_pmw-stats")),
         &env,
         &[],
-    );
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    let pid = loop {
-        if let Some(pid) = holder(&client).await {
-            break pid;
-        }
-        assert!(
-            child.is_running(),
-            "pmw-stats exited before taking its lock"
-        );
-        assert!(tokio::time::Instant::now() < deadline, "lock never taken");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    ));
+    let held = eventually_every(
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        || async {
+            let pid = holder(&client).await;
+            assert!(
+                pid.is_some() || child.borrow_mut().is_running(),
+                "pmw-stats exited before taking its lock"
+            );
+            pid
+        },
+    )
+    .await;
+    let pid = held.expect("lock never taken");
+    let mut child = child.into_inner();
     let terminated: bool = client
         .query_one("SELECT pg_terminate_backend($1)", &[&pid])
         .await

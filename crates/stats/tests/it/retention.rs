@@ -11,7 +11,7 @@ use pmw_core::ch::Window;
 use pmw_core::{Cursor, UnixMs};
 use pmw_stats::purge::{self, RowRetention};
 use pmw_stats::{retention, StatsConfig};
-use pmw_testkit::TestDb;
+use pmw_testkit::{assert_eventually, TestDb};
 
 fn trade(block: u64, t_ms: i64) -> TradeRow {
     TradeRow {
@@ -152,14 +152,11 @@ async fn retention_drops_old_latency_partitions_and_leaves_trades() {
     )
     .await;
     let (svc, _addr) = start(db.cfg.clone(), stats_config(60_000)).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while ingest_times(&db).await.len() != kept.len() || push_times(&db).await.len() != kept.len() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the service's retention job did not drop the 45-day-old partition"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    assert_eventually!(
+        Duration::from_secs(30),
+        ingest_times(&db).await.len() == kept.len() && push_times(&db).await.len() == kept.len(),
+        "the service's retention job did not drop the 45-day-old partition"
+    );
     assert_eq!(all_trades(&db).await, trades_before, "trades untouched");
     svc.stop().await.unwrap();
 }
@@ -411,16 +408,12 @@ async fn retention_purges_finished_rows_in_batches_and_old_delivery_log_days() {
         ..stats_config(60_000)
     };
     let (svc, _addr) = start(db.cfg.clone(), stats).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while claim_states(&c).await.len() != 4
-        || delivery_ids(&c).await.len() != 5
-        || log_times(&db).await != kept
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the service's retention job did not purge the old rows"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    assert_eventually!(
+        Duration::from_secs(30),
+        claim_states(&c).await.len() == 4
+            && delivery_ids(&c).await.len() == 5
+            && log_times(&db).await == kept,
+        "the service's retention job did not purge the old rows"
+    );
     svc.stop().await.unwrap();
 }
