@@ -34,6 +34,7 @@ const PURGE_BATCH: i64 = 100;
 const MAX_STORED_BYTES: usize = 1 << 20;
 
 /// What a key's row says about this request.
+#[derive(Debug, PartialEq, Eq)]
 enum Claim {
     /// This request runs; its response is stored under `created_ms`.
     New { created_ms: i64 },
@@ -80,6 +81,13 @@ fn storable(status: StatusCode) -> bool {
         || status.is_informational())
 }
 
+/// A claimed key: the account, the key, and when its row was created.
+struct Slot<'a> {
+    account: i64,
+    key: &'a str,
+    created_ms: i64,
+}
+
 /// Middleware on the API's routes: see the module documentation.
 pub async fn idempotency(State(st): State<AppState>, req: Request, next: Next) -> Response {
     if req.method() != Method::POST {
@@ -88,50 +96,66 @@ pub async fn idempotency(State(st): State<AppState>, req: Request, next: Next) -
     let Some(raw) = req.headers().get(HEADER) else {
         return next.run(req).await;
     };
-    let key = match valid_key(raw) {
-        Ok(k) => k,
-        Err(e) => return e.into_response(),
-    };
+    match valid_key(raw) {
+        Ok(key) => keyed(&st, key, req, next)
+            .await
+            .unwrap_or_else(IntoResponse::into_response),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// A POST with a valid key: claim it, then run the request or answer from its row.
+async fn keyed(st: &AppState, key: String, req: Request, next: Next) -> Result<Response, ApiError> {
     let (mut parts, body) = req.into_parts();
     // Keys are per account: authenticate first (the handler reuses this, see `Auth`).
-    let who = match Auth::from_request_parts(&mut parts, &st).await {
-        Ok(a) => a,
-        Err(e) => return e.into_response(),
-    };
+    let who = Auth::from_request_parts(&mut parts, st).await?;
     // The body was read completely by the outer layer: this only collects it.
-    let Ok(body) = to_bytes(body, usize::MAX).await else {
-        return ApiError::bad_request("invalid_body", "the request body could not be read")
-            .into_response();
-    };
+    let body = to_bytes(body, usize::MAX)
+        .await
+        .map_err(|_| ApiError::bad_request("invalid_body", "the request body could not be read"))?;
     let fp = fingerprint(&parts.method, &parts.uri, &body);
-    let created_ms =
-        match claim(&st, who.account_id, &key, &fp).await {
-            Err(e) => return e.into_response(),
-            Ok(Claim::Replay {
-                status,
-                content_type,
-                body,
-            }) => return replay(status, content_type, body),
-            Ok(Claim::Reused) => return ApiError::unprocessable(
-                "idempotency_key_reused",
-                "this Idempotency-Key was used for a different request (method, path or body); \
-                 use a new key",
-            )
-            .into_response(),
-            Ok(Claim::InFlight) => {
-                return ApiError::conflict(
-                    "idempotency_in_flight",
-                    "a request with this Idempotency-Key is still being processed; retry later",
-                )
-                .into_response()
-            }
-            Ok(Claim::New { created_ms }) => created_ms,
-        };
-    parts.extensions.insert(who.clone());
+    let created_ms = match claim(st, who.account_id, &key, &fp).await? {
+        Claim::New { created_ms } => created_ms,
+        other => return Ok(answer(other)),
+    };
+    let slot = Slot {
+        account: who.account_id,
+        key: &key,
+        created_ms,
+    };
+    parts.extensions.insert(who);
     let resp = next.run(Request::from_parts(parts, Body::from(body))).await;
+    Ok(settle(st, &slot, resp).await)
+}
+
+/// The answer to a request whose key was claimed before ([`Claim::New`] runs instead).
+fn answer(claim: Claim) -> Response {
+    match claim {
+        Claim::Replay {
+            status,
+            content_type,
+            body,
+        } => replay(status, content_type, body),
+        Claim::Reused => ApiError::unprocessable(
+            "idempotency_key_reused",
+            "this Idempotency-Key was used for a different request (method, path or body); \
+             use a new key",
+        )
+        .into_response(),
+        Claim::InFlight | Claim::New { .. } => ApiError::conflict(
+            "idempotency_in_flight",
+            "a request with this Idempotency-Key is still being processed; retry later",
+        )
+        .into_response(),
+    }
+}
+
+/// Store the response under the claimed key when it answers the request, else release the key;
+/// the response either way (an unstorable one becomes a 500).
+async fn settle(st: &AppState, slot: &Slot<'_>, resp: Response) -> Response {
     let (rparts, rbody) = resp.into_parts();
     let Ok(rbytes) = to_bytes(rbody, MAX_STORED_BYTES).await else {
-        release(&st, who.account_id, &key, created_ms).await;
+        release(st, slot).await;
         return ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "internal",
@@ -139,28 +163,18 @@ pub async fn idempotency(State(st): State<AppState>, req: Request, next: Next) -
         )
         .into_response();
     };
-    if storable(rparts.status) {
-        let ct = rparts
-            .headers
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok());
-        if let Err(e) = store(
-            &st,
-            who.account_id,
-            &key,
-            created_ms,
-            &rparts.status,
-            ct,
-            &rbytes,
-        )
-        .await
-        {
-            // The request itself succeeded: answer it; a retry after the in-flight window runs
-            // again.
-            tracing::warn!(error = %e.message, "idempotency store failed");
-        }
-    } else {
-        release(&st, who.account_id, &key, created_ms).await;
+    if !storable(rparts.status) {
+        release(st, slot).await;
+        return Response::from_parts(rparts, Body::from(rbytes));
+    }
+    let ct = rparts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
+    if let Err(e) = store(st, slot, rparts.status, ct, &rbytes).await {
+        // The request itself succeeded: answer it; a retry after the in-flight window runs
+        // again.
+        tracing::warn!(error = %e.message, "idempotency store failed");
     }
     Response::from_parts(rparts, Body::from(rbytes))
 }
@@ -174,6 +188,22 @@ fn replay(status: u16, content_type: Option<String>, body: Vec<u8>) -> Response 
     resp.headers_mut()
         .insert(REPLAYED, HeaderValue::from_static("true"));
     resp
+}
+
+/// What a key's stored row says about a request with fingerprint `fp`: `fingerprint, status,
+/// content_type, body`.
+fn judge(row: &tokio_postgres::Row, fp: &[u8]) -> Claim {
+    if row.get::<_, &[u8]>(0) != fp {
+        return Claim::Reused;
+    }
+    match row.get::<_, Option<i16>>(1) {
+        None => Claim::InFlight,
+        Some(status) => Claim::Replay {
+            status: status as u16,
+            content_type: row.get(2),
+            body: row.get::<_, Option<Vec<u8>>>(3).unwrap_or_default(),
+        },
+    }
 }
 
 async fn claim(st: &AppState, account: i64, key: &str, fp: &[u8]) -> Result<Claim, ApiError> {
@@ -198,48 +228,30 @@ async fn claim(st: &AppState, account: i64, key: &str, fp: &[u8]) -> Result<Clai
                 created_ms: r.get(0),
             });
         }
-        let Some(r) = c
-            .query_opt(
-                "SELECT fingerprint, status, content_type, body FROM idempotency_keys \
-                 WHERE account_id = $1 AND key = $2",
-                &[&account, &key],
-            )
-            .await?
-        else {
-            continue;
-        };
-        if r.get::<_, &[u8]>(0) != fp {
-            return Ok(Claim::Reused);
+        let row = c
+            .query_opt(include_str!("sql/idempotency_read.sql"), &[&account, &key])
+            .await?;
+        if let Some(r) = row {
+            return Ok(judge(&r, fp));
         }
-        return Ok(match r.get::<_, Option<i16>>(1) {
-            None => Claim::InFlight,
-            Some(status) => Claim::Replay {
-                status: status as u16,
-                content_type: r.get(2),
-                body: r.get::<_, Option<Vec<u8>>>(3).unwrap_or_default(),
-            },
-        });
     }
     Ok(Claim::InFlight)
 }
 
 async fn store(
     st: &AppState,
-    account: i64,
-    key: &str,
-    created_ms: i64,
-    status: &StatusCode,
+    slot: &Slot<'_>,
+    status: StatusCode,
     content_type: Option<&str>,
     body: &[u8],
 ) -> Result<(), ApiError> {
     let c = st.pg.get().await?;
     c.execute(
-        "UPDATE idempotency_keys SET status = $4, content_type = $5, body = $6 \
-         WHERE account_id = $1 AND key = $2 AND created_ms = $3 AND status IS NULL",
+        include_str!("sql/idempotency_store.sql"),
         &[
-            &account,
-            &key,
-            &created_ms,
+            &slot.account,
+            &slot.key,
+            &slot.created_ms,
             &(status.as_u16() as i16),
             &content_type,
             &body,
@@ -250,13 +262,12 @@ async fn store(
 }
 
 /// Forget a claimed key whose request ended without an answer worth storing.
-async fn release(st: &AppState, account: i64, key: &str, created_ms: i64) {
+async fn release(st: &AppState, slot: &Slot<'_>) {
     let res = match st.pg.get().await {
         Ok(c) => c
             .execute(
-                "DELETE FROM idempotency_keys \
-                 WHERE account_id = $1 AND key = $2 AND created_ms = $3 AND status IS NULL",
-                &[&account, &key, &created_ms],
+                include_str!("sql/idempotency_release.sql"),
+                &[&slot.account, &slot.key, &slot.created_ms],
             )
             .await
             .map(drop)
@@ -265,5 +276,62 @@ async fn release(st: &AppState, account: i64, key: &str, created_ms: i64) {
     };
     if let Err(e) = res {
         tracing::warn!(error = %e, "idempotency release failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_1_to_255_visible_ascii_characters() {
+        assert_eq!(
+            valid_key(&HeaderValue::from_static("a-1_B.~")).unwrap(),
+            "a-1_B.~"
+        );
+        assert!(valid_key(&HeaderValue::from_str(&"k".repeat(255)).unwrap()).is_ok());
+        for bad in ["", "has space", &"k".repeat(256)] {
+            let e = valid_key(&HeaderValue::from_str(bad).unwrap()).unwrap_err();
+            assert_eq!(e.code, "invalid_idempotency_key", "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn only_answers_about_the_request_are_stored() {
+        for s in [200, 201, 202, 204, 400, 403, 404, 413, 422] {
+            assert!(storable(StatusCode::from_u16(s).unwrap()), "{s}");
+        }
+        for s in [100, 401, 408, 409, 429, 500, 502, 503] {
+            assert!(!storable(StatusCode::from_u16(s).unwrap()), "{s}");
+        }
+    }
+
+    #[test]
+    fn the_fingerprint_covers_method_path_query_and_body() {
+        let uri = |u: &str| u.parse::<axum::http::Uri>().unwrap();
+        let base = fingerprint(&Method::POST, &uri("/v1/x?a=1"), b"{}");
+        assert_eq!(base.len(), 32);
+        assert_eq!(base, fingerprint(&Method::POST, &uri("/v1/x?a=1"), b"{}"));
+        assert_ne!(base, fingerprint(&Method::PUT, &uri("/v1/x?a=1"), b"{}"));
+        assert_ne!(base, fingerprint(&Method::POST, &uri("/v1/x?a=2"), b"{}"));
+        assert_ne!(base, fingerprint(&Method::POST, &uri("/v1/y?a=1"), b"{}"));
+        assert_ne!(base, fingerprint(&Method::POST, &uri("/v1/x?a=1"), b"{ }"));
+    }
+
+    #[test]
+    fn a_claimed_key_answers_with_its_stored_response_or_a_refusal() {
+        let r = answer(Claim::Replay {
+            status: 201,
+            content_type: Some("application/json".into()),
+            body: b"{}".to_vec(),
+        });
+        assert_eq!(r.status(), StatusCode::CREATED);
+        assert_eq!(r.headers()[REPLAYED], "true");
+        assert_eq!(r.headers()[header::CONTENT_TYPE], "application/json");
+        assert_eq!(
+            answer(Claim::Reused).status(),
+            StatusCode::UNPROCESSABLE_ENTITY
+        );
+        assert_eq!(answer(Claim::InFlight).status(), StatusCode::CONFLICT);
     }
 }
