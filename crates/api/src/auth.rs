@@ -12,7 +12,8 @@ use crate::config::ApiConfig;
 use axum::extract::FromRequestParts;
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
-use governor::clock::{Clock, DefaultClock};
+use governor::clock::{Clock, DefaultClock, QuantaInstant};
+use governor::NotUntil;
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use pmw_core::auth::{key_holder, AuthError};
 
@@ -22,13 +23,16 @@ use crate::AppState;
 /// Per-key limiter.
 pub type Limiter = DefaultKeyedRateLimiter<i64>;
 
-/// The limiter configured by `PMW_API_RATE_PER_SEC` / `PMW_API_RATE_BURST` (validated > 0).
-pub fn limiter(cfg: &ApiConfig) -> Arc<Limiter> {
+/// The per-second quota of `PMW_API_RATE_PER_SEC` / `PMW_API_RATE_BURST` (validated > 0).
+fn quota(cfg: &ApiConfig) -> Quota {
     let rate = NonZeroU32::new(cfg.api_rate_per_sec).unwrap_or(NonZeroU32::MIN);
     let burst = NonZeroU32::new(cfg.api_rate_burst).unwrap_or(rate);
-    Arc::new(RateLimiter::keyed(
-        Quota::per_second(rate).allow_burst(burst),
-    ))
+    Quota::per_second(rate).allow_burst(burst)
+}
+
+/// The per-key limiter, at [`quota`].
+pub fn limiter(cfg: &ApiConfig) -> Arc<Limiter> {
+    Arc::new(RateLimiter::keyed(quota(cfg)))
 }
 
 /// `POST /v1/webhooks/{id}/test` per account: `PMW_API_WEBHOOK_TEST_PER_MIN` a minute, all of
@@ -43,11 +47,13 @@ pub type FailureLimiter = DefaultKeyedRateLimiter<IpAddr>;
 
 /// The failure limiter, at the per-key rate and burst.
 pub fn failure_limiter(cfg: &ApiConfig) -> Arc<FailureLimiter> {
-    let rate = NonZeroU32::new(cfg.api_rate_per_sec).unwrap_or(NonZeroU32::MIN);
-    let burst = NonZeroU32::new(cfg.api_rate_burst).unwrap_or(rate);
-    Arc::new(RateLimiter::keyed(
-        Quota::per_second(rate).allow_burst(burst),
-    ))
+    Arc::new(RateLimiter::keyed(quota(cfg)))
+}
+
+/// 429 with `Retry-After`: the limiter refused until `not_until`.
+pub fn limited(not_until: NotUntil<QuantaInstant>) -> ApiError {
+    let wait = not_until.wait_time_from(DefaultClock::default().now());
+    ApiError::rate_limited(wait.as_secs_f64().ceil() as u64)
 }
 
 /// The caller, once its key checked out and its request fits the rate limit.
@@ -93,10 +99,7 @@ impl FromRequestParts<AppState> for Auth {
                     .unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
                 match st.failures.check_key(&ip) {
                     Ok(()) => Err(e),
-                    Err(not_until) => {
-                        let wait = not_until.wait_time_from(DefaultClock::default().now());
-                        Err(ApiError::rate_limited(wait.as_secs_f64().ceil() as u64))
-                    }
+                    Err(not_until) => Err(limited(not_until)),
                 }
             }
             other => other,
@@ -120,10 +123,7 @@ async fn authenticate(parts: &Parts, st: &AppState) -> Result<Auth, ApiError> {
         key_prefix: holder.key_prefix,
         plan: holder.plan,
     };
-    if let Err(not_until) = st.limiter.check_key(&auth.key_id) {
-        let wait = not_until.wait_time_from(DefaultClock::default().now());
-        return Err(ApiError::rate_limited(wait.as_secs_f64().ceil() as u64));
-    }
+    st.limiter.check_key(&auth.key_id).map_err(limited)?;
     Ok(auth)
 }
 

@@ -160,7 +160,7 @@ pub async fn ws_ticket(
     let expires_ms = now + st.cfg.api_ws_ticket_ttl_secs as i64 * 1_000;
     let mut c = st.pg.get().await?;
     let tx = c.transaction().await?;
-    super::lock_account(&tx, who.account_id).await?;
+    super::txn::lock_account(&tx, who.account_id).await?;
     // Spent and expired tickets are useless: drop this account's.
     tx.execute(
         "DELETE FROM ws_tickets WHERE account_id = $1 AND (used_ms IS NOT NULL OR expires_ms <= $2)",

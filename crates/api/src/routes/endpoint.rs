@@ -91,7 +91,7 @@ impl Endpoint {
 
 /// The endpoint `id` of the caller's account, or 404.
 pub async fn owned(
-    c: &crate::routes::Client,
+    c: &crate::routes::txn::Client,
     account_id: i64,
     id: i64,
 ) -> Result<Endpoint, ApiError> {

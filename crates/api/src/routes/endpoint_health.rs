@@ -51,7 +51,7 @@ pub struct EndpointHealth {
 /// The health of endpoint `id` (already checked to belong to the caller).
 pub async fn health(
     st: &AppState,
-    c: &crate::routes::Client,
+    c: &crate::routes::txn::Client,
     id: i64,
 ) -> Result<EndpointHealth, ApiError> {
     let now = UnixMs::now().0;

@@ -51,7 +51,7 @@ where
 /// The filters of the account's followed wallets (lowercase `0x…` → filter; only wallets that
 /// have one).
 pub async fn of_account(
-    c: &super::Client,
+    c: &super::txn::Client,
     account_id: i64,
 ) -> Result<HashMap<String, Filter>, ApiError> {
     Ok(c

@@ -8,7 +8,6 @@ use std::time::Instant;
 
 use axum::extract::State;
 use axum::Json;
-use governor::clock::{Clock, DefaultClock};
 use pmw_core::webhook::sign::{sign_headers, SecretError};
 use pmw_core::webhook::Secret;
 use pmw_core::UnixMs;
@@ -69,10 +68,9 @@ pub async fn test(
         .await?
         .ok_or_else(|| ApiError::not_found(format!("no webhook endpoint {id}")))?;
     drop(c);
-    if let Err(not_until) = st.test_limiter.check_key(&who.account_id) {
-        let wait = not_until.wait_time_from(DefaultClock::default().now());
-        return Err(ApiError::rate_limited(wait.as_secs_f64().ceil() as u64));
-    }
+    st.test_limiter
+        .check_key(&who.account_id)
+        .map_err(crate::auth::limited)?;
     let url: String = row.get(0);
     let now = UnixMs::now().0;
     let bad_secret = |e: SecretError| {

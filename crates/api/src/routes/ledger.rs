@@ -11,19 +11,19 @@ use crate::error::ApiError;
 
 /// Market names cached in Postgres for the rows' tokens (resolved ones only).
 pub async fn markets(
-    c: &super::Client,
+    c: &super::txn::Client,
     rows: &[TradeRow],
 ) -> Result<HashMap<String, Market>, ApiError> {
     Ok(pg::market_names_of(&***c, rows).await?)
 }
 
 /// The ingest watermark as the last cursor a reader may see.
-pub async fn watermark(c: &super::Client) -> Result<Option<Cursor>, ApiError> {
+pub async fn watermark(c: &super::txn::Client) -> Result<Option<Cursor>, ApiError> {
     Ok(pg::watermark(&***c).await?.map(pg::watermark_cursor))
 }
 
 /// The finalized watermark (the highest ingested block the chain calls finalized), if any.
-pub async fn finalized(c: &super::Client) -> Result<Option<u64>, ApiError> {
+pub async fn finalized(c: &super::txn::Client) -> Result<Option<u64>, ApiError> {
     Ok(c.query_opt(
         "SELECT block_number FROM finalized_cursor WHERE id = 1",
         &[],
@@ -33,7 +33,7 @@ pub async fn finalized(c: &super::Client) -> Result<Option<u64>, ApiError> {
 }
 
 /// The lowercase wallets the account follows.
-pub async fn followed(c: &super::Client, account_id: i64) -> Result<Vec<String>, ApiError> {
+pub async fn followed(c: &super::txn::Client, account_id: i64) -> Result<Vec<String>, ApiError> {
     Ok(c.query(
         "SELECT wallet FROM subscriptions WHERE account_id = $1",
         &[&account_id],

@@ -17,11 +17,11 @@ mod ready;
 mod replay;
 mod subscriptions;
 mod trades;
+mod txn;
 mod webhooks;
 
 use std::sync::OnceLock;
 
-use pmw_core::pg::PooledClient;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
@@ -29,8 +29,6 @@ use utoipa_axum::routes;
 
 use crate::error::ErrorBody;
 use crate::AppState;
-
-/// The channel push LISTENs on for subscription and endpoint changes.
 
 #[derive(OpenApi)]
 #[openapi(
@@ -114,33 +112,3 @@ pub fn openapi_json() -> &'static str {
         serde_json::to_string_pretty(&doc).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
     })
 }
-
-/// Wake the push leader: subscriptions or endpoints changed (call inside the changing
-/// transaction, so the notification is delivered exactly when the change commits).
-pub async fn notify_changes(
-    tx: &tokio_postgres::Transaction<'_>,
-) -> Result<(), tokio_postgres::Error> {
-    tx.execute(
-        "SELECT pg_notify($1, '')",
-        &[&pmw_core::channels::SUBSCRIPTIONS],
-    )
-    .await
-    .map(drop)
-}
-
-/// Lock the account row for the rest of the transaction: plan-limit checks and the insert
-/// they guard are serialised per account.
-pub async fn lock_account(
-    tx: &tokio_postgres::Transaction<'_>,
-    account_id: i64,
-) -> Result<(), tokio_postgres::Error> {
-    tx.execute(
-        "SELECT 1 FROM accounts WHERE id = $1 FOR UPDATE",
-        &[&account_id],
-    )
-    .await
-    .map(drop)
-}
-
-/// A pooled client (typed alias for handlers).
-pub type Client = PooledClient;

@@ -21,7 +21,7 @@ use utoipa::ToSchema;
 use super::endpoint::{owned, Endpoint, EventType};
 use super::ledger::{followed, markets};
 use super::params::{check_limit, parse_cursor};
-use super::Client;
+use super::txn::Client;
 use crate::auth::Auth;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiJson, ApiPath};

@@ -120,7 +120,7 @@ pub async fn create(
     let now = UnixMs::now().0;
     let mut c = st.pg.get().await?;
     let tx = c.transaction().await?;
-    super::lock_account(&tx, who.account_id).await?;
+    super::txn::lock_account(&tx, who.account_id).await?;
     let count: i64 = tx
         .query_one(
             "SELECT count(*) FROM webhook_endpoints WHERE account_id = $1",
@@ -146,7 +146,7 @@ pub async fn create(
             ],
         )
         .await?;
-    super::notify_changes(&tx).await?;
+    super::txn::notify_changes(&tx).await?;
     tx.commit().await?;
     let endpoint = Endpoint::from_row(&row);
     tracing::info!(
@@ -231,7 +231,7 @@ pub async fn update(
             .await
             .map_err(|e| ApiError::unavailable("postgres", e))?;
     }
-    super::notify_changes(&tx).await?;
+    super::txn::notify_changes(&tx).await?;
     tx.commit().await?;
     tracing::info!(
         account = who.account_id,
@@ -265,7 +265,7 @@ pub async fn delete(
     if n == 0 {
         return Err(ApiError::not_found(format!("no webhook endpoint {id}")));
     }
-    super::notify_changes(&tx).await?;
+    super::txn::notify_changes(&tx).await?;
     tx.commit().await?;
     tracing::info!(
         account = who.account_id,
@@ -305,7 +305,7 @@ pub async fn rotate_secret(
         )
         .await?
         .ok_or_else(|| ApiError::not_found(format!("no webhook endpoint {id}")))?;
-    super::notify_changes(&tx).await?;
+    super::txn::notify_changes(&tx).await?;
     tx.commit().await?;
     tracing::info!(
         account = who.account_id,

@@ -300,7 +300,7 @@ async fn apply(
         store::insert(tx, account, &f.wallet, f.label, now, f.filter.as_ref()).await?;
     }
     if !(new.is_empty() && gone.is_empty()) {
-        super::super::notify_changes(tx).await?;
+        super::super::txn::notify_changes(tx).await?;
     }
     Ok(())
 }
@@ -327,7 +327,7 @@ pub async fn bulk(
     } = check(&body);
     let mut c = st.pg.get().await?;
     let tx = c.transaction().await?;
-    super::super::lock_account(&tx, who.account_id).await?;
+    super::super::txn::lock_account(&tx, who.account_id).await?;
     let current = store::by_wallet(&*tx, who.account_id).await?;
     let followed = |a: &Address| current.contains_key(a.as_bytes().as_slice());
     errors.extend(not_followed(&body, &unfollow, followed));

@@ -76,7 +76,7 @@ pub async fn add(
     let max = st.cfg.plan(&who.plan).1.max_wallets;
     let mut c = st.pg.get().await?;
     let tx = c.transaction().await?;
-    super::lock_account(&tx, who.account_id).await?;
+    super::txn::lock_account(&tx, who.account_id).await?;
     if let Some(r) = store::one(&*tx, who.account_id, &wallet).await? {
         return Ok((StatusCode::OK, Json(store::from_row(&r))));
     }
@@ -96,7 +96,7 @@ pub async fn add(
         filter.as_ref(),
     )
     .await?;
-    super::notify_changes(&tx).await?;
+    super::txn::notify_changes(&tx).await?;
     tx.commit().await?;
     tracing::info!(account = who.account_id, wallet = %wallet, "subscribed");
     Ok((
@@ -144,7 +144,7 @@ pub async fn update(
             wallet.to_lower_hex()
         ))
     })?;
-    super::notify_changes(&tx).await?;
+    super::txn::notify_changes(&tx).await?;
     tx.commit().await?;
     tracing::info!(account = who.account_id, wallet = %wallet, filter = filter.is_some(), "subscription changed");
     Ok(Json(store::from_row(&row)))
@@ -169,7 +169,7 @@ pub async fn remove(
             wallet.to_lower_hex()
         )));
     }
-    super::notify_changes(&tx).await?;
+    super::txn::notify_changes(&tx).await?;
     tx.commit().await?;
     tracing::info!(account = who.account_id, wallet = %wallet, "unsubscribed");
     Ok(StatusCode::NO_CONTENT)
