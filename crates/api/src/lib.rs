@@ -107,14 +107,14 @@ pub async fn publish_plans(pool: &PgPool, api: &ApiConfig) -> Result<(), pmw_cor
     let mut c = pool.get().await?;
     let tx = c.transaction().await?;
     tx.execute(
-        "SELECT pg_advisory_xact_lock($1)",
+        include_str!("sql/plans_lock.sql"),
         &[&pmw_core::lock::keys::PLANS],
     )
     .await?;
     let names: Vec<&str> = api.api_plans.keys().map(String::as_str).collect();
-    tx.execute("DELETE FROM plans WHERE NOT (name = ANY($1))", &[&names])
+    tx.execute(include_str!("sql/plans_remove_others.sql"), &[&names])
         .await?;
-    tx.execute("UPDATE plans SET is_default = false WHERE is_default", &[])
+    tx.execute(include_str!("sql/plans_clear_default.sql"), &[])
         .await?;
     let now = pmw_core::UnixMs::now().0;
     for (name, plan) in &api.api_plans {

@@ -163,15 +163,12 @@ pub async fn ws_ticket(
     super::txn::lock_account(&tx, who.account_id).await?;
     // Spent and expired tickets are useless: drop this account's.
     tx.execute(
-        "DELETE FROM ws_tickets WHERE account_id = $1 AND (used_ms IS NOT NULL OR expires_ms <= $2)",
+        include_str!("sql/tickets_purge.sql"),
         &[&who.account_id, &now],
     )
     .await?;
     let outstanding: i64 = tx
-        .query_one(
-            "SELECT count(*) FROM ws_tickets WHERE account_id = $1",
-            &[&who.account_id],
-        )
+        .query_one(include_str!("sql/tickets_count.sql"), &[&who.account_id])
         .await?
         .get(0);
     if outstanding >= i64::from(plan.max_ws_sessions) {
@@ -182,7 +179,7 @@ pub async fn ws_ticket(
     }
     let (ticket, _) = auth::generate(TICKET_PREFIX);
     tx.execute(
-        "INSERT INTO ws_tickets (ticket_hash, account_id, key_id, expires_ms) VALUES ($1, $2, $3, $4)",
+        include_str!("sql/ticket_insert.sql"),
         &[
             &auth::hash_secret(&ticket).as_slice(),
             &who.account_id,

@@ -96,7 +96,7 @@ pub async fn owned(
     id: i64,
 ) -> Result<Endpoint, ApiError> {
     c.query_opt(
-        &format!("SELECT {COLUMNS} FROM webhook_endpoints WHERE id = $1 AND account_id = $2"),
+        &format!(include_str!("sql/owned_endpoint.sql"), COLUMNS = COLUMNS),
         &[&id, &account_id],
     )
     .await?

@@ -54,16 +54,14 @@ pub async fn of_account(
     c: &super::txn::Client,
     account_id: i64,
 ) -> Result<HashMap<String, Filter>, ApiError> {
-    Ok(c
-        .query(
-            "SELECT wallet, filter::text FROM subscriptions WHERE account_id = $1 AND filter IS NOT NULL",
-            &[&account_id],
-        )
-        .await?
-        .iter()
-        .filter_map(|r| {
-            let wallet = format!("0x{}", hex::encode(r.get::<_, &[u8]>(0)));
-            Some((wallet, Filter::from_stored(r.get(1))?))
-        })
-        .collect())
+    Ok(
+        c.query(include_str!("sql/subscription_filters.sql"), &[&account_id])
+            .await?
+            .iter()
+            .filter_map(|r| {
+                let wallet = format!("0x{}", hex::encode(r.get::<_, &[u8]>(0)));
+                Some((wallet, Filter::from_stored(r.get(1))?))
+            })
+            .collect(),
+    )
 }

@@ -24,22 +24,16 @@ pub async fn watermark(c: &super::txn::Client) -> Result<Option<Cursor>, ApiErro
 
 /// The finalized watermark (the highest ingested block the chain calls finalized), if any.
 pub async fn finalized(c: &super::txn::Client) -> Result<Option<u64>, ApiError> {
-    Ok(c.query_opt(
-        "SELECT block_number FROM finalized_cursor WHERE id = 1",
-        &[],
-    )
-    .await?
-    .map(|r| r.get::<_, i64>(0) as u64))
+    Ok(c.query_opt(include_str!("sql/finalized.sql"), &[])
+        .await?
+        .map(|r| r.get::<_, i64>(0) as u64))
 }
 
 /// The lowercase wallets the account follows.
 pub async fn followed(c: &super::txn::Client, account_id: i64) -> Result<Vec<String>, ApiError> {
-    Ok(c.query(
-        "SELECT wallet FROM subscriptions WHERE account_id = $1",
-        &[&account_id],
-    )
-    .await?
-    .iter()
-    .map(|r| format!("0x{}", hex::encode(r.get::<_, &[u8]>(0))))
-    .collect())
+    Ok(c.query(include_str!("sql/followed.sql"), &[&account_id])
+        .await?
+        .iter()
+        .map(|r| format!("0x{}", hex::encode(r.get::<_, &[u8]>(0))))
+        .collect())
 }

@@ -9,7 +9,7 @@ pub async fn notify_changes(
     tx: &tokio_postgres::Transaction<'_>,
 ) -> Result<(), tokio_postgres::Error> {
     tx.execute(
-        "SELECT pg_notify($1, '')",
+        include_str!("sql/notify_changes.sql"),
         &[&pmw_core::channels::SUBSCRIPTIONS],
     )
     .await
@@ -22,12 +22,9 @@ pub async fn lock_account(
     tx: &tokio_postgres::Transaction<'_>,
     account_id: i64,
 ) -> Result<(), tokio_postgres::Error> {
-    tx.execute(
-        "SELECT 1 FROM accounts WHERE id = $1 FOR UPDATE",
-        &[&account_id],
-    )
-    .await
-    .map(drop)
+    tx.execute(include_str!("sql/lock_account.sql"), &[&account_id])
+        .await
+        .map(drop)
 }
 
 /// A pooled client (typed alias for handlers).

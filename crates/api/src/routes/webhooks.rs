@@ -90,7 +90,7 @@ pub async fn list(State(st): State<AppState>, who: Auth) -> Result<Json<Endpoint
     let c = st.pg.get().await?;
     let rows = c
         .query(
-            &format!("SELECT {COLUMNS} FROM webhook_endpoints WHERE account_id = $1 ORDER BY id"),
+            &format!(include_str!("sql/list_endpoints.sql"), COLUMNS = COLUMNS),
             &[&who.account_id],
         )
         .await?;
@@ -122,10 +122,7 @@ pub async fn create(
     let tx = c.transaction().await?;
     super::txn::lock_account(&tx, who.account_id).await?;
     let count: i64 = tx
-        .query_one(
-            "SELECT count(*) FROM webhook_endpoints WHERE account_id = $1",
-            &[&who.account_id],
-        )
+        .query_one(include_str!("sql/count_endpoints.sql"), &[&who.account_id])
         .await?
         .get(0);
     if count >= i64::from(max) {
@@ -207,7 +204,7 @@ pub async fn update(
     // The row lock comes first (as in the dispatcher when it disables), then the deliveries.
     let was: bool = tx
         .query_opt(
-            "SELECT enabled FROM webhook_endpoints WHERE id = $1 AND account_id = $2 FOR NO KEY UPDATE",
+            include_str!("sql/lock_endpoint.sql"),
             &[&id, &who.account_id],
         )
         .await?
@@ -258,7 +255,7 @@ pub async fn delete(
     let tx = c.transaction().await?;
     let n = tx
         .execute(
-            "DELETE FROM webhook_endpoints WHERE id = $1 AND account_id = $2",
+            include_str!("sql/delete_endpoint.sql"),
             &[&id, &who.account_id],
         )
         .await?;

@@ -1,0 +1,1 @@
+SELECT count(*) FROM webhook_endpoints WHERE account_id = $1

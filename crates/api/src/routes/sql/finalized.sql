@@ -1,0 +1,1 @@
+SELECT block_number FROM finalized_cursor WHERE id = 1

@@ -1,0 +1,1 @@
+SELECT wallet FROM subscriptions WHERE account_id = $1

@@ -1,0 +1,1 @@
+SELECT {COLUMNS} FROM webhook_endpoints WHERE account_id = $1 ORDER BY id

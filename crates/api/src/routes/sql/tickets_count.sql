@@ -1,0 +1,1 @@
+SELECT count(*) FROM ws_tickets WHERE account_id = $1

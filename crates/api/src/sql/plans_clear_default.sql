@@ -1,0 +1,1 @@
+UPDATE plans SET is_default = false WHERE is_default

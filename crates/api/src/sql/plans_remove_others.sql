@@ -1,0 +1,1 @@
+DELETE FROM plans WHERE NOT (name = ANY($1))
