@@ -3,9 +3,9 @@
 
 use std::net::SocketAddr;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use pmw_testkit::{free_port, repo_root};
+use pmw_testkit::{assert_eventually, free_port, repo_root};
 
 /// A running Caddy; killed on drop.
 pub struct Caddy {
@@ -40,17 +40,13 @@ impl Caddy {
             .spawn()
             .expect("caddy (Debian package) is installed");
         let base = format!("http://127.0.0.1:{site}");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let up = reqwest::get(format!("{base}/v1/health"))
+        assert_eventually!(
+            Duration::from_secs(30),
+            reqwest::get(format!("{base}/v1/health"))
                 .await
-                .is_ok_and(|r| r.status() == 200);
-            if up {
-                break;
-            }
-            assert!(Instant::now() < deadline, "caddy does not proxy the API");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+                .is_ok_and(|r| r.status() == 200),
+            "caddy does not proxy the API"
+        );
         Caddy {
             base,
             _child: child,
