@@ -103,3 +103,17 @@ pub async fn owned(
     .map(|r| Endpoint::from_row(&r))
     .ok_or_else(|| ApiError::not_found(format!("no webhook endpoint {id}")))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_lists_are_stored_in_one_order_and_never_empty() {
+        use EventType::{Final, Trade};
+        assert_eq!(event_names(&[Trade]).unwrap(), ["trade"]);
+        assert_eq!(event_names(&[Final, Trade]).unwrap(), ["trade", "final"]);
+        assert_eq!(event_names(&[Final, Final]).unwrap(), ["final"]);
+        assert_eq!(event_names(&[]).unwrap_err().code, "invalid_events");
+    }
+}
