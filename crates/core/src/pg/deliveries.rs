@@ -2,10 +2,12 @@
 //! the API's replays (unfenced, requeueing). One statement, `sql/enqueue_deliveries.sql`.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
-use tokio_postgres::{GenericClient, Transaction};
+use tokio_postgres::{GenericClient, Row, Transaction};
 
 use crate::message::Kind;
+use crate::webhook::Signing;
 use crate::{Cursor, UnixMs};
 
 /// One message for one endpoint.
@@ -48,36 +50,33 @@ pub struct Enqueued {
     pub handed: Vec<Handed>,
 }
 
-/// A trade delivery inserted already claimed, with what its attempt needs of its endpoint.
+/// A trade delivery inserted already claimed, with the endpoint its attempt goes to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Handed {
     /// Its place in the enqueued items (its id, body and cursor are there).
     pub item: usize,
+    /// Shared by every delivery of the enqueue to the same endpoint.
+    pub endpoint: Arc<EndpointTarget>,
+}
+
+/// What an attempt needs of its endpoint, read once per endpoint per enqueue or claim and
+/// shared (`Arc`) by every delivery to it: where to post, how to sign, and since when it fails.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointTarget {
+    pub id: i64,
     pub account_id: i64,
     pub url: String,
-    pub secret: String,
-    pub previous_secret: Option<String>,
-    pub previous_expires_ms: Option<i64>,
+    /// Its secrets, parsed (a `Debug` of it shows no key).
+    pub signing: Signing,
     /// When the endpoint's current run of failed attempts began, if any.
     pub failing_since_ms: Option<i64>,
 }
 
-/// What a claimed delivery's attempt needs of its endpoint, read once per endpoint.
-struct Endpoint {
-    account_id: i64,
-    url: String,
-    secret: String,
-    previous_secret: Option<String>,
-    previous_expires_ms: Option<i64>,
-    failing_since_ms: Option<i64>,
-}
-
 /// The trade deliveries of `items` the statement inserted claimed: those of a deliverable
-/// endpoint (`endpoints`) the statement did not report as `unclaimed`, with their endpoint's
-/// settings.
+/// endpoint (`endpoints`) the statement did not report as `unclaimed`, each with its endpoint.
 fn handed(
     items: &[NewDelivery],
-    endpoints: &HashMap<i64, Endpoint>,
+    endpoints: &HashMap<i64, Arc<EndpointTarget>>,
     unclaimed: &HashSet<String>,
 ) -> Vec<Handed> {
     items
@@ -85,16 +84,8 @@ fn handed(
         .enumerate()
         .filter(|(_, d)| d.kind == Kind::Trade && !unclaimed.contains(&d.id))
         .filter_map(|(item, d)| {
-            let e = endpoints.get(&d.endpoint_id)?;
-            Some(Handed {
-                item,
-                account_id: e.account_id,
-                url: e.url.clone(),
-                secret: e.secret.clone(),
-                previous_secret: e.previous_secret.clone(),
-                previous_expires_ms: e.previous_expires_ms,
-                failing_since_ms: e.failing_since_ms,
-            })
+            let endpoint = endpoints.get(&d.endpoint_id)?.clone();
+            Some(Handed { item, endpoint })
         })
         .collect()
 }
@@ -132,19 +123,23 @@ pub async fn enqueue(
         Writer::Replay => (None, None, true, false),
     };
     let now = UnixMs::now().as_i64();
-    let ids: Vec<&str> = items.iter().map(|d| d.id.as_str()).collect();
-    let endpoints: Vec<i64> = items.iter().map(|d| d.endpoint_id).collect();
-    let kinds: Vec<&str> = items.iter().map(|d| d.kind.as_str()).collect();
-    let blocks: Vec<i64> = items.iter().map(|d| d.cursor.block as i64).collect();
-    let logs: Vec<i32> = items.iter().map(|d| d.cursor.log_index as i32).collect();
-    let payloads: Vec<&str> = items.iter().map(|d| d.payload.as_str()).collect();
-    let detects: Vec<i64> = items.iter().map(|d| d.t_detect_ms).collect();
+    let c = Columns::of(items);
     let row = tx
         .query_one(
             include_str!("sql/enqueue_deliveries.sql"),
             &[
-                &slot, &epoch, &now, &ids, &endpoints, &kinds, &blocks, &logs, &payloads, &detects,
-                &requeue, &claim,
+                &slot,
+                &epoch,
+                &now,
+                &c.ids,
+                &c.endpoints,
+                &c.kinds,
+                &c.blocks,
+                &c.logs,
+                &c.payloads,
+                &c.detects,
+                &requeue,
+                &claim,
             ],
         )
         .await?;
@@ -153,12 +148,53 @@ pub async fn enqueue(
         return Err(EnqueueError::Fenced { slot, epoch });
     }
     let live = row.get::<_, i64>(2) as u64;
+    let handed = if claim {
+        let unclaimed: HashSet<String> = row.get::<_, Vec<String>>(7).into_iter().collect();
+        handed(items, &endpoints(&row), &unclaimed)
+    } else {
+        Vec::new()
+    };
+    Ok(Enqueued {
+        inserted: row.get::<_, i64>(1) as u64,
+        skipped: items.len() as u64 - live,
+        cancelled: cancelled(&row),
+        handed,
+    })
+}
+
+/// The items as the statement's parallel arrays.
+struct Columns<'a> {
+    ids: Vec<&'a str>,
+    endpoints: Vec<i64>,
+    kinds: Vec<&'static str>,
+    blocks: Vec<i64>,
+    logs: Vec<i32>,
+    payloads: Vec<&'a str>,
+    detects: Vec<i64>,
+}
+
+impl<'a> Columns<'a> {
+    fn of(items: &'a [NewDelivery]) -> Columns<'a> {
+        Columns {
+            ids: items.iter().map(|d| d.id.as_str()).collect(),
+            endpoints: items.iter().map(|d| d.endpoint_id).collect(),
+            kinds: items.iter().map(|d| d.kind.as_str()).collect(),
+            blocks: items.iter().map(|d| d.cursor.block as i64).collect(),
+            logs: items.iter().map(|d| d.cursor.log_index as i32).collect(),
+            payloads: items.iter().map(|d| d.payload.as_str()).collect(),
+            detects: items.iter().map(|d| d.t_detect_ms).collect(),
+        }
+    }
+}
+
+/// The trade deliveries the statement cancelled (columns 3 to 6: ids, endpoints, blocks, log
+/// indexes).
+fn cancelled(row: &Row) -> Vec<Cancelled> {
     let ids: Vec<String> = row.get(3);
     let endpoints: Vec<i64> = row.get(4);
     let blocks: Vec<i64> = row.get(5);
     let logs: Vec<i32> = row.get(6);
-    let cancelled = ids
-        .into_iter()
+    ids.into_iter()
         .zip(endpoints)
         .zip(blocks.into_iter().zip(logs))
         .map(|((id, endpoint_id), (b, l))| Cancelled {
@@ -169,8 +205,12 @@ pub async fn enqueue(
                 log_index: l as u32,
             },
         })
-        .collect();
-    let unclaimed: HashSet<String> = row.get::<_, Vec<String>>(7).into_iter().collect();
+        .collect()
+}
+
+/// The deliverable endpoints the statement described (columns 8 to 14: id, account, url,
+/// secret, previous secret, its expiry, start of the run of failures), each built once.
+fn endpoints(row: &Row) -> HashMap<i64, Arc<EndpointTarget>> {
     let ids: Vec<i64> = row.get(8);
     let accounts: Vec<i64> = row.get(9);
     let urls: Vec<String> = row.get(10);
@@ -178,33 +218,21 @@ pub async fn enqueue(
     let previous: Vec<Option<String>> = row.get(12);
     let expires: Vec<Option<i64>> = row.get(13);
     let failing: Vec<Option<i64>> = row.get(14);
-    let endpoints: HashMap<i64, Endpoint> = (ids.into_iter().zip(accounts).zip(urls).zip(secrets))
+    (ids.into_iter().zip(accounts).zip(urls).zip(secrets))
         .zip(previous.into_iter().zip(expires).zip(failing))
         .map(
-            |((((id, account_id), url), secret), ((previous_secret, previous_expires_ms), f))| {
-                let e = Endpoint {
+            |((((id, account_id), url), secret), ((prev, expires), f))| {
+                let e = EndpointTarget {
+                    id,
                     account_id,
                     url,
-                    secret,
-                    previous_secret,
-                    previous_expires_ms,
+                    signing: Signing::parse(&secret, prev.as_deref(), expires),
                     failing_since_ms: f,
                 };
-                (id, e)
+                (id, Arc::new(e))
             },
         )
-        .collect();
-    let handed = if claim {
-        handed(items, &endpoints, &unclaimed)
-    } else {
-        Vec::new()
-    };
-    Ok(Enqueued {
-        inserted: row.get::<_, i64>(1) as u64,
-        skipped: items.len() as u64 - live,
-        cancelled,
-        handed,
-    })
+        .collect()
 }
 
 /// Expire the pending deliveries of an endpoint that is being disabled (or re-enabled: what is
@@ -233,4 +261,55 @@ pub async fn expire_pending(
     )
     .await?;
     Ok(expired)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(id: &str, endpoint_id: i64, kind: Kind) -> NewDelivery {
+        NewDelivery {
+            id: id.into(),
+            endpoint_id,
+            kind,
+            cursor: Cursor {
+                block: 1,
+                log_index: 0,
+            },
+            payload: "{}".into(),
+            t_detect_ms: 0,
+        }
+    }
+
+    fn target(id: i64) -> Arc<EndpointTarget> {
+        Arc::new(EndpointTarget {
+            id,
+            account_id: 10 + id,
+            url: format!("https://e{id}.example/"),
+            signing: Signing::parse("whsec_x", None, None),
+            failing_since_ms: None,
+        })
+    }
+
+    #[test]
+    fn deliveries_handed_are_the_claimed_trades_of_deliverable_endpoints_sharing_one_target() {
+        let items = [
+            item("a_trade", 1, Kind::Trade),
+            item("b_retract", 1, Kind::Retract),
+            item("c_trade", 2, Kind::Trade),
+            item("d_trade", 1, Kind::Trade),
+            item("e_trade", 3, Kind::Trade),
+            item("f_final", 2, Kind::Final),
+        ];
+        let endpoints: HashMap<i64, Arc<EndpointTarget>> =
+            [(1, target(1)), (2, target(2))].into_iter().collect();
+        // c_trade was queued before (a conflict): not claimed by this insert.
+        let unclaimed: HashSet<String> = ["c_trade".to_string()].into_iter().collect();
+        let out = handed(&items, &endpoints, &unclaimed);
+        // Endpoint 3 is gone or disabled; retracts and finals are never handed.
+        assert_eq!(out.iter().map(|h| h.item).collect::<Vec<_>>(), [0, 3]);
+        assert!(out.iter().all(|h| h.endpoint.id == 1));
+        assert!(Arc::ptr_eq(&out[0].endpoint, &out[1].endpoint));
+        assert!(handed(&items, &HashMap::new(), &HashSet::new()).is_empty());
+    }
 }

@@ -93,6 +93,53 @@ impl fmt::Debug for Secret {
     }
 }
 
+/// What signs an endpoint's deliveries, parsed once from its stored columns: the current
+/// secret and, during a rotation overlap, the previous one until it expires. A stored secret
+/// that does not parse is kept as its error: every attempt with it is `invalid`, none is sent.
+/// Its `Debug` shows no key (see [`Secret`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Signing {
+    current: Result<Secret, SecretError>,
+    previous: Option<(Result<Secret, SecretError>, i64)>,
+}
+
+impl Signing {
+    /// From the stored `secret`, `previous_secret` and `previous_expires_ms` (a previous secret
+    /// without an expiry never signs).
+    pub fn parse(
+        current: &str,
+        previous: Option<&str>,
+        previous_expires_ms: Option<i64>,
+    ) -> Signing {
+        Signing {
+            current: Secret::parse(current),
+            previous: previous
+                .zip(previous_expires_ms)
+                .map(|(p, until)| (Secret::parse(p), until)),
+        }
+    }
+
+    /// The secrets that sign at `now_ms`: the current one, plus the previous one while its
+    /// overlap lasts; or why the endpoint's stored secrets cannot sign.
+    pub fn at(&self, now_ms: i64) -> Result<Vec<&Secret>, String> {
+        let current = self
+            .current
+            .as_ref()
+            .map_err(|e| format!("endpoint secret: {e}"))?;
+        let mut out = vec![current];
+        if let Some((previous, until)) = &self.previous {
+            if *until > now_ms {
+                out.push(
+                    previous
+                        .as_ref()
+                        .map_err(|e| format!("endpoint previous secret: {e}"))?,
+                );
+            }
+        }
+        Ok(out)
+    }
+}
+
 /// The three headers of one attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SignedHeaders {
@@ -170,6 +217,35 @@ mod tests {
         assert_eq!(Secret::parse(&text).unwrap(), s);
         assert_ne!(Secret::generate(), s);
         assert!(!format!("{s:?}").contains(&text[6..]));
+    }
+
+    #[test]
+    fn webhook_signing_uses_the_previous_secret_until_it_expires() {
+        let current = Secret::generate();
+        let previous = Secret::parse(KEY).unwrap();
+        let s = Signing::parse(&current.expose(), Some(KEY), Some(1_000));
+        assert_eq!(s.at(999).unwrap(), vec![&current, &previous]);
+        assert_eq!(s.at(1_000).unwrap(), vec![&current]);
+        // No expiry: the previous secret never signs.
+        let s = Signing::parse(&current.expose(), Some(KEY), None);
+        assert_eq!(s.at(0).unwrap(), vec![&current]);
+        // A broken current secret fails every attempt; a broken previous one only during
+        // its overlap.
+        let e = Signing::parse("nope", None, None).at(0).unwrap_err();
+        assert_eq!(
+            e,
+            "endpoint secret: webhook secret must start with \"whsec_\""
+        );
+        let s = Signing::parse(&current.expose(), Some("whsec_not*base64!"), Some(1_000));
+        assert!(s
+            .at(999)
+            .unwrap_err()
+            .starts_with("endpoint previous secret: "));
+        assert_eq!(s.at(1_000).unwrap(), vec![&current]);
+        // Its Debug names no key material.
+        let shown = format!("{:?}", Signing::parse(KEY, Some(KEY), Some(1)));
+        assert!(!shown.contains(&KEY[6..]), "{shown}");
+        assert!(!shown.contains("MfKQ"), "{shown}");
     }
 
     #[test]

@@ -13,13 +13,15 @@ use pmw_core::ch::ChClient;
 use pmw_core::pg::PgPool;
 use pmw_core::UnixMs;
 use tokio::sync::{mpsc, Notify};
-use tokio::task::JoinHandle;
+use tokio::task::{JoinError, JoinHandle};
 use tokio::time::Instant;
+use tokio_postgres::GenericClient;
 use tokio_util::sync::CancellationToken;
 
 use super::client::GuardedClient;
+use super::context::Ctx;
 use super::handoff::Handoff;
-use super::queue::{claim_limit, Ctx};
+use super::queue::{claim_limit, Ran};
 use super::running::Running;
 use super::stats::{StatsSnapshot, WebhookStats};
 use super::store::{self, Claim, Claimed};
@@ -209,121 +211,214 @@ async fn run(
     result
 }
 
+/// Scan, hand what was claimed or handed over to the queues, and react to their ends, until
+/// stopped or fenced.
 async fn coordinate(
     ctx: &Arc<Ctx>,
     stop: &CancellationToken,
     wake: &Notify,
     handoff: &mut mpsc::UnboundedReceiver<Vec<Claimed>>,
 ) -> Result<(), WebhookError> {
-    let mut running = Running::new();
-    let mut next_scan = Instant::now();
-    let mut next_count = Instant::now();
+    let mut s = Scans::new(ctx.clone());
     let fenced = loop {
         tokio::select! {
             biased;
             _ = stop.cancelled() => break None,
-            Some(done) = running.tasks.join_next() => {
-                let (endpoint, r) = match done {
-                    Ok(v) => v,
-                    Err(e) => {
-                        // Queues catch their own panics; only an abort lands here.
-                        tracing::error!(error = %e, "webhook queue task lost");
-                        continue;
-                    }
-                };
-                match r {
-                    Err(e @ WebhookError::Fenced { .. }) => break Some(e),
-                    Err(e) => {
-                        ctx.stats.set_error(&e);
-                        tracing::warn!(endpoint, error = %e, "webhook queue ended with error");
-                    }
-                    // It left work due at a time this loop has not seen, or work was queued
-                    // since its last claim (scans coalesced: many queues ending together cost
-                    // one scan). A queue that delivered all it took needs none.
-                    Ok(ran) if ran.rescan => next_scan = next_scan.min(Instant::now() + RESCAN_AFTER_QUEUE),
-                    Ok(_) => {}
+            Some(done) = s.running.tasks.join_next() => {
+                match s.queue_ended(done) {
+                    Ok(()) => continue,
+                    Err(e) => break Some(e),
                 }
-                running.ended(ctx, endpoint);
-                ctx.stats.active_endpoints.store(running.len() as u64, Relaxed);
-                continue;
             }
             Some(rows) = handoff.recv() => {
-                running.hand(ctx, rows, ctx.wakes.load(Relaxed));
-                ctx.stats.active_endpoints.store(running.len() as u64, Relaxed);
+                s.handed(rows);
                 continue;
             }
             _ = wake.notified() => {
                 ctx.wakes.fetch_add(1, Relaxed);
             }
-            _ = tokio::time::sleep_until(next_scan) => {}
+            _ = tokio::time::sleep_until(s.next_scan) => {}
         }
+        if let Err(e) = s.scan().await {
+            break Some(e);
+        }
+    };
+    s.end(fenced).await
+}
+
+/// The dispatcher's queues and when it scans and counts next.
+struct Scans {
+    ctx: Arc<Ctx>,
+    running: Running,
+    next_scan: Instant,
+    next_count: Instant,
+}
+
+impl Scans {
+    fn new(ctx: Arc<Ctx>) -> Scans {
+        Scans {
+            ctx,
+            running: Running::new(),
+            next_scan: Instant::now(),
+            next_count: Instant::now(),
+        }
+    }
+
+    fn publish_active(&self) {
+        let n = self.running.len() as u64;
+        self.ctx.stats.active_endpoints.store(n, Relaxed);
+    }
+
+    /// The webhook lane's hand-off, to the running queues or new ones.
+    fn handed(&mut self, rows: Vec<Claimed>) {
+        let seen = self.ctx.wakes.load(Relaxed);
+        self.running.hand(&self.ctx, rows, seen);
+        self.publish_active();
+    }
+
+    /// A queue ended: a fence stops the dispatcher; a queue that left work (or saw work queued
+    /// since its last claim) brings the next scan forward; what was handed over for its
+    /// endpoint meanwhile starts its successor.
+    fn queue_ended(
+        &mut self,
+        done: Result<(i64, Result<Ran, WebhookError>), JoinError>,
+    ) -> Result<(), WebhookError> {
+        let (endpoint, r) = match done {
+            Ok(v) => v,
+            Err(e) => {
+                // Queues catch their own panics; only an abort lands here.
+                tracing::error!(error = %e, "webhook queue task lost");
+                return Ok(());
+            }
+        };
+        match r {
+            Err(e @ WebhookError::Fenced { .. }) => return Err(e),
+            Err(e) => {
+                self.ctx.stats.set_error(&e);
+                tracing::warn!(endpoint, error = %e, "webhook queue ended with error");
+            }
+            // Scans coalesced: many queues ending together cost one scan.
+            Ok(ran) if ran.rescan => {
+                self.next_scan = self.next_scan.min(Instant::now() + RESCAN_AFTER_QUEUE)
+            }
+            Ok(_) => {}
+        }
+        self.running.ended(&self.ctx, endpoint);
+        self.publish_active();
+        Ok(())
+    }
+
+    /// One scan: the backlog counts when due, then one claim for every endpoint without a
+    /// running queue, each of which gets one. Only a fence is an error; a failed scan is
+    /// retried at the next poll.
+    async fn scan(&mut self) -> Result<(), WebhookError> {
+        let ctx = self.ctx.clone();
         let now = UnixMs::now().as_i64();
-        let count = Instant::now() >= next_count;
         // Read before the claim: a wake after it makes the new queues claim again.
         let seen = ctx.wakes.load(Relaxed);
-        let busy = running.endpoints();
-        let claimed = match ctx.pool.get().await {
-            Ok(c) => {
-                if count {
-                    next_count = Instant::now() + COUNT_EVERY;
-                    match store::backlog(&**c, now).await {
-                        Ok((backlog, due)) => {
-                            ctx.stats.backlog.store(backlog.max(0) as u64, Relaxed);
-                            ctx.stats.due.store(due.max(0) as u64, Relaxed);
-                        }
-                        Err(e) => tracing::warn!(error = %e, "webhook backlog count failed"),
-                    }
-                }
-                store::claim(
-                    &**c,
-                    (ctx.cfg.slot, ctx.epoch),
-                    Claim::AllBut(&busy),
-                    (now, ctx.stale_before(now)),
-                    claim_limit(&ctx.cfg) as i64,
-                )
-                .await
-            }
-            Err(e) => Err(e.into()),
-        };
         let mut wait = ctx.cfg.poll_interval;
-        match claimed {
-            Err(e @ WebhookError::Fenced { .. }) => break Some(e),
+        match self.claim(now).await {
+            Err(e @ WebhookError::Fenced { .. }) => return Err(e),
             Ok(c) => {
                 ctx.stats.last_scan_ms.store(now, Relaxed);
-                // Only endpoints without a running queue were claimed for: each gets one.
-                running.hand(ctx, c.rows, seen);
-                ctx.stats
-                    .active_endpoints
-                    .store(running.len() as u64, Relaxed);
-                if let Some(due) = c.next_due_ms {
-                    let until = Duration::from_millis((due - now).max(1) as u64);
-                    wait = wait.min(until);
-                }
+                self.running.hand(&ctx, c.rows, seen);
+                self.publish_active();
+                wait = next_wait(wait, c.next_due_ms, now);
             }
             Err(e) => {
                 ctx.stats.set_error(&e);
                 tracing::warn!(error = %e, "webhook scan failed");
             }
         }
-        next_scan = Instant::now() + wait;
-    };
-    running.clear();
-    if let Some(e) = fenced {
-        // Stop delivering at once: in-flight attempts could not record their results anyway.
-        running.tasks.abort_all();
-        while running.tasks.join_next().await.is_some() {}
-        ctx.stats.active_endpoints.store(0, Relaxed);
-        return Err(e);
+        self.next_scan = Instant::now() + wait;
+        Ok(())
     }
-    running.stop();
-    while let Some(done) = running.tasks.join_next().await {
-        if let Ok((endpoint, Err(e))) = done {
-            if matches!(e, WebhookError::Fenced { .. }) {
-                return Err(e);
-            }
-            tracing::warn!(endpoint, error = %e, "webhook queue ended with error");
+
+    /// The claim statement of a scan (after the backlog counts, when due).
+    async fn claim(&mut self, now: i64) -> Result<store::Claims, WebhookError> {
+        let ctx = &self.ctx;
+        let c = ctx.pool.get().await?;
+        if Instant::now() >= self.next_count {
+            self.next_count = Instant::now() + COUNT_EVERY;
+            count_backlog(ctx, &**c, now).await;
         }
+        let busy = self.running.endpoints();
+        store::claim(
+            &**c,
+            ctx.fence(),
+            Claim::AllBut(&busy),
+            (now, ctx.stale_before(now)),
+            claim_limit(&ctx.cfg) as i64,
+        )
+        .await
     }
-    ctx.stats.active_endpoints.store(0, Relaxed);
-    Ok(())
+
+    /// Stop the queues: on a fence at once (attempts in flight could not record their results
+    /// anyway), otherwise letting attempts in flight finish.
+    async fn end(mut self, fenced: Option<WebhookError>) -> Result<(), WebhookError> {
+        let (ctx, running) = (&self.ctx, &mut self.running);
+        running.clear();
+        if let Some(e) = fenced {
+            running.tasks.abort_all();
+            while running.tasks.join_next().await.is_some() {}
+            ctx.stats.active_endpoints.store(0, Relaxed);
+            return Err(e);
+        }
+        running.stop();
+        while let Some(done) = running.tasks.join_next().await {
+            if let Ok((endpoint, Err(e))) = done {
+                if matches!(e, WebhookError::Fenced { .. }) {
+                    return Err(e);
+                }
+                tracing::warn!(endpoint, error = %e, "webhook queue ended with error");
+            }
+        }
+        ctx.stats.active_endpoints.store(0, Relaxed);
+        Ok(())
+    }
+}
+
+/// The backlog counts for health and metrics (best effort).
+async fn count_backlog(ctx: &Ctx, c: &impl GenericClient, now: i64) {
+    match store::backlog(c, now).await {
+        Ok((backlog, due)) => {
+            ctx.stats.backlog.store(backlog.max(0) as u64, Relaxed);
+            ctx.stats.due.store(due.max(0) as u64, Relaxed);
+        }
+        Err(e) => tracing::warn!(error = %e, "webhook backlog count failed"),
+    }
+}
+
+/// How long until the next scan: the poll interval, or less when the next delivery not due
+/// yet falls due sooner (at least 1 ms).
+fn next_wait(poll: Duration, next_due_ms: Option<i64>, now: i64) -> Duration {
+    match next_due_ms {
+        Some(due) => poll.min(Duration::from_millis((due - now).max(1) as u64)),
+        None => poll,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn webhook_dispatch_scans_at_the_poll_or_when_the_next_retry_falls_due() {
+        let poll = Duration::from_secs(1);
+        assert_eq!(next_wait(poll, None, 5_000), poll);
+        assert_eq!(
+            next_wait(poll, Some(5_250), 5_000),
+            Duration::from_millis(250)
+        );
+        assert_eq!(next_wait(poll, Some(9_000), 5_000), poll);
+        // Already due (or overdue): the next millisecond, never zero or negative.
+        assert_eq!(
+            next_wait(poll, Some(5_000), 5_000),
+            Duration::from_millis(1)
+        );
+        assert_eq!(
+            next_wait(poll, Some(4_000), 5_000),
+            Duration::from_millis(1)
+        );
+    }
 }

@@ -30,22 +30,10 @@ impl Handoff {
         let rows: Vec<Claimed> = handed
             .into_iter()
             .filter_map(|h| {
-                let d = items.get(h.item)?;
                 Some(Claimed {
-                    id: d.id.clone(),
-                    endpoint_id: d.endpoint_id,
-                    account_id: h.account_id,
-                    kind: d.kind.as_str().to_string(),
-                    block_number: d.cursor.block as i64,
-                    log_index: d.cursor.log_index as i32,
-                    payload: d.payload.clone(),
+                    delivery: items.get(h.item)?.clone(),
                     attempts: 0,
-                    t_detect_ms: d.t_detect_ms,
-                    url: h.url,
-                    secret: h.secret,
-                    previous_secret: h.previous_secret,
-                    previous_expires_ms: h.previous_expires_ms,
-                    failing_since_ms: h.failing_since_ms,
+                    endpoint: h.endpoint,
                 })
             })
             .collect();

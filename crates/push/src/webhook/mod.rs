@@ -40,8 +40,11 @@
 //! The retry schedule is in [`retry`]; signing in [`pmw_core::webhook::sign`]; the SSRF rules in
 //! [`pmw_core::ssrf`] and [`client`].
 
+mod attempt;
+mod body;
 mod build;
 pub mod client;
+mod context;
 mod dispatcher;
 mod handoff;
 mod queue;

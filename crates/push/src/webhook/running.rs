@@ -12,8 +12,9 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use super::context::Ctx;
 use super::handoff::MAX_AHEAD;
-use super::queue::{release, run_endpoint, Ctx, Feed, Ran};
+use super::queue::{release, run_endpoint, Feed, Ran};
 use super::store::Claimed;
 use super::WebhookError;
 
@@ -75,7 +76,10 @@ impl Running {
     pub fn hand(&mut self, ctx: &Arc<Ctx>, rows: Vec<Claimed>, seen: u64) {
         let mut by_endpoint: HashMap<i64, Vec<Claimed>> = HashMap::new();
         for r in rows {
-            by_endpoint.entry(r.endpoint_id).or_default().push(r);
+            by_endpoint
+                .entry(r.delivery.endpoint_id)
+                .or_default()
+                .push(r);
         }
         for (endpoint, rows) in by_endpoint {
             let Some((tx, held)) = self.feeds.get(&endpoint) else {

@@ -5,15 +5,19 @@
 //! deposed leader's writes fail. Enqueueing and expiring are
 //! [`pmw_core::pg::deliveries`]' (the API queues replays and expires too).
 
-use tokio_postgres::{GenericClient, Transaction};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tokio_postgres::{GenericClient, Row, Transaction};
 
 use super::WebhookError;
 
 pub use pmw_core::pg::deliveries::{expire_pending, Enqueued, NewDelivery};
 pub use pmw_core::webhook::{webhook_id, DeliveryKind};
 
-use pmw_core::pg::deliveries::{self, EnqueueError, Writer};
-use pmw_core::UnixMs;
+use pmw_core::pg::deliveries::{self, EndpointTarget, EnqueueError, Writer};
+use pmw_core::webhook::Signing;
+use pmw_core::{Cursor, UnixMs};
 
 /// The epoch check of claims and result writes: without a row lock. With `FOR SHARE` on the one
 /// epoch row, every claim and every result of a hundred busy queues made Postgres build a
@@ -66,25 +70,14 @@ pub(crate) async fn backlog(c: &impl GenericClient, now: i64) -> Result<(i64, i6
     Ok((row.get(0), row.get(1)))
 }
 
-/// A claimed delivery with its endpoint's current settings.
+/// A claimed delivery: the delivery as it was queued, its attempts so far, and its endpoint
+/// (one `Arc` per endpoint per claim or hand-off, shared by its deliveries).
 #[derive(Debug, Clone)]
 pub(crate) struct Claimed {
-    pub id: String,
-    pub endpoint_id: i64,
-    pub account_id: i64,
-    pub kind: String,
-    pub block_number: i64,
-    pub log_index: i32,
-    /// The stored body as `jsonb` renders it (`{"k": v, ...}`).
-    pub payload: String,
+    /// Its body as stored (`jsonb` rendering) or as the webhook lane rendered it (handed).
+    pub delivery: NewDelivery,
     pub attempts: i32,
-    pub t_detect_ms: i64,
-    pub url: String,
-    pub secret: String,
-    pub previous_secret: Option<String>,
-    pub previous_expires_ms: Option<i64>,
-    /// When the endpoint's current run of failed attempts began (`webhook_failing`), if any.
-    pub failing_since_ms: Option<i64>,
+    pub endpoint: Arc<EndpointTarget>,
 }
 
 /// Which endpoints to claim for: one scan claims for every enabled endpoint whose queue is not
@@ -142,34 +135,54 @@ pub(crate) async fn claim(
     if rows.first().map(|r| r.get::<_, i64>(0)) != Some(1) {
         return Err(WebhookError::Fenced { slot, epoch });
     }
-    let next_due_ms = rows.first().and_then(|r| r.get(1));
-    let mut out: Vec<Claimed> = rows
+    Ok(Claims {
+        next_due_ms: rows.first().and_then(|r| r.get(1)),
+        rows: claimed_of(&rows)?,
+    })
+}
+
+/// The claimed deliveries of the claim statement's rows (columns 2 on; a row of NULLs when
+/// none), sorted in ledger order, each endpoint built once.
+fn claimed_of(rows: &[Row]) -> Result<Vec<Claimed>, WebhookError> {
+    let mut endpoints: HashMap<i64, Arc<EndpointTarget>> = HashMap::new();
+    let mut out = Vec::with_capacity(rows.len());
+    for r in rows
         .iter()
         .filter(|r| r.get::<_, Option<String>>(2).is_some())
-        .map(|r| Claimed {
+    {
+        let endpoint_id: i64 = r.get(3);
+        let endpoint = endpoints.entry(endpoint_id).or_insert_with(|| {
+            let (secret, previous): (String, Option<String>) = (r.get(12), r.get(13));
+            Arc::new(EndpointTarget {
+                id: endpoint_id,
+                account_id: r.get(4),
+                url: r.get(11),
+                signing: Signing::parse(&secret, previous.as_deref(), r.get(14)),
+                failing_since_ms: r.get(15),
+            })
+        });
+        let kind: String = r.get(5);
+        let delivery = NewDelivery {
             id: r.get(2),
-            endpoint_id: r.get(3),
-            account_id: r.get(4),
-            kind: r.get(5),
-            block_number: r.get(6),
-            log_index: r.get(7),
+            endpoint_id,
+            kind: kind.parse().map_err(WebhookError::Db)?,
+            cursor: Cursor {
+                block: r.get::<_, i64>(6) as u64,
+                log_index: r.get::<_, i32>(7) as u32,
+            },
             payload: r.get(8),
-            attempts: r.get(9),
             t_detect_ms: r.get(10),
-            url: r.get(11),
-            secret: r.get(12),
-            previous_secret: r.get(13),
-            previous_expires_ms: r.get(14),
-            failing_since_ms: r.get(15),
-        })
-        .collect();
+        };
+        out.push(Claimed {
+            delivery,
+            attempts: r.get(9),
+            endpoint: endpoint.clone(),
+        });
+    }
     out.sort_by(|a, b| {
-        (a.block_number, a.log_index, &a.id).cmp(&(b.block_number, b.log_index, &b.id))
+        (a.delivery.cursor, &a.delivery.id).cmp(&(b.delivery.cursor, &b.delivery.id))
     });
-    Ok(Claims {
-        rows: out,
-        next_due_ms,
-    })
+    Ok(out)
 }
 
 /// The result of one attempt, written back to the row.
@@ -228,45 +241,67 @@ pub(crate) struct Finished {
 /// claim went stale).
 pub(crate) async fn finish(
     client: &mut tokio_postgres::Client,
-    slot: i16,
-    epoch: i64,
-    endpoint_id: i64,
-    id: &str,
+    (slot, epoch): (i16, i64),
+    (endpoint_id, id): (i64, &str),
     f: &Finish,
     now: i64,
 ) -> Result<Finished, WebhookError> {
     if f.health == Health::Keep && f.disable.is_none() {
         // The common case: one statement, no transaction.
-        let landed = update_delivery(&*client, slot, epoch, id, f).await?;
+        let landed = update_delivery(&*client, (slot, epoch), id, f).await?;
         return Ok(Finished {
             landed,
             ..Finished::default()
         });
     }
     let tx = client.transaction().await?;
-    if f.health == Health::StartFailing || f.disable.is_some() {
-        // Lock the endpoint first, as the API does before it expires deliveries (no deadlock
-        // with it), and so a concurrent delete waits for this transaction (the insert into
-        // `webhook_failing` needs the row).
-        let lock = if f.disable.is_some() {
-            "SELECT 1 FROM webhook_endpoints WHERE id = $1 FOR NO KEY UPDATE"
-        } else {
-            "SELECT 1 FROM webhook_endpoints WHERE id = $1 FOR KEY SHARE"
-        };
-        if tx.query_opt(lock, &[&endpoint_id]).await?.is_none() {
-            // Deleted with its deliveries.
-            return Ok(Finished::default());
-        }
+    if !lock_endpoint(&tx, endpoint_id, f).await? {
+        // Deleted with its deliveries.
+        return Ok(Finished::default());
     }
     let mut out = Finished {
-        landed: update_delivery(&tx, slot, epoch, id, f).await?,
+        landed: update_delivery(&tx, (slot, epoch), id, f).await?,
         ..Finished::default()
     };
-    if !out.landed {
-        tx.commit().await?;
-        return Ok(out);
+    if out.landed {
+        record_health(&tx, endpoint_id, f.health, now).await?;
+        if let Some(reason) = disable_reason(&tx, endpoint_id, f).await? {
+            if let Some(expired) = disable(&tx, endpoint_id, &reason, now).await? {
+                out.expired = expired;
+                out.disabled = Some(reason);
+            }
+        }
     }
-    match f.health {
+    tx.commit().await?;
+    Ok(out)
+}
+
+/// Lock the endpoint before a failure run starts or it is disabled (as the API does before it
+/// expires deliveries: no deadlock with it), so a concurrent delete waits for this transaction
+/// (the insert into `webhook_failing` needs the row). `false` when it is gone.
+async fn lock_endpoint(
+    tx: &Transaction<'_>,
+    endpoint_id: i64,
+    f: &Finish,
+) -> Result<bool, WebhookError> {
+    let lock = if f.disable.is_some() {
+        "SELECT 1 FROM webhook_endpoints WHERE id = $1 FOR NO KEY UPDATE"
+    } else if f.health == Health::StartFailing {
+        "SELECT 1 FROM webhook_endpoints WHERE id = $1 FOR KEY SHARE"
+    } else {
+        return Ok(true);
+    };
+    Ok(tx.query_opt(lock, &[&endpoint_id]).await?.is_some())
+}
+
+/// Write the endpoint's failure-run transition.
+async fn record_health(
+    tx: &Transaction<'_>,
+    endpoint_id: i64,
+    health: Health,
+    now: i64,
+) -> Result<(), WebhookError> {
+    match health {
         Health::Keep => {}
         Health::StartFailing => {
             tx.execute(include_str!("sql/start_failing.sql"), &[&endpoint_id, &now])
@@ -280,7 +315,17 @@ pub(crate) async fn finish(
             .await?;
         }
     }
-    let reason = match &f.disable {
+    Ok(())
+}
+
+/// Why the endpoint is disabled now, if it is: a 410's reason, or a failure run (re-read in the
+/// transaction) that began at or before the cutoff.
+async fn disable_reason(
+    tx: &Transaction<'_>,
+    endpoint_id: i64,
+    f: &Finish,
+) -> Result<Option<String>, WebhookError> {
+    Ok(match &f.disable {
         None => None,
         Some(Disable::Gone(reason)) => Some(reason.clone()),
         Some(Disable::FailingSince { cutoff_ms, period }) => tx
@@ -292,28 +337,33 @@ pub(crate) async fn finish(
             .map(|r| r.get::<_, i64>(0))
             .filter(|since| since <= cutoff_ms)
             .map(|since| failing_reason(since, period, f.last_error.as_deref())),
-    };
-    if let Some(reason) = reason {
-        let disabled = tx
-            .execute(
-                include_str!("sql/disable_endpoint.sql"),
-                &[&endpoint_id, &reason, &now],
-            )
-            .await?;
-        if disabled == 1 {
-            out.expired = expire_pending(&tx, endpoint_id, &reason, now).await?;
-            out.disabled = Some(reason);
-        }
+    })
+}
+
+/// Disable the endpoint and expire its pending deliveries: how many expired, or `None` when it
+/// was not enabled any more.
+async fn disable(
+    tx: &Transaction<'_>,
+    endpoint_id: i64,
+    reason: &str,
+    now: i64,
+) -> Result<Option<u64>, WebhookError> {
+    let disabled = tx
+        .execute(
+            include_str!("sql/disable_endpoint.sql"),
+            &[&endpoint_id, &reason, &now],
+        )
+        .await?;
+    if disabled != 1 {
+        return Ok(None);
     }
-    tx.commit().await?;
-    Ok(out)
+    Ok(Some(expire_pending(tx, endpoint_id, reason, now).await?))
 }
 
 /// The fenced update of the delivery row; `Ok(false)` when it was not ours any more.
 async fn update_delivery(
     c: &impl GenericClient,
-    slot: i16,
-    epoch: i64,
+    (slot, epoch): (i16, i64),
     id: &str,
     f: &Finish,
 ) -> Result<bool, WebhookError> {

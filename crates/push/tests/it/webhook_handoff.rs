@@ -3,11 +3,12 @@
 //! recorded; retracts stay unclaimed for the claim path; claimed deliveries a leader never got
 //! to send are sent by its successor's epoch.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::webhook_support::{config, eventually, Env, Receiver, Step};
 use pmw_core::Cursor;
-use pmw_push::webhook::sign::Secret;
+use pmw_push::webhook::sign::{Secret, Signing};
 use pmw_push::webhook::{self, DeliveryKind, Dispatcher, NewDelivery};
 use tokio_util::sync::CancellationToken;
 
@@ -59,10 +60,16 @@ async fn webhook_handed_trades_are_sent_once_without_a_claim_and_retracts_wait_f
     let mut want: Vec<&str> = trades.iter().map(|t| t.id.as_str()).collect();
     want.sort();
     assert_eq!(handed, want, "every new trade delivery is handed over");
+    let signing = Signing::parse(&secret, None, None);
+    assert!(q.handed.iter().all(|h| h.endpoint.url == rx.url()
+        && h.endpoint.signing == signing
+        && h.endpoint.account_id == env.account
+        && h.endpoint.id == ep));
+    // One endpoint target per endpoint, shared by its deliveries.
     assert!(q
         .handed
         .iter()
-        .all(|h| h.url == rx.url() && h.secret == secret && h.account_id == env.account));
+        .all(|h| Arc::ptr_eq(&h.endpoint, &q.handed[0].endpoint)));
     for t in &trades {
         assert_eq!(env.delivery(&t.id).await.claimed_epoch, Some(1));
     }
