@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use pmw_core::UnixMs;
 use pmw_sim::RunConfig;
-use pmw_testkit::repo_root;
+use pmw_testkit::{eventually_every, repo_root};
 use pmw_tests::harness::{any_exits, exits, signal, Drill, Opts};
 use pmw_tests::record;
 use pmw_tests::{clients, harness};
@@ -103,11 +103,9 @@ async fn kill_9_the_leader(d: &Drill) -> (Duration, Duration, Duration) {
     let killed_ms = UnixMs::now().0;
     let t0 = Instant::now();
     signal(before.pid, "KILL");
-    let deadline = Instant::now() + within;
-    while d.leader().await == leader {
-        assert!(Instant::now() < deadline, "the standby never took over");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let fast = Duration::from_millis(20);
+    let taken = eventually_every(within, fast, || async { d.leader().await != leader }).await;
+    assert!(taken, "the standby never took over");
     let takeover = t0.elapsed();
     // pm2 brings the killed leader back, and it waits on the lock as the new standby.
     let back = d.pm2.wait_back(&before, within).await;
@@ -196,31 +194,27 @@ async fn exclusive_sigstop_of_the_leader_is_taken_over_within_the_lease_and_lose
         .sum();
     let t0 = Instant::now();
     signal(frozen.pid, "STOP");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while d.leader().await == leader {
-        assert!(
-            Instant::now() < deadline,
-            "the standby never took the frozen leader's lock"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let (within, fast) = (Duration::from_secs(60), Duration::from_millis(20));
+    let taken = eventually_every(within, fast, || async { d.leader().await != leader }).await;
+    assert!(taken, "the standby never took the frozen leader's lock");
     let takeover = t0.elapsed();
-    // Every client is served by the new leader again.
-    loop {
-        let n: usize = d
-            .clients
+    // Every client is served by the new leader again (within the same minute).
+    let reconnects = || -> usize {
+        d.clients
             .iter()
             .map(|(_, l)| l.lock().unwrap().reconnects)
-            .sum();
-        if n >= reconnects_before + d.clients.len() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "clients were not all served again ({n} reconnects)"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+            .sum()
+    };
+    let left = within.saturating_sub(t0.elapsed());
+    let all_served = eventually_every(left, fast, || async {
+        reconnects() >= reconnects_before + d.clients.len()
+    })
+    .await;
+    assert!(
+        all_served,
+        "clients were not all served again ({} reconnects)",
+        reconnects()
+    );
     let served = t0.elapsed();
     traffic.await.unwrap().unwrap();
     // Thawed, the old leader finds its session gone and hands over for good (exit 75).
@@ -316,26 +310,29 @@ async fn postgres_restart_exits_75_is_restarted_by_pm2_and_loses_nothing() {
     ps.run(&["pg-ctl", "restart", "-m", "fast", "-w"]);
     let pg_back = t0.elapsed();
     // All online again: every app restarted by pm2 and /v1/ready 200 again.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let all_online = loop {
-        let ok200 = ready_log
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|(t, s)| *t > t0 + pg_back && *s == 200);
-        let jlist = d.pm2.run(&["jlist"]);
-        let apps: Vec<serde_json::Value> =
-            serde_json::from_slice(&jlist.stdout).unwrap_or_default();
-        let online = !apps.is_empty() && apps.iter().all(|a| a["pm2_env"]["status"] == "online");
-        if ok200 && online {
-            break t0.elapsed();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "services did not all come back: {apps:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let back = eventually_every(
+        Duration::from_secs(120),
+        Duration::from_millis(100),
+        || async {
+            let ok200 = ready_log
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|(t, s)| *t > t0 + pg_back && *s == 200);
+            let jlist = d.pm2.run(&["jlist"]);
+            let apps: Vec<serde_json::Value> =
+                serde_json::from_slice(&jlist.stdout).unwrap_or_default();
+            let online =
+                !apps.is_empty() && apps.iter().all(|a| a["pm2_env"]["status"] == "online");
+            if ok200 && online {
+                Ok(t0.elapsed())
+            } else {
+                Err(apps)
+            }
+        },
+    )
+    .await;
+    let all_online = back.unwrap_or_else(|apps| panic!("services did not all come back: {apps:?}"));
     traffic.await.unwrap().unwrap();
     d.drain().await;
     poll_stop.cancel();
@@ -347,14 +344,12 @@ async fn postgres_restart_exits_75_is_restarted_by_pm2_and_loses_nothing() {
     let last_ok = statuses.last().is_some_and(|(_, s)| *s == 200) || {
         let http = reqwest::Client::new();
         let url = format!("http://127.0.0.1:{}/v1/ready", d.site);
-        let until = Instant::now() + Duration::from_secs(30);
-        loop {
-            let ok = http.get(&url).send().await.is_ok_and(|r| r.status() == 200);
-            if ok || Instant::now() > until {
-                break ok;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        eventually_every(
+            Duration::from_secs(30),
+            Duration::from_millis(200),
+            || async { http.get(&url).send().await.is_ok_and(|r| r.status() == 200) },
+        )
+        .await
     };
     let why = reasons.lock().unwrap().clone();
     println!(

@@ -7,23 +7,25 @@ pub mod clients;
 #[path = "drill/harness.rs"]
 pub mod harness;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Write a drill's figures into docs/OPERATIONS.md between its markers (the doc's figures are
 /// written by the drill run, never by hand). A lock file serialises concurrent drills.
 pub fn record(drill: &str, figures: &str) {
     let doc = pmw_testkit::repo_root().join("docs/OPERATIONS.md");
     let lock = pmw_testkit::repo_root().join("docs/.OPERATIONS.md.lock");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&lock)
-        .is_err()
-    {
-        assert!(Instant::now() < deadline, "docs lock held too long");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let taken = pmw_testkit::eventually_blocking(
+        Duration::from_secs(30),
+        Duration::from_millis(20),
+        || {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&lock)
+                .is_ok()
+        },
+    );
+    assert!(taken, "docs lock held too long");
     let result = (|| {
         let text = std::fs::read_to_string(&doc).ok()?;
         let (begin, end) = (

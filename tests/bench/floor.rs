@@ -16,6 +16,7 @@ use pmw_core::ch::{latency, trades, TradeRow};
 use pmw_core::trade::exchange::ORDER_FILLED_TOPICS;
 use pmw_core::trade::Allowlist;
 use pmw_core::{Address, Cursor};
+use pmw_testkit::eventually;
 use tokio_tungstenite::tungstenite::Message;
 
 use crate::setup::Bench;
@@ -65,14 +66,18 @@ pub async fn measure(b: &Bench, reps: usize) -> anyhow::Result<Floor> {
         .last()
         .ok_or_else(|| anyhow::anyhow!("the simulator emitted nothing"))?;
     let (block, hash) = (last.block_number, last.block_hash.0);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while b.cursors().await?.0.unwrap_or(0) < block {
-        ensure!(
-            Instant::now() < deadline,
-            "pmw-live did not ingest block {block}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    // `Some` ends the wait: ingested, or an error to return; `None` polls again.
+    let ingested = eventually(Duration::from_secs(30), || async {
+        match b.cursors().await {
+            Ok((i, _)) => (i.unwrap_or(0) >= block).then_some(Ok(())),
+            Err(e) => Some(Err(e)),
+        }
+    })
+    .await;
+    ensure!(
+        ingested.transpose()?.is_some(),
+        "pmw-live did not ingest block {block}"
+    );
     let ch = &b.db.ch;
     let stored = trades::trades_after(ch, Cursor::default(), block, 1_000).await?;
     ensure!(!stored.is_empty(), "no stored trades to copy");

@@ -11,7 +11,7 @@ use anyhow::{bail, Context};
 use pmw_core::{Address, UnixMs};
 use pmw_sim::anvil::Anvil;
 use pmw_sim::{demo_wallets, Emitted, RunConfig, Sim, SimConfig};
-use pmw_testkit::TestDb;
+use pmw_testkit::{eventually, TestDb};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -340,17 +340,15 @@ impl Bench {
 
     /// Wait until ingest and the push cursor reached `block` (bounded); whether they did.
     pub async fn wait_pushed(&self, block: u64, within: Duration) -> anyhow::Result<bool> {
-        let deadline = Instant::now() + within;
-        loop {
-            if let (Some(i), Some(p)) = self.cursors().await? {
-                if i >= block && p >= block {
-                    return Ok(true);
-                }
+        // `Some` ends the wait: reached, or an error to return; `None` polls again.
+        let outcome = eventually(within, || async {
+            match self.cursors().await {
+                Ok((Some(i), Some(p))) if i >= block && p >= block => Some(Ok(())),
+                Ok(_) => None,
+                Err(e) => Some(Err(e)),
             }
-            if Instant::now() > deadline {
-                return Ok(false);
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        })
+        .await;
+        Ok(outcome.transpose()?.is_some())
     }
 }

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use pmw_sim::{demo_wallets, RunConfig};
-use pmw_testkit::PrivateStack;
+use pmw_testkit::{eventually, PrivateStack};
 use pmw_tests::harness::{account, Drill, Opts};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -178,20 +178,15 @@ async fn main() -> anyhow::Result<()> {
     {
         tokio::spawn(c.clone().run(site.clone(), stop.clone()));
     }
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while w
-        .checked
-        .iter()
-        .map(|c| &c.client)
-        .chain(w.churn.iter().map(|c| &c.client))
-        .any(|c| c.log.lock().unwrap().first_hello_ms.is_none())
-    {
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "not every client connected through caddy"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let connected = eventually(Duration::from_secs(60), || async {
+        w.checked
+            .iter()
+            .map(|c| &c.client)
+            .chain(w.churn.iter().map(|c| &c.client))
+            .all(|c| c.log.lock().unwrap().first_hello_ms.is_some())
+    })
+    .await;
+    anyhow::ensure!(connected, "not every client connected through caddy");
     w.start_block = oracle::head(&anvil_url).await?;
     println!(
         "setup took {} s; start block {}",

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use pmw_core::UnixMs;
 use pmw_sim::anvil::Anvil;
-use pmw_testkit::{free_port, TestDb};
+use pmw_testkit::{eventually, eventually_every, free_port, TestDb};
 
 use crate::systemd::{write_env, Systemd, UNITS};
 
@@ -92,71 +92,62 @@ impl Host {
 
     /// Wait until `unit` is `active` (`activating`, `failed`, …).
     pub async fn wait_active(&self, unit: &str, active: &str) -> State {
-        let deadline = Instant::now() + WITHIN;
-        loop {
+        let polled = eventually(WITHIN, || async {
             let s = self.state(unit);
             if s.active == active {
-                return s;
+                Ok(s)
+            } else {
+                Err(s)
             }
-            assert!(
-                Instant::now() < deadline,
-                "{unit} never {active}: {s:?}: {}",
-                self.sd.diagnostics()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        })
+        .await;
+        polled.unwrap_or_else(|s| panic!("{unit} never {active}: {s:?}: {}", self.sd.diagnostics()))
     }
 
     /// Wait until `unit` runs again under a new pid, restarted by systemd once more.
     pub async fn restarted(&self, unit: &str, before: &State) -> State {
-        let deadline = Instant::now() + WITHIN;
-        loop {
+        let polled = eventually_every(WITHIN, Duration::from_millis(20), || async {
             let s = self.state(unit);
-            if s.pid > 0
+            let back = s.pid > 0
                 && s.pid != before.pid
                 && s.restarts > before.restarts
-                && s.active == "active"
-            {
-                return s;
+                && s.active == "active";
+            if back {
+                Ok(s)
+            } else {
+                Err(s)
             }
-            assert!(
-                Instant::now() < deadline,
+        })
+        .await;
+        polled.unwrap_or_else(|s| {
+            panic!(
                 "systemd did not bring {unit} back: {s:?} (before {before:?}): {}",
                 self.sd.diagnostics()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+            )
+        })
     }
 
     /// The push leader's instance (`push-a`/`push-b`), once there is one.
     pub async fn leader(&self) -> String {
-        let deadline = Instant::now() + WITHIN;
-        loop {
-            let l: Option<String> = self
-                .db
-                .connect()
-                .await
-                .query_opt("SELECT leader FROM push_epoch WHERE slot = 0", &[])
+        let leader = eventually_every(WITHIN, Duration::from_millis(100), || async {
+            let c = self.db.connect().await;
+            c.query_opt("SELECT leader FROM push_epoch WHERE slot = 0", &[])
                 .await
                 .unwrap()
-                .map(|r| r.get(0));
-            if let Some(l) = l {
-                return l;
-            }
-            assert!(Instant::now() < deadline, "no push leader");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+                .map(|r| r.get::<_, String>(0))
+        })
+        .await;
+        leader.expect("no push leader")
     }
 
     /// Wait until `unit`'s service, now process `pid`, serves: live ingests, push waits on the
     /// lock as the standby, the API answers `/v1/health`, stats serves its figures.
     pub async fn serving(&self, unit: &str, pid: i64, since_ms: i64) {
-        let deadline = Instant::now() + WITHIN;
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(2))
             .build()
             .unwrap();
-        loop {
+        let serves = || async {
             let url = match unit {
                 "pmw-api.service" => Some(format!("http://127.0.0.1:{}/v1/health", self.api)),
                 "pmw-stats.service" => {
@@ -164,7 +155,7 @@ impl Host {
                 }
                 _ => None,
             };
-            let ok = match url {
+            match url {
                 Some(url) => http.get(url).send().await.is_ok_and(|r| r.status() == 200),
                 None => {
                     let (service, instance, state) = match unit {
@@ -189,17 +180,13 @@ impl Host {
                         .unwrap()
                         .is_some()
                 }
-            };
-            if ok {
-                return;
             }
-            assert!(
-                Instant::now() < deadline,
-                "{unit} (pid {pid}) never served again: {}",
-                self.sd.diagnostics()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        };
+        assert!(
+            eventually(WITHIN, serves).await,
+            "{unit} (pid {pid}) never served again: {}",
+            self.sd.diagnostics()
+        );
     }
 
     /// Kill `unit`'s process with `sig`; wait until it runs again and serves. Returns the

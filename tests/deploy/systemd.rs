@@ -10,9 +10,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use pmw_testkit::repo_root;
+use pmw_testkit::{eventually_blocking, repo_root};
 
 /// The production units, as `systemctl` names them (the push template instantiated twice).
 pub const UNITS: &[&str] = &[
@@ -180,18 +180,19 @@ exec "$systemd" --user"#;
             manager,
             cgroups,
         };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !sd.systemctl(&["show-environment"]).status.success() {
-            if let Ok(Some(status)) = sd.manager.try_wait() {
-                panic!("systemd --user exited ({status}): {}", sd.diagnostics());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "systemd --user never answered: {}",
-                sd.diagnostics()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let answered =
+            eventually_blocking(Duration::from_secs(30), Duration::from_millis(50), || {
+                let up = sd.systemctl(&["show-environment"]).status.success();
+                if let (false, Ok(Some(status))) = (up, sd.manager.try_wait()) {
+                    panic!("systemd --user exited ({status}): {}", sd.diagnostics());
+                }
+                up
+            });
+        assert!(
+            answered,
+            "systemd --user never answered: {}",
+            sd.diagnostics()
+        );
         sd
     }
 
@@ -344,10 +345,9 @@ impl Drop for Systemd {
         // SIGTERM makes a user manager start exit.target: it stops every unit, then exits.
         let pid = self.manager.id().to_string();
         let _ = Command::new("kill").args(["-TERM", &pid]).status();
-        let deadline = Instant::now() + Duration::from_secs(45);
-        while matches!(self.manager.try_wait(), Ok(None)) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        eventually_blocking(Duration::from_secs(45), Duration::from_millis(50), || {
+            !matches!(self.manager.try_wait(), Ok(None))
+        });
         let _ = self.manager.kill();
         let _ = self.manager.wait();
         // Nothing should be left; whatever is, is ours: killed, then the cgroups removed.

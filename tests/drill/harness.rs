@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use pmw_core::{Cursor, UnixMs};
 use pmw_sim::anvil::Anvil;
 use pmw_sim::{demo_wallets, Sim};
-use pmw_testkit::{free_port, repo_root, stack_env, TestDb};
+use pmw_testkit::{eventually, eventually_every, free_port, repo_root, stack_env, TestDb};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_util::sync::CancellationToken;
 
@@ -266,22 +266,17 @@ impl Drill {
             .unwrap();
         let url = format!("ws://127.0.0.1:{site}/v1/ws");
         // Wait until a leader serves through Caddy.
-        let deadline = Instant::now() + Duration::from_secs(90);
-        loop {
+        let (within, t0) = (Duration::from_secs(90), Instant::now());
+        let reached = eventually_every(within, Duration::from_millis(200), || async {
             let mut req = url.as_str().into_client_request().unwrap();
             req.headers_mut().insert(
                 "authorization",
                 format!("Bearer {}", accounts[0].0).parse().unwrap(),
             );
-            if tokio_tungstenite::connect_async(req).await.is_ok() {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no push leader reachable through caddy"
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+            tokio_tungstenite::connect_async(req).await.is_ok()
+        })
+        .await;
+        assert!(reached, "no push leader reachable through caddy");
         // And, when the API runs, until it answers through Caddy (it starts beside push, and a
         // request before its port is bound is Caddy's 502).
         let apps = opts
@@ -289,21 +284,15 @@ impl Drill {
             .unwrap_or("pmw-live,pmw-push-a,pmw-push-b,pmw-api");
         if apps.split(',').any(|a| a == "pmw-api") {
             let http = reqwest::Client::new();
-            loop {
-                let ok = http
-                    .get(format!("http://127.0.0.1:{site}/v1/health"))
+            let left = within.saturating_sub(t0.elapsed());
+            let answered = eventually_every(left, Duration::from_millis(100), || async {
+                http.get(format!("http://127.0.0.1:{site}/v1/health"))
                     .send()
                     .await
-                    .is_ok_and(|r| r.status().is_success());
-                if ok {
-                    break;
-                }
-                assert!(
-                    Instant::now() < deadline,
-                    "pmw-api not reachable through caddy"
-                );
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
+                    .is_ok_and(|r| r.status().is_success())
+            })
+            .await;
+            assert!(answered, "pmw-api not reachable through caddy");
         }
         let start_cursor = Cursor {
             block: sim.rpc().latest_block().await.unwrap().number.0,
@@ -323,17 +312,13 @@ impl Drill {
             clients.push((mine, log));
         }
         // Every client is connected before any trade is emitted.
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while clients
-            .iter()
-            .any(|(_, l)| l.lock().unwrap().first_hello.is_none())
-        {
-            assert!(
-                Instant::now() < deadline,
-                "not every client connected through caddy"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let connected = eventually(Duration::from_secs(60), || async {
+            clients
+                .iter()
+                .all(|(_, l)| l.lock().unwrap().first_hello.is_some())
+        })
+        .await;
+        assert!(connected, "not every client connected through caddy");
         Drill {
             db,
             sim,
@@ -367,8 +352,7 @@ impl Drill {
     /// Wait until the push cursor reaches the chain head, then let clients settle and stop them.
     pub async fn drain(&self) {
         let final_head = self.sim.rpc().latest_block().await.unwrap().number.0;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
+        let reached = eventually_every(Duration::from_secs(60), Duration::from_millis(100), || async {
             let b: Option<i64> = self
                 .db
                 .connect()
@@ -377,14 +361,11 @@ impl Drill {
                 .await
                 .unwrap()
                 .map(|r| r.get(0));
-            if b.is_some_and(|b| b as u64 >= final_head) {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "push never reached {final_head}: {b:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            b.filter(|b| *b as u64 >= final_head).ok_or(b)
+        })
+        .await;
+        if let Err(b) = reached {
+            panic!("push never reached {final_head}: {b:?}");
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
         self.stop.cancel();
@@ -501,23 +482,25 @@ impl Pm2 {
 
     /// Wait until `before`'s app is online again under a new pid, restarted by pm2 once more.
     pub async fn wait_back(&self, before: &App, within: Duration) -> App {
-        let deadline = Instant::now() + within;
-        loop {
+        let polled = eventually_every(within, Duration::from_millis(100), || async {
             let now = self.app(&before.name);
-            if now.status == "online"
+            let back = now.status == "online"
                 && now.pid > 0
                 && now.pid != before.pid
-                && now.restarts > before.restarts
-            {
-                return now;
+                && now.restarts > before.restarts;
+            if back {
+                Ok(now)
+            } else {
+                Err(now)
             }
-            assert!(
-                Instant::now() < deadline,
+        })
+        .await;
+        polled.unwrap_or_else(|now| {
+            panic!(
                 "pm2 did not bring {} back within {within:?}: {now:?} (before {before:?})",
                 before.name
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+            )
+        })
     }
 }
 
@@ -548,20 +531,20 @@ impl Drill {
         since_ms: i64,
         within: Duration,
     ) {
-        let deadline = Instant::now() + within;
-        loop {
+        let polled = eventually(within, || async {
             let beat = self.push_beat(instance).await;
-            if beat
+            let fresh = beat
                 .as_ref()
-                .is_some_and(|(r, p, at)| r == role && i64::from(*p) == pid && *at >= since_ms)
-            {
-                return;
+                .is_some_and(|(r, p, at)| r == role && i64::from(*p) == pid && *at >= since_ms);
+            if fresh {
+                Ok(())
+            } else {
+                Err(beat)
             }
-            assert!(
-                Instant::now() < deadline,
-                "{instance} (pid {pid}) never beat as {role} within {within:?}: {beat:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        })
+        .await;
+        if let Err(beat) = polled {
+            panic!("{instance} (pid {pid}) never beat as {role} within {within:?}: {beat:?}");
         }
     }
 }

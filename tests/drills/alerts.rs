@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use pmw_testkit::{free_port, repo_root};
+use pmw_testkit::{eventually_every, free_port, repo_root};
 use pmw_tests::harness::{Drill, Opts};
 use pmw_tests::record;
 use serde_json::Value;
@@ -80,16 +80,18 @@ impl Prometheus {
             _dir: dir,
         };
         let http = reqwest::Client::new();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !http
-            .get(format!("http://127.0.0.1:{port}/-/ready"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status() == 200)
-        {
-            assert!(Instant::now() < deadline, "prometheus never became ready");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        let ready = eventually_every(
+            Duration::from_secs(30),
+            Duration::from_millis(200),
+            || async {
+                http.get(format!("http://127.0.0.1:{port}/-/ready"))
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status() == 200)
+            },
+        )
+        .await;
+        assert!(ready, "prometheus never became ready");
         p
     }
 
@@ -108,23 +110,25 @@ impl Prometheus {
 
     /// Wait until `name` fires with every label of `labels`; the time it took.
     async fn wait_firing(&self, name: &str, labels: &[(&str, &str)], t0: Instant) -> Duration {
-        let deadline = Instant::now() + Duration::from_secs(90);
-        loop {
-            let alerts = self.alerts().await;
-            let firing = alerts.iter().any(|a| {
-                a["state"] == "firing"
-                    && a["labels"]["alertname"] == name
-                    && labels.iter().all(|(k, v)| a["labels"][*k] == *v)
-            });
-            if firing {
-                return t0.elapsed();
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{name} {labels:?} never fired; alerts: {alerts:#?}"
-            );
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
+        let polled = eventually_every(
+            Duration::from_secs(90),
+            Duration::from_millis(250),
+            || async {
+                let alerts = self.alerts().await;
+                let firing = alerts.iter().any(|a| {
+                    a["state"] == "firing"
+                        && a["labels"]["alertname"] == name
+                        && labels.iter().all(|(k, v)| a["labels"][*k] == *v)
+                });
+                if firing {
+                    Ok(t0.elapsed())
+                } else {
+                    Err(alerts)
+                }
+            },
+        )
+        .await;
+        polled.unwrap_or_else(|alerts| panic!("{name} {labels:?} never fired; alerts: {alerts:#?}"))
     }
 }
 
@@ -178,23 +182,26 @@ async fn alerts_fire_in_prometheus_for_ingest_push_and_an_older_build() {
     let out = d.pm2.run(&["stop", "pmw-live"]);
     assert!(out.status.success(), "pm2 stop pmw-live");
     let ready_url = format!("http://127.0.0.1:{}/v1/ready", d.api_port);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let reason = loop {
-        let r = http.get(&ready_url).send().await.unwrap();
-        let status = r.status().as_u16();
-        let body: Value = r.json().await.unwrap_or_default();
-        if status == 503 && body["checks"]["ingest"]["ok"] == false {
-            break body["error"]["message"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "/v1/ready never 503 for ingest: {status} {body}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let polled = eventually_every(
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        || async {
+            let r = http.get(&ready_url).send().await.unwrap();
+            let status = r.status().as_u16();
+            let body: Value = r.json().await.unwrap_or_default();
+            if status == 503 && body["checks"]["ingest"]["ok"] == false {
+                Ok(body["error"]["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string())
+            } else {
+                Err((status, body))
+            }
+        },
+    )
+    .await;
+    let reason = polled
+        .unwrap_or_else(|(status, body)| panic!("/v1/ready never 503 for ingest: {status} {body}"));
     assert!(
         reason.contains("pmw-live"),
         "the reason names ingest: {reason}"

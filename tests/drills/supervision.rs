@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use pmw_core::UnixMs;
 use pmw_sim::RunConfig;
-use pmw_testkit::repo_root;
+use pmw_testkit::{assert_eventually, eventually, eventually_every, repo_root};
 use pmw_tests::record;
 use tokio_util::sync::CancellationToken;
 
@@ -43,17 +43,15 @@ async fn http_200(url: &str, within: Duration) {
         .timeout(Duration::from_secs(2))
         .build()
         .unwrap();
-    let deadline = Instant::now() + within;
-    loop {
-        let status = http.get(url).send().await.map(|r| r.status().as_u16());
-        if matches!(status, Ok(200)) {
-            return;
+    let polled = eventually(within, || async {
+        match http.get(url).send().await.map(|r| r.status().as_u16()) {
+            Ok(200) => Ok(()),
+            other => Err(other),
         }
-        assert!(
-            Instant::now() < deadline,
-            "{url} never answered 200: {status:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    })
+    .await;
+    if let Err(status) = polled {
+        panic!("{url} never answered 200: {status:?}");
     }
 }
 
@@ -63,8 +61,7 @@ async fn http_200(url: &str, within: Duration) {
 async fn serving(d: &Drill, back: &App, since_ms: i64) {
     match back.name.as_str() {
         "pmw-live" => {
-            let deadline = Instant::now() + BACK_WITHIN;
-            loop {
+            let polled = eventually(BACK_WITHIN, || async {
                 let beat =
                     d.db.connect()
                         .await
@@ -82,16 +79,18 @@ async fn serving(d: &Drill, back: &App, since_ms: i64) {
                                 r.get::<_, String>(2),
                             )
                         });
-                if beat.as_ref().is_some_and(|(pid, at, state)| {
+                let ingesting = beat.as_ref().is_some_and(|(pid, at, state)| {
                     i64::from(*pid) == back.pid && *at >= since_ms && state == "ingesting"
-                }) {
-                    return;
+                });
+                if ingesting {
+                    Ok(())
+                } else {
+                    Err(beat)
                 }
-                assert!(
-                    Instant::now() < deadline,
-                    "pmw-live never ingested again: {beat:?}"
-                );
-                tokio::time::sleep(Duration::from_millis(50)).await;
+            })
+            .await;
+            if let Err(beat) = polled {
+                panic!("pmw-live never ingested again: {beat:?}");
             }
         }
         "pmw-api" => {
@@ -253,22 +252,22 @@ async fn pm2_restarts_every_service_killed_by_a_signal_and_keeps_stops_and_78_do
     let app = format!("pmw-{standby_now}");
     let before = d.pm2.app(&app);
     assert!(d.pm2.run(&["stop", &app]).status.success());
-    let deadline = Instant::now() + BACK_WITHIN;
-    let ready = loop {
+    let polled = eventually_every(BACK_WITHIN, Duration::from_millis(200), || async {
         let r = reqwest::get(format!("http://127.0.0.1:{}/v1/ready", d.api_port))
             .await
             .unwrap();
         let status = r.status().as_u16();
         let body: serde_json::Value = r.json().await.unwrap();
         if status == 200 && body["checks"]["push_standby"]["ok"] == false {
-            break body;
+            Ok(body)
+        } else {
+            Err((status, body))
         }
-        assert!(
-            Instant::now() < deadline,
-            "ready never reported the missing standby: {status} {body}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    })
+    .await;
+    let ready = polled.unwrap_or_else(|(status, body)| {
+        panic!("ready never reported the missing standby: {status} {body}")
+    });
     assert!(
         ready["warnings"][0]
             .as_str()
@@ -303,15 +302,12 @@ async fn pm2_restarts_every_service_killed_by_a_signal_and_keeps_stops_and_78_do
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let deadline = Instant::now() + BACK_WITHIN;
-    while d.pm2.app("pmw-stats").exit_code != Some(78) {
-        assert!(
-            Instant::now() < deadline,
-            "stats never exited 78: {:?}",
-            d.pm2.app("pmw-stats")
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    assert_eventually!(
+        BACK_WITHIN,
+        d.pm2.app("pmw-stats").exit_code == Some(78),
+        "stats never exited 78: {:?}",
+        d.pm2.app("pmw-stats")
+    );
     let down = stays_down(&d, "pmw-stats", 0).await;
     assert_eq!(exits(&d.pm2, "pmw-stats", 78), 1, "{down:?}");
 

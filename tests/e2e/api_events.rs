@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use pmw_sim::demo_wallets;
+use pmw_testkit::assert_eventually;
 use pmw_testkit::hooks::{Receiver, Step};
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
@@ -54,15 +55,12 @@ async fn pushed_frames_and_webhook_bodies_match_the_published_schemas() {
     }
     first_of(&mut ws, "final").await;
     first_of(&mut finals_ws, "final").await;
-    let deadline = tokio::time::Instant::now() + WITHIN;
     let has = |r: &Receiver, kind: &str| r.hits().iter().any(|h| h.json()["type"] == kind);
-    while !(has(&hook, "trade") && has(&hook, "final") && has(&finals_hook, "final")) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "webhooks of every kind did not arrive"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    assert_eventually!(
+        WITHIN,
+        has(&hook, "trade") && has(&hook, "final") && has(&finals_hook, "final"),
+        "webhooks of every kind did not arrive"
+    );
     push.stop().await.unwrap();
     let mut frames: Vec<Value> = Vec::new();
     for seen in [ws.done.await.unwrap(), finals_ws.done.await.unwrap()] {

@@ -15,7 +15,7 @@ use pmw_core::trade::Allowlist;
 use pmw_core::{CoreConfig, Cursor};
 use pmw_sim::anvil::Anvil;
 use pmw_sim::{demo_wallets, Sim};
-use pmw_testkit::{ServiceHandle, TestDb};
+use pmw_testkit::{assert_eventually, eventually_every, ServiceHandle, TestDb};
 use serde_json::Value;
 
 use crate::harness::{canonical, connect, hello_cursor, Client, Fill, Harness};
@@ -114,15 +114,12 @@ async fn collect_until(c: &mut Client, frames: &mut Vec<Value>, done: impl Fn(&[
 }
 
 async fn hooks_until(hooks: &Hooks, done: impl Fn(&[Value]) -> bool) {
-    let deadline = tokio::time::Instant::now() + WITHIN;
-    while !done(&hooks.messages()) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the endpoint did not get what it was owed: {:?}",
-            hooks.messages()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    assert_eventually!(
+        WITHIN,
+        done(&hooks.messages()),
+        "the endpoint did not get what it was owed: {:?}",
+        hooks.messages()
+    );
 }
 
 fn has(frames: &[Value], kind: &str, fill: &Fill) -> bool {
@@ -241,23 +238,20 @@ async fn a_fill_ingest_missed_is_delivered_once_audited_and_an_injected_one_is_r
 
     // 3. Live with every exchange and the audit; blocks mined until it has audited the run.
     let live = start_live(h.core(), start, true, full);
-    let deadline = tokio::time::Instant::now() + WITHIN;
-    loop {
+    let audited = eventually_every(WITHIN, Duration::from_millis(100), || async {
         let audited: Option<i64> = c
             .query_opt("SELECT block_number FROM audit_cursor WHERE id = 1", &[])
             .await
             .unwrap()
             .map(|r| r.get(0));
-        if audited.is_some_and(|a| a >= w) {
-            break;
+        let through = audited.is_some_and(|a| a >= w);
+        if !through {
+            h.sim.rpc().mine().await.unwrap();
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not audited through {w}"
-        );
-        h.sim.rpc().mine().await.unwrap();
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        through
+    })
+    .await;
+    assert!(audited, "not audited through {w}");
     h.sim.run_matches(2).await.unwrap();
     let on_chain = canonical(&h.anvil.http_url(), start, &all).await;
     collect_until(&mut ws, &mut frames, |f| {
@@ -299,8 +293,8 @@ async fn a_fill_ingest_missed_is_delivered_once_audited_and_an_injected_one_is_r
         );
     }
     // Their deliveries are no live latency: push records them as backfilled, on both channels.
-    let deadline = tokio::time::Instant::now() + WITHIN;
-    loop {
+    let every = Duration::from_millis(200);
+    let recorded = eventually_every(WITHIN, every, || async {
         let rows: Vec<(u64, u32, String, u8)> =
             h.db.ch
                 .query("SELECT block_number, log_index, channel, backfilled FROM push_latency")
@@ -317,13 +311,13 @@ async fn a_fill_ingest_missed_is_delivered_once_audited_and_an_injected_one_is_r
                 of_missed.iter().all(|r| r.3 == 1),
                 "an audit fill's delivery is recorded as backfilled: {of_missed:?}"
             );
-            break;
+            return Ok(());
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no latency rows of the missed fills: {rows:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        Err(rows)
+    })
+    .await;
+    if let Err(rows) = recorded {
+        panic!("no latency rows of the missed fills: {rows:?}");
     }
     let r = c
         .query_one(

@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use pmw_core::UnixMs;
-use pmw_testkit::{run_bin, workspace_bin, ServiceHandle, TestDb};
+use pmw_testkit::{
+    assert_eventually, eventually_every, run_bin, workspace_bin, ServiceHandle, TestDb,
+};
 use serde_json::Value;
 
 async fn ctl(db: &TestDb, args: &[&str]) -> (i32, String, String) {
@@ -33,6 +35,15 @@ async fn start_push(db: &TestDb) -> ServiceHandle {
         .0
 }
 
+/// The push leader's heartbeat says it led a round while listening, and its push and finality
+/// cursors exist.
+const LEADER_AFTER_A_ROUND: &str = "SELECT EXISTS (SELECT 1 FROM push_epoch e JOIN heartbeats h \
+     ON h.service = 'pmw-push' AND h.instance = e.leader WHERE e.slot = 0 \
+     AND h.state->>'role' = 'leader' AND h.state->>'listener' = 'listen' \
+     AND (h.state->>'last_round_ms')::bigint > 0) \
+     AND EXISTS (SELECT 1 FROM push_cursor WHERE slot = 0) \
+     AND EXISTS (SELECT 1 FROM final_cursor WHERE slot = 0)";
+
 async fn seed(db: &TestDb) {
     let c = db.connect().await;
     c.batch_execute(
@@ -48,9 +59,17 @@ async fn status_shows_leader_cursors_lag_and_backlog() {
     let db = TestDb::new().await;
     seed(&db).await;
     let push = start_push(&db).await;
-    tokio::time::sleep(Duration::from_millis(1_500)).await; // a heartbeat after a few rounds
-                                                            // Webhook backlog: pending deliveries of several ages, one failed.
     let c = db.connect().await;
+    // The leader has beaten after a round, listening, with both its cursors written.
+    assert_eventually!(
+        Duration::from_secs(30),
+        c.query_one(LEADER_AFTER_A_ROUND, &[])
+            .await
+            .unwrap()
+            .get::<_, bool>(0),
+        "the push leader never beat after a round"
+    );
+    // Webhook backlog: pending deliveries of several ages, one failed.
     let now = UnixMs::now().0;
     let acct: i64 = c
         .query_one(
@@ -234,39 +253,38 @@ async fn status_shows_the_standby_and_warns_when_there_is_none() {
     let hooks = pmw_push::webhook::WebhookConfig::default();
     let standby =
         ServiceHandle::spawn(move |stop| pmw_push::run_with(core, push, hooks, stop, None));
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let s = loop {
+    let every = Duration::from_millis(200);
+    let shown = eventually_every(Duration::from_secs(30), every, || async {
         let (code, out, err) = ctl(&db, &["status", "--json"]).await;
         assert_eq!(code, 0, "{err}");
         let s: Value = serde_json::from_str(&out).unwrap();
         if s["standbys"][0]["fresh"] == true {
-            break s;
+            Ok(s)
+        } else {
+            Err(s)
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no standby shown: {s}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    })
+    .await;
+    let s = shown.unwrap_or_else(|s| panic!("no standby shown: {s}"));
     assert_eq!(s["standbys"][0]["instance"], "push-b", "{s}");
     assert_eq!(s["standbys"][0]["pid"], std::process::id(), "{s}");
     assert_eq!(s["warnings"], serde_json::json!([]), "{s}");
     // It beats while it waits, not once: seconds after it started, its heartbeat is recent.
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
+    let recent = eventually_every(Duration::from_secs(20), every, || async {
         let (_, out, _) = ctl(&db, &["status", "--json"]).await;
         let s: Value = serde_json::from_str(&out).unwrap();
         let b = &s["standbys"][0];
         assert!(b["waiting_age_ms"].as_i64().unwrap() >= 4_000, "{s}");
         if b["beat_age_ms"].as_i64().unwrap() < 3_000 {
-            break;
+            Ok(())
+        } else {
+            Err(s)
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the standby beats every second: {s}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
+    })
+    .await;
+    if let Err(s) = recent {
+        panic!("the standby beats every second: {s}");
     }
     let (_, out, _) = ctl(&db, &["status"]).await;
     assert!(out.contains("push standby  push-b (pid "), "{out}");

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use pmw_core::{Cursor, UnixMs};
 use pmw_sim::Emitted;
-use pmw_testkit::{bound_within, free_port, workspace_bin, ServiceHandle};
+use pmw_testkit::{assert_eventually, bound_within, free_port, workspace_bin, ServiceHandle};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 use tokio::sync::mpsc;
@@ -190,22 +190,15 @@ async fn watch_prints_trades_and_resumes_after_a_leader_restart() {
     let missed = mine(&sim.run_matches(3).await.unwrap(), &wallets);
     assert!(!missed.is_empty());
     let head = sim.rpc().latest_block().await.unwrap().number.0 as i64;
-    let deadline = tokio::time::Instant::now() + WITHIN;
-    loop {
-        let b: i64 = c
-            .query_one("SELECT block_number FROM push_cursor WHERE slot = 0", &[])
+    assert_eventually!(
+        WITHIN,
+        c.query_one("SELECT block_number FROM push_cursor WHERE slot = 0", &[])
             .await
             .unwrap()
-            .get(0);
-        if b >= head {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "push did not reach {head}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+            .get::<_, i64>(0)
+            >= head,
+        "push did not reach {head}"
+    );
     let mut again = Command::new(workspace_bin("pmwctl"))
         .args([
             "watch",

@@ -6,6 +6,7 @@
 //! of the chain (`Emitted`: maker, side, amounts in base units, token) and its market list, never
 //! from pmw's code.
 
+use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -18,7 +19,7 @@ use pmw_push::webhook::WebhookConfig;
 use pmw_sim::anvil::Anvil;
 use pmw_sim::{Emitted, Sim};
 use pmw_testkit::hooks::{Receiver, Step};
-use pmw_testkit::{eventually, ServiceHandle, TestDb};
+use pmw_testkit::{eventually, eventually_every, ServiceHandle, TestDb};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
@@ -157,7 +158,7 @@ async fn filtered_sessions_replays_and_webhooks_get_exactly_the_matching_fills_o
     // Warm-up, before push runs: trade until every token has been seen and its market resolved,
     // so every trade push reads later carries its market (a condition id can match).
     let tokens: usize = markets.iter().map(|m| m.token_ids.len()).sum();
-    let mut warm: Vec<Emitted> = Vec::new();
+    let warm: RefCell<Vec<Emitted>> = RefCell::default();
     let pg = pmw_core::pg::pool(&core, "test-oracle").unwrap();
     let one = |sql: &'static str| {
         let pg = pg.clone();
@@ -166,17 +167,18 @@ async fn filtered_sessions_replays_and_webhooks_get_exactly_the_matching_fills_o
             c.query_one(sql, &[]).await.unwrap().get::<_, i64>(0)
         }
     };
-    let deadline = tokio::time::Instant::now() + WITHIN;
-    while (one("SELECT count(*) FROM market_names WHERE status = 'resolved'").await as usize)
-        < tokens
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "every market resolved by pmw-live"
-        );
-        warm.extend(sim.run_matches(4).await.unwrap());
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let resolved = eventually_every(WITHIN, Duration::from_millis(200), || async {
+        let n = one("SELECT count(*) FROM market_names WHERE status = 'resolved'").await;
+        if n as usize >= tokens {
+            return true;
+        }
+        let more = sim.run_matches(4).await.unwrap();
+        warm.borrow_mut().extend(more);
+        false
+    })
+    .await;
+    assert!(resolved, "every market resolved by pmw-live");
+    let warm = warm.into_inner();
     // Push starts at the ingest watermark: past every warm-up fill.
     let warm_last = warm.iter().map(|e| e.block_number).max().unwrap() as i64;
     assert!(

@@ -13,7 +13,7 @@ use pmw_push::webhook::WebhookConfig;
 use pmw_push::PushConfig;
 use pmw_sim::anvil::Anvil;
 use pmw_sim::{Emitted, RunConfig, Sim};
-use pmw_testkit::{bound_within, ServiceHandle, TestDb};
+use pmw_testkit::{bound_within, eventually, ServiceHandle, TestDb};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
@@ -187,23 +187,19 @@ impl Harness {
 
     /// Wait until the push cursor reaches the chain head's block.
     pub async fn wait_pushed(&self, within: Duration) {
-        let deadline = tokio::time::Instant::now() + within;
         let head = self.sim.rpc().latest_block().await.unwrap().number.0;
-        loop {
-            let c = self.db.connect().await;
+        let c = self.db.connect().await;
+        let reached = eventually(within, || async {
             let b: Option<i64> = c
                 .query_opt("SELECT block_number FROM push_cursor WHERE slot = 0", &[])
                 .await
                 .unwrap()
                 .map(|r| r.get(0));
-            if b.is_some_and(|b| b as u64 >= head) {
-                return;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "push did not reach block {head} (at {b:?})"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            b.filter(|b| *b as u64 >= head).ok_or(b)
+        })
+        .await;
+        if let Err(b) = reached {
+            panic!("push did not reach block {head} (at {b:?})");
         }
     }
 

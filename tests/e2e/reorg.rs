@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pmw_sim::{demo_wallets, ReorgPlan, ReplayOrder};
+use pmw_testkit::eventually;
 use serde_json::Value;
 
 use crate::harness::{canonical, connect_url, first_of, Client, Fill, Harness};
@@ -135,23 +136,10 @@ async fn endpoint(h: &Harness, account: i64, url: &str) {
 
 /// Wait until `count_sql` (a `SELECT count(*)`) is 0.
 async fn until_none(h: &Harness, count_sql: &str) {
-    let deadline = tokio::time::Instant::now() + WITHIN;
-    loop {
-        let left: i64 =
-            h.db.connect()
-                .await
-                .query_one(count_sql, &[])
-                .await
-                .unwrap()
-                .get(0);
-        if left == 0 {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{left} left: {count_sql}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    let c = h.db.connect().await;
+    let left = || async { c.query_one(count_sql, &[]).await.unwrap().get::<_, i64>(0) };
+    if !eventually(WITHIN, || async { left().await == 0 }).await {
+        panic!("{} left: {count_sql}", left().await);
     }
 }
 

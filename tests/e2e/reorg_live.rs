@@ -13,7 +13,7 @@ use pmw_core::types::cursor::MAX_LOG_INDEX;
 use pmw_core::Cursor;
 use pmw_sim::anvil::Anvil;
 use pmw_sim::{ReorgPlan, RunConfig, Sim};
-use pmw_testkit::{workspace_bin, ChildService, TestDb};
+use pmw_testkit::{eventually_every, workspace_bin, ChildService, TestDb};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -401,24 +401,18 @@ async fn a_lagging_rpc_node_causes_no_retraction() {
 
     // Ingest reaches the head, then stays there while the poll keeps meeting the lagging node.
     let top = h.sim.rpc().latest_block().await.unwrap();
-    let deadline = tokio::time::Instant::now() + WITHIN;
-    loop {
+    let reached = eventually_every(WITHIN, Duration::from_millis(100), || async {
         let wm = watermark(&h).await;
-        if wm.as_ref().is_some_and(|(b, _)| *b >= top.number.0) {
-            assert_eq!(
-                wm.unwrap(),
-                (top.number.0, top.hash.to_string()),
-                "ingest reached the head"
-            );
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "ingest did not reach block {} (at {wm:?})",
-            top.number.0
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        wm.clone().filter(|(b, _)| *b >= top.number.0).ok_or(wm)
+    })
+    .await;
+    let wm = reached
+        .unwrap_or_else(|wm| panic!("ingest did not reach block {} (at {wm:?})", top.number.0));
+    assert_eq!(
+        wm,
+        (top.number.0, top.hash.to_string()),
+        "ingest reached the head"
+    );
     h.wait_pushed(WITHIN).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     push.stop().await.unwrap();

@@ -9,6 +9,7 @@ use std::time::Duration;
 use pmw_core::UnixMs;
 use pmw_sim::demo_wallets;
 use pmw_testkit::hooks::{Receiver, Step};
+use pmw_testkit::{assert_eventually, eventually_every};
 
 use super::WITHIN;
 use crate::harness::{canonical, Fill, Harness};
@@ -45,24 +46,15 @@ async fn pushed_block(h: &Harness) -> u64 {
 /// Wait until pmw-live's watermark reaches the chain head.
 async fn ingested(h: &Harness) {
     let head = h.sim.rpc().latest_block().await.unwrap().number.0;
-    let deadline = tokio::time::Instant::now() + WITHIN;
-    loop {
-        let wm: Option<i64> =
-            h.db.connect()
-                .await
-                .query_opt("SELECT block_number FROM ingest_cursor WHERE id = 1", &[])
-                .await
-                .unwrap()
-                .map(|r| r.get(0));
-        if wm.is_some_and(|w| w as u64 >= head) {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "live behind head {head}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let c = h.db.connect().await;
+    assert_eventually!(
+        WITHIN,
+        c.query_opt("SELECT block_number FROM ingest_cursor WHERE id = 1", &[])
+            .await
+            .unwrap()
+            .is_some_and(|r| r.get::<_, i64>(0) as u64 >= head),
+        "live behind head {head}"
+    );
 }
 
 /// The fills the endpoint received (once per `webhook-id`), by identity.
@@ -140,14 +132,11 @@ async fn catch_up(short_block: bool) {
     if short_block {
         // The cursor reaches the block before the short one and stays there; nothing of the
         // short block or after it is delivered.
-        let deadline = tokio::time::Instant::now() + WITHIN;
-        while pushed_block(&h).await + 1 < short {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "catch-up stalled early"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        assert_eventually!(
+            WITHIN,
+            pushed_block(&h).await + 1 >= short,
+            "catch-up stalled early"
+        );
         tokio::time::sleep(Duration::from_secs(2)).await;
         let at = pushed_block(&h).await;
         let (got, _) = received(&hook);
@@ -169,14 +158,12 @@ async fn catch_up(short_block: bool) {
     }
     h.wait_pushed(WITHIN).await;
     assert!(pushed_block(&h).await >= head);
-    let deadline = tokio::time::Instant::now() + WITHIN;
-    let (got, dup) = loop {
-        let (got, dup) = received(&hook);
-        if got.len() >= owed.len() || tokio::time::Instant::now() > deadline {
-            break (got, dup);
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    // Whatever arrived within the wait is counted below (lost, phantom, duplicated).
+    eventually_every(WITHIN, Duration::from_millis(200), || async {
+        received(&hook).0.len() >= owed.len()
+    })
+    .await;
+    let (got, dup) = received(&hook);
     push.stop().await.unwrap();
     let lost = owed.difference(&got).count();
     let phantom = got.difference(&owed).count();

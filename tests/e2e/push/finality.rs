@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use pmw_core::Cursor;
 use pmw_sim::demo_wallets;
+use pmw_testkit::assert_eventually;
 use pmw_testkit::hooks::PyReceiver;
 use serde_json::Value;
 
@@ -110,25 +111,21 @@ async fn finals_follow_their_trades_and_final_only_subscribers_get_only_finals()
     );
 
     // Wait for every final on every channel (the final-only endpoint gets exactly one per fill).
-    let deadline = tokio::time::Instant::now() + WITHIN;
     let count = |r: &PyReceiver, kind: &str| {
         r.verdicts()
             .iter()
             .filter(|v| v["body"]["type"] == kind)
             .count()
     };
-    while count(&only_final, "final") < expected.len()
-        || count(&both_hook, "final") < expected.len()
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "webhook finals: {} and {} of {}",
-            count(&only_final, "final"),
-            count(&both_hook, "final"),
-            expected.len()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    assert_eventually!(
+        WITHIN,
+        count(&only_final, "final") >= expected.len()
+            && count(&both_hook, "final") >= expected.len(),
+        "webhook finals: {} and {} of {}",
+        count(&only_final, "final"),
+        count(&both_hook, "final"),
+        expected.len()
+    );
     tokio::time::sleep(Duration::from_millis(1500)).await; // WS frames of the same rounds
     push.stop().await.unwrap();
     let (both, finals, trades) = (

@@ -7,6 +7,7 @@ use std::time::Duration;
 use pmw_core::Cursor;
 use pmw_sim::demo_wallets;
 use pmw_sim::RunConfig;
+use pmw_testkit::eventually_every;
 use tokio_util::sync::CancellationToken;
 
 use super::WITHIN;
@@ -205,8 +206,7 @@ async fn health_is_ready_only_after_a_round_and_reports_the_leader() {
     let h = Harness::new().await;
     let (push, addr) = h.leader("push-a").await;
     let url = format!("http://{addr}/health");
-    let deadline = tokio::time::Instant::now() + WITHIN;
-    let body = loop {
+    let ready = eventually_every(WITHIN, Duration::from_millis(100), || async {
         let r = reqwest::get(&url).await.unwrap();
         let status = r.status().as_u16();
         let body: serde_json::Value = r.json().await.unwrap();
@@ -216,14 +216,13 @@ async fn health_is_ready_only_after_a_round_and_reports_the_leader() {
             "status follows readiness: {body}"
         );
         if status == 200 {
-            break body;
+            Ok(body)
+        } else {
+            Err(body)
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never ready: {body}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    })
+    .await;
+    let body = ready.unwrap_or_else(|body| panic!("never ready: {body}"));
     assert!(body["last_round_ms"].as_i64().unwrap() > 0);
     assert!(body["epoch"].as_i64().unwrap() >= 1);
     push.stop().await.unwrap();

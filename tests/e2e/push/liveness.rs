@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use pmw_core::{Cursor, ServiceError, UnixMs};
 use pmw_push::PushConfig;
 use pmw_sim::demo_wallets;
-use pmw_testkit::{bound_within, TcpProxy};
+use pmw_testkit::{bound_within, eventually, eventually_every, TcpProxy};
 
 use super::WITHIN;
 use crate::harness::{connect, first_of, hello_cursor, spawn_push, Harness};
@@ -56,21 +56,21 @@ async fn an_endpoint_deleted_behind_the_index_is_skipped_and_others_are_served()
     let owed = h.expected(&wallets, start);
     assert!(!owed.is_empty());
     // The counter moves when the round that committed the cursor returns: poll for it.
-    let deadline = Instant::now() + WITHIN;
-    let health = loop {
+    let polled = eventually(WITHIN, || async {
         let health: serde_json::Value = reqwest::get(format!("http://{addr}/health"))
             .await
             .unwrap()
             .json()
             .await
             .unwrap();
-        if health["webhooks_skipped"].as_u64() >= Some(owed.len() as u64)
-            || Instant::now() > deadline
-        {
-            break health;
+        if health["webhooks_skipped"].as_u64() >= Some(owed.len() as u64) {
+            Ok(health)
+        } else {
+            Err(health)
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    })
+    .await;
+    let health = polled.unwrap_or_else(|last| last);
     tokio::time::sleep(Duration::from_millis(300)).await;
     push.stop().await.unwrap();
     assert_eq!(c.done.await.unwrap().trades, owed, "the watched session");
@@ -244,19 +244,13 @@ async fn the_plan_caps_concurrent_sessions() {
     b.done.abort();
     drop(b.events);
     // The slot is freed once the server sees the close.
-    let deadline = Instant::now() + WITHIN;
-    loop {
+    let freed = eventually_every(WITHIN, Duration::from_millis(100), || async {
         let mut c = connect(addr, &key, None).await;
         let v = tokio::time::timeout(Duration::from_secs(10), c.events.recv()).await;
-        if matches!(&v, Ok(Some(f)) if f["type"] == "hello") {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the closed session's slot was never freed"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        matches!(&v, Ok(Some(f)) if f["type"] == "hello")
+    })
+    .await;
+    assert!(freed, "the closed session's slot was never freed");
     push.stop().await.unwrap();
 }
 
@@ -500,11 +494,11 @@ async fn a_graceful_stop_finishes_webhooks_in_flight_and_the_successor_sends_non
     let (a, _) = h.leader("push-a").await;
     let (b, b_bound) = h.start_push("push-b", h.push_config());
     h.sim.run_matches(1).await.unwrap();
-    let deadline = Instant::now() + WITHIN;
-    while ids.lock().unwrap().is_empty() {
-        assert!(Instant::now() < deadline, "no webhook attempt started");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let started = eventually_every(WITHIN, Duration::from_millis(20), || async {
+        !ids.lock().unwrap().is_empty()
+    })
+    .await;
+    assert!(started, "no webhook attempt started");
     // Attempts are in flight (the receiver answers after 1.5 s): stop the leader now.
     a.stop().await.unwrap();
     tokio::time::timeout(WITHIN, b_bound)
@@ -512,9 +506,8 @@ async fn a_graceful_stop_finishes_webhooks_in_flight_and_the_successor_sends_non
         .unwrap()
         .unwrap();
     let pg = h.db.connect().await;
-    let deadline = Instant::now() + WITHIN;
-    loop {
-        let pending: i64 = pg
+    let pending = || async {
+        let n: i64 = pg
             .query_one(
                 "SELECT count(*) FROM webhook_deliveries WHERE state <> 'delivered'",
                 &[],
@@ -522,14 +515,10 @@ async fn a_graceful_stop_finishes_webhooks_in_flight_and_the_successor_sends_non
             .await
             .unwrap()
             .get(0);
-        if pending == 0 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{pending} deliveries never delivered"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        n
+    };
+    if !eventually(WITHIN, || async { pending().await == 0 }).await {
+        panic!("{} deliveries never delivered", pending().await);
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     b.stop().await.unwrap();

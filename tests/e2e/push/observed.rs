@@ -2,11 +2,13 @@
 //! matched trade delivered once as a webhook verified by the official library, and pmw-stats'
 //! detect→push median against what a client measured.
 
+use std::cell::{Cell, RefCell};
 use std::time::Duration;
 
 use pmw_core::Cursor;
 use pmw_sim::demo_wallets;
 use pmw_testkit::hooks::PyReceiver;
+use pmw_testkit::{assert_eventually, eventually_every};
 
 use super::WITHIN;
 use crate::harness::{connect, first_of, hello_cursor, Harness};
@@ -97,16 +99,13 @@ async fn webhooks_deliver_each_matched_trade_once_verified_by_the_official_libra
     h.sim.run_matches(12).await.unwrap();
     h.wait_pushed(WITHIN).await;
     let expected = h.expected(&mine, start);
-    let deadline = tokio::time::Instant::now() + WITHIN;
-    while receiver.verdicts().len() < expected.len() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{} of {} webhooks arrived",
-            receiver.verdicts().len(),
-            expected.len()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    assert_eventually!(
+        WITHIN,
+        receiver.verdicts().len() >= expected.len(),
+        "{} of {} webhooks arrived",
+        receiver.verdicts().len(),
+        expected.len()
+    );
     tokio::time::sleep(Duration::from_millis(500)).await;
     push.stop().await.unwrap();
     let verdicts = receiver.verdicts();
@@ -163,23 +162,18 @@ async fn the_dashboard_detect_to_push_p50_matches_what_clients_observe() {
         pmw_stats::run_with(core, stats_cfg, stop, Some(bound))
     })
     .await;
-    let deadline = tokio::time::Instant::now() + WITHIN;
-    let json: serde_json::Value = loop {
+    let figures = eventually_every(WITHIN, Duration::from_millis(200), || async {
         let r = reqwest::get(format!("http://{saddr}/latency.json"))
             .await
             .unwrap();
-        if r.status() == 200 {
-            let v: serde_json::Value = r.json().await.unwrap();
-            if v["headline"]["figures"][0]["count"].as_u64().unwrap_or(0) > 0 {
-                break v;
-            }
+        if r.status() != 200 {
+            return None;
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no dashboard figures"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+        let v: serde_json::Value = r.json().await.unwrap();
+        (v["headline"]["figures"][0]["count"].as_u64().unwrap_or(0) > 0).then_some(v)
+    })
+    .await;
+    let json = figures.expect("no dashboard figures");
     stats.stop().await.unwrap();
     let fig = &json["headline"]["figures"][0];
     assert_eq!(fig["window"], "1h");
@@ -240,35 +234,33 @@ async fn webhooks_held_up_never_hold_up_websocket_frames() {
         !expected.is_empty(),
         "the run has trades of the followed wallets"
     );
-    let deadline = tokio::time::Instant::now() + WITHIN;
-    let mut live = 0;
-    while live < expected.len() {
-        while let Ok(f) = ws.events.try_recv() {
-            live += usize::from(f["type"] == "trade");
+    let (live, events) = (Cell::new(0), RefCell::new(&mut ws.events));
+    let all_live = eventually_every(WITHIN, Duration::from_millis(100), || async {
+        while let Ok(f) = events.borrow_mut().try_recv() {
+            live.set(live.get() + usize::from(f["type"] == "trade"));
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{live} of {} WebSocket trades while webhooks were held",
-            expected.len()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        live.get() >= expected.len()
+    })
+    .await;
+    assert!(
+        all_live,
+        "{} of {} WebSocket trades while webhooks were held",
+        live.get(),
+        expected.len()
+    );
     tokio::time::sleep(Duration::from_millis(500)).await;
     let held = receiver.verdicts().len();
     assert_eq!(held, 0, "no webhook can be queued while the lane is held");
 
     // Release: the lane catches up, every trade once.
     hold.rollback().await.unwrap();
-    let deadline = tokio::time::Instant::now() + WITHIN;
-    while receiver.verdicts().len() < expected.len() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{} of {} webhooks after the lane was released",
-            receiver.verdicts().len(),
-            expected.len()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    assert_eventually!(
+        WITHIN,
+        receiver.verdicts().len() >= expected.len(),
+        "{} of {} webhooks after the lane was released",
+        receiver.verdicts().len(),
+        expected.len()
+    );
     tokio::time::sleep(Duration::from_millis(500)).await;
     push.stop().await.unwrap();
     let seen = ws.done.await.unwrap();

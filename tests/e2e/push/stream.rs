@@ -7,6 +7,7 @@ use std::time::Duration;
 use pmw_core::Cursor;
 use pmw_sim::demo_wallets;
 use pmw_sim::RunConfig;
+use pmw_testkit::eventually_every;
 use tokio_util::sync::CancellationToken;
 
 use super::WITHIN;
@@ -153,22 +154,19 @@ async fn a_slow_consumer_is_closed_and_others_are_unaffected() {
 async fn push_slow_closed(h: &Harness) -> i64 {
     // The leader reports sessions in its heartbeat; a closed slow session is gone from it.
     let c = h.db.connect().await;
-    let deadline = tokio::time::Instant::now() + WITHIN;
-    loop {
-        let sessions: i64 = c
+    let sessions = || async {
+        let n: i64 = c
             .query_one("SELECT coalesce((state->>'sessions')::bigint, -1) FROM heartbeats WHERE service = 'pmw-push' AND instance = 'push-a'", &[])
             .await
             .unwrap()
             .get(0);
-        if sessions == 1 {
-            return 1;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "slow session still registered ({sessions})"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        n
+    };
+    let every = Duration::from_millis(200);
+    if !eventually_every(WITHIN, every, || async { sessions().await == 1 }).await {
+        panic!("slow session still registered ({})", sessions().await);
     }
+    1
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
