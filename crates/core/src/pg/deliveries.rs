@@ -255,12 +255,19 @@ pub async fn expire_pending(
             &[&endpoint_id, &error, &now],
         )
         .await?;
-    c.execute(
-        "DELETE FROM webhook_failing WHERE endpoint_id = $1",
-        &[&endpoint_id],
-    )
-    .await?;
+    forget_failing(c, endpoint_id).await?;
     Ok(expired)
+}
+
+/// End the endpoint's run of failed attempts (`webhook_failing`): after a success, and when it
+/// is disabled or re-enabled ([`expire_pending`]).
+pub async fn forget_failing(
+    c: &impl GenericClient,
+    endpoint_id: i64,
+) -> Result<(), tokio_postgres::Error> {
+    c.execute(include_str!("sql/forget_failing.sql"), &[&endpoint_id])
+        .await?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -13,12 +13,13 @@ use pmw_core::UnixMs;
 
 use super::body::{body, is_audit};
 use super::client::{GuardedClient, HttpResponse, SendError};
+use super::config::WebhookConfig;
 use super::context::Ctx;
+use super::error::WebhookError;
 use super::retry::{self, Next, Outcome};
 use super::sign::sign_headers;
 use super::stats::WebhookStats;
 use super::store::{self, Claimed, Disable, Finish, Finished, Health};
-use super::{WebhookConfig, WebhookError};
 use crate::recorder::{
     DeliveryLogRow, Fact, WEBHOOK_CHANNEL as CHANNEL, WEBHOOK_FINAL_CHANNEL as FINAL_CHANNEL,
 };

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use pmw_core::pg::PgPool;
 
 use super::client::GuardedClient;
+use super::config::WebhookConfig;
 use super::results::Results;
 use super::stats::WebhookStats;
-use super::WebhookConfig;
 use crate::recorder::Recorder;
 
 /// What every queue of one dispatcher shares.

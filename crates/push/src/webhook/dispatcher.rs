@@ -19,13 +19,14 @@ use tokio_postgres::GenericClient;
 use tokio_util::sync::CancellationToken;
 
 use super::client::GuardedClient;
+use super::config::WebhookConfig;
 use super::context::Ctx;
+use super::error::WebhookError;
 use super::handoff::Handoff;
 use super::queue::{claim_limit, Ran};
 use super::running::Running;
 use super::stats::{StatsSnapshot, WebhookStats};
 use super::store::{self, Claim, Claimed};
-use super::{WebhookConfig, WebhookError};
 use crate::recorder::Recorder;
 
 /// The backlog counts (health, metrics) are taken at most this often: they read every pending

@@ -3,7 +3,7 @@
 //! it survives restarts and leader changes. At least once, with a `webhook-id` stable across
 //! retries.
 //!
-//! Flow: the webhook lane ([`crate::rounds::Lane::Webhooks`], behind the WebSocket rounds) calls
+//! Flow: the webhook lane (push's `lanes`, behind the WebSocket lane) calls
 //! [`enqueue_in_slot`] inside the transaction that moves `webhook_cursor` (fenced by the push
 //! epoch in the same statement), with new trade deliveries claimed by the epoch, commits, then
 //! hands those to the dispatcher in memory ([`Handoff`]) and wakes it only for what it must
@@ -44,8 +44,10 @@ mod attempt;
 mod body;
 mod build;
 pub mod client;
+mod config;
 mod context;
 mod dispatcher;
+mod error;
 mod handoff;
 mod queue;
 mod results;
@@ -54,213 +56,14 @@ mod running;
 mod stats;
 mod store;
 
-use std::time::Duration;
-
 pub use pmw_core::webhook::sign;
 
-use figment::Figment;
-use pmw_core::config::{ConfigError, Validate};
-use serde::Deserialize;
-
 pub use build::{deliveries_of, finals_of};
+pub use config::WebhookConfig;
 pub use dispatcher::Dispatcher;
+pub use error::WebhookError;
 pub use handoff::Handoff;
 pub use stats::{StatsSnapshot, WebhookStats};
 pub use store::{
     enqueue, enqueue_in_slot, expire_pending, webhook_id, DeliveryKind, Enqueued, NewDelivery,
 };
-
-/// Delivery engine settings.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WebhookConfig {
-    /// Timeout of one attempt.
-    pub timeout: Duration,
-    /// Allow destinations that are loopback, private, link-local, … (off in production).
-    pub allow_private_destinations: bool,
-    /// Attempts in flight per endpoint (1 = strictly one at a time, in cursor order).
-    pub max_in_flight_per_endpoint: usize,
-    /// Look for due retries at least this often.
-    pub poll_interval: Duration,
-    /// Push slot whose `push_epoch` row fences every write.
-    pub slot: i16,
-    /// Disable an endpoint whose every attempt has failed for this long (`None` = never).
-    pub disable_failing_after: Option<Duration>,
-}
-
-impl Default for WebhookConfig {
-    fn default() -> WebhookConfig {
-        WebhookConfig {
-            timeout: Duration::from_millis(d::timeout()),
-            allow_private_destinations: false,
-            max_in_flight_per_endpoint: d::in_flight(),
-            poll_interval: Duration::from_millis(d::poll()),
-            slot: 0,
-            disable_failing_after: Some(Duration::from_millis(d::disable_after())),
-        }
-    }
-}
-
-impl WebhookConfig {
-    /// A claim of this dispatcher's own epoch older than this was abandoned (attempts are
-    /// bounded by the timeout) and may be taken again.
-    pub fn claim_ttl(&self) -> Duration {
-        self.timeout * 2 + Duration::from_secs(30)
-    }
-
-    /// Load from the standard sources (`PMW_CONFIG`, `PMW_*`).
-    pub fn load() -> Result<WebhookConfig, ConfigError> {
-        WebhookConfig::from_figment(pmw_core::config::figment())
-    }
-
-    /// Load from an explicit figment.
-    pub fn from_figment(f: Figment) -> Result<WebhookConfig, ConfigError> {
-        let s: WebhookSettings = pmw_core::config::load_from(f)?;
-        Ok(WebhookConfig {
-            timeout: Duration::from_millis(s.push_webhook_timeout_ms),
-            allow_private_destinations: s.push_allow_private_webhooks,
-            max_in_flight_per_endpoint: s.push_webhook_max_in_flight,
-            poll_interval: Duration::from_millis(s.push_webhook_poll_ms),
-            slot: s.push_slot,
-            disable_failing_after: (s.push_webhook_disable_after_ms > 0)
-                .then(|| Duration::from_millis(s.push_webhook_disable_after_ms)),
-        })
-    }
-}
-
-/// The raw settings, keyed like the environment variables.
-#[derive(Debug, Clone, Deserialize)]
-struct WebhookSettings {
-    #[serde(default = "d::timeout")]
-    push_webhook_timeout_ms: u64,
-    #[serde(default)]
-    push_allow_private_webhooks: bool,
-    #[serde(default = "d::in_flight")]
-    push_webhook_max_in_flight: usize,
-    #[serde(default = "d::poll")]
-    push_webhook_poll_ms: u64,
-    #[serde(default)]
-    push_slot: i16,
-    #[serde(default = "d::disable_after")]
-    push_webhook_disable_after_ms: u64,
-}
-
-impl Validate for WebhookSettings {
-    fn validate(&self) -> Result<(), ConfigError> {
-        if !(100..=120_000).contains(&self.push_webhook_timeout_ms) {
-            return Err(ConfigError::invalid(
-                "PMW_PUSH_WEBHOOK_TIMEOUT_MS",
-                "must be between 100 and 120000",
-            ));
-        }
-        if !(1..=64).contains(&self.push_webhook_max_in_flight) {
-            return Err(ConfigError::invalid(
-                "PMW_PUSH_WEBHOOK_MAX_IN_FLIGHT",
-                "must be between 1 and 64",
-            ));
-        }
-        if !(10..=60_000).contains(&self.push_webhook_poll_ms) {
-            return Err(ConfigError::invalid(
-                "PMW_PUSH_WEBHOOK_POLL_MS",
-                "must be between 10 and 60000",
-            ));
-        }
-        if (1..1_000).contains(&self.push_webhook_disable_after_ms) {
-            return Err(ConfigError::invalid(
-                "PMW_PUSH_WEBHOOK_DISABLE_AFTER_MS",
-                "must be 0 (never) or at least 1000",
-            ));
-        }
-        Ok(())
-    }
-}
-
-mod d {
-    pub fn timeout() -> u64 {
-        10_000
-    }
-    pub fn in_flight() -> usize {
-        4
-    }
-    pub fn poll() -> u64 {
-        1_000
-    }
-    pub fn disable_after() -> u64 {
-        5 * 24 * 3_600_000
-    }
-}
-
-/// Why the delivery engine stopped or a write failed. Cloneable so [`Dispatcher::wait`] can
-/// report the final result more than once.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum WebhookError {
-    /// The push epoch moved on: this dispatcher's writes no longer land and it has stopped.
-    #[error("fenced: push epoch {epoch} of slot {slot} is no longer current")]
-    Fenced { slot: i16, epoch: i64 },
-    #[error("webhook postgres: {0}")]
-    Db(String),
-    #[error("{0}")]
-    Client(String),
-    #[error("webhook task failed: {0}")]
-    Task(String),
-}
-
-impl From<tokio_postgres::Error> for WebhookError {
-    fn from(e: tokio_postgres::Error) -> WebhookError {
-        WebhookError::Db(pmw_core::pg::describe(&e))
-    }
-}
-
-impl From<deadpool_postgres::PoolError> for WebhookError {
-    fn from(e: deadpool_postgres::PoolError) -> WebhookError {
-        WebhookError::Db(e.to_string())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use figment::providers::Serialized;
-
-    #[test]
-    fn webhook_config_defaults_and_overrides() {
-        let c = WebhookConfig::from_figment(Figment::new()).unwrap();
-        assert_eq!(c, WebhookConfig::default());
-        assert_eq!(c.timeout, Duration::from_secs(10));
-        assert!(!c.allow_private_destinations);
-        let c = WebhookConfig::from_figment(
-            Figment::new()
-                .merge(Serialized::default("push_webhook_timeout_ms", 2500))
-                .merge(Serialized::default("push_allow_private_webhooks", true))
-                .merge(Serialized::default("push_webhook_max_in_flight", 1)),
-        )
-        .unwrap();
-        assert_eq!(c.timeout, Duration::from_millis(2500));
-        assert!(c.allow_private_destinations);
-        assert_eq!(c.max_in_flight_per_endpoint, 1);
-        assert_eq!(
-            WebhookConfig::default().disable_failing_after,
-            Some(Duration::from_secs(5 * 24 * 3600))
-        );
-        let never = WebhookConfig::from_figment(
-            Figment::new().merge(Serialized::default("push_webhook_disable_after_ms", 0)),
-        )
-        .unwrap();
-        assert_eq!(never.disable_failing_after, None);
-        let e = WebhookConfig::from_figment(
-            Figment::new().merge(Serialized::default("push_webhook_disable_after_ms", 5)),
-        )
-        .unwrap_err();
-        assert!(
-            e.to_string().contains("PMW_PUSH_WEBHOOK_DISABLE_AFTER_MS"),
-            "{e}"
-        );
-        let e = WebhookConfig::from_figment(
-            Figment::new().merge(Serialized::default("push_webhook_max_in_flight", 0)),
-        )
-        .unwrap_err();
-        assert!(
-            e.to_string().contains("PMW_PUSH_WEBHOOK_MAX_IN_FLIGHT"),
-            "{e}"
-        );
-    }
-}

@@ -14,9 +14,10 @@ use tokio::task::{JoinError, JoinSet};
 use tokio_util::sync::CancellationToken;
 
 use super::attempt::{attempt, Attempted};
+use super::config::WebhookConfig;
 use super::context::Ctx;
+use super::error::WebhookError;
 use super::store::{self, Claim, Claimed};
-use super::{WebhookConfig, WebhookError};
 
 /// Run one endpoint's queue, starting from the deliveries claimed for it (and the wake count
 /// read before they were claimed), taking what the dispatcher hands over while it runs, until

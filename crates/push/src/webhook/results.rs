@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use pmw_core::pg::PgPool;
 use tokio::sync::{mpsc, oneshot};
 
-use super::WebhookError;
+use super::error::WebhookError;
 
 /// Deliveries written per statement at most.
 const BATCH: usize = 512;

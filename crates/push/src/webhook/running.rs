@@ -13,10 +13,10 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::context::Ctx;
+use super::error::WebhookError;
 use super::handoff::MAX_AHEAD;
 use super::queue::{release, run_endpoint, Feed, Ran};
 use super::store::Claimed;
-use super::WebhookError;
 
 type Sender = mpsc::UnboundedSender<Vec<Claimed>>;
 

@@ -10,12 +10,12 @@ use std::sync::Arc;
 
 use tokio_postgres::{GenericClient, Row, Transaction};
 
-use super::WebhookError;
+use super::error::WebhookError;
 
 pub use pmw_core::pg::deliveries::{expire_pending, Enqueued, NewDelivery};
 pub use pmw_core::webhook::{webhook_id, DeliveryKind};
 
-use pmw_core::pg::deliveries::{self, EndpointTarget, EnqueueError, Writer};
+use pmw_core::pg::deliveries::{self, forget_failing, EndpointTarget, EnqueueError, Writer};
 use pmw_core::webhook::Signing;
 use pmw_core::{Cursor, UnixMs};
 
@@ -285,9 +285,9 @@ async fn lock_endpoint(
     f: &Finish,
 ) -> Result<bool, WebhookError> {
     let lock = if f.disable.is_some() {
-        "SELECT 1 FROM webhook_endpoints WHERE id = $1 FOR NO KEY UPDATE"
+        include_str!("sql/lock_endpoint_update.sql")
     } else if f.health == Health::StartFailing {
-        "SELECT 1 FROM webhook_endpoints WHERE id = $1 FOR KEY SHARE"
+        include_str!("sql/lock_endpoint_share.sql")
     } else {
         return Ok(true);
     };
@@ -307,13 +307,7 @@ async fn record_health(
             tx.execute(include_str!("sql/start_failing.sql"), &[&endpoint_id, &now])
                 .await?;
         }
-        Health::Recovered => {
-            tx.execute(
-                "DELETE FROM webhook_failing WHERE endpoint_id = $1",
-                &[&endpoint_id],
-            )
-            .await?;
-        }
+        Health::Recovered => forget_failing(tx, endpoint_id).await?,
     }
     Ok(())
 }
@@ -329,10 +323,7 @@ async fn disable_reason(
         None => None,
         Some(Disable::Gone(reason)) => Some(reason.clone()),
         Some(Disable::FailingSince { cutoff_ms, period }) => tx
-            .query_opt(
-                "SELECT since_ms FROM webhook_failing WHERE endpoint_id = $1",
-                &[&endpoint_id],
-            )
+            .query_opt(include_str!("sql/failing_since.sql"), &[&endpoint_id])
             .await?
             .map(|r| r.get::<_, i64>(0))
             .filter(|since| since <= cutoff_ms)
