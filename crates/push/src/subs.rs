@@ -175,12 +175,17 @@ pub struct Grant {
     /// The filters of those wallets that have one.
     pub filters: Filters,
     pub max_sessions: Option<u32>,
+    /// The key is live at `version` (not revoked, its account not disabled).
+    pub key_live: bool,
 }
 
-pub async fn grant(pool: &PgPool, account_id: i64) -> Result<Grant, PgError> {
+pub async fn grant(pool: &PgPool, account_id: i64, key_id: i64) -> Result<Grant, PgError> {
     let client = pool.get().await?;
     let row = client
-        .query_one(include_str!("sql/session_grant.sql"), &[&account_id])
+        .query_one(
+            include_str!("sql/session_grant.sql"),
+            &[&account_id, &key_id],
+        )
         .await?;
     let wallets: Vec<String> = row
         .get::<_, Vec<Vec<u8>>>(1)
@@ -198,6 +203,7 @@ pub async fn grant(pool: &PgPool, account_id: i64) -> Result<Grant, PgError> {
         wallets,
         filters,
         max_sessions: row.get::<_, Option<i32>>(2).map(|n| n.max(0) as u32),
+        key_live: row.get(4),
     })
 }
 

@@ -1,5 +1,6 @@
 //! pmw-push on the real stack with pmw-sim trading and pmw-live ingesting in-process.
 
+mod admission;
 mod catchup;
 mod finality;
 mod index;

@@ -37,6 +37,9 @@ use replay::{latency_row, Render, Viewer};
 use sent::{At, Sent};
 
 const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest frame or message a client may send (1009 above it): the protocol needs none
+/// (clients send only pings, pongs and a close), so no client can make the server buffer more.
+const CLIENT_MESSAGE_MAX: usize = 4 * 1024;
 /// Frames written per flush at most.
 const MAX_BATCH: usize = 64;
 
@@ -77,7 +80,8 @@ pub async fn upgrade(
     let opts = Options::parse(&q);
     ws.read_buffer_size(4 * 1024)
         .write_buffer_size(8 * 1024)
-        .max_message_size(16 * 1024)
+        .max_frame_size(CLIENT_MESSAGE_MAX)
+        .max_message_size(CLIENT_MESSAGE_MAX)
         .on_upgrade(move |socket| session(st, socket, who, since, opts))
 }
 
@@ -133,13 +137,19 @@ async fn session(
     };
     let account = who.account_id;
     // The wallets this session follows, read now: fresher than any index a round may still use.
-    let grant = match subs::grant(&st.pool, account).await {
+    let grant = match subs::grant(&st.pool, account, who.key_id).await {
         Ok(g) => g,
         Err(e) => {
             tracing::warn!(error = %e, "ws subscriptions unavailable");
             return close(&mut socket, 1013, "try again later").await;
         }
     };
+    if !grant.key_live {
+        // Revoked (or the account disabled) since the key check: no later index change would
+        // close this session, so it never opens.
+        let reason = "credentials revoked or account disabled";
+        return close(&mut socket, 1008, reason).await;
+    }
     let (wallets, filters) = (grant.wallets.clone(), grant.filters.clone());
     let (tx, mut rx) = mpsc::channel::<Frame>(st.cfg.push_ws_queue);
     let code = Arc::new(AtomicU16::new(1013));
