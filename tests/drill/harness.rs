@@ -352,17 +352,21 @@ impl Drill {
     /// Wait until the push cursor reaches the chain head, then let clients settle and stop them.
     pub async fn drain(&self) {
         let final_head = self.sim.rpc().latest_block().await.unwrap().number.0;
-        let reached = eventually_every(Duration::from_secs(60), Duration::from_millis(100), || async {
-            let b: Option<i64> = self
-                .db
-                .connect()
-                .await
-                .query_opt("SELECT block_number FROM push_cursor WHERE slot = 0", &[])
-                .await
-                .unwrap()
-                .map(|r| r.get(0));
-            b.filter(|b| *b as u64 >= final_head).ok_or(b)
-        })
+        let reached = eventually_every(
+            Duration::from_secs(60),
+            Duration::from_millis(100),
+            || async {
+                let b: Option<i64> = self
+                    .db
+                    .connect()
+                    .await
+                    .query_opt("SELECT block_number FROM push_cursor WHERE slot = 0", &[])
+                    .await
+                    .unwrap()
+                    .map(|r| r.get(0));
+                b.filter(|b| *b as u64 >= final_head).ok_or(b)
+            },
+        )
         .await;
         if let Err(b) = reached {
             panic!("push never reached {final_head}: {b:?}");
