@@ -8,8 +8,7 @@ use std::time::Instant;
 
 use axum::extract::State;
 use axum::Json;
-use pmw_core::webhook::sign::{sign_headers, SecretError};
-use pmw_core::webhook::Secret;
+use pmw_core::webhook::sign::{sign_headers, Signing};
 use pmw_core::UnixMs;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -73,19 +72,11 @@ pub async fn test(
         .map_err(crate::auth::limited)?;
     let url: String = row.get(0);
     let now = UnixMs::now().0;
-    let bad_secret = |e: SecretError| {
+    let signing = Signing::parse(&row.get::<_, String>(1), row.get(2), row.get(3));
+    let secrets = signing.at(now).map_err(|e| {
+        let e = e.cause();
         ApiError::unavailable("postgres", format!("stored secret of endpoint {id}: {e}"))
-    };
-    let current = Secret::parse(&row.get::<_, String>(1)).map_err(bad_secret)?;
-    let previous = match (
-        row.get::<_, Option<String>>(2),
-        row.get::<_, Option<i64>>(3),
-    ) {
-        (Some(p), Some(until)) if until > now => Some(Secret::parse(&p).map_err(bad_secret)?),
-        _ => None,
-    };
-    let mut secrets = vec![&current];
-    secrets.extend(previous.as_ref());
+    })?;
     let event = TestEvent {
         r#type: "test".into(),
         endpoint_id: id,

@@ -7,7 +7,7 @@ pub mod sign;
 use crate::message::Kind;
 use crate::Cursor;
 
-pub use sign::{Secret, Signing};
+pub use sign::{Secret, Signing, SigningError};
 
 /// What a delivery carries: the `type` of its body.
 pub type DeliveryKind = Kind;

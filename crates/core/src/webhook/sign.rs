@@ -121,22 +121,40 @@ impl Signing {
 
     /// The secrets that sign at `now_ms`: the current one, plus the previous one while its
     /// overlap lasts; or why the endpoint's stored secrets cannot sign.
-    pub fn at(&self, now_ms: i64) -> Result<Vec<&Secret>, String> {
+    pub fn at(&self, now_ms: i64) -> Result<Vec<&Secret>, SigningError> {
         let current = self
             .current
             .as_ref()
-            .map_err(|e| format!("endpoint secret: {e}"))?;
+            .map_err(|e| SigningError::Current(e.clone()))?;
         let mut out = vec![current];
         if let Some((previous, until)) = &self.previous {
             if *until > now_ms {
                 out.push(
                     previous
                         .as_ref()
-                        .map_err(|e| format!("endpoint previous secret: {e}"))?,
+                        .map_err(|e| SigningError::Previous(e.clone()))?,
                 );
             }
         }
         Ok(out)
+    }
+}
+
+/// Why an endpoint's stored secrets cannot sign now.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SigningError {
+    #[error("endpoint secret: {0}")]
+    Current(SecretError),
+    #[error("endpoint previous secret: {0}")]
+    Previous(SecretError),
+}
+
+impl SigningError {
+    /// What is wrong with the secret, whichever it is.
+    pub fn cause(&self) -> &SecretError {
+        match self {
+            SigningError::Current(e) | SigningError::Previous(e) => e,
+        }
     }
 }
 
@@ -232,15 +250,19 @@ mod tests {
         // A broken current secret fails every attempt; a broken previous one only during
         // its overlap.
         let e = Signing::parse("nope", None, None).at(0).unwrap_err();
+        assert_eq!(e, SigningError::Current(SecretError::Prefix));
+        assert_eq!(e.cause(), &SecretError::Prefix);
         assert_eq!(
-            e,
+            e.to_string(),
             "endpoint secret: webhook secret must start with \"whsec_\""
         );
         let s = Signing::parse(&current.expose(), Some("whsec_not*base64!"), Some(1_000));
-        assert!(s
-            .at(999)
-            .unwrap_err()
-            .starts_with("endpoint previous secret: "));
+        let e = s.at(999).unwrap_err();
+        assert_eq!(e, SigningError::Previous(SecretError::Base64));
+        assert!(
+            e.to_string().starts_with("endpoint previous secret: "),
+            "{e}"
+        );
         assert_eq!(s.at(1_000).unwrap(), vec![&current]);
         // Its Debug names no key material.
         let shown = format!("{:?}", Signing::parse(KEY, Some(KEY), Some(1)));

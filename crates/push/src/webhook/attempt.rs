@@ -74,6 +74,7 @@ async fn send(client: &GuardedClient, c: &Claimed, t_attempt: i64) -> Sent {
         .endpoint
         .signing
         .at(t_attempt)
+        .map_err(|e| e.to_string())
         .and_then(|s| Ok((s, body(&d.payload, t_attempt)?)));
     let (secrets, body) = match prepared {
         Ok(v) => v,
