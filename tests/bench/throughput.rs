@@ -96,13 +96,19 @@ pub async fn throughput(
     }
     let mut steps = Vec::new();
     for &m in &plan.rates {
-        let pid = push.svc.pid;
-        let mut step = rate_window(b, plan, ws, hooks, &fleet, &all, m, pid).await?;
+        let at = Attached {
+            ws,
+            hooks,
+            fleet: &fleet,
+            all: &all,
+            push_pid: push.svc.pid,
+        };
+        let mut step = rate_window(b, plan, at, m).await?;
         if !step.kept_up && !step.generator_short {
             eprintln!("    fell behind: draining, then measuring this rate once more");
             b.wait_pushed(step.last_block, Duration::from_secs(60))
                 .await?;
-            step = rate_window(b, plan, ws, hooks, &fleet, &all, m, pid).await?;
+            step = rate_window(b, plan, at, m).await?;
             step.first_fell_behind = true;
         }
         let stop = !step.kept_up || step.generator_short;
@@ -119,18 +125,26 @@ pub async fn throughput(
     Ok(steps)
 }
 
-/// One window at `m` matches per block, sampling the lags while the simulator runs.
-#[allow(clippy::too_many_arguments)]
-async fn rate_window(
-    b: &Bench,
-    plan: &Plan,
-    ws: &Arc<Collector>,
-    hooks: &Arc<Collector>,
-    fleet: &Fleet,
-    all: &BTreeMap<Address, usize>,
-    m: u32,
+/// What a throughput step runs against: the clients' collectors, the fleet, every followed
+/// wallet, and the push process measured.
+#[derive(Clone, Copy)]
+struct Attached<'a> {
+    ws: &'a Arc<Collector>,
+    hooks: &'a Arc<Collector>,
+    fleet: &'a Fleet,
+    all: &'a BTreeMap<Address, usize>,
     push_pid: u32,
-) -> anyhow::Result<RateStep> {
+}
+
+/// One window at `m` matches per block, sampling the lags while the simulator runs.
+async fn rate_window(b: &Bench, plan: &Plan, at: Attached<'_>, m: u32) -> anyhow::Result<RateStep> {
+    let Attached {
+        ws,
+        hooks,
+        fleet,
+        all,
+        push_pid,
+    } = at;
     let live_pid = b.live.as_ref().map(|l| l.pid);
     // scripts/profile waits for this line to attach perf to pmw-push.
     eprintln!(
