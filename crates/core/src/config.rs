@@ -43,6 +43,8 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
+use crate::redact;
+
 /// A configuration that cannot be used. Services exit 78 on this.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -165,32 +167,16 @@ impl fmt::Debug for CoreConfig {
                 "postgres_idle_in_transaction_timeout_ms",
                 &self.postgres_idle_in_transaction_timeout_ms,
             )
-            .field("clickhouse_url", &self.clickhouse_url)
+            .field("clickhouse_url", &redact::Url(&self.clickhouse_url))
             .field("clickhouse_database", &self.clickhouse_database)
             .field("clickhouse_user", &self.clickhouse_user)
             .field("clickhouse_password", &"[redacted]")
-            .field("rpc_ws_url", &redact_url(&self.rpc_ws_url))
-            .field("rpc_http_url", &redact_url(&self.rpc_http_url))
+            .field("rpc_ws_url", &redact::Url(&self.rpc_ws_url))
+            .field("rpc_http_url", &redact::Url(&self.rpc_http_url))
             .field("instance", &self.instance)
             .field("log_format", &self.log_format)
             .field("log", &self.log_filter)
             .finish()
-    }
-}
-
-/// RPC URLs often carry an API key in the path or query: keep scheme and host only.
-fn redact_url(url: &str) -> String {
-    match url.split_once("://") {
-        Some((scheme, rest)) => {
-            let host = rest.split(['/', '?']).next().unwrap_or("");
-            let host = host.rsplit('@').next().unwrap_or(host);
-            let redacted = rest.len() > host.len();
-            format!(
-                "{scheme}://{host}{}",
-                if redacted { "/[redacted]" } else { "" }
-            )
-        }
-        None => "[redacted]".into(),
     }
 }
 
@@ -365,13 +351,30 @@ mod tests {
             ),
             ("clickhouse_password", "chpass-s3cret"),
             ("rpc_ws_url", "wss://polygon.example/v2/rpc-key-abc"),
+            (
+                "rpc_http_url",
+                "https://u:rpc-user-pw@polygon.example/?key=rpc-query",
+            ),
+            (
+                "clickhouse_url",
+                "http://ch-user:ch-url-pw@ch.internal:8123/ch-path",
+            ),
         ]))
         .unwrap();
         let dbg = format!("{core:?}");
-        for secret in ["hunter2", "chpass-s3cret", "rpc-key-abc"] {
+        for secret in [
+            "hunter2",
+            "chpass-s3cret",
+            "rpc-key-abc",
+            "rpc-user-pw",
+            "rpc-query",
+            "ch-url-pw",
+            "ch-path",
+        ] {
             assert!(!dbg.contains(secret), "{secret} leaked: {dbg}");
         }
         assert!(dbg.contains("db.internal"), "{dbg}");
+        assert!(dbg.contains("http://ch.internal:8123"), "{dbg}");
     }
 
     #[test]

@@ -16,6 +16,7 @@ mod metrics_http;
 pub mod migrate;
 pub mod pg;
 pub mod plans;
+pub mod redact;
 pub mod service;
 pub mod shutdown;
 pub mod ssrf;

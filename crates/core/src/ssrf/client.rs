@@ -148,8 +148,10 @@ async fn snippet(resp: &mut reqwest::Response) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
-/// The error chain as one line, and whether the guard refused the destination.
+/// The error chain as one line (its URL cut down to the host: [`crate::redact`]), and whether
+/// the guard refused the destination.
 fn classify(e: reqwest::Error) -> SendError {
+    let e = crate::redact::reqwest_error(e);
     let mut parts = vec![e.to_string()];
     let mut guard = None;
     let mut src: Option<&(dyn StdError + 'static)> = e.source();
