@@ -286,6 +286,24 @@ pub async fn connect_url(url: &str, key: Option<&str>) -> Client {
     Client { events: rx, done }
 }
 
+/// Make a change as the API does: `sql`, then the subscriptions NOTIFY push listens for.
+pub async fn change_as_api(pg: &tokio_postgres::Client, sql: &str) {
+    pg.batch_execute(&format!("{sql}; SELECT pg_notify('pmw_subscriptions', '')"))
+        .await
+        .unwrap();
+}
+
+/// What `c` saw once the server closed it with `code` within `within`; panics saying `what`
+/// did not happen otherwise.
+pub async fn closed_with(c: Client, code: u16, within: Duration, what: &str) -> Seen {
+    let seen = tokio::time::timeout(within, c.done)
+        .await
+        .unwrap_or_else(|_| panic!("not closed within {within:?}: {what}"))
+        .unwrap();
+    assert_eq!(seen.close_code, Some(code), "{what}: {seen:?}");
+    seen
+}
+
 /// Wait for the `hello` and return its cursor (where this stream starts).
 pub async fn hello_cursor(c: &mut Client) -> Cursor {
     first_of(c, "hello").await["cursor"]

@@ -109,23 +109,40 @@ impl Drop for HooksAndFinals {
     }
 }
 
+/// How a bounded round ended.
+enum Ran {
+    Done(RoundOutcome),
+    Failed(&'static str, RoundError),
+    /// Stopped, and the round in flight did not finish within the deadline: stop now.
+    Stop,
+}
+
+impl Ran {
+    fn of(lane: &'static str, r: Result<RoundOutcome, RoundError>) -> Ran {
+        match r {
+            Ok(o) => Ran::Done(o),
+            Err(e) => Ran::Failed(lane, e),
+        }
+    }
+}
+
 /// Run one lane's round, bounded by the stall limit (a hung round is no progress either) and,
-/// after a stop, by the round deadline (`Ok(None)`: stop now).
+/// after a stop, by the round deadline.
 async fn bounded(
     round: impl Future<Output = Result<RoundOutcome, RoundError>>,
-    name: &'static str,
+    (name, lane): (&'static str, &'static str),
     progress: Instant,
     t: &Timing,
     stop: &CancellationToken,
-) -> Result<Option<Result<RoundOutcome, RoundError>>, ServiceError> {
+) -> Result<Ran, ServiceError> {
     let mut round = std::pin::pin!(round);
     tokio::select! {
-        r = &mut round => Ok(Some(r)),
+        r = &mut round => Ok(Ran::of(lane, r)),
         _ = stop.cancelled() => match tokio::time::timeout(t.deadline, &mut round).await {
-            Ok(r) => Ok(Some(r)),
+            Ok(r) => Ok(Ran::of(lane, r)),
             Err(_) => {
                 tracing::warn!(lane = name, "round still running at the deadline; stopping");
-                Ok(None)
+                Ok(Ran::Stop)
             }
         },
         _ = tokio::time::sleep_until(progress + t.stall) => {
@@ -140,6 +157,17 @@ enum Step {
     Next(Option<(&'static str, RoundError)>),
     /// Stopped: end the task.
     Stop,
+}
+
+impl Step {
+    /// The step after a round that did not complete.
+    fn after(ran: Ran) -> Step {
+        match ran {
+            Ran::Failed(lane, e) => Step::Next(Some((lane, e))),
+            Ran::Done(_) => Step::Next(None),
+            Ran::Stop => Step::Stop,
+        }
+    }
 }
 
 /// The task's state between rounds.
@@ -219,13 +247,10 @@ impl Runner {
     async fn hooks_round(&mut self) -> Result<Step, ServiceError> {
         let span = tracing::info_span!("webhook_round", epoch = self.hooks.epoch(), from = %self.hooks.at.position);
         let round = self.hooks.round().instrument(span);
-        let Some(outcome) = bounded(round, "webhook", self.progress, &self.t, &self.stop).await?
-        else {
-            return Ok(Step::Stop);
-        };
-        let o = match outcome {
-            Ok(o) => o,
-            Err(e) => return Ok(Step::Next(Some(("webhooks", e)))),
+        let names = ("webhook", "webhooks");
+        let o = match bounded(round, names, self.progress, &self.t, &self.stop).await? {
+            Ran::Done(o) => o,
+            ended => return Ok(Step::after(ended)),
         };
         self.progress = Instant::now();
         let h = &self.health;
@@ -255,13 +280,10 @@ impl Runner {
         let bound = f.bound(self.hooks.at.cursor());
         let span = tracing::info_span!("final_round", epoch = f.epoch(), from = %f.at.position);
         let round = f.round(bound).instrument(span);
-        let Some(outcome) = bounded(round, "final", self.progress, &self.t, &self.stop).await?
-        else {
-            return Ok(Step::Stop);
-        };
-        let o = match outcome {
-            Ok(o) => o,
-            Err(e) => return Ok(Step::Next(Some(("finals", e)))),
+        let names = ("final", "finals");
+        let o = match bounded(round, names, self.progress, &self.t, &self.stop).await? {
+            Ran::Done(o) => o,
+            ended => return Ok(Step::after(ended)),
         };
         self.progress = Instant::now();
         let h = &self.health;

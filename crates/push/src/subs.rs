@@ -208,7 +208,7 @@ pub async fn grant(pool: &PgPool, account_id: i64, key_id: i64) -> Result<Grant,
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use pmw_core::filter::{Facts, Filter, Side};
 
     use super::*;
@@ -223,7 +223,8 @@ mod tests {
         }
     }
 
-    fn buys() -> Filter {
+    /// A filter that lets only buys through.
+    pub(crate) fn buys() -> Filter {
         Filter {
             side: Some(Side::Buy),
             ..Filter::default()

@@ -10,7 +10,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::WITHIN;
-use crate::harness::{connect, first_of, Harness};
+use crate::harness::{change_as_api, closed_with, connect, first_of, Harness};
 
 /// The race of issue 30 item 7, made deterministic: the grant of the second session waits on a
 /// lock of `plans` (which only the grant reads) while the key is revoked and the leader's index
@@ -49,23 +49,14 @@ async fn a_key_revoked_between_its_check_and_its_grant_gets_no_session() {
     .await;
     assert!(waiting, "the second session's grant never waited on plans");
 
-    pg.batch_execute(&format!(
-        "UPDATE api_keys SET revoked_ms = 1 WHERE id = {key_id}; SELECT pg_notify('pmw_subscriptions', '')"
-    ))
-    .await
-    .unwrap();
-    let closed = tokio::time::timeout(WITHIN, first.done)
-        .await
-        .expect("the first session is closed once the index has the revocation")
-        .unwrap();
-    assert_eq!(closed.close_code, Some(1008), "{closed:?}");
+    let revoke = format!("UPDATE api_keys SET revoked_ms = 1 WHERE id = {key_id}");
+    change_as_api(&pg, &revoke).await;
+    let what = "the first session is closed once the index has the revocation";
+    closed_with(first, 1008, WITHIN, what).await;
     lock.rollback().await.unwrap();
 
-    let seen = tokio::time::timeout(WITHIN, second.done)
-        .await
-        .expect("a session granted after its key was revoked stays open")
-        .unwrap();
-    assert_eq!(seen.close_code, Some(1008), "{seen:?}");
+    let what = "a session granted after its key was revoked is refused";
+    let seen = closed_with(second, 1008, WITHIN, what).await;
     assert!(
         !seen.frames.iter().any(|f| f["type"] == "hello"),
         "the revoked key got a session: {:?}",

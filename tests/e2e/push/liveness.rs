@@ -10,7 +10,9 @@ use pmw_sim::demo_wallets;
 use pmw_testkit::{bound_within, eventually, eventually_every, TcpProxy};
 
 use super::WITHIN;
-use crate::harness::{connect, first_of, hello_cursor, spawn_push, Harness};
+use crate::harness::{
+    change_as_api, closed_with, connect, first_of, hello_cursor, spawn_push, Harness,
+};
 
 const SECRET: &str = "whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0";
 
@@ -46,7 +48,7 @@ async fn an_endpoint_deleted_behind_the_index_is_skipped_and_others_are_served()
     // The index now holds `doomed`; delete it without moving the version.
     let pg = h.db.connect().await;
     pg.batch_execute(&format!(
-        "ALTER TABLE webhook_endpoints DISABLE TRIGGER webhook_endpoints_bump_subs_version; \
+        "ALTER TABLE webhook_endpoints DISABLE TRIGGER webhook_endpoints_bump_subs_version_delete; \
          DELETE FROM webhook_endpoints WHERE id = {doomed}"
     ))
     .await
@@ -283,20 +285,13 @@ async fn revocation_closes_sessions_and_tickets_and_unsubscribing_stops_a_wallet
 
     // Revoke (as the API does: the row, then a NOTIFY).
     let revoked_at = Instant::now();
-    pg.batch_execute(&format!(
-        "UPDATE api_keys SET revoked_ms = 1 WHERE id = {key_id}; SELECT pg_notify('pmw_subscriptions', '')"
-    ))
-    .await
-    .unwrap();
-    let seen = tokio::time::timeout(WITHIN, by_key.done)
-        .await
-        .expect("the revoked key's session is closed")
-        .unwrap();
+    let revoke = format!("UPDATE api_keys SET revoked_ms = 1 WHERE id = {key_id}");
+    change_as_api(&pg, &revoke).await;
+    closed_with(by_key, 1008, WITHIN, "the revoked key's session is closed").await;
     println!(
         "revoked key's session closed after {} ms",
         revoked_at.elapsed().as_millis()
     );
-    assert_eq!(seen.close_code, Some(1008), "{seen:?}");
     let url = format!("ws://{addr}/v1/ws?ticket={ticket}");
     let by_ticket = crate::harness::connect_url(&url, None)
         .await
@@ -331,16 +326,10 @@ async fn revocation_closes_sessions_and_tickets_and_unsubscribing_stops_a_wallet
     h.wait_pushed(WITHIN).await;
 
     // Disable the account: its session is closed.
-    pg.batch_execute(&format!(
-        "UPDATE accounts SET disabled_ms = 1 WHERE id = {other}; SELECT pg_notify('pmw_subscriptions', '')"
-    ))
-    .await
-    .unwrap();
-    let seen = tokio::time::timeout(WITHIN, watched.done)
-        .await
-        .expect("the disabled account's session is closed")
-        .unwrap();
-    assert_eq!(seen.close_code, Some(1008), "{seen:?}");
+    let disable = format!("UPDATE accounts SET disabled_ms = 1 WHERE id = {other}");
+    change_as_api(&pg, &disable).await;
+    let what = "the disabled account's session is closed";
+    let seen = closed_with(watched, 1008, WITHIN, what).await;
     push.stop().await.unwrap();
     let mut owed: Vec<Cursor> = h
         .expected(&wallets[..2], start)

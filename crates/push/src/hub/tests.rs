@@ -2,7 +2,9 @@
 //! alike, newer indexes followed), the two streams.
 
 use super::*;
-use pmw_core::filter::{Filter, Side};
+use pmw_core::filter::Side;
+
+use crate::subs::tests::buys;
 use std::sync::atomic::AtomicU16;
 
 fn item(wallet: &str, log_index: u32) -> Arc<Item> {
@@ -257,13 +259,6 @@ fn item_of(kind: Kind, wallet: &str, log_index: u32, side: Side) -> Arc<Item> {
         hash: None,
     };
     Arc::new(Item::test(kind, wallet, at, side))
-}
-
-fn buys() -> Filter {
-    Filter {
-        side: Some(Side::Buy),
-        ..Filter::default()
-    }
 }
 
 #[test]

@@ -61,40 +61,6 @@ impl FinalLane {
         super::round(self, Some(bound)).await
     }
 
-    async fn queue(
-        &mut self,
-        mut client: deadpool_postgres::Object,
-        idx: &Index,
-        batch: Batch,
-    ) -> Result<RoundOutcome, RoundError> {
-        let (items, deliveries) = self.items(idx, &batch);
-        let enqueued = move_and_queue(
-            &mut client,
-            (self.fence, include_str!("sql/finals_cursor.sql")),
-            &batch,
-            &deliveries,
-            false,
-        )
-        .await?;
-        log_cancelled(&self.facts, idx, &enqueued.cancelled);
-        if batch.rewound {
-            self.hub.rewind(batch.from, Stream::Final);
-        }
-        let frames = self
-            .hub
-            .dispatch_stream(&items, batch.through, Stream::Final);
-        self.at.moved(&batch);
-        Ok(RoundOutcome {
-            trades: batch.rows.len(),
-            retracted: batch.retracts.len(),
-            frames,
-            webhooks: enqueued.inserted,
-            webhooks_skipped: enqueued.skipped,
-            more: batch.more,
-            ..RoundOutcome::default()
-        })
-    }
-
     /// The batch as the hub's `final` stream items and as `final` webhook deliveries.
     fn items(&self, idx: &Index, batch: &Batch) -> (Vec<Arc<Item>>, Vec<webhook::NewDelivery>) {
         let now = now_ms();
@@ -134,10 +100,35 @@ impl Lane for FinalLane {
 
     async fn deliver(
         &mut self,
-        client: deadpool_postgres::Object,
-        index: &Index,
+        mut client: deadpool_postgres::Object,
+        idx: &Index,
         batch: Batch,
     ) -> Result<RoundOutcome, RoundError> {
-        self.queue(client, index, batch).await
+        let (items, deliveries) = self.items(idx, &batch);
+        let enqueued = move_and_queue(
+            &mut client,
+            (self.fence, include_str!("sql/finals_cursor.sql")),
+            &batch,
+            &deliveries,
+            false,
+        )
+        .await?;
+        log_cancelled(&self.facts, idx, &enqueued.cancelled);
+        if batch.rewound {
+            self.hub.rewind(batch.from, Stream::Final);
+        }
+        let frames = self
+            .hub
+            .dispatch_stream(&items, batch.through, Stream::Final);
+        self.at.moved(&batch);
+        Ok(RoundOutcome {
+            trades: batch.rows.len(),
+            retracted: batch.retracts.len(),
+            frames,
+            webhooks: enqueued.inserted,
+            webhooks_skipped: enqueued.skipped,
+            more: batch.more,
+            ..RoundOutcome::default()
+        })
     }
 }

@@ -52,38 +52,6 @@ impl HookLane {
         super::round(self, None).await
     }
 
-    async fn queue(
-        &mut self,
-        mut client: deadpool_postgres::Object,
-        idx: &Index,
-        batch: Batch,
-    ) -> Result<RoundOutcome, RoundError> {
-        let deliveries = self.deliveries(idx, &batch);
-        let enqueued = move_and_queue(
-            &mut client,
-            (self.fence, include_str!("sql/hooks_cursor.sql")),
-            &batch,
-            &deliveries,
-            self.handoff.is_some(),
-        )
-        .await?;
-        log_cancelled(&self.facts, idx, &enqueued.cancelled);
-        let handed = enqueued.handed.len() as u64;
-        if let Some(h) = &self.handoff {
-            h.send(&deliveries, enqueued.handed);
-        }
-        self.at.moved(&batch);
-        Ok(RoundOutcome {
-            trades: batch.rows.len(),
-            retracted: batch.retracts.len(),
-            webhooks: enqueued.inserted,
-            handed,
-            webhooks_skipped: enqueued.skipped,
-            more: batch.more,
-            ..RoundOutcome::default()
-        })
-    }
-
     /// The batch's deliveries: its retractions, then its trades, for every matching endpoint.
     fn deliveries(&self, idx: &Index, batch: &Batch) -> Vec<webhook::NewDelivery> {
         let now = now_ms();
@@ -118,10 +86,33 @@ impl Lane for HookLane {
 
     async fn deliver(
         &mut self,
-        client: deadpool_postgres::Object,
-        index: &Index,
+        mut client: deadpool_postgres::Object,
+        idx: &Index,
         batch: Batch,
     ) -> Result<RoundOutcome, RoundError> {
-        self.queue(client, index, batch).await
+        let deliveries = self.deliveries(idx, &batch);
+        let enqueued = move_and_queue(
+            &mut client,
+            (self.fence, include_str!("sql/hooks_cursor.sql")),
+            &batch,
+            &deliveries,
+            self.handoff.is_some(),
+        )
+        .await?;
+        log_cancelled(&self.facts, idx, &enqueued.cancelled);
+        let handed = enqueued.handed.len() as u64;
+        if let Some(h) = &self.handoff {
+            h.send(&deliveries, enqueued.handed);
+        }
+        self.at.moved(&batch);
+        Ok(RoundOutcome {
+            trades: batch.rows.len(),
+            retracted: batch.retracts.len(),
+            webhooks: enqueued.inserted,
+            handed,
+            webhooks_skipped: enqueued.skipped,
+            more: batch.more,
+            ..RoundOutcome::default()
+        })
     }
 }

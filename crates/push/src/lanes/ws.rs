@@ -83,47 +83,6 @@ impl WsLane {
         refreshed
     }
 
-    async fn fan_out(
-        &mut self,
-        client: deadpool_postgres::Object,
-        batch: Batch,
-    ) -> Result<RoundOutcome, RoundError> {
-        let items = self.items(&batch);
-        let claim = self.claim(&client, &batch).await?;
-        let stages = Stages {
-            claimed: Instant::now(),
-            ..batch.stages
-        };
-        if batch.rewound {
-            self.hub.rewind(batch.from, Stream::Ledger);
-        }
-        let frames = self.hub.dispatch(&items, batch.through);
-        let newest_live = batch
-            .rows
-            .iter()
-            .filter(|r| r.backfilled == 0)
-            .map(|r| r.t_detect_ms)
-            .max();
-        crate::telemetry::ws_round_stages(&stages, Instant::now(), newest_live);
-        let done = client
-            .prepare_cached(include_str!("sql/ws_claim_done.sql"))
-            .await?;
-        client
-            .execute(
-                &done,
-                &[&claim, &self.fence.epoch, &now_ms(), &self.fence.slot],
-            )
-            .await?;
-        self.at.moved(&batch);
-        Ok(RoundOutcome {
-            trades: batch.rows.len(),
-            retracted: batch.retracts.len(),
-            frames,
-            more: batch.more,
-            ..RoundOutcome::default()
-        })
-    }
-
     /// The batch as hub items: its retractions, then its trades, each rendered once.
     fn items(&self, batch: &Batch) -> Vec<Arc<Item>> {
         let retracts = batch.retracts.iter().map(|r| (Kind::Retract, r));
@@ -189,6 +148,39 @@ impl Lane for WsLane {
         _index: &Index,
         batch: Batch,
     ) -> Result<RoundOutcome, RoundError> {
-        self.fan_out(client, batch).await
+        let items = self.items(&batch);
+        let claim = self.claim(&client, &batch).await?;
+        let stages = Stages {
+            claimed: Instant::now(),
+            ..batch.stages
+        };
+        if batch.rewound {
+            self.hub.rewind(batch.from, Stream::Ledger);
+        }
+        let frames = self.hub.dispatch(&items, batch.through);
+        let newest_live = batch
+            .rows
+            .iter()
+            .filter(|r| r.backfilled == 0)
+            .map(|r| r.t_detect_ms)
+            .max();
+        crate::telemetry::ws_round_stages(&stages, Instant::now(), newest_live);
+        let done = client
+            .prepare_cached(include_str!("sql/ws_claim_done.sql"))
+            .await?;
+        client
+            .execute(
+                &done,
+                &[&claim, &self.fence.epoch, &now_ms(), &self.fence.slot],
+            )
+            .await?;
+        self.at.moved(&batch);
+        Ok(RoundOutcome {
+            trades: batch.rows.len(),
+            retracted: batch.retracts.len(),
+            frames,
+            more: batch.more,
+            ..RoundOutcome::default()
+        })
     }
 }
