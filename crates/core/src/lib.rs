@@ -5,6 +5,7 @@ pub mod auth;
 pub mod build_info;
 pub mod ch;
 pub mod channels;
+pub mod client;
 pub mod config;
 pub mod exit;
 pub mod filter;
