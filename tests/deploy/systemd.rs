@@ -338,6 +338,8 @@ pub fn write_env(path: &Path, vars: &[(String, String)]) {
         .map(|(k, v)| format!("{k}=\"{}\"\n", v.replace('\\', "\\\\").replace('"', "\\\"")))
         .collect();
     std::fs::write(path, text).unwrap();
+    // As in production (docs/OPERATIONS.md, "Unit hardening"): they hold secrets.
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
 }
 
 impl Drop for Systemd {
