@@ -63,15 +63,7 @@ pub struct IngestParts {
 }
 
 pub struct Ingester {
-    pub chain: Chain,
-    pub pg: PgPool,
-    pub ch: ChClient,
-    pub allow: Allowlist,
-    pub notifier: BlockNotifier,
-    pub latency: LatencyRows,
-    pub names: Names,
-    pub lock_pid: i32,
-    pub max_reorg_depth: u64,
+    pub parts: IngestParts,
     pub cursor: Option<BlockRef>,
     /// The highest head number seen (readiness compares the watermark with it).
     pub head: u64,
@@ -150,15 +142,7 @@ impl Ingester {
         let commit_sql =
             include_str!("sql/commit_block.sql").replace("{fence}", &fence_sql(keys::LIVE, "$4"));
         Ingester {
-            chain: parts.chain,
-            pg: parts.pg,
-            ch: parts.ch,
-            allow: parts.allow,
-            notifier: parts.notifier,
-            latency: parts.latency,
-            names: parts.names,
-            lock_pid: parts.lock_pid,
-            max_reorg_depth: parts.max_reorg_depth,
+            parts,
             cursor: None,
             head: 0,
             stats: IngestStats::default(),
@@ -179,7 +163,7 @@ impl Ingester {
         }
         let watermark = self.cursor.map_or(0, |c| c.number);
         let version = self.versions.next_now();
-        let (rows, top) = trades::retract_above(&self.ch, watermark, version).await?;
+        let (rows, top) = trades::retract_above(&self.parts.ch, watermark, version).await?;
         self.versions.raise(top);
         if !rows.is_empty() {
             tracing::warn!(
@@ -195,7 +179,7 @@ impl Ingester {
 
     /// Load the watermark from Postgres.
     pub async fn load_cursor(&mut self) -> Result<Option<BlockRef>, IngestError> {
-        let client = self.pg.get().await?;
+        let client = self.parts.pg.get().await?;
         let row = client
             .query_opt(
                 "SELECT block_number, block_hash FROM ingest_cursor WHERE id = 1",
@@ -241,7 +225,7 @@ impl Ingester {
             // An old head, or a reorg to an equal or shorter branch: is our tip still canonical?
             // A node that does not have the block (a lagging one behind a load balancer) proves
             // nothing: only another hash at the same height starts a walk-back.
-            match self.chain.block(cursor.number).await? {
+            match self.parts.chain.block(cursor.number).await? {
                 Some(h) if h.hash == cursor.hash => return Ok(()),
                 None => return Ok(()),
                 Some(_) => {
@@ -259,7 +243,7 @@ impl Ingester {
                 (head, t_detect, backfilled)
             } else {
                 // The seen head may be from a side branch: ask for the canonical block.
-                match self.chain.block(next).await? {
+                match self.parts.chain.block(next).await? {
                     Some(c) if c.parent_hash == cursor.hash => (c, UnixMs::now(), true),
                     Some(_) => {
                         self.unwind().await?;
@@ -284,6 +268,7 @@ impl Ingester {
             return Ok(Some((seen.head.clone(), seen.t_detect_ms, false)));
         }
         Ok(self
+            .parts
             .chain
             .block(number)
             .await?
@@ -300,6 +285,7 @@ impl Ingester {
         backfilled: bool,
     ) -> Result<(), IngestError> {
         let logs = self
+            .parts
             .chain
             .logs(&head.hash, &self.addresses, &ORDER_FILLED_TOPICS)
             .await?;
@@ -310,12 +296,12 @@ impl Ingester {
             backfilled,
             version: self.versions.next_now(),
         };
-        let (rows, undecodable) = decode_rows(&logs, head, &self.allow, stamp);
+        let (rows, undecodable) = decode_rows(&logs, head, &self.parts.allow, stamp);
         self.stats.undecodable_logs += undecodable;
         // Until the watermark commits, these rows are uncommitted: a failure from here on leaves
         // them for `retract_uncommitted`.
         self.uncommitted = true;
-        trades::insert_trades(&self.ch, &rows)
+        trades::insert_trades(&self.parts.ch, &rows)
             .await
             .inspect_err(|_| crate::telemetry::ch_insert_failed("trades"))?;
         crate::failpoint::hit("after_trades_insert", head.number);
@@ -343,7 +329,7 @@ impl Ingester {
         trades: usize,
         t_stored: UnixMs,
     ) -> Result<bool, IngestError> {
-        let client = self.pg.get().await?;
+        let client = self.parts.pg.get().await?;
         let commit = client.prepare_cached(&self.commit_sql).await?;
         let channel = if stamp.backfilled { "" } else { CHANNEL };
         let moved = client
@@ -353,7 +339,7 @@ impl Ingester {
                     &(head.number as i64),
                     &head.hash_hex(),
                     &t_stored.0,
-                    &self.lock_pid,
+                    &self.parts.lock_pid,
                     &head.parent_hex(),
                     &stamp.block_time_ms,
                     &stamp.t_detect_ms,
@@ -377,15 +363,17 @@ impl Ingester {
             hash: head.hash,
         });
         if backfilled {
-            self.notifier.notify(head.number);
+            self.parts.notifier.notify(head.number);
         } else {
-            self.notifier.woke_inline();
+            self.parts.notifier.woke_inline();
         }
-        self.names.seen(rows.iter().map(|r| r.token_id.clone()));
+        self.parts
+            .names
+            .seen(rows.iter().map(|r| r.token_id.clone()));
         // The latency row is written after the watermark moves, by the latency writer: it is a
         // measurement, not a fact readers wait for, and its INSERT would otherwise delay every
         // push (or compete with push's read of this block).
-        self.latency.send(IngestLatencyRow {
+        self.parts.latency.send(IngestLatencyRow {
             block_number: head.number,
             block_hash: head.hash_hex(),
             t_detect_ms: t.detect.0,
@@ -418,9 +406,9 @@ impl Ingester {
     /// Keep `chain_blocks` to [`KEEP_BLOCKS`] (at least the reorg window plus margin).
     pub async fn prune(&self) -> Result<u64, IngestError> {
         let Some(c) = self.cursor else { return Ok(0) };
-        let keep = (self.max_reorg_depth * 4 + 64).max(KEEP_BLOCKS);
+        let keep = (self.parts.max_reorg_depth * 4 + 64).max(KEEP_BLOCKS);
         let keep_from = c.number.saturating_sub(keep) as i64;
-        let client = self.pg.get().await?;
+        let client = self.parts.pg.get().await?;
         Ok(client
             .execute(
                 "DELETE FROM chain_blocks WHERE block_number < $1",

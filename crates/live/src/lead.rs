@@ -298,7 +298,7 @@ async fn beat(ingester: &Ingester, l: &Leader<'_>, prune: bool) {
         "cursor": ingester.cursor.map(|c| c.number),
         "head": ingester.head,
         "stats": ingester.stats,
-        "notify_sent": ingester.notifier.stats.sent.load(Ordering::Relaxed),
+        "notify_sent": ingester.parts.notifier.stats.sent.load(Ordering::Relaxed),
         "latency_rows_lost": l.latency.lost.load(Ordering::Relaxed),
     });
     if let Err(e) = l.heartbeat.beat(&state).await {

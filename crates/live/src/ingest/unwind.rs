@@ -17,12 +17,12 @@ impl Ingester {
     pub async fn unwind(&mut self) -> Result<(), IngestError> {
         let tip = self.cursor.expect("unwind needs a cursor");
         let stored = self
-            .stored_hashes(tip.number.saturating_sub(self.max_reorg_depth))
+            .stored_hashes(tip.number.saturating_sub(self.parts.max_reorg_depth))
             .await?;
         let ancestor = self.common_ancestor(&stored).await?;
         // A finalized trade is never retracted: a chain that disagrees with a finalized block is
         // an alarm (a broken node, or worse), logged and counted; ingest waits for it to agree.
-        let finalized = crate::finality::watermark(&self.pg).await?;
+        let finalized = crate::finality::watermark(&self.parts.pg).await?;
         if ancestor.number < finalized {
             metrics::counter!(crate::telemetry::FINALITY_VIOLATIONS).increment(1);
             self.stats.finality_violations += 1;
@@ -34,7 +34,7 @@ impl Ingester {
         let version = self.versions.next_now();
         let mut retracted = 0;
         for (&number, hash) in stored.range(ancestor.number + 1..) {
-            retracted += trades::retract_block(&self.ch, number, &hex32(hash), version)
+            retracted += trades::retract_block(&self.parts.ch, number, &hex32(hash), version)
                 .await?
                 .len();
         }
@@ -42,7 +42,7 @@ impl Ingester {
         self.commit_unwind(tip, ancestor).await?;
         self.book.retain(|&n, _| n <= ancestor.number);
         self.cursor = Some(ancestor);
-        self.notifier.notify(ancestor.number);
+        self.parts.notifier.notify(ancestor.number);
         crate::telemetry::reorged(ancestor.number);
         self.stats.reorgs += 1;
         self.stats.retracted += retracted as u64;
@@ -65,6 +65,7 @@ impl Ingester {
             // A block the node does not have proves nothing (a lagging node): try again later
             // rather than walk past a block that may well be canonical.
             let c = self
+                .parts
                 .chain
                 .block(number)
                 .await?
@@ -78,14 +79,14 @@ impl Ingester {
                 });
             }
         }
-        Err(IngestError::ReorgTooDeep(self.max_reorg_depth))
+        Err(IngestError::ReorgTooDeep(self.parts.max_reorg_depth))
     }
 
     /// In one transaction fenced by the live lock: drop the orphaned `chain_blocks`, record the
     /// reorg and move the watermark back to `ancestor`.
     async fn commit_unwind(&self, tip: BlockRef, ancestor: BlockRef) -> Result<(), IngestError> {
         let depth = tip.number - ancestor.number;
-        let mut client = self.pg.get().await?;
+        let mut client = self.parts.pg.get().await?;
         let tx = client.transaction().await?;
         tx.execute(
             include_str!("../sql/unwind.sql"),
@@ -110,7 +111,7 @@ impl Ingester {
                     &(ancestor.number as i64),
                     &hex32(&ancestor.hash),
                     &UnixMs::now().0,
-                    &self.lock_pid,
+                    &self.parts.lock_pid,
                 ],
             )
             .await?;
@@ -123,7 +124,7 @@ impl Ingester {
 
     /// Stored canonical hashes from `from` up to the watermark.
     async fn stored_hashes(&self, from: u64) -> Result<BTreeMap<u64, [u8; 32]>, IngestError> {
-        let client = self.pg.get().await?;
+        let client = self.parts.pg.get().await?;
         let rows = client
             .query(
                 "SELECT block_number, block_hash FROM chain_blocks WHERE block_number >= $1 ORDER BY block_number",
