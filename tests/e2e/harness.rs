@@ -286,6 +286,14 @@ pub async fn connect_url(url: &str, key: Option<&str>) -> Client {
     Client { events: rx, done }
 }
 
+/// The id of `account`'s (only) API key.
+pub async fn key_id(pg: &tokio_postgres::Client, account: i64) -> i64 {
+    pg.query_one("SELECT id FROM api_keys WHERE account_id = $1", &[&account])
+        .await
+        .unwrap()
+        .get(0)
+}
+
 /// Make a change as the API does: `sql`, then the subscriptions NOTIFY push listens for.
 pub async fn change_as_api(pg: &tokio_postgres::Client, sql: &str) {
     pg.batch_execute(&format!("{sql}; SELECT pg_notify('pmw_subscriptions', '')"))

@@ -118,30 +118,7 @@ mod tests {
     use super::*;
 
     fn row(block: u64, log_index: u32) -> TradeRow {
-        TradeRow {
-            block_number: block,
-            log_index,
-            block_hash: format!("0x{block:064x}"),
-            tx_hash: String::new(),
-            block_time_ms: 0,
-            exchange: String::new(),
-            exchange_version: 1,
-            order_hash: String::new(),
-            maker: String::new(),
-            taker: String::new(),
-            side: 0,
-            token_id: String::new(),
-            shares: String::new(),
-            collateral: String::new(),
-            price: String::new(),
-            fee: String::new(),
-            fee_asset: String::new(),
-            t_detect_ms: 0,
-            backfilled: 0,
-            retracted: 0,
-            version: 1,
-            audit: 0,
-        }
+        pmw_testkit::rows::trade(block, log_index, &format!("0x{block:064x}"))
     }
 
     fn span(counts: &[(u64, u64)]) -> Span {

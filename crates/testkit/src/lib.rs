@@ -12,6 +12,7 @@ mod net;
 mod private;
 mod proc;
 mod proxy;
+pub mod rows;
 mod service;
 mod stack;
 mod wait;

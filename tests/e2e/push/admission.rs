@@ -10,7 +10,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::WITHIN;
-use crate::harness::{change_as_api, closed_with, connect, first_of, Harness};
+use crate::harness::{change_as_api, closed_with, connect, first_of, key_id, Harness};
 
 /// The race of issue 30 item 7, made deterministic: the grant of the second session waits on a
 /// lock of `plans` (which only the grant reads) while the key is revoked and the leader's index
@@ -20,11 +20,7 @@ async fn a_key_revoked_between_its_check_and_its_grant_gets_no_session() {
     let h = Harness::new().await;
     let (account, key) = h.account(&demo_wallets(1)).await;
     let pg = h.db.connect().await;
-    let key_id: i64 = pg
-        .query_one("SELECT id FROM api_keys WHERE account_id = $1", &[&account])
-        .await
-        .unwrap()
-        .get(0);
+    let key_id = key_id(&pg, account).await;
     let (push, addr) = h.leader("push-a").await;
     let mut first = connect(addr, &key, None).await;
     first_of(&mut first, "hello").await;

@@ -11,7 +11,7 @@ use pmw_testkit::{bound_within, eventually, eventually_every, TcpProxy};
 
 use super::WITHIN;
 use crate::harness::{
-    change_as_api, closed_with, connect, first_of, hello_cursor, spawn_push, Harness,
+    change_as_api, closed_with, connect, first_of, hello_cursor, key_id, spawn_push, Harness,
 };
 
 const SECRET: &str = "whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0";
@@ -265,11 +265,7 @@ async fn revocation_closes_sessions_and_tickets_and_unsubscribing_stops_a_wallet
     let (account, key) = h.account(&wallets[..2]).await;
     let (other, other_key) = h.account(&wallets[..2]).await;
     let pg = h.db.connect().await;
-    let key_id: i64 = pg
-        .query_one("SELECT id FROM api_keys WHERE account_id = $1", &[&account])
-        .await
-        .unwrap()
-        .get(0);
+    let key_id = key_id(&pg, account).await;
     let (ticket, _) = pmw_core::auth::generate(pmw_core::auth::TICKET_PREFIX);
     pg.execute(
         "INSERT INTO ws_tickets (ticket_hash, account_id, key_id, expires_ms) VALUES ($1, $2, $3, $4)",

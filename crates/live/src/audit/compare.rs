@@ -152,28 +152,9 @@ mod tests {
 
     fn row(block: u64, log_index: u32, hash: &str, retracted: u8, version: u64) -> TradeRow {
         TradeRow {
-            block_number: block,
-            log_index,
-            block_hash: hash.into(),
-            tx_hash: "0x01".into(),
-            block_time_ms: 0,
-            exchange: "0x02".into(),
-            exchange_version: 1,
-            order_hash: "0x03".into(),
-            maker: "0x04".into(),
-            taker: "0x05".into(),
-            side: 0,
-            token_id: "1".into(),
-            shares: "1".into(),
-            collateral: "1".into(),
-            price: "1".into(),
-            fee: "0".into(),
-            fee_asset: "collateral".into(),
-            t_detect_ms: 0,
-            backfilled: 0,
             retracted,
             version,
-            audit: 0,
+            ..pmw_testkit::rows::trade(block, log_index, hash)
         }
     }
 

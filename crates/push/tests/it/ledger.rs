@@ -14,30 +14,7 @@ fn hash(block: u64, branch: u8) -> String {
 }
 
 fn row(block: u64, log_index: u32, branch: u8) -> TradeRow {
-    TradeRow {
-        block_number: block,
-        log_index,
-        block_hash: hash(block, branch),
-        tx_hash: format!("0xtx{block}{log_index}"),
-        block_time_ms: 0,
-        exchange: "0x4bfb41d5b3570defd03c39a9a4d8de6bd8b8982e".into(),
-        exchange_version: 1,
-        order_hash: format!("0xorder{block}{log_index}"),
-        maker: "0x1111111111111111111111111111111111111111".into(),
-        taker: "0x2222222222222222222222222222222222222222".into(),
-        side: 0,
-        token_id: "7".into(),
-        shares: "1".into(),
-        collateral: "0.5".into(),
-        price: "0.5".into(),
-        fee: "0".into(),
-        fee_asset: "collateral".into(),
-        t_detect_ms: 1_000,
-        backfilled: 0,
-        retracted: 0,
-        version: 1,
-        audit: 0,
-    }
+    pmw_testkit::rows::trade(block, log_index, &hash(block, branch))
 }
 
 /// Blocks 10..=13 on branch 1, trades in 11 (two) and 12 (one), the watermark at 13.

@@ -15,28 +15,9 @@ use pmw_testkit::{assert_eventually, TestDb};
 
 fn trade(block: u64, t_ms: i64) -> TradeRow {
     TradeRow {
-        block_number: block,
-        log_index: 0,
-        block_hash: format!("0x{block:064x}"),
-        tx_hash: format!("0x{:064x}", block + 7),
         block_time_ms: t_ms,
-        exchange: "0x4bfb41d5b3570defd03c39a9a4d8de6bd8b8982e".into(),
-        exchange_version: 1,
-        order_hash: format!("0x{:064x}", block + 9),
-        maker: "0x00000000000000000000000000000000000000aa".into(),
-        taker: "0x00000000000000000000000000000000000000bb".into(),
-        side: 0,
-        token_id: "123".into(),
-        shares: "10.000000".into(),
-        collateral: "5.000000".into(),
-        price: "0.5".into(),
-        fee: "0.000000".into(),
-        fee_asset: "collateral".into(),
         t_detect_ms: t_ms,
-        backfilled: 0,
-        retracted: 0,
-        version: 1,
-        audit: 0,
+        ..pmw_testkit::rows::trade(block, 0, &format!("0x{block:064x}"))
     }
 }
 
