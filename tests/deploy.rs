@@ -6,6 +6,8 @@
 //! 78 down; the pm2 ecosystem (evaluated by node) encodes the same policy; the Caddyfile
 //! validates with the real Caddy.
 
+#[path = "deploy/caddy_edge.rs"]
+mod caddy_edge;
 #[path = "deploy/hardening.rs"]
 mod hardening;
 #[path = "deploy/services.rs"]

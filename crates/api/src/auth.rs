@@ -1,6 +1,7 @@
 //! Authentication by API key (`Authorization: Bearer pmw_…`, checked by core's key rule,
-//! [`pmw_core::auth::key_holder`]: not revoked, account not disabled) and per-key rate limiting
-//! (a `governor` GCRA limiter keyed by key id; over the limit → 429 with `Retry-After`). Failed
+//! [`pmw_core::auth::key_holder`]: not revoked, account not disabled) and per-account rate
+//! limiting (a `governor` GCRA limiter keyed by account id, so more keys buy no more requests;
+//! over the limit → 429 with `Retry-After`). Failed
 //! authentications (no key, a malformed, unknown or revoked one) are limited per client address
 //! at the same rate: past it they get 429 instead of 401, without a database lookup.
 
@@ -20,7 +21,7 @@ use pmw_core::auth::{key_holder, AuthError};
 use crate::error::ApiError;
 use crate::AppState;
 
-/// Per-key limiter.
+/// Per-account limiter (keyed by account id).
 pub type Limiter = DefaultKeyedRateLimiter<i64>;
 
 /// The per-second quota of `PMW_API_RATE_PER_SEC` / `PMW_API_RATE_BURST` (validated > 0).
@@ -30,7 +31,7 @@ fn quota(cfg: &ApiConfig) -> Quota {
     Quota::per_second(rate).allow_burst(burst)
 }
 
-/// The per-key limiter, at [`quota`].
+/// The per-account limiter, at [`quota`].
 pub fn limiter(cfg: &ApiConfig) -> Arc<Limiter> {
     Arc::new(RateLimiter::keyed(quota(cfg)))
 }
@@ -45,7 +46,7 @@ pub fn test_limiter(cfg: &ApiConfig) -> Arc<Limiter> {
 /// Failed authentications per client address.
 pub type FailureLimiter = DefaultKeyedRateLimiter<IpAddr>;
 
-/// The failure limiter, at the per-key rate and burst.
+/// The failure limiter, at the per-account rate and burst.
 pub fn failure_limiter(cfg: &ApiConfig) -> Arc<FailureLimiter> {
     Arc::new(RateLimiter::keyed(quota(cfg)))
 }
@@ -107,7 +108,7 @@ impl FromRequestParts<AppState> for Auth {
     }
 }
 
-/// Look the presented key up ([`pmw_core::auth::key_holder`]) and apply the per-key rate limit.
+/// Look the presented key up ([`pmw_core::auth::key_holder`]) and apply the account's rate limit.
 async fn authenticate(parts: &Parts, st: &AppState) -> Result<Auth, ApiError> {
     let key = bearer(parts)?;
     let holder = match key_holder(&st.pg, key).await {
@@ -123,7 +124,7 @@ async fn authenticate(parts: &Parts, st: &AppState) -> Result<Auth, ApiError> {
         key_prefix: holder.key_prefix,
         plan: holder.plan,
     };
-    st.limiter.check_key(&auth.key_id).map_err(limited)?;
+    st.limiter.check_key(&auth.account_id).map_err(limited)?;
     Ok(auth)
 }
 

@@ -5,8 +5,8 @@
 //! |---|---|---|
 //! | `PMW_API_LISTEN` | `127.0.0.1:8080` | API listen address (loopback only: Caddy is the public listener) |
 //! | `PMW_API_MAX_BODY_BYTES` | `65536` | request body limit (413 beyond) |
-//! | `PMW_API_RATE_PER_SEC` | `20` | per-key sustained request rate (429 + `Retry-After` beyond) |
-//! | `PMW_API_RATE_BURST` | `40` | per-key burst |
+//! | `PMW_API_RATE_PER_SEC` | `20` | per-account sustained request rate (all its keys together) (429 + `Retry-After` beyond) |
+//! | `PMW_API_RATE_BURST` | `40` | per-account burst |
 //! | `PMW_API_WS_TICKET_TTL_SECS` | `60` | lifetime of a browser WebSocket ticket |
 //! | `PMW_API_IDEMPOTENCY_TTL_SECS` | `86400` | how long a POST's `Idempotency-Key` and its stored response are kept (60..=604800) |
 //! | `PMW_API_WEBHOOK_TEST_PER_MIN` | `6` | `POST /v1/webhooks/{id}/test` per account per minute (429 + `Retry-After` beyond) |
