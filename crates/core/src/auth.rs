@@ -57,10 +57,12 @@ impl From<deadpool_postgres::PoolError> for AuthError {
     }
 }
 
-/// Whether `secret` can be a credential of this kind at all (its prefix, a sane length): anything
-/// else is refused without a lookup.
+/// Whether `secret` can be a credential of this kind at all: its prefix and 64 lowercase hex
+/// characters, the shape [`generate`] makes. Anything else is refused without a lookup.
 pub fn plausible(secret: &str, prefix: &str) -> bool {
-    secret.starts_with(prefix) && secret.len() <= 200
+    secret.strip_prefix(prefix).is_some_and(|rest| {
+        rest.len() == 64 && rest.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    })
 }
 
 /// The holder of an API key: its account, the key, and what the API shows and limits by.
@@ -135,8 +137,18 @@ mod tests {
         assert_eq!(hash_secret(&a), hash_secret(&a));
         assert_ne!(hash_secret(&a), hash_secret(&b));
         assert!(plausible(&a, KEY_PREFIX) && !plausible(&a, TICKET_PREFIX));
-        assert!(!plausible(&format!("pmw_{}", "0".repeat(197)), KEY_PREFIX));
-        assert!(plausible(&format!("pmw_{}", "0".repeat(196)), KEY_PREFIX));
+        assert!(plausible(&format!("pmw_{}", "0".repeat(64)), KEY_PREFIX));
+        for malformed in [
+            format!("pmw_{}", "0".repeat(63)),
+            format!("pmw_{}", "0".repeat(65)),
+            format!("pmw_{}", "A".repeat(64)),
+            format!("pmw_{}", "g".repeat(64)),
+            "pmw_notakey".into(),
+            format!("pmwt_{}", "0".repeat(64)),
+        ] {
+            assert!(!plausible(&malformed, KEY_PREFIX), "{malformed}");
+        }
+        assert!(plausible(&format!("pmwt_{}", "f".repeat(64)), TICKET_PREFIX));
         // SHA-256("abc"), FIPS 180-2 test vector.
         assert_eq!(
             hex::encode(hash_secret("abc")),

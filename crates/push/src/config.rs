@@ -13,6 +13,8 @@
 //! | `PMW_PUSH_ROUND_DEADLINE_MS` | `10000` | on SIGTERM, how long the current round may take before exiting with the lock held |
 //! | `PMW_PUSH_WS_QUEUE` | `1024` | frames queued per WebSocket session before it is closed as a slow consumer (1013) |
 //! | `PMW_PUSH_WS_CONNECTS_PER_SEC` / `PMW_PUSH_WS_CONNECT_BURST` | `5` / `60` | WebSocket connects per account (429 with `Retry-After` beyond); the burst covers a whole plan's sessions reconnecting after a failover |
+//! | `PMW_PUSH_WS_AUTH_FAILURES_PER_SEC` / `PMW_PUSH_WS_AUTH_FAILURE_BURST` | `5` / `20` | failed WebSocket authentications (bad key or ticket) per client address; beyond, 429 with `Retry-After` before any lookup |
+//! | `PMW_PUSH_TRUSTED_PROXIES` | `127.0.0.0/8,::1` | addresses (or CIDR blocks, comma-separated) whose `X-Forwarded-For` is believed: Caddy's; from any other peer the peer is the client (core's rule, as the API's `PMW_API_TRUSTED_PROXIES`); `""` trusts none |
 //! | `PMW_PUSH_WS_HEARTBEAT_MS` | `15000` | heartbeat period per session |
 //! | `PMW_PUSH_RESUME_MAX_TRADES` | `10000` | most trades replayed on `since=`; beyond, the client is told to backfill over REST |
 //! | `PMW_PUSH_READY_MAX_AGE_MS` | `15000` | `/health` is 503 when no round completed for this long |
@@ -22,6 +24,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use pmw_core::client::{FailureThrottle, TrustedProxies};
 use pmw_core::config::{ConfigError, Validate};
 use serde::Deserialize;
 
@@ -49,6 +52,12 @@ pub struct PushConfig {
     pub push_ws_connects_per_sec: u32,
     #[serde(default = "d::connect_burst")]
     pub push_ws_connect_burst: u32,
+    #[serde(default = "d::auth_failures")]
+    pub push_ws_auth_failures_per_sec: u32,
+    #[serde(default = "d::auth_failure_burst")]
+    pub push_ws_auth_failure_burst: u32,
+    #[serde(default)]
+    pub push_trusted_proxies: TrustedProxies,
     #[serde(default = "d::heartbeat")]
     pub push_ws_heartbeat_ms: u64,
     #[serde(default = "d::resume")]
@@ -101,6 +110,12 @@ mod d {
     pub fn connect_burst() -> u32 {
         60
     }
+    pub fn auth_failures() -> u32 {
+        5
+    }
+    pub fn auth_failure_burst() -> u32 {
+        20
+    }
     pub fn heartbeat() -> u64 {
         15_000
     }
@@ -145,6 +160,14 @@ impl PushConfig {
         let rate = std::num::NonZeroU32::new(self.push_ws_connects_per_sec.max(1)).expect("≥ 1");
         let burst = std::num::NonZeroU32::new(self.push_ws_connect_burst.max(1)).expect("≥ 1");
         governor::Quota::per_second(rate).allow_burst(burst)
+    }
+
+    /// Failed WebSocket authentications per client address (checked before the lookup).
+    pub fn auth_failure_throttle(&self) -> FailureThrottle {
+        let rate =
+            std::num::NonZeroU32::new(self.push_ws_auth_failures_per_sec.max(1)).expect("≥ 1");
+        let burst = std::num::NonZeroU32::new(self.push_ws_auth_failure_burst.max(1)).expect("≥ 1");
+        FailureThrottle::new(rate, burst)
     }
 
     /// Trades read per round: the configured limit, capped at half a session queue.

@@ -270,6 +270,7 @@ impl Leading<'_> {
             epoch: lead.epoch,
             health: health.clone(),
             connects: Arc::new(governor::RateLimiter::keyed(push.connect_quota())),
+            failures: Arc::new(push.auth_failure_throttle()),
         };
         let server_stop = CancellationToken::new();
         let server = server::spawn(listener, state, server_stop.clone());

@@ -70,6 +70,8 @@ pub struct AppState {
     pub health: Arc<Health>,
     /// WebSocket connects per account.
     pub connects: Arc<governor::DefaultKeyedRateLimiter<i64>>,
+    /// Failed WebSocket authentications per client address, checked before the lookup.
+    pub failures: Arc<pmw_core::client::FailureThrottle>,
 }
 
 /// Run with settings from the environment until `shutdown`.

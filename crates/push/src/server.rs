@@ -35,6 +35,8 @@ pub(crate) fn spawn(
         let _ = socket2::SockRef::from(&*tcp).set_send_buffer_size(SEND_BUFFER);
     });
     tokio::spawn(async move {
+        // Peers for the failure throttle's client address (`ws::upgrade`).
+        let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
         axum::serve(listener, app)
             .with_graceful_shutdown(async move { stop.cancelled().await })
             .await

@@ -13,17 +13,19 @@ mod replay;
 mod sent;
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
-use axum::extract::{Query, State};
+use axum::extract::{ConnectInfo, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures::{SinkExt, StreamExt};
 use governor::clock::{Clock, DefaultClock};
 use pmw_core::auth::{self, Principal};
+use pmw_core::client::client_addr;
 use pmw_core::filter::Facts;
 use pmw_core::message::{stamp, Control, Events, Kind, TradeMessage};
 use pmw_core::{Cursor, Position, UnixMs};
@@ -43,8 +45,12 @@ const CLIENT_MESSAGE_MAX: usize = 4 * 1024;
 /// Frames written per flush at most.
 const MAX_BATCH: usize = 64;
 
+/// The HTTP side of a connect: an address over its failed authentications is refused (429)
+/// before any lookup, then the credential is checked (a bad one counts against the address),
+/// then the account's connect rate; the socket is opened and the session decides the rest.
 pub async fn upgrade(
     State(st): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     Query(q): Query<HashMap<String, String>>,
     ws: WebSocketUpgrade,
@@ -56,24 +62,30 @@ pub async fn upgrade(
         .and_then(|v| v.split_once(' '))
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, key)| key.trim().to_string());
+    let ip = client_addr(peer.ip(), &headers, &st.cfg.push_trusted_proxies);
+    let admission = match st.failures.admit(ip) {
+        Ok(a) => a,
+        Err(wait) => return too_many(wait, "too many failed authentications from this address"),
+    };
     let who = match (bearer, q.get("ticket")) {
         (Some(key), _) => auth::account_for_key(&st.pool, &key).await,
         (None, Some(t)) => auth::redeem_ticket(&st.pool, t).await,
         (None, None) => Err(auth::AuthError::Missing),
     };
+    if matches!(
+        who,
+        Err(auth::AuthError::Missing | auth::AuthError::Invalid)
+    ) {
+        if let Err(wait) = st.failures.failed(ip, admission) {
+            return too_many(wait, "too many failed authentications from this address");
+        }
+    }
     // Connects per account are rate limited before the upgrade: one account's reconnect storm
     // costs the others nothing.
     if let Ok(p) = &who {
         if let Err(not_until) = st.connects.check_key(&p.account_id) {
             let wait = not_until.wait_time_from(DefaultClock::default().now());
-            let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
-            let body = json!({"error": {"code": "rate_limited", "message": format!("too many WebSocket connects for this account; retry in {secs} s")}});
-            return (
-                StatusCode::TOO_MANY_REQUESTS,
-                [(header::RETRY_AFTER, secs.to_string())],
-                axum::Json(body),
-            )
-                .into_response();
+            return too_many(wait, "too many WebSocket connects for this account");
         }
     }
     let since = q.get("since").map(|s| s.parse::<Position>());
@@ -83,6 +95,19 @@ pub async fn upgrade(
         .max_frame_size(CLIENT_MESSAGE_MAX)
         .max_message_size(CLIENT_MESSAGE_MAX)
         .on_upgrade(move |socket| session(st, socket, who, since, opts))
+}
+
+/// 429 with `Retry-After` (whole seconds, at least 1) and the reason.
+fn too_many(wait: Duration, what: &str) -> Response {
+    let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
+    let body =
+        json!({"error": {"code": "rate_limited", "message": format!("{what}; retry in {secs} s")}});
+    (
+        StatusCode::TOO_MANY_REQUESTS,
+        [(header::RETRY_AFTER, secs.to_string())],
+        axum::Json(body),
+    )
+        .into_response()
 }
 
 /// The stream options of a connection: `events` and `final_since`.
