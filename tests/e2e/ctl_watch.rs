@@ -83,11 +83,11 @@ async fn watch_prints_trades_and_resumes_after_a_leader_restart() {
     // An account following two of the simulator's wallets.
     let wallets: BTreeSet<pmw_core::Address> =
         sim.config().wallets.iter().take(2).copied().collect();
-    let c = db.connect().await;
+    let mut c = db.connect().await;
     let account = pmw_core::pg::accounts::create_account(&c, "watcher", None, "pro")
         .await
         .unwrap();
-    let key = pmw_core::pg::accounts::create_key(&c, account.id, "watch")
+    let key = pmw_core::pg::accounts::create_key(&mut c, account.id, "watch")
         .await
         .unwrap()
         .key;

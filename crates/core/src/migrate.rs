@@ -67,6 +67,12 @@ pub const POSTGRES: &[Migration] = &[
         "webhook_payload_text",
         "postgres/0013_webhook_payload_text.sql"
     ),
+    migration!(
+        14,
+        "subs_version_changes",
+        "postgres/0014_subs_version_changes.sql"
+    ),
+    migration!(15, "replay_quota", "postgres/0015_replay_quota.sql"),
 ];
 
 /// ClickHouse migrations, in order. Every file in `migrations/clickhouse` must be listed (tested).

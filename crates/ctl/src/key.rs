@@ -26,10 +26,10 @@ pub enum KeyCmd {
 }
 
 pub async fn run(cfg: &CoreConfig, cmd: KeyCmd) -> Result<(), ServiceError> {
-    let c = connect(cfg).await?;
+    let mut c = connect(cfg).await?;
     match cmd {
         KeyCmd::Create { account, label } => {
-            let k = accounts::create_key(&c, account, &label)
+            let k = accounts::create_key(&mut c, account, &label)
                 .await
                 .map_err(account_error)?;
             println!("{}", k.key);

@@ -111,8 +111,8 @@ pub async fn create_key(
     who: Auth,
     OptionalJson(body): OptionalJson<CreateKey>,
 ) -> Result<(StatusCode, Json<NewKey>), ApiError> {
-    let c = st.pg.get().await?;
-    let key = accounts::create_key(&**c, who.account_id, &body.label).await?;
+    let mut c = st.pg.get().await?;
+    let key = accounts::create_key(&mut **c, who.account_id, &body.label).await?;
     tracing::info!(account = who.account_id, prefix = %key.prefix, "key created");
     Ok((StatusCode::CREATED, Json(key)))
 }

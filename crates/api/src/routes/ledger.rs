@@ -1,5 +1,6 @@
 //! Postgres reads around the trade ledger that the backfill and replay share: the wallets an
-//! account follows, cached market names, the ingest and finalized watermarks.
+//! account follows, cached market names, the ingest and finalized watermarks; and the bound of
+//! one backfill page's ClickHouse scan ([`scan_through`]).
 
 use std::collections::HashMap;
 
@@ -36,4 +37,88 @@ pub async fn followed(c: &super::txn::Client, account_id: i64) -> Result<Vec<Str
         .iter()
         .map(|r| format!("0x{}", hex::encode(r.get::<_, &[u8]>(0))))
         .collect())
+}
+
+/// Most blocks one `GET /v1/trades` page scans, counted from the first block after its cursor
+/// holding a trade of its wallets (about 2.3 days of Polygon): a busy wallet's history is read
+/// a span at a time, never whole, on the ClickHouse push reads from.
+pub const MAX_BLOCK_SPAN: u64 = 100_000;
+/// The log index of a span's end cursor: after every trade of its last block.
+const END_OF_BLOCK: u32 = 999_999;
+
+/// Where a page after `after` stops scanning: `through`, or the end of [`MAX_BLOCK_SPAN`] blocks
+/// from the first block holding a trade of `wallets` when that comes first. `None` when no
+/// trade of the wallets lies in the range. `wallets` are lowercase `0x…` addresses.
+pub async fn scan_through(
+    ch: &pmw_core::ch::ChClient,
+    wallets: &[String],
+    after: Cursor,
+    through: Cursor,
+) -> Result<Option<Cursor>, ApiError> {
+    if wallets.is_empty() || through <= after {
+        return Ok(None);
+    }
+    let valid = |w: &String| {
+        w.len() == 42
+            && w.starts_with("0x")
+            && w[2..]
+                .bytes()
+                .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    };
+    if let Some(bad) = wallets.iter().find(|w| !valid(w)) {
+        return Err(ApiError::unprocessable(
+            "invalid_address",
+            format!("{bad:?}"),
+        ));
+    }
+    let list = wallets
+        .iter()
+        .map(|w| format!("'{w}'"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let first: u64 = ch
+        .query(&include_str!("sql/wallets_first_block.sql").replace("{list}", &list))
+        .bind(after.block)
+        .bind(through.block)
+        .fetch_one()
+        .await?;
+    Ok(span_end(first.max(after.block), through))
+}
+
+/// The end of the span starting at block `first`, or `through` when nearer (pure).
+fn span_end(first: u64, through: Cursor) -> Option<Cursor> {
+    if first > through.block {
+        return None;
+    }
+    let end = first.saturating_add(MAX_BLOCK_SPAN - 1);
+    Some(if end < through.block {
+        Cursor {
+            block: end,
+            log_index: END_OF_BLOCK,
+        }
+    } else {
+        through
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scan_spans_at_most_max_block_span_blocks() {
+        let through = Cursor {
+            block: 1_000_000,
+            log_index: 3,
+        };
+        assert_eq!(
+            span_end(10, through),
+            Some(Cursor {
+                block: 10 + MAX_BLOCK_SPAN - 1,
+                log_index: END_OF_BLOCK
+            })
+        );
+        assert_eq!(span_end(through.block - 5, through), Some(through));
+        assert_eq!(span_end(through.block + 1, through), None);
+    }
 }

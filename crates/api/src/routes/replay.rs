@@ -30,6 +30,10 @@ use crate::AppState;
 /// Default and largest replay.
 pub const REPLAY_DEFAULT_LIMIT: u32 = 1_000;
 pub const REPLAY_MAX_LIMIT: u32 = 10_000;
+/// Replays one account may start per clock hour (each re-queues up to [`REPLAY_MAX_LIMIT`]
+/// trades): past it, 429 with `Retry-After` until the next hour.
+pub const REPLAYS_PER_HOUR: i32 = 30;
+const HOUR_MS: i64 = 3_600_000;
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -74,6 +78,26 @@ async fn bounds(c: &Client) -> Result<(Cursor, Cursor), ApiError> {
             (at(0), at(2))
         })
         .unwrap_or((Cursor::ORIGIN, Cursor::ORIGIN)))
+}
+
+/// Charge the account one replay of this hour's [`REPLAYS_PER_HOUR`], atomically (one upsert).
+async fn charge(c: &Client, account_id: i64, now: i64) -> Result<(), ApiError> {
+    let hour = now - now.rem_euclid(HOUR_MS);
+    let charged = c
+        .query_opt(
+            include_str!("sql/replay_charge.sql"),
+            &[&account_id, &hour, &REPLAYS_PER_HOUR],
+        )
+        .await?;
+    match charged {
+        Some(_) => Ok(()),
+        None => Err(ApiError {
+            message: format!(
+                "an account starts at most {REPLAYS_PER_HOUR} replays an hour; retry after the Retry-After delay"
+            ),
+            ..ApiError::rate_limited(((hour + HOUR_MS - now) as u64).div_ceil(1_000))
+        }),
+    }
 }
 
 /// What a replay queues for one endpoint, as push would queue it.
@@ -168,11 +192,13 @@ fn own_filter(endpoint: &Endpoint) -> Option<Filter> {
 /// Queue the account's trades after `after` (up to what push has already processed) for this
 /// endpoint again, filtered as push filters them (`limit` bounds the trades read, filtered out
 /// ones included), as the events it receives say: `trade`s, and `final`s of the finalized ones.
-/// Already pending messages stay as they are.
+/// Already pending messages stay as they are. An account starts at most 30 replays per clock
+/// hour (429 with `Retry-After` past it).
 #[utoipa::path(post, path = "/v1/webhooks/{id}/replay", tag = "webhooks", security(("api_key" = [])),
     params(("id" = i64, Path)), request_body = Replay,
     responses((status = 202, body = ReplayOutcome), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
-        (status = 409, body = ErrorBody, description = "endpoint disabled"), (status = 422, body = ErrorBody)))]
+        (status = 409, body = ErrorBody, description = "endpoint disabled"), (status = 422, body = ErrorBody),
+        (status = 429, body = ErrorBody, description = "the account's replays of this hour are spent")))]
 pub async fn replay(
     State(st): State<AppState>,
     who: Auth,
@@ -186,6 +212,7 @@ pub async fn replay(
     if !endpoint.enabled {
         return Err(disabled());
     }
+    charge(&c, who.account_id, UnixMs::now().0).await?;
     let wallets = followed(&c, who.account_id).await?;
     let (through, finals_through) = bounds(&c).await?;
     let mut rows =

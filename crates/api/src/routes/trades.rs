@@ -4,6 +4,9 @@
 //! messages (without `type` and `t_push_ms`). By default a page holds what the WebSocket sends:
 //! each followed wallet's subscription filter applies (after the page is read, so a page can
 //! hold fewer than `limit` trades while `more` is true); `unfiltered=true` lists every trade.
+//! One page scans at most [`super::ledger::MAX_BLOCK_SPAN`] blocks from the first block after its cursor that
+//! holds a trade of its wallets: a page that reached that bound has `more` true and `next` at
+//! the bound's end, where the next page continues (the keyset contract is unchanged).
 
 use axum::extract::State;
 use axum::Json;
@@ -14,7 +17,7 @@ use pmw_core::{pg, Cursor};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::ledger::{finalized, followed, markets, watermark};
+use super::ledger::{finalized, followed, markets, scan_through, watermark};
 use super::params::{check_limit, parse_cursor, parse_wallet};
 use crate::auth::Auth;
 use crate::error::{ApiError, ErrorBody};
@@ -31,9 +34,11 @@ pub const MAX_LIMIT: u32 = 1_000;
 pub struct TradePage {
     pub trades: Vec<TradeMessage>,
     /// Pass as `after` for the next page (the cursor of the last trade read, returned or
-    /// filtered out; `after` when none was read).
+    /// filtered out; the end of the scanned span when the page stopped at the scan bound;
+    /// `after` when none was read).
     pub next: String,
-    /// More trades are available now beyond this page.
+    /// More trades may be available now beyond this page (the page was full, or stopped at the
+    /// scan bound of 100000 blocks).
     pub more: bool,
 }
 
@@ -85,20 +90,31 @@ pub async fn list(
         Some(w) if q.final_only == Some(true) => finalized.map(|f| w.min(pg::watermark_cursor(f))),
         w => w,
     };
-    let Some(through) = through else {
-        return Ok(Json(TradePage {
+    let empty = || {
+        Json(TradePage {
             trades: vec![],
             next: after.to_string(),
             more: false,
-        }));
+        })
+    };
+    let Some(through) = through else {
+        return Ok(empty());
+    };
+    let Some(bound) = scan_through(&st.ch, &wallets, after, through).await? else {
+        return Ok(empty());
     };
     let mut rows =
-        trades::wallet_trades_between(&st.ch, &wallets, after, through, u64::from(limit) + 1)
-            .await?;
-    let more = rows.len() > limit as usize;
+        trades::wallet_trades_between(&st.ch, &wallets, after, bound, u64::from(limit) + 1).await?;
+    let full = rows.len() > limit as usize;
     rows.truncate(limit as usize);
+    let more = full || bound < through;
+    let next = match rows.last() {
+        Some(r) if full => r.cursor(),
+        _ if bound < through => bound,
+        last => last.map_or(after, TradeRow::cursor),
+    }
+    .to_string();
     let names = markets(&c, &rows).await?;
-    let next = rows.last().map_or(after, TradeRow::cursor).to_string();
     let filters = if q.unfiltered == Some(true) {
         Default::default()
     } else {

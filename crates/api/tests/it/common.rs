@@ -65,11 +65,11 @@ impl Api {
 
     /// A new account on `plan` with one API key.
     pub async fn account(&self, plan: &str) -> (i64, String) {
-        let c = self.db.pg.get().await.unwrap();
+        let mut c = self.db.pg.get().await.unwrap();
         let a = pmw_core::pg::accounts::create_account(&**c, "test", None, plan)
             .await
             .unwrap();
-        let k = pmw_core::pg::accounts::create_key(&**c, a.id, "test")
+        let k = pmw_core::pg::accounts::create_key(&mut **c, a.id, "test")
             .await
             .unwrap();
         (a.id, k.key)

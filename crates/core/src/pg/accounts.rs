@@ -5,7 +5,6 @@
 use crate::auth::{self, KEY_PREFIX};
 use crate::UnixMs;
 use serde::Serialize;
-use tokio_postgres::error::SqlState;
 use tokio_postgres::GenericClient;
 
 /// Most active keys one account may hold.
@@ -126,17 +125,22 @@ pub async fn list_accounts(c: &impl GenericClient) -> Result<Vec<Account>, Accou
 }
 
 /// Create a key for `account_id` (retrying the rare prefix collision). At most
-/// [`MAX_KEYS_PER_ACCOUNT`] active keys per account.
+/// [`MAX_KEYS_PER_ACCOUNT`] active keys per account, enforced atomically: the count and the
+/// insert run in one transaction holding the account row's lock, so parallel creations cannot
+/// exceed it.
 pub async fn create_key(
-    c: &impl GenericClient,
+    c: &mut impl GenericClient,
     account_id: i64,
     label: &str,
 ) -> Result<NewKey, AccountError> {
     check_label(label)?;
-    let active: i64 = c
-        .query_opt(include_str!("sql/active_keys.sql"), &[&account_id])
+    let tx = c.transaction().await?;
+    tx.query_opt(include_str!("sql/lock_account_keys.sql"), &[&account_id])
         .await?
-        .ok_or(AccountError::NoAccount(account_id))?
+        .ok_or(AccountError::NoAccount(account_id))?;
+    let active: i64 = tx
+        .query_one(include_str!("sql/active_keys.sql"), &[&account_id])
+        .await?
         .get(0);
     if active >= MAX_KEYS_PER_ACCOUNT {
         return Err(AccountError::Invalid(format!(
@@ -146,30 +150,22 @@ pub async fn create_key(
     let now = UnixMs::now().0;
     for _ in 0..5 {
         let (key, prefix) = auth::generate(KEY_PREFIX);
-        let inserted = c
+        let hash = auth::hash_secret(&key);
+        let inserted = tx
             .execute(
                 include_str!("sql/insert_key.sql"),
-                &[
-                    &account_id,
-                    &prefix,
-                    &auth::hash_secret(&key).as_slice(),
-                    &label,
-                    &now,
-                ],
+                &[&account_id, &prefix, &hash.as_slice(), &label, &now],
             )
-            .await;
-        match inserted {
-            Ok(_) => {
-                return Ok(NewKey {
-                    key,
-                    prefix,
-                    label: label.into(),
-                    account_id,
-                    created_ms: now,
-                })
-            }
-            Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => continue,
-            Err(e) => return Err(e.into()),
+            .await?;
+        if inserted == 1 {
+            tx.commit().await?;
+            return Ok(NewKey {
+                key,
+                prefix,
+                label: label.into(),
+                account_id,
+                created_ms: now,
+            });
         }
     }
     Err(AccountError::Invalid(

@@ -103,9 +103,16 @@ fn forbidden_v4(ip: Ipv4Addr) -> Option<&'static str> {
         .map(|(_, _, reason)| *reason)
 }
 
-/// IPv6 ranges that are never public destinations (embedded-IPv4 forms are handled first).
+/// IPv6 ranges that are never public destinations (embedded-IPv4 forms are handled first), from
+/// IANA's IPv6 Special-Purpose Address Registry: every entry not globally reachable. Anything
+/// else outside global unicast (`2000::/3`) is unassigned and refused too.
 const V6_RANGES: &[([u16; 8], u32, &str)] = &[
     ([0x0100, 0, 0, 0, 0, 0, 0, 0], 64, "discard-only (100::/64)"),
+    (
+        [0x0100, 0, 0, 1, 0, 0, 0, 0],
+        64,
+        "dummy IPv6 prefix (100:0:0:1::/64)",
+    ),
     ([0x0064, 0xff9b, 1, 0, 0, 0, 0, 0], 48, "local-use NAT64"),
     ([0x2001, 0, 0, 0, 0, 0, 0, 0], 32, "Teredo tunnel"),
     (
@@ -113,8 +120,18 @@ const V6_RANGES: &[([u16; 8], u32, &str)] = &[
         48,
         "benchmarking (2001:2::/48)",
     ),
+    (
+        [0x2001, 0, 0, 0, 0, 0, 0, 0],
+        23,
+        "IETF protocol assignment (2001::/23)",
+    ),
     ([0x2001, 0x0db8, 0, 0, 0, 0, 0, 0], 32, "documentation"),
     ([0x3fff, 0, 0, 0, 0, 0, 0, 0], 20, "documentation"),
+    (
+        [0x5f00, 0, 0, 0, 0, 0, 0, 0],
+        16,
+        "segment routing (5f00::/16)",
+    ),
     ([0xfc00, 0, 0, 0, 0, 0, 0, 0], 7, "unique local (fc00::/7)"),
     ([0xfe80, 0, 0, 0, 0, 0, 0, 0], 10, "link-local"),
     ([0xfec0, 0, 0, 0, 0, 0, 0, 0], 10, "site-local"),
@@ -128,25 +145,35 @@ fn forbidden_v6(ip: Ipv6Addr) -> Option<&'static str> {
     if ip.is_loopback() {
         return Some("loopback");
     }
-    let s = ip.segments();
-    let low_v4 = Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
-    // IPv4-mapped ::ffff:0:0/96 and IPv4-compatible ::/96: judge the IPv4 address.
-    if in_v6(ip, [0, 0, 0, 0, 0, 0xffff, 0, 0], 96) || in_v6(ip, [0; 8], 96) {
-        return forbidden_v4(low_v4);
-    }
-    // NAT64 well-known prefix 64:ff9b::/96 (RFC 6052): reaches the embedded IPv4 address.
-    if in_v6(ip, [0x64, 0xff9b, 0, 0, 0, 0, 0, 0], 96) {
-        return forbidden_v4(low_v4);
-    }
-    // 6to4 2002::/16: the next 32 bits are an IPv4 address.
-    if in_v6(ip, [0x2002, 0, 0, 0, 0, 0, 0, 0], 16) {
-        let v4 = Ipv4Addr::new((s[1] >> 8) as u8, s[1] as u8, (s[2] >> 8) as u8, s[2] as u8);
+    if let Some(v4) = embedded_v4(ip) {
         return forbidden_v4(v4);
     }
     V6_RANGES
         .iter()
         .find(|(net, prefix, _)| in_v6(ip, *net, *prefix))
         .map(|(_, _, reason)| *reason)
+        .or_else(|| {
+            (!in_v6(ip, [0x2000, 0, 0, 0, 0, 0, 0, 0], 3))
+                .then_some("reserved (outside global unicast 2000::/3)")
+        })
+}
+
+/// The IPv4 address an IPv6 address reaches, for the forms that carry one: IPv4-mapped
+/// `::ffff:0:0/96`, IPv4-compatible `::/96`, IPv4-translated `::ffff:0:0:0/96` (RFC 2765), NAT64
+/// `64:ff9b::/96` (RFC 6052) in its low 32 bits, and 6to4 `2002::/16` in the 32 bits after it.
+fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
+    let s = ip.segments();
+    let v4 = |hi: u16, lo: u16| Ipv4Addr::new((hi >> 8) as u8, hi as u8, (lo >> 8) as u8, lo as u8);
+    let low: [[u16; 8]; 4] = [
+        [0, 0, 0, 0, 0, 0xffff, 0, 0],
+        [0; 8],
+        [0, 0, 0, 0, 0xffff, 0, 0, 0],
+        [0x64, 0xff9b, 0, 0, 0, 0, 0, 0],
+    ];
+    if low.iter().any(|net| in_v6(ip, *net, 96)) {
+        return Some(v4(s[6], s[7]));
+    }
+    in_v6(ip, [0x2002, 0, 0, 0, 0, 0, 0, 0], 16).then(|| v4(s[1], s[2]))
 }
 
 /// True for `localhost`, `*.localhost`, `*.local` and `*.internal` (any case, trailing dot
@@ -296,6 +323,55 @@ mod tests {
             ("http://[2002:7f00:1::]/", "2002:7f00:1::"),
         ] {
             refused_addr(raw, addr);
+        }
+    }
+
+    /// One address inside each special-purpose IPv6 range (IANA registry) is refused, by a
+    /// reason naming the range; the embedded-IPv4 forms are judged by the IPv4 address.
+    #[test]
+    fn ssrf_every_special_ipv6_range_is_refused() {
+        for (ip, reason) in [
+            ("::ffff:127.0.0.1", "loopback"),
+            ("::ffff:10.1.2.3", "private (RFC 1918)"),
+            ("::ffff:0:10.1.2.3", "private (RFC 1918)"),
+            ("::10.1.2.3", "private (RFC 1918)"),
+            ("64:ff9b::192.168.0.1", "private (RFC 1918)"),
+            ("64:ff9b::a9fe:a9fe", "link-local"),
+            ("2002:0a00:0001::1", "private (RFC 1918)"),
+            ("2002:c0a8:0101::", "private (RFC 1918)"),
+            ("100::1", "discard-only (100::/64)"),
+            ("100:0:0:1::1", "dummy IPv6 prefix (100:0:0:1::/64)"),
+            ("64:ff9b:1::1", "local-use NAT64"),
+            ("2001::1", "Teredo tunnel"),
+            ("2001:2::1", "benchmarking (2001:2::/48)"),
+            ("2001:20::1", "IETF protocol assignment (2001::/23)"),
+            ("2001:1ff::1", "IETF protocol assignment (2001::/23)"),
+            ("2001:db8::1", "documentation"),
+            ("3fff::1", "documentation"),
+            ("5f00::1", "segment routing (5f00::/16)"),
+            ("fc00::1", "unique local (fc00::/7)"),
+            ("fdff::1", "unique local (fc00::/7)"),
+            ("fe80::1", "link-local"),
+            ("febf::1", "link-local"),
+            ("fec0::1", "site-local"),
+            ("ff02::1", "multicast"),
+            ("4000::1", "reserved (outside global unicast 2000::/3)"),
+            ("1::1", "reserved (outside global unicast 2000::/3)"),
+        ] {
+            assert_eq!(forbidden_reason(ip.parse().unwrap()), Some(reason), "{ip}");
+        }
+        // Just outside the ranges: public.
+        for ip in [
+            "::ffff:0:8.8.8.8",
+            "64:ff9b::8.8.8.8",
+            "2002:0808:0808::1",
+            "2001:200::1",
+            "2001:db9::1",
+            "2a00:1450::1",
+            "3fff:1000::1",
+            "2620:4f:8000::1",
+        ] {
+            assert_eq!(forbidden_reason(ip.parse().unwrap()), None, "{ip}");
         }
     }
 
