@@ -3,24 +3,9 @@
 use pmw_core::config::CoreConfig;
 use pmw_core::exit::ServiceError;
 use pmw_core::{ch, migrate};
-use tokio_postgres::NoTls;
-
-async fn connect(cfg: &CoreConfig) -> Result<tokio_postgres::Client, ServiceError> {
-    let (client, conn) = cfg
-        .postgres()
-        .connect(NoTls)
-        .await
-        .map_err(|e| ServiceError::transient(format!("postgres unreachable: {e}")))?;
-    tokio::spawn(async move {
-        if let Err(e) = conn.await {
-            tracing::warn!(error = %e, "postgres connection ended");
-        }
-    });
-    Ok(client)
-}
 
 pub async fn migrate(cfg: &CoreConfig) -> Result<(), ServiceError> {
-    let mut pg = connect(cfg).await?;
+    let mut pg = crate::conn::connect(cfg).await?;
     ch::server_client(cfg)
         .query(&format!(
             "CREATE DATABASE IF NOT EXISTS {}",
@@ -41,7 +26,7 @@ pub async fn migrate(cfg: &CoreConfig) -> Result<(), ServiceError> {
 }
 
 pub async fn schema(cfg: &CoreConfig) -> Result<(), ServiceError> {
-    let pg = connect(cfg).await?;
+    let pg = crate::conn::connect(cfg).await?;
     migrate::check_schema(&pg, &ch::client(cfg)).await?;
     println!(
         "schema ok: postgres at {}, clickhouse at {}",

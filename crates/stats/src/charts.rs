@@ -14,6 +14,19 @@ const SIZE: (u32, u32) = (760, 280);
 const P50: RGBColor = RGBColor(31, 119, 180);
 const P99: RGBColor = RGBColor(214, 39, 40);
 
+/// Every chart's frame: its title, margin and axis label areas.
+fn frame<'a, 'b, DB: DrawingBackend>(
+    root: &'a DrawingArea<DB, plotters::coord::Shift>,
+    title: &'b str,
+) -> ChartBuilder<'a, 'b, DB> {
+    let mut b = ChartBuilder::on(root);
+    b.caption(title, ("sans-serif", 16))
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(64);
+    b
+}
+
 fn chart_err<E: std::fmt::Display>(e: E) -> StatsError {
     StatsError::Chart(e.to_string())
 }
@@ -128,11 +141,7 @@ pub fn series_chart(
     {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
         root.fill(&WHITE).map_err(chart_err)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 16))
-            .margin(10)
-            .x_label_area_size(30)
-            .y_label_area_size(64)
+        let mut chart = frame(&root, title)
             .build_cartesian_2d(-1..n, lo..hi)
             .map_err(chart_err)?;
         let fmt_x = |x: &i32| {
@@ -197,11 +206,7 @@ pub fn histogram_chart(title: &str, h: &HistogramReport) -> Result<String, Stats
     {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
         root.fill(&WHITE).map_err(chart_err)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 16))
-            .margin(10)
-            .x_label_area_size(30)
-            .y_label_area_size(64)
+        let mut chart = frame(&root, title)
             .build_cartesian_2d((0..n - 1).into_segmented(), 0u64..top)
             .map_err(chart_err)?;
         let fmt_x = |x: &SegmentValue<u32>| match x {
