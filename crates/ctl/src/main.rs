@@ -1,3 +1,5 @@
+//! pmwctl: the operators' command line ([`pmwctl::Cli`]).
+
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
