@@ -10,6 +10,8 @@
 mod alerts;
 #[path = "drills/churn.rs"]
 mod churn;
+#[path = "drills/log_secrets.rs"]
+mod log_secrets;
 #[path = "drills/supervision.rs"]
 mod supervision;
 

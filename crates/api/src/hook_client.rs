@@ -32,7 +32,8 @@ impl Outcome {
         match sent {
             Err(e) => Outcome {
                 status: None,
-                error: Some(e.to_string()),
+                // A transport error can name the URL: only its host is kept.
+                error: Some(pmw_core::redact::text(&e.to_string())),
             },
             Ok(r) if (200..300).contains(&r.status) => Outcome {
                 status: Some(r.status),

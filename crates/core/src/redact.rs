@@ -3,10 +3,12 @@
 //! passwords and webhook tokens live, are dropped), and error text that may embed URLs (reqwest's
 //! and ethers' errors name the URL they failed on) has every URL in it cut down the same way.
 //!
-//! Use [`url`]/[`Url`] for a URL field, [`text`]/[`Scrubbed`] for an error that may embed one,
-//! and [`reqwest_error`] on a `reqwest::Error` before it is kept.
+//! Use [`url`]/[`Url`] for a URL field, [`text`]/[`Scrubbed`] for an error that may embed one
+//! (stored or shown), and [`reqwest_error`] on a `reqwest::Error` before it is kept; every log
+//! line also passes through [`Writer`] (services' logging, [`crate::telemetry`]).
 
 use std::fmt;
+use std::io;
 
 /// What a URL that does not parse is shown as.
 const UNPARSEABLE: &str = "[redacted url]";
@@ -81,6 +83,25 @@ pub struct Scrubbed<T>(pub T);
 impl<T: fmt::Display> fmt::Display for Scrubbed<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&text(&self.0.to_string()))
+    }
+}
+
+/// A log writer that passes every line through [`text`] (the last net under every call site:
+/// libraries log URLs too, e.g. ethers' WebSocket reconnects). The formatter writes each event
+/// in one call, so a URL is never split between writes.
+pub struct Writer<W>(pub W);
+
+impl<W: io::Write> io::Write for Writer<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match std::str::from_utf8(buf) {
+            Ok(s) if s.contains("://") => self.0.write_all(text(s).as_bytes())?,
+            _ => self.0.write_all(buf)?,
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.flush()
     }
 }
 
@@ -189,6 +210,17 @@ mod tests {
     fn a_scrubbed_error_shows_no_url_path() {
         let e = std::io::Error::other("for url (http://h:1/SECRET)");
         assert_eq!(Scrubbed(&e).to_string(), "for url (http://h:1)");
+    }
+
+    #[test]
+    fn the_log_writer_scrubs_each_line() {
+        use std::io::Write;
+        let mut w = Writer(Vec::new());
+        w.write_all(b"INFO reconnecting url=\"ws://h:1/?key=SECRET\"\n")
+            .unwrap();
+        w.write_all(b"plain line\n").unwrap();
+        let out = String::from_utf8(w.0).unwrap();
+        assert_eq!(out, "INFO reconnecting url=\"ws://h:1\"\nplain line\n");
     }
 
     #[tokio::test]

@@ -7,6 +7,7 @@ use std::time::Duration;
 use ethers_core::types::{Block, BlockNumber, Filter, Log, H256, U64};
 use ethers_providers::{Http, Middleware, Provider, Ws};
 use futures::StreamExt;
+use pmw_core::redact;
 use pmw_core::trade::RawLog;
 use pmw_core::types::Address;
 use pmw_core::UnixMs;
@@ -56,12 +57,18 @@ pub enum ChainError {
     Incomplete(&'static str),
 }
 
+/// An RPC error as kept: ethers' and reqwest's text names the URL, whose path or query often
+/// holds the provider's key; [`redact::text`] cuts it down to the host.
+fn rpc_error(e: impl std::fmt::Display) -> ChainError {
+    ChainError::Rpc(redact::text(&e.to_string()))
+}
+
 async fn bounded<T, E: std::fmt::Display>(
     f: impl std::future::Future<Output = Result<T, E>>,
 ) -> Result<T, ChainError> {
     match tokio::time::timeout(CALL_TIMEOUT, f).await {
         Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(ChainError::Rpc(e.to_string())),
+        Ok(Err(e)) => Err(rpc_error(e)),
         Err(_) => Err(ChainError::Timeout(CALL_TIMEOUT)),
     }
 }
@@ -112,8 +119,7 @@ pub struct Chain {
 
 impl Chain {
     pub fn new(http_url: &str) -> Result<Chain, ChainError> {
-        let http =
-            Provider::<Http>::try_from(http_url).map_err(|e| ChainError::Rpc(e.to_string()))?;
+        let http = Provider::<Http>::try_from(http_url).map_err(rpc_error)?;
         Ok(Chain { http })
     }
 

@@ -16,13 +16,16 @@
 //! | `PMW_LIVE_METRICS_ADDR` | `127.0.0.1:9461` | private Prometheus `/metrics` address (loopback; a port in use is logged, not fatal) |
 //! | `PMW_GAMMA_URL` | `https://gamma-api.polymarket.com` | Gamma-compatible market metadata API |
 
+use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use pmw_core::config::{ConfigError, Validate};
+use pmw_core::redact;
 use serde::Deserialize;
 
-#[derive(Debug, Clone, Deserialize)]
+/// pmw-live's own settings. Its `Debug` shows the Gamma URL's host only ([`redact`]).
+#[derive(Clone, Deserialize)]
 pub struct LiveConfig {
     #[serde(default = "d::depth")]
     pub live_reorg_max_depth: u64,
@@ -48,6 +51,25 @@ pub struct LiveConfig {
     pub gamma_url: String,
     #[serde(default = "d::metrics")]
     pub live_metrics_addr: SocketAddr,
+}
+
+impl fmt::Debug for LiveConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LiveConfig")
+            .field("live_reorg_max_depth", &self.live_reorg_max_depth)
+            .field("live_lock_segment_ms", &self.live_lock_segment_ms)
+            .field("live_poll_interval_ms", &self.live_poll_interval_ms)
+            .field("live_ws_stall_ms", &self.live_ws_stall_ms)
+            .field("live_finalized_poll_ms", &self.live_finalized_poll_ms)
+            .field("live_audit_enabled", &self.live_audit_enabled)
+            .field("live_audit_range_blocks", &self.live_audit_range_blocks)
+            .field("live_audit_max_rps", &self.live_audit_max_rps)
+            .field("live_audit_interval_ms", &self.live_audit_interval_ms)
+            .field("live_start_block", &self.live_start_block)
+            .field("gamma_url", &redact::Url(&self.gamma_url))
+            .field("live_metrics_addr", &self.live_metrics_addr)
+            .finish()
+    }
 }
 
 mod d {

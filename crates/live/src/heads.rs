@@ -2,6 +2,7 @@
 //! the time (a silent or dropped subscription can never stall ingest). When the WebSocket drops:
 //! `block listener lost`, reconnect with backoff; the poll keeps heads flowing meanwhile.
 
+use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,14 +11,25 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::chain::{self, Chain, SeenHead};
+use pmw_core::redact;
 use pmw_core::UnixMs;
 
-/// Settings of the head source.
-#[derive(Debug, Clone)]
+/// Settings of the head source. Its `Debug` shows the WebSocket URL's host only ([`redact`]).
+#[derive(Clone)]
 pub struct HeadSource {
     pub ws_url: String,
     pub poll_interval: Duration,
     pub stall: Duration,
+}
+
+impl fmt::Debug for HeadSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HeadSource")
+            .field("ws_url", &redact::Url(&self.ws_url))
+            .field("poll_interval", &self.poll_interval)
+            .field("stall", &self.stall)
+            .finish()
+    }
 }
 
 const BACKOFF_MIN: Duration = Duration::from_millis(250);

@@ -215,7 +215,8 @@ async fn resolve_due(
     // A failed request counts as a miss for every asked token: they back off like misses.
     let (resolved, failure) = match fetched {
         Ok(markets) => (tokens_of(&markets), None),
-        Err(e) => (Vec::new(), Some(e)),
+        // Its text names the Gamma URL: only the host is kept.
+        Err(e) => (Vec::new(), Some(pmw_core::redact::reqwest_error(e))),
     };
     let now = UnixMs::now().0;
     for (id, attempts) in &due {

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use pmw_core::ch::latency::PushLatencyRow;
 use pmw_core::message::Kind;
 use pmw_core::pg::deliveries::EndpointTarget;
+use pmw_core::redact;
 use pmw_core::UnixMs;
 
 use super::body::{body, is_audit};
@@ -146,7 +147,8 @@ impl Sent {
             status: None,
             retry_after: None,
             received_ms: None,
-            error: e.to_string(),
+            // Transport errors can name the URL: only its host is kept (logs, `delivery_log`).
+            error: redact::text(&e.to_string()),
         }
     }
 }
@@ -277,7 +279,7 @@ fn account(ctx: &Ctx, c: &Claimed, done: &Done, written: &Finished) {
     if let Some(reason) = &written.disabled {
         WebhookStats::add(&s.endpoints_disabled, 1);
         WebhookStats::add(&s.deliveries_expired, written.expired);
-        tracing::warn!(endpoint = d.endpoint_id, url = %c.endpoint.url, expired = written.expired, reason = %reason, "webhook endpoint disabled");
+        tracing::warn!(endpoint = d.endpoint_id, url = %redact::Url(&c.endpoint.url), expired = written.expired, reason = %reason, "webhook endpoint disabled");
     }
     if !written.landed {
         tracing::debug!(id = %d.id, "webhook result not ours any more");
@@ -313,7 +315,7 @@ fn disable(cfg: &WebhookConfig, next: Next, e: &EndpointTarget, now: i64) -> Opt
         Next::Delivered => None,
         Next::Disable => Some(Disable::Gone(format!(
             "410 Gone from {} at {}",
-            e.url,
+            redact::url(&e.url),
             UnixMs(now).to_rfc3339()
         ))),
         Next::RetryIn(_) | Next::Failed => {
@@ -473,12 +475,12 @@ mod tests {
         };
         let f = done(Next::Failed, network()).finish(&never, &endpoint(Some(0)));
         assert_eq!(f.disable, None);
-        // A 410 disables at once, naming the url.
+        // A 410 disables at once, naming the url's host (its path may be a credential).
         let f = done(Next::Disable, response(410, "", None)).finish(&never, &endpoint(None));
         match f.disable {
             Some(Disable::Gone(r)) => {
                 assert!(
-                    r.starts_with("410 Gone from https://hooks.example/in at "),
+                    r.starts_with("410 Gone from https://hooks.example at "),
                     "{r}"
                 )
             }
