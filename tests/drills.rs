@@ -12,6 +12,8 @@ mod alerts;
 mod churn;
 #[path = "drills/log_secrets.rs"]
 mod log_secrets;
+#[path = "drills/security.rs"]
+mod security;
 #[path = "drills/supervision.rs"]
 mod supervision;
 

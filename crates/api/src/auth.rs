@@ -3,11 +3,14 @@
 //! limiting (a `governor` GCRA limiter keyed by account id, so more keys buy no more requests;
 //! over the limit → 429 with `Retry-After`). Failed
 //! authentications (no key, a malformed, unknown or revoked one) are limited per client address
-//! at the same rate: past it they get 429 instead of 401, without a database lookup.
+//! at the same rate ([`pmw_core::client::FailureThrottle`], checked before the lookup): past it
+//! an address gets 429 without a database lookup; a malformed key is refused without one
+//! ([`pmw_core::auth::plausible`]). The client address is core's rule: `X-Forwarded-For` only
+//! from `PMW_API_TRUSTED_PROXIES`.
 
-use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::config::ApiConfig;
 use axum::extract::FromRequestParts;
@@ -17,6 +20,7 @@ use governor::clock::{Clock, DefaultClock, QuantaInstant};
 use governor::NotUntil;
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use pmw_core::auth::{key_holder, AuthError};
+use pmw_core::client::FailureThrottle;
 
 use crate::error::ApiError;
 use crate::AppState;
@@ -43,12 +47,16 @@ pub fn test_limiter(cfg: &ApiConfig) -> Arc<Limiter> {
     Arc::new(RateLimiter::keyed(Quota::per_minute(n).allow_burst(n)))
 }
 
-/// Failed authentications per client address.
-pub type FailureLimiter = DefaultKeyedRateLimiter<IpAddr>;
+/// Failed authentications per client address, at the per-account rate and burst.
+pub fn failure_limiter(cfg: &ApiConfig) -> Arc<FailureThrottle> {
+    let rate = NonZeroU32::new(cfg.api_rate_per_sec).unwrap_or(NonZeroU32::MIN);
+    let burst = NonZeroU32::new(cfg.api_rate_burst).unwrap_or(rate);
+    Arc::new(FailureThrottle::new(rate, burst))
+}
 
-/// The failure limiter, at the per-account rate and burst.
-pub fn failure_limiter(cfg: &ApiConfig) -> Arc<FailureLimiter> {
-    Arc::new(RateLimiter::keyed(quota(cfg)))
+/// 429 with `Retry-After` for an address over its failures.
+fn throttled(wait: Duration) -> ApiError {
+    ApiError::rate_limited(wait.as_secs_f64().ceil().max(1.0) as u64)
 }
 
 /// 429 with `Retry-After`: the limiter refused until `not_until`.
@@ -94,14 +102,13 @@ impl FromRequestParts<AppState> for Auth {
         if let Some(a) = parts.extensions.get::<Auth>() {
             return Ok(a.clone());
         }
+        // An address over its failures is refused before any lookup.
+        let ip = crate::client_ip::client_ip(parts, &st.cfg.api_trusted_proxies);
+        let admission = st.failures.admit(ip).map_err(throttled)?;
         match authenticate(parts, st).await {
             Err(e) if e.status == axum::http::StatusCode::UNAUTHORIZED => {
-                let ip = crate::client_ip::client_ip(parts)
-                    .unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
-                match st.failures.check_key(&ip) {
-                    Ok(()) => Err(e),
-                    Err(not_until) => Err(limited(not_until)),
-                }
+                st.failures.failed(ip, admission).map_err(throttled)?;
+                Err(e)
             }
             other => other,
         }

@@ -13,6 +13,8 @@
 //! | `PMW_API_DEFAULT_PLAN` | `free` | plan given to new accounts; must name a plan |
 //! | `PMW_API_PLANS` | free and pro | plans as a table (TOML file) or JSON in the variable: `{"free":{"max_wallets":10,"max_webhook_endpoints":1,"max_ws_sessions":2}}` |
 //! | `PMW_API_ALLOW_PRIVATE_WEBHOOKS` | `false` | accept webhook URLs on loopback/private/link-local addresses and local names (tests, on-prem); push has its own `PMW_PUSH_ALLOW_PRIVATE_WEBHOOKS` |
+//! | `PMW_API_TRUSTED_PROXIES` | `127.0.0.0/8,::1` | addresses (or CIDR blocks, comma-separated) whose `X-Forwarded-For` is believed: Caddy's. From any other peer the header is ignored and the peer is the client (the per-address failure throttle keys by it); `""` trusts none |
+//! | `PMW_API_READY_INTERVAL_MS` | `1000` | `/v1/ready` (and `/metrics`' readiness gauges) evaluate the checks at most this often, shared by every caller (100..=60000) |
 //! | `PMW_API_READY_ROUND_MAX_AGE_MS` | `15000` | `/v1/ready` is 503 when the push leader's heartbeat or its last completed round is older |
 //! | `PMW_API_READY_LATENCY_MAX_MS` | `5000` | `/v1/ready` is 503 when the median detect→push (WS, live rows) exceeds this |
 //! | `PMW_API_READY_LATENCY_WINDOW_MS` | `1200000` | the window of that median (20 min, bounded on both sides); webhook deliveries count when there is no WebSocket sample |
@@ -23,6 +25,7 @@ use std::net::SocketAddr;
 
 use serde::Deserialize;
 
+use pmw_core::client::TrustedProxies;
 use pmw_core::config::{ConfigError, Validate};
 use pmw_core::plans;
 pub use pmw_core::plans::Plan;
@@ -56,6 +59,10 @@ pub struct ApiConfig {
     pub api_plans: BTreeMap<String, Plan>,
     #[serde(default)]
     pub api_allow_private_webhooks: bool,
+    #[serde(default)]
+    pub api_trusted_proxies: TrustedProxies,
+    #[serde(default = "defaults::ready_interval")]
+    pub api_ready_interval_ms: u64,
     #[serde(default = "defaults::ready_round_age")]
     pub api_ready_round_max_age_ms: u64,
     #[serde(default = "defaults::ready_latency")]
@@ -124,6 +131,12 @@ impl Validate for ApiConfig {
                 "must be positive",
             ));
         }
+        if !(100..=60_000).contains(&self.api_ready_interval_ms) {
+            return Err(ConfigError::invalid(
+                "PMW_API_READY_INTERVAL_MS",
+                "must be 100..=60000",
+            ));
+        }
         if self.api_ready_round_max_age_ms < 1_000 {
             return Err(ConfigError::invalid(
                 "PMW_API_READY_ROUND_MAX_AGE_MS",
@@ -175,6 +188,9 @@ mod defaults {
     }
     pub fn webhook_test_per_min() -> u32 {
         6
+    }
+    pub fn ready_interval() -> u64 {
+        1_000
     }
     pub fn ready_round_age() -> u64 {
         15_000

@@ -38,12 +38,16 @@ pub struct AppState {
     pub ch: ChClient,
     pub cfg: Arc<ApiConfig>,
     pub limiter: Arc<auth::Limiter>,
-    /// Failed authentications per client address (invalid keys are throttled too).
-    pub failures: Arc<auth::FailureLimiter>,
+    /// Failed authentications per client address, checked before the key lookup (bounded).
+    pub failures: Arc<pmw_core::client::FailureThrottle>,
     /// `POST /v1/webhooks/{id}/test` per account.
     pub test_limiter: Arc<auth::Limiter>,
     /// The SSRF-guarded client of test events.
     pub hooks: hook_client::HookClient,
+    /// Readiness's own pool (2 connections): its checks never take a request's connection.
+    pub ready_pg: PgPool,
+    /// The readiness verdict, evaluated at most once per `PMW_API_READY_INTERVAL_MS`.
+    pub ready: Arc<routes::ReadyCache>,
 }
 
 /// Run with settings from the environment until `shutdown`. A broken API setting is a
@@ -76,7 +80,16 @@ pub async fn run_with(
     if let Some(b) = bound {
         let _ = b.send(addr);
     }
+    let ready_pg = {
+        let mut c = cfg.clone();
+        c.postgres_pool_size = 2;
+        pmw_core::pg::pool(&c, "pmw-api:ready").map_err(|e| ServiceError::Config(e.to_string()))?
+    };
     let state = AppState {
+        ready_pg,
+        ready: Arc::new(routes::ReadyCache::new(Duration::from_millis(
+            api.api_ready_interval_ms,
+        ))),
         pg: stores.pg.clone(),
         ch: stores.ch.clone(),
         limiter: auth::limiter(&api),
@@ -98,6 +111,14 @@ pub async fn run_with(
     .await;
     beats.abort();
     served.map_err(|e| ServiceError::Bug(e.into()))
+}
+
+/// Drop the rate limiters' keys that are back to a full burst (forgetting them changes nothing).
+pub fn forget_idle(st: &AppState) {
+    st.limiter.retain_recent();
+    st.test_limiter.retain_recent();
+    st.limiter.shrink_to_fit();
+    st.test_limiter.shrink_to_fit();
 }
 
 /// Publish the configured plans' session limits to `plans`, where push reads them (push does not
@@ -133,14 +154,15 @@ pub async fn publish_plans(pool: &PgPool, api: &ApiConfig) -> Result<(), pmw_cor
     Ok(())
 }
 
-/// Heartbeat every 5 s; also forget idle rate-limiter keys.
+/// Heartbeat every 5 s; also forget idle rate-limiter keys (per key and per account's test
+/// events: both tables shrink back to the keys used within their refill time).
 async fn beat(hb: Heartbeat, addr: SocketAddr, st: AppState, shutdown: CancellationToken) {
     let state = serde_json::json!({ "role": "api", "listen": addr.to_string() });
     loop {
         if let Err(e) = hb.beat(&state).await {
             tracing::warn!(error = %e, "heartbeat failed");
         }
-        st.limiter.retain_recent();
+        forget_idle(&st);
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(Duration::from_secs(5)) => {}

@@ -14,6 +14,7 @@ pub use ledger::MAX_BLOCK_SPAN;
 mod ops;
 mod params;
 pub use ops::metrics;
+pub use ready::ReadyCache;
 mod ready;
 mod replay;
 pub use replay::REPLAYS_PER_HOUR;

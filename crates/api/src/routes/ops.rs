@@ -48,10 +48,10 @@ pub async fn asyncapi_json() -> Json<&'static serde_json::Value> {
 
 /// Prometheus text exposition (`pmw_api_http_requests_total`, …), on the loopback listener
 /// only: Caddy answers 404 for `/metrics`, so it is not in the public document. Each scrape also
-/// runs the readiness checks and exports them (`pmw_api_ready`, `pmw_api_ready_check{check}`,
+/// reads the shared readiness verdict (at most one evaluation per interval) and exports it (`pmw_api_ready`, `pmw_api_ready_check{check}`,
 /// …): the alert rules see readiness without a blackbox prober.
 pub async fn metrics(State(st): State<AppState>) -> Response {
-    super::ready::metrics::export(&super::ready::evaluate(&st).await);
+    super::ready::metrics::export(&*st.ready.get(&st).await);
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         pmw_core::metrics::render(),

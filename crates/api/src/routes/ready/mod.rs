@@ -5,7 +5,10 @@
 //! `PMW_API_READY_WEBHOOK_DUE_MAX_AGE_MS` (the dispatcher runs); the recent detect→push median
 //! (WebSocket deliveries, or webhook ones when there are none). Reported in `warnings` without
 //! flipping readiness: no push standby, a stale pmw-stats, services on different builds.
+//! Computed at most once per interval on a pool of its own ([`cache`]); the public (proxied)
+//! answer is the status alone, the checks only for callers on the host.
 
+mod cache;
 mod check;
 mod ingest;
 mod latency;
@@ -15,33 +18,77 @@ mod push;
 mod services;
 mod webhooks;
 
-use axum::extract::State;
-use axum::http::StatusCode;
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, State};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use pmw_core::UnixMs;
+use serde::Serialize;
+use utoipa::ToSchema;
 
 use crate::AppState;
+pub use cache::ReadyCache;
 pub use check::{Check, Checks, Readiness};
 
 /// A pmw-stats heartbeat older than this is reported (stats beats every few seconds).
 const STATS_MAX_AGE_MS: i64 = 60_000;
 
-/// 200 when the push path works now; 503 with the reasons otherwise. A missing push standby is
-/// reported in `checks.push_standby` and `warnings` but does not make it 503.
+/// What anyone may see: the verdict, without instance names, revisions or store errors.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ReadyStatus {
+    pub ready: bool,
+    /// `ready` or `not_ready`.
+    #[schema(example = "ready")]
+    pub status: &'static str,
+}
+
+/// The public status, or the detailed verdict for a caller on the API's host (the document's
+/// schema of the two forms; the handler answers the detailed one from the shared verdict).
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub enum ReadyAnswer {
+    Public(ReadyStatus),
+    Detailed(Box<Readiness>),
+}
+
+/// Whether a proxy forwarded this request (Caddy always sets `X-Forwarded-For`). The API
+/// listens on loopback only, so a request no proxy forwarded comes from the host: an operator,
+/// `pmwctl`, a deploy script.
+fn forwarded(headers: &HeaderMap) -> bool {
+    ["x-forwarded-for", "forwarded", "x-real-ip"]
+        .iter()
+        .any(|h| headers.contains_key(*h))
+}
+
+/// 200 when the push path works now; 503 otherwise. Evaluated at most once per
+/// `PMW_API_READY_INTERVAL_MS` ([`ReadyCache`]). Through a proxy (Caddy: the public), only the
+/// status; on the API's own loopback listener, every check with its reasons and measurements
+/// (a missing push standby is reported in `checks.push_standby` and `warnings` but does not
+/// make it 503).
 #[utoipa::path(get, path = "/v1/ready", tag = "ops",
-    responses((status = 200, body = Readiness), (status = 503, body = Readiness)))]
-pub async fn ready(State(st): State<AppState>) -> Response {
-    let r = evaluate(&st).await;
+    responses((status = 200, body = ReadyAnswer), (status = 503, body = ReadyAnswer)))]
+pub async fn ready(
+    State(st): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Response {
+    let r = st.ready.get(&st).await;
     let status = if r.ready {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    if let Some(e) = &r.error {
-        tracing::info!(reason = %e.message, "not ready");
+    if forwarded(&headers) || !peer.ip().is_loopback() {
+        let public = ReadyStatus {
+            ready: r.ready,
+            status: if r.ready { "ready" } else { "not_ready" },
+        };
+        return (status, Json(ReadyAnswer::Public(public))).into_response();
     }
-    (status, Json(r)).into_response()
+    (status, Json(&*r)).into_response()
 }
 
 /// Every check, now: the verdict `/v1/ready` answers and `/metrics` exports

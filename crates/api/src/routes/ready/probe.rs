@@ -25,7 +25,7 @@ pub async fn bounded<T, E: std::fmt::Display>(
 /// The rows of a Postgres probe, or why there are none.
 pub async fn rows(st: &AppState, sql: &str, params: &[i64]) -> Result<Vec<Row>, String> {
     bounded(async {
-        let c = st.pg.get().await.map_err(|e| e.to_string())?;
+        let c = st.ready_pg.get().await.map_err(|e| e.to_string())?;
         c.query(sql, &as_params(params))
             .await
             .map_err(|e| e.to_string())
@@ -36,7 +36,7 @@ pub async fn rows(st: &AppState, sql: &str, params: &[i64]) -> Result<Vec<Row>, 
 /// One row of a Postgres probe, or why there is none.
 pub async fn probe(st: &AppState, sql: &str, params: &[i64]) -> Result<Option<Row>, String> {
     bounded(async {
-        let c = st.pg.get().await.map_err(|e| e.to_string())?;
+        let c = st.ready_pg.get().await.map_err(|e| e.to_string())?;
         c.query_opt(sql, &as_params(params))
             .await
             .map_err(|e| e.to_string())
