@@ -10,6 +10,9 @@
 use std::fmt;
 use std::io;
 
+/// What a secret field's `Debug` shows.
+pub const HIDDEN: &str = "[redacted]";
+
 /// What a URL that does not parse is shown as.
 const UNPARSEABLE: &str = "[redacted url]";
 
@@ -221,6 +224,27 @@ mod tests {
         w.write_all(b"plain line\n").unwrap();
         let out = String::from_utf8(w.0).unwrap();
         assert_eq!(out, "INFO reconnecting url=\"ws://h:1\"\nplain line\n");
+    }
+
+    #[test]
+    fn structs_holding_secrets_debug_without_them() {
+        let key = crate::pg::accounts::NewKey {
+            key: "pmw_SECRET".into(),
+            prefix: "pmw_1".into(),
+            label: String::new(),
+            account_id: 1,
+            created_ms: 0,
+        };
+        let target = crate::pg::deliveries::EndpointTarget {
+            id: 1,
+            account_id: 1,
+            url: "https://hooks.example/in/SECRET?token=SECRET".into(),
+            signing: crate::webhook::Signing::parse("whsec_SECRET", None, None),
+            failing_since_ms: None,
+        };
+        for shown in [format!("{key:?}"), format!("{target:?}")] {
+            assert!(!shown.contains("SECRET"), "{shown}");
+        }
     }
 
     #[tokio::test]

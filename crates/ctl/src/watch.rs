@@ -21,7 +21,8 @@ use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken as Cancel;
 
-#[derive(Debug, Args)]
+/// `pmwctl watch`'s arguments. Their `Debug` shows neither the key nor the URL's path.
+#[derive(Args)]
 pub struct WatchArgs {
     /// API key (`pmw_…`).
     #[arg(long, env = "PMW_WATCH_KEY", hide_env_values = true)]
@@ -42,6 +43,19 @@ pub struct WatchArgs {
     /// a frozen server keeps the TCP connection open but says nothing.
     #[arg(long, default_value_t = 45)]
     silence_secs: u64,
+}
+
+impl std::fmt::Debug for WatchArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WatchArgs")
+            .field("key", &pmw_core::redact::HIDDEN)
+            .field("url", &pmw_core::redact::Url(&self.url))
+            .field("cursor_file", &self.cursor_file)
+            .field("since", &self.since)
+            .field("verbose", &self.verbose)
+            .field("silence_secs", &self.silence_secs)
+            .finish()
+    }
 }
 
 /// How a connection ended.

@@ -138,13 +138,24 @@ pub async fn revoke_key(
 }
 
 /// A one-time WebSocket ticket for browsers: connect to `/v1/ws?ticket=…` before `expires_ms`.
-#[derive(Debug, Serialize, ToSchema)]
+/// Its `Debug` shows neither the ticket nor the path holding it.
+#[derive(Serialize, ToSchema)]
 pub struct Ticket {
     #[schema(example = "pmwt_…")]
     pub ticket: String,
     pub expires_ms: i64,
     /// Path and query to open the WebSocket with.
     pub ws_path: String,
+}
+
+impl std::fmt::Debug for Ticket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ticket")
+            .field("ticket", &pmw_core::redact::HIDDEN)
+            .field("expires_ms", &self.expires_ms)
+            .field("ws_path", &pmw_core::redact::HIDDEN)
+            .finish()
+    }
 }
 
 /// Issue a short-lived, single-use ticket (stored hashed). Outstanding tickets are limited by the

@@ -45,8 +45,8 @@ pub fn event_names(events: &[EventType]) -> Result<Vec<&'static str>, ApiError> 
     Ok(names)
 }
 
-/// A webhook endpoint (never its secret).
-#[derive(Debug, Serialize, ToSchema)]
+/// A webhook endpoint (never its secret). Its `Debug` shows the URL's host only.
+#[derive(Serialize, ToSchema)]
 pub struct Endpoint {
     pub id: i64,
     pub url: String,
@@ -63,6 +63,22 @@ pub struct Endpoint {
     pub filter: Option<FilterSpec>,
     /// What it receives: `trade`, `final`, or both.
     pub events: Vec<EventType>,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("id", &self.id)
+            .field("url", &pmw_core::redact::Url(&self.url))
+            .field("enabled", &self.enabled)
+            .field("disabled_reason", &self.disabled_reason)
+            .field("previous_expires_ms", &self.previous_expires_ms)
+            .field("created_ms", &self.created_ms)
+            .field("updated_ms", &self.updated_ms)
+            .field("filter", &self.filter)
+            .field("events", &self.events)
+            .finish()
+    }
 }
 
 impl Endpoint {

@@ -28,13 +28,23 @@ pub const DEFAULT_OVERLAP_SECS: u64 = 24 * 3600;
 /// Longest overlap.
 pub const MAX_OVERLAP_SECS: u64 = 7 * 24 * 3600;
 
-/// An endpoint with its signing secret: only in the create and rotate responses.
-#[derive(Debug, Serialize, ToSchema)]
+/// An endpoint with its signing secret: only in the create and rotate responses (its `Debug`
+/// never shows the secret).
+#[derive(Serialize, ToSchema)]
 pub struct EndpointWithSecret {
     #[serde(flatten)]
     pub endpoint: Endpoint,
     /// `whsec_…`: verify `webhook-signature` with it (Standard Webhooks).
     pub secret: String,
+}
+
+impl std::fmt::Debug for EndpointWithSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EndpointWithSecret")
+            .field("endpoint", &self.endpoint)
+            .field("secret", &pmw_core::redact::HIDDEN)
+            .finish()
+    }
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -43,7 +53,8 @@ pub struct EndpointList {
     pub limit: u32,
 }
 
-#[derive(Debug, Deserialize, ToSchema)]
+/// A new endpoint. Its `Debug` shows the URL's host only.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateEndpoint {
     /// `http` or `https`; must reach a public address.
@@ -56,6 +67,16 @@ pub struct CreateEndpoint {
     /// What it receives (default `["trade"]`).
     #[schema(example = json!(["trade", "final"]), min_items = 1)]
     pub events: Option<Vec<EventType>>,
+}
+
+impl std::fmt::Debug for CreateEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CreateEndpoint")
+            .field("url", &pmw_core::redact::Url(&self.url))
+            .field("filter", &self.filter)
+            .field("events", &self.events)
+            .finish()
+    }
 }
 
 /// Change an endpoint: only the fields present change (`{}` changes nothing).

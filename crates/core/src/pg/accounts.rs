@@ -61,8 +61,8 @@ pub struct KeyInfo {
     pub revoked_ms: Option<i64>,
 }
 
-/// A key just created: the only time `key` is ever shown.
-#[derive(Debug, Clone, Serialize)]
+/// A key just created: the only time `key` is ever shown (its `Debug` never shows it).
+#[derive(Clone, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct NewKey {
     pub key: String,
@@ -70,6 +70,18 @@ pub struct NewKey {
     pub label: String,
     pub account_id: i64,
     pub created_ms: i64,
+}
+
+impl std::fmt::Debug for NewKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NewKey")
+            .field("key", &crate::redact::HIDDEN)
+            .field("prefix", &self.prefix)
+            .field("label", &self.label)
+            .field("account_id", &self.account_id)
+            .field("created_ms", &self.created_ms)
+            .finish()
+    }
 }
 
 fn check_label(label: &str) -> Result<(), AccountError> {

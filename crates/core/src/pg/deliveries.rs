@@ -61,7 +61,8 @@ pub struct Handed {
 
 /// What an attempt needs of its endpoint, read once per endpoint per enqueue or claim and
 /// shared (`Arc`) by every delivery to it: where to post, how to sign, and since when it fails.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Its `Debug` shows the URL's host only (the path and query may be a credential).
+#[derive(Clone, PartialEq, Eq)]
 pub struct EndpointTarget {
     pub id: i64,
     pub account_id: i64,
@@ -70,6 +71,18 @@ pub struct EndpointTarget {
     pub signing: Signing,
     /// When the endpoint's current run of failed attempts began, if any.
     pub failing_since_ms: Option<i64>,
+}
+
+impl std::fmt::Debug for EndpointTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EndpointTarget")
+            .field("id", &self.id)
+            .field("account_id", &self.account_id)
+            .field("url", &crate::redact::Url(&self.url))
+            .field("signing", &self.signing)
+            .field("failing_since_ms", &self.failing_since_ms)
+            .finish()
+    }
 }
 
 /// The trade deliveries of `items` the statement inserted claimed: those of a deliverable
