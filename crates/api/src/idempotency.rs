@@ -7,6 +7,11 @@
 //! `idempotency_in_flight`. Responses that say nothing about the request (401, 408, 409, 429,
 //! 5xx) are not stored: the key is released and a retry runs again. Expired keys are deleted
 //! (a bounded batch) whenever a new key is stored.
+//!
+//! No secret is stored: the fields of a response that carry one (`key` of a new API key,
+//! `secret` of a webhook endpoint, `ticket` and `ws_path` of a WebSocket ticket) are dropped
+//! from the stored body ([`without_secrets`]), so a replayed response shows the resource
+//! without its secret, which only the first response ever carried.
 
 use axum::body::{to_bytes, Body};
 use axum::extract::{FromRequestParts, Request, State};
@@ -32,6 +37,24 @@ const IN_FLIGHT_MS: i64 = 60_000;
 const PURGE_BATCH: i64 = 100;
 /// Largest response stored (every POST response of this API is far smaller).
 const MAX_STORED_BYTES: usize = 1 << 20;
+/// Top-level response fields that carry a secret: never stored.
+pub const SECRET_FIELDS: [&str; 4] = ["key", "secret", "ticket", "ws_path"];
+
+/// The body to store for a response: a JSON object without its [`SECRET_FIELDS`]; anything
+/// else as it is (error bodies and lists carry no secret).
+fn without_secrets(body: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    match serde_json::from_slice::<serde_json::Value>(body) {
+        Ok(serde_json::Value::Object(mut m))
+            if SECRET_FIELDS.iter().any(|f| m.contains_key(*f)) =>
+        {
+            for f in SECRET_FIELDS {
+                m.remove(f);
+            }
+            serde_json::to_vec(&m).map_or(std::borrow::Cow::Borrowed(&[][..]), Into::into)
+        }
+        _ => std::borrow::Cow::Borrowed(body),
+    }
+}
 
 /// What a key's row says about this request.
 #[derive(Debug, PartialEq, Eq)]
@@ -171,7 +194,7 @@ async fn settle(st: &AppState, slot: &Slot<'_>, resp: Response) -> Response {
         .headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok());
-    if let Err(e) = store(st, slot, rparts.status, ct, &rbytes).await {
+    if let Err(e) = store(st, slot, rparts.status, ct, &without_secrets(&rbytes)).await {
         // The request itself succeeded: answer it; a retry after the in-flight window runs
         // again.
         tracing::warn!(error = %e.message, "idempotency store failed");
@@ -316,6 +339,27 @@ mod tests {
         assert_ne!(base, fingerprint(&Method::POST, &uri("/v1/x?a=2"), b"{}"));
         assert_ne!(base, fingerprint(&Method::POST, &uri("/v1/y?a=1"), b"{}"));
         assert_ne!(base, fingerprint(&Method::POST, &uri("/v1/x?a=1"), b"{ }"));
+    }
+
+    #[test]
+    fn stored_bodies_keep_no_secret() {
+        let key = br#"{"key":"pmw_ab","prefix":"pmw_1","label":"","account_id":1,"created_ms":2}"#;
+        let stored: serde_json::Value = serde_json::from_slice(&without_secrets(key)).unwrap();
+        assert_eq!(
+            stored,
+            serde_json::json!({"prefix":"pmw_1","label":"","account_id":1,"created_ms":2})
+        );
+        let ticket = br#"{"ticket":"pmwt_x","expires_ms":1,"ws_path":"/v1/ws?ticket=pmwt_x"}"#;
+        assert_eq!(&*without_secrets(ticket), br#"{"expires_ms":1}"#);
+        let hook = br#"{"id":3,"secret":"whsec_x","url":"https://e.x/"}"#;
+        assert!(!String::from_utf8_lossy(&without_secrets(hook)).contains("whsec_"));
+        for other in [
+            &br#"{"error":{"code":"x","message":"y"}}"#[..],
+            b"[1]",
+            b"not json",
+        ] {
+            assert_eq!(&*without_secrets(other), other);
+        }
     }
 
     #[test]

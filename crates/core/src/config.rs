@@ -25,6 +25,7 @@
 //! | `PMW_INSTANCE` | the service name | instance name shown in status/heartbeats (`push-a`, `push-b`) |
 //! | `PMW_LOG_FORMAT` | `text` | `text` or `json` |
 //! | `PMW_LOG` | `info` | tracing filter directives (`info,pmw_push=debug`) |
+//! | `PMW_SECRET_KEYS` | unset | operator keys sealing webhook signing secrets at rest (secret; environment only, not the TOML file): `id:base64 of 32 bytes[,id:…]`, the first seals, all open ([`crate::sealed`]; rotation with `pmwctl secrets reseal`). Unset: new secrets are stored unsealed (development only) |
 //!
 //! The three timeouts apply to pooled sessions only. Dedicated sessions (advisory locks, LISTEN;
 //! [`crate::pg::dedicated`]) get none of them: a lock wait is a long statement by design and sets
@@ -232,6 +233,13 @@ impl Validate for CoreConfig {
         check_scheme("PMW_RPC_HTTP_URL", &self.rpc_http_url, &["http", "https"])?;
         tracing_subscriber::EnvFilter::try_new(&self.log_filter)
             .map_err(|e| ConfigError::invalid("PMW_LOG", e.to_string()))?;
+        // Read from the environment by `sealed::keyring`; checked here so a bad value exits 78.
+        if let Ok(spec) = std::env::var(crate::sealed::ENV) {
+            if !spec.trim().is_empty() {
+                crate::sealed::Keyring::parse(&spec)
+                    .map_err(|e| ConfigError::invalid("PMW_SECRET_KEYS", e.to_string()))?;
+            }
+        }
         Ok(())
     }
 }

@@ -18,6 +18,7 @@ pub mod migrate;
 pub mod pg;
 pub mod plans;
 pub mod redact;
+pub mod sealed;
 pub mod service;
 pub mod shutdown;
 pub mod ssrf;

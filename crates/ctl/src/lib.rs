@@ -6,6 +6,7 @@ mod decode_log;
 mod diag;
 mod key;
 mod migrate;
+mod secrets;
 mod status;
 mod status_audit;
 mod status_text;
@@ -42,6 +43,11 @@ pub enum Command {
     Key {
         #[command(subcommand)]
         cmd: key::KeyCmd,
+    },
+    /// Operator keys of webhook secrets at rest: generate-key, reseal.
+    Secrets {
+        #[command(subcommand)]
+        cmd: secrets::SecretsCmd,
     },
     /// Push leader and epoch, ingest and push cursors with their lag, last round, webhook backlog.
     Status(status::StatusArgs),
@@ -90,6 +96,7 @@ async fn run(cli: Cli, cfg: CoreConfig) -> Result<(), ServiceError> {
         Command::DecodeLog => unreachable!("handled before loading config"),
         Command::Account { cmd } => account::run(&cfg, cmd).await,
         Command::Key { cmd } => key::run(&cfg, cmd).await,
+        Command::Secrets { cmd } => secrets::run(&cfg, cmd).await,
         Command::Status(args) => status::run(&cfg, args).await,
         Command::Diag(args) => diag::run(&cfg, args).await,
         Command::Watch(args) => watch::run(args, watch::on_signals()).await,

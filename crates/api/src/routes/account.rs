@@ -141,10 +141,12 @@ pub async fn revoke_key(
 /// Its `Debug` shows neither the ticket nor the path holding it.
 #[derive(Serialize, ToSchema)]
 pub struct Ticket {
-    #[schema(example = "pmwt_…")]
+    /// Absent from an `Idempotency-Key` replay (never stored), as is `ws_path`.
+    #[schema(example = "pmwt_…", required = false)]
     pub ticket: String,
     pub expires_ms: i64,
     /// Path and query to open the WebSocket with.
+    #[schema(required = false)]
     pub ws_path: String,
 }
 

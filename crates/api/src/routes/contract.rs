@@ -99,7 +99,9 @@ fn idempotency(op: &mut Operation) {
         .description(Some(
             "Makes the request safe to retry: the first response is stored per account for \
              `PMW_API_IDEMPOTENCY_TTL_SECS` (24 h) and a retry with the same key and the same \
-             request (method, path, body) gets it again (with `Idempotent-Replayed: true`); the \
+             request (method, path, body) gets it again (with `Idempotent-Replayed: true`) \
+             without the secret it carried (`key`, `secret`, `ticket`, `ws_path` are never \
+             stored: the secret is in the first response only); the \
              same key with a different request is 422 `idempotency_key_reused`, a retry while \
              the first is still running 409 `idempotency_in_flight`. 401, 409, 429 and 5xx \
              answers are not stored.",

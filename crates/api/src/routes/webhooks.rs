@@ -1,6 +1,7 @@
 //! Webhook endpoints: create (URL checked against SSRF rules, plan-limited), list, get,
 //! enable/disable, rotate the signing secret with an overlap window, delete. Secrets are
-//! Standard Webhooks `whsec_…` from `pmw_core::webhook::sign`, shown on create and rotate only.
+//! Standard Webhooks `whsec_…` from `pmw_core::webhook::sign`, shown on create and rotate only,
+//! stored sealed with the operator key (`pmw_core::sealed`).
 //! An endpoint may carry a filter (`pmw_core::filter`), applied on top of its account's
 //! subscription filters.
 //! Every change notifies the push leader in the same transaction.
@@ -34,7 +35,9 @@ pub const MAX_OVERLAP_SECS: u64 = 7 * 24 * 3600;
 pub struct EndpointWithSecret {
     #[serde(flatten)]
     pub endpoint: Endpoint,
-    /// `whsec_…`: verify `webhook-signature` with it (Standard Webhooks).
+    /// `whsec_…`: verify `webhook-signature` with it (Standard Webhooks). Absent from an
+    /// `Idempotency-Key` replay (never stored).
+    #[schema(required = false)]
     pub secret: String,
 }
 
@@ -157,7 +160,7 @@ pub async fn create(
             &[
                 &who.account_id,
                 &url.as_str(),
-                &secret,
+                &pmw_core::sealed::seal(&secret),
                 &now,
                 &events,
                 &super::filters::stored(filter.as_ref()),
@@ -319,7 +322,13 @@ pub async fn rotate_secret(
     let row = tx
         .query_opt(
             &format!(include_str!("sql/rotate_secret.sql"), COLUMNS = COLUMNS),
-            &[&id, &who.account_id, &secret, &expires, &now],
+            &[
+                &id,
+                &who.account_id,
+                &pmw_core::sealed::seal(&secret),
+                &expires,
+                &now,
+            ],
         )
         .await?
         .ok_or_else(|| ApiError::not_found(format!("no webhook endpoint {id}")))?;

@@ -13,6 +13,7 @@ mod hook_test;
 mod limits;
 mod openapi;
 mod schema_guard;
+mod secrets_at_rest;
 mod security;
 mod subscriptions;
 mod trades;

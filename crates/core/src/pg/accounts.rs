@@ -65,6 +65,8 @@ pub struct KeyInfo {
 #[derive(Clone, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct NewKey {
+    /// Absent from an `Idempotency-Key` replay of the creation (never stored).
+    #[cfg_attr(feature = "openapi", schema(required = false))]
     pub key: String,
     pub prefix: String,
     pub label: String,

@@ -36,6 +36,8 @@ pub enum SecretError {
         "webhook secret key is {0} bytes; it must be {MIN_SECRET_BYTES} to {MAX_SECRET_BYTES} bytes"
     )]
     Length(usize),
+    #[error("stored webhook secret: {0}")]
+    Sealed(#[from] crate::sealed::SealError),
 }
 
 /// A signing key. Its `Debug` never shows the key.
@@ -60,6 +62,11 @@ impl Secret {
             .decode(trimmed)
             .map_err(|_| SecretError::Base64)?;
         Secret::from_bytes(key)
+    }
+
+    /// A secret as stored in `webhook_endpoints` (sealed at rest: [`crate::sealed`]).
+    pub fn from_stored(stored: &str) -> Result<Secret, SecretError> {
+        Secret::parse(&crate::sealed::open(stored)?)
     }
 
     /// A secret from raw key bytes (24..=64 of them).
@@ -112,10 +119,10 @@ impl Signing {
         previous_expires_ms: Option<i64>,
     ) -> Signing {
         Signing {
-            current: Secret::parse(current),
+            current: Secret::from_stored(current),
             previous: previous
                 .zip(previous_expires_ms)
-                .map(|(p, until)| (Secret::parse(p), until)),
+                .map(|(p, until)| (Secret::from_stored(p), until)),
         }
     }
 
