@@ -39,7 +39,6 @@ impl ReadyCache {
             }
         }
         let r = Arc::new(super::evaluate(st).await);
-        metrics::counter!(EVALUATIONS).increment(1);
         if let Some(e) = &r.error {
             tracing::info!(reason = %e.message, "not ready");
         }

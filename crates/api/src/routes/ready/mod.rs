@@ -94,6 +94,7 @@ pub async fn ready(
 /// Every check, now: the verdict `/v1/ready` answers and `/metrics` exports
 /// ([`metrics`]).
 pub async fn evaluate(st: &AppState) -> Readiness {
+    ::metrics::counter!(cache::EVALUATIONS).increment(1);
     let now = UnixMs::now().0;
     let ((postgres, push), (clickhouse, latency), push_standby, ingest, webhooks, stats, revisions) = tokio::join!(
         push::postgres_and_push(st, now),
