@@ -2,6 +2,7 @@
 
 mod admission;
 mod catchup;
+mod change_flood;
 mod finality;
 mod index;
 mod leadership;

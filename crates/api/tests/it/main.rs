@@ -14,6 +14,7 @@ mod limits;
 mod openapi;
 mod schema_guard;
 mod secrets_at_rest;
+mod ssrf_oracle;
 mod security;
 mod subscriptions;
 mod trades;
