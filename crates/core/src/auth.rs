@@ -148,7 +148,10 @@ mod tests {
         ] {
             assert!(!plausible(&malformed, KEY_PREFIX), "{malformed}");
         }
-        assert!(plausible(&format!("pmwt_{}", "f".repeat(64)), TICKET_PREFIX));
+        assert!(plausible(
+            &format!("pmwt_{}", "f".repeat(64)),
+            TICKET_PREFIX
+        ));
         // SHA-256("abc"), FIPS 180-2 test vector.
         assert_eq!(
             hex::encode(hash_secret("abc")),
