@@ -36,6 +36,12 @@ where
     let outcome = rt.block_on(async move {
         let shutdown = crate::shutdown::on_signals();
         tracing::info!(service, config = ?cfg, "starting");
+        if crate::sealed::keyring().is_none() {
+            tracing::warn!(
+                service,
+                "PMW_SECRET_KEYS is unset: new webhook signing secrets are stored unsealed (development only)"
+            );
+        }
         run(cfg, shutdown).await
     });
     match outcome {
