@@ -172,9 +172,10 @@ async fn exclusive_flood_of_anonymous_and_bad_credential_callers_spares_paying_c
     })
     .await;
     let (_push, ws) = push(db.cfg.clone(), push_config()).await;
-    let key = {
+    let (key, abuser) = {
         let c = db.pg.get().await.unwrap();
-        pmw_tests::harness::account(&c, "payer", &[]).await
+        let payer = pmw_tests::harness::account(&c, "payer", &[]).await;
+        (payer, pmw_tests::harness::account(&c, "abuser", &[]).await)
     };
     let base = format!("http://{api}");
     let span = Duration::from_secs(8);
@@ -184,9 +185,11 @@ async fn exclusive_flood_of_anonymous_and_bad_credential_callers_spares_paying_c
     let quiet = paying_client(&base, &key, span).await;
     let r1 = rounds();
 
-    // The flood, bounded: 40 anonymous /v1/ready callers, 20 bad keys on /v1/me, 20 on /v1/ws.
+    // The flood, bounded: 40 anonymous /v1/ready callers, 20 bad keys on /v1/me, 20 on /v1/ws,
+    // and another paying account's 20 callers spending its own limits (issue 30 items 5 and 6):
+    // keys created past its cap, no-op deletes that must not bump `subs_version`, history scans.
     let stop = CancellationToken::new();
-    let counts: Vec<Arc<AtomicU64>> = (0..3).map(|_| Arc::default()).collect();
+    let counts: Vec<Arc<AtomicU64>> = (0..4).map(|_| Arc::default()).collect();
     let http = reqwest::Client::new();
     let bad = format!("pmw_{}", "0".repeat(64));
     let (h, url) = (http.clone(), format!("{base}/v1/ready"));
@@ -210,6 +213,24 @@ async fn exclusive_flood_of_anonymous_and_bad_credential_callers_spares_paying_c
             ws_connect(ws, &k).await;
         }
     });
+    let (h, b, k) = (http.clone(), base.clone(), abuser.clone());
+    flood(20, &stop, &counts[3], move || {
+        let (h, b, k) = (h.clone(), b.clone(), k.clone());
+        async move {
+            let keys = h.post(format!("{b}/v1/keys")).bearer_auth(&k);
+            let _ = keys.json(&serde_json::json!({"name": "more"})).send().await;
+            let _ = h
+                .delete(format!("{b}/v1/keys/pmw_00000000"))
+                .bearer_auth(&k)
+                .send()
+                .await;
+            let wallet = format!("0x{}", "ab".repeat(20));
+            let trades = h
+                .get(format!("{b}/v1/trades?wallet={wallet}"))
+                .bearer_auth(&k);
+            let _ = trades.send().await;
+        }
+    });
     let flooded = paying_client(&base, &key, span).await;
     let r2 = rounds();
     stop.cancel();
@@ -218,13 +239,15 @@ async fn exclusive_flood_of_anonymous_and_bad_credential_callers_spares_paying_c
     let (round_quiet, round_flood) = (mean(r0, r1), mean(r1, r2));
     let n: Vec<u64> = counts.iter().map(|c| c.load(Ordering::Relaxed)).collect();
     let figures = format!(
-        "flood over {} s: {} /v1/ready, {} bad-key /v1/me, {} bad-key /v1/ws requests; \
+        "flood over {} s: {} /v1/ready, {} bad-key /v1/me, {} bad-key /v1/ws requests, {} rounds \
+         of another account's key creation, no-op delete and history scan; \
          paying GET /v1/me p50/p99 {:.1}/{:.1} ms quiet vs {:.1}/{:.1} ms flooded ({} / {} samples); \
          push round mean {:.2} ms quiet ({} rounds) vs {:.2} ms flooded ({} rounds)",
         span.as_secs(),
         n[0],
         n[1],
         n[2],
+        n[3],
         pct(&quiet, 0.5),
         pct(&quiet, 0.99),
         pct(&flooded, 0.5),
