@@ -1,6 +1,6 @@
 -- Bump `subs_version` only when a statement changed rows (issue 30): the statement triggers of
 -- 0002 fired for every INSERT, UPDATE and DELETE, so a write that changed nothing (a
--- `DELETE /v1/keys/<unknown>` that answers 404, an UPDATE matching no row or setting the values
+-- `DELETE /v1/keys/<a key that does not exist>` that answers 404, an UPDATE matching no row or setting the values
 -- a row already has) made push reload its whole subscription index. Each trigger now sees the
 -- statement's rows through its transition tables and bumps only when there is one (for an
 -- UPDATE: one whose new row differs from every old one). A trigger with transition tables serves

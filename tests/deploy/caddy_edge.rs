@@ -6,13 +6,12 @@
 //! read_body timeout.
 
 use std::net::SocketAddr;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use axum::extract::ws::{Message, WebSocketUpgrade};
 use axum::routing::get;
 use futures::{SinkExt, StreamExt};
-use pmw_testkit::{eventually, free_port, repo_root};
+use pmw_testkit::{eventually, free_port};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -61,27 +60,21 @@ impl Edge {
         let port = free_port();
         let home = tempfile::tempdir().unwrap();
         let secs = |d: Duration| format!("{}s", d.as_secs());
-        let child = tokio::process::Command::new("caddy")
-            .args(["run", "--adapter", "caddyfile", "--config"])
-            .arg(repo_root().join("caddy/Caddyfile"))
-            .env("PMW_SITE", format!("{scheme}://127.0.0.1:{port}"))
-            .env("PMW_API", &up)
-            .env("PMW_PUSH_A", &up)
-            .env("PMW_PUSH_B", format!("127.0.0.1:{}", free_port()))
-            .env("PMW_STATS", &up)
-            .env("PMW_CADDY_ADMIN", format!("127.0.0.1:{}", free_port()))
-            .env("PMW_CADDY_HTTP_PORT", free_port().to_string())
-            .env("PMW_CADDY_READ_HEADER_TIMEOUT", secs(READ_HEADER))
-            .env("PMW_CADDY_READ_BODY_TIMEOUT", secs(READ_BODY))
-            .env("PMW_CADDY_IDLE_TIMEOUT", secs(IDLE))
-            .env("HOME", home.path())
-            .env("XDG_DATA_HOME", home.path())
-            .env("XDG_CONFIG_HOME", home.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("caddy (Debian package) is installed");
+        let child = pmw_testkit::caddy(
+            home.path(),
+            &[
+                ("PMW_SITE", format!("{scheme}://127.0.0.1:{port}")),
+                ("PMW_API", up.clone()),
+                ("PMW_PUSH_A", up.clone()),
+                ("PMW_PUSH_B", format!("127.0.0.1:{}", free_port())),
+                ("PMW_STATS", up.clone()),
+                ("PMW_CADDY_ADMIN", format!("127.0.0.1:{}", free_port())),
+                ("PMW_CADDY_HTTP_PORT", free_port().to_string()),
+                ("PMW_CADDY_READ_HEADER_TIMEOUT", secs(READ_HEADER)),
+                ("PMW_CADDY_READ_BODY_TIMEOUT", secs(READ_BODY)),
+                ("PMW_CADDY_IDLE_TIMEOUT", secs(IDLE)),
+            ],
+        );
         let edge = Edge {
             port,
             base: format!("{scheme}://127.0.0.1:{port}"),

@@ -215,6 +215,9 @@ impl Drill {
             ("PMW_GAMMA_URL".into(), "http://127.0.0.1:9".into()),
             ("PMW_PUSH_LOCK_SEGMENT_MS".into(), "1000".into()),
             ("PMW_PUSH_WS_HEARTBEAT_MS".into(), "1000".into()),
+            // Readiness evaluated every 100 ms (default 1 s), so a sub-second Postgres restart
+            // is seen as the 503 it is.
+            ("PMW_API_READY_INTERVAL_MS".into(), "100".into()),
             ("PMW_PG_BIN".into(), stack.get("PMW_PG_BIN").into()),
             ("PMW_STACK_DIR".into(), stack.get("PMW_STACK_DIR").into()),
         ]);
@@ -237,20 +240,16 @@ impl Drill {
             String::from_utf8_lossy(&out.stderr)
         );
 
-        let caddy = tokio::process::Command::new("caddy")
-            .args(["run", "--adapter", "caddyfile", "--config"])
-            .arg(repo_root().join("caddy/Caddyfile"))
-            .env("PMW_SITE", format!("http://127.0.0.1:{site}"))
-            .env("PMW_PUSH_A", format!("127.0.0.1:{pa}"))
-            .env("PMW_PUSH_B", format!("127.0.0.1:{pb}"))
-            .env("PMW_API", format!("127.0.0.1:{api_port}"))
-            .env("PMW_CADDY_ADMIN", format!("127.0.0.1:{admin}"))
-            .env("HOME", pm2.home.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("caddy");
+        let caddy = pmw_testkit::caddy(
+            pm2.home.path(),
+            &[
+                ("PMW_SITE", format!("http://127.0.0.1:{site}")),
+                ("PMW_PUSH_A", format!("127.0.0.1:{pa}")),
+                ("PMW_PUSH_B", format!("127.0.0.1:{pb}")),
+                ("PMW_API", format!("127.0.0.1:{api_port}")),
+                ("PMW_CADDY_ADMIN", format!("127.0.0.1:{admin}")),
+            ],
+        );
 
         // Accounts and 100 clients through Caddy.
         let pg = db.connect().await;

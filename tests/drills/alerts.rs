@@ -137,6 +137,21 @@ impl Prometheus {
 fn older_build(bin: &std::path::Path, to: &std::path::Path) -> String {
     let rev = pmw_core::build_info::REVISION.as_bytes();
     assert!(rev.len() >= 3, "revision {rev:?} too short to patch");
+    // The migrations are embedded and checksummed: a migration containing the revision string
+    // (e.g. `unknown`, a build without PMW_REVISION) would be patched too and the copy would
+    // refuse to start (exit 78), not run as an older build.
+    for store in ["postgres", "clickhouse"] {
+        for f in std::fs::read_dir(repo_root().join("migrations").join(store)).unwrap() {
+            let path = f.unwrap().path();
+            let text = std::fs::read_to_string(&path).unwrap();
+            assert!(
+                !text.contains(pmw_core::build_info::REVISION),
+                "{} contains the revision string {:?}: reword it",
+                path.display(),
+                pmw_core::build_info::REVISION
+            );
+        }
+    }
     let old = format!("old{}", "0".repeat(rev.len() - 3));
     let mut bytes = std::fs::read(bin).unwrap();
     let mut n = 0;

@@ -9,8 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pmw_testkit::{ServiceHandle, TcpProxy, TestDb};
-use secrecy::{ExposeSecret, SecretString};
+use pmw_testkit::{ServiceHandle, TestDb};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_util::sync::CancellationToken;
 
@@ -52,14 +51,7 @@ async fn ws_connect(addr: SocketAddr, key: &str) -> u16 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ws_failed_authentication_is_throttled_before_the_lookup() {
     let db = TestDb::new().await;
-    let pg_port = db.cfg.postgres().get_ports()[0];
-    let proxy = TcpProxy::start(format!("127.0.0.1:{pg_port}").parse().unwrap()).await;
-    let mut core = db.cfg.clone();
-    core.postgres_url = SecretString::from(
-        core.postgres_url
-            .expose_secret()
-            .replace(&format!(":{pg_port}/"), &format!(":{}/", proxy.addr.port())),
-    );
+    let (core, proxy) = db.behind_proxy().await;
     let (_push, addr) = push(
         core,
         pmw_push::PushConfig {

@@ -26,17 +26,12 @@ async fn pushed_frames_and_webhook_bodies_match_the_published_schemas() {
     let finals_hook = Receiver::cycling(vec![Step::status(200)]).await;
     let secret = pmw_core::webhook::Secret::generate();
     let c = h.db.connect().await;
-    let now = pmw_core::UnixMs::now().0;
     for (r, events) in [
         (&hook, vec!["trade", "final"]),
         (&finals_hook, vec!["final"]),
     ] {
-        c.execute(
-            "INSERT INTO webhook_endpoints (account_id, url, secret, events, created_ms, updated_ms) VALUES ($1, $2, $3, $4, $5, $5)",
-            &[&account, &r.url(), &secret.expose(), &events, &now],
-        )
-        .await
-        .unwrap();
+        let to = (r.url(), secret.expose());
+        pmw_testkit::seed::endpoint_for(&c, account, (&to.0, &to.1), &events).await;
     }
     c.execute("SELECT pg_notify('pmw_subscriptions', '')", &[])
         .await

@@ -315,23 +315,9 @@ async fn ready_covers_ingest_and_the_webhook_dispatcher() {
     // A delivery due for minutes that no dispatcher attempted (push, with its dispatcher, is
     // stopped).
     push.stop().await.unwrap();
-    let account: i64 = c
-        .query_one(
-            "INSERT INTO accounts (name, plan, created_ms) VALUES ('w', 'pro', 0) RETURNING id",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    let endpoint: i64 = c
-        .query_one(
-            "INSERT INTO webhook_endpoints (account_id, url, secret, created_ms, updated_ms) \
-             VALUES ($1, 'http://127.0.0.1:9/x', 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw', 0, 0) RETURNING id",
-            &[&account],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let account = pmw_testkit::seed::account(&c, "w", "pro").await;
+    let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    let endpoint = pmw_testkit::seed::endpoint(&c, account, "http://127.0.0.1:9/x", secret).await;
     let due = UnixMs::now().0 - 300_000;
     c.execute(
         "INSERT INTO webhook_deliveries (id, endpoint_id, kind, block_number, log_index, payload, \

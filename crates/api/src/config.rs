@@ -254,11 +254,7 @@ mod tests {
     }
 
     fn with(pairs: &[(&str, &str)]) -> Figment {
-        let mut f = Figment::new();
-        for (k, v) in pairs {
-            f = f.merge(Serialized::default(k, v));
-        }
-        f
+        pmw_core::config::from_pairs(pairs)
     }
 
     #[test]

@@ -299,17 +299,21 @@ mod defaults {
     }
 }
 
+/// Settings as `(key, value)` pairs, lowercase as in the TOML file (what tests and tools pass
+/// instead of the environment); load them with [`load_from`].
+pub fn from_pairs(pairs: &[(&str, &str)]) -> Figment {
+    pairs.iter().fold(Figment::new(), |f, (k, v)| {
+        f.merge(figment::providers::Serialized::default(k, v))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use figment::providers::Serialized;
 
     fn with(pairs: &[(&str, &str)]) -> Figment {
-        let mut f = Figment::new();
-        for (k, v) in pairs {
-            f = f.merge(Serialized::default(k, v));
-        }
-        f
+        from_pairs(pairs)
     }
 
     #[test]

@@ -11,6 +11,7 @@ use rand::Rng;
 use tokio_postgres::NoTls;
 
 use crate::stack::{stack_env, StackEnv};
+use crate::TcpProxy;
 
 /// One test's databases. Dropped (with `FORCE`) when this value is dropped.
 pub struct TestDb {
@@ -109,6 +110,21 @@ impl TestDb {
         client
     }
 
+    /// These databases' settings with Postgres reached through a [`TcpProxy`] the test can cut,
+    /// and the proxy.
+    pub async fn behind_proxy(&self) -> (CoreConfig, TcpProxy) {
+        use secrecy::{ExposeSecret, SecretString};
+        let pg_port = self.cfg.postgres().get_ports()[0];
+        let proxy = TcpProxy::start(format!("127.0.0.1:{pg_port}").parse().expect("addr")).await;
+        let mut cfg = self.cfg.clone();
+        cfg.postgres_url = SecretString::from(
+            cfg.postgres_url
+                .expose_secret()
+                .replace(&format!(":{pg_port}/"), &format!(":{}/", proxy.addr.port())),
+        );
+        (cfg, proxy)
+    }
+
     /// Environment variables that point a child process at these databases.
     pub fn env(&self) -> Vec<(String, String)> {
         let env = &self.stack;
@@ -161,4 +177,17 @@ impl Drop for TestDb {
         });
         let _ = cleanup.join();
     }
+}
+
+/// The first column of every row `sql` returns (a test's read of a table as it is).
+pub async fn column<T>(c: &tokio_postgres::Client, sql: &str) -> Vec<T>
+where
+    T: for<'a> tokio_postgres::types::FromSql<'a>,
+{
+    c.query(sql, &[])
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
 }

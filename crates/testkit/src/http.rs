@@ -131,6 +131,10 @@ impl Http {
         self.call(Method::POST, path, Some(key), Some(body)).await
     }
 
+    pub async fn delete(&self, path: &str, key: &str) -> Resp {
+        self.call(Method::DELETE, path, Some(key), None).await
+    }
+
     /// Poll unauthenticated `GET path` every 100 ms until `pred` holds (within `within`).
     pub async fn until(
         &self,

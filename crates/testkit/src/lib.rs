@@ -3,6 +3,7 @@
 //! in-process or as child processes, and holds the helpers every test binary shares (free ports,
 //! polling, a JSON client, webhook receivers). It depends on no service crate.
 
+mod caddy;
 pub mod chdb;
 mod db;
 mod guard;
@@ -13,12 +14,14 @@ mod private;
 mod proc;
 mod proxy;
 pub mod rows;
+pub mod seed;
 mod service;
 mod stack;
 mod wait;
 
+pub use caddy::caddy;
 pub use chdb::ChdbServer;
-pub use db::TestDb;
+pub use db::{column, TestDb};
 pub use guard::schema_guard;
 pub use http::{Http, Resp};
 pub use net::free_port;

@@ -70,17 +70,12 @@ async fn finals_follow_their_trades_and_final_only_subscribers_get_only_finals()
     let only_final = PyReceiver::start(&secret.expose()).await;
     let both_hook = PyReceiver::start(&secret.expose()).await;
     let c = h.db.connect().await;
-    let now = pmw_core::UnixMs::now().0;
     for (r, events) in [
         (&only_final, vec!["final"]),
         (&both_hook, vec!["trade", "final"]),
     ] {
-        c.execute(
-            "INSERT INTO webhook_endpoints (account_id, url, secret, events, created_ms, updated_ms) VALUES ($1, $2, $3, $4, $5, $5)",
-            &[&account, &r.url(), &secret.expose(), &events, &now],
-        )
-        .await
-        .unwrap();
+        let to = (r.url(), secret.expose());
+        pmw_testkit::seed::endpoint_for(&c, account, (&to.0, &to.1), &events).await;
     }
     c.execute("SELECT pg_notify('pmw_subscriptions', '')", &[])
         .await

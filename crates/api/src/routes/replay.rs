@@ -252,28 +252,14 @@ mod tests {
 
     fn row(block: u64, side: u8) -> TradeRow {
         TradeRow {
-            block_number: block,
-            log_index: 1,
-            block_hash: "0xab".into(),
-            tx_hash: "0xbb".into(),
-            block_time_ms: 1_700_000_000_000,
-            exchange: "0xcc".into(),
-            exchange_version: 2,
-            order_hash: "0xdd".into(),
             maker: "0x11".into(),
-            taker: "0x22".into(),
             side,
             token_id: "99".into(),
             shares: "2".into(),
             collateral: "1.04".into(),
             price: "0.52".into(),
-            fee: "0".into(),
-            fee_asset: "collateral".into(),
             t_detect_ms: 5,
-            backfilled: 0,
-            retracted: 0,
-            version: 1,
-            audit: 0,
+            ..pmw_testkit::rows::trade(block, 1, "0xab")
         }
     }
 

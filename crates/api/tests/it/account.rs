@@ -46,36 +46,21 @@ async fn me_and_keys_round_trip_with_revocation() {
         .expect(201, None);
 
     // Revoke the second key: it stops working at once, the first keeps working.
-    api.call(
-        Method::DELETE,
-        &format!("/v1/keys/{prefix2}"),
-        Some(&key),
-        None,
-    )
-    .await
-    .expect(204, None);
+    api.delete(&format!("/v1/keys/{prefix2}"), &key)
+        .await
+        .expect(204, None);
     api.get("/v1/me", &key2)
         .await
         .expect(401, Some("unauthorized"));
     api.get("/v1/me", &key).await.expect(200, None);
     // Revoking again, or a key of another account, is 404.
-    api.call(
-        Method::DELETE,
-        &format!("/v1/keys/{prefix2}"),
-        Some(&key),
-        None,
-    )
-    .await
-    .expect(404, Some("not_found"));
+    api.delete(&format!("/v1/keys/{prefix2}"), &key)
+        .await
+        .expect(404, Some("not_found"));
     let (_, other) = api.account("free").await;
-    api.call(
-        Method::DELETE,
-        &format!("/v1/keys/{}", &key[..12]),
-        Some(&other),
-        None,
-    )
-    .await
-    .expect(404, Some("not_found"));
+    api.delete(&format!("/v1/keys/{}", &key[..12]), &other)
+        .await
+        .expect(404, Some("not_found"));
     api.get("/v1/me", &key).await.expect(200, None);
     // Unknown fields in the body are rejected and store nothing.
     let before = api.count("SELECT count(*) FROM api_keys").await;

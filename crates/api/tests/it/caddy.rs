@@ -2,10 +2,9 @@
 //! and upstream addresses from the environment, as in production and the dev stack).
 
 use std::net::SocketAddr;
-use std::process::Stdio;
 use std::time::Duration;
 
-use pmw_testkit::{assert_eventually, free_port, repo_root};
+use pmw_testkit::{assert_eventually, free_port};
 
 /// A running Caddy; killed on drop.
 pub struct Caddy {
@@ -20,25 +19,19 @@ impl Caddy {
         let site = free_port();
         let admin = free_port();
         let home = tempfile::tempdir().unwrap();
-        let child = tokio::process::Command::new("caddy")
-            .args(["run", "--adapter", "caddyfile", "--config"])
-            .arg(repo_root().join("caddy/Caddyfile"))
-            .env("PMW_SITE", format!("http://127.0.0.1:{site}"))
-            .env("PMW_API", api.to_string())
-            .env("PMW_API_MAX_BODY_BYTES", max_body.to_string())
-            // No push or stats here: their routes refuse.
-            .env("PMW_PUSH_A", format!("127.0.0.1:{}", free_port()))
-            .env("PMW_PUSH_B", format!("127.0.0.1:{}", free_port()))
-            .env("PMW_STATS", format!("127.0.0.1:{}", free_port()))
-            .env("PMW_CADDY_ADMIN", format!("127.0.0.1:{admin}"))
-            .env("HOME", home.path())
-            .env("XDG_DATA_HOME", home.path())
-            .env("XDG_CONFIG_HOME", home.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("caddy (Debian package) is installed");
+        let child = pmw_testkit::caddy(
+            home.path(),
+            &[
+                ("PMW_SITE", format!("http://127.0.0.1:{site}")),
+                ("PMW_API", api.to_string()),
+                ("PMW_API_MAX_BODY_BYTES", max_body.to_string()),
+                // No push or stats here: their routes refuse.
+                ("PMW_PUSH_A", format!("127.0.0.1:{}", free_port())),
+                ("PMW_PUSH_B", format!("127.0.0.1:{}", free_port())),
+                ("PMW_STATS", format!("127.0.0.1:{}", free_port())),
+                ("PMW_CADDY_ADMIN", format!("127.0.0.1:{admin}")),
+            ],
+        );
         let base = format!("http://127.0.0.1:{site}");
         assert_eventually!(
             Duration::from_secs(30),

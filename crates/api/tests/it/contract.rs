@@ -135,7 +135,7 @@ async fn malformed_input_is_a_4xx_and_invalid_keys_are_throttled() {
     };
     let api = Api::start_with(cfg).await;
     let (_, key) = api.account("free").await;
-    api.call(Method::DELETE, "/v1/keys/%00", Some(&key), None)
+    api.delete("/v1/keys/%00", &key)
         .await
         .expect(404, Some("not_found"));
     api.post("/v1/webhooks", &key, json!({"url": "http:///x"}))

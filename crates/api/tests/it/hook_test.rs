@@ -7,7 +7,7 @@ use pmw_api::ApiConfig;
 use pmw_core::ch::latency::insert_all;
 use pmw_core::ch::DeliveryLogRow;
 use pmw_core::UnixMs;
-use pmw_testkit::hooks::{python_sign, Receiver, Step};
+use pmw_testkit::hooks::{python_signature_of, Receiver, Step};
 use serde_json::json;
 
 use crate::common::{test_config, Api};
@@ -49,13 +49,7 @@ async fn test_event_is_signed_and_reports_the_attempt() {
         (body["type"].as_str(), body["endpoint_id"].as_i64()),
         (Some("test"), Some(ep))
     );
-    let expected = python_sign(
-        &secret,
-        &hit.id,
-        hit.timestamp.parse().unwrap(),
-        std::str::from_utf8(&hit.body).unwrap(),
-    )
-    .await;
+    let expected = python_signature_of(&secret, hit).await;
     assert_eq!(hit.signature, expected, "signed per Standard Webhooks");
 
     // A non-2xx answer: not delivered, with the status and the body's start.

@@ -173,7 +173,7 @@ async fn writes_that_change_nothing_leave_subs_version() {
     let v0 = version(&api).await;
     // No-op writes: an unknown key, an unfollowed wallet, an unknown endpoint, a row set to
     // the values it has.
-    api.call(Method::DELETE, "/v1/keys/pmw_00000000", Some(&key), None)
+    api.delete("/v1/keys/pmw_00000000", &key)
         .await
         .expect(404, None);
     let unfollowed = format!("/v1/subscriptions/{}", wallet(4));
@@ -181,7 +181,7 @@ async fn writes_that_change_nothing_leave_subs_version() {
         .call(Method::DELETE, &unfollowed, Some(&key), None)
         .await;
     assert!(r.status.is_client_error(), "{}", r.text);
-    api.call(Method::DELETE, "/v1/webhooks/999999", Some(&key), None)
+    api.delete("/v1/webhooks/999999", &key)
         .await
         .expect(404, None);
     let c = api.db.pg.get().await.unwrap();
@@ -202,13 +202,7 @@ async fn writes_that_change_nothing_leave_subs_version() {
         .expect(201, None);
     let v1 = version(&api).await;
     assert!(v1 > v0);
-    api.call(
-        Method::DELETE,
-        &format!("/v1/subscriptions/{w}"),
-        Some(&key),
-        None,
-    )
-    .await;
+    api.delete(&format!("/v1/subscriptions/{w}"), &key).await;
     let v2 = version(&api).await;
     assert!(v2 > v1);
     c.execute(

@@ -6,7 +6,7 @@
 
 use pmw_api::ApiConfig;
 use pmw_core::sealed::{self, Keyring};
-use pmw_testkit::hooks::{python_sign, Receiver, Step};
+use pmw_testkit::hooks::{python_signature_of, Receiver, Step};
 use reqwest::Method;
 use serde_json::{json, Value};
 
@@ -90,16 +90,11 @@ async fn no_secret_is_stored_in_plain_text_and_sealed_secrets_still_sign() {
             );
         }
     }
-    let stored: Vec<String> = c
-        .query(
-            "SELECT convert_from(body, 'UTF8') FROM idempotency_keys",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let stored: Vec<String> = pmw_testkit::column(
+        &c,
+        "SELECT convert_from(body, 'UTF8') FROM idempotency_keys",
+    )
+    .await;
     assert_eq!(stored.len(), 4, "{stored:?}");
     for body in &stored {
         for secret in [
@@ -120,12 +115,6 @@ async fn no_secret_is_stored_in_plain_text_and_sealed_secrets_still_sign() {
     r.expect(200, None);
     assert_eq!(r.body["delivered"], true, "{}", r.text);
     let hit = &hook.hits()[0];
-    let expected = python_sign(
-        &secret,
-        &hit.id,
-        hit.timestamp.parse().unwrap(),
-        std::str::from_utf8(&hit.body).unwrap(),
-    )
-    .await;
+    let expected = python_signature_of(&secret, hit).await;
     assert_eq!(hit.signature, expected, "signed with the sealed secret");
 }

@@ -10,7 +10,6 @@ use std::time::Duration;
 use pmw_api::ApiConfig;
 use pmw_core::client::TrustedProxies;
 use pmw_testkit::{TcpProxy, TestDb};
-use secrecy::{ExposeSecret, SecretString};
 
 use crate::caddy::Caddy;
 use crate::common::{spawn_api, test_config, Api};
@@ -94,14 +93,7 @@ async fn throttled_api(
     trusted: &str,
 ) -> (TestDb, TcpProxy, SocketAddr, pmw_testkit::ServiceHandle) {
     let db = TestDb::new().await;
-    let pg_port = db.cfg.postgres().get_ports()[0];
-    let proxy = TcpProxy::start(format!("127.0.0.1:{pg_port}").parse().unwrap()).await;
-    let mut core = db.cfg.clone();
-    core.postgres_url = SecretString::from(
-        core.postgres_url
-            .expose_secret()
-            .replace(&format!(":{pg_port}/"), &format!(":{}/", proxy.addr.port())),
-    );
+    let (core, proxy) = db.behind_proxy().await;
     let cfg = ApiConfig {
         api_rate_per_sec: 1,
         api_rate_burst: 3,

@@ -76,27 +76,17 @@ async fn add_list_remove_idempotent_and_notified() {
     let _ = listen.notifications.recv().await;
 
     // Remove (by checksummed or lowercase form), then 404 for a wallet not followed.
-    api.call(
-        Method::DELETE,
-        &format!("/v1/subscriptions/{checksummed}"),
-        Some(&key),
-        None,
-    )
-    .await
-    .expect(204, None);
+    api.delete(&format!("/v1/subscriptions/{checksummed}"), &key)
+        .await
+        .expect(204, None);
     tokio::time::timeout(Duration::from_secs(5), listen.notifications.recv())
         .await
         .expect("removal notifies push")
         .unwrap();
-    api.call(
-        Method::DELETE,
-        &format!("/v1/subscriptions/{checksummed}"),
-        Some(&key),
-        None,
-    )
-    .await
-    .expect(404, Some("not_found"));
-    api.call(Method::DELETE, "/v1/subscriptions/0x1234", Some(&key), None)
+    api.delete(&format!("/v1/subscriptions/{checksummed}"), &key)
+        .await
+        .expect(404, Some("not_found"));
+    api.delete("/v1/subscriptions/0x1234", &key)
         .await
         .expect(422, Some("invalid_address"));
     assert_eq!(api.count(COUNT).await, 1);
@@ -252,14 +242,9 @@ async fn plan_limit_on_wallets_is_403_and_stores_nothing() {
         .expect(200, None);
     assert_eq!(api.count(COUNT).await, 2);
     // Concurrent adds cannot overshoot the limit.
-    api.call(
-        Method::DELETE,
-        &format!("/v1/subscriptions/{}", wallet(1)),
-        Some(&key),
-        None,
-    )
-    .await
-    .expect(204, None);
+    api.delete(&format!("/v1/subscriptions/{}", wallet(1)), &key)
+        .await
+        .expect(204, None);
     let adds =
         (10..20u8).map(|i| api.post("/v1/subscriptions", &key, json!({"wallet": wallet(i)})));
     let results = futures::future::join_all(adds).await;

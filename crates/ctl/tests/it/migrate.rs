@@ -63,16 +63,11 @@ async fn migrate_applies_to_empty_databases_and_is_idempotent() {
 
     // Every table of the design exists, in each store, exactly once.
     let pg = db.connect().await;
-    let pg_tables: Vec<String> = pg
-        .query(
-            "SELECT tablename::text FROM pg_tables WHERE schemaname = 'public' ORDER BY 1",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let pg_tables: Vec<String> = pmw_testkit::column(
+        &pg,
+        "SELECT tablename::text FROM pg_tables WHERE schemaname = 'public' ORDER BY 1",
+    )
+    .await;
     for t in [
         "accounts",
         "api_keys",

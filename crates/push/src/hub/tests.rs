@@ -53,6 +53,26 @@ fn drain(rx: &mut mpsc::Receiver<Frame>) -> Vec<u32> {
         .collect()
 }
 
+/// Register a session of `account` (its own key) following `0xa`, at version 1, with `events`;
+/// returns its frames and what the hub says of it.
+fn join(hub: &Hub, account: i64, events: Events) -> (mpsc::Receiver<Frame>, Registered) {
+    let (tx, rx) = mpsc::channel(16);
+    let reg = hub
+        .register(Registration {
+            account_id: account,
+            key_id: account,
+            max_sessions: None,
+            wallets: vec!["0xa".into()],
+            filters: Filters::new(),
+            version: 1,
+            events,
+            tx,
+            close: Arc::new(AtomicU16::new(1013)),
+        })
+        .unwrap();
+    (rx, reg)
+}
+
 #[test]
 fn an_older_index_never_replaces_a_fresher_session_set() {
     let hub = Hub::new(Position::default());
@@ -92,20 +112,7 @@ fn every_shard_gets_the_round_and_a_late_session_starts_after_it() {
     let hub = Hub::new(Position::default());
     let mut rxs = Vec::new();
     for account in 0..(3 * SHARDS as i64) {
-        let (tx, rx) = mpsc::channel(4);
-        hub.register(Registration {
-            account_id: account,
-            key_id: account,
-            max_sessions: None,
-            wallets: vec!["0xa".into()],
-            filters: Filters::new(),
-            version: 1,
-            events: Events::TRADE,
-            tx,
-            close: Arc::new(AtomicU16::new(1013)),
-        })
-        .unwrap();
-        rxs.push(rx);
+        rxs.push(join(&hub, account, Events::TRADE).0);
     }
     assert_eq!(hub.sessions(), 3 * SHARDS);
     assert!(hub.follows("0xa") && !hub.follows("0xb"));
@@ -125,21 +132,7 @@ fn every_shard_gets_the_round_and_a_late_session_starts_after_it() {
     }
     assert_eq!(hub.dispatched(), through);
     // A session registering after the round replays up to it, in any shard.
-    let (tx, _rx) = mpsc::channel(4);
-    let at = hub
-        .register(Registration {
-            account_id: 5,
-            key_id: 5,
-            max_sessions: None,
-            wallets: vec!["0xa".into()],
-            filters: Filters::new(),
-            version: 1,
-            events: Events::TRADE,
-            tx,
-            close: Arc::new(AtomicU16::new(1013)),
-        })
-        .unwrap()
-        .dispatched;
+    let at = join(&hub, 5, Events::TRADE).1.dispatched;
     assert_eq!(at, through);
 }
 
@@ -148,20 +141,7 @@ fn each_stream_reaches_the_sessions_that_asked_and_keeps_its_own_position() {
     let hub = Hub::new(Position::default());
     let mut rx = Vec::new();
     for (account, events) in [(1, Events::TRADE), (2, Events::FINAL), (3, Events::BOTH)] {
-        let (tx, r) = mpsc::channel(16);
-        hub.register(Registration {
-            account_id: account,
-            key_id: account,
-            max_sessions: None,
-            wallets: vec!["0xa".into()],
-            filters: Default::default(),
-            version: 1,
-            events,
-            tx,
-            close: Arc::new(AtomicU16::new(1013)),
-        })
-        .unwrap();
-        rx.push(r);
+        rx.push(join(&hub, account, events).0);
     }
     let at = |log_index| Position {
         cursor: Cursor {
@@ -201,20 +181,7 @@ fn each_stream_reaches_the_sessions_that_asked_and_keeps_its_own_position() {
     assert_eq!(drain(&mut rx[1]), vec![1_000_000]);
     // A late session gets each stream's own position.
     hub.dispatch_stream(&[fin(2)], at(2), Stream::Final);
-    let (tx, _r) = mpsc::channel(4);
-    let reg = hub
-        .register(Registration {
-            account_id: 4,
-            key_id: 4,
-            max_sessions: None,
-            wallets: vec!["0xa".into()],
-            filters: Default::default(),
-            version: 1,
-            events: Events::BOTH,
-            tx,
-            close: Arc::new(AtomicU16::new(1013)),
-        })
-        .unwrap();
+    let (_r, reg) = join(&hub, 4, Events::BOTH);
     assert_eq!((reg.dispatched, reg.final_dispatched), (at(2), at(2)));
 }
 

@@ -6,8 +6,7 @@ use std::time::Duration;
 
 use crate::webhook_support::{config, eventually, Env, Receiver, Step};
 use pmw_push::webhook::sign::Secret;
-use pmw_push::webhook::{Dispatcher, WebhookError};
-use tokio_util::sync::CancellationToken;
+use pmw_push::webhook::WebhookError;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn webhook_enqueue_is_fenced_and_idempotent() {
@@ -58,13 +57,7 @@ async fn webhook_bumped_epoch_lands_no_writes_and_successor_resends() {
     let rx = Receiver::gated(vec![Step::status(200)]).await;
     let ep = env.endpoint(&rx.url(), &Secret::generate().expose()).await;
     let first = env.enqueue(1, ep, &[10]).await.unwrap();
-    let mut old = Dispatcher::spawn(
-        env.db.pg.clone(),
-        env.db.ch.clone(),
-        1,
-        config(),
-        CancellationToken::new(),
-    );
+    let mut old = env.dispatcher(1, config());
     old.wake();
     rx.release(1);
     assert!(
@@ -110,13 +103,7 @@ async fn webhook_bumped_epoch_lands_no_writes_and_successor_resends() {
 
     // The successor re-claims the leftover (claimed under epoch 1) and delivers both.
     rx.release(10);
-    let new = Dispatcher::spawn(
-        env.db.pg.clone(),
-        env.db.ch.clone(),
-        epoch,
-        config(),
-        CancellationToken::new(),
-    );
+    let new = env.dispatcher(epoch, config());
     new.wake();
     for id in [&held[0], &third[0]] {
         assert!(
@@ -140,13 +127,7 @@ async fn webhook_bumped_epoch_lands_no_writes_and_successor_resends() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn webhook_idle_dispatcher_stops_when_epoch_bumped() {
     let env = Env::new().await;
-    let mut d = Dispatcher::spawn(
-        env.db.pg.clone(),
-        env.db.ch.clone(),
-        1,
-        config(),
-        CancellationToken::new(),
-    );
+    let mut d = env.dispatcher(1, config());
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!d.is_finished());
     env.bump_epoch().await;

@@ -9,8 +9,7 @@ use std::time::Duration;
 use crate::webhook_support::{config, eventually, Env, Receiver, Step};
 use pmw_core::Cursor;
 use pmw_push::webhook::sign::{Secret, Signing};
-use pmw_push::webhook::{self, DeliveryKind, Dispatcher, NewDelivery};
-use tokio_util::sync::CancellationToken;
+use pmw_push::webhook::{self, DeliveryKind, NewDelivery};
 
 fn items(endpoint: i64, blocks: &[u64], kind: DeliveryKind) -> Vec<NewDelivery> {
     blocks
@@ -78,13 +77,7 @@ async fn webhook_handed_trades_are_sent_once_without_a_claim_and_retracts_wait_f
     // hand-off can deliver them.
     let mut cfg = config();
     cfg.poll_interval = Duration::from_secs(3600);
-    let d = Dispatcher::spawn(
-        env.db.pg.clone(),
-        env.db.ch.clone(),
-        1,
-        cfg,
-        CancellationToken::new(),
-    );
+    let d = env.dispatcher(1, cfg);
     d.handoff().send(&trades, q.handed);
     assert!(
         eventually(Duration::from_secs(15), || async {
@@ -135,13 +128,7 @@ async fn webhook_claimed_deliveries_never_handed_over_are_sent_by_the_successor(
     let trades = items(ep, &[20, 21], DeliveryKind::Trade);
     assert_eq!(queue_claimed(&env, 1, &trades).await.handed.len(), 2);
     let epoch = env.bump_epoch().await;
-    let d = Dispatcher::spawn(
-        env.db.pg.clone(),
-        env.db.ch.clone(),
-        epoch,
-        config(),
-        CancellationToken::new(),
-    );
+    let d = env.dispatcher(epoch, config());
     d.wake();
     assert!(
         eventually(Duration::from_secs(15), || async {

@@ -4,8 +4,7 @@ use std::time::Duration;
 
 use crate::webhook_support::{config, eventually, Env, Receiver, Step};
 use pmw_push::webhook::sign::Secret;
-use pmw_push::webhook::{Dispatcher, WebhookConfig};
-use tokio_util::sync::CancellationToken;
+use pmw_push::webhook::WebhookConfig;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn webhook_slow_endpoint_does_not_delay_fast_one() {
@@ -26,13 +25,7 @@ async fn webhook_slow_endpoint_does_not_delay_fast_one() {
         max_in_flight_per_endpoint: 1,
         ..config()
     };
-    let d = Dispatcher::spawn(
-        env.db.pg.clone(),
-        env.db.ch.clone(),
-        1,
-        cfg,
-        CancellationToken::new(),
-    );
+    let d = env.dispatcher(1, cfg);
     d.wake();
     let all_fast = || async {
         for id in &fast_ids {
@@ -57,12 +50,8 @@ async fn webhook_slow_endpoint_does_not_delay_fast_one() {
     let order: Vec<String> = fast.hits().into_iter().map(|h| h.id).collect();
     assert_eq!(order, fast_ids);
     // The hanging attempt ends as a timeout and is scheduled for a retry.
-    assert!(
-        eventually(Duration::from_secs(15), || async {
-            env.delivery(&slow_ids[0]).await.attempts == 1
-        })
-        .await
-    );
+    env.wait_attempts(&slow_ids[0], 1, Duration::from_secs(15))
+        .await;
     let row = env.delivery(&slow_ids[0]).await;
     assert_eq!(row.state, "pending");
     assert!(

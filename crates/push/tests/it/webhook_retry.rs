@@ -5,8 +5,6 @@ use std::time::Duration;
 
 use crate::webhook_support::{config, eventually, Env, Receiver, Step};
 use pmw_push::webhook::sign::Secret;
-use pmw_push::webhook::Dispatcher;
-use tokio_util::sync::CancellationToken;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn webhook_500_then_200_same_id_twice_then_no_more() {
@@ -15,13 +13,7 @@ async fn webhook_500_then_200_same_id_twice_then_no_more() {
     let secret = Secret::generate();
     let ep = env.endpoint(&rx.url(), &secret.expose()).await;
     let ids = env.enqueue(1, ep, &[100]).await.unwrap();
-    let d = Dispatcher::spawn(
-        env.db.pg.clone(),
-        env.db.ch.clone(),
-        1,
-        config(),
-        CancellationToken::new(),
-    );
+    let d = env.dispatcher(1, config());
     d.wake();
     assert!(
         eventually(Duration::from_secs(20), || async { rx.count() >= 2 }).await,
@@ -98,20 +90,9 @@ async fn webhook_retry_state_survives_dispatcher_restart() {
     let rx = Receiver::start(vec![Step::status(503), Step::status(204)]).await;
     let ep = env.endpoint(&rx.url(), &Secret::generate().expose()).await;
     let ids = env.enqueue(1, ep, &[200]).await.unwrap();
-    let first = Dispatcher::spawn(
-        env.db.pg.clone(),
-        env.db.ch.clone(),
-        1,
-        config(),
-        CancellationToken::new(),
-    );
+    let first = env.dispatcher(1, config());
     first.wake();
-    assert!(
-        eventually(Duration::from_secs(15), || async {
-            env.delivery(&ids[0]).await.attempts == 1
-        })
-        .await
-    );
+    env.wait_attempts(&ids[0], 1, Duration::from_secs(15)).await;
     // Health counters: one pending delivery, in backoff (not due).
     let backlog = || async {
         let s = first.snapshot();
@@ -133,13 +114,7 @@ async fn webhook_retry_state_survives_dispatcher_restart() {
     assert_eq!(rx.count(), 1);
     // A new leader (new epoch) starts a new dispatcher: the retry happens there, once.
     let epoch = env.bump_epoch().await;
-    let second = Dispatcher::spawn(
-        env.db.pg.clone(),
-        env.db.ch.clone(),
-        epoch,
-        config(),
-        CancellationToken::new(),
-    );
+    let second = env.dispatcher(epoch, config());
     second.wake();
     assert!(
         eventually(Duration::from_secs(20), || async {

@@ -6,9 +6,7 @@ use std::time::Duration;
 use crate::webhook_support::{config, eventually, Env};
 use pmw_core::UnixMs;
 use pmw_push::webhook::sign::Secret;
-use pmw_push::webhook::Dispatcher;
 use pmw_testkit::hooks::{python_sign, PyReceiver};
-use tokio_util::sync::CancellationToken;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn webhook_python_sign_agrees_on_published_vector() {
@@ -40,13 +38,7 @@ async fn webhook_python_standardwebhooks_verifies_deliveries() {
     let py = PyReceiver::start(&secret).await;
     let ep = env.endpoint(&py.url(), &secret).await;
     let ids = env.enqueue(1, ep, &[10, 11, 12]).await.unwrap();
-    let d = Dispatcher::spawn(
-        env.db.pg.clone(),
-        env.db.ch.clone(),
-        1,
-        config(),
-        CancellationToken::new(),
-    );
+    let d = env.dispatcher(1, config());
     d.wake();
     assert!(
         eventually(Duration::from_secs(20), || async {
@@ -116,13 +108,7 @@ async fn webhook_rotation_signs_with_previous_secret_until_it_expires() {
     for ep in [ep_overlap, ep_expired, ep_wrong] {
         env.enqueue(1, ep, &[20]).await.unwrap();
     }
-    let d = Dispatcher::spawn(
-        env.db.pg.clone(),
-        env.db.ch.clone(),
-        1,
-        config(),
-        CancellationToken::new(),
-    );
+    let d = env.dispatcher(1, config());
     d.wake();
     for r in [&overlap, &expired, &wrong] {
         assert!(

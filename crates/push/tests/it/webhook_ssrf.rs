@@ -5,15 +5,14 @@ use std::net::SocketAddr;
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::webhook_support::{config, eventually, Env, Receiver, Step};
+use crate::webhook_support::{config, Env, Receiver, Step};
 use pmw_core::ssrf::{validate_url, UrlError};
 use pmw_push::webhook::client::{
     filter_addrs, resolve_checked, GuardedClient, GuardedResolver, Refused, SendError,
 };
 use pmw_push::webhook::sign::{sign_headers, Secret};
-use pmw_push::webhook::{Dispatcher, WebhookConfig};
+use pmw_push::webhook::WebhookConfig;
 use reqwest::dns::{Name, Resolve};
-use tokio_util::sync::CancellationToken;
 
 #[test]
 fn webhook_validate_url_refuses_private_destinations() {
@@ -182,21 +181,10 @@ async fn webhook_dispatcher_refuses_private_destinations_unless_allowed() {
         allow_private_destinations: false,
         ..config()
     };
-    let d = Dispatcher::spawn(
-        env.db.pg.clone(),
-        env.db.ch.clone(),
-        1,
-        strict,
-        CancellationToken::new(),
-    );
+    let d = env.dispatcher(1, strict);
     d.wake();
     for id in [&a[0], &b[0]] {
-        assert!(
-            eventually(Duration::from_secs(15), || async {
-                env.delivery(id).await.attempts == 1
-            })
-            .await
-        );
+        env.wait_attempts(id, 1, Duration::from_secs(15)).await;
         let row = env.delivery(id).await;
         assert_eq!(
             (row.state.as_str(), row.last_status),

@@ -7,9 +7,8 @@ use std::time::Duration;
 
 use crate::webhook_support::{config, eventually, Env, Receiver, Step};
 use pmw_push::webhook::sign::Secret;
-use pmw_push::webhook::{Dispatcher, WebhookConfig};
+use pmw_push::webhook::WebhookConfig;
 use pmw_testkit::eventually_every;
-use tokio_util::sync::CancellationToken;
 
 fn one_at_a_time() -> WebhookConfig {
     WebhookConfig {
@@ -24,13 +23,7 @@ async fn webhook_410_disables_endpoint() {
     let rx = Receiver::start(vec![Step::status(410)]).await;
     let ep = env.endpoint(&rx.url(), &Secret::generate().expose()).await;
     let ids = env.enqueue(1, ep, &[300, 301, 302]).await.unwrap();
-    let d = Dispatcher::spawn(
-        env.db.pg.clone(),
-        env.db.ch.clone(),
-        1,
-        one_at_a_time(),
-        CancellationToken::new(),
-    );
+    let d = env.dispatcher(1, one_at_a_time());
     d.wake();
     assert!(
         eventually(Duration::from_secs(15), || async {
@@ -96,20 +89,9 @@ async fn webhook_redirect_is_a_failure_and_not_followed() {
         .endpoint(&redirector.url(), &Secret::generate().expose())
         .await;
     let ids = env.enqueue(1, ep, &[400]).await.unwrap();
-    let d = Dispatcher::spawn(
-        env.db.pg.clone(),
-        env.db.ch.clone(),
-        1,
-        config(),
-        CancellationToken::new(),
-    );
+    let d = env.dispatcher(1, config());
     d.wake();
-    assert!(
-        eventually(Duration::from_secs(15), || async {
-            env.delivery(&ids[0]).await.attempts == 1
-        })
-        .await
-    );
+    env.wait_attempts(&ids[0], 1, Duration::from_secs(15)).await;
     let row = env.delivery(&ids[0]).await;
     assert_eq!(
         (row.state.as_str(), row.last_status),
@@ -148,20 +130,9 @@ async fn webhook_retry_after_is_honoured_for_429() {
     let rx = Receiver::start(vec![Step::status(429).header("retry-after", "120")]).await;
     let ep = env.endpoint(&rx.url(), &Secret::generate().expose()).await;
     let ids = env.enqueue(1, ep, &[500]).await.unwrap();
-    let d = Dispatcher::spawn(
-        env.db.pg.clone(),
-        env.db.ch.clone(),
-        1,
-        config(),
-        CancellationToken::new(),
-    );
+    let d = env.dispatcher(1, config());
     d.wake();
-    assert!(
-        eventually(Duration::from_secs(15), || async {
-            env.delivery(&ids[0]).await.attempts == 1
-        })
-        .await
-    );
+    env.wait_attempts(&ids[0], 1, Duration::from_secs(15)).await;
     let row = env.delivery(&ids[0]).await;
     let hit = rx.hits()[0].at_ms;
     let delay = row.next_attempt_ms - hit;
@@ -193,13 +164,7 @@ async fn webhook_endpoint_failing_for_the_period_is_disabled_and_a_flaky_one_is_
         disable_failing_after: Some(period),
         ..one_at_a_time()
     };
-    let d = Dispatcher::spawn(
-        env.db.pg.clone(),
-        env.db.ch.clone(),
-        1,
-        cfg,
-        CancellationToken::new(),
-    );
+    let d = env.dispatcher(1, cfg);
     // The flaky endpoint gets a new delivery every 300 ms below, for as long as the test runs.
     let block = std::cell::Cell::new(1_000u64);
     env.enqueue(1, ep_flaky, &[block.get()]).await.unwrap();

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use pmw_core::Cursor;
-use pmw_push::webhook::{self, DeliveryKind, NewDelivery, WebhookConfig};
+use pmw_push::webhook::{self, DeliveryKind, Dispatcher, NewDelivery, WebhookConfig};
 use pmw_testkit::TestDb;
 
 pub use pmw_testkit::eventually;
@@ -18,6 +18,23 @@ pub struct Env {
 }
 
 impl Env {
+    /// A dispatcher of `epoch` over this database with `cfg` (its own shutdown token).
+    pub fn dispatcher(&self, epoch: i64, cfg: WebhookConfig) -> Dispatcher {
+        Dispatcher::spawn(
+            self.db.pg.clone(),
+            self.db.ch.clone(),
+            epoch,
+            cfg,
+            tokio_util::sync::CancellationToken::new(),
+        )
+    }
+
+    /// Wait until delivery `id` has had `n` attempts (panics after `within`).
+    pub async fn wait_attempts(&self, id: &str, n: i32, within: Duration) {
+        let reached = eventually(within, || async { self.delivery(id).await.attempts == n }).await;
+        assert!(reached, "delivery {id} never reached {n} attempts");
+    }
+
     pub async fn new() -> Env {
         let db = TestDb::new().await;
         let c = db.connect().await;
@@ -27,14 +44,7 @@ impl Env {
         )
         .await
         .unwrap();
-        let account: i64 = c
-            .query_one(
-                "INSERT INTO accounts (name, plan, created_ms) VALUES ('t', 'free', 0) RETURNING id",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
+        let account = pmw_testkit::seed::account(&c, "t", "free").await;
         Env { db, account }
     }
 

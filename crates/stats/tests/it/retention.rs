@@ -227,23 +227,9 @@ async fn retention_purges_finished_rows_in_batches_and_old_delivery_log_days() {
     let db = TestDb::new().await;
     let c = db.connect().await;
     let now = UnixMs::now();
-    let account: i64 = c
-        .query_one(
-            "INSERT INTO accounts (name, plan, created_ms) VALUES ('t', 'free', 0) RETURNING id",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    let endpoint: i64 = c
-        .query_one(
-            "INSERT INTO webhook_endpoints (account_id, url, secret, created_ms, updated_ms) \
-             VALUES ($1, 'http://127.0.0.1:9/hook', 'whsec_x', 0, 0) RETURNING id",
-            &[&account],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let account = pmw_testkit::seed::account(&c, "t", "free").await;
+    let endpoint =
+        pmw_testkit::seed::endpoint(&c, account, "http://127.0.0.1:9/hook", "whsec_x").await;
 
     // ws_claims, kept 1 day: 10 finished rows are older.
     claims(&c, 7, "delivered", now.0 - 3 * DAY, Some(now.0 - 2 * DAY)).await;

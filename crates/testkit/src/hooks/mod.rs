@@ -4,5 +4,5 @@
 mod py;
 mod receiver;
 
-pub use py::{python_sign, PyReceiver};
+pub use py::{python_sign, python_signature_of, PyReceiver};
 pub use receiver::{Hit, Receiver, Step};

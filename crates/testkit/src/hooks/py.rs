@@ -82,6 +82,17 @@ impl PyReceiver {
     }
 }
 
+/// The signature `standardwebhooks` computes for `hit` with `secret` (what the receiver got must
+/// equal it).
+pub async fn python_signature_of(secret: &str, hit: &super::Hit) -> String {
+    let timestamp = hit
+        .timestamp
+        .parse()
+        .expect("webhook-timestamp is an integer");
+    let body = std::str::from_utf8(&hit.body).expect("the body is UTF-8");
+    python_sign(secret, &hit.id, timestamp, body).await
+}
+
 /// `standardwebhooks.Webhook(secret).sign(id, timestamp, body)` computed by the Python package.
 pub async fn python_sign(secret: &str, id: &str, timestamp: i64, body: &str) -> String {
     let code = "import sys, datetime\n\
