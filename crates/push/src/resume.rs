@@ -2,12 +2,46 @@
 //! (`<cursor>:<8 hex>`) is checked against the canonical chain as pmw-live recorded it
 //! (`chain_blocks`): when a reorg replaced that block, the client is owed `retract`s for what it
 //! may hold from the orphaned blocks, then the canonical branch from the common ancestor. A plain
-//! cursor is taken as canonical (the old contract).
+//! cursor is taken as canonical (the old contract). A position further ahead of the ingest
+//! watermark than any reorg window is no position pmw gave out: it is refused with the reason
+//! (the session would otherwise wait, silent, for a block that may never come).
 
 use pmw_core::ch::{trades, TradeRow};
 use pmw_core::pg::PgPool;
 use pmw_core::types::cursor::MAX_LOG_INDEX;
 use pmw_core::{ch::ChClient, Cursor, Position};
+
+/// How far ahead of the ingest watermark a resume position may be (a client may hold trades of
+/// blocks a reorg unwound, until they are ingested again): beyond it the position is refused.
+pub const AHEAD_TOLERANCE_BLOCKS: u64 = 256;
+
+/// Why a session cannot start where it asked.
+#[derive(Debug)]
+pub enum ResumeError {
+    /// `since` is beyond the ledger: a position pmw never gave out.
+    Ahead { since: Position, watermark: u64 },
+    /// A store did not answer.
+    Store(String),
+}
+
+impl std::fmt::Display for ResumeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ResumeError::Ahead { since, watermark } => write!(
+                f,
+                "since {since} is ahead of the ledger (block {watermark}): resume from a cursor you received"
+            ),
+            ResumeError::Store(e) => f.write_str(e),
+        }
+    }
+}
+
+/// `since` is further ahead of `watermark` than the reorg tolerance.
+fn ahead(since: Position, watermark: Option<u64>) -> Option<ResumeError> {
+    let watermark = watermark?;
+    (since.cursor.block > watermark.saturating_add(AHEAD_TOLERANCE_BLOCKS))
+        .then_some(ResumeError::Ahead { since, watermark })
+}
 
 /// Where a session starts and what it must drop first.
 #[derive(Debug)]
@@ -20,6 +54,29 @@ pub struct Start {
 
 /// Decide where a session resuming at `since` starts (`wallets`: what it follows).
 pub async fn start(
+    pool: &PgPool,
+    ch: &ChClient,
+    since: Position,
+    wallets: &[String],
+) -> Result<Start, ResumeError> {
+    let c = pool
+        .get()
+        .await
+        .map_err(|e| ResumeError::Store(e.to_string()))?;
+    let watermark = pmw_core::pg::watermark(&**c)
+        .await
+        .map_err(|e| ResumeError::Store(pmw_core::pg::describe(&e)))?;
+    if let Some(e) = ahead(since, watermark) {
+        return Err(e);
+    }
+    drop(c);
+    judge(pool, ch, since, wallets)
+        .await
+        .map_err(ResumeError::Store)
+}
+
+/// Where a session resuming at a position the ledger has reached starts.
+async fn judge(
     pool: &PgPool,
     ch: &ChClient,
     since: Position,
@@ -80,4 +137,35 @@ pub async fn start(
         .collect();
     tracing::info!(since = %since, from = %from, "resume from an orphaned block");
     Ok(Start { from, retract })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(block: u64) -> Position {
+        Position::maybe(
+            Cursor {
+                block,
+                log_index: 0,
+            },
+            None,
+        )
+    }
+
+    #[test]
+    fn a_position_beyond_the_reorg_window_ahead_of_the_ledger_is_refused() {
+        assert!(ahead(at(999_999_999_999), Some(1_000)).is_some());
+        assert!(ahead(at(1_000 + AHEAD_TOLERANCE_BLOCKS + 1), Some(1_000)).is_some());
+        let msg = ahead(at(5_000), Some(1_000)).unwrap().to_string();
+        assert!(msg.contains("ahead of the ledger (block 1000)"), "{msg}");
+    }
+
+    #[test]
+    fn positions_the_ledger_reached_or_a_reorg_may_have_unwound_are_judged() {
+        assert!(ahead(at(900), Some(1_000)).is_none());
+        assert!(ahead(at(1_000 + AHEAD_TOLERANCE_BLOCKS), Some(1_000)).is_none());
+        // Before the first block nothing can be judged: the session waits, as before.
+        assert!(ahead(at(999_999_999_999), None).is_none());
+    }
 }

@@ -138,3 +138,27 @@ fn close_code(mut bytes: &[u8]) -> Option<u16> {
     }
     None
 }
+
+/// A resume position the ledger has not reached (and no reorg could explain) is refused with the
+/// reason, not accepted into a session that would wait, silent, forever; one the ledger has
+/// reached still resumes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_position_ahead_of_the_ledger_is_refused_with_the_reason() {
+    let mut h = Harness::new().await;
+    let (_, key) = h.account(&demo_wallets(1)).await;
+    let (push, addr) = h.leader("push-a").await;
+    h.start_live().await;
+    h.trade(1, Duration::from_millis(300), 2).await;
+    h.wait_pushed(WITHIN).await;
+    let bogus = "999999999999-000000".parse().unwrap();
+    let what = "a session resuming from a position the ledger never reached is refused";
+    let seen = closed_with(connect(addr, &key, Some(bogus)).await, 1008, WITHIN, what).await;
+    assert!(
+        !seen.frames.iter().any(|f| f["type"] == "hello"),
+        "{:?}",
+        seen.frames
+    );
+    let mut ok = connect(addr, &key, Some(pmw_core::Cursor::ORIGIN)).await;
+    first_of(&mut ok, "hello").await;
+    push.stop().await.unwrap();
+}

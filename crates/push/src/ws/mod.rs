@@ -328,7 +328,10 @@ impl Session<'_> {
         let start = match since {
             Some(since) => crate::resume::start(&st.pool, &st.ch, since, self.viewer.wallets)
                 .await
-                .map_err(Ended::Failed)?,
+                .map_err(|e| match e {
+                    crate::resume::ResumeError::Ahead { .. } => Ended::Policy(e.to_string()),
+                    crate::resume::ResumeError::Store(e) => Ended::Failed(e),
+                })?,
             None => crate::resume::Start {
                 from: dispatched,
                 retract: Vec::new(),
