@@ -3,6 +3,7 @@
 //! run: whatever goes wrong becomes the fault's note in the report.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -56,7 +57,43 @@ pub struct Done {
     pub fault: Fault,
     pub start_ms: i64,
     pub end_ms: i64,
+    /// When the fault itself began and ended (the kill, the stop and the SIGCONT or takeover,
+    /// the store down and answering again, …), as the fault's arm marked them; recovery is
+    /// measured from `ended_ms`.
+    pub began_ms: i64,
+    pub ended_ms: i64,
     pub note: String,
+}
+
+/// The instants a fault's arm marks while it runs (0: not marked; the task's own start and
+/// end stand in).
+#[derive(Default)]
+pub struct Marks {
+    began: AtomicI64,
+    ended: AtomicI64,
+}
+
+impl Marks {
+    fn begin(&self) {
+        self.began.store(now_ms(), Relaxed);
+    }
+
+    fn end(&self) {
+        self.ended.store(now_ms(), Relaxed);
+    }
+
+    fn end_at(&self, ms: i64) {
+        self.ended.store(ms, Relaxed);
+    }
+
+    /// (began, ended), defaulting to the task's start and end.
+    pub fn get(&self, start_ms: i64, end_ms: i64) -> (i64, i64) {
+        let or = |v: i64, d: i64| if v > 0 { v } else { d };
+        (
+            or(self.began.load(Relaxed), start_ms),
+            or(self.ended.load(Relaxed), end_ms),
+        )
+    }
 }
 
 fn kill(pid: i64, sig: &str) -> bool {
@@ -125,6 +162,17 @@ impl World {
     }
 
     async fn leader_once(&self) -> anyhow::Result<(String, i64)> {
+        let app = self.leader_app().await?;
+        let pm2 = &self.d.pm2;
+        let pid = tokio::task::block_in_place(|| pm2.apps())
+            .into_iter()
+            .find(|a| a.name == app)
+            .map_or(0, |a| a.pid);
+        Ok((app, pid))
+    }
+
+    /// The pm2 app `push_epoch` names as the leader.
+    async fn leader_app(&self) -> anyhow::Result<String> {
         let url = self
             .d
             .env
@@ -139,13 +187,24 @@ impl World {
             .query_one("SELECT leader FROM push_epoch WHERE slot = 0", &[])
             .await?
             .get(0);
-        let app = format!("pmw-{leader}");
-        let pm2 = &self.d.pm2;
-        let pid = tokio::task::block_in_place(|| pm2.apps())
-            .into_iter()
-            .find(|a| a.name == app)
-            .map_or(0, |a| a.pid);
-        Ok((app, pid))
+        Ok(format!("pmw-{leader}"))
+    }
+
+    /// Watch `push_epoch` for up to `within`: when another instance than `app` became leader
+    /// (the standby's takeover of a frozen leader), or `None`.
+    async fn takeover_within(&self, app: &str, within: Duration) -> Option<i64> {
+        let until = tokio::time::Instant::now() + within;
+        while tokio::time::Instant::now() < until {
+            if let Ok(now) = self.leader_app().await {
+                if now != app {
+                    let at = now_ms();
+                    tokio::time::sleep_until(until).await;
+                    return Some(at);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        None
     }
 
     /// A pm2 command, tried again (pm2 refuses while it is restarting the app itself).
@@ -170,7 +229,7 @@ impl World {
     }
 
     /// Run one fault; its note says what happened.
-    pub async fn run(&self, f: &Fault) -> anyhow::Result<String> {
+    pub async fn run(&self, f: &Fault, m: &Marks) -> anyhow::Result<String> {
         let secs = |s: u64| tokio::time::sleep(Duration::from_secs(s));
         Ok(match &f.kind {
             Kind::Reorg { depth, mode } => {
@@ -202,18 +261,27 @@ impl World {
             }
             Kind::LeaderKill9 => {
                 let (app, pid) = self.leader_pid().await?;
-                format!("{app} pid {pid}: {}", kill(pid, "KILL"))
+                m.begin();
+                let killed = kill(pid, "KILL");
+                m.end();
+                format!("{app} pid {pid}: {killed}")
             }
             Kind::LeaderStop { secs: s } => {
                 let (app, pid) = self.leader_pid().await?;
+                m.begin();
                 let stopped = kill(pid, "STOP");
-                secs(*s).await;
-                format!(
-                    "{app} pid {pid}: stop {stopped}, cont {}",
-                    kill(pid, "CONT")
-                )
+                let takeover = self.takeover_within(&app, Duration::from_secs(*s)).await;
+                let cont = kill(pid, "CONT");
+                let cont_ms = now_ms();
+                m.end_at(takeover.map_or(cont_ms, |t| t.min(cont_ms)));
+                let took = takeover.map_or("no takeover".into(), |t| {
+                    format!("takeover after {} ms", t - m.get(0, 0).0)
+                });
+                format!("{app} pid {pid}: stop {stopped}, {took}, cont {cont}")
             }
             Kind::Deploy => {
+                m.begin();
+                m.end();
                 let out = tokio::process::Command::new(repo_root().join("scripts/deploy/push"))
                     .arg("--no-build")
                     .envs(self.d.env.iter().cloned())
@@ -227,24 +295,32 @@ impl World {
                 format!("{}: {tail}", out.status)
             }
             Kind::LiveRestart => {
+                m.begin();
                 self.pm2(&["restart", "pmw-live"]).await?;
+                m.end();
                 "restarted".into()
             }
             Kind::ClickHouseStop { secs: s } => {
+                m.begin();
                 self.stack(&["down", "ch"]).await?;
                 secs(*s).await;
                 self.stack(&["up", "ch"]).await?;
+                m.end();
                 "down, up".into()
             }
             Kind::PostgresRestart => {
+                m.begin();
                 self.stack(&["pg-ctl", "restart", "-m", "fast"]).await?;
+                m.end();
                 "restarted (fast)".into()
             }
             Kind::RpcCut { secs: s } => {
                 let p = self.d.rpc_proxy.as_ref().context("rpc proxy")?;
+                m.begin();
                 p.cut();
                 secs(*s).await;
                 p.restore();
+                m.end();
                 "cut, restored".into()
             }
             Kind::EndpointCreate { account } => {
@@ -356,11 +432,13 @@ impl World {
             }
             Kind::SlowConsumer { client, secs: s } => {
                 let c = &self.checked[*client].client;
+                m.begin();
                 c.paused_until.store(
                     now_ms() + *s as i64 * 1000,
                     std::sync::atomic::Ordering::Relaxed,
                 );
                 secs(*s).await;
+                m.end();
                 "paused, resumed".into()
             }
         })

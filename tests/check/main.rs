@@ -6,6 +6,7 @@
 //! the canonical chain itself and reports what each subscriber lost, holds in excess, got twice
 //! or out of order. Exit 1 on any lost, phantom, duplicated (WebSocket) or out-of-order delivery.
 
+mod availability;
 mod faults;
 mod hooks;
 mod oracle;
@@ -214,16 +215,22 @@ async fn main() -> anyhow::Result<()> {
             tokio::time::sleep_until((t0 + Duration::from_secs(f.at_s)).into()).await;
             let _g = w.locks[f.kind.name()].lock().await;
             let start_ms = now_ms();
-            let note = match tokio::time::timeout(Duration::from_secs(120), w.run(&f)).await {
+            let marks = faults::Marks::default();
+            let note = match tokio::time::timeout(Duration::from_secs(120), w.run(&f, &marks)).await
+            {
                 Ok(Ok(n)) => n,
                 Ok(Err(e)) => format!("failed: {e:#}"),
                 Err(_) => "timed out after 120 s".into(),
             };
             println!("  [t+{:>4} s] {} — {note}", t0.elapsed().as_secs(), f.kind);
+            let end_ms = now_ms();
+            let (began_ms, ended_ms) = marks.get(start_ms, end_ms);
             Done {
                 fault: f,
                 start_ms,
-                end_ms: now_ms(),
+                end_ms,
+                began_ms,
+                ended_ms,
                 note,
             }
         }));
@@ -278,6 +285,10 @@ async fn main() -> anyhow::Result<()> {
     let table = report::table(&mut v);
     let effects = report::effects(&w, &done);
     println!("\n{}\n{}", report::details(&v), effects);
+    let lease_ms = 10_000;
+    let judged = availability::judge(&done, &report::streams(&w, &done), lease_ms);
+    let recovery = availability::table(&judged, lease_ms);
+    println!("recovery per fault kind (budgets: docs/RELIABILITY.md)\n\n{recovery}");
     println!(
         "seed {seed}: {minutes} min, {} faults ({}), run {} s\n\n{table}",
         done.len(),
@@ -291,7 +302,7 @@ async fn main() -> anyhow::Result<()> {
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
             .unwrap_or_default();
         let body = format!(
-            "Seed **{seed}**, {minutes} min of traffic and faults ({} checked + {} churn accounts, a block every {} ms), rev `{rev}`, {} UTC; run took {} s.\n\nSchedule ({} faults): {}.\n\n{table}\n<details><summary>Per subscriber (reconnects, close codes, receiver answers) and examples</summary>\n\n```\n{}```\n</details>\n\n<details><summary>Each fault's effect</summary>\n\n{effects}\n</details>\n",
+            "Seed **{seed}**, {minutes} min of traffic and faults ({} checked + {} churn accounts, a block every {} ms), rev `{rev}`, {} UTC; run took {} s.\n\nSchedule ({} faults): {}.\n\n{table}\nRecovery per fault kind (budgets above; `pmw-check` exits 1 over any):\n\n{recovery}\n<details><summary>Per subscriber (reconnects, close codes, receiver answers) and examples</summary>\n\n```\n{}```\n</details>\n\n<details><summary>Each fault's effect</summary>\n\n{effects}\n</details>\n",
             args.accounts, args.churn, args.block_ms, chrono::Utc::now().format("%Y-%m-%d %H:%M"), started.elapsed().as_secs(), done.len(), report::summary(&plan), report::details(&v)
         );
         let text = std::fs::read_to_string(doc)?;
@@ -301,7 +312,7 @@ async fn main() -> anyhow::Result<()> {
             std::fs::write(doc, format!("{}\n{body}\n{}", &text[..i], &text[j..]))?;
         }
     }
-    let failed = v.failed();
+    let failed = v.failed() || judged.failed();
     println!(
         "{}",
         if failed {

@@ -264,3 +264,46 @@ pub fn summary(done: &[crate::schedule::Fault]) -> String {
         .collect::<Vec<_>>()
         .join(", ")
 }
+
+/// What availability is judged on: each checked client's trade frames and each checked
+/// endpoint's first attempts, with the windows that are not the system's to answer for (a
+/// paused client until 2 s after it reads again; a receiver sitting on a request).
+pub fn streams(w: &World, done: &[Done]) -> Vec<crate::availability::Stream> {
+    use crate::availability::{owed_silences, Stream};
+    use crate::schedule::Kind;
+    let mut out = Vec::new();
+    for (i, c) in w.checked.iter().enumerate() {
+        let paused: Vec<(i64, i64)> = done
+            .iter()
+            .filter(|d| matches!(d.fault.kind, Kind::SlowConsumer { client, .. } if client == i))
+            .map(|d| (d.began_ms, d.ended_ms + 2_000))
+            .collect();
+        let l = c.client.log.lock().unwrap();
+        out.push(Stream {
+            name: format!("ws {i}"),
+            deliveries: l.deliveries.clone(),
+            excused: paused,
+            silences: l.silences.clone(),
+        });
+        drop(l);
+        let (firsts, stalls) = c
+            .hook
+            .with_log(|l| (l.first_attempts.clone(), l.stalls.clone()));
+        let mut by: BTreeMap<String, (Vec<(i64, i64)>, Vec<(i64, i64)>)> = BTreeMap::new();
+        for (path, d, at) in firsts {
+            by.entry(path).or_default().0.push((d, at));
+        }
+        for (path, from, to) in stalls {
+            by.entry(path).or_default().1.push((from, to));
+        }
+        for (path, (deliveries, excused)) in by {
+            out.push(Stream {
+                name: format!("hook {i}{path}"),
+                silences: owed_silences(&deliveries, 1_000),
+                deliveries,
+                excused,
+            });
+        }
+    }
+    out
+}

@@ -54,6 +54,8 @@ pub struct WsLog {
     pub gaps: Vec<(i64, i64)>,
     pub first_hello_ms: Option<i64>,
     pub longest_silence_ms: i64,
+    /// (last frame ms, next frame ms) of every silence longer than a second.
+    pub silences: Vec<(i64, i64)>,
     pub last_frame_ms: Option<i64>,
     pub connect_errors: u64,
     pub closes: BTreeMap<String, u64>,
@@ -65,6 +67,9 @@ impl WsLog {
     fn frame(&mut self, at: i64) {
         if let Some(last) = self.last_frame_ms {
             self.longest_silence_ms = self.longest_silence_ms.max(at - last);
+            if at - last > 1000 {
+                self.silences.push((last, at));
+            }
         }
         self.last_frame_ms = Some(at);
         self.frames += 1;

@@ -2,6 +2,7 @@
 //! codes and shutdown, shared by every pmw service.
 
 pub mod auth;
+pub mod backoff;
 pub mod build_info;
 pub mod ch;
 pub mod channels;
