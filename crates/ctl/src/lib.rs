@@ -9,6 +9,7 @@ mod migrate;
 mod secrets;
 mod status;
 mod status_audit;
+mod status_indexes;
 mod status_text;
 mod watch;
 

@@ -2,7 +2,8 @@
 //! (a warning when none has a fresh heartbeat: the leader is then a single point of failure),
 //! the ingest and push cursors and their lag in blocks (against the chain head when the RPC
 //! answers), the completeness audit (its watermark, trail and counts), the age of the leader's last round, every instance's heartbeat, and the webhook
-//! backlog by age. Human-readable, or `--json` for machines.
+//! backlog by age, and any index of pmw's schema Postgres does not use or maintain
+//! ([`crate::status_indexes`], a warning). Human-readable, or `--json` for machines.
 
 use std::time::Duration;
 
@@ -270,7 +271,9 @@ pub async fn collect(cfg: &CoreConfig) -> Result<Value, ServiceError> {
     let leader = leader(&c, now).await?;
     let standbys = standbys(&c, now).await?;
     let instances = instances(&c, now).await?;
-    let warnings = warnings(&standbys, &instances);
+    let mut warnings = warnings(&standbys, &instances);
+    let indexes = crate::status_indexes::collect(&c).await?;
+    warnings.extend(crate::status_indexes::warnings(&indexes));
     let webhooks = webhooks(&c, now).await?;
     let audit = crate::status_audit::collect(&c, now).await?;
     let waiting = match (k.ingest, k.push) {
@@ -287,6 +290,7 @@ pub async fn collect(cfg: &CoreConfig) -> Result<Value, ServiceError> {
         "warnings": warnings,
         "instances": instances,
         "webhooks": webhooks,
+        "indexes": crate::status_indexes::json(&indexes),
     });
     if let (Value::Object(o), Value::Object(cur)) = (&mut out, cursors_json(&k, head, now)) {
         o.extend(cur);

@@ -1,5 +1,5 @@
 //! `pmwctl status` as text: one labelled line per part of the JSON `status`
-//! collects (leader, standbys, cursors and lags, audit, webhooks, instances, warnings).
+//! collects (leader, standbys, cursors and lags, audit, webhooks, indexes, instances, warnings).
 
 use pmw_core::UnixMs;
 use serde_json::Value;
@@ -21,6 +21,7 @@ pub fn text(s: &Value) -> String {
     lines.extend(cursor_lines(s));
     lines.extend(crate::status_audit::text(&s["audit"]));
     lines.push(webhook_line(&s["webhooks"]));
+    lines.push(crate::status_indexes::text(&s["indexes"]));
     lines.extend(instance_lines(s));
     let mut out = String::new();
     for l in lines {

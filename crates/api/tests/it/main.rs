@@ -12,6 +12,7 @@ mod filters;
 mod hook_test;
 mod limits;
 mod openapi;
+mod ready_indexes;
 mod schema_guard;
 mod secrets_at_rest;
 mod security;

@@ -4,6 +4,7 @@
 pub mod accounts;
 mod conn;
 pub mod deliveries;
+pub mod indexes;
 mod shared;
 
 pub use conn::*;

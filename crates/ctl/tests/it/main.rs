@@ -4,3 +4,4 @@
 mod accounts;
 mod decode_log;
 mod migrate;
+mod status;

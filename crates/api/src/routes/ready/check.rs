@@ -68,6 +68,9 @@ pub struct Checks {
     pub stats: Check,
     /// Every live instance runs the same build revision (`detail` lists them). Never gating.
     pub revisions: Check,
+    /// Every index of pmw's schema is valid and ready (`detail.broken` lists those that are
+    /// not). Never gating.
+    pub indexes: Check,
 }
 
 /// The readiness verdict. When not ready, `error` carries the reasons (503).
@@ -86,10 +89,15 @@ impl Readiness {
     /// The verdict of a set of checks: ready unless a gating check failed (the reasons, joined,
     /// are the error); the non-gating ones' reasons are warnings.
     pub fn of(checks: Checks) -> Readiness {
-        let warnings: Vec<String> = [&checks.push_standby, &checks.stats, &checks.revisions]
-            .iter()
-            .filter_map(|c| c.reason.clone())
-            .collect();
+        let warnings: Vec<String> = [
+            &checks.push_standby,
+            &checks.stats,
+            &checks.revisions,
+            &checks.indexes,
+        ]
+        .iter()
+        .filter_map(|c| c.reason.clone())
+        .collect();
         let reasons: Vec<&str> = [
             &checks.postgres,
             &checks.clickhouse,
@@ -138,6 +146,7 @@ mod tests {
             push_standby: ok(),
             stats: ok(),
             revisions: ok(),
+            indexes: ok(),
         }
     }
 
@@ -160,13 +169,17 @@ mod tests {
     }
 
     #[test]
-    fn standby_stats_and_revisions_only_warn() {
+    fn standby_stats_revisions_and_indexes_only_warn() {
         let mut checks = all_pass();
         checks.push_standby = Check::fail("no standby".into(), Value::Null);
         checks.stats = Check::fail("stale stats".into(), Value::Null);
         checks.revisions = Check::fail("two builds".into(), Value::Null);
+        checks.indexes = Check::fail("index x invalid".into(), Value::Null);
         let r = Readiness::of(checks);
         assert!(r.ready && r.error.is_none());
-        assert_eq!(r.warnings, ["no standby", "stale stats", "two builds"]);
+        assert_eq!(
+            r.warnings,
+            ["no standby", "stale stats", "two builds", "index x invalid"]
+        );
     }
 }

@@ -4,12 +4,14 @@
 //! saw); the push leader completing rounds; no webhook delivery due and unclaimed for longer than
 //! `PMW_API_READY_WEBHOOK_DUE_MAX_AGE_MS` (the dispatcher runs); the recent detect→push median
 //! (WebSocket deliveries, or webhook ones when there are none). Reported in `warnings` without
-//! flipping readiness: no push standby, a stale pmw-stats, services on different builds.
+//! flipping readiness: no push standby, a stale pmw-stats, services on different builds, an
+//! index Postgres does not use or maintain (`pg_index.indisvalid`/`indisready` false).
 //! Computed at most once per interval on a pool of its own ([`cache`]); the public (proxied)
 //! answer is the status alone, the checks only for callers on the host.
 
 mod cache;
 mod check;
+mod indexes;
 mod ingest;
 mod latency;
 pub mod metrics;
@@ -96,7 +98,16 @@ pub async fn ready(
 pub async fn evaluate(st: &AppState) -> Readiness {
     ::metrics::counter!(cache::EVALUATIONS).increment(1);
     let now = UnixMs::now().0;
-    let ((postgres, push), (clickhouse, latency), push_standby, ingest, webhooks, stats, revisions) = tokio::join!(
+    let (
+        (postgres, push),
+        (clickhouse, latency),
+        push_standby,
+        ingest,
+        webhooks,
+        stats,
+        revisions,
+        indexes,
+    ) = tokio::join!(
         push::postgres_and_push(st, now),
         latency::clickhouse_and_latency(st, now),
         push::push_standby(st, now),
@@ -104,6 +115,7 @@ pub async fn evaluate(st: &AppState) -> Readiness {
         webhooks::webhooks(st, now),
         services::stats(st, now, STATS_MAX_AGE_MS),
         services::revisions(st, now, STATS_MAX_AGE_MS),
+        indexes::indexes(st),
     );
     let checks = Checks {
         postgres,
@@ -115,6 +127,7 @@ pub async fn evaluate(st: &AppState) -> Readiness {
         push_standby,
         stats,
         revisions,
+        indexes,
     };
     Readiness::of(checks)
 }

@@ -1,0 +1,76 @@
+//! `pmwctl status` reports an index Postgres does not use (issue 28 item 6): a `CREATE UNIQUE
+//! INDEX CONCURRENTLY` that fails on duplicates leaves an invalid index behind, shown in
+//! `indexes` and as a warning (JSON and text); none on a freshly migrated database.
+
+use std::path::Path;
+use std::time::Duration;
+
+use pmw_core::UnixMs;
+use pmw_testkit::{run_bin, TestDb};
+
+const BIN: &str = env!("CARGO_BIN_EXE_pmwctl");
+
+async fn status(db: &TestDb, args: &[&str]) -> String {
+    let (code, out, err) = run_bin(Path::new(BIN), &db.env(), args, Duration::from_secs(60)).await;
+    assert_eq!(code, 0, "{out}{err}");
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_reports_an_invalid_index() {
+    let db = TestDb::new().await;
+    let v: serde_json::Value =
+        serde_json::from_str(&status(&db, &["status", "--json"]).await).unwrap();
+    assert_eq!(v["indexes"], serde_json::json!([]), "{v}");
+    let text = status(&db, &["status"]).await;
+    assert!(
+        text.contains("indexes       all valid and ready\n"),
+        "{text}"
+    );
+
+    let c = db.connect().await;
+    let now = UnixMs::now().0;
+    for _ in 0..2 {
+        c.execute(
+            "INSERT INTO accounts (name, plan, created_ms) VALUES ('twin', 'free', $1)",
+            &[&now],
+        )
+        .await
+        .unwrap();
+    }
+    c.batch_execute("CREATE UNIQUE INDEX CONCURRENTLY accounts_name_u ON accounts (name)")
+        .await
+        .expect_err("a unique index over duplicates cannot be built");
+
+    let v: serde_json::Value =
+        serde_json::from_str(&status(&db, &["status", "--json"]).await).unwrap();
+    let broken = v["indexes"].as_array().expect("a list");
+    assert_eq!(broken.len(), 1, "{v}");
+    assert_eq!(broken[0]["index"], "accounts_name_u");
+    assert_eq!(broken[0]["table"], "accounts");
+    assert_eq!(
+        (&broken[0]["valid"], &broken[0]["unique"]),
+        (&false.into(), &true.into())
+    );
+    let warned: Vec<&str> = v["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|w| w.as_str())
+        .collect();
+    assert!(
+        warned
+            .iter()
+            .any(|w| w.starts_with("index accounts_name_u on accounts is invalid")),
+        "{warned:?}"
+    );
+    let text = status(&db, &["status"]).await;
+    assert!(
+        text.contains("indexes       1 not valid or not ready: accounts_name_u (see warnings)\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("WARNING       index accounts_name_u on accounts is invalid"),
+        "{text}"
+    );
+}
