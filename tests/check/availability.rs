@@ -172,9 +172,8 @@ pub fn judge(done: &[Done], streams: &[Stream], lease_ms: i64) -> Judgement {
                 let first = s
                     .deliveries
                     .iter()
-                    .filter(|&&(d, _)| d >= e)
-                    .min_by_key(|&&(d, a)| (d, a))
-                    .filter(|&&(d, a)| !s.excused(d, a));
+                    .filter(|&&(d, a)| d >= e && !s.excused(d, a))
+                    .min_by_key(|&&(d, a)| (d, a));
                 first
                     .zip(first_detect)
                     .map(|(&(d, a), fd)| (fd - e) + (a - d))
@@ -236,7 +235,7 @@ fn attribute(done: &[Done], streams: &[Stream]) -> Vec<String> {
             ));
         }
     }
-    all.sort_by(|a, b| b.0.cmp(&a.0));
+    all.sort_by_key(|a| std::cmp::Reverse(a.0));
     all.into_iter().map(|(_, s)| s).collect()
 }
 
@@ -279,10 +278,13 @@ pub fn table(j: &Judgement, lease_ms: i64) -> String {
             .map(|s| s.recovery_ms)
             .collect();
         let budget = budget_of(kind, lease_ms).unwrap_or(0);
-        let (p50, max) = (pct(&mut own, 0.5), own.iter().max().copied().unwrap_or(0));
+        let own_fig = match own.iter().max().copied() {
+            Some(max) => format!("{} / {max}", pct(&mut own, 0.5)),
+            None => "–".into(),
+        };
         let _ = writeln!(
             out,
-            "| {kind} | {budget} | {} ({}) | {p50} / {max} | {} | {} |",
+            "| {kind} | {budget} | {} ({}) | {own_fig} | {} | {} |",
             v.len(),
             masked.len(),
             masked.iter().max().map_or("–".into(), |m| m.to_string()),
@@ -429,6 +431,13 @@ mod tests {
         let j = judge(&kill, &[s], 10_000);
         assert!(!j.failed());
         assert_eq!(j.unjudged.get("leader kill -9"), Some(&1));
+        // The first trade after the excused window is judged instead (block seen at 10.1 s,
+        // that trade delivered 20 ms after its detection).
+        let mut s = stream(vec![(10_100, 19_000), (18_500, 18_520)]);
+        s.excused = vec![(9_000, 18_000)];
+        let j = judge(&kill, &[s], 10_000);
+        assert!(j.unjudged.is_empty());
+        assert_eq!(j.samples[0].recovery_ms, 120);
     }
 
     #[test]

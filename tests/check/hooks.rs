@@ -36,9 +36,6 @@ pub struct HookLog {
     /// When the system sent it is what availability judges; what the receiver then answered is
     /// the receiver's doing.
     pub first_attempts: Vec<(String, i64, i64)>,
-    /// (request ms, answer ms) of every answer this receiver delayed on purpose (slow or past
-    /// the sender's timeout): while one is open, the endpoint's later messages may wait behind it.
-    pub stalls: Vec<(String, i64, i64)>,
     pub requests: u64,
     pub bad_signature: u64,
     pub answered_500: u64,
@@ -122,7 +119,6 @@ async fn handle(
         }
         first
     };
-    let asked_ms = now_ms();
     let roll: f64 = if inner.faulty && first {
         inner.rng.lock().unwrap().gen()
     } else {
@@ -136,15 +132,11 @@ async fn handle(
         // Past the sender's 10 s timeout: it has given up and will retry.
         inner.log.lock().unwrap().timed_out += 1;
         tokio::time::sleep(Duration::from_secs(11)).await;
-        let mut l = inner.log.lock().unwrap();
-        l.stalls.push((uri.path().to_string(), asked_ms, now_ms()));
         return StatusCode::NO_CONTENT;
     }
     if roll < 0.15 {
         inner.log.lock().unwrap().slow += 1;
         tokio::time::sleep(Duration::from_millis(300 + (roll * 10_000.0) as u64)).await;
-        let mut l = inner.log.lock().unwrap();
-        l.stalls.push((uri.path().to_string(), asked_ms, now_ms()));
     }
     let Ok(v) = serde_json::from_slice::<Value>(&body) else {
         return StatusCode::BAD_REQUEST;

@@ -34,7 +34,7 @@ impl Policy {
     };
 }
 
-/// The state of one retry loop: call [`Backoff::next`] after each failure and
+/// The state of one retry loop: call [`Backoff::next_wait`] after each failure and
 /// [`Backoff::reset`] after a success.
 #[derive(Clone, Debug)]
 pub struct Backoff {
@@ -60,7 +60,7 @@ impl Backoff {
     }
 
     /// The wait before the next try (jittered within [ceiling/2, ceiling]); counts a failure.
-    pub fn next(&mut self) -> Duration {
+    pub fn next_wait(&mut self) -> Duration {
         let ceiling = self.ceiling();
         self.failures = self.failures.saturating_add(1);
         let half = ceiling / 2;
@@ -96,7 +96,7 @@ mod tests {
         for c in ceilings {
             let c = Duration::from_millis(c);
             assert_eq!(b.ceiling(), c);
-            let w = b.next();
+            let w = b.next_wait();
             assert!(w >= c / 2 && w <= c, "{w:?} outside [{:?}, {c:?}]", c / 2);
         }
         assert_eq!(b.failures(), 7);
@@ -109,7 +109,7 @@ mod tests {
         let mut seen = std::collections::BTreeSet::new();
         for _ in 0..50 {
             let mut b = Backoff::new(Policy::STORE);
-            seen.insert(b.next().as_micros());
+            seen.insert(b.next_wait().as_micros());
         }
         assert!(
             seen.len() > 10,
@@ -122,7 +122,7 @@ mod tests {
     fn many_failures_do_not_overflow() {
         let mut b = Backoff::new(Policy::RPC);
         for _ in 0..10_000 {
-            assert!(b.next() <= Policy::RPC.cap);
+            assert!(b.next_wait() <= Policy::RPC.cap);
         }
     }
 

@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use clap::Args;
 use futures::StreamExt;
+use pmw_core::backoff::{Backoff, Policy};
 use pmw_core::exit::ServiceError;
 use pmw_core::Position;
-use rand::Rng;
 use serde_json::Value;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
@@ -68,8 +68,6 @@ enum End {
     Stop,
 }
 
-const BACKOFF_MIN: Duration = Duration::from_millis(200);
-const BACKOFF_MAX: Duration = Duration::from_secs(10);
 
 /// One trade as a line: `cursor side price x shares wallet "question"`.
 pub fn trade_line(v: &Value) -> String {
@@ -147,14 +145,14 @@ pub async fn run(args: WatchArgs, shutdown: Cancel) -> Result<(), ServiceError> 
         (None, Some(f)) => read_cursor(f)?,
         (None, None) => None,
     };
-    let mut backoff = BACKOFF_MIN;
+    let mut backoff = Backoff::new(Policy::CLIENT);
     loop {
         let end = session(&args, &mut cursor, &shutdown, &mut backoff).await;
         match end {
             End::Stop => return Ok(()),
             End::Fatal(e) => return Err(ServiceError::Bug(anyhow::anyhow!(e))),
             End::Again(why) => {
-                let wait = backoff.mul_f64(rand::thread_rng().gen_range(0.5..1.0));
+                let wait = backoff.next_wait();
                 eprintln!(
                     "disconnected: {why}; reconnecting in {} ms{}",
                     wait.as_millis(),
@@ -164,7 +162,6 @@ pub async fn run(args: WatchArgs, shutdown: Cancel) -> Result<(), ServiceError> 
                     _ = tokio::time::sleep(wait) => {}
                     _ = shutdown.cancelled() => return Ok(()),
                 }
-                backoff = (backoff * 2).min(BACKOFF_MAX);
             }
         }
     }
@@ -178,7 +175,7 @@ async fn session(
     args: &WatchArgs,
     cursor: &mut Option<Position>,
     shutdown: &Cancel,
-    backoff: &mut Duration,
+    backoff: &mut Backoff,
 ) -> End {
     let mut ws = match open(args, *cursor, shutdown).await {
         Ok(ws) => ws,
@@ -254,11 +251,11 @@ fn on_message(
     v: &Value,
     args: &WatchArgs,
     cursor: &mut Option<Position>,
-    backoff: &mut Duration,
+    backoff: &mut Backoff,
 ) -> Option<End> {
     match v["type"].as_str() {
         Some("hello") => {
-            *backoff = BACKOFF_MIN;
+            backoff.reset();
             // Before the first trade, the stream's starting cursor is the resume point:
             // otherwise trades dispatched while reconnecting would be skipped.
             if cursor.is_none() {
@@ -360,11 +357,14 @@ mod tests {
 
     #[test]
     fn hello_resets_the_backoff_and_starts_from_its_cursor_only_without_one() {
-        let mut backoff = BACKOFF_MAX;
+        let mut backoff = Backoff::new(Policy::CLIENT);
+        for _ in 0..5 {
+            backoff.next_wait();
+        }
         let mut cursor = None;
         let hello = json!({"type": "hello", "resume": AT});
         assert!(on_message(&hello, &args(), &mut cursor, &mut backoff).is_none());
-        assert_eq!(backoff, BACKOFF_MIN);
+        assert_eq!(backoff.failures(), 0);
         assert_eq!(cursor, Some(AT.parse().unwrap()));
         let mut kept = Some("000000000090-000000".parse().unwrap());
         on_message(&hello, &args(), &mut kept, &mut backoff);
@@ -373,7 +373,7 @@ mod tests {
 
     #[test]
     fn a_trade_moves_the_cursor_and_one_without_a_cursor_ends_the_watch() {
-        let (mut backoff, mut cursor) = (BACKOFF_MIN, None);
+        let (mut backoff, mut cursor) = (Backoff::new(Policy::CLIENT), None);
         let trade = json!({"type": "trade", "resume": AT, "trade": {}});
         assert!(on_message(&trade, &args(), &mut cursor, &mut backoff).is_none());
         assert_eq!(cursor, Some(AT.parse().unwrap()));
@@ -384,7 +384,7 @@ mod tests {
 
     #[test]
     fn a_heartbeat_moves_only_a_cursor_already_set_and_resync_ends_the_watch() {
-        let (mut backoff, mut cursor) = (BACKOFF_MIN, None);
+        let (mut backoff, mut cursor) = (Backoff::new(Policy::CLIENT), None);
         let beat = json!({"type": "heartbeat", "resume": AT});
         on_message(&beat, &args(), &mut cursor, &mut backoff);
         assert_eq!(cursor, None);

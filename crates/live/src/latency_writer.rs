@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use pmw_core::backoff::{Backoff, Policy};
 use pmw_core::ch::ChClient;
 use pmw_core::ch::{latency, IngestLatencyRow};
 use tokio::sync::mpsc;
@@ -19,8 +20,6 @@ use tokio::task::JoinHandle;
 pub const GATHER: Duration = Duration::from_millis(50);
 /// Rows held while ClickHouse refuses them (about 3 hours of Polygon blocks).
 pub const MAX_HELD: usize = 5_000;
-const RETRY_MIN: Duration = Duration::from_millis(500);
-const RETRY_MAX: Duration = Duration::from_secs(10);
 /// How long `close` waits for the last insert.
 const CLOSE_WAIT: Duration = Duration::from_secs(3);
 
@@ -67,7 +66,7 @@ async fn run(
     lost: Arc<AtomicU64>,
 ) {
     let mut held: VecDeque<IngestLatencyRow> = VecDeque::new();
-    let mut retry = RETRY_MIN;
+    let mut retry = Backoff::new(Policy::STORE);
     let mut retry_at = tokio::time::Instant::now();
     loop {
         // Wait for a row (or, with rows held after a failure, for the retry time).
@@ -105,13 +104,13 @@ async fn run(
         match latency::insert_ingest(&ch, &rows).await {
             Ok(()) => {
                 held.clear();
-                retry = RETRY_MIN;
+                retry.reset();
             }
             Err(e) => {
                 crate::telemetry::ch_insert_failed("ingest_latency");
-                tracing::warn!(rows = rows.len(), error = %e, retry_in_ms = retry.as_millis() as u64, "ingest latency rows not stored yet");
-                retry_at = tokio::time::Instant::now() + retry;
-                retry = (retry * 2).min(RETRY_MAX);
+                let wait = retry.next_wait();
+                tracing::warn!(rows = rows.len(), error = %e, retry_in_ms = wait.as_millis() as u64, "ingest latency rows not stored yet");
+                retry_at = tokio::time::Instant::now() + wait;
             }
         }
         if !open {

@@ -5,6 +5,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use pmw_core::backoff::{Backoff, Policy};
 use pmw_core::heartbeat::Heartbeat;
 use pmw_core::lock::WriterLock;
 use pmw_core::stores::Stores;
@@ -20,8 +21,6 @@ use crate::ingest::{BlockRef, IngestParts, Ingester};
 use crate::latency_writer::LatencyRows;
 use crate::{audit, finality, heads, names, notifier, telemetry, LiveConfig};
 
-const BACKOFF_MIN: Duration = Duration::from_millis(100);
-const BACKOFF_MAX: Duration = Duration::from_secs(5);
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
 /// `chain_blocks` is pruned at the first heartbeat and then every this many (a minute).
 const PRUNE_EVERY_BEATS: u64 = 30;
@@ -131,9 +130,9 @@ async fn start_cursor(
     live: &LiveConfig,
     l: &Leader<'_>,
 ) -> Result<Next, ServiceError> {
-    let mut backoff = BACKOFF_MIN;
+    let mut backoff = Backoff::new(Policy::STORE);
     while let Err(e) = ingester.load_cursor().await {
-        tracing::warn!(error = %e, "cannot read the ingest watermark; retrying");
+        tracing::warn!(error = %e, retry_within_ms = backoff.ceiling().as_millis() as u64, "cannot read the ingest watermark; retrying");
         if let Next::Stop = sleep_or_stop(&mut backoff, l).await? {
             return Ok(Next::Stop);
         }
@@ -172,7 +171,7 @@ async fn ingest_heads(
     let lost = l.lock.lost();
     let mut target: Option<Head> = None;
     let mut beats = Beats::new(Instant::now());
-    let mut backoff = BACKOFF_MIN;
+    let mut backoff = Backoff::new(Policy::RPC);
     loop {
         if target.is_none() {
             tokio::select! {
@@ -200,7 +199,7 @@ async fn ingest_heads(
             };
             let next = match outcome {
                 Ok(()) => {
-                    backoff = BACKOFF_MIN;
+                    backoff.reset();
                     reached_or_pause(ingester, &t, &mut target, l.shutdown).await
                 }
                 Err(e) => on_error(e, ingester, &mut backoff, l).await?,
@@ -240,7 +239,7 @@ async fn reached_or_pause(
 async fn on_error(
     e: IngestError,
     ingester: &Ingester,
-    backoff: &mut Duration,
+    backoff: &mut Backoff,
     l: &Leader<'_>,
 ) -> Result<Next, ServiceError> {
     match e {
@@ -250,11 +249,11 @@ async fn on_error(
         IngestError::ReorgTooDeep(_) => return Err(ServiceError::Bug(anyhow::anyhow!(e))),
         IngestError::BelowFinalized { .. } => {
             metrics::counter!(telemetry::INGEST_ERRORS).increment(1);
-            tracing::error!(error = %e, "the chain disagrees with a finalized block: nothing retracted; retrying");
+            tracing::error!(error = %e, retry_within_ms = backoff.ceiling().as_millis() as u64, "the chain disagrees with a finalized block: nothing retracted; retrying");
         }
         _ => {
             metrics::counter!(telemetry::INGEST_ERRORS).increment(1);
-            tracing::warn!(error = %e, cursor = ?ingester.cursor.map(|c| c.number), "ingest step failed; retrying");
+            tracing::warn!(error = %e, cursor = ?ingester.cursor.map(|c| c.number), retry_within_ms = backoff.ceiling().as_millis() as u64, "ingest step failed; retrying");
         }
     }
     sleep_or_stop(backoff, l).await
@@ -306,10 +305,10 @@ async fn beat(ingester: &Ingester, l: &Leader<'_>, prune: bool) {
     }
 }
 
-/// Sleep the current backoff (doubling it) unless shutdown (`Stop`) or lock loss (`Err`).
-async fn sleep_or_stop(backoff: &mut Duration, l: &Leader<'_>) -> Result<Next, ServiceError> {
-    let wait = *backoff;
-    *backoff = (*backoff * 2).min(BACKOFF_MAX);
+/// Sleep the next backoff (the one policy, `pmw_core::backoff`) unless shutdown (`Stop`) or
+/// lock loss (`Err`).
+async fn sleep_or_stop(backoff: &mut Backoff, l: &Leader<'_>) -> Result<Next, ServiceError> {
+    let wait = backoff.next_wait();
     let lost = l.lock.lost();
     tokio::select! {
         _ = tokio::time::sleep(wait) => Ok(Next::Go),

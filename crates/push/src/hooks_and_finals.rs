@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use pmw_core::backoff::{Backoff, Policy};
 use pmw_core::{ServiceError, UnixMs};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -179,7 +180,7 @@ struct Runner {
     t: Timing,
     stop: CancellationToken,
     progress: Instant,
-    backoff: Duration,
+    backoff: Backoff,
     hooks_now: bool,
     finals_now: bool,
 }
@@ -203,7 +204,7 @@ async fn run(
         t,
         stop,
         progress: Instant::now(),
-        backoff: BACKOFF_MIN,
+        backoff: Backoff::new(Policy::STORE),
         hooks_now: true,
         finals_now,
     };
@@ -240,8 +241,6 @@ async fn run(
     }
 }
 
-const BACKOFF_MIN: Duration = Duration::from_millis(100);
-const BACKOFF_MAX: Duration = Duration::from_secs(5);
 
 impl Runner {
     async fn hooks_round(&mut self) -> Result<Step, ServiceError> {
@@ -308,7 +307,7 @@ impl Runner {
     ) -> Result<Step, ServiceError> {
         let (lane, e) = match failed {
             None => {
-                self.backoff = BACKOFF_MIN;
+                self.backoff.reset();
                 return Ok(Step::Next(None));
             }
             Some((_, RoundError::Fenced)) => {
@@ -325,12 +324,12 @@ impl Runner {
         if self.progress.elapsed() >= self.t.stall {
             return Err(stalled(lane, self.t.stall, &e.to_string()));
         }
-        tracing::warn!(lane, error = %e, retry_in_ms = self.backoff.as_millis() as u64, "round failed");
+        let wait = self.backoff.next_wait();
+        tracing::warn!(lane, error = %e, retry_in_ms = wait.as_millis() as u64, "round failed");
         tokio::select! {
-            _ = tokio::time::sleep(self.backoff) => {}
+            _ = tokio::time::sleep(wait) => {}
             _ = self.stop.cancelled() => return Ok(Step::Stop),
         }
-        self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
         if lane == "webhooks" {
             self.hooks_now = true;
         } else {

@@ -208,7 +208,7 @@ impl Leading<'_> {
             dispatcher: &mut run.dispatcher,
             behind: &mut behind,
             relisten_at: tokio::time::Instant::now(),
-            relisten_wait: Duration::from_millis(100),
+            relisten_wait: pmw_core::backoff::Backoff::new(pmw_core::backoff::Policy::STORE),
             index_at: None,
             index_due: None,
         }

@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use pmw_core::backoff::{Backoff, Policy};
 use pmw_core::heartbeat::Heartbeat;
 use pmw_core::pg::{self, Session};
 use pmw_core::{CoreConfig, ServiceError, UnixMs};
@@ -65,7 +66,7 @@ pub(crate) struct RoundLoop<'a> {
     pub behind: &'a mut HooksAndFinals,
     /// When the lost listen session may be reopened next, and the backoff after that.
     pub relisten_at: Instant,
-    pub relisten_wait: Duration,
+    pub relisten_wait: Backoff,
     /// The last index refresh, and the next one scheduled (debounced).
     pub index_at: Option<Instant>,
     pub index_due: Option<Instant>,
@@ -81,12 +82,10 @@ struct Pace {
     stall: Duration,
     /// Taking the lead counts as progress: a leader that never completes a round hands over.
     progress: Instant,
-    backoff: Duration,
+    backoff: Backoff,
     last_beat: i64,
 }
 
-const BACKOFF_MIN: Duration = Duration::from_millis(100);
-const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// The heartbeat is the standby's lease: beat this often even when idle.
 const BEAT_EVERY_MS: i64 = 1_000;
 
@@ -98,7 +97,7 @@ impl RoundLoop<'_> {
             deadline: PushConfig::ms(push.push_round_deadline_ms),
             stall: PushConfig::ms(push.stall_exit_ms()),
             progress: Instant::now(),
-            backoff: BACKOFF_MIN,
+            backoff: Backoff::new(Policy::STORE),
             last_beat: 0,
         };
         let mut run_now = true; // catch up from the cursor at once
@@ -176,7 +175,7 @@ impl RoundLoop<'_> {
     /// A completed round: record it, wake the lanes behind; `true` when more is waiting.
     async fn completed(&mut self, pace: &mut Pace, o: RoundOutcome) -> bool {
         pace.progress = Instant::now();
-        pace.backoff = BACKOFF_MIN;
+        pace.backoff.reset();
         let h = &self.health;
         h.rounds.fetch_add(1, Ordering::Relaxed);
         h.last_round_ms.store(UnixMs::now().0, Ordering::Relaxed);
@@ -204,13 +203,13 @@ impl RoundLoop<'_> {
         if pace.progress.elapsed() >= pace.stall {
             return Err(stalled("push", pace.stall, &e.to_string()));
         }
-        tracing::warn!(error = %e, retry_in_ms = pace.backoff.as_millis() as u64, "push round failed");
+        let wait = pace.backoff.next_wait();
+        tracing::warn!(error = %e, retry_in_ms = wait.as_millis() as u64, failures = pace.backoff.failures(), "push round failed");
         tokio::select! {
-            _ = tokio::time::sleep(pace.backoff) => {}
+            _ = tokio::time::sleep(wait) => {}
             _ = self.shutdown.cancelled() => return Ok(Next::Stop(Stopped::Graceful)),
             _ = self.lost.cancelled() => return Err(ServiceError::transient("push lock session lost")),
         }
-        pace.backoff = (pace.backoff * 2).min(BACKOFF_MAX);
         Ok(Next::Run(true))
     }
 
@@ -300,12 +299,12 @@ impl RoundLoop<'_> {
             Ok(s) => {
                 tracing::info!("block listener reconnected");
                 self.listen = Some(s);
-                self.relisten_wait = Duration::from_millis(100);
+                self.relisten_wait.reset();
             }
             Err(e) => {
-                tracing::warn!(error = %e, retry_in_ms = self.relisten_wait.as_millis() as u64, "block listener reconnect failed");
-                self.relisten_at = Instant::now() + self.relisten_wait;
-                self.relisten_wait = (self.relisten_wait * 2).min(Duration::from_secs(5));
+                let wait = self.relisten_wait.next_wait();
+                tracing::warn!(error = %e, retry_in_ms = wait.as_millis() as u64, "block listener reconnect failed");
+                self.relisten_at = Instant::now() + wait;
             }
         }
     }
