@@ -241,7 +241,6 @@ async fn run(
     }
 }
 
-
 impl Runner {
     async fn hooks_round(&mut self) -> Result<Step, ServiceError> {
         let span = tracing::info_span!("webhook_round", epoch = self.hooks.epoch(), from = %self.hooks.at.position);
