@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use pmw_core::backoff::{Backoff, Policy};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -32,9 +33,6 @@ impl fmt::Debug for HeadSource {
     }
 }
 
-const BACKOFF_MIN: Duration = Duration::from_millis(250);
-const BACKOFF_MAX: Duration = Duration::from_secs(30);
-
 impl HeadSource {
     /// Run until `shutdown`, sending heads to `tx`.
     pub async fn run(self, chain: Chain, tx: mpsc::Sender<SeenHead>, shutdown: CancellationToken) {
@@ -44,7 +42,7 @@ impl HeadSource {
             self.poll_interval,
             shutdown.clone(),
         ));
-        let mut backoff = BACKOFF_MIN;
+        let mut backoff = Backoff::new(Policy::RPC);
         loop {
             let connected = Arc::new(AtomicBool::new(false));
             let flag = connected.clone();
@@ -56,19 +54,19 @@ impl HeadSource {
                 break;
             }
             if connected.load(Ordering::Relaxed) {
-                backoff = BACKOFF_MIN;
+                backoff.reset();
             }
+            let wait = backoff.next_wait();
             match outcome {
                 Ok(()) => break,
                 Err(e) => {
-                    tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "block listener lost");
+                    tracing::warn!(error = %e, retry_in_ms = wait.as_millis() as u64, "block listener lost");
                 }
             }
             tokio::select! {
-                _ = tokio::time::sleep(backoff) => {}
+                _ = tokio::time::sleep(wait) => {}
                 _ = shutdown.cancelled() => break,
             }
-            backoff = (backoff * 2).min(BACKOFF_MAX);
         }
         let _ = poller.await;
     }
