@@ -33,6 +33,7 @@ fn latency(t_push_ms: i64, ms: i64, backfilled: u8) -> PushLatencyRow {
         t_push_ms,
         epoch: 1,
         backfilled,
+        attempt: 0,
     }
 }
 

@@ -79,6 +79,7 @@ pub const POSTGRES: &[Migration] = &[
 pub const CLICKHOUSE: &[Migration] = &[
     migration!(1, "init", "clickhouse/0001_init.sql"),
     migration!(2, "audit", "clickhouse/0002_audit.sql"),
+    migration!(3, "availability", "clickhouse/0003_availability.sql"),
 ];
 
 /// Advisory lock key serialising concurrent `pmwctl migrate` runs (per database).

@@ -64,6 +64,6 @@ mod tests {
             text(&v),
             "indexes       1 not valid or not ready: x_u (see warnings)"
         );
-        assert_eq!(warnings(&[b.clone()]), [b.warning()]);
+        assert_eq!(warnings(std::slice::from_ref(&b)), [b.warning()]);
     }
 }

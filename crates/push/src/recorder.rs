@@ -1,5 +1,6 @@
 //! The leader's ClickHouse facts, one writer for all of them: a `push_latency` row per delivered
-//! WebSocket frame (channel `ws`) and per delivered webhook (channel `webhook`), and a
+//! WebSocket frame (channel `ws`) and per delivered webhook (channel `webhook`, with the number
+//! of the attempt that delivered it: the dashboard splits first-attempt from eventual), and a
 //! `delivery_log` row per webhook attempt. Written in small batches by one background task so no
 //! send ever waits for ClickHouse; rows that fail to insert are kept and retried, up to a bound
 //! (beyond it the oldest are dropped and counted).

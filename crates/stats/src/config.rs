@@ -13,6 +13,7 @@
 //! | `PMW_STATS_WEBHOOK_DELIVERIES_RETENTION_SECS` | `604800` (7 days) | Postgres `webhook_deliveries` rows `delivered` or `failed` longer ago are deleted (pending ones never); at least 60 |
 //! | `PMW_STATS_DELIVERY_LOG_RETENTION_DAYS` | `30` | ClickHouse `delivery_log` day partitions (UTC) ending more than this many days ago are dropped; at least 1 |
 //! | `PMW_STATS_RETENTION_BATCH` | `1000` | rows per Postgres DELETE statement of the retention job (1–100000) |
+//! | `PMW_STATS_AVAILABILITY_SAMPLER` | `true` | sample push and ingest availability once a second ([`crate::sampler`]); `false` leaves every second unknown (tests that plant samples) |
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -43,6 +44,8 @@ pub struct StatsConfig {
     pub stats_retention_batch: u32,
     #[serde(default = "d::metrics")]
     pub stats_metrics_addr: SocketAddr,
+    #[serde(default = "d::sampler")]
+    pub stats_availability_sampler: bool,
 }
 
 mod d {
@@ -77,6 +80,9 @@ mod d {
     }
     pub fn retention_batch() -> u32 {
         1_000
+    }
+    pub fn sampler() -> bool {
+        true
     }
 }
 

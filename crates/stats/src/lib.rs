@@ -1,10 +1,12 @@
-//! pmw-stats: latency aggregates for 1h/24h/7d/30d and the completeness audit's figures
+//! pmw-stats: latency aggregates for 1h/24h/7d/30d, push and ingest availability from its
+//! once-a-second sampler ([`sampler`], [`availability`]) and the completeness audit's figures
 //! ([`audit`]), the public dashboard page (`GET /latency`) and its JSON (`GET /latency.json`), and the retention jobs: latency and `delivery_log` day
 //! partitions in ClickHouse ([`retention`]), finished `ws_claims` and `webhook_deliveries` rows
 //! in Postgres ([`purge`]). One writer, holding the `stats` advisory lock; it binds its loopback
 //! port only once it holds the lock.
 
 pub mod audit;
+pub mod availability;
 pub mod charts;
 pub mod config;
 pub mod error;
@@ -15,6 +17,7 @@ pub mod page;
 pub mod purge;
 pub mod query;
 pub mod retention;
+pub mod sampler;
 pub mod snapshot;
 
 use std::net::SocketAddr;
@@ -78,6 +81,10 @@ pub async fn run_with(
     }
     let shared = http::Shared::new(stats.stats_interval_ms);
     let mut server = Server::spawn(listener, shared.clone());
+    let sampling = shutdown.child_token();
+    let sampler = stats
+        .stats_availability_sampler
+        .then(|| sampler::Running::spawn(stores.pg.clone(), stores.ch.clone(), sampling.clone()));
     let serving = Serving {
         stores: &stores,
         stats: &stats,
@@ -86,7 +93,12 @@ pub async fn run_with(
         addr,
         shutdown: &shutdown,
     };
-    serve(&serving, &lock, &mut server).await?;
+    let served = serve(&serving, &lock, &mut server).await;
+    sampling.cancel();
+    if let Some(s) = sampler {
+        s.join(SERVER_STOP_DEADLINE).await;
+    }
+    served?;
     server.stop().await;
     if let Err(e) = lock.release().await {
         tracing::warn!(error = %e, "releasing the stats lock failed (it ends with the session)");

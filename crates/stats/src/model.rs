@@ -15,16 +15,20 @@ pub enum Stage {
     DetectLogs,
     DetectStored,
     DetectPushWs,
+    /// Webhooks eventually delivered, whichever attempt delivered them (retries included).
     DetectPushWebhook,
+    /// Webhooks delivered by their first attempt.
+    DetectPushWebhookFirst,
     /// A `final` event pushed (WebSocket or webhook) after the trade's block was finalized.
     DetectFinal,
 }
 
 impl Stage {
-    pub const ALL: [Stage; 5] = [
+    pub const ALL: [Stage; 6] = [
         Stage::DetectLogs,
         Stage::DetectStored,
         Stage::DetectPushWs,
+        Stage::DetectPushWebhookFirst,
         Stage::DetectPushWebhook,
         Stage::DetectFinal,
     ];
@@ -38,6 +42,7 @@ impl Stage {
             Stage::DetectStored => "detect_stored",
             Stage::DetectPushWs => "detect_push_ws",
             Stage::DetectPushWebhook => "detect_push_webhook",
+            Stage::DetectPushWebhookFirst => "detect_push_webhook_first",
             Stage::DetectFinal => "detect_final",
         }
     }
@@ -48,7 +53,8 @@ impl Stage {
             Stage::DetectLogs => "header received → logs fetched",
             Stage::DetectStored => "header received → stored",
             Stage::DetectPushWs => "header received → pushed (WebSocket)",
-            Stage::DetectPushWebhook => "header received → pushed (webhook)",
+            Stage::DetectPushWebhook => "header received → pushed (webhook, eventually delivered)",
+            Stage::DetectPushWebhookFirst => "header received → pushed (webhook, first attempt)",
             Stage::DetectFinal => "header received → final pushed",
         }
     }
@@ -59,7 +65,12 @@ impl Stage {
             Stage::DetectLogs => "ingest_latency: t_logs_ms − t_detect_ms",
             Stage::DetectStored => "ingest_latency: t_stored_ms − t_detect_ms",
             Stage::DetectPushWs => "push_latency (ws): t_push_ms − t_detect_ms",
-            Stage::DetectPushWebhook => "push_latency (webhook): t_push_ms − t_detect_ms",
+            Stage::DetectPushWebhook => {
+                "push_latency (webhook, every delivered row whichever attempt delivered it,                  retries included): t_push_ms − t_detect_ms"
+            }
+            Stage::DetectPushWebhookFirst => {
+                "push_latency (webhook, attempt = 1: delivered by the first attempt):                  t_push_ms − t_detect_ms"
+            }
             Stage::DetectFinal => {
                 "push_latency (ws_final and webhook_final: `final` events): t_push_ms − t_detect_ms"
             }

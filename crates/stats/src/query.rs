@@ -72,6 +72,7 @@ fn channel_stage(channel: &str) -> Option<Stage> {
     match channel {
         "ws" => Some(Stage::DetectPushWs),
         "webhook" => Some(Stage::DetectPushWebhook),
+        "webhook_first" => Some(Stage::DetectPushWebhookFirst),
         "final" => Some(Stage::DetectFinal),
         _ => None,
     }
@@ -108,6 +109,7 @@ pub async fn compute(ch: &ChClient, now: UnixMs) -> Result<Snapshot, StatsError>
     let last_hour = model::windows(now)[0];
     let histogram_1h = histogram(ch, last_hour).await?;
     let rows_dated_after_now = rows_after(ch, now.0 + 1).await?;
+    let availability = crate::availability::report(ch, &model::windows(now)).await?;
     Ok(Snapshot {
         generated_at: iso(now.0),
         generated_at_ms: now.0,
@@ -116,6 +118,7 @@ pub async fn compute(ch: &ChClient, now: UnixMs) -> Result<Snapshot, StatsError>
         windows,
         series,
         histogram_1h,
+        availability,
         audit: Default::default(),
         diagnostics: Diagnostics {
             head_lead_ms: head_lead,

@@ -1,8 +1,10 @@
-//! Retention in ClickHouse: drop whole day partitions of the latency tables older than the
+//! Retention in ClickHouse: drop whole day partitions of the latency tables (and availability
+//! samples) older than the
 //! 30-day window plus a margin, and of the webhook `delivery_log` older than its own retention.
 //! These tables are partitioned by `intDiv(t_*_ms, 86400000)` (a UTC day number, free of any
 //! timezone), so a partition is dropped only when every row it can hold is older than the cutoff.
-//! Only `ingest_latency`, `push_latency` and `delivery_log` are touched; trades never are.
+//! Only `ingest_latency`, `push_latency`, `availability_samples` and `delivery_log` are touched;
+//! trades never are.
 //! Finished Postgres rows are in [`crate::purge`].
 
 use clickhouse::Row;
@@ -14,8 +16,8 @@ use serde::Deserialize;
 use crate::error::StatsError;
 use crate::model::DAY_MS;
 
-/// The latency tables (kept for the dashboard's windows).
-pub const TABLES: [&str; 2] = ["ingest_latency", "push_latency"];
+/// The latency tables and the availability samples (kept for the dashboard's windows).
+pub const TABLES: [&str; 3] = ["ingest_latency", "push_latency", "availability_samples"];
 /// The webhook attempt log (kept for the API's delivery log).
 pub const DELIVERY_LOG: &str = "delivery_log";
 

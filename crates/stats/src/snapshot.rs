@@ -1,5 +1,5 @@
 //! The latency snapshot: what `/latency.json` serves and `/latency` renders, the completeness
-//! audit's report included (types only: a leaf). A figure with no rows behind it is `null` (never
+//! audit's report included (types only; availability's are in [`crate::availability`]). A figure with no rows behind it is `null` (never
 //! 0); every window, bucket and histogram carries its UTC bounds.
 
 use serde::{Deserialize, Serialize};
@@ -80,7 +80,10 @@ pub struct Stages<T> {
     pub detect_logs: T,
     pub detect_stored: T,
     pub detect_push_ws: T,
+    /// Webhooks eventually delivered (retries included).
     pub detect_push_webhook: T,
+    /// Webhooks delivered by their first attempt.
+    pub detect_push_webhook_first: T,
     /// Block header received → `final` pushed (WebSocket and webhook).
     pub detect_final: T,
 }
@@ -92,6 +95,7 @@ impl<T: Clone> Stages<T> {
             detect_stored: v.clone(),
             detect_push_ws: v.clone(),
             detect_push_webhook: v.clone(),
+            detect_push_webhook_first: v.clone(),
             detect_final: v,
         }
     }
@@ -104,6 +108,7 @@ impl<T> Stages<T> {
             Stage::DetectStored => &self.detect_stored,
             Stage::DetectPushWs => &self.detect_push_ws,
             Stage::DetectPushWebhook => &self.detect_push_webhook,
+            Stage::DetectPushWebhookFirst => &self.detect_push_webhook_first,
             Stage::DetectFinal => &self.detect_final,
         }
     }
@@ -114,6 +119,7 @@ impl<T> Stages<T> {
             Stage::DetectStored => &mut self.detect_stored,
             Stage::DetectPushWs => &mut self.detect_push_ws,
             Stage::DetectPushWebhook => &mut self.detect_push_webhook,
+            Stage::DetectPushWebhookFirst => &mut self.detect_push_webhook_first,
             Stage::DetectFinal => &mut self.detect_final,
         }
     }
@@ -291,7 +297,7 @@ pub struct AuditReport {
 }
 
 /// Everything the dashboard shows, computed at `generated_at`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Snapshot {
     pub generated_at: String,
     pub generated_at_ms: i64,
@@ -300,6 +306,9 @@ pub struct Snapshot {
     pub windows: Vec<WindowReport>,
     pub series: Series,
     pub histogram_1h: HistogramReport,
+    /// Push and ingest availability per window, from the sampler's rows.
+    #[serde(default)]
+    pub availability: crate::availability::AvailabilityReport,
     /// The completeness audit (Postgres; filled in by the service after the ClickHouse part).
     #[serde(default)]
     pub audit: AuditReport,

@@ -19,7 +19,7 @@ pub struct IngestLatencyRow {
     pub backfilled: u8,
 }
 
-/// One delivered message (channel `ws` or `webhook`).
+/// One delivered message (channel `ws`, `webhook`, `ws_final` or `webhook_final`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, clickhouse::Row)]
 pub struct PushLatencyRow {
     pub block_number: u64,
@@ -30,6 +30,9 @@ pub struct PushLatencyRow {
     pub t_push_ms: i64,
     pub epoch: u64,
     pub backfilled: u8,
+    /// The webhook attempt that delivered it (1: the first); 0 for WebSocket frames. The
+    /// dashboard's first-attempt webhook figure counts `attempt = 1` only.
+    pub attempt: u32,
 }
 
 /// Insert ingest latency rows (the production write path used by `pmw-live`).

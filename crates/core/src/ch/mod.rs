@@ -1,6 +1,7 @@
 //! ClickHouse: the client, and the production write and read paths for facts (trades, latency
-//! rows, the delivery log); every statement's text is in [`statements`].
+//! rows, availability samples, the delivery log); every statement's text is in [`statements`].
 
+pub mod availability;
 mod client;
 pub mod delivery_log;
 pub mod latency;

@@ -53,6 +53,8 @@ pub const DELIVERY_LOG_PAGE: &str = include_str!("sql/delivery_log_page.sql");
 pub const DELIVERY_LOG_HEALTH: &str = include_str!("sql/delivery_log_health.sql");
 /// API: an endpoint's newest attempt that did not deliver.
 pub const DELIVERY_LOG_LAST_ERROR: &str = include_str!("sql/delivery_log_last_error.sql");
+/// Stats: availability of a window from the per-second samples.
+pub const AVAILABILITY_WINDOW: &str = include_str!("sql/availability_window.sql");
 /// API readiness: recent live WebSocket latency.
 pub const RECENT_LATENCY: &str = include_str!("sql/recent_latency.sql");
 
@@ -84,6 +86,7 @@ pub const ALL: &[(&str, &str)] = &[
     ("delivery_log_health", DELIVERY_LOG_HEALTH),
     ("delivery_log_last_error", DELIVERY_LOG_LAST_ERROR),
     ("recent_latency", RECENT_LATENCY),
+    ("availability_window", AVAILABILITY_WINDOW),
 ];
 
 /// The fixed fragments of a template, in order: comment lines dropped, whitespace collapsed,

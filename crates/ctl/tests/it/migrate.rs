@@ -114,6 +114,7 @@ async fn migrate_applies_to_empty_databases_and_is_idempotent() {
     assert_eq!(
         ch_tables,
         [
+            "availability_samples",
             "delivery_log",
             "ingest_latency",
             "push_latency",

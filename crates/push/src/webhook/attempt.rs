@@ -224,6 +224,8 @@ impl Done {
             epoch: epoch as u64,
             // A fill found by the completeness audit was not seen live: no live latency.
             backfilled: u8::from(is_audit(&d.payload)),
+            // Which attempt delivered it: the dashboard's first-attempt figure counts only 1.
+            attempt: self.number as u32,
         }
     }
 }
@@ -513,6 +515,7 @@ mod tests {
             (trade.t_push_ms, trade.epoch, trade.target_id),
             (NOW - 4, 4, 3)
         );
+        assert_eq!(trade.attempt, 3, "the attempt that delivered it");
         let fin = d.latency_row(&claimed(Kind::Final, r#"{"audit":true}"#), 4);
         assert_eq!((fin.channel.as_str(), fin.backfilled), (FINAL_CHANNEL, 1));
         assert_ne!(FINAL_CHANNEL, CHANNEL);

@@ -153,5 +153,7 @@ pub(super) fn latency_row(
         t_push_ms,
         epoch: epoch as u64,
         backfilled: u8::from(backfilled),
+        // Not a webhook attempt.
+        attempt: 0,
     }
 }

@@ -65,10 +65,10 @@ async fn webhook_500_then_200_same_id_twice_then_no_more() {
         outcomes,
         vec![(1, 500, "http_error".into()), (2, 200, "delivered".into())]
     );
-    let lat: Vec<(String, u64, i64, i64)> = env
+    let lat: Vec<(String, u64, i64, i64, u32)> = env
         .db
         .ch
-        .query("SELECT channel, target_id, t_detect_ms, t_push_ms FROM push_latency WHERE target_id = ?")
+        .query("SELECT channel, target_id, t_detect_ms, t_push_ms, attempt FROM push_latency WHERE target_id = ?")
         .bind(ep as u64)
         .fetch_all()
         .await
@@ -78,6 +78,8 @@ async fn webhook_500_then_200_same_id_twice_then_no_more() {
         (lat[0].0.as_str(), lat[0].1, lat[0].2),
         ("webhook", ep as u64, 1_000)
     );
+    // Delivered by the second attempt: the dashboard counts it as eventually delivered only.
+    assert_eq!(lat[0].4, 2, "{lat:?}");
     assert!(
         lat[0].3 >= row.done_ms.unwrap() - 10_000 && lat[0].3 <= row.done_ms.unwrap(),
         "{lat:?} {row:?}"

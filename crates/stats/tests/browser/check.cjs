@@ -1,7 +1,7 @@
 // Load the dashboard in headless Chromium (Debian's /usr/bin/chromium) driven by playwright-core,
-// record every request, console error and page error, read the headline figures and the audit's
-// figures as shown, compare them with /latency.json, count the charts and save a full-page
-// screenshot.
+// record every request, console error and page error, read the headline figures, the
+// availability cards, the webhook rows and the audit's figures as shown, compare them with
+// /latency.json, count the charts and save a full-page screenshot.
 //
 // usage: PMW_NODE_MODULES=<tools/node/node_modules> node check.cjs <page-url> <screenshot.png>
 // Prints one JSON report on stdout; the Rust test (tests/browser.rs) asserts on it.
@@ -52,6 +52,8 @@ async function main() {
     mismatches: [],
     audit_now: null,
     audit: [],
+    availability: [],
+    webhook_stages: [],
     svg_count: 0,
     svg_visible: 0,
     title: null,
@@ -125,6 +127,46 @@ async function main() {
         visible: await card.isVisible(),
       });
     }
+    const avail = page.locator('.avail-window');
+    for (let i = 0; i < (await avail.count()); i++) {
+      const card = avail.nth(i);
+      const parts = {};
+      for (const name of ['push', 'ingest']) {
+        const p = card.locator(`.avail-part[data-part="${name}"]`);
+        if ((await p.count()) === 0) continue;
+        parts[name] = {
+          share_attr: await p.getAttribute('data-available-share'),
+          gap_attr: await p.getAttribute('data-longest-gap-ms'),
+          share: (await p.locator('.share').innerText()).trim(),
+          gap: (await p.locator('.gap').innerText()).trim(),
+          text: (await p.innerText()).trim(),
+          visible: await p.isVisible(),
+        };
+      }
+      report.availability.push({
+        window: await card.getAttribute('data-window'),
+        unknown_s: await card.getAttribute('data-unknown-s'),
+        unknown: (await card.locator('.unknown').innerText()).trim(),
+        visible: await card.isVisible(),
+        parts,
+      });
+    }
+    for (const stage of ['detect_push_webhook_first', 'detect_push_webhook']) {
+      const rows = page.locator(`tr[data-stage="${stage}"]`);
+      for (let i = 0; i < (await rows.count()); i++) {
+        const row = rows.nth(i);
+        const cells = row.locator('td');
+        report.webhook_stages.push({
+          stage,
+          window: await row.locator('xpath=..').getAttribute('data-window'),
+          label: (await cells.nth(0).innerText()).trim(),
+          p50: (await cells.nth(1).innerText()).trim(),
+          p99: (await cells.nth(3).innerText()).trim(),
+          count: (await cells.nth(4).innerText()).trim(),
+          visible: await row.isVisible(),
+        });
+      }
+    }
     const svgs = page.locator('figure svg');
     report.svg_count = await svgs.count();
     for (let i = 0; i < report.svg_count; i++) {
@@ -152,6 +194,25 @@ async function main() {
       return { ...c, json: w ? w.stages.detect_final.p50_ms : undefined };
     });
     report.json_audit = json.audit;
+    // Every availability card and webhook row against the JSON it was rendered from.
+    for (const card of report.availability) {
+      const w = json.availability.windows.find((x) => x.window === card.window);
+      for (const name of ['push', 'ingest']) {
+        const shown = card.parts[name];
+        const want = w && w[name];
+        if (!shown || !want || Number(shown.share_attr) !== want.available_share ||
+            Number(shown.gap_attr) !== want.longest_gap_ms || !shown.visible) {
+          report.mismatches.push({ availability: card.window, part: name, json: want, shown });
+        }
+      }
+    }
+    for (const row of report.webhook_stages) {
+      const w = json.windows.find((x) => x.window === row.window);
+      const want = w && w.stages[row.stage];
+      if (!want || row.p50 !== expectedText(want.p50_ms) || row.count !== String(want.count)) {
+        report.mismatches.push({ stage: row.stage, window: row.window, json: want, shown: row });
+      }
+    }
     for (const f of json.headline.figures) {
       const shown = report.headline.find((h) => h.window === f.window);
       if (!shown || shown.text !== expectedText(f.p50_ms) || !shown.visible) {

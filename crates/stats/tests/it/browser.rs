@@ -1,7 +1,8 @@
 //! The dashboard in a real headless Chromium (Debian's `chromium`, driven by `playwright-core`
-//! from tools/node): headline figures and the completeness audit's figures visible and equal to
-//! the JSON, charts present, no console error, no request leaving this machine; a screenshot is
-//! saved under `artifacts/`.
+//! from tools/node): headline figures, availability (planted samples with a push gap, an ingest
+//! gap and unsampled time), the first-attempt and eventually-delivered webhook rows and the
+//! completeness audit's figures visible and equal to the JSON, charts present, no console error,
+//! no request leaving this machine; a screenshot is saved under `artifacts/`.
 
 use std::path::Path;
 use std::time::Duration;
@@ -44,7 +45,13 @@ async fn dashboard_renders_in_headless_chromium_with_nothing_from_the_internet()
             let lat = base + (i * 37) % 90;
             ingest_rows.push(ingest(b, t, lat / 4, lat / 2));
             push_rows.push(push(b, "ws", t, t + lat));
-            push_rows.push(push(b, "webhook", t, t + 2 * lat + 15));
+            // Every third webhook delivered by a retry, 6 s later.
+            let mut hook = push(b, "webhook", t, t + 2 * lat + 15);
+            if i % 3 == 2 {
+                hook.attempt = 2;
+                hook.t_push_ms += 6_000;
+            }
+            push_rows.push(hook);
             push_rows.push(push(b, "ws_final", t, t + 3 * lat + 4_000));
         }
     }
@@ -79,8 +86,14 @@ async fn dashboard_renders_in_headless_chromium_with_nothing_from_the_internet()
         .await
         .unwrap();
     }
-    // One snapshot for the whole test: the page and both JSON reads show the same figures.
-    let (svc, addr) = start(db.cfg.clone(), stats_config(3_600_000)).await;
+    let planted = plant_samples(&db, now).await;
+    // One snapshot for the whole test: the page and both JSON reads show the same figures. The
+    // sampler is off: the planted samples are all there is.
+    let no_sampler = pmw_stats::StatsConfig {
+        stats_availability_sampler: false,
+        ..stats_config(3_600_000)
+    };
+    let (svc, addr) = start(db.cfg.clone(), no_sampler).await;
     let json = json_after(addr, now.0).await;
 
     let shot = root.join("artifacts/stats-dashboard.png");
@@ -173,6 +186,8 @@ async fn dashboard_renders_in_headless_chromium_with_nothing_from_the_internet()
     assert_eq!(windows[0]["audited_through_block"], 5000);
     assert_eq!(windows[0]["max_trail_blocks"], 10);
     assert_eq!(windows[0]["max_trail_ms"], 20_000);
+    check_availability(&report, &planted);
+    check_webhook_rows(&report, &json);
     let p50s: Vec<_> = figures.iter().map(|f| f["p50_ms"].clone()).collect();
     assert!(
         p50s.iter().all(|v| v.is_i64()),
@@ -207,4 +222,69 @@ async fn dashboard_renders_in_headless_chromium_with_nothing_from_the_internet()
     println!("screenshot: {}", shot.display());
     eprintln!("screenshot: {}", shot.display());
     svc.stop().await.unwrap();
+}
+
+/// The availability cards: one per window, visible, showing the planned figures (the 1h window:
+/// push available 2 061 s of 3 600 s, 57.250 %; unknown 1 500 s, 41.666 %).
+fn check_availability(report: &serde_json::Value, planted: &PlantedSamples) {
+    let cards = report["availability"].as_array().unwrap();
+    let names: Vec<&str> = cards
+        .iter()
+        .map(|c| c["window"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["1h", "24h", "7d", "30d"], "{report}");
+    for c in cards {
+        assert_eq!(c["visible"], true, "{c}");
+        let push = &c["parts"]["push"];
+        let ingest = &c["parts"]["ingest"];
+        assert_eq!(push["visible"], true, "{c}");
+        assert_eq!(push["gap"], "39.0 s", "{c}");
+        assert_eq!(
+            push["gap_attr"],
+            planted.push_gap_ms.to_string().as_str(),
+            "{c}"
+        );
+        assert_eq!(ingest["gap"], "20.0 s", "{c}");
+    }
+    let h = &cards[0];
+    assert_eq!(h["parts"]["push"]["share"], "57.250 %", "{h}");
+    assert_eq!(h["parts"]["ingest"]["share"], "57.777 %", "{h}");
+    assert_eq!(h["unknown"], "41.666 %", "{h}");
+    assert_eq!(
+        h["unknown_s"],
+        (3_600 - planted.sampled_s).to_string().as_str()
+    );
+    assert!(
+        h["parts"]["push"]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("push: 57.250 % of the window available (98.142 % of the time sampled), longest gap 39.0 s"),
+        "{h}"
+    );
+}
+
+/// The webhook rows: first attempt and eventually delivered in every window, the retried
+/// deliveries only in the second (its p99 carries the 6 s retry, the first-attempt one not).
+fn check_webhook_rows(report: &serde_json::Value, json: &serde_json::Value) {
+    let rows = report["webhook_stages"].as_array().unwrap();
+    assert_eq!(rows.len(), 8, "{report}");
+    for r in rows {
+        assert_eq!(r["visible"], true, "{r}");
+        let label = match r["stage"].as_str().unwrap() {
+            "detect_push_webhook_first" => "header received → pushed (webhook, first attempt)",
+            _ => "header received → pushed (webhook, eventually delivered)",
+        };
+        assert_eq!(r["label"], label, "{r}");
+    }
+    for w in json["windows"].as_array().unwrap() {
+        let first = &w["stages"]["detect_push_webhook_first"];
+        let all = &w["stages"]["detect_push_webhook"];
+        let (nf, na) = (
+            first["count"].as_u64().unwrap(),
+            all["count"].as_u64().unwrap(),
+        );
+        assert!(nf > 0 && nf < na, "retries are not first attempts: {w}");
+        assert!(first["p99_ms"].as_i64().unwrap() < 6_000, "{w}");
+        assert!(all["p99_ms"].as_i64().unwrap() >= 6_000, "{w}");
+    }
 }

@@ -57,6 +57,7 @@ pub fn push(block: u64, channel: &str, t_detect_ms: i64, t_push_ms: i64) -> Push
         t_push_ms,
         epoch: 1,
         backfilled: 0,
+        attempt: u32::from(channel == "webhook"),
     }
 }
 
@@ -123,4 +124,65 @@ pub fn window<'a>(json: &'a serde_json::Value, name: &str) -> &'a serde_json::Va
         .iter()
         .find(|w| w["window"] == name)
         .unwrap_or_else(|| panic!("window {name} in {json}"))
+}
+
+/// Samples planted by [`plant_samples`], as the test plans them (never read back from the
+/// code): one per second over 2 400 s ending 10 minutes before `now`, except a 300 s hole (the
+/// sampler down); push owes a block for 45 s (over the 5 s bound from its 6th second: 39 s
+/// unavailable, one run); ingest trails by 3 blocks for 20 s (20 s unavailable).
+pub struct PlantedSamples {
+    pub sampled_s: u64,
+    pub push_unavailable_s: u64,
+    pub push_gap_ms: i64,
+    pub push_gap_from_ms: i64,
+    pub ingest_unavailable_s: u64,
+    pub ingest_gap_ms: i64,
+}
+
+/// Plant [`PlantedSamples`] through the production path: the sampler's own state machine on
+/// planned observations, then its insert.
+pub async fn plant_samples(db: &TestDb, now: pmw_core::UnixMs) -> PlantedSamples {
+    use pmw_core::ch::availability::insert_samples;
+    use pmw_stats::sampler::{Observation, Sampler};
+    let base = (now.0 - 50 * 60_000).div_euclid(1_000) * 1_000;
+    let (push_from, push_to) = (600, 645);
+    let (ingest_from, ingest_to) = (1_000, 1_020);
+    let (hole_from, hole_to) = (1_500, 1_800);
+    let mut sampler = Sampler::new();
+    let mut rows = Vec::new();
+    for i in 0..2_400i64 {
+        if (hole_from..hole_to).contains(&i) {
+            continue;
+        }
+        let t = base + i * 1_000;
+        let t_owed = base + push_from * 1_000;
+        let (watermark, push_block, owed) = if i < push_from {
+            ((100, base - 1_000), 100, None)
+        } else if i < push_to {
+            ((101, t_owed), 100, Some((101, t_owed - 200)))
+        } else {
+            ((101, t_owed), 101, None)
+        };
+        let lead = if (ingest_from..ingest_to).contains(&i) {
+            3
+        } else {
+            0
+        };
+        let o = Observation {
+            watermark: Some(watermark),
+            push_block: Some(push_block),
+            owed,
+            live: Some((t - 500, Some(watermark.0 + lead))),
+        };
+        rows.push(sampler.sample(t, Some(&o)));
+    }
+    insert_samples(&db.ch, &rows).await.unwrap();
+    PlantedSamples {
+        sampled_s: 2_100,
+        push_unavailable_s: 39,
+        push_gap_ms: 39_000,
+        push_gap_from_ms: base + (push_from + 6) * 1_000,
+        ingest_unavailable_s: 20,
+        ingest_gap_ms: 20_000,
+    }
 }

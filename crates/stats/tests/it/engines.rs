@@ -1,16 +1,18 @@
 //! The ClickHouse layer on two engines: the stack's ClickHouse 18.16 and a current ClickHouse
 //! (chDB behind its HTTP interface, `tools/python/chdb_http.py`). The production code runs the
 //! migration, writes the same data (ingested trades, a crash's re-insert, a reorg's retraction
-//! rows, latency rows across a day boundary, delivery attempts) and sends every statement of
+//! rows, latency rows across a day boundary, availability samples, delivery attempts) and sends every statement of
 //! `pmw_core::ch::statements` (checked from the statements the second engine received); each
 //! read returns the same rows on both, and retention drops the same partitions.
 
+use pmw_core::ch::availability::{self, AvailabilitySample};
 use pmw_core::ch::delivery_log::{self, DeliveryLogRow};
 use pmw_core::ch::latency::{self, IngestLatencyRow, PushLatencyRow};
 use pmw_core::ch::trades::{self, TradeRow};
 use pmw_core::ch::{self, ChClient};
 use pmw_core::ch::{statements, Window};
 use pmw_core::{migrate, Cursor, UnixMs};
+use pmw_stats::sampler::{Observation, Sampler};
 use pmw_stats::{query, retention};
 use pmw_testkit::{ChdbServer, TestDb};
 use serde::Deserialize;
@@ -254,6 +256,13 @@ async fn scenario(ch: &ChClient) -> Vec<(&'static str, String)> {
         })
         .collect();
     pushes[7].backfilled = 1;
+    // Some webhooks delivered by a retry: eventually delivered, not first attempt.
+    for p in pushes
+        .iter_mut()
+        .filter(|p| p.channel == "webhook" && p.block_number % 2 == 0)
+    {
+        p.attempt = 2;
+    }
     pushes.push(push(2_000, "ws", NOW, NOW + 2 * HOUR));
     pushes.push(push(2_001, "ws", NOW - 10, NOW - 20));
     for d in [50, 33, 2] {
@@ -265,6 +274,7 @@ async fn scenario(ch: &ChClient) -> Vec<(&'static str, String)> {
         ));
     }
     latency::insert_push(ch, &pushes).await.unwrap();
+    availability::insert_samples(ch, &samples()).await.unwrap();
     let w = Window {
         from_ms: BOUNDARY - HOUR,
         to_ms: NOW + 1,
@@ -330,6 +340,38 @@ async fn scenario(ch: &ChClient) -> Vec<(&'static str, String)> {
     rec("stats snapshot after retention", format!("{snapshot:#?}"));
     let pages: Vec<Attempt> = delivery_log::page(ch, 7, &None, 10).await.unwrap();
     rec("delivery_log after retention", format!("{pages:?}"));
+    out
+}
+
+/// Availability samples across the day boundary (a push gap, an ingest gap, a hole) and on old
+/// days (retention), through the sampler's own state machine.
+fn samples() -> Vec<AvailabilitySample> {
+    let mut sampler = Sampler::new();
+    let mut out = Vec::new();
+    let at = |t: i64| Observation {
+        watermark: Some((10, t - 300)),
+        push_block: Some(10),
+        owed: None,
+        live: Some((t - 100, Some(10))),
+    };
+    for i in 0..600i64 {
+        if (200..260).contains(&i) {
+            continue;
+        }
+        let t = BOUNDARY - 300_000 + i * 1_000;
+        let mut o = at(t);
+        if (100..130).contains(&i) {
+            o.owed = Some((10, BOUNDARY - 200_000));
+        }
+        if (400..410).contains(&i) {
+            o.live = Some((t - 100, Some(14)));
+        }
+        out.push(sampler.sample(t, Some(&o)));
+    }
+    for d in [45, 33, 2] {
+        let t = NOW - d * DAY;
+        out.push(sampler.sample(t, Some(&at(t))));
+    }
     out
 }
 

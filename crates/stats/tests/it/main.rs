@@ -1,7 +1,8 @@
 //! pmw-stats' integration tests on the real ClickHouse (and a current one, chDB) and Postgres:
-//! the ClickHouse layer on both engines, windows, time zones,
+//! the ClickHouse layer on both engines, windows, availability, time zones,
 //! retention, the writer lock, the dashboard in a browser.
 
+mod availability;
 mod browser;
 mod common;
 mod engines;
