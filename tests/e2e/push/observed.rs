@@ -1,6 +1,7 @@
 //! What clients, receivers and the dashboard observe: client-side latency and heartbeats, each
-//! matched trade delivered once as a webhook verified by the official library, and pmw-stats'
-//! detect→push median against what a client measured.
+//! matched trade delivered once as a webhook verified by the official library, pmw-stats'
+//! detect→push median against what a client measured, and a push outage in pmw-stats'
+//! availability samples and figures.
 
 use std::cell::{Cell, RefCell};
 use std::time::Duration;
@@ -286,4 +287,122 @@ async fn webhooks_held_up_never_hold_up_websocket_frames() {
         seen.trades.len(),
         got.len()
     );
+}
+
+/// One availability sample as read back from ClickHouse.
+#[derive(Debug, clickhouse::Row, serde::Deserialize)]
+struct Sample {
+    t_ms: i64,
+    push_lag_ms: i64,
+    push_ok: u8,
+    ingest_ok: u8,
+    watermark: u64,
+    push_block: u64,
+}
+
+/// The first availability sample taken after `after_ms` that satisfies `pred`.
+async fn sample_where(h: &Harness, after_ms: i64, pred: impl Fn(&Sample) -> bool) -> Sample {
+    let found = eventually_every(WITHIN, Duration::from_millis(250), || async {
+        let rows: Vec<Sample> =
+            h.db.ch
+                .query(
+                    "SELECT t_ms, push_lag_ms, push_ok, ingest_ok, watermark, push_block \
+                 FROM availability_samples WHERE t_ms > ? ORDER BY t_ms",
+                )
+                .bind(after_ms)
+                .fetch_all()
+                .await
+                .unwrap();
+        rows.into_iter().find(|s| pred(s))
+    })
+    .await;
+    found.unwrap_or_else(|| panic!("no availability sample after {after_ms} as expected"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_shows_a_push_outage_as_unavailable_time_and_its_gap() {
+    let h = Harness::new().await;
+    let stats_cfg = pmw_stats::config::StatsConfig {
+        stats_listen: "127.0.0.1:0".parse().unwrap(),
+        stats_interval_ms: 500,
+        ..pmw_stats::config::StatsConfig::default()
+    };
+    let core = h.core();
+    let (stats, saddr) = pmw_testkit::ServiceHandle::start_bound(WITHIN, move |stop, bound| {
+        pmw_stats::run_with(core, stats_cfg, stop, Some(bound))
+    })
+    .await;
+    let (push, _) = h.leader("push-a").await;
+    let (_, _key) = h.account(&demo_wallets(6)).await;
+    h.trade(1, Duration::from_millis(200), 10).await;
+    h.wait_pushed(WITHIN).await;
+    let head = h.sim.rpc().latest_block().await.unwrap().number.0;
+    // Push and ingest keep up: available.
+    let up = sample_where(&h, 0, |s| s.watermark >= head && s.push_block >= head).await;
+    assert_eq!(
+        (up.push_ok, up.push_lag_ms, up.ingest_ok),
+        (1, 0, 1),
+        "{up:?}"
+    );
+
+    // Push stops while trades go on: once the oldest owed trade has waited over 5 s, push is
+    // unavailable (ingest is not). Left down until it has waited 8 s: at least 3 s of gap.
+    push.stop().await.unwrap();
+    let stopped = pmw_core::UnixMs::now().0;
+    h.trade(1, Duration::from_millis(200), 3).await;
+    let first_down = sample_where(&h, stopped, |s| s.push_ok == 0).await;
+    assert!(first_down.push_lag_ms > 5_000, "{first_down:?}");
+    let down = sample_where(&h, stopped, |s| s.push_lag_ms > 8_000).await;
+    assert_eq!(down.push_ok, 0, "{down:?}");
+    assert!(down.watermark > down.push_block, "{down:?}");
+    assert_eq!(down.ingest_ok, 1, "{down:?}");
+
+    // Push back: it delivers what it owed and is available again.
+    let (push, _) = h.leader("push-b").await;
+    h.wait_pushed(WITHIN).await;
+    let back = sample_where(&h, down.t_ms, |s| s.push_ok == 1).await;
+    assert_eq!(back.push_lag_ms, 0, "{back:?}");
+
+    // Ingest stayed available through the push outage (samples before push and live were up
+    // at the start are not part of it).
+    let ingest_down: u64 =
+        h.db.ch
+            .query("SELECT count() FROM availability_samples WHERE t_ms >= ? AND ingest_ok = 0")
+            .bind(up.t_ms)
+            .fetch_one()
+            .await
+            .unwrap();
+    assert_eq!(ingest_down, 0);
+    // The page's JSON: the outage's failing samples in the last hour's unavailable push time,
+    // its run as the longest gap (at least first_down → down), never longer than the outage.
+    let json = eventually_every(WITHIN, Duration::from_millis(250), || async {
+        let r = reqwest::get(format!("http://{saddr}/latency.json"))
+            .await
+            .ok()?;
+        let v: serde_json::Value = r.json().await.ok()?;
+        let w = v["availability"]["windows"][0].clone();
+        (v["generated_at_ms"].as_i64()? > back.t_ms).then_some(w)
+    })
+    .await
+    .expect("a snapshot after the outage");
+    assert_eq!(json["window"], "1h");
+    let gap = json["push"]["longest_gap_ms"].as_i64().unwrap();
+    let unavailable = json["push"]["unavailable_s"].as_u64().unwrap();
+    println!(
+        "push outage of {} ms: longest gap {gap} ms, {unavailable} s unavailable, {} s sampled",
+        back.t_ms - stopped,
+        json["sampled_s"]
+    );
+    assert!(gap >= down.t_ms - first_down.t_ms + 1_000, "{json}");
+    assert!(gap <= back.t_ms - stopped, "{json}");
+    assert!(
+        unavailable as i64 > (down.t_ms - first_down.t_ms) / 1_000,
+        "{json}"
+    );
+    assert!(
+        json["unknown_s"].as_u64().unwrap() > 3_000,
+        "the hour before the test: {json}"
+    );
+    push.stop().await.unwrap();
+    stats.stop().await.unwrap();
 }
