@@ -37,7 +37,8 @@ table{border-collapse:collapse;width:100%;font-size:.9rem}th,td{border-bottom:1p
 padding:.3rem .5rem;text-align:right}th:first-child,td:first-child{text-align:left}\
 tr.wrow th{text-align:left;background:#f6f6f6}figure{margin:1.5rem 0}svg{max-width:100%;\
 height:auto}figcaption{color:#555;font-size:.8rem}.warn{background:#fff3cd;border:1px solid \
-#e0c36c;padding:.5rem 1rem}code{font-size:.85rem}";
+#e0c36c;padding:.5rem 1rem}code{font-size:.85rem}.avail-part{margin:.4rem 0}\
+.avail-part .share{font-size:1.3rem;font-weight:bold}";
 
 fn head(out: &mut String, title: &str) {
     let _ = write!(
