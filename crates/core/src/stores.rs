@@ -1,6 +1,10 @@
 //! Opening a service's stores at start-up: Postgres pool and ClickHouse client, reachable and
-//! carrying exactly the schema this build knows (otherwise exit 78).
+//! carrying exactly the schema this build knows (otherwise exit 78); the delivery path's
+//! services wait for a store that is down instead of exiting.
 
+use tokio_util::sync::CancellationToken;
+
+use crate::backoff::{Backoff, Policy};
 use crate::ch::{self, ChClient};
 use crate::config::CoreConfig;
 use crate::exit::ServiceError;
@@ -28,5 +32,32 @@ impl Stores {
         drop(client);
         tracing::info!(service, "schema checked");
         Ok(Stores { pg: pool, ch })
+    }
+
+    /// [`Stores::open`], waiting (the store policy of [`crate::backoff`], logged) while a store
+    /// is unreachable, until shutdown. For push and live: a process that exits 75 while
+    /// ClickHouse or Postgres is down is restarted by pm2 after a delay that grows with each
+    /// exit (up to 15 s), so the store could be back for seconds before the service tried
+    /// again (seed 10149: a push pair crash-looping through a ClickHouse outage came back 7 s
+    /// after ClickHouse did). Waiting in-process notices a store that is back within a second.
+    pub async fn open_waiting(
+        cfg: &CoreConfig,
+        service: &str,
+        shutdown: &CancellationToken,
+    ) -> Result<Stores, ServiceError> {
+        let mut backoff = Backoff::new(Policy::STORE);
+        loop {
+            match Stores::open(cfg, service).await {
+                Err(ServiceError::Transient(why)) => {
+                    let wait = backoff.next_wait();
+                    tracing::warn!(service, error = %why, retry_in_ms = wait.as_millis() as u64, failures = backoff.failures(), "stores unreachable at start; waiting");
+                    tokio::select! {
+                        _ = tokio::time::sleep(wait) => {}
+                        _ = shutdown.cancelled() => return Err(ServiceError::Transient(why)),
+                    }
+                }
+                other => return other,
+            }
+        }
     }
 }

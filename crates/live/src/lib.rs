@@ -44,7 +44,7 @@ pub async fn run_with(
 ) -> Result<(), ServiceError> {
     pmw_core::metrics::start(SERVICE, live.live_metrics_addr, &shutdown).await;
     telemetry::init();
-    let stores = Stores::open(&cfg, SERVICE).await?;
+    let stores = Stores::open_waiting(&cfg, SERVICE, &shutdown).await?;
     let instance = cfg.instance_or(SERVICE);
     let heartbeat = Heartbeat::new(stores.pg.clone(), SERVICE, &instance);
     let _ = heartbeat

@@ -96,7 +96,7 @@ pub async fn run_with(
     }
     pmw_core::metrics::start(SERVICE, push.push_metrics_addr, &shutdown).await;
     telemetry::init();
-    let stores = Stores::open(&cfg, SERVICE).await?;
+    let stores = Stores::open_waiting(&cfg, SERVICE, &shutdown).await?;
     let pools = Pools::open(&cfg)?;
     let instance = cfg.instance_or(SERVICE);
     let heartbeat = Heartbeat::new(pools.heartbeat.clone(), SERVICE, &instance);

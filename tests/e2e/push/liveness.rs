@@ -194,6 +194,37 @@ async fn sigterm_while_rounds_fail_stops_and_releases_the_lock() {
 
 /// A leader (push-a) whose ClickHouse is behind a proxy the test can cut or freeze; returns once
 /// it listens.
+/// A push started while ClickHouse is down waits for it in-process and leads once it is back.
+/// It used to exit 75 at once, and pm2's restart delay grows with every exit (up to 15 s), so
+/// a pair crash-looping through a ClickHouse outage came back seconds after ClickHouse did
+/// (seed 10149 of the checker: 7 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_started_while_clickhouse_is_down_waits_for_it_and_then_leads() {
+    let h = Harness::new().await;
+    let ch = TcpProxy::start(ch_addr(&h)).await;
+    ch.cut();
+    let mut core = h.core();
+    core.clickhouse_url = format!("http://{}", ch.addr);
+    let (handle, rx) = spawn_push(core, "push-a", h.push_config(), hooks());
+    // Several retries of the store policy (100 ms doubling to 1 s) pass.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        !handle.is_finished(),
+        "push must wait for ClickHouse, not exit: {:?}",
+        handle.join().await
+    );
+    ch.restore();
+    let addr = bound_within(rx, WITHIN).await;
+    let wallets = demo_wallets(2);
+    let (_, key) = h.account(&wallets).await;
+    let mut c = connect(addr, &key, None).await;
+    let start: Cursor = hello_cursor(&mut c).await;
+    h.sim.run_matches(2).await.unwrap();
+    h.wait_pushed(WITHIN).await;
+    assert!(!h.expected(&wallets, start).is_empty());
+    handle.stop().await.unwrap();
+}
+
 async fn leader_behind_ch_proxy(
     h: &Harness,
     push: PushConfig,
