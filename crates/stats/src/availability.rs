@@ -49,6 +49,12 @@ pub struct AvailabilityWindow {
     pub unknown_share: f64,
     pub push: Part,
     pub ingest: Part,
+    /// The longest any owed trade had waited for push in a sample (ms); `null` when never
+    /// measured.
+    pub push_max_lag_ms: Option<i64>,
+    /// The most blocks ingest trailed the newest header received in a sample; `null` when never
+    /// measured.
+    pub ingest_max_lag_blocks: Option<i64>,
 }
 
 /// The availability section of the snapshot.
@@ -139,6 +145,10 @@ pub fn window_of(nw: NamedWindow, agg: &AvailabilityAgg) -> AvailabilityWindow {
             agg.ingest_gap_ms,
             agg.ingest_gap_from_ms,
         ),
+        // -1 is "not measurable" (and ClickHouse's max over no rows is 0): only a measured lag.
+        push_max_lag_ms: (sampled > 0 && agg.push_max_lag_ms >= 0).then_some(agg.push_max_lag_ms),
+        ingest_max_lag_blocks: (sampled > 0 && agg.ingest_max_lag_blocks >= 0)
+            .then_some(agg.ingest_max_lag_blocks),
     }
 }
 
@@ -169,7 +179,7 @@ pub fn gap(ms: i64) -> String {
     }
 }
 
-fn part_line(out: &mut String, name: &str, label: &str, p: &Part) {
+fn part_line(out: &mut String, name: &str, label: &str, p: &Part, most: &str) {
     let gap_text = match p.longest_gap_ms {
         Some(g) => gap(g),
         None => "no data".into(),
@@ -179,7 +189,7 @@ fn part_line(out: &mut String, name: &str, label: &str, p: &Part) {
         "<div class=\"avail-part\" data-part=\"{name}\" data-available-share=\"{share}\" \
          data-longest-gap-ms=\"{g}\">{label}: <span class=\"share\">{shown}</span> of the window \
          available (<span class=\"sampled-share\">{of_sampled}</span> of the time sampled), \
-         longest gap <span class=\"gap\">{gap_text}</span></div>",
+         longest gap <span class=\"gap\">{gap_text}</span>; {most}</div>",
         share = p.available_share,
         g = p.longest_gap_ms.map_or(String::new(), |g| g.to_string()),
         shown = pct(p.available_share),
@@ -212,8 +222,14 @@ pub fn render(r: &AvailabilityReport, out: &mut String) {
         if w.sampled_s == 0 {
             out.push_str("<div class=\"nodata avail-none\">no samples: unknown</div>");
         } else {
-            part_line(out, "push", "push", &w.push);
-            part_line(out, "ingest", "ingest", &w.ingest);
+            let waited = w.push_max_lag_ms.map_or("no data".into(), gap);
+            let behind = w
+                .ingest_max_lag_blocks
+                .map_or("no data".into(), |b| b.to_string());
+            let most = format!("longest wait <span class=\"max-lag\">{waited}</span>");
+            part_line(out, "push", "push", &w.push, &most);
+            let most = format!("most behind <span class=\"max-lag\">{behind}</span> blocks");
+            part_line(out, "ingest", "ingest", &w.ingest, &most);
         }
         let _ = write!(
             out,
@@ -259,8 +275,14 @@ mod tests {
             push_gap_from_ms: 1_500_000,
             ingest_gap_ms: 0,
             ingest_gap_from_ms: 0,
+            push_max_lag_ms: 44_000,
+            ingest_max_lag_blocks: 1,
         };
         let w = window_of(nw(3_600), &agg);
+        assert_eq!(
+            (w.push_max_lag_ms, w.ingest_max_lag_blocks),
+            (Some(44_000), Some(1))
+        );
         assert_eq!((w.seconds, w.sampled_s, w.unknown_s), (3_600, 3_000, 600));
         assert_eq!((w.push.available_s, w.push.unavailable_s), (2_960, 40));
         assert_eq!(w.push.available_share, 0.822222);
@@ -286,7 +308,13 @@ mod tests {
                 push_gap_from_ms: 0,
                 ingest_gap_ms: 0,
                 ingest_gap_from_ms: 0,
+                push_max_lag_ms: 0,
+                ingest_max_lag_blocks: 0,
             },
+        );
+        assert_eq!(
+            (none.push_max_lag_ms, none.ingest_max_lag_blocks),
+            (None, None)
         );
         assert_eq!((none.unknown_s, none.unknown_share), (3_600, 1.0));
         assert_eq!(

@@ -395,6 +395,12 @@ async fn the_dashboard_shows_a_push_outage_as_unavailable_time_and_its_gap() {
     );
     assert!(gap >= down.t_ms - first_down.t_ms + 1_000, "{json}");
     assert!(gap <= back.t_ms - stopped, "{json}");
+    // The longest wait: at least what the last failing sample saw, at most the outage.
+    let waited = json["push_max_lag_ms"].as_i64().unwrap();
+    assert!(
+        waited >= down.push_lag_ms && waited <= back.t_ms - stopped,
+        "{json}"
+    );
     assert!(
         unavailable as i64 > (down.t_ms - first_down.t_ms) / 1_000,
         "{json}"

@@ -25,8 +25,8 @@ pub struct AvailabilitySample {
     pub push_block: u64,
 }
 
-/// One window's aggregate: seconds sampled, seconds each part was available, and each part's
-/// longest run of failing samples (ms, 0 when none) with its start.
+/// One window's aggregate: seconds sampled, seconds each part was available, each part's
+/// longest run of failing samples (ms, 0 when none) with its start, and the most each trailed.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, clickhouse::Row)]
 pub struct AvailabilityAgg {
     pub sampled: u64,
@@ -36,6 +36,10 @@ pub struct AvailabilityAgg {
     pub push_gap_from_ms: i64,
     pub ingest_gap_ms: i64,
     pub ingest_gap_from_ms: i64,
+    /// The most the oldest owed trade had waited in any sample (-1: never measurable).
+    pub push_max_lag_ms: i64,
+    /// The most ingest trailed the head in any sample, in blocks (-1: never measurable).
+    pub ingest_max_lag_blocks: i64,
 }
 
 /// Insert samples in one INSERT (the production write path of pmw-stats' sampler).

@@ -70,6 +70,11 @@ async fn planted_gaps_show_as_shares_unknown_time_and_longest_gaps() {
             "{w}"
         );
         assert_eq!(w["ingest"]["longest_gap_ms"], plan.ingest_gap_ms, "{w}");
+        assert_eq!(w["push_max_lag_ms"], plan.push_max_lag_ms, "{w}");
+        assert_eq!(
+            w["ingest_max_lag_blocks"], plan.ingest_max_lag_blocks,
+            "{w}"
+        );
     }
     // The 1h window: 57.25 % of it push-available (2 061 of 3 600 s), 41.666 % unknown.
     assert_eq!(
@@ -97,6 +102,7 @@ async fn no_samples_is_unknown_never_available() {
         assert!(w["push"]["available_share_of_sampled"].is_null(), "{w}");
         assert!(w["push"]["longest_gap_ms"].is_null(), "{w}");
         assert!(w["ingest"]["longest_gap_ms"].is_null(), "{w}");
+        assert!(w["push_max_lag_ms"].is_null(), "{w}");
     }
     let (_, page) = get(&format!("http://{addr}/latency")).await;
     assert_eq!(page.matches("no samples: unknown").count(), 4, "{page}");

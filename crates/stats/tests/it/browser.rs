@@ -258,7 +258,14 @@ fn check_availability(report: &serde_json::Value, planted: &PlantedSamples) {
         h["parts"]["push"]["text"]
             .as_str()
             .unwrap()
-            .starts_with("push: 57.250 % of the window available (98.142 % of the time sampled), longest gap 39.0 s"),
+            .starts_with("push: 57.250 % of the window available (98.142 % of the time sampled), longest gap 39.0 s; longest wait 44.0 s"),
+        "{h}"
+    );
+    assert!(
+        h["parts"]["ingest"]["text"]
+            .as_str()
+            .unwrap()
+            .ends_with("longest gap 20.0 s; most behind 3 blocks"),
         "{h}"
     );
 }

@@ -137,6 +137,9 @@ pub struct PlantedSamples {
     pub push_gap_from_ms: i64,
     pub ingest_unavailable_s: u64,
     pub ingest_gap_ms: i64,
+    /// The oldest owed trade's longest wait (its 45th sample: 44 s) and ingest's most blocks behind.
+    pub push_max_lag_ms: i64,
+    pub ingest_max_lag_blocks: i64,
 }
 
 /// Plant [`PlantedSamples`] through the production path: the sampler's own state machine on
@@ -184,5 +187,7 @@ pub async fn plant_samples(db: &TestDb, now: pmw_core::UnixMs) -> PlantedSamples
         push_gap_from_ms: base + (push_from + 6) * 1_000,
         ingest_unavailable_s: 20,
         ingest_gap_ms: 20_000,
+        push_max_lag_ms: 44_000,
+        ingest_max_lag_blocks: 3,
     }
 }
