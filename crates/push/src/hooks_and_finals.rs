@@ -97,6 +97,11 @@ impl HooksAndFinals {
         self.result.clone().unwrap_or(Ok(()))
     }
 
+    /// Begin stopping without waiting ([`HooksAndFinals::wait`] says when it ended).
+    pub fn begin_stop(&self) {
+        self.stop.cancel();
+    }
+
     /// Stop: the round in flight finishes (bounded by the round deadline), no new one starts.
     pub async fn stop(mut self) -> Result<(), String> {
         self.stop.cancel();

@@ -227,3 +227,67 @@ async fn health_is_ready_only_after_a_round_and_reports_the_leader() {
     assert!(body["epoch"].as_i64().unwrap() >= 1);
     push.stop().await.unwrap();
 }
+
+/// A graceful stop keeps the WebSocket feed going while the webhook attempts in flight finish
+/// (a receiver that answers after 4 s): a trade mined during that drain reaches the open session
+/// before the 1012 close. The feed used to stop at the signal, so a rolling deploy darkened
+/// every session for as long as the slowest receiver took (checker seed 24459: 1.9 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_feed_goes_on_while_a_graceful_stop_drains_the_webhooks() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let h = Harness::new().await;
+    let mine = demo_wallets(6);
+    let (account, key) = h.account(&mine).await;
+    let asked = std::sync::Arc::new(AtomicBool::new(false));
+    let flag = asked.clone();
+    let app = axum::Router::new().route(
+        "/slow",
+        axum::routing::post(move || {
+            let flag = flag.clone();
+            async move {
+                flag.store(true, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_secs(4)).await;
+                "ok"
+            }
+        }),
+    );
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/slow", l.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(l, app).await });
+    let now = pmw_core::UnixMs::now().0;
+    h.db.connect()
+        .await
+        .batch_execute(&format!(
+            "INSERT INTO webhook_endpoints (account_id, url, secret, created_ms, updated_ms) \
+             VALUES ({account}, '{url}', 'whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0', {now}, {now}); \
+             SELECT pg_notify('pmw_subscriptions', '')"
+        ))
+        .await
+        .unwrap();
+    let (a, addr) = h.leader("push-a").await;
+    let mut c = connect(addr, &key, None).await;
+    let start: Cursor = hello_cursor(&mut c).await;
+    h.sim.run_matches(1).await.unwrap();
+    let in_flight = eventually_every(WITHIN, Duration::from_millis(20), || async {
+        asked.load(Ordering::SeqCst)
+    })
+    .await;
+    assert!(in_flight, "no webhook attempt started");
+    // Attempts are in flight for 4 s: stop the leader, then trade during the drain.
+    let stopping = tokio::spawn(a.stop());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!stopping.is_finished(), "the stop waits for the receiver");
+    h.sim.run_matches(1).await.unwrap();
+    let seen = crate::harness::closed_with(c, 1012, WITHIN, "closed at the hand-over").await;
+    stopping.await.unwrap().unwrap();
+    let owed = h.expected(&mine, start);
+    println!(
+        "drain: {} trades owed over both matches, {} received before the 1012",
+        owed.len(),
+        seen.trades.len()
+    );
+    assert_eq!(
+        seen.trades, owed,
+        "the trade mined during the drain was delivered"
+    );
+}

@@ -146,6 +146,11 @@ impl Dispatcher {
         self.result.clone().unwrap_or(Ok(()))
     }
 
+    /// Begin stopping without waiting ([`Dispatcher::wait`] says when it ended).
+    pub fn begin_stop(&self) {
+        self.stop.cancel();
+    }
+
     /// Stop: no new claims, attempts in flight finish (bounded by the timeout), facts flushed.
     pub async fn stop(mut self) -> Result<(), WebhookError> {
         self.stop.cancel();
