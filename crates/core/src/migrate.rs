@@ -73,6 +73,7 @@ pub const POSTGRES: &[Migration] = &[
         "postgres/0014_subs_version_changes.sql"
     ),
     migration!(15, "replay_quota", "postgres/0015_replay_quota.sql"),
+    migration!(16, "hot_ledger", "postgres/0016_hot_ledger.sql"),
 ];
 
 /// ClickHouse migrations, in order. Every file in `migrations/clickhouse` must be listed (tested).

@@ -264,7 +264,12 @@ impl Audit {
     ) -> Result<RangeReport, AuditError> {
         let logs = self.chain_logs(from, to, recorded).await?;
         let on_chain = decode_on_chain(&logs, recorded, &self.allow)?;
-        let stored = trades::latest_between(&self.ch, from, to).await?;
+        let stored = {
+            let c = self.pg.get().await?;
+            pmw_core::pg::ledger::latest_versions_between(&**c, &self.ch, from, to)
+                .await
+                .map_err(ledger_error)?
+        };
         let findings = compare(&on_chain, &stored, recorded);
         let now = UnixMs::now();
         let report = RangeReport {
@@ -280,9 +285,10 @@ impl Audit {
             recounted: findings.recount.iter().copied().collect(),
             head,
         };
+        let mut rows = Vec::new();
         if !findings.recount.is_empty() {
             let version = self.versions.next_now();
-            let rows = corrections(&findings, &on_chain, &stored, recorded, version, now.0);
+            rows = corrections(&findings, &on_chain, &stored, recorded, version, now.0);
             if let Some(top) = rows.iter().map(|r| r.version).max() {
                 self.versions.raise(top);
             }
@@ -290,7 +296,7 @@ impl Audit {
                 .await
                 .inspect_err(|_| telemetry::ch_insert_failed("trades"))?;
         }
-        self.record(&report, recorded, &findings.counts, now)
+        self.record(&report, recorded, (&findings.counts, &rows), now)
             .await?;
         log_findings(&findings, &on_chain, &stored);
         if !findings.recount.is_empty() {
@@ -342,17 +348,19 @@ impl Audit {
         Ok(logs)
     }
 
-    /// In one transaction fenced by the live lock: the audited watermark, the corrected counts
-    /// and push's rewind (if any), and the range's row.
+    /// In one transaction fenced by the live lock: the corrections appended to the hot ledger,
+    /// the audited watermark, the corrected counts and push's rewind (if any), and the range's
+    /// row.
     async fn record(
         &self,
         report: &RangeReport,
         recorded: &BTreeMap<u64, Recorded>,
-        counts: &BTreeMap<u64, i32>,
+        (counts, rows): (&BTreeMap<u64, i32>, &[TradeRow]),
         now: UnixMs,
     ) -> Result<(), AuditError> {
         let mut client = self.pg.get().await?;
         let tx = client.transaction().await?;
+        crate::ingest::ledger::append(&tx, rows, now).await?;
         let moved = tx
             .execute(
                 self.advance_sql.as_str(),
@@ -411,6 +419,13 @@ impl Audit {
                 &[&(UnixMs::now().0 - KEEP_RANGES_MS)],
             )
             .await?)
+    }
+}
+
+fn ledger_error(e: pmw_core::pg::ledger::LedgerError) -> AuditError {
+    match e {
+        pmw_core::pg::ledger::LedgerError::Postgres(e) => e.into(),
+        pmw_core::pg::ledger::LedgerError::ClickHouse(e) => e.into(),
     }
 }
 

@@ -20,6 +20,7 @@ use crate::names::Names;
 use crate::notifier::{BlockNotifier, CHANNEL};
 use crate::version::VersionFloor;
 
+pub mod ledger;
 mod unwind;
 
 /// The block the watermark points at.
@@ -78,6 +79,8 @@ pub struct Ingester {
     uncommitted: bool,
     /// Versions written from now on are above this (retractions must never tie a re-insert).
     versions: VersionFloor,
+    /// The hot ledger's partitions this writer made sure of.
+    partitions: ledger::Partitions,
 }
 
 /// When a block's stages ended.
@@ -152,6 +155,7 @@ impl Ingester {
             commit_sql,
             uncommitted: true,
             versions: VersionFloor::default(),
+            partitions: ledger::Partitions::default(),
         }
     }
 
@@ -306,7 +310,7 @@ impl Ingester {
             .inspect_err(|_| crate::telemetry::ch_insert_failed("trades"))?;
         crate::failpoint::hit("after_trades_insert", head.number);
         let t_stored = UnixMs::now();
-        if !self.commit_block(head, stamp, rows.len(), t_stored).await? {
+        if !self.commit_block(head, stamp, &rows, t_stored).await? {
             return Err(IngestError::Fenced);
         }
         let times = Times {
@@ -318,18 +322,19 @@ impl Ingester {
         Ok(())
     }
 
-    /// One statement records the block, moves the watermark (fenced) and, for a block seen
-    /// live, wakes push in the same commit. Backfilled blocks wake push through the coalescing
+    /// One statement records the block, appends its trades to the hot ledger, moves the
+    /// watermark (fenced) and, for a block seen live, wakes push in the same commit. Backfilled blocks wake push through the coalescing
     /// notifier instead: a catch-up of a thousand blocks is one wake-up, not a thousand.
     /// `false` when fenced.
     async fn commit_block(
-        &self,
+        &mut self,
         head: &Head,
         stamp: Stamp,
-        trades: usize,
+        rows: &[TradeRow],
         t_stored: UnixMs,
     ) -> Result<bool, IngestError> {
         let client = self.parts.pg.get().await?;
+        self.partitions.ensure(&client, head.number).await?;
         let commit = client.prepare_cached(&self.commit_sql).await?;
         let channel = if stamp.backfilled { "" } else { CHANNEL };
         let moved = client
@@ -344,8 +349,9 @@ impl Ingester {
                     &stamp.block_time_ms,
                     &stamp.t_detect_ms,
                     &stamp.backfilled,
-                    &(trades as i32),
+                    &(rows.len() as i32),
                     &channel,
+                    &tokio_postgres::types::Json(rows),
                 ],
             )
             .await?;

@@ -39,7 +39,9 @@ impl Ingester {
                 .len();
         }
         let depth = tip.number - ancestor.number;
-        self.commit_unwind(tip, ancestor).await?;
+        let (ledgered, top) = self.commit_unwind(tip, ancestor, version).await?;
+        self.versions.raise(top);
+        retracted = retracted.max(ledgered as usize);
         self.book.retain(|&n, _| n <= ancestor.number);
         self.cursor = Some(ancestor);
         self.parts.notifier.notify(ancestor.number);
@@ -82,12 +84,30 @@ impl Ingester {
         Err(IngestError::ReorgTooDeep(self.parts.max_reorg_depth))
     }
 
-    /// In one transaction fenced by the live lock: drop the orphaned `chain_blocks`, record the
-    /// reorg and move the watermark back to `ancestor`.
-    async fn commit_unwind(&self, tip: BlockRef, ancestor: BlockRef) -> Result<(), IngestError> {
+    /// In one transaction fenced by the live lock: append the orphaned trades' retractions to
+    /// the hot ledger (at least `version`), drop the orphaned `chain_blocks`, record the reorg
+    /// and move the watermark back to `ancestor`. Returns how many trades were retracted and
+    /// the highest version written.
+    async fn commit_unwind(
+        &self,
+        tip: BlockRef,
+        ancestor: BlockRef,
+        version: u64,
+    ) -> Result<(i64, u64), IngestError> {
         let depth = tip.number - ancestor.number;
         let mut client = self.parts.pg.get().await?;
         let tx = client.transaction().await?;
+        let row = tx
+            .query_one(
+                include_str!("../sql/unwind_ledger.sql"),
+                &[
+                    &(ancestor.number as i64),
+                    &(version as i64),
+                    &UnixMs::now().0,
+                ],
+            )
+            .await?;
+        let (retracted, top): (i64, i64) = (row.get(0), row.get(1));
         tx.execute(
             include_str!("../sql/unwind.sql"),
             &[&(ancestor.number as i64)],
@@ -119,7 +139,7 @@ impl Ingester {
             return Err(IngestError::Fenced);
         }
         tx.commit().await?;
-        Ok(())
+        Ok((retracted, (top as u64).max(version)))
     }
 
     /// Stored canonical hashes from `from` up to the watermark.

@@ -157,10 +157,12 @@ async fn the_audit_backfills_fills_ingest_never_stored_and_retracts_injected_ext
     let mut orphan = real.clone();
     orphan.log_index = 901;
     orphan.block_hash = format!("0x{}", "ee".repeat(32));
-    trades::insert_trades(&h.db.ch, &[fake.clone(), orphan.clone()])
+    let mut c = h.db.connect().await;
+    let tx = c.transaction().await.unwrap();
+    pmw_live::ingest::ledger::append(&tx, &[fake.clone(), orphan.clone()], UnixMs::now())
         .await
         .unwrap();
-    let c = h.db.connect().await;
+    tx.commit().await.unwrap();
     c.execute(
         "UPDATE chain_blocks SET trade_count = trade_count + 2 WHERE block_number = $1",
         &[&(b as i64)],
@@ -179,6 +181,12 @@ async fn the_audit_backfills_fills_ingest_never_stored_and_retracts_injected_ext
     // Exactly the chain's fills are visible; the backfilled ones are exactly those never stored.
     let visible = h.visible().await;
     assert_exactly_emitted(&visible, &canonical);
+    // The hot ledger holds the same: the corrections were appended in the audit's transaction.
+    let wm = pmw_core::pg::watermark(&c).await.unwrap().unwrap();
+    let hot = pmw_core::pg::ledger::visible_after(&c, Cursor::ORIGIN, wm, 1_000_000)
+        .await
+        .unwrap();
+    assert_exactly_emitted(&hot, &canonical);
     let flagged: BTreeSet<(u64, u32)> = visible
         .iter()
         .filter(|r| r.audit == 1)

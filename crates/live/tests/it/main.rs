@@ -5,5 +5,6 @@ mod audit;
 mod common;
 mod finality;
 mod ingest;
+mod ledger;
 mod notifier;
 mod schema_guard;

@@ -1,0 +1,295 @@
+//! The hot ledger's reads, and the one ledger readers see: blocks from the seam's floor on are
+//! read from the Postgres hot ledger (committed with the watermark, the newest blocks), blocks
+//! below it from ClickHouse (the projector filled them before the floor rose past them). Every
+//! read keeps per identity `(block_number, log_index, block_hash)` the newest version, drops
+//! retracted ones and, in the hot ledger, keeps only rows whose block hash is the committed one.
+
+use std::sync::OnceLock;
+
+use tokio_postgres::{GenericClient, Row};
+
+use crate::ch::{trades, ChClient, TradeRow};
+use crate::types::cursor::MAX_LOG_INDEX;
+use crate::Cursor;
+
+/// The marker of the seam read in `pg_stat_statements`.
+pub const SEAM_MARKER: &str = "pmw:ledger_seam";
+
+/// The columns every ledger read returns, in [`TradeRow`]'s field order.
+pub const COLUMNS: &str = "block_number, log_index, block_hash, tx_hash, block_time_ms, \
+    exchange, exchange_version, order_hash, maker, taker, side, token_id, shares, collateral, \
+    price, fee, fee_asset, t_detect_ms, backfilled, retracted, version, audit";
+
+/// Why a read of the one ledger failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    #[error("postgres: {}", crate::pg::describe(.0))]
+    Postgres(#[from] tokio_postgres::Error),
+    #[error("clickhouse: {0}")]
+    ClickHouse(#[from] clickhouse::error::Error),
+}
+
+/// Where the hot ledger starts and how far the projector got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seam {
+    /// The lowest block the hot ledger holds: blocks below it are read from ClickHouse.
+    pub floor: u64,
+    /// The projector's `stored_cursor`: every ledger row up to this seq is in ClickHouse.
+    pub projected_seq: i64,
+}
+
+impl Seam {
+    /// The last cursor below the floor (`None`: nothing is below it).
+    pub fn below(&self) -> Option<Cursor> {
+        self.floor.checked_sub(1).map(|block| Cursor {
+            block,
+            log_index: MAX_LOG_INDEX,
+        })
+    }
+}
+
+fn sql(cell: &'static OnceLock<String>, text: &str) -> &'static str {
+    cell.get_or_init(|| text.replace("{COLUMNS}", COLUMNS))
+}
+
+macro_rules! statement {
+    ($name:ident, $file:literal) => {
+        fn $name() -> &'static str {
+            static CELL: OnceLock<String> = OnceLock::new();
+            sql(&CELL, include_str!($file))
+        }
+    };
+}
+statement!(visible_after_sql, "sql/ledger_visible_after.sql");
+statement!(latest_between_sql, "sql/ledger_latest_between.sql");
+statement!(retracted_between_sql, "sql/ledger_retracted_between.sql");
+statement!(wallet_between_sql, "sql/ledger_wallet_between.sql");
+
+/// A ledger row as a [`TradeRow`] (the columns of [`COLUMNS`], in order).
+pub fn trade_row(r: &Row) -> TradeRow {
+    TradeRow {
+        block_number: r.get::<_, i64>(0) as u64,
+        log_index: r.get::<_, i32>(1) as u32,
+        block_hash: r.get(2),
+        tx_hash: r.get(3),
+        block_time_ms: r.get(4),
+        exchange: r.get(5),
+        exchange_version: r.get::<_, i16>(6) as u8,
+        order_hash: r.get(7),
+        maker: r.get(8),
+        taker: r.get(9),
+        side: r.get::<_, i16>(10) as u8,
+        token_id: r.get(11),
+        shares: r.get(12),
+        collateral: r.get(13),
+        price: r.get(14),
+        fee: r.get(15),
+        fee_asset: r.get(16),
+        t_detect_ms: r.get(17),
+        backfilled: r.get::<_, i16>(18) as u8,
+        retracted: r.get::<_, i16>(19) as u8,
+        version: r.get::<_, i64>(20) as u64,
+        audit: r.get::<_, i16>(21) as u8,
+    }
+}
+
+/// The seam (one tiny row).
+pub async fn seam(c: &impl GenericClient) -> Result<Seam, tokio_postgres::Error> {
+    let r = c
+        .query_one(include_str!("sql/ledger_seam.sql"), &[])
+        .await?;
+    Ok(Seam {
+        floor: r.get::<_, i64>(0) as u64,
+        projected_seq: r.get(1),
+    })
+}
+
+/// Visible hot-ledger trades after `after` up to block `upto`, ledger order, at most `limit`.
+pub async fn visible_after(
+    c: &impl GenericClient,
+    after: Cursor,
+    upto: u64,
+    limit: u64,
+) -> Result<Vec<TradeRow>, tokio_postgres::Error> {
+    let upto = upto.min(i64::MAX as u64) as i64;
+    let limit = limit.min(i64::MAX as u64) as i64;
+    let rows = c
+        .query(
+            visible_after_sql(),
+            &[
+                &(after.block as i64),
+                &(after.log_index as i32),
+                &upto,
+                &limit,
+            ],
+        )
+        .await?;
+    Ok(rows.iter().map(trade_row).collect())
+}
+
+/// The newest version of every hot-ledger identity in blocks `from..=to`, retracted or not.
+pub async fn latest_between(
+    c: &impl GenericClient,
+    from: u64,
+    to: u64,
+) -> Result<Vec<TradeRow>, tokio_postgres::Error> {
+    let rows = c
+        .query(latest_between_sql(), &[&(from as i64), &(to as i64)])
+        .await?;
+    Ok(rows.iter().map(trade_row).collect())
+}
+
+/// Hot-ledger trades whose newest version is a retraction, in blocks `(after, through]`.
+pub async fn retracted_between(
+    c: &impl GenericClient,
+    after_block: u64,
+    through_block: u64,
+) -> Result<Vec<TradeRow>, tokio_postgres::Error> {
+    let rows = c
+        .query(
+            retracted_between_sql(),
+            &[&(after_block as i64), &(through_block as i64)],
+        )
+        .await?;
+    Ok(rows.iter().map(trade_row).collect())
+}
+
+/// Visible hot-ledger trades of `wallets` (their own fills) in `(after, through]`.
+pub async fn wallet_between(
+    c: &impl GenericClient,
+    wallets: &[String],
+    after: Cursor,
+    through: Cursor,
+    limit: u64,
+) -> Result<Vec<TradeRow>, tokio_postgres::Error> {
+    if wallets.is_empty() || through <= after {
+        return Ok(Vec::new());
+    }
+    let limit = limit.min(i64::MAX as u64) as i64;
+    let rows = c
+        .query(
+            wallet_between_sql(),
+            &[
+                &wallets,
+                &(after.block as i64),
+                &(after.log_index as i32),
+                &(through.block as i64),
+                &(through.log_index as i32),
+                &limit,
+            ],
+        )
+        .await?;
+    Ok(rows.iter().map(trade_row).collect())
+}
+
+/// When the hot ledger's trade at `cursor` (block hash starting with `hash_prefix`, hex without
+/// `0x`) was ingested: its newest not-retracted version (ms), `None` if never held.
+pub async fn ingested_ms(
+    c: &impl GenericClient,
+    cursor: Cursor,
+    hash_prefix: &str,
+) -> Result<Option<i64>, tokio_postgres::Error> {
+    let r = c
+        .query_one(
+            include_str!("sql/ledger_ingested.sql"),
+            &[
+                &(cursor.block as i64),
+                &(cursor.log_index as i32),
+                &format!("0x{hash_prefix}"),
+            ],
+        )
+        .await?;
+    Ok(r.get(0))
+}
+
+/// The one ledger: visible trades after `after` up to block `upto`, at most `limit`, from
+/// ClickHouse below the seam's floor and from the hot ledger from it on.
+pub async fn trades_after(
+    c: &impl GenericClient,
+    ch: &ChClient,
+    after: Cursor,
+    upto: u64,
+    limit: u64,
+) -> Result<Vec<TradeRow>, LedgerError> {
+    let seam = seam(c).await?;
+    let mut out = Vec::new();
+    let mut from = after;
+    if let Some(below) = seam.below().filter(|b| after < *b) {
+        let top = below.block.min(upto);
+        out = trades::trades_after(ch, after, top, limit).await?;
+        if out.len() as u64 >= limit || upto <= below.block {
+            return Ok(out);
+        }
+        from = below;
+    }
+    let rest = limit - out.len() as u64;
+    out.extend(visible_after(c, from, upto, rest).await?);
+    Ok(out)
+}
+
+/// The one ledger: visible trades of `wallets` in `(after, through]`, at most `limit`.
+pub async fn wallet_trades_between(
+    c: &impl GenericClient,
+    ch: &ChClient,
+    wallets: &[String],
+    after: Cursor,
+    through: Cursor,
+    limit: u64,
+) -> Result<Vec<TradeRow>, LedgerError> {
+    let seam = seam(c).await?;
+    let mut out = Vec::new();
+    let mut from = after;
+    if let Some(below) = seam.below().filter(|b| after < *b) {
+        let top = below.min(through);
+        out = trades::wallet_trades_between(ch, wallets, after, top, limit).await?;
+        if out.len() as u64 >= limit || through <= below {
+            return Ok(out);
+        }
+        from = below;
+    }
+    let rest = limit - out.len() as u64;
+    out.extend(wallet_between(c, wallets, from, through, rest).await?);
+    Ok(out)
+}
+
+/// The one ledger: trades whose newest version is a retraction in blocks `(after, through]`.
+pub async fn retractions_between(
+    c: &impl GenericClient,
+    ch: &ChClient,
+    after_block: u64,
+    through_block: u64,
+) -> Result<Vec<TradeRow>, LedgerError> {
+    let seam = seam(c).await?;
+    let mut out = Vec::new();
+    let mut from = after_block;
+    if seam.floor > 0 && after_block < seam.floor - 1 {
+        let top = (seam.floor - 1).min(through_block);
+        out = trades::retracted_between(ch, after_block, top).await?;
+        from = top;
+    }
+    if through_block > from {
+        out.extend(retracted_between(c, from, through_block).await?);
+    }
+    Ok(out)
+}
+
+/// The one ledger: the newest version of every identity in blocks `from..=to`.
+pub async fn latest_versions_between(
+    c: &impl GenericClient,
+    ch: &ChClient,
+    from: u64,
+    to: u64,
+) -> Result<Vec<TradeRow>, LedgerError> {
+    let seam = seam(c).await?;
+    let mut out = Vec::new();
+    let mut lo = from;
+    if from < seam.floor {
+        let top = (seam.floor - 1).min(to);
+        out = trades::latest_between(ch, from, top).await?;
+        lo = top + 1;
+    }
+    if lo <= to {
+        out.extend(latest_between(c, lo, to).await?);
+    }
+    Ok(out)
+}

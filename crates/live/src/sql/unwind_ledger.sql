@@ -1,0 +1,29 @@
+-- A reorg's retractions, appended to the hot ledger in the unwind's transaction: every trade
+-- of a block above the common ancestor ($1) whose newest version is visible gets a newer
+-- version with retracted = 1 (at least $2, above the version it replaces), seqs from
+-- ledger_head under its row lock. $3 now (ms). Returns the retracted trades' count.
+WITH latest AS (
+    SELECT DISTINCT ON (block_number, log_index, block_hash) *
+    FROM ledger WHERE block_number > $1
+    ORDER BY block_number, log_index, block_hash, version DESC
+), gone AS (
+    SELECT *, row_number() OVER (ORDER BY block_number, log_index, block_hash) AS n
+    FROM latest WHERE retracted = 0
+), alloc AS (
+    UPDATE ledger_head SET seq = ledger_head.seq + c.n
+    FROM (SELECT count(*) AS n FROM gone) c
+    WHERE id = 1 AND c.n > 0
+    RETURNING ledger_head.seq - c.n AS base
+), appended AS (
+    INSERT INTO ledger (block_number, log_index, block_hash, version, seq, tx_hash, block_time_ms,
+                        exchange, exchange_version, order_hash, maker, taker, side, token_id,
+                        shares, collateral, price, fee, fee_asset, t_detect_ms, backfilled,
+                        retracted, audit, committed_ms)
+    SELECT g.block_number, g.log_index, g.block_hash, greatest($2::bigint, g.version + 1), alloc.base + g.n,
+           g.tx_hash, g.block_time_ms, g.exchange, g.exchange_version, g.order_hash, g.maker,
+           g.taker, g.side, g.token_id, g.shares, g.collateral, g.price, g.fee, g.fee_asset,
+           g.t_detect_ms, g.backfilled, 1, g.audit, $3
+    FROM gone g, alloc
+    RETURNING version
+)
+SELECT count(*)::bigint, coalesce(max(version), 0)::bigint FROM appended
