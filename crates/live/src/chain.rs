@@ -1,17 +1,30 @@
 //! The chain, behind one module: the only place that knows ethers. New heads over WebSocket
-//! (`eth_subscribe newHeads`), blocks and logs over HTTP. Every call is bounded by a timeout;
-//! reconnection is owned by the caller (ethers' own WS reconnect budget is finite and silent).
+//! (`eth_subscribe newHeads`), blocks and logs over HTTP, from one or several providers. Every
+//! call is bounded by a timeout; reconnection is owned by the caller (ethers' own WS reconnect
+//! budget is finite and silent). With several providers ([`crate::providers`]) a call goes to
+//! the first in the pool's order; an error, a timeout or "not there" (`null`, "block not
+//! found") moves it to the next, and a hedged call (blocks and logs on the ingest path) also
+//! goes to the next once the first has taken longer than its observed p95. The first answer
+//! wins. "Not there" from every provider is `None` (blocks) or [`ChainError::NotFound`] (logs):
+//! never a verdict that the block is not canonical.
 
+use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use ethers_core::types::{Block, BlockNumber, Filter, Log, H256, U64};
 use ethers_providers::{Http, Middleware, Provider, Ws};
+use futures::stream::FuturesUnordered;
 use futures::StreamExt;
 use pmw_core::redact;
 use pmw_core::trade::RawLog;
 use pmw_core::types::Address;
 use pmw_core::UnixMs;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::config::ProviderUrls;
+use crate::providers::{Kind, Pool};
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -55,6 +68,18 @@ pub enum ChainError {
     Timeout(Duration),
     #[error("rpc returned an incomplete {0}")]
     Incomplete(&'static str),
+    #[error("no provider has block {0} (yet)")]
+    NotFound(String),
+}
+
+/// An `eth_getLogs` error that says the node does not have the block (yet): geth's `unknown
+/// block`, erigon's and others' `block not found` / `header not found`.
+fn says_not_found(e: &ChainError) -> bool {
+    let ChainError::Rpc(text) = e else {
+        return false;
+    };
+    let t = text.to_ascii_lowercase();
+    t.contains("unknown block") || t.contains("not found")
 }
 
 /// An RPC error as kept: ethers' and reqwest's text names the URL, whose path or query often
@@ -111,45 +136,147 @@ fn raw_log(l: &Log) -> Result<RawLog, ChainError> {
     })
 }
 
-/// HTTP access to the chain: head number, blocks by number, logs by block hash.
+/// HTTP access to the chain through every provider: head number, blocks by number, logs by
+/// block hash or range.
 #[derive(Clone)]
 pub struct Chain {
-    http: Provider<Http>,
+    http: Arc<Vec<Provider<Http>>>,
+    pool: Arc<Pool>,
 }
 
 impl Chain {
+    /// One provider (`rpc`) at `http_url`.
     pub fn new(http_url: &str) -> Result<Chain, ChainError> {
-        let http = Provider::<Http>::try_from(http_url).map_err(rpc_error)?;
-        Ok(Chain { http })
+        let one = ProviderUrls {
+            name: "rpc".into(),
+            ws_url: String::new(),
+            http_url: http_url.into(),
+        };
+        Chain::with_providers(&[one], 1)
+    }
+
+    /// Every provider of `urls`, demoted when more than `max_lag` blocks behind the best.
+    pub fn with_providers(urls: &[ProviderUrls], max_lag: u64) -> Result<Chain, ChainError> {
+        let http = urls
+            .iter()
+            .map(|u| Provider::<Http>::try_from(u.http_url.as_str()).map_err(rpc_error))
+            .collect::<Result<Vec<_>, _>>()?;
+        let pool = Pool::new(urls.iter().map(|u| u.name.clone()).collect(), max_lag);
+        Ok(Chain {
+            http: Arc::new(http),
+            pool: Arc::new(pool),
+        })
+    }
+
+    /// The providers' shared state (health, race, figures).
+    pub fn pool(&self) -> &Arc<Pool> {
+        &self.pool
+    }
+
+    /// Ask the providers of `order` (see the module doc): the first `Some` answer, `None` when
+    /// every one said "not there", else the last error.
+    async fn ask<T, F, Fut>(
+        &self,
+        order: Vec<usize>,
+        hedge: Option<Kind>,
+        call: F,
+    ) -> Result<Option<T>, ChainError>
+    where
+        F: Fn(Provider<Http>) -> Fut,
+        Fut: Future<Output = Result<Option<T>, ChainError>>,
+    {
+        let launch = |i: usize| {
+            let fut = call(self.http[i].clone());
+            async move {
+                let t0 = Instant::now();
+                (i, fut.await.map(|v| (v, t0.elapsed())))
+            }
+        };
+        let mut running = FuturesUnordered::new();
+        let mut next = 1;
+        running.push(launch(order[0]));
+        let mut hedge_at = hedge.map(|k| Instant::now() + self.pool.hedge_after(order[0], k));
+        let mut last_err = None;
+        loop {
+            let hedging = hedge_at.filter(|_| next < order.len());
+            tokio::select! {
+                Some((i, r)) = running.next() => {
+                    match r {
+                        Ok((Some(v), took)) => {
+                            self.pool.answered(i, hedge.unwrap_or(Kind::Block), took);
+                            return Ok(Some(v));
+                        }
+                        Ok((None, _)) => self.pool.not_found(i),
+                        Err(e) if says_not_found(&e) => self.pool.not_found(i),
+                        Err(e) => {
+                            self.pool.failed(i);
+                            tracing::debug!(provider = self.pool.name(i), error = %e, "rpc call failed; asking the next provider");
+                            last_err = Some(e);
+                        }
+                    }
+                    if next < order.len() {
+                        running.push(launch(order[next]));
+                        hedge_at = hedge.map(|k| Instant::now() + self.pool.hedge_after(order[next], k));
+                        next += 1;
+                    } else if running.is_empty() {
+                        return last_err.map_or(Ok(None), Err);
+                    }
+                }
+                _ = tokio::time::sleep_until(hedging.unwrap_or_else(Instant::now)), if hedging.is_some() => {
+                    self.pool.hedged(order[next - 1]);
+                    running.push(launch(order[next]));
+                    hedge_at = hedge.map(|k| Instant::now() + self.pool.hedge_after(order[next], k));
+                    next += 1;
+                }
+            }
+        }
     }
 
     pub async fn head_number(&self) -> Result<u64, ChainError> {
-        Ok(bounded(self.http.get_block_number()).await?.as_u64())
+        let n = self
+            .ask(self.pool.order(), None, |p| async move {
+                Ok(Some(bounded(p.get_block_number()).await?.as_u64()))
+            })
+            .await?;
+        n.ok_or(ChainError::Incomplete("block number"))
     }
 
-    /// The latest block header.
+    /// The latest block header (of the leader, or the first provider that answers).
     pub async fn latest(&self) -> Result<Head, ChainError> {
-        let b = bounded(self.http.get_block(BlockNumber::Latest))
-            .await?
-            .ok_or(ChainError::Incomplete("latest block"))?;
-        head_of(&b)
+        self.ask(self.pool.order(), None, |p| async move {
+            latest_of(&p).await.map(Some)
+        })
+        .await?
+        .ok_or(ChainError::Incomplete("latest block"))
+    }
+
+    /// The latest block header of provider `i` alone (its head poll).
+    pub async fn latest_from(&self, i: usize) -> Result<Head, ChainError> {
+        latest_of(&self.http[i]).await
     }
 
     /// The newest block the chain calls finalized (the `finalized` tag: Polygon's milestones),
-    /// or `None` when the node reports none yet.
+    /// or `None` when no provider reports one yet.
     pub async fn finalized(&self) -> Result<Option<Head>, ChainError> {
-        match bounded(self.http.get_block(BlockNumber::Finalized)).await? {
-            Some(b) => Ok(Some(head_of(&b)?)),
-            None => Ok(None),
-        }
+        self.ask(self.pool.order(), None, |p| async move {
+            match bounded(p.get_block(BlockNumber::Finalized)).await? {
+                Some(b) => Ok(Some(head_of(&b)?)),
+                None => Ok(None),
+            }
+        })
+        .await
     }
 
-    /// The canonical block at `number`, or `None` if the chain is not there yet.
+    /// The canonical block at `number` (the leader's, see [`crate::providers::health`]), or
+    /// `None` if no provider has it yet.
     pub async fn block(&self, number: u64) -> Result<Option<Head>, ChainError> {
-        match bounded(self.http.get_block(U64::from(number))).await? {
-            Some(b) => Ok(Some(head_of(&b)?)),
-            None => Ok(None),
-        }
+        self.ask(self.pool.order(), Some(Kind::Block), |p| async move {
+            match bounded(p.get_block(U64::from(number))).await? {
+                Some(b) => Ok(Some(head_of(&b)?)),
+                None => Ok(None),
+            }
+        })
+        .await
     }
 
     /// Logs of one block (by hash, so a reorg cannot mix branches), only from `addresses` and
@@ -160,8 +287,22 @@ impl Chain {
         addresses: &[Address],
         topic0s: &[[u8; 32]],
     ) -> Result<Vec<RawLog>, ChainError> {
-        let filter = Filter::new().at_block_hash(H256(*block_hash));
-        self.logs_where(filter, addresses, topic0s).await
+        let filter = where_(
+            Filter::new().at_block_hash(H256(*block_hash)),
+            addresses,
+            topic0s,
+        );
+        let filter = &filter;
+        self.ask(
+            self.pool.order_for(block_hash),
+            Some(Kind::Logs),
+            |p| async move {
+                let logs = bounded(p.get_logs(filter)).await?;
+                logs.iter().map(raw_log).collect::<Result<_, _>>().map(Some)
+            },
+        )
+        .await?
+        .ok_or_else(|| ChainError::NotFound(hex32(block_hash)))
     }
 
     /// Logs of the canonical blocks `from..=to` (by range: what the completeness audit
@@ -173,43 +314,53 @@ impl Chain {
         addresses: &[Address],
         topic0s: &[[u8; 32]],
     ) -> Result<Vec<RawLog>, ChainError> {
-        let filter = Filter::new().from_block(from).to_block(to);
-        self.logs_where(filter, addresses, topic0s).await
-    }
-
-    /// `eth_getLogs` for the blocks `filter` names, only from `addresses` and with one of
-    /// `topic0s`.
-    async fn logs_where(
-        &self,
-        filter: Filter,
-        addresses: &[Address],
-        topic0s: &[[u8; 32]],
-    ) -> Result<Vec<RawLog>, ChainError> {
-        let filter = filter
-            .address(
-                addresses
-                    .iter()
-                    .map(|a| ethers_core::types::H160(a.0))
-                    .collect::<Vec<_>>(),
-            )
-            .topic0(topic0s.iter().map(|t| H256(*t)).collect::<Vec<_>>());
-        let logs = bounded(self.http.get_logs(&filter)).await?;
-        logs.iter().map(raw_log).collect()
+        let filter = where_(
+            Filter::new().from_block(from).to_block(to),
+            addresses,
+            topic0s,
+        );
+        let filter = &filter;
+        self.ask(self.pool.order(), None, |p| async move {
+            let logs = bounded(p.get_logs(filter)).await?;
+            logs.iter().map(raw_log).collect::<Result<_, _>>().map(Some)
+        })
+        .await?
+        .ok_or_else(|| ChainError::NotFound(format!("range {from}-{to}")))
     }
 }
 
-/// Follow new heads over one WebSocket connection until it ends, sending each head stamped on
-/// arrival. `on_connected` runs once the subscription is live. Returns `Ok` when `tx` is closed,
-/// an error when the connection fails, ends, or stays silent for `stall`.
+async fn latest_of(p: &Provider<Http>) -> Result<Head, ChainError> {
+    let b = bounded(p.get_block(BlockNumber::Latest))
+        .await?
+        .ok_or(ChainError::Incomplete("latest block"))?;
+    head_of(&b)
+}
+
+/// `filter` narrowed to logs from `addresses` with one of `topic0s`.
+fn where_(filter: Filter, addresses: &[Address], topic0s: &[[u8; 32]]) -> Filter {
+    filter
+        .address(
+            addresses
+                .iter()
+                .map(|a| ethers_core::types::H160(a.0))
+                .collect::<Vec<_>>(),
+        )
+        .topic0(topic0s.iter().map(|t| H256(*t)).collect::<Vec<_>>())
+}
+
+/// Follow new heads of provider `index` over one WebSocket connection until it ends, sending
+/// each head stamped on arrival. `on_connected` runs once the subscription is live. Returns `Ok`
+/// when `tx` is closed, an error when the connection fails, ends, or stays silent for `stall`.
 pub async fn follow_heads(
     ws_url: &str,
-    tx: &mpsc::Sender<SeenHead>,
+    (index, name): (usize, &str),
+    tx: &mpsc::Sender<(usize, SeenHead)>,
     stall: Duration,
     on_connected: impl FnOnce(),
 ) -> Result<(), ChainError> {
     let provider = bounded(Provider::<Ws>::connect(ws_url)).await?;
     let mut stream = bounded(provider.subscribe_blocks()).await?;
-    tracing::info!("block listener connected");
+    tracing::info!(provider = name, "block listener connected");
     on_connected();
     loop {
         let block = match tokio::time::timeout(stall, stream.next()).await {
@@ -220,7 +371,11 @@ pub async fn follow_heads(
         let t_detect_ms = UnixMs::now();
         match head_of(&block) {
             Ok(head) => {
-                if tx.send(SeenHead { head, t_detect_ms }).await.is_err() {
+                if tx
+                    .send((index, SeenHead { head, t_detect_ms }))
+                    .await
+                    .is_err()
+                {
                     return Ok(());
                 }
             }

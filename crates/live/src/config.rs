@@ -12,6 +12,8 @@
 //! | `PMW_LIVE_AUDIT_RANGE_BLOCKS` | `100` | blocks per audit `eth_getLogs` range, at most (1–10000) |
 //! | `PMW_LIVE_AUDIT_MAX_RPS` | `5` | RPC calls per second the audit makes, at most (two per range: the logs and the range's top block) |
 //! | `PMW_LIVE_AUDIT_INTERVAL_MS` | `30000` | how often an audit that has caught up looks for newly finalized blocks |
+//! | `PMW_LIVE_RPC_PROVIDERS` | unset | several RPC providers, raced ([`crate::providers`]): `name=ws_url\|http_url` entries separated by spaces, e.g. `a=wss://a.example/KEY\|https://a.example/KEY b=wss://…\|https://…`. Unset: one provider `rpc` from `PMW_RPC_WS_URL`/`PMW_RPC_HTTP_URL`. URLs are secrets (logs show the host only) |
+//! | `PMW_LIVE_PROVIDER_MAX_LAG_BLOCKS` | `3` | a provider whose head is more than this many blocks behind the best provider's is demoted until it catches up |
 //! | `PMW_LIVE_START_BLOCK` | unset | first block to ingest when no watermark exists (default: the first head seen) |
 //! | `PMW_LIVE_METRICS_ADDR` | `127.0.0.1:9461` | private Prometheus `/metrics` address (loopback; a port in use is logged, not fatal) |
 //! | `PMW_GAMMA_URL` | `https://gamma-api.polymarket.com` | Gamma-compatible market metadata API |
@@ -51,6 +53,10 @@ pub struct LiveConfig {
     pub gamma_url: String,
     #[serde(default = "d::metrics")]
     pub live_metrics_addr: SocketAddr,
+    #[serde(default)]
+    pub live_rpc_providers: Option<String>,
+    #[serde(default = "d::max_lag")]
+    pub live_provider_max_lag_blocks: u64,
 }
 
 impl fmt::Debug for LiveConfig {
@@ -68,6 +74,14 @@ impl fmt::Debug for LiveConfig {
             .field("live_start_block", &self.live_start_block)
             .field("gamma_url", &redact::Url(&self.gamma_url))
             .field("live_metrics_addr", &self.live_metrics_addr)
+            .field(
+                "live_rpc_providers",
+                &self.live_rpc_providers.as_ref().map(|_| redact::HIDDEN),
+            )
+            .field(
+                "live_provider_max_lag_blocks",
+                &self.live_provider_max_lag_blocks,
+            )
             .finish()
     }
 }
@@ -96,6 +110,9 @@ mod d {
     }
     pub fn audit_interval() -> u64 {
         30_000
+    }
+    pub fn max_lag() -> u64 {
+        3
     }
     pub fn stall() -> u64 {
         30_000
@@ -131,6 +148,82 @@ impl LiveConfig {
     pub fn ws_stall(&self) -> Duration {
         Duration::from_millis(self.live_ws_stall_ms)
     }
+
+    /// The providers to race: `PMW_LIVE_RPC_PROVIDERS` when set, else one named `rpc` from the
+    /// core settings' `PMW_RPC_WS_URL`/`PMW_RPC_HTTP_URL` (today's single provider).
+    pub fn providers(&self, core: &pmw_core::CoreConfig) -> Result<Vec<ProviderUrls>, ConfigError> {
+        match &self.live_rpc_providers {
+            Some(list) => parse_providers(list),
+            None => Ok(vec![ProviderUrls {
+                name: "rpc".into(),
+                ws_url: core.rpc_ws_url.clone(),
+                http_url: core.rpc_http_url.clone(),
+            }]),
+        }
+    }
+}
+
+/// One RPC provider's name and URLs. Its `Debug` shows the URLs' hosts only ([`redact`]).
+#[derive(Clone, PartialEq, Eq)]
+pub struct ProviderUrls {
+    pub name: String,
+    pub ws_url: String,
+    pub http_url: String,
+}
+
+impl fmt::Debug for ProviderUrls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProviderUrls")
+            .field("name", &self.name)
+            .field("ws_url", &redact::Url(&self.ws_url))
+            .field("http_url", &redact::Url(&self.http_url))
+            .finish()
+    }
+}
+
+/// At most this many providers (the race table keeps who saw a head in a 64-bit mask).
+pub const MAX_PROVIDERS: usize = 16;
+
+/// `name=ws_url|http_url` entries separated by whitespace. Errors never quote a URL.
+pub fn parse_providers(list: &str) -> Result<Vec<ProviderUrls>, ConfigError> {
+    const KEY: &str = "PMW_LIVE_RPC_PROVIDERS";
+    let mut out: Vec<ProviderUrls> = Vec::new();
+    for (i, entry) in list.split_whitespace().enumerate() {
+        let bad = |why: &str| ConfigError::invalid(KEY, format!("entry {}: {why}", i + 1));
+        let (name, urls) = entry.split_once('=').ok_or_else(|| bad("no `name=`"))?;
+        let (ws_url, http_url) = urls
+            .split_once('|')
+            .ok_or_else(|| bad("no `ws_url|http_url`"))?;
+        let name_ok = !name.is_empty()
+            && name.len() <= 32
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if !name_ok {
+            return Err(bad("a name is 1-32 of [A-Za-z0-9_-]"));
+        }
+        if !(ws_url.starts_with("ws://") || ws_url.starts_with("wss://")) {
+            return Err(bad("the first URL must be ws:// or wss://"));
+        }
+        if !(http_url.starts_with("http://") || http_url.starts_with("https://")) {
+            return Err(bad("the second URL must be http:// or https://"));
+        }
+        if out.iter().any(|p| p.name == name) {
+            return Err(bad("the name is used twice"));
+        }
+        out.push(ProviderUrls {
+            name: name.into(),
+            ws_url: ws_url.into(),
+            http_url: http_url.into(),
+        });
+    }
+    if out.is_empty() || out.len() > MAX_PROVIDERS {
+        return Err(ConfigError::invalid(
+            KEY,
+            format!("1 to {MAX_PROVIDERS} providers"),
+        ));
+    }
+    Ok(out)
 }
 
 /// The defaults, for in-process runs (tests): the same as an empty environment, except that
@@ -188,6 +281,15 @@ impl Validate for LiveConfig {
                 "must be at least 10",
             ));
         }
+        if let Some(list) = &self.live_rpc_providers {
+            parse_providers(list)?;
+        }
+        if self.live_provider_max_lag_blocks == 0 {
+            return Err(ConfigError::invalid(
+                "PMW_LIVE_PROVIDER_MAX_LAG_BLOCKS",
+                "must be at least 1",
+            ));
+        }
         if !(self.gamma_url.starts_with("http://") || self.gamma_url.starts_with("https://")) {
             return Err(ConfigError::invalid(
                 "PMW_GAMMA_URL",
@@ -207,4 +309,85 @@ pub struct AuditSettings {
     pub max_rps: f64,
     /// How often an audit that has caught up looks for newly finalized blocks.
     pub interval: Duration,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_list_and_the_lag_are_read_from_the_config_file_keys() {
+        use figment::providers::{Format, Toml};
+        let file = "live_rpc_providers = \"a=ws://h:1|http://h:1 b=ws://h:2|http://h:2\"\n\
+                    live_provider_max_lag_blocks = 5\n";
+        let live: LiveConfig =
+            pmw_core::config::load_from(figment::Figment::from(Toml::string(file))).unwrap();
+        assert_eq!(live.live_provider_max_lag_blocks, 5);
+        let core: pmw_core::CoreConfig =
+            pmw_core::config::load_from(figment::Figment::new()).unwrap();
+        let names: Vec<String> = live
+            .providers(&core)
+            .unwrap()
+            .into_iter()
+            .map(|p| p.name)
+            .collect();
+        assert_eq!(names, ["a", "b"]);
+    }
+
+    #[test]
+    fn a_provider_list_parses_in_order() {
+        let p = parse_providers(
+            " a=wss://a.example/KEY1|https://a.example/KEY1\n b_2=ws://127.0.0.1:1|http://127.0.0.1:2 ",
+        )
+        .unwrap();
+        let names: Vec<&str> = p.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["a", "b_2"]);
+        assert_eq!(p[0].ws_url, "wss://a.example/KEY1");
+        assert_eq!(p[1].http_url, "http://127.0.0.1:2");
+    }
+
+    #[test]
+    fn bad_lists_are_refused_without_quoting_a_url() {
+        for bad in [
+            "",
+            "a=wss://h/SECRETKEY",
+            "a=https://h/SECRETKEY|https://h/SECRETKEY",
+            "a=wss://h/SECRETKEY|wss://h/SECRETKEY",
+            "a=wss://h/SECRETKEY|https://h/SECRETKEY a=wss://h/SECRETKEY|https://h/SECRETKEY",
+            "a b=wss://h/SECRETKEY|https://h/SECRETKEY",
+            "bad.name=wss://h/SECRETKEY|https://h/SECRETKEY",
+        ] {
+            let e = parse_providers(bad).expect_err(bad).to_string();
+            assert!(e.contains("PMW_LIVE_RPC_PROVIDERS"), "{e}");
+            assert!(!e.contains("SECRETKEY"), "{e}");
+        }
+    }
+
+    #[test]
+    fn unset_means_one_provider_from_the_core_urls() {
+        let core: pmw_core::CoreConfig =
+            pmw_core::config::load_from(figment::Figment::new()).unwrap();
+        let p = LiveConfig::default().providers(&core).unwrap();
+        assert_eq!(
+            p,
+            vec![ProviderUrls {
+                name: "rpc".into(),
+                ws_url: core.rpc_ws_url.clone(),
+                http_url: core.rpc_http_url.clone(),
+            }]
+        );
+    }
+
+    #[test]
+    fn debug_hides_provider_urls() {
+        let live = LiveConfig {
+            live_rpc_providers: Some("a=wss://h/SECRETKEY|https://h/SECRETKEY".into()),
+            ..LiveConfig::default()
+        };
+        assert!(!format!("{live:?}").contains("SECRETKEY"));
+        let core: pmw_core::CoreConfig =
+            pmw_core::config::load_from(figment::Figment::new()).unwrap();
+        let p = live.providers(&core).unwrap();
+        assert!(!format!("{p:?}").contains("SECRETKEY"));
+    }
 }

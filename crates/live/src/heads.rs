@@ -1,6 +1,9 @@
-//! The head source: new heads over WebSocket, plus an HTTP poll of the latest head running all
-//! the time (a silent or dropped subscription can never stall ingest). When the WebSocket drops:
-//! `block listener lost`, reconnect with backoff; the poll keeps heads flowing meanwhile.
+//! The head source: per provider, new heads over WebSocket plus an HTTP poll of its latest head
+//! running all the time (a silent or dropped subscription can never stall ingest), raced: the
+//! first announcement of a block hash, from any provider, is the one ingest gets (it stamps
+//! `t_detect_ms`); later ones are only recorded ([`crate::providers`]). When a WebSocket drops:
+//! `block listener lost`, reconnect under the one RPC backoff (`pmw_core::backoff`); a failing
+//! poll backs off the same way. Both report to the pool, which demotes and promotes.
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,13 +15,14 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::chain::{self, Chain, SeenHead};
-use pmw_core::redact;
+use crate::config::ProviderUrls;
 use pmw_core::UnixMs;
 
-/// Settings of the head source. Its `Debug` shows the WebSocket URL's host only ([`redact`]).
+/// Settings of the head source. Its `Debug` shows the URLs' hosts only.
 #[derive(Clone)]
 pub struct HeadSource {
-    pub ws_url: String,
+    /// In the chain's pool order (index = provider).
+    pub providers: Vec<ProviderUrls>,
     pub poll_interval: Duration,
     pub stall: Duration,
 }
@@ -26,33 +30,92 @@ pub struct HeadSource {
 impl fmt::Debug for HeadSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HeadSource")
-            .field("ws_url", &redact::Url(&self.ws_url))
+            .field("providers", &self.providers)
             .field("poll_interval", &self.poll_interval)
             .field("stall", &self.stall)
             .finish()
     }
 }
 
+/// A head from provider `.0`.
+type Announced = (usize, SeenHead);
+
 impl HeadSource {
-    /// Run until `shutdown`, sending heads to `tx`.
+    /// Run until `shutdown`, sending every block hash's first announcement to `tx`.
     pub async fn run(self, chain: Chain, tx: mpsc::Sender<SeenHead>, shutdown: CancellationToken) {
-        let poller = tokio::spawn(poll_heads(
-            chain,
-            tx.clone(),
-            self.poll_interval,
-            shutdown.clone(),
-        ));
+        let (atx, mut arx) = mpsc::channel::<Announced>(1024);
+        let mut tasks = Vec::new();
+        for (i, p) in self.providers.iter().enumerate() {
+            let follower = Follower {
+                chain: chain.clone(),
+                provider: i,
+                name: p.name.clone(),
+                tx: atx.clone(),
+                stop: shutdown.clone(),
+            };
+            tasks.push(tokio::spawn(
+                follower.clone().subscribe(p.ws_url.clone(), self.stall),
+            ));
+            tasks.push(tokio::spawn(follower.poll(self.poll_interval)));
+        }
+        drop(atx);
+        let pool = chain.pool().clone();
+        loop {
+            let (i, seen) = tokio::select! {
+                a = arx.recv() => match a { Some(a) => a, None => break },
+                _ = shutdown.cancelled() => break,
+            };
+            let h = &seen.head;
+            if pool.head_arrived(i, h.hash, h.number, seen.t_detect_ms.0)
+                && tx.send(seen).await.is_err()
+            {
+                break;
+            }
+        }
+        shutdown.cancel();
+        for t in tasks {
+            let _ = t.await;
+        }
+    }
+}
+
+/// One provider's head follower: its subscription and its poll.
+#[derive(Clone)]
+struct Follower {
+    chain: Chain,
+    provider: usize,
+    name: String,
+    tx: mpsc::Sender<Announced>,
+    stop: CancellationToken,
+}
+
+impl Follower {
+    /// Follow the provider's `newHeads`, reconnecting under the RPC backoff, until stopped.
+    async fn subscribe(self, ws_url: String, stall: Duration) {
+        let pool = self.chain.pool().clone();
         let mut backoff = Backoff::new(Policy::RPC);
         loop {
             let connected = Arc::new(AtomicBool::new(false));
             let flag = connected.clone();
-            let outcome = tokio::select! {
-                r = chain::follow_heads(&self.ws_url, &tx, self.stall, move || flag.store(true, Ordering::Relaxed)) => r,
-                _ = shutdown.cancelled() => Ok(()),
+            let on_connected = || {
+                flag.store(true, Ordering::Relaxed);
+                pool.subscription(self.provider, true);
             };
-            if shutdown.is_cancelled() || tx.is_closed() {
+            let follow = chain::follow_heads(
+                &ws_url,
+                (self.provider, &self.name),
+                &self.tx,
+                stall,
+                on_connected,
+            );
+            let outcome = tokio::select! {
+                r = follow => r,
+                _ = self.stop.cancelled() => Ok(()),
+            };
+            if self.stop.is_cancelled() || self.tx.is_closed() {
                 break;
             }
+            pool.subscription(self.provider, false);
             if connected.load(Ordering::Relaxed) {
                 backoff.reset();
             }
@@ -60,48 +123,60 @@ impl HeadSource {
             match outcome {
                 Ok(()) => break,
                 Err(e) => {
-                    tracing::warn!(error = %e, retry_in_ms = wait.as_millis() as u64, "block listener lost");
+                    tracing::warn!(provider = %self.name, error = %e, retry_in_ms = wait.as_millis() as u64, "block listener lost");
                 }
             }
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
-                _ = shutdown.cancelled() => break,
+                _ = self.stop.cancelled() => break,
             }
         }
-        let _ = poller.await;
     }
-}
 
-/// Poll the latest head over HTTP every `every` until `stop`, sending each new one.
-async fn poll_heads(
-    chain: Chain,
-    tx: mpsc::Sender<SeenHead>,
-    every: Duration,
-    stop: CancellationToken,
-) {
-    let mut last: Option<[u8; 32]> = None;
-    // A load-balanced RPC may answer from a node that lags: a head below the highest seen is
-    // not news (a real reorg to a shorter branch shows at the next height anyway).
-    let mut highest = 0u64;
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(every) => {}
-            _ = stop.cancelled() => return,
-        }
-        match chain.latest().await {
-            Ok(head) if last != Some(head.hash) && head.number >= highest => {
-                last = Some(head.hash);
-                highest = head.number;
-                let seen = SeenHead {
-                    head,
-                    t_detect_ms: UnixMs::now(),
-                };
-                if tx.send(seen).await.is_err() {
-                    return;
+    /// Poll the provider's latest head every `every` (after a failure: the RPC backoff),
+    /// sending each new one, until stopped.
+    async fn poll(self, every: Duration) {
+        let pool = self.chain.pool().clone();
+        let mut backoff = Backoff::new(Policy::RPC);
+        let mut last: Option<[u8; 32]> = None;
+        // A load-balanced RPC may answer from a node that lags: a head below the highest seen is
+        // not news (a real reorg to a shorter branch shows at the next height anyway).
+        let mut highest = 0u64;
+        let mut wait = every;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = self.stop.cancelled() => return,
+            }
+            let started = tokio::time::Instant::now();
+            match self.chain.latest_from(self.provider).await {
+                Ok(head) => {
+                    pool.answered(
+                        self.provider,
+                        crate::providers::Kind::Block,
+                        started.elapsed(),
+                    );
+                    backoff.reset();
+                    wait = every;
+                    if last == Some(head.hash) || head.number < highest {
+                        continue;
+                    }
+                    last = Some(head.hash);
+                    highest = head.number;
+                    let seen = SeenHead {
+                        head,
+                        t_detect_ms: UnixMs::now(),
+                    };
+                    if self.tx.send((self.provider, seen)).await.is_err() {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    pool.failed(self.provider);
+                    wait = backoff.next_wait().max(every);
+                    tracing::warn!(provider = %self.name, error = %e, retry_in_ms = wait.as_millis() as u64, "head poll failed");
                 }
             }
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "head poll failed"),
         }
     }
 }

@@ -55,7 +55,9 @@ pub async fn lead(
     allow: Allowlist,
     l: Leader<'_>,
 ) -> Result<(), ServiceError> {
-    let chain = Chain::new(&cfg.rpc_http_url).map_err(|e| ServiceError::Config(e.to_string()))?;
+    let providers = live.providers(&cfg)?;
+    let chain = Chain::with_providers(&providers, live.live_provider_max_lag_blocks)
+        .map_err(|e| ServiceError::Config(e.to_string()))?;
     // Tasks below stop with `tasks`, which also fires on our own exit.
     let tasks = l.shutdown.child_token();
     let _stop_tasks = tasks.clone().drop_guard();
@@ -65,7 +67,7 @@ pub async fn lead(
     }
     let (tx, heads) = mpsc::channel(1024);
     let source = heads::HeadSource {
-        ws_url: cfg.rpc_ws_url.clone(),
+        providers,
         poll_interval: live.poll_interval(),
         stall: live.ws_stall(),
     };
@@ -299,6 +301,7 @@ async fn beat(ingester: &Ingester, l: &Leader<'_>, prune: bool) {
         "stats": ingester.stats,
         "notify_sent": ingester.parts.notifier.stats.sent.load(Ordering::Relaxed),
         "latency_rows_lost": l.latency.lost.load(Ordering::Relaxed),
+        "providers": ingester.parts.chain.pool().snapshot(),
     });
     if let Err(e) = l.heartbeat.beat(&state).await {
         tracing::warn!(error = %e, "heartbeat failed");

@@ -1,12 +1,18 @@
 //! A TCP proxy a test can break: put it between a service and a real server (e.g. live and
-//! anvil's WebSocket), then cut every open connection and refuse new ones for a while, or freeze
-//! it (connections are accepted and never answered: a hung server).
+//! anvil's WebSocket), then cut every open connection and refuse new ones for a while, freeze
+//! it (connections are accepted and never answered: a hung server), or delay everything the
+//! server sends by a set time (a slow provider: its pushed heads and its answers come late).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// A running proxy to `target`.
@@ -21,6 +27,8 @@ struct State {
     refusing: AtomicBool,
     frozen: AtomicBool,
     accepted: AtomicU64,
+    /// Milliseconds every server → client byte is held back.
+    delay_ms: AtomicU64,
 }
 
 impl TcpProxy {
@@ -32,12 +40,13 @@ impl TcpProxy {
             refusing: AtomicBool::new(false),
             frozen: AtomicBool::new(false),
             accepted: AtomicU64::new(0),
+            delay_ms: AtomicU64::new(0),
         });
         let stop = CancellationToken::new();
         let (st, stp) = (state.clone(), stop.clone());
         tokio::spawn(async move {
             loop {
-                let (mut inbound, _) = tokio::select! {
+                let (inbound, _) = tokio::select! {
                     r = listener.accept() => match r { Ok(c) => c, Err(_) => continue },
                     _ = stp.cancelled() => return,
                 };
@@ -55,12 +64,17 @@ impl TcpProxy {
                     });
                     continue;
                 }
+                let st = st.clone();
                 tokio::spawn(async move {
-                    let Ok(mut outbound) = TcpStream::connect(target).await else {
+                    let Ok(outbound) = TcpStream::connect(target).await else {
                         return;
                     };
+                    let _ = inbound.set_nodelay(true);
+                    let _ = outbound.set_nodelay(true);
+                    let (client_r, client_w) = inbound.into_split();
+                    let (server_r, server_w) = outbound.into_split();
                     tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = async { tokio::join!(pump(client_r, server_w, None), pump(server_r, client_w, Some(st))) } => {}
                         _ = cut.cancelled() => {}
                     }
                 });
@@ -98,10 +112,50 @@ impl TcpProxy {
         *g = CancellationToken::new();
     }
 
+    /// Hold back everything the server sends for `d` from now on (open connections included:
+    /// a subscription's pushes come late too). `Duration::ZERO` forwards at once again.
+    pub fn set_delay(&self, d: Duration) {
+        self.state
+            .delay_ms
+            .store(d.as_millis() as u64, Ordering::SeqCst);
+    }
+
     /// Connections accepted (and forwarded) so far.
     pub fn accepted(&self) -> u64 {
         self.state.accepted.load(Ordering::SeqCst)
     }
+}
+
+/// Copy `from` to `to` until either ends; with `delay`, each chunk is written its delay after it
+/// was read (order kept), the delay read from the state as the chunk arrives.
+async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, delay: Option<Arc<State>>) {
+    let (tx, mut rx) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
+    let read = async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = match from.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            let ms = delay
+                .as_ref()
+                .map_or(0, |s| s.delay_ms.load(Ordering::SeqCst));
+            let due = Instant::now() + Duration::from_millis(ms);
+            if tx.send((due, buf[..n].to_vec())).is_err() {
+                break;
+            }
+        }
+    };
+    let write = async move {
+        while let Some((due, bytes)) = rx.recv().await {
+            tokio::time::sleep_until(due).await;
+            if to.write_all(&bytes).await.is_err() {
+                return;
+            }
+        }
+        let _ = to.shutdown().await;
+    };
+    tokio::join!(read, write);
 }
 
 impl Drop for TcpProxy {

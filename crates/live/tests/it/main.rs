@@ -7,4 +7,5 @@ mod finality;
 mod ingest;
 mod ledger;
 mod notifier;
+mod providers;
 mod schema_guard;

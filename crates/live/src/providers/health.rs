@@ -1,0 +1,127 @@
+//! Provider health and the branch rule. A provider is demoted while its last call failed, its
+//! head subscription is down, or its head is more than the allowed lag behind the best
+//! provider's; it is promoted again as soon as none of these holds (its poll and subscription
+//! keep retrying under the one RPC backoff). Canonical questions ("which block is at height n")
+//! go to one provider first, the leader, which changes only when it is demoted or another
+//! healthy provider's head is strictly higher: two providers that disagree at the same height
+//! never make ingest switch branches back and forth; a strictly longer branch is followed.
+
+use serde::Serialize;
+
+/// Where a provider stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Standing {
+    Healthy,
+    /// Its last call (or head poll) failed.
+    Failing,
+    /// Its head subscription is not connected.
+    NoSubscription,
+    /// Its head is more than the allowed lag behind the best head.
+    Lagging,
+}
+
+impl Standing {
+    pub fn name(self) -> &'static str {
+        match self {
+            Standing::Healthy => "healthy",
+            Standing::Failing => "failing",
+            Standing::NoSubscription => "no_subscription",
+            Standing::Lagging => "lagging",
+        }
+    }
+}
+
+/// What health is judged on.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Health {
+    /// The highest head number it announced.
+    pub head: u64,
+    pub ws_up: bool,
+    pub failing: bool,
+}
+
+/// A provider's standing, given the best head of all providers.
+pub fn standing(h: &Health, best: u64, max_lag: u64) -> Standing {
+    if h.failing {
+        Standing::Failing
+    } else if !h.ws_up {
+        Standing::NoSubscription
+    } else if best.saturating_sub(h.head) > max_lag {
+        Standing::Lagging
+    } else {
+        Standing::Healthy
+    }
+}
+
+/// The leader after a change: `current` stays unless it is not healthy or a healthy provider's
+/// head is strictly higher; a new leader is the healthy one with the highest head (the first
+/// listed on a tie). With none healthy, the highest head leads.
+pub fn leader(current: usize, heads: &[u64], healthy: &[bool]) -> usize {
+    let best_of = |candidates: &dyn Fn(usize) -> bool| {
+        (0..heads.len()).filter(|&i| candidates(i)).fold(
+            None,
+            |best: Option<usize>, i| match best {
+                Some(b) if heads[b] >= heads[i] => Some(b),
+                _ => Some(i),
+            },
+        )
+    };
+    let Some(top) = best_of(&|i| healthy[i]) else {
+        return best_of(&|_| true).unwrap_or(0);
+    };
+    if current < heads.len() && healthy[current] && heads[current] >= heads[top] {
+        current
+    } else {
+        top
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn standing_names_the_first_reason() {
+        let h = |head, ws_up, failing| Health {
+            head,
+            ws_up,
+            failing,
+        };
+        assert_eq!(standing(&h(100, true, false), 103, 3), Standing::Healthy);
+        assert_eq!(standing(&h(100, true, false), 104, 3), Standing::Lagging);
+        assert_eq!(
+            standing(&h(100, false, false), 100, 3),
+            Standing::NoSubscription
+        );
+        assert_eq!(standing(&h(100, false, true), 100, 3), Standing::Failing);
+    }
+
+    #[test]
+    fn an_equal_head_elsewhere_does_not_move_the_leader() {
+        // Two providers on two branches at the same height: the leader stays, either way.
+        assert_eq!(leader(0, &[100, 100], &[true, true]), 0);
+        assert_eq!(leader(1, &[100, 100], &[true, true]), 1);
+    }
+
+    #[test]
+    fn a_strictly_higher_head_takes_the_lead() {
+        assert_eq!(leader(0, &[100, 101], &[true, true]), 1);
+        // ...and an equal one does not take it back.
+        assert_eq!(leader(1, &[101, 101], &[true, true]), 1);
+    }
+
+    #[test]
+    fn a_demoted_leader_hands_over_and_a_demoted_head_never_leads() {
+        assert_eq!(leader(0, &[100, 99], &[false, true]), 1);
+        assert_eq!(leader(1, &[100, 120], &[true, false]), 0);
+        assert_eq!(leader(2, &[100, 120, 120], &[true, true, true]), 2);
+        assert_eq!(leader(0, &[100, 120, 120], &[true, true, true]), 1);
+    }
+
+    #[test]
+    fn with_none_healthy_the_highest_head_leads() {
+        assert_eq!(leader(0, &[100, 105], &[false, false]), 1);
+        assert_eq!(leader(0, &[7], &[false]), 0);
+    }
+}
