@@ -220,9 +220,7 @@ async fn a_fill_ingest_missed_is_delivered_once_audited_and_an_injected_one_is_r
     fake.block_hash = w_hash.clone();
     fake.log_index = 900;
     fake.order_hash = format!("0x{:064x}", 900);
-    trades::insert_trades(&h.db.ch, std::slice::from_ref(&fake))
-        .await
-        .unwrap();
+    pmw_testkit::rows::plant(&c, std::slice::from_ref(&fake)).await;
     c.execute(
         "UPDATE chain_blocks SET trade_count = trade_count + 1 WHERE block_number = $1",
         &[&w],

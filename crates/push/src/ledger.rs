@@ -1,18 +1,22 @@
-//! The ledger read every lane's round starts with: one Postgres statement for the state (the
-//! lane's watermark, the subscription version, the reorgs after the lane's last one), then the
-//! retractions a rewind owes and the trades after the lane's cursor (ClickHouse, bounded), with
-//! their market names. It knows nothing of sessions or endpoints: a [`Batch`] is what a lane
-//! then delivers. This is the seam the Postgres hot ledger replaces.
+//! The ledger read every lane's round starts with: one Postgres statement returns the state (the
+//! lane's watermark, the subscription version, the reorgs after the lane's last one, the hot
+//! ledger's floor) and, from the hot ledger, the retractions a rewind owes and the trades after
+//! the lane's cursor (bounded), with their market names. ClickHouse is read only when the lane
+//! starts below the hot ledger's floor (history older than its window, through the one ledger
+//! of `pmw_core::pg::ledger`). It knows nothing of sessions or endpoints: a [`Batch`] is what a
+//! lane then delivers.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pmw_core::ch::{trades, ChClient, TradeRow};
+use pmw_core::ch::{ChClient, TradeRow};
 use pmw_core::message::Market;
+use pmw_core::pg::ledger::{self as one, LedgerError};
 use pmw_core::pg::{self, PgPool};
 use pmw_core::types::cursor::MAX_LOG_INDEX;
 use pmw_core::{Cursor, Position};
+use tokio_postgres::types::Json;
 
 use crate::catchup;
 use crate::round::RoundError;
@@ -31,12 +35,13 @@ pub enum Source {
 }
 
 impl Source {
-    fn state_sql(self) -> &'static str {
-        match self {
+    fn state_sql(self) -> String {
+        let text = match self {
             Source::Ws => include_str!("sql/state_ws.sql"),
             Source::Webhooks => include_str!("sql/state_webhooks.sql"),
             Source::Finals => include_str!("sql/state_finals.sql"),
-        }
+        };
+        text.replace("{COLUMNS}", one::COLUMNS)
     }
 }
 
@@ -151,7 +156,8 @@ impl Matcher {
     }
 }
 
-/// The state a round starts from (one statement, one snapshot).
+/// The state a round starts from and the hot ledger's rows it read (one statement, one
+/// snapshot).
 #[derive(Debug, Clone)]
 pub struct State {
     pub watermark: Option<u64>,
@@ -160,13 +166,25 @@ pub struct State {
     /// (block, hash).
     pub reorg_id: Option<i64>,
     pub ancestor: Option<(u64, Option<String>)>,
+    /// The lowest block the hot ledger holds (below it: ClickHouse).
+    pub floor: u64,
+    /// The hot ledger's trades after the delivery start, ledger order, at most the limit.
+    pub trades: Vec<TradeRow>,
+    /// The retractions a rewind owes (empty unless the start moved below the cursor).
+    pub retracts: Vec<TradeRow>,
+}
+
+/// Where a lane may read up to: its bound's block (none: unbounded).
+fn bound_block(bound: Option<Cursor>) -> i64 {
+    bound.map_or(i64::MAX, |b| b.block.min(i64::MAX as u64) as i64)
 }
 
 /// One lane's reader of the ledger.
 pub struct Ledger {
     pub pool: PgPool,
     ch: ChClient,
-    source: Source,
+    /// The round's one statement (the lane's, with the ledger's columns filled in).
+    sql: String,
     /// Trades read per round: at most half a session queue, so a session that keeps up is never
     /// closed as slow because a catch-up round is larger than its queue.
     limit: u64,
@@ -180,7 +198,7 @@ impl Ledger {
         Ledger {
             pool,
             ch,
-            source,
+            sql: source.state_sql(),
             limit,
             span,
             names: Names::default(),
@@ -200,21 +218,22 @@ impl Ledger {
         matcher: &mut Matcher,
         bound: Option<Cursor>,
     ) -> Result<Reading, RoundError> {
-        let mut r = self.begin(at, matcher).await?;
+        let mut r = self.begin(at, matcher, bound).await?;
         self.read_batch(&mut r, at, bound).await?;
         Ok(r)
     }
 
-    /// A round's start: the state, then the index (revocations and unsubscribes apply even
-    /// before the first block, and even when the trades cannot be read).
+    /// A round's start: the state and the hot ledger's rows (one statement), then the index
+    /// (revocations and unsubscribes apply even before the first block).
     pub async fn begin(
         &mut self,
         at: &LaneCursor,
         matcher: &mut Matcher,
+        bound: Option<Cursor>,
     ) -> Result<Reading, RoundError> {
         let started = Instant::now();
         let client = self.pool.get().await?;
-        let state = self.state(&client, at.reorg_id).await?;
+        let state = self.state(&client, at, bound).await?;
         let state_at = Instant::now();
         let (index, reloaded) = matcher.index(&self.pool, state.version).await?;
         Ok(Reading {
@@ -228,7 +247,9 @@ impl Ledger {
         })
     }
 
-    /// The batch after `at` (up to the watermark and `bound`) into `r.batch`.
+    /// The batch after `at` (up to the watermark and `bound`) into `r.batch`: the rows the
+    /// round's statement read, or, for a lane starting below the hot ledger's floor, the one
+    /// ledger's (ClickHouse there).
     pub async fn read_batch(
         &mut self,
         r: &mut Reading,
@@ -239,20 +260,55 @@ impl Ledger {
             return Ok(());
         };
         let upto = bound.map_or(wm, |b| wm.min(b.block));
-        r.batch = self
-            .batch(&r.client, &r.state, at, (upto, bound), r.times)
-            .await?;
+        let from = rewind_to(at.position, r.state.ancestor.as_ref());
+        let seam = one::Seam {
+            floor: r.state.floor,
+            projected_seq: 0,
+        };
+        r.batch = if seam.below().is_some_and(|b| from.cursor < b) {
+            self.batch(&r.client, &r.state, at, (upto, bound), r.times)
+                .await?
+        } else {
+            self.hot_batch(&mut r.state, at, bound, r.times)
+        };
+        if let Some(b) = &r.batch {
+            self.names
+                .refresh(&r.client, b.rows.iter().chain(&b.retracts))
+                .await?;
+        }
         Ok(())
     }
 
-    /// The state statement of this lane (prepared once per pooled connection).
+    /// The round's statement of this lane (prepared once per pooled connection): the state and
+    /// the hot ledger's rows after `at` (or after the new reorgs' ancestor), never past `bound`'s
+    /// block.
     pub async fn state(
         &self,
         c: &deadpool_postgres::Object,
-        after_reorg: i64,
+        at: &LaneCursor,
+        bound: Option<Cursor>,
     ) -> Result<State, RoundError> {
-        let stmt = c.prepare_cached(self.source.state_sql()).await?;
-        let row = c.query_one(&stmt, &[&after_reorg]).await?;
+        let stmt = c.prepare_cached(&self.sql).await?;
+        let cursor = at.cursor();
+        let held = at.held.max(cursor);
+        let row = c
+            .query_one(
+                &stmt,
+                &[
+                    &at.reorg_id,
+                    &(cursor.block as i64),
+                    &(cursor.log_index as i32),
+                    &(self.limit.min(i64::MAX as u64) as i64),
+                    &(held.block as i64),
+                    &(held.log_index as i32),
+                    &bound_block(bound),
+                ],
+            )
+            .await?;
+        let rows = |i: usize| -> Vec<TradeRow> {
+            row.get::<_, Option<Json<Vec<TradeRow>>>>(i)
+                .map_or_else(Vec::new, |j| j.0)
+        };
         Ok(State {
             watermark: row.get::<_, Option<i64>>(0).map(|b| b as u64),
             version: row.get(1),
@@ -260,13 +316,60 @@ impl Ledger {
             ancestor: row
                 .get::<_, Option<i64>>(3)
                 .map(|a| (a as u64, row.get::<_, Option<String>>(4))),
+            floor: row.get::<_, Option<i64>>(5).unwrap_or(0) as u64,
+            trades: rows(6),
+            retracts: rows(7),
         })
     }
 
-    /// The retractions and trades after `at` up to block `upto` (and cursor `bound`), or `None`
-    /// when there is nothing to deliver. The cursor moves only to the last row actually read (a
-    /// short or empty answer from ClickHouse then delays delivery and never skips a trade), or,
-    /// on a bounded catch-up span, past blocks proven complete by their recorded trade counts.
+    /// The batch of the rows the round's statement read from the hot ledger (complete up to
+    /// the watermark: committed with it), or `None` when there is nothing to deliver. The cursor
+    /// moves to the last row read.
+    fn hot_batch(
+        &self,
+        state: &mut State,
+        at: &LaneCursor,
+        bound: Option<Cursor>,
+        (started, state_at): (Instant, Instant),
+    ) -> Option<Batch> {
+        let reorg_id = state.reorg_id.unwrap_or(at.reorg_id);
+        let from = rewind_to(at.position, state.ancestor.as_ref());
+        let mut rows = std::mem::take(&mut state.trades);
+        let retracts = std::mem::take(&mut state.retracts);
+        let mut full = rows.len() as u64 >= self.limit;
+        if let Some(b) = bound {
+            let read = rows.len();
+            rows.retain(|r| r.cursor() <= b);
+            full &= rows.len() == read;
+        }
+        let through = rows
+            .last()
+            .map_or(from, |r| Position::of(r.cursor(), &r.block_hash));
+        if through.cursor <= from.cursor && retracts.is_empty() && reorg_id == at.reorg_id {
+            return None;
+        }
+        Some(Batch {
+            from,
+            through,
+            rewound: from.cursor < at.cursor(),
+            reorg_id,
+            retracts,
+            rows,
+            more: full,
+            stages: Stages {
+                started,
+                state: state_at,
+                read: state_at,
+                claimed: state_at,
+            },
+        })
+    }
+
+    /// The retractions and trades after `at` up to block `upto` (and cursor `bound`) through
+    /// the one ledger (ClickHouse below the hot ledger's floor), or `None` when there is nothing
+    /// to deliver. The cursor moves only to the last row actually read (a short or empty answer
+    /// from ClickHouse then delays delivery and never skips a trade), or, on a bounded catch-up
+    /// span, past blocks proven complete by their recorded trade counts.
     async fn batch(
         &mut self,
         client: &deadpool_postgres::Object,
@@ -279,8 +382,9 @@ impl Ledger {
         let from = rewind_to(at.position, state.ancestor.as_ref());
         let retracts = if from.cursor < at.cursor() {
             let held = at.held.max(at.cursor());
-            trades::retracted_between(&self.ch, from.cursor.block, held.block)
-                .await?
+            one::retractions_between(&***client, &self.ch, from.cursor.block, held.block)
+                .await
+                .map_err(store_error)?
                 .into_iter()
                 .filter(|t| t.cursor() <= held)
                 .collect()
@@ -289,7 +393,9 @@ impl Ledger {
         };
         let span = catchup::span(client, from.cursor.block, upto, self.span).await?;
         let upto = span.as_ref().map_or(upto, |s| s.upto);
-        let mut rows = trades::trades_after(&self.ch, from.cursor, upto, self.limit).await?;
+        let mut rows = one::trades_after(&***client, &self.ch, from.cursor, upto, self.limit)
+            .await
+            .map_err(store_error)?;
         let read_at = Instant::now();
         let mut full = rows.len() as u64 >= self.limit;
         if let Some(b) = bound {
@@ -313,9 +419,6 @@ impl Ledger {
         if through.cursor <= from.cursor && retracts.is_empty() && reorg_id == at.reorg_id {
             return Ok(None);
         }
-        self.names
-            .refresh(client, rows.iter().chain(&retracts))
-            .await?;
         Ok(Some(Batch {
             from,
             through,
@@ -331,6 +434,13 @@ impl Ledger {
                 claimed: read_at,
             },
         }))
+    }
+}
+
+fn store_error(e: LedgerError) -> RoundError {
+    match e {
+        LedgerError::Postgres(e) => e.into(),
+        LedgerError::ClickHouse(e) => e.into(),
     }
 }
 

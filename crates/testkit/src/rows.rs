@@ -30,3 +30,17 @@ pub fn trade(block: u64, log_index: u32, block_hash: &str) -> TradeRow {
         audit: 0,
     }
 }
+
+/// Plant `rows` in the Postgres hot ledger as they are (the production append, partitions made
+/// first): what a test's ledger holds, without pmw-live.
+pub async fn plant(c: &tokio_postgres::Client, rows: &[TradeRow]) {
+    use pmw_core::pg::ledger;
+    for r in rows {
+        ledger::ensure_partition(c, ledger::partition_of(r.block_number))
+            .await
+            .expect("ledger partition");
+    }
+    ledger::append(c, rows, pmw_core::UnixMs::now())
+        .await
+        .expect("planted in the ledger");
+}

@@ -1,7 +1,9 @@
-//! Bounded catch-up: a leader far behind the watermark reads span by span, moves past empty
-//! blocks only when every block returned its recorded trade count, and never past a block that
-//! came back short (simulated by raising one block's recorded count: the rows "missing" from
-//! ClickHouse must hold the cursor until they are there).
+//! Bounded catch-up from ClickHouse: a leader behind the hot ledger's window (simulated by
+//! raising the hot ledger's floor above the head, so every block is history) reads span by span,
+//! moves past empty blocks only when every block returned its recorded trade count, and never
+//! past a block that came back short (simulated by raising one block's recorded count: the rows
+//! "missing" from ClickHouse must hold the cursor until they are there). Within the hot window
+//! the ledger is read from Postgres, committed with the watermark: no count check is needed.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -117,6 +119,12 @@ async fn catch_up(short_block: bool) {
         .find(|b| *b > start + 3 * SPAN)
         .expect("trades after the first empty run");
     let pg = h.db.connect().await;
+    pg.execute(
+        "UPDATE stored_cursor SET floor_block = $1",
+        &[&(head as i64 + 1)],
+    )
+    .await
+    .unwrap();
     if short_block {
         pg.execute(
             "UPDATE chain_blocks SET trade_count = trade_count + 1 WHERE block_number = $1",

@@ -6,11 +6,21 @@
 
 use std::sync::OnceLock;
 
+use tokio_postgres::types::Json;
 use tokio_postgres::{GenericClient, Row};
 
 use crate::ch::{trades, ChClient, TradeRow};
 use crate::types::cursor::MAX_LOG_INDEX;
-use crate::Cursor;
+use crate::{Cursor, UnixMs};
+
+/// Blocks per hot-ledger partition (about 5.5 h of Polygon; the retention window keeps several).
+pub const PARTITION_BLOCKS: u64 = 10_000;
+
+/// The partition `[lo, hi)` that holds `block`.
+pub fn partition_of(block: u64) -> (u64, u64) {
+    let lo = block - block % PARTITION_BLOCKS;
+    (lo, lo + PARTITION_BLOCKS)
+}
 
 /// The marker of the seam read in `pg_stat_statements`.
 pub const SEAM_MARKER: &str = "pmw:ledger_seam";
@@ -91,6 +101,36 @@ pub fn trade_row(r: &Row) -> TradeRow {
         version: r.get::<_, i64>(20) as u64,
         audit: r.get::<_, i16>(21) as u8,
     }
+}
+
+/// Create and attach the partition `[lo, hi)` unless it exists; true when it was created.
+pub async fn ensure_partition(
+    c: &impl GenericClient,
+    (lo, hi): (u64, u64),
+) -> Result<bool, tokio_postgres::Error> {
+    Ok(c.query_one(
+        include_str!("sql/ledger_partition.sql"),
+        &[&(lo as i64), &(hi as i64)],
+    )
+    .await?
+    .get(0))
+}
+
+/// Append `rows` as they are (their versions and retracted flags), seqs in commit order; the
+/// caller's transaction decides what commits with them. Their partitions must exist.
+pub async fn append(
+    c: &impl GenericClient,
+    rows: &[TradeRow],
+    now: UnixMs,
+) -> Result<u64, tokio_postgres::Error> {
+    if rows.is_empty() {
+        return Ok(0);
+    }
+    c.execute(
+        include_str!("sql/ledger_append.sql"),
+        &[&Json(rows), &(rows.len() as i64), &now.0],
+    )
+    .await
 }
 
 /// The seam (one tiny row).

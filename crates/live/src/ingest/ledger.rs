@@ -4,17 +4,9 @@
 //! (`sql/commit_block.sql`), a reorg's retractions with the unwind (`sql/unwind_ledger.sql`).
 
 use pmw_core::ch::TradeRow;
+use pmw_core::pg::ledger as core_ledger;
+pub use pmw_core::pg::ledger::{partition_of, PARTITION_BLOCKS};
 use pmw_core::UnixMs;
-use tokio_postgres::types::Json;
-
-/// Blocks per ledger partition (about 5.5 h of Polygon; the retention window keeps several).
-pub const PARTITION_BLOCKS: u64 = 10_000;
-
-/// The partition `[lo, hi)` that holds `block`.
-pub fn partition_of(block: u64) -> (u64, u64) {
-    let lo = block - block % PARTITION_BLOCKS;
-    (lo, lo + PARTITION_BLOCKS)
-}
 
 /// Which partitions exist, as far as this writer made sure: blocks below `upto` have one.
 #[derive(Debug, Default, Clone, Copy)]
@@ -57,14 +49,7 @@ impl Partitions {
         block: u64,
     ) -> Result<(), tokio_postgres::Error> {
         for (lo, hi) in self.due(block) {
-            let created: bool = client
-                .query_one(
-                    include_str!("../sql/ensure_partition.sql"),
-                    &[&(lo as i64), &(hi as i64)],
-                )
-                .await?
-                .get(0);
-            if created {
+            if core_ledger::ensure_partition(client, (lo, hi)).await? {
                 tracing::info!(from = lo, to = hi, "ledger partition created");
             }
             self.made((lo, hi));
@@ -79,14 +64,7 @@ pub async fn append(
     rows: &[TradeRow],
     now: UnixMs,
 ) -> Result<u64, tokio_postgres::Error> {
-    if rows.is_empty() {
-        return Ok(0);
-    }
-    tx.execute(
-        include_str!("../sql/append_ledger.sql"),
-        &[&Json(rows), &(rows.len() as i64), &now.0],
-    )
-    .await
+    core_ledger::append(tx, rows, now).await
 }
 
 #[cfg(test)]

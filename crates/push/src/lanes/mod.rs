@@ -90,7 +90,7 @@ async fn round<L: Lane>(lane: &mut L, bound: Option<Cursor>) -> Result<RoundOutc
     let outcome = async {
         let mut read = {
             let (ledger, at, matcher) = lane.reader();
-            ledger.begin(at, matcher).await?
+            ledger.begin(at, matcher, bound).await?
         };
         lane.seen(&read);
         {

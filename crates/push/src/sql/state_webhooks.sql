@@ -1,11 +1,53 @@
--- What a webhook round starts from: the same snapshot as a WebSocket round (state_ws.sql). Its
+-- What a webhook round reads: the same snapshot as a WebSocket round (state_ws.sql). Its
 -- extra `lane` column gives it another structure, so pg_stat_statements (which merges
 -- statements by structure, not by comment) keeps it apart and `pmwctl diag` counts WebSocket
 -- rounds only.
-SELECT /* pmw:webhook_round */ (SELECT block_number FROM ingest_cursor WHERE id = 1),
-       (SELECT seq FROM subs_version WHERE id = 1),
-       (SELECT max(id) FROM reorgs WHERE id > $1),
-       (SELECT min(ancestor) FROM reorgs WHERE id > $1),
-       (SELECT block_hash FROM chain_blocks
-        WHERE block_number = (SELECT min(ancestor) FROM reorgs WHERE id > $1)),
+-- $1 the lane's last reorgs id, ($2, $3) its cursor, $4 the batch limit, ($5, $6) the highest
+-- cursor it ever held, $7 the block it may not read past (its bound). Delivery starts at the
+-- cursor, or after the common ancestor of the new reorgs when that is below it (then the
+-- retractions up to the held cursor come too: trades whose newest version is a retraction, any
+-- block hash). Trades are the hot ledger's visible ones (newest version per identity, retracted
+-- ones dropped, only the block hash chain_blocks committed), ledger order, at most $4. The
+-- hot ledger holds blocks from `floor` on: a lane starting below it reads the rest through
+-- the one ledger (ClickHouse below the floor). The COLUMNS are filled in by the code.
+WITH s AS MATERIALIZED (
+    SELECT /* pmw:webhook_round */ (SELECT block_number FROM ingest_cursor WHERE id = 1) AS wm,
+           (SELECT seq FROM subs_version WHERE id = 1) AS version,
+           (SELECT max(id) FROM reorgs WHERE id > $1) AS reorg_id,
+           (SELECT min(ancestor) FROM reorgs WHERE id > $1) AS ancestor,
+           (SELECT floor_block FROM stored_cursor WHERE id = 1) AS floor
+), f AS MATERIALIZED (
+    SELECT s.*,
+           CASE WHEN s.ancestor < $2 THEN s.ancestor ELSE $2 END AS from_block,
+           CASE WHEN s.ancestor < $2 THEN 999999 ELSE $3 END AS from_log,
+           least(s.wm, $7) AS upto
+    FROM s
+)
+SELECT f.wm, f.version, f.reorg_id, f.ancestor,
+       (SELECT block_hash FROM chain_blocks WHERE block_number = f.ancestor),
+       f.floor,
+       (SELECT jsonb_agg(to_jsonb(t) ORDER BY t.block_number, t.log_index) FROM (
+            SELECT * FROM (
+                SELECT DISTINCT ON (block_number, log_index, block_hash) {COLUMNS}
+                FROM ledger
+                WHERE block_number >= f.from_block AND block_number <= f.upto
+                  AND (block_number, log_index) > (f.from_block, f.from_log)
+                ORDER BY block_number, log_index, block_hash, version DESC
+            ) v
+            WHERE retracted = 0
+              AND NOT EXISTS (SELECT 1 FROM chain_blocks c
+                              WHERE c.block_number = v.block_number AND c.block_hash <> v.block_hash)
+            ORDER BY block_number, log_index
+            LIMIT $4
+        ) t) AS trades,
+       (SELECT jsonb_agg(to_jsonb(r) ORDER BY r.block_number, r.log_index) FROM (
+            SELECT * FROM (
+                SELECT DISTINCT ON (block_number, log_index, block_hash) {COLUMNS}
+                FROM ledger
+                WHERE block_number > f.from_block AND block_number <= $5
+                ORDER BY block_number, log_index, block_hash, version DESC
+            ) v
+            WHERE retracted = 1 AND (block_number, log_index) <= ($5, $6)
+        ) r WHERE f.from_block < $2) AS retracts,
        'webhooks'::text AS lane
+FROM f

@@ -1,12 +1,14 @@
 //! The ledger read on its own, against the real stores and without a hub: what a lane's round
 //! reads after its cursor (bounded by the watermark, a cursor bound and the batch limit), and what
-//! a reorg below it makes it retract and rewind to.
+//! a reorg below it makes it retract and rewind to. The rows are planted in the Postgres hot
+//! ledger; ClickHouse is read only below the hot ledger's floor.
 
 use pmw_core::ch::{trades, TradeRow};
 use pmw_core::types::cursor::MAX_LOG_INDEX;
 use pmw_core::{Cursor, Position};
 use pmw_push::ledger::{LaneCursor, Ledger, Matcher, Source};
 use pmw_push::subs::Subscriptions;
+use pmw_testkit::rows::plant;
 use pmw_testkit::TestDb;
 
 fn hash(block: u64, branch: u8) -> String {
@@ -41,9 +43,7 @@ async fn ledger_of_three() -> TestDb {
     )
     .await
     .unwrap();
-    trades::insert_trades(&db.ch, &[row(11, 0, 1), row(11, 4, 1), row(12, 2, 1)])
-        .await
-        .unwrap();
+    plant(&c, &[row(11, 0, 1), row(11, 4, 1), row(12, 2, 1)]).await;
     db
 }
 
@@ -118,13 +118,10 @@ async fn a_read_stops_at_its_bound_and_at_the_batch_limit() {
 async fn a_reorg_below_the_cursor_retracts_what_the_lane_delivered_and_rewinds_to_the_ancestor() {
     let db = ledger_of_three().await;
     // Block 12 is orphaned: its trade retracted, the new branch's 12 has another trade.
-    trades::retract_block(&db.ch, 12, &hash(12, 1), 2)
-        .await
-        .unwrap();
-    trades::insert_trades(&db.ch, &[row(12, 7, 2)])
-        .await
-        .unwrap();
     let c = db.connect().await;
+    let mut gone = row(12, 2, 1);
+    (gone.retracted, gone.version) = (1, 2);
+    plant(&c, &[gone, row(12, 7, 2)]).await;
     c.execute(
         "UPDATE chain_blocks SET block_hash = $1, trade_count = 1 WHERE block_number = 12",
         &[&hash(12, 2)],
@@ -162,4 +159,53 @@ async fn a_reorg_below_the_cursor_retracts_what_the_lane_delivered_and_rewinds_t
     assert_eq!(cursors(&b.rows), vec![(12, 7)]);
     assert_eq!(b.rows[0].block_hash, hash(12, 2));
     assert_eq!(b.reorg_id, reorg);
+}
+
+#[tokio::test]
+async fn only_rows_of_the_committed_block_hash_are_read() {
+    let db = ledger_of_three().await;
+    // A row at a position of block 11 on a hash that was never committed, with no retraction
+    // (ClickHouse rows of a writer that died; an orphan whose retraction is missing).
+    let c = db.connect().await;
+    plant(&c, &[row(11, 0, 9), row(11, 2, 9)]).await;
+    let (mut l, mut m) = ledger(&db, 100);
+    let b = l
+        .read(&at(10, MAX_LOG_INDEX), &mut m, None)
+        .await
+        .unwrap()
+        .batch
+        .unwrap();
+    assert_eq!(cursors(&b.rows), vec![(11, 0), (11, 4), (12, 2)]);
+    assert!(b
+        .rows
+        .iter()
+        .all(|r| r.block_hash == hash(r.block_number, 1)));
+}
+
+#[tokio::test]
+async fn a_lane_below_the_hot_ledgers_floor_reads_clickhouse_there_and_the_ledger_above() {
+    let db = ledger_of_three().await;
+    // Blocks below 11 are history: in ClickHouse only (the floor rose past them).
+    let c = db.connect().await;
+    c.execute(
+        "INSERT INTO chain_blocks (block_number, block_hash, parent_hash, block_time_ms, t_detect_ms, backfilled, trade_count) \
+         VALUES (9, $1, $2, 0, 0, false, 1)",
+        &[&hash(9, 1), &hash(8, 1)],
+    )
+    .await
+    .unwrap();
+    trades::insert_trades(&db.ch, &[row(9, 3, 1)])
+        .await
+        .unwrap();
+    c.execute("UPDATE stored_cursor SET floor_block = 11", &[])
+        .await
+        .unwrap();
+    let (mut l, mut m) = ledger(&db, 100);
+    let b = l
+        .read(&at(8, MAX_LOG_INDEX), &mut m, None)
+        .await
+        .unwrap()
+        .batch
+        .unwrap();
+    assert_eq!(cursors(&b.rows), vec![(9, 3), (11, 0), (11, 4), (12, 2)]);
 }
