@@ -1,7 +1,7 @@
 //! `pmwctl status`: who leads push (push_epoch + heartbeats) and which standby waits on the lock
 //! (a warning when none has a fresh heartbeat: the leader is then a single point of failure),
 //! the ingest and push cursors and their lag in blocks (against the chain head when the RPC
-//! answers), the completeness audit (its watermark, trail and counts), the age of the leader's last round, every instance's heartbeat, and the webhook
+//! answers), the RPC providers as live sees them ([`crate::status_providers`]), the completeness audit (its watermark, trail and counts), the age of the leader's last round, every instance's heartbeat, and the webhook
 //! backlog by age, and any index of pmw's schema Postgres does not use or maintain
 //! ([`crate::status_indexes`], a warning). Human-readable, or `--json` for machines.
 
@@ -276,6 +276,8 @@ pub async fn collect(cfg: &CoreConfig) -> Result<Value, ServiceError> {
     warnings.extend(crate::status_indexes::warnings(&indexes));
     let webhooks = webhooks(&c, now).await?;
     let audit = crate::status_audit::collect(&c, now).await?;
+    let providers = crate::status_providers::collect(&c, now).await?;
+    warnings.extend(crate::status_providers::warnings(&providers));
     let waiting = match (k.ingest, k.push) {
         (Some((wm, _)), Some((b, l, _, _))) => trades_waiting(cfg, b, l, wm).await,
         _ => None,
@@ -285,6 +287,7 @@ pub async fn collect(cfg: &CoreConfig) -> Result<Value, ServiceError> {
         "chain_head": head,
         "push_backlog_trades": waiting,
         "audit": audit,
+        "providers": providers,
         "leader": leader,
         "standbys": standbys,
         "warnings": warnings,

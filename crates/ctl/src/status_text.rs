@@ -1,5 +1,5 @@
 //! `pmwctl status` as text: one labelled line per part of the JSON `status`
-//! collects (leader, standbys, cursors and lags, audit, webhooks, indexes, instances, warnings).
+//! collects (leader, standbys, cursors and lags, RPC providers, audit, webhooks, indexes, instances, warnings).
 
 use pmw_core::UnixMs;
 use serde_json::Value;
@@ -19,6 +19,7 @@ fn or_unknown(v: &Value) -> String {
 pub fn text(s: &Value) -> String {
     let mut lines = leader_lines(s);
     lines.extend(cursor_lines(s));
+    lines.extend(crate::status_providers::text(&s["providers"]));
     lines.extend(crate::status_audit::text(&s["audit"]));
     lines.push(webhook_line(&s["webhooks"]));
     lines.push(crate::status_indexes::text(&s["indexes"]));
