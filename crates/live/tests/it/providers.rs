@@ -308,3 +308,44 @@ async fn a_reorg_seen_through_one_provider_first_is_followed_once_and_matches_th
     );
     live.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_whose_http_hangs_is_hedged_around() {
+    let h = Harness::new().await;
+    let anvil = format!("127.0.0.1:{}", h.anvil.port()).parse().unwrap();
+    // a announces first (direct subscription), its HTTP goes through a proxy that will hang.
+    let a_http = TcpProxy::start(anvil).await;
+    let b = TcpProxy::start(anvil).await;
+    b.set_delay(Duration::from_millis(50));
+    let list = format!(
+        "a={}|http://{} b=ws://{}|http://{}",
+        h.anvil.ws_url(),
+        a_http.addr,
+        b.addr,
+        b.addr
+    );
+    let live = h.start_live(h.core(), live_with(&h, list).await);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    h.sim.run_matches(5).await.unwrap();
+    h.wait_caught_up(CATCH_UP).await;
+    a_http.freeze();
+    // Shorter than the 10 s call timeout: only hedging gets these blocks past the hung a.
+    paced(&h, Duration::from_millis(300), 15)
+        .await
+        .unwrap()
+        .unwrap();
+    h.wait_caught_up(Duration::from_secs(8)).await;
+    a_http.thaw();
+    h.sim.run_matches(2).await.unwrap();
+    h.wait_caught_up(CATCH_UP).await;
+    assert_exactly_emitted(&h.visible().await, &h.sim.canonical());
+    assert_contiguous(&latency_rows(&h).await);
+    let beat = providers_beat(&h).await;
+    assert!(
+        beat["a"]["hedges"].as_u64().unwrap() >= 5,
+        "calls to the hung provider were hedged: {}",
+        beat["a"]
+    );
+    println!("a's HTTP hung: a {}, b {}", beat["a"], beat["b"]);
+    live.stop().await.unwrap();
+}
