@@ -315,13 +315,44 @@ impl World {
                 "restarted (fast)".into()
             }
             Kind::RpcCut { secs: s } => {
-                let p = self.d.rpc_proxy.as_ref().context("rpc proxy")?;
+                // Every provider's WebSocket (their HTTP stays up, as with one provider).
+                let mut ws: Vec<&pmw_testkit::TcpProxy> =
+                    self.d.providers.iter().map(|p| &p.ws).collect();
+                ws.extend(self.d.rpc_proxy.as_ref());
+                anyhow::ensure!(!ws.is_empty(), "no rpc proxy");
                 m.begin();
-                p.cut();
+                ws.iter().for_each(|p| p.cut());
                 secs(*s).await;
-                p.restore();
+                ws.iter().for_each(|p| p.restore());
                 m.end();
                 "cut, restored".into()
+            }
+            Kind::ProviderCut { provider, secs: s } => {
+                let p = self.d.providers.get(*provider).context("rpc provider")?;
+                m.begin();
+                p.ws.cut();
+                p.http.cut();
+                secs(*s).await;
+                p.ws.restore();
+                p.http.restore();
+                m.end();
+                format!("{} cut, restored", p.name)
+            }
+            Kind::ProviderLag {
+                provider,
+                ms,
+                secs: s,
+            } => {
+                let p = self.d.providers.get(*provider).context("rpc provider")?;
+                let delay = Duration::from_millis(*ms);
+                m.begin();
+                p.ws.set_delay(delay);
+                p.http.set_delay(delay);
+                secs(*s).await;
+                p.ws.set_delay(Duration::ZERO);
+                p.http.set_delay(Duration::ZERO);
+                m.end();
+                format!("{} delayed, then on time", p.name)
             }
             Kind::EndpointCreate { account } => {
                 let c = &self.churn[*account];

@@ -90,7 +90,8 @@ async fn main() -> anyhow::Result<()> {
     let stack = Arc::new(tokio::task::spawn_blocking(PrivateStack::start).await?);
     let d = Drill::start_with(Opts {
         stack: Some(stack.env.clone()),
-        rpc_proxy: true,
+        rpc_proxy: false,
+        rpc_providers: schedule::PROVIDERS,
         apps: Some("pmw-live,pmw-push-a,pmw-push-b,pmw-api,pmw-stats"),
         env: vec![
             ("PMW_API_ALLOW_PRIVATE_WEBHOOKS", "true"),
@@ -159,6 +160,8 @@ async fn main() -> anyhow::Result<()> {
         "clickhouse stop",
         "postgres restart",
         "rpc ws cut",
+        "provider cut",
+        "provider lag",
         "endpoint create",
         "endpoint delete",
         "endpoint disable",

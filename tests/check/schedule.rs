@@ -26,6 +26,17 @@ pub enum Kind {
     RpcCut {
         secs: u64,
     },
+    /// One of the raced RPC providers (WebSocket and HTTP) unreachable; the other stays.
+    ProviderCut {
+        provider: usize,
+        secs: u64,
+    },
+    /// One of the raced RPC providers answers and announces `ms` late.
+    ProviderLag {
+        provider: usize,
+        ms: u64,
+        secs: u64,
+    },
     /// On a churn account.
     EndpointCreate {
         account: usize,
@@ -70,6 +81,8 @@ impl Kind {
             Kind::ClickHouseStop { .. } => "clickhouse stop",
             Kind::PostgresRestart => "postgres restart",
             Kind::RpcCut { .. } => "rpc ws cut",
+            Kind::ProviderCut { .. } => "provider cut",
+            Kind::ProviderLag { .. } => "provider lag",
             Kind::EndpointCreate { .. } => "endpoint create",
             Kind::EndpointDelete { .. } => "endpoint delete",
             Kind::EndpointDisable { .. } => "endpoint disable",
@@ -92,6 +105,12 @@ impl fmt::Display for Kind {
             Kind::LeaderStop { secs } => write!(f, "leader SIGSTOP {secs} s"),
             Kind::ClickHouseStop { secs } => write!(f, "clickhouse stop {secs} s"),
             Kind::RpcCut { secs } => write!(f, "rpc ws cut {secs} s"),
+            Kind::ProviderCut { provider, secs } => {
+                write!(f, "provider cut {secs} s (p{provider})")
+            }
+            Kind::ProviderLag { provider, ms, secs } => {
+                write!(f, "provider lag {ms} ms for {secs} s (p{provider})")
+            }
             Kind::EndpointCreate { account } => write!(f, "endpoint create (churn {account})"),
             Kind::EndpointDelete { account } => write!(f, "endpoint delete (churn {account})"),
             Kind::EndpointDisable { account, secs } => {
@@ -112,6 +131,9 @@ impl fmt::Display for Kind {
         }
     }
 }
+
+/// RPC providers the checker's live races (`Opts::rpc_providers`).
+pub const PROVIDERS: usize = 2;
 
 #[derive(Clone, Debug)]
 pub struct Fault {
@@ -135,7 +157,7 @@ pub fn generate(
     let scale = |per_3min: f64| ((per_3min * span as f64 / 180.0).round() as usize).max(1);
     let mut out = Vec::new();
     type Make = fn(&mut rand::rngs::StdRng, usize, usize, usize) -> Kind;
-    let kinds: [(f64, Make); 16] = [
+    let kinds: [(f64, Make); 18] = [
         (4.0, |r, _, _, _| Kind::Reorg {
             depth: r.gen_range(1..=5),
             mode: r.gen_range(0..3),
@@ -152,6 +174,15 @@ pub fn generate(
         (1.0, |_, _, _, _| Kind::PostgresRestart),
         (2.0, |r, _, _, _| Kind::RpcCut {
             secs: r.gen_range(1..=8),
+        }),
+        (2.0, |r, _, _, _| Kind::ProviderCut {
+            provider: r.gen_range(0..PROVIDERS),
+            secs: r.gen_range(5..=30),
+        }),
+        (2.0, |r, _, _, _| Kind::ProviderLag {
+            provider: r.gen_range(0..PROVIDERS),
+            ms: r.gen_range(100..=1_000),
+            secs: r.gen_range(5..=30),
         }),
         (2.0, |r, _, c, _| Kind::EndpointCreate {
             account: r.gen_range(0..c),

@@ -119,6 +119,16 @@ pub struct Drill {
     pub metrics_ports: Vec<(&'static str, &'static str, u16)>,
     stop: CancellationToken,
     pub rpc_proxy: Option<pmw_testkit::TcpProxy>,
+    /// With `Opts::rpc_providers`: each provider's proxies, in `PMW_LIVE_RPC_PROVIDERS` order.
+    pub providers: Vec<ProviderProxy>,
+}
+
+/// One RPC provider of the drill: its WebSocket and its HTTP, each behind a breakable proxy to
+/// the drill's anvil.
+pub struct ProviderProxy {
+    pub name: String,
+    pub ws: pmw_testkit::TcpProxy,
+    pub http: pmw_testkit::TcpProxy,
 }
 
 /// How a drill's stack is put together.
@@ -128,6 +138,9 @@ pub struct Opts {
     pub stack: Option<pmw_testkit::StackEnv>,
     /// Put live's WebSocket RPC behind a breakable proxy.
     pub rpc_proxy: bool,
+    /// Race this many RPC providers (`PMW_LIVE_RPC_PROVIDERS`, named p0, p1, …), each with its
+    /// WebSocket and HTTP behind proxies of their own (0: the one provider of `PMW_RPC_*`).
+    pub rpc_providers: usize,
     /// The ecosystem apps pm2 starts (default: live, push-a, push-b, api).
     pub apps: Option<&'static str>,
     /// Extra environment for every app.
@@ -158,6 +171,16 @@ impl Drill {
         } else {
             None
         };
+        let anvil_addr: std::net::SocketAddr =
+            format!("127.0.0.1:{}", anvil.port()).parse().unwrap();
+        let mut providers = Vec::new();
+        for i in 0..opts.rpc_providers {
+            providers.push(ProviderProxy {
+                name: format!("p{i}"),
+                ws: pmw_testkit::TcpProxy::start(anvil_addr).await,
+                http: pmw_testkit::TcpProxy::start(anvil_addr).await,
+            });
+        }
         let (pa, pb, site, admin, api_port, stats_port) = (
             free_port(),
             free_port(),
@@ -221,6 +244,13 @@ impl Drill {
             ("PMW_PG_BIN".into(), stack.get("PMW_PG_BIN").into()),
             ("PMW_STACK_DIR".into(), stack.get("PMW_STACK_DIR").into()),
         ]);
+        if !providers.is_empty() {
+            let list: Vec<String> = providers
+                .iter()
+                .map(|p| format!("{}=ws://{}|http://{}", p.name, p.ws.addr, p.http.addr))
+                .collect();
+            env.push(("PMW_LIVE_RPC_PROVIDERS".into(), list.join(" ")));
+        }
         env.extend(opts.env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let pm2 = Pm2 {
             home: tempfile::tempdir().unwrap(),
@@ -334,6 +364,7 @@ impl Drill {
             metrics_ports,
             stop,
             rpc_proxy,
+            providers,
         }
     }
 
