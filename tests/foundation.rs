@@ -1,7 +1,10 @@
 //! Foundation guarantees on the real servers: times survive the production ClickHouse write path
 //! on a server running in Asia/Shanghai, windows are two-sided, dedicated Postgres sessions
 //! deliver notifications and report their loss, pooled Postgres sessions carry their timeouts
-//! and dedicated ones none.
+//! and dedicated ones none; edge mode's bus on real JetStream clusters (`bus`).
+
+#[path = "foundation/bus.rs"]
+mod bus;
 
 use std::time::Duration;
 

@@ -14,6 +14,11 @@ PMW_PG_PORT="${PMW_PG_PORT:-55432}"
 PMW_CH_HTTP_PORT="${PMW_CH_HTTP_PORT:-58123}"
 PMW_CH_TCP_PORT="${PMW_CH_TCP_PORT:-59000}"
 PMW_ANVIL_PORT="${PMW_ANVIL_PORT:-58545}"
+# NATS JetStream (edge mode): three nodes, one cluster; per node a client, a cluster (route)
+# and a monitoring (HTTP, /healthz) port, as space-separated lists of three.
+PMW_NATS_PORTS="${PMW_NATS_PORTS:-54222 54223 54224}"
+PMW_NATS_CLUSTER_PORTS="${PMW_NATS_CLUSTER_PORTS:-56222 56223 56224}"
+PMW_NATS_HTTP_PORTS="${PMW_NATS_HTTP_PORTS:-58222 58223 58224}"
 
 # Locations derived from the above.
 PMW_PG_BIN="${PMW_PG_BIN:-/usr/lib/postgresql/15/bin}"
@@ -33,6 +38,7 @@ if [ -z "${PMW_CH_DATA:-}" ]; then
 fi
 PMW_CH_LOG="$PMW_STACK_DIR/log/clickhouse.log"
 PMW_ANVIL_LOG="$PMW_STACK_DIR/log/anvil.log"
+PMW_NATS_DIR="$PMW_STACK_DIR/nats"          # per node: n<i>.conf, n<i>.pid, n<i>/ (file storage)
 PMW_NODE_DIR="$ROOT/tools/node"
 export PATH="$PATH:${CARGO_HOME:-$HOME/.cargo}/bin"
 

@@ -4,6 +4,7 @@
 pub mod auth;
 pub mod backoff;
 pub mod build_info;
+pub mod bus;
 pub mod ch;
 pub mod channels;
 pub mod client;

@@ -14,13 +14,14 @@ pub struct StackEnv {
 }
 
 impl StackEnv {
-    /// The `export KEY=VALUE` lines `scripts/stack env` prints.
+    /// The `export KEY=VALUE` lines `scripts/stack env` prints (bash's `printf %q`: a
+    /// backslash escapes the next character, e.g. the commas of `PMW_NATS_URLS`).
     pub(crate) fn parse(printed: &str) -> StackEnv {
         let vars = printed
             .lines()
             .filter_map(|l| l.strip_prefix("export "))
             .filter_map(|l| l.split_once('='))
-            .map(|(k, v)| (k.to_string(), v.trim_matches(['"', '\'']).to_string()))
+            .map(|(k, v)| (k.to_string(), unescape(v.trim_matches(['"', '\'']))))
             .collect();
         StackEnv { vars }
     }
@@ -31,6 +32,19 @@ impl StackEnv {
             .map(String::as_str)
             .unwrap_or_else(|| panic!("scripts/stack env did not print {key}"))
     }
+}
+
+/// `printf %q`'s escapes undone: `\\x` is `x`.
+fn unescape(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    let mut chars = v.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => out.extend(chars.next()),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// The repository root (two levels above this crate).
@@ -110,5 +124,23 @@ pub fn stack_env() -> &'static StackEnv {
             assert!(status.success(), "scripts/stack up failed");
         }
         env
+    })
+}
+
+/// The client URLs of the shared stack's 3-node NATS JetStream cluster (comma-separated, as
+/// `PMW_NATS_URLS`); starts it through `scripts/stack up nats` when no node answers (a stack
+/// brought up before NATS was part of it).
+pub fn nats_urls() -> &'static str {
+    static URLS: OnceLock<String> = OnceLock::new();
+    URLS.get_or_init(|| {
+        let urls = stack_env().get("PMW_NATS_URLS").to_string();
+        if !urls.split(',').all(reachable) {
+            let status = Command::new(stack_script())
+                .args(["up", "nats"])
+                .status()
+                .expect("run scripts/stack up nats");
+            assert!(status.success(), "scripts/stack up nats failed");
+        }
+        urls
     })
 }

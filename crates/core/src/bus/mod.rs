@@ -1,0 +1,190 @@
+//! Edge mode's broker (DESIGN §10): the connection to the NATS JetStream cluster, the one stream
+//! a push leader publishes its rounds' frames to ([`stream`]), the fenced publisher
+//! ([`publish`]) and the follower an edge reads one account's frames with ([`follow`]).
+//! Everything here runs on nats-server 2.9.10 (Debian bookworm): docs/OPERATIONS.md ("Edge
+//! mode") lists the JetStream features used and the release each came in.
+
+pub mod follow;
+mod frame;
+pub mod publish;
+pub mod stream;
+
+use std::time::Duration;
+
+use async_nats::jetstream;
+
+use crate::backoff::{Backoff, Policy};
+
+pub use follow::{Event, Follower, Gap};
+pub use frame::{Frame, FrameId, OutFrame};
+pub use publish::{FencedPublisher, Stored};
+
+/// What can go wrong on the bus.
+#[derive(Debug, thiserror::Error)]
+pub enum BusError {
+    /// No usable broker (connect, stream API, or a publish that found no stream leader in time).
+    #[error("broker unavailable: {0}")]
+    Unavailable(String),
+    /// The stream moved past what this publisher last stored: another leader published since.
+    /// The publisher is deposed and must not publish again until it claims anew under the lock.
+    #[error("fenced: the stream's last sequence is {actual}, this publisher expected {expected}")]
+    Fenced { expected: u64, actual: u64 },
+    /// A frame or configuration the bus refuses (a subject token with `.`, `*`, `>`, …).
+    #[error("invalid: {0}")]
+    Invalid(String),
+}
+
+/// Where the broker is and what the stream keeps.
+#[derive(Debug, Clone)]
+pub struct BusConfig {
+    /// Client URLs of the cluster's nodes (`PMW_NATS_URLS`, comma-separated).
+    pub urls: Vec<String>,
+    /// The stream's name.
+    pub stream: String,
+    /// First subject token: frames go to `<prefix>.frames.<account>`, epoch claims to
+    /// `<prefix>.epoch`.
+    pub prefix: String,
+    /// Copies of every message (3: one node may be lost).
+    pub replicas: usize,
+    /// How long a frame stays: the resume window served from the stream; older positions come
+    /// from the ledger stores.
+    pub max_age: Duration,
+    /// How long JetStream remembers a message id: a successor's republish within it is a
+    /// duplicate, stored once. Must exceed the longest failover.
+    pub duplicate_window: Duration,
+    /// How long one publish waits for the broker's ack before it is tried again.
+    pub ack_timeout: Duration,
+    /// How long a round's publish keeps retrying before it reports the broker unavailable (the
+    /// caller's cursor waits meanwhile and it retries the whole round).
+    pub give_up: Duration,
+}
+
+impl BusConfig {
+    /// The defaults with `urls` (comma-separated, as `PMW_NATS_URLS`).
+    pub fn new(urls: &str) -> BusConfig {
+        BusConfig {
+            urls: urls
+                .split(',')
+                .map(str::trim)
+                .filter(|u| !u.is_empty())
+                .map(String::from)
+                .collect(),
+            stream: "PMW_FRAMES".into(),
+            prefix: "pmw".into(),
+            replicas: 3,
+            max_age: Duration::from_secs(3600),
+            duplicate_window: Duration::from_secs(120),
+            ack_timeout: Duration::from_secs(2),
+            give_up: Duration::from_secs(10),
+        }
+    }
+
+    /// The subject of one account's frames.
+    pub fn frames_subject(&self, account: &str) -> Result<String, BusError> {
+        check_token(account)?;
+        Ok(format!("{}.frames.{account}", self.prefix))
+    }
+
+    /// The subject of the leaders' epoch claims.
+    pub fn epoch_subject(&self) -> String {
+        format!("{}.epoch", self.prefix)
+    }
+}
+
+/// A subject token pmw puts an account in: 1-128 of `[A-Za-z0-9_-]`.
+pub(crate) fn check_token(t: &str) -> Result<(), BusError> {
+    let ok = !t.is_empty()
+        && t.len() <= 128
+        && t.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(BusError::Invalid(format!(
+            "{t:?} is not a subject token (1-128 of A-Z a-z 0-9 _ -)"
+        )))
+    }
+}
+
+/// A connection to the cluster and its JetStream context.
+#[derive(Clone)]
+pub struct Bus {
+    pub config: BusConfig,
+    pub client: async_nats::Client,
+    pub js: jetstream::Context,
+}
+
+impl Bus {
+    /// Connect to any of the configured nodes. The client reconnects on its own, to any node,
+    /// waiting per the store policy ([`Policy::STORE`]) between tries.
+    pub async fn connect(config: BusConfig, name: &str) -> Result<Bus, BusError> {
+        let addrs = config
+            .urls
+            .iter()
+            .map(|u| u.parse::<async_nats::ServerAddr>())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| BusError::Invalid(format!("PMW_NATS_URLS: {e}")))?;
+        if addrs.is_empty() {
+            return Err(BusError::Invalid("PMW_NATS_URLS is empty".into()));
+        }
+        let client = async_nats::ConnectOptions::new()
+            .name(name)
+            .connection_timeout(Duration::from_secs(2))
+            .reconnect_delay_callback(reconnect_wait)
+            .connect(addrs)
+            .await
+            .map_err(|e| BusError::Unavailable(format!("connect: {e}")))?;
+        let js = jetstream::context::ContextBuilder::new()
+            .timeout(config.ack_timeout)
+            .build(client.clone());
+        Ok(Bus { config, client, js })
+    }
+}
+
+/// The wait before reconnect attempt `attempts` (the client counts from 1): the store policy's
+/// jittered doubling, capped.
+fn reconnect_wait(attempts: usize) -> Duration {
+    let mut b = Backoff::new(Policy::STORE);
+    let mut wait = Duration::ZERO;
+    for _ in 0..attempts.min(16) {
+        wait = b.next_wait();
+    }
+    wait
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_split_on_commas_and_trimmed() {
+        let c = BusConfig::new(" nats://127.0.0.1:1, nats://127.0.0.1:2,,");
+        assert_eq!(c.urls, ["nats://127.0.0.1:1", "nats://127.0.0.1:2"]);
+    }
+
+    #[test]
+    fn accounts_are_single_subject_tokens() {
+        let c = BusConfig::new("nats://127.0.0.1:1");
+        assert_eq!(c.frames_subject("acct_7-x").unwrap(), "pmw.frames.acct_7-x");
+        for bad in ["", "a.b", "a*", ">", "a b", &"x".repeat(129)] {
+            assert!(
+                matches!(c.frames_subject(bad), Err(BusError::Invalid(_))),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn reconnect_waits_stay_within_the_store_policy() {
+        assert_eq!(reconnect_wait(0), Duration::ZERO);
+        let first = reconnect_wait(1);
+        assert!(first >= Policy::STORE.first / 2 && first <= Policy::STORE.first);
+        for n in [5, 50, 5000] {
+            let w = reconnect_wait(n);
+            assert!(
+                w >= Policy::STORE.cap / 2 && w <= Policy::STORE.cap,
+                "{n}: {w:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,242 @@
+//! The fenced publisher a push leader stores its rounds' frames with. Every publish carries the
+//! stream-level expected-last-sequence guard (`Nats-Expected-Last-Sequence`: the sequence this
+//! publisher last stored) and a stable message id (`Nats-Msg-Id`: the frame id). So:
+//! - a leader claims the stream for its epoch ([`FencedPublisher::claim`]) by storing an epoch
+//!   marker on top of the last sequence it read; from then on any other publisher's guard is
+//!   stale, and a deposed leader's next publish is refused ([`BusError::Fenced`]);
+//! - a successor's republish of frames its predecessor stored is a duplicate (JetStream checks
+//!   the message id before the guard, and answers with the original sequence), stored once;
+//! - [`FencedPublisher::publish_round`] returns only once the broker stored every frame, in
+//!   order: the caller moves its fenced cursor only after that.
+//!
+//! Each frame also carries `Pmw-Prev`, the sequence of the account's previous frame, the chain
+//! a follower checks. The per-subject guard (`Nats-Expected-Last-Subject-Sequence`) is not used:
+//! it has replica bugs on 2.9.10.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use async_nats::jetstream::context::PublishErrorKind;
+use async_nats::jetstream::message::PublishMessage;
+use bytes::Bytes;
+use tokio::time::Instant;
+
+use super::frame::{EPOCH, PREV};
+use super::{stream, Bus, BusError, OutFrame};
+use crate::backoff::{Backoff, Policy};
+
+/// Where the broker stored one frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stored {
+    pub seq: u64,
+    /// Already stored under this message id (a republish): `seq` is the original's.
+    pub duplicate: bool,
+}
+
+/// The only publisher that can store frames while its epoch's claim is the stream's latest.
+pub struct FencedPublisher {
+    bus: Bus,
+    epoch: i64,
+    /// The stream's last sequence as this publisher stored or found it: the guard of its next
+    /// publish.
+    last: u64,
+    /// Per account: the sequence of its last frame (the next frame's `Pmw-Prev`).
+    prev: HashMap<String, u64>,
+}
+
+/// One message to store: subject, id, headers, body.
+struct Outgoing<'a> {
+    subject: &'a str,
+    id: &'a str,
+    prev: Option<u64>,
+    body: Bytes,
+}
+
+impl FencedPublisher {
+    /// Claim the stream for `epoch`: read its last sequence and store the epoch's marker on top
+    /// of it with the guard. Call it only while holding the leader lock of that epoch (the
+    /// lock is what makes the claimant the rightful one; the marker is what fences the others
+    /// out of the stream). A publish that raced in between makes the claim read again.
+    pub async fn claim(bus: Bus, epoch: i64) -> Result<FencedPublisher, BusError> {
+        let deadline = Instant::now() + bus.config.give_up;
+        let subject = bus.config.epoch_subject();
+        let id = format!("epoch:{epoch}");
+        let mut backoff = Backoff::new(Policy::STORE);
+        loop {
+            let last = match stream::last_seq(&bus).await {
+                Ok(last) => last,
+                Err(e) => {
+                    wait_or_give_up(&mut backoff, deadline, &e).await?;
+                    continue;
+                }
+            };
+            let mut p = FencedPublisher {
+                bus: bus.clone(),
+                epoch,
+                last,
+                prev: HashMap::new(),
+            };
+            let marker = Outgoing {
+                subject: &subject,
+                id: &id,
+                prev: None,
+                body: Bytes::from(epoch.to_string()),
+            };
+            match p.store(&marker, deadline).await {
+                Ok(s) => {
+                    tracing::info!(epoch, seq = s.seq, dup = s.duplicate, "bus claimed");
+                    return Ok(p);
+                }
+                Err(BusError::Fenced { actual, .. }) => {
+                    tracing::info!(epoch, last, actual, "bus claim raced, reading again");
+                    wait_or_give_up(&mut backoff, deadline, &"claim raced").await?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    pub fn epoch(&self) -> i64 {
+        self.epoch
+    }
+
+    /// The stream's last sequence as this publisher knows it.
+    pub fn last(&self) -> u64 {
+        self.last
+    }
+
+    /// Store a round's frames in order; returns once the broker stored each (or had it already:
+    /// a duplicate). [`BusError::Fenced`] when another leader published since this one's claim
+    /// or last publish (this publisher is done), [`BusError::Unavailable`] when the broker did
+    /// not store a frame within `give_up` (retry the round: what was stored is de-duplicated).
+    pub async fn publish_round(&mut self, frames: &[OutFrame]) -> Result<Vec<Stored>, BusError> {
+        let deadline = Instant::now() + self.bus.config.give_up;
+        let mut stored = Vec::with_capacity(frames.len());
+        for f in frames {
+            f.id.validate()?;
+            let subject = self.bus.config.frames_subject(&f.id.account)?;
+            let prev = self.prev_of(&f.id.account, deadline).await?;
+            let id = f.id.to_string();
+            let out = Outgoing {
+                subject: &subject,
+                id: &id,
+                prev: Some(prev),
+                body: f.body.clone(),
+            };
+            let s = self.store(&out, deadline).await?;
+            let p = self.prev.entry(f.id.account.clone()).or_default();
+            *p = (*p).max(s.seq);
+            stored.push(s);
+        }
+        Ok(stored)
+    }
+
+    /// The sequence of the account's last frame: remembered, or read once per claim (nobody
+    /// else can store frames while this publisher's guard holds, so it stays right).
+    async fn prev_of(&mut self, account: &str, deadline: Instant) -> Result<u64, BusError> {
+        if let Some(p) = self.prev.get(account) {
+            return Ok(*p);
+        }
+        let mut backoff = Backoff::new(Policy::STORE);
+        let p = loop {
+            match stream::last_frame_seq(&self.bus, account).await {
+                Ok(p) => break p,
+                Err(e @ BusError::Invalid(_)) => return Err(e),
+                Err(e) => wait_or_give_up(&mut backoff, deadline, &e).await?,
+            }
+        };
+        self.prev.insert(account.to_string(), p);
+        Ok(p)
+    }
+
+    /// Store one message with the guard, retrying what may not have landed (a retry of one
+    /// that did is a duplicate) until `deadline`.
+    async fn store(&mut self, out: &Outgoing<'_>, deadline: Instant) -> Result<Stored, BusError> {
+        let mut backoff = Backoff::new(Policy::STORE);
+        loop {
+            let mut msg = PublishMessage::build()
+                .payload(out.body.clone())
+                .message_id(out.id)
+                .expected_last_sequence(self.last)
+                .header(EPOCH, self.epoch.to_string().as_str());
+            if let Some(prev) = out.prev {
+                msg = msg.header(PREV, prev.to_string().as_str());
+            }
+            let sent = self.bus.js.send_publish(out.subject.to_string(), msg).await;
+            let acked = match sent {
+                Ok(ack) => ack.await,
+                Err(e) => Err(e),
+            };
+            match acked {
+                Ok(ack) => {
+                    // A duplicate of this publisher's own earlier try moved the stream too.
+                    self.last = self.last.max(ack.sequence);
+                    return Ok(Stored {
+                        seq: ack.sequence,
+                        duplicate: ack.duplicate,
+                    });
+                }
+                Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => {
+                    let actual = wrong_last_seq(&e.to_string());
+                    tracing::warn!(
+                        epoch = self.epoch,
+                        expected = self.last,
+                        actual,
+                        "bus fenced"
+                    );
+                    return Err(BusError::Fenced {
+                        expected: self.last,
+                        actual,
+                    });
+                }
+                Err(e) => wait_or_give_up(&mut backoff, deadline, &e).await?,
+            }
+        }
+    }
+}
+
+/// Sleep the policy's next wait, or report the broker unavailable if that passes `deadline`.
+async fn wait_or_give_up(
+    backoff: &mut Backoff,
+    deadline: Instant,
+    error: &dyn std::fmt::Display,
+) -> Result<(), BusError> {
+    let wait: Duration = backoff.next_wait();
+    if Instant::now() + wait > deadline {
+        tracing::warn!(error = %error, tries = backoff.failures(), "bus gave up");
+        return Err(BusError::Unavailable(error.to_string()));
+    }
+    tracing::debug!(error = %error, wait_ms = wait.as_millis() as u64, "bus retry");
+    tokio::time::sleep(wait).await;
+    Ok(())
+}
+
+/// The stream's actual last sequence from the broker's error, displayed by the client as
+/// "wrong last sequence: wrong last sequence: N (code 400, error code 10071)" (0 if absent).
+fn wrong_last_seq(error: &str) -> u64 {
+    let Some(i) = error.rfind("sequence: ") else {
+        return 0;
+    };
+    let digits: String = error[i + "sequence: ".len()..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::wrong_last_seq;
+
+    #[test]
+    fn the_actual_sequence_is_read_from_the_broker_error() {
+        assert_eq!(
+            wrong_last_seq(
+                "wrong last sequence: wrong last sequence: 42 (code 400, error code 10071)"
+            ),
+            42
+        );
+        assert_eq!(wrong_last_seq("wrong last sequence: 42"), 42);
+        assert_eq!(wrong_last_seq("wrong last sequence"), 0);
+    }
+}

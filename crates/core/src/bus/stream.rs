@@ -1,0 +1,66 @@
+//! The stream definition: one stream holding every account's frames (`<prefix>.frames.*`) and the
+//! leaders' epoch claims (`<prefix>.epoch`), on file storage with 3 replicas, limits retention
+//! by age (the resume window) and a duplicate window; and the two reads the publisher and the
+//! follower need (the stream's last sequence, an account's last frame).
+
+use async_nats::jetstream::stream::{
+    Config, DiscardPolicy, LastRawMessageErrorKind, RetentionPolicy, StorageType,
+};
+
+use super::{Bus, BusError};
+
+/// The stream's configuration from the bus configuration.
+pub fn config(bus: &Bus) -> Config {
+    let c = &bus.config;
+    Config {
+        name: c.stream.clone(),
+        subjects: vec![format!("{}.frames.*", c.prefix), bus.config.epoch_subject()],
+        retention: RetentionPolicy::Limits,
+        storage: StorageType::File,
+        num_replicas: c.replicas,
+        max_age: c.max_age,
+        duplicate_window: c.duplicate_window,
+        discard: DiscardPolicy::Old,
+        ..Default::default()
+    }
+}
+
+/// Create the stream, or bring an existing one to [`config`] (idempotent; a leader and every
+/// edge call it at start).
+pub async fn ensure(bus: &Bus) -> Result<(), BusError> {
+    bus.js
+        .create_or_update_stream(config(bus))
+        .await
+        .map_err(|e| BusError::Unavailable(format!("stream {}: {e}", bus.config.stream)))?;
+    Ok(())
+}
+
+/// The sequence of the last message stored in the stream (0: empty), as its leader reports it.
+pub async fn last_seq(bus: &Bus) -> Result<u64, BusError> {
+    let info = bus
+        .js
+        .get_stream_no_info(&bus.config.stream)
+        .await
+        .map_err(|e| BusError::Unavailable(format!("stream {}: {e}", bus.config.stream)))?
+        .get_info()
+        .await
+        .map_err(|e| BusError::Unavailable(format!("stream {} info: {e}", bus.config.stream)))?;
+    Ok(info.state.last_sequence)
+}
+
+/// The stream sequence of the account's last stored frame (0: none stored, or all expired).
+pub async fn last_frame_seq(bus: &Bus, account: &str) -> Result<u64, BusError> {
+    let subject = bus.config.frames_subject(account)?;
+    let stream = bus
+        .js
+        .get_stream_no_info(&bus.config.stream)
+        .await
+        .map_err(|e| BusError::Unavailable(format!("stream {}: {e}", bus.config.stream)))?;
+    match stream.get_last_raw_message_by_subject(&subject).await {
+        Ok(m) => Ok(m.sequence),
+        Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(0),
+        Err(e) => Err(BusError::Unavailable(format!(
+            "last frame of {subject}: {e}"
+        ))),
+    }
+}

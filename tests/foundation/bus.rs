@@ -1,0 +1,294 @@
+//! Edge mode's bus on real 3-node JetStream clusters (nats-server 2.9.10): the fenced publisher
+//! stores in order and de-duplicates a successor's republish, refuses a deposed leader, and the
+//! follower reports a gap; on a private cluster, publishing and following go on through the
+//! kill -9 of one node and of the stream's leader. Each test has a stream of its own.
+
+use std::time::Duration;
+
+use pmw_core::bus::{
+    stream, Bus, BusConfig, BusError, Event, FencedPublisher, Follower, FrameId, OutFrame, Stored,
+};
+use pmw_core::Cursor;
+use pmw_testkit::PrivateStack;
+
+/// A bus on `urls` with a stream and subject prefix no other test uses.
+async fn bus(urls: &str) -> Bus {
+    let tag = format!("{:08x}", rand::random::<u32>());
+    let mut config = BusConfig::new(urls);
+    config.stream = format!("PMW_T_{tag}");
+    config.prefix = format!("pmwt{tag}");
+    config.give_up = Duration::from_secs(45);
+    let bus = Bus::connect(config, "pmw-test").await.expect("connect");
+    stream::ensure(&bus).await.expect("stream");
+    bus
+}
+
+async fn shared_bus() -> Bus {
+    bus(pmw_testkit::nats_urls()).await
+}
+
+async fn drop_stream(bus: &Bus) {
+    let _ = bus.js.delete_stream(&bus.config.stream).await;
+}
+
+fn frame(account: &str, block: u64) -> OutFrame {
+    OutFrame {
+        id: FrameId {
+            cursor: Cursor::new(block, 3).unwrap(),
+            block_hash: format!("0x{block:064x}"),
+            account: account.into(),
+            kind: "trade".into(),
+        },
+        body: format!("{{\"block\":{block}}}").into(),
+    }
+}
+
+/// The next event within 60 s.
+async fn next(f: &mut Follower) -> Event {
+    tokio::time::timeout(Duration::from_secs(60), f.next())
+        .await
+        .expect("an event within 60 s")
+        .expect("follow")
+}
+
+/// The next event, which must be a frame (not a gap): (seq, prev, block).
+async fn next_frame(f: &mut Follower) -> (u64, u64, u64) {
+    match next(f).await {
+        Event::Frame(fr) => (fr.seq, fr.prev, fr.id.cursor.block),
+        Event::Gap(g) => panic!("unexpected gap after {}: {:?}", g.after, g.frame),
+    }
+}
+
+fn seqs(stored: &[Stored]) -> Vec<(u64, bool)> {
+    stored.iter().map(|s| (s.seq, s.duplicate)).collect()
+}
+
+#[tokio::test]
+async fn bus_publish_is_acked_in_order_and_followed_per_account() {
+    let bus = shared_bus().await;
+    let mut p = FencedPublisher::claim(bus.clone(), 7).await.expect("claim");
+    assert_eq!(
+        p.last(),
+        1,
+        "the epoch marker is the stream's first message"
+    );
+    let round = [frame("a", 10), frame("b", 10), frame("a", 11)];
+    let stored = p.publish_round(&round).await.expect("publish");
+    assert_eq!(seqs(&stored), [(2, false), (3, false), (4, false)]);
+    assert_eq!(stream::last_seq(&bus).await.unwrap(), 4);
+    assert_eq!(stream::last_frame_seq(&bus, "a").await.unwrap(), 4);
+    assert_eq!(stream::last_frame_seq(&bus, "c").await.unwrap(), 0);
+
+    let mut a = Follower::start(bus.clone(), "a", 0).unwrap();
+    let Event::Frame(first) = next(&mut a).await else {
+        panic!("a gap at the start");
+    };
+    assert_eq!((first.seq, first.prev, first.epoch), (2, 0, 7));
+    assert_eq!(first.id, round[0].id);
+    assert_eq!(first.body, round[0].body);
+    assert_eq!(next_frame(&mut a).await, (4, 2, 11));
+    // A later round reaches a follower that is waiting for it.
+    let waiting = tokio::spawn(async move { (next_frame(&mut a).await, a) });
+    let stored = p.publish_round(&[frame("a", 12)]).await.expect("publish");
+    assert_eq!(seqs(&stored), [(5, false)]);
+    let (got, _) = waiting.await.unwrap();
+    assert_eq!(got, (5, 4, 12));
+
+    let mut b = Follower::live(bus.clone(), "b").await.unwrap();
+    assert_eq!(b.last(), 3, "live starts after b's last stored frame");
+    p.publish_round(&[frame("b", 13)]).await.expect("publish");
+    assert_eq!(next_frame(&mut b).await, (6, 3, 13));
+    drop_stream(&bus).await;
+}
+
+#[tokio::test]
+async fn bus_successor_republish_is_deduplicated() {
+    let bus = shared_bus().await;
+    let mut old = FencedPublisher::claim(bus.clone(), 1).await.expect("claim");
+    let first = old
+        .publish_round(&[frame("a", 20), frame("a", 21)])
+        .await
+        .expect("publish");
+    assert_eq!(seqs(&first), [(2, false), (3, false)]);
+    // The leader died before its cursor move; its successor redoes the round, and more.
+    let mut new = FencedPublisher::claim(bus.clone(), 2).await.expect("claim");
+    assert_eq!(new.last(), 4);
+    let again = new
+        .publish_round(&[frame("a", 20), frame("a", 21), frame("a", 22)])
+        .await
+        .expect("republish");
+    assert_eq!(seqs(&again), [(2, true), (3, true), (5, false)]);
+    let info = bus
+        .js
+        .get_stream(&bus.config.stream)
+        .await
+        .unwrap()
+        .get_info()
+        .await
+        .unwrap();
+    assert_eq!(info.state.messages, 5, "2 markers and 3 frames, each once");
+
+    let mut f = Follower::start(bus.clone(), "a", 0).unwrap();
+    assert_eq!(next_frame(&mut f).await, (2, 0, 20));
+    assert_eq!(next_frame(&mut f).await, (3, 2, 21));
+    assert_eq!(next_frame(&mut f).await, (5, 3, 22));
+    drop_stream(&bus).await;
+}
+
+#[tokio::test]
+async fn bus_deposed_publisher_is_refused() {
+    let bus = shared_bus().await;
+    let mut old = FencedPublisher::claim(bus.clone(), 1).await.expect("claim");
+    old.publish_round(&[frame("a", 30)]).await.expect("publish");
+    let mut new = FencedPublisher::claim(bus.clone(), 2).await.expect("claim");
+    assert_eq!(new.last(), 3);
+
+    // The deposed leader's next round (a frame nobody else published) must not land.
+    match old.publish_round(&[frame("a", 31)]).await {
+        Err(BusError::Fenced { expected, actual }) => assert_eq!((expected, actual), (2, 3)),
+        other => panic!("a deposed publish was not refused: {other:?}"),
+    }
+    assert_eq!(stream::last_seq(&bus).await.unwrap(), 3);
+    assert_eq!(stream::last_frame_seq(&bus, "a").await.unwrap(), 2);
+
+    // The rightful leader publishes that position, once.
+    let stored = new.publish_round(&[frame("a", 31)]).await.expect("publish");
+    assert_eq!(seqs(&stored), [(4, false)]);
+    // A claim over a stream that moved since the claimant read it reads again.
+    let mut third = FencedPublisher::claim(bus.clone(), 3).await.expect("claim");
+    match new.publish_round(&[frame("a", 32)]).await {
+        Err(BusError::Fenced { actual, .. }) => assert_eq!(actual, 5),
+        other => panic!("a deposed publish was not refused: {other:?}"),
+    }
+    let stored = third
+        .publish_round(&[frame("a", 32)])
+        .await
+        .expect("publish");
+    assert_eq!(seqs(&stored), [(6, false)]);
+    drop_stream(&bus).await;
+}
+
+#[tokio::test]
+async fn bus_follower_reports_a_gap_never_skips() {
+    let bus = shared_bus().await;
+    let mut p = FencedPublisher::claim(bus.clone(), 1).await.expect("claim");
+    let stored = p
+        .publish_round(&[
+            frame("a", 40),
+            frame("b", 40),
+            frame("a", 41),
+            frame("a", 42),
+        ])
+        .await
+        .expect("publish");
+    assert_eq!(
+        seqs(&stored),
+        [(2, false), (3, false), (4, false), (5, false)]
+    );
+    // The frame at 4 is lost to the stream (as an expired or deleted one would be).
+    let s = bus.js.get_stream(&bus.config.stream).await.unwrap();
+    assert!(s.delete_message(4).await.unwrap());
+
+    let mut f = Follower::start(bus.clone(), "a", 0).unwrap();
+    assert_eq!(next_frame(&mut f).await, (2, 0, 40));
+    match next(&mut f).await {
+        Event::Gap(g) => {
+            assert_eq!((g.account.as_str(), g.after), ("a", 2));
+            assert_eq!((g.frame.seq, g.frame.prev), (5, 4));
+            assert_eq!(g.frame.id, frame("a", 42).id);
+        }
+        Event::Frame(fr) => panic!("frame {} delivered over a gap", fr.seq),
+    }
+    // After the gap the chain goes on from the frame that revealed it.
+    p.publish_round(&[frame("a", 43)]).await.expect("publish");
+    assert_eq!(next_frame(&mut f).await, (6, 5, 43));
+
+    // A follower that starts after a frame it holds, when the next one is gone, also reports.
+    let mut late = Follower::start(bus.clone(), "a", 2).unwrap();
+    assert!(matches!(next(&mut late).await, Event::Gap(g) if g.after == 2 && g.frame.seq == 5));
+    drop_stream(&bus).await;
+}
+
+/// The node (1-3) leading the stream, from its `pmw-n<i>` server name.
+async fn stream_leader(bus: &Bus) -> usize {
+    let info = bus
+        .js
+        .get_stream(&bus.config.stream)
+        .await
+        .unwrap()
+        .get_info()
+        .await
+        .unwrap();
+    let leader = info
+        .cluster
+        .and_then(|c| c.leader)
+        .expect("a stream leader");
+    leader
+        .strip_prefix("pmw-n")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("leader {leader}"))
+}
+
+/// Publish rounds 0..40 of account `a`, killing (kill -9) the node `pick(stream leader)` before
+/// round 10; every round must be stored and the follower must see every frame once, in order,
+/// with no gap. Returns (the killed node, the stream's leader afterwards).
+async fn publish_and_follow_through(
+    stack: &PrivateStack,
+    pick: impl Fn(usize) -> usize,
+) -> (usize, usize) {
+    let bus = bus(stack.nats_urls()).await;
+    let mut p = FencedPublisher::claim(bus.clone(), 1).await.expect("claim");
+    let mut f = Follower::start(bus.clone(), "a", 0).unwrap();
+    let follower = tokio::spawn(async move {
+        let mut got = Vec::new();
+        while got.len() < 40 {
+            got.push(next_frame(&mut f).await);
+        }
+        got
+    });
+    let (mut stored, mut killed, mut slowest) = (Vec::new(), 0, (Duration::ZERO, 0));
+    for round in 0..40u64 {
+        if round == 10 {
+            killed = pick(stream_leader(&bus).await);
+            stack.nats_kill(killed);
+        }
+        let started = std::time::Instant::now();
+        let s = p.publish_round(&[frame("a", 100 + round)]).await;
+        stored.push(s.unwrap_or_else(|e| panic!("round {round}: {e}"))[0]);
+        slowest = slowest.max((started.elapsed(), round));
+    }
+    let got = follower.await.unwrap();
+    let blocks: Vec<u64> = got.iter().map(|g| g.2).collect();
+    assert_eq!(blocks, (100..140).collect::<Vec<_>>());
+    let stored_seqs: Vec<u64> = stored.iter().map(|s| s.seq).collect();
+    let got_seqs: Vec<u64> = got.iter().map(|g| g.0).collect();
+    assert_eq!(got_seqs, stored_seqs);
+    assert!(stored.iter().all(|s| !s.duplicate));
+    let leader = stream_leader(&bus).await;
+    eprintln!(
+        "bus: node {killed} killed before round 10; slowest round {} took {:?}; leader now node {leader}",
+        slowest.1, slowest.0
+    );
+    // The killed node comes back and the stream is whole.
+    stack.run(&["up", "nats"]);
+    assert_eq!(stream::last_seq(&bus).await.unwrap(), stored_seqs[39]);
+    (killed, leader)
+}
+
+#[tokio::test]
+async fn bus_survives_the_kill_of_a_follower_node() {
+    let stack = PrivateStack::start_nats();
+    // A node that does not lead the stream.
+    let (killed, leader) = publish_and_follow_through(&stack, |leader| leader % 3 + 1).await;
+    assert_ne!(killed, leader);
+}
+
+#[tokio::test]
+async fn bus_survives_the_kill_of_the_stream_leader() {
+    let stack = PrivateStack::start_nats();
+    let (killed, leader) = publish_and_follow_through(&stack, |leader| leader).await;
+    assert_ne!(
+        killed, leader,
+        "another node leads the stream after the kill"
+    );
+}
