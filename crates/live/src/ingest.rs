@@ -257,7 +257,17 @@ impl Ingester {
                     None => break,
                 }
             };
-            self.ingest_block(&head, t_detect, backfilled).await?;
+            if let Err(e) = self.ingest_block(&head, t_detect, backfilled).await {
+                if !backfilled && matches!(e, IngestError::Chain(_)) {
+                    // A head seen live whose block cannot be fetched may have been reorged
+                    // away while it waited (a store outage, an RPC cut): forget it, so the
+                    // retry asks the chain for the canonical block at that height instead of
+                    // failing on the orphan forever (checker seed 11745: 20 s on "unknown
+                    // block" until a restart). A node that only lags answers the same later.
+                    self.book.remove(&next);
+                }
+                return Err(e);
+            }
             cursor = self.cursor.expect("ingest sets the cursor");
         }
         Ok(())
