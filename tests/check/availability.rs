@@ -33,9 +33,13 @@ fn budget_of(kind: &str, lease_ms: i64) -> Option<i64> {
     })
 }
 
+/// A rolling deploy's budget for webhooks: the sender's attempt timeout (10 s) + 1 s.
+const HOOK_DEPLOY_MS: i64 = 11_000;
+
 /// What one checked subscriber received on one channel: (t_detect_ms, delivered ms) per
 /// trade, and windows in which its deliveries are not the system's to answer for (a paused
 /// client, a receiver sitting on a request on purpose).
+#[derive(Clone)]
 pub struct Stream {
     pub name: String,
     pub deliveries: Vec<(i64, i64)>,
@@ -182,12 +186,19 @@ pub fn judge(done: &[Done], streams: &[Stream], lease_ms: i64) -> Judgement {
                 *j.unjudged.entry(kind).or_default() += 1;
                 continue;
             };
+            let mut allowed_ms = until - e;
+            if matches!(w.done.fault.kind, Kind::Deploy) && s.name.starts_with("hook") {
+                // The handover waits for the webhook attempts in flight (so the successor never
+                // sends them again): a receiver holding a request holds the webhook lane's
+                // handover up to the attempt timeout (docs/RELIABILITY.md).
+                allowed_ms = allowed_ms.max(HOOK_DEPLOY_MS);
+            }
             j.samples.push(Sample {
                 kind,
                 at_s: w.done.fault.at_s,
                 stream: s.name.clone(),
                 recovery_ms,
-                allowed_ms: until - e,
+                allowed_ms,
                 masked,
             });
         }
@@ -417,7 +428,18 @@ mod tests {
         assert!(!judge(std::slice::from_ref(&deploy), &[stream(ok.clone())], 10_000).failed());
         let mut gap = ok.clone();
         gap[100].1 = gap[100].0 + 1_500;
-        assert!(judge(std::slice::from_ref(&deploy), &[stream(gap)], 10_000).failed());
+        assert!(judge(
+            std::slice::from_ref(&deploy),
+            &[stream(gap.clone())],
+            10_000
+        )
+        .failed());
+        // A webhook endpoint may wait for the handover of attempts in flight (up to 11 s).
+        let mut hook = stream(gap.clone());
+        hook.name = "hook 0/hook".into();
+        assert!(!judge(std::slice::from_ref(&deploy), &[hook.clone()], 10_000).failed());
+        hook.deliveries[100].1 = hook.deliveries[100].0 + 12_000;
+        assert!(judge(std::slice::from_ref(&deploy), &[hook], 10_000).failed());
         deploy.note = "exit status: 1: pmw-push-b did not come back as standby".into();
         let j = judge(&[deploy], &[stream(ok)], 10_000);
         assert!(j.failed() && j.failed_deploys.len() == 1);
