@@ -24,6 +24,9 @@
 //! | `pmw_live_audit_block` | gauge | the audited watermark (every block up to it compared) |
 //! | `pmw_live_audit_trail_blocks` | gauge | ingest watermark − audited watermark, at the last audited range |
 //! | `pmw_live_head_lead_ms` | gauge | detect time − block timestamp of the last block seen live (clock offset plus propagation) |
+//!
+//! Per RPC provider (`pmw_live_provider_*{provider}`: heads announced and won, lag behind the
+//! winner, health, leader, errors, "not found" answers, hedges): [`crate::providers`].
 
 use pmw_core::UnixMs;
 
