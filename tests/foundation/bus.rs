@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use futures::StreamExt;
+
 use pmw_core::bus::{
     stream, Bus, BusConfig, BusError, Event, FencedPublisher, Follower, FrameId, OutFrame, Stored,
 };
@@ -23,8 +25,25 @@ async fn bus(urls: &str) -> Bus {
     bus
 }
 
+/// A bus on the shared stack's cluster; first drops test streams older than 10 minutes (left by
+/// a failed run: every stream slows a node's restart until it is current).
 async fn shared_bus() -> Bus {
-    bus(pmw_testkit::nats_urls()).await
+    let bus = bus(pmw_testkit::nats_urls()).await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let mut streams = bus.js.streams();
+    let mut stale = Vec::new();
+    while let Some(Ok(info)) = streams.next().await {
+        if info.config.name.starts_with("PMW_T_") && now - info.created.unix_timestamp() > 600 {
+            stale.push(info.config.name);
+        }
+    }
+    for name in stale {
+        let _ = bus.js.delete_stream(&name).await;
+    }
+    bus
 }
 
 async fn drop_stream(bus: &Bus) {
