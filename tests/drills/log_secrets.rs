@@ -1,11 +1,11 @@
 //! No secret in any log line (issue 30, item 10): pmw-live, pmw-push, pmw-api and pmw-stats run
 //! as processes with a sentinel in every secret setting that still connects (the Postgres
-//! password, the ClickHouse URL's path, the RPC URLs' query, the Gamma URL's path, webhook URLs'
-//! path and query), errors are driven (the RPC cut, ClickHouse cut, Gamma refused, one endpoint
-//! answering 410, one refusing connections, a test event to it), and every line they wrote, the
-//! output of `pmwctl status`, the test event's answer and ClickHouse `delivery_log`'s `error`
-//! column are searched for each sentinel, the API key, the webhook secrets and a WebSocket ticket.
-
+//! password, the ClickHouse URL's path, the RPC URLs' query: `PMW_RPC_*` and live's two raced
+//! providers, the Gamma URL's path, webhook URLs' path and query), errors are driven (the RPC
+//! cut, ClickHouse cut, Gamma refused, one endpoint answering 410, one refusing connections, a
+//! test event to it), and every line they wrote, the output of `pmwctl status`, the test event's
+//! answer and ClickHouse `delivery_log`'s `error` column are searched for each sentinel, the API
+//! key, the webhook secrets and a WebSocket ticket.
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -119,6 +119,14 @@ async fn setup() -> Setup {
         (
             "PMW_RPC_WS_URL",
             format!("ws://127.0.0.1:{r}/?key=SENTINEL_RPC_WS"),
+        ),
+        // live races two providers (their URLs are secrets too); the rest use PMW_RPC_*.
+        (
+            "PMW_LIVE_RPC_PROVIDERS",
+            format!(
+                "a=ws://127.0.0.1:{r}/?key=SENTINEL_PROVIDER_A_WS|http://127.0.0.1:{r}/?key=SENTINEL_PROVIDER_A_HTTP \
+                 b=ws://127.0.0.1:{r}/?key=SENTINEL_PROVIDER_B_WS|http://127.0.0.1:{r}/?key=SENTINEL_PROVIDER_B_HTTP"
+            ),
         ),
         (
             "PMW_GAMMA_URL",
@@ -319,6 +327,11 @@ async fn no_secret_reaches_a_log_line_when_every_dependency_fails() {
     let mut secrets = vec![SENTINEL.to_string(), key.clone()];
     secrets.extend(eps.iter().map(|(_, secret)| secret.clone()));
     secrets.extend(ticket.body["ticket"].as_str().map(str::to_string));
+    let live_log = logs.iter().find(|(n, _)| *n == "pmw-live").map(|(_, t)| t);
+    assert!(
+        live_log.is_some_and(|t| t.contains("provider demoted")),
+        "the RPC cut reached live's raced providers"
+    );
     let mut found = Vec::new();
     for (name, text) in &logs {
         found.extend(leaks(name, text, &secrets));
