@@ -6,6 +6,7 @@
 //! test event to it), and every line they wrote, the output of `pmwctl status`, the test event's
 //! answer and ClickHouse `delivery_log`'s `error` column are searched for each sentinel, the API
 //! key, the webhook secrets and a WebSocket ticket.
+
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
