@@ -14,6 +14,7 @@ pub mod html;
 pub mod http;
 pub mod model;
 pub mod page;
+pub mod providers;
 pub mod purge;
 pub mod query;
 pub mod retention;
@@ -215,10 +216,12 @@ fn every(period: Duration) -> tokio::time::Interval {
     i
 }
 
-/// The whole snapshot: latency from ClickHouse, the completeness audit from Postgres.
+/// The whole snapshot: latency from ClickHouse, the completeness audit and the RPC providers
+/// from Postgres.
 pub async fn snapshot(stores: &Stores, now: UnixMs) -> Result<Snapshot, StatsError> {
     let mut s = query::compute(&stores.ch, now).await?;
     s.audit = audit::report(&stores.pg, now).await?;
+    s.diagnostics.rpc_providers = providers::current(&stores.pg).await?;
     Ok(s)
 }
 

@@ -123,6 +123,7 @@ pub async fn compute(ch: &ChClient, now: UnixMs) -> Result<Snapshot, StatsError>
         diagnostics: Diagnostics {
             head_lead_ms: head_lead,
             rows_dated_after_now,
+            rpc_providers: serde_json::Value::Null,
         },
     })
 }

@@ -256,6 +256,10 @@ pub struct RowsAfterNow {
 pub struct Diagnostics {
     pub head_lead_ms: Vec<HeadLead>,
     pub rows_dated_after_now: RowsAfterNow,
+    /// pmw-live's RPC providers now ([`crate::providers`]; filled in by the service from
+    /// Postgres after the ClickHouse part).
+    #[serde(default)]
+    pub rpc_providers: serde_json::Value,
 }
 
 /// The audit over one window (by the time each range was audited).

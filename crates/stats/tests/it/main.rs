@@ -7,6 +7,7 @@ mod browser;
 mod common;
 mod engines;
 mod lock;
+mod providers;
 mod retention;
 mod schema_guard;
 mod timezone;
