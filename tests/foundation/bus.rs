@@ -15,11 +15,15 @@ use pmw_testkit::PrivateStack;
 
 /// A bus on `urls` with a stream and subject prefix no other test uses.
 async fn bus(urls: &str) -> Bus {
+    bus_giving_up_after(urls, Duration::from_secs(45)).await
+}
+
+async fn bus_giving_up_after(urls: &str, give_up: Duration) -> Bus {
     let tag = format!("{:08x}", rand::random::<u32>());
     let mut config = BusConfig::new(urls);
     config.stream = format!("PMW_T_{tag}");
     config.prefix = format!("pmwt{tag}");
-    config.give_up = Duration::from_secs(45);
+    config.give_up = give_up;
     let bus = Bus::connect(config, "pmw-test").await.expect("connect");
     stream::ensure(&bus).await.expect("stream");
     bus
@@ -369,4 +373,32 @@ async fn bus_survives_the_kill_of_the_stream_leader() {
         killed, leader,
         "another node leads the stream after the kill"
     );
+}
+
+#[tokio::test]
+async fn bus_without_quorum_refuses_then_resumes_where_it_was() {
+    let stack = PrivateStack::start_nats();
+    let bus = bus_giving_up_after(stack.nats_urls(), Duration::from_secs(3)).await;
+    let mut p = FencedPublisher::claim(bus.clone(), 1).await.expect("claim");
+    let stored = p.publish_round(&[frame("a", 70)]).await.expect("publish");
+    assert_eq!(seqs(&stored), [(2, false)]);
+    let leader = stream_leader(&bus).await;
+    stack.nats_kill(leader);
+    stack.nats_kill(leader % 3 + 1);
+    // Two of three nodes gone: nothing can be stored; the caller's cursor would wait.
+    match p.publish_round(&[frame("a", 71), frame("a", 72)]).await {
+        Err(BusError::Unavailable(_)) => {}
+        other => panic!("a round without quorum: {other:?}"),
+    }
+    stack.run(&["up", "nats"]);
+    // The same publisher, its guard unchanged, retries the round: stored once, in order.
+    let stored = p
+        .publish_round(&[frame("a", 71), frame("a", 72)])
+        .await
+        .expect("publish after the nodes came back");
+    assert_eq!(stored.iter().map(|s| s.seq).collect::<Vec<_>>(), [3, 4]);
+    let mut f = Follower::start(bus.clone(), "a", 0).unwrap();
+    assert_eq!(next_frame(&mut f).await, (2, 0, 70));
+    assert_eq!(next_frame(&mut f).await, (3, 2, 71));
+    assert_eq!(next_frame(&mut f).await, (4, 3, 72));
 }
