@@ -3,8 +3,8 @@
 //! call is bounded by a timeout; reconnection is owned by the caller (ethers' own WS reconnect
 //! budget is finite and silent). With several providers ([`crate::providers`]) a call goes to
 //! the first in the pool's order; an error, a timeout or "not there" (`null`, "block not
-//! found") moves it to the next, and a hedged call (blocks and logs on the ingest path) also
-//! goes to the next once the first has taken longer than its observed p95. The first answer
+//! found") moves it to the next, and a hedged call (logs of a block by hash, on the ingest path)
+//! also goes to the next once the first has taken longer than its observed p95. The first answer
 //! wins. "Not there" from every provider is `None` (blocks) or [`ChainError::NotFound`] (logs):
 //! never a verdict that the block is not canonical.
 
@@ -268,9 +268,10 @@ impl Chain {
     }
 
     /// The canonical block at `number` (the leader's, see [`crate::providers::health`]), or
-    /// `None` if no provider has it yet.
+    /// `None` if no provider has it yet. Never hedged: a faster answer from another provider
+    /// could be another branch's, and only the leader's answer keeps the branch rule.
     pub async fn block(&self, number: u64) -> Result<Option<Head>, ChainError> {
-        self.ask(self.pool.order(), Some(Kind::Block), |p| async move {
+        self.ask(self.pool.order(), None, |p| async move {
             match bounded(p.get_block(U64::from(number))).await? {
                 Some(b) => Ok(Some(head_of(&b)?)),
                 None => Ok(None),
