@@ -15,7 +15,7 @@ pub enum Standing {
     Healthy,
     /// Its last call (or head poll) failed.
     Failing,
-    /// Its head subscription is not connected.
+    /// Its head subscription is not connected, or has announced no head yet.
     NoSubscription,
     /// Its head is more than the allowed lag behind the best head.
     Lagging,
@@ -45,7 +45,7 @@ pub struct Health {
 pub fn standing(h: &Health, best: u64, max_lag: u64) -> Standing {
     if h.failing {
         Standing::Failing
-    } else if !h.ws_up {
+    } else if !h.ws_up || h.head == 0 {
         Standing::NoSubscription
     } else if best.saturating_sub(h.head) > max_lag {
         Standing::Lagging
@@ -95,6 +95,11 @@ mod tests {
             Standing::NoSubscription
         );
         assert_eq!(standing(&h(100, false, true), 100, 3), Standing::Failing);
+        // Connected, nothing announced yet: not "lagging" (not a demotion), not healthy either.
+        assert_eq!(
+            standing(&h(0, true, false), 100, 3),
+            Standing::NoSubscription
+        );
     }
 
     #[test]
