@@ -10,7 +10,6 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use pmw_core::ch::trades;
 use pmw_core::trade::Allowlist;
 use pmw_core::{CoreConfig, Cursor};
 use pmw_sim::anvil::Anvil;
@@ -212,7 +211,7 @@ async fn a_fill_ingest_missed_is_delivered_once_audited_and_an_injected_one_is_r
             .unwrap();
         (r.get(0), r.get(1))
     };
-    let mut fake = trades::trades_after(&h.db.ch, Cursor::ORIGIN, u64::MAX, 1)
+    let mut fake = pmw_core::pg::ledger::visible_after(&c, Cursor::ORIGIN, u64::MAX / 2, 1)
         .await
         .unwrap()
         .remove(0);

@@ -134,7 +134,8 @@ async fn an_ingest_interrupted_between_its_writes_leaves_no_phantom_after_a_reor
     // Every block the simulator mines holds a match: block `n` will have fills.
     let n = start + 3;
 
-    // pmw-live as its own process, aborting once block n's trades are in ClickHouse.
+    // pmw-live as its own process, aborting once block n's logs are decoded, before its one
+    // commit (its trades and its watermark go to Postgres together: nothing lies between).
     let mut env: Vec<(String, String)> =
         h.db.env()
             .into_iter()
@@ -147,7 +148,7 @@ async fn an_ingest_interrupted_between_its_writes_leaves_no_phantom_after_a_reor
         ("PMW_LIVE_POLL_INTERVAL_MS", "200".into()),
         ("PMW_LIVE_LOCK_SEGMENT_MS", "1000".into()),
         ("PMW_GAMMA_URL", "http://127.0.0.1:9".into()),
-        ("PMW_LIVE_FAILPOINT", format!("after_trades_insert:{n}")),
+        ("PMW_LIVE_FAILPOINT", format!("before_commit:{n}")),
     ] {
         env.push((k.into(), v));
     }
@@ -173,7 +174,7 @@ async fn an_ingest_interrupted_between_its_writes_leaves_no_phantom_after_a_reor
         "pmw-live aborted (a signal), not an exit: {status:?}"
     );
 
-    // The interrupted state: block n's rows (hash A) in ClickHouse, the watermark below n.
+    // The interrupted state: nothing of block n (hash A) stored anywhere, the watermark below n.
     let hash_a = h
         .sim
         .rpc()
@@ -194,7 +195,21 @@ async fn an_ingest_interrupted_between_its_writes_leaves_no_phantom_after_a_reor
         .fetch_one()
         .await
         .unwrap();
-    assert!(stored_a > 0, "block {n}'s trades reached ClickHouse");
+    let ledger_a: i64 =
+        h.db.connect()
+            .await
+            .query_one(
+                "SELECT count(*) FROM ledger WHERE block_number = $1",
+                &[&(n as i64)],
+            )
+            .await
+            .unwrap()
+            .get(0);
+    assert_eq!(
+        (stored_a, ledger_a),
+        (0, 0),
+        "block {n}'s trades reached neither ClickHouse nor the hot ledger"
+    );
 
     // Block n is replaced by another branch (fresh matches, the old ones not re-mined).
     let old_head = head(&http).await;
@@ -239,9 +254,15 @@ async fn an_ingest_interrupted_between_its_writes_leaves_no_phantom_after_a_reor
     h.live.take().unwrap().stop().await.unwrap();
 
     let final_head = head(&http).await;
-    let read = pmw_core::ch::trades::trades_after(&h.db.ch, since, final_head, 1_000_000)
-        .await
-        .unwrap();
+    let read = pmw_core::pg::ledger::trades_after(
+        &h.db.connect().await,
+        &h.db.ch,
+        since,
+        final_head,
+        1_000_000,
+    )
+    .await
+    .unwrap();
     let read_a = read
         .iter()
         .filter(|r| r.block_hash.eq_ignore_ascii_case(&hash_a))

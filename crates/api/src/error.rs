@@ -140,6 +140,17 @@ impl From<pmw_core::pg::PgError> for ApiError {
     }
 }
 
+impl From<pmw_core::pg::ledger::LedgerError> for ApiError {
+    fn from(e: pmw_core::pg::ledger::LedgerError) -> ApiError {
+        match e {
+            pmw_core::pg::ledger::LedgerError::Postgres(e) => ApiError::unavailable("postgres", e),
+            pmw_core::pg::ledger::LedgerError::ClickHouse(e) => {
+                ApiError::unavailable("clickhouse", e)
+            }
+        }
+    }
+}
+
 impl From<clickhouse::error::Error> for ApiError {
     fn from(e: clickhouse::error::Error) -> ApiError {
         ApiError::unavailable("clickhouse", e)

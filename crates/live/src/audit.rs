@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use pmw_core::ch::ChClient;
-use pmw_core::ch::{trades, TradeRow};
+use pmw_core::ch::TradeRow;
 use pmw_core::lock::{fence_sql, keys};
 use pmw_core::pg::PgPool;
 use pmw_core::trade::exchange::ORDER_FILLED_TOPICS;
@@ -292,9 +292,6 @@ impl Audit {
             if let Some(top) = rows.iter().map(|r| r.version).max() {
                 self.versions.raise(top);
             }
-            trades::insert_trades(&self.ch, &rows)
-                .await
-                .inspect_err(|_| telemetry::ch_insert_failed("trades"))?;
         }
         self.record(&report, recorded, (&findings.counts, &rows), now)
             .await?;

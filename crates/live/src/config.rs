@@ -14,6 +14,7 @@
 //! | `PMW_LIVE_AUDIT_INTERVAL_MS` | `30000` | how often an audit that has caught up looks for newly finalized blocks |
 //! | `PMW_LIVE_RPC_PROVIDERS` | unset | several RPC providers, raced ([`crate::providers`]): `name=ws_url\|http_url` entries separated by spaces, e.g. `a=wss://a.example/KEY\|https://a.example/KEY b=wss://…\|https://…`. Unset: one provider `rpc` from `PMW_RPC_WS_URL`/`PMW_RPC_HTTP_URL`. URLs are secrets (logs show the host only) |
 //! | `PMW_LIVE_PROVIDER_MAX_LAG_BLOCKS` | `3` | a provider whose head is more than this many blocks behind the best provider's is demoted until it catches up |
+//! | `PMW_LIVE_LEDGER_KEEP_HOURS` | `24` | hot-ledger retention in Postgres: a partition leaves (history then read from ClickHouse) once projected, finalized, audited and older than this (at least 1; keep it above the longest resume you serve from Postgres while ClickHouse is down) |
 //! | `PMW_LIVE_START_BLOCK` | unset | first block to ingest when no watermark exists (default: the first head seen) |
 //! | `PMW_LIVE_METRICS_ADDR` | `127.0.0.1:9461` | private Prometheus `/metrics` address (loopback; a port in use is logged, not fatal) |
 //! | `PMW_GAMMA_URL` | `https://gamma-api.polymarket.com` | Gamma-compatible market metadata API |
@@ -47,6 +48,8 @@ pub struct LiveConfig {
     pub live_audit_max_rps: f64,
     #[serde(default = "d::audit_interval")]
     pub live_audit_interval_ms: u64,
+    #[serde(default = "d::keep_hours")]
+    pub live_ledger_keep_hours: u64,
     #[serde(default)]
     pub live_start_block: Option<u64>,
     #[serde(default = "d::gamma")]
@@ -71,6 +74,7 @@ impl fmt::Debug for LiveConfig {
             .field("live_audit_range_blocks", &self.live_audit_range_blocks)
             .field("live_audit_max_rps", &self.live_audit_max_rps)
             .field("live_audit_interval_ms", &self.live_audit_interval_ms)
+            .field("live_ledger_keep_hours", &self.live_ledger_keep_hours)
             .field("live_start_block", &self.live_start_block)
             .field("gamma_url", &redact::Url(&self.gamma_url))
             .field("live_metrics_addr", &self.live_metrics_addr)
@@ -111,6 +115,9 @@ mod d {
     pub fn audit_interval() -> u64 {
         30_000
     }
+    pub fn keep_hours() -> u64 {
+        24
+    }
     pub fn max_lag() -> u64 {
         3
     }
@@ -134,6 +141,14 @@ impl LiveConfig {
     }
     pub fn finalized_poll(&self) -> Duration {
         Duration::from_millis(self.live_finalized_poll_ms)
+    }
+
+    /// The projector's settings (the retention window from `PMW_LIVE_LEDGER_KEEP_HOURS`).
+    pub fn projector(&self) -> crate::projector::Settings {
+        crate::projector::Settings {
+            keep: Duration::from_secs(self.live_ledger_keep_hours * 3_600),
+            ..Default::default()
+        }
     }
 
     /// The completeness audit's pacing.
@@ -255,6 +270,12 @@ impl Validate for LiveConfig {
             return Err(ConfigError::invalid(
                 "PMW_LIVE_POLL_INTERVAL_MS",
                 "poll ≥ 10 ms, stall ≥ 100 ms",
+            ));
+        }
+        if self.live_ledger_keep_hours == 0 {
+            return Err(ConfigError::invalid(
+                "PMW_LIVE_LEDGER_KEEP_HOURS",
+                "must be at least 1",
             ));
         }
         if self.live_finalized_poll_ms < 10 {

@@ -2,8 +2,8 @@
 //! (as a crash would: no cleanup, no lock release) the first time the named point is reached for
 //! a block at or above `<block>`. Unset (as in production), a hit is one relaxed load.
 //!
-//! Points: `after_trades_insert` (a block's trades are in ClickHouse, its watermark is not yet
-//! committed in Postgres).
+//! Points: `before_commit` (a block's logs are fetched and decoded, nothing of it is stored yet:
+//! its trades and watermark commit in one statement, so no point lies between them).
 
 use std::sync::OnceLock;
 

@@ -1,11 +1,12 @@
 //! The ingest step: advance the watermark block by block toward the newest head, strictly in
 //! order; fill gaps by number; detect reorgs by parent hash and `unwind` to the common ancestor.
-//! A block's trades and latency row are in ClickHouse before its watermark moves in Postgres.
+//! A block's trades go into the Postgres hot ledger in the statement that moves its watermark;
+//! ClickHouse is filled from the ledger by the projector, off this path.
 
 use std::collections::BTreeMap;
 
 use pmw_core::ch::ChClient;
-use pmw_core::ch::{trades, IngestLatencyRow, TradeRow};
+use pmw_core::ch::{IngestLatencyRow, TradeRow};
 use pmw_core::lock::{fence_sql, keys};
 use pmw_core::pg::PgPool;
 use pmw_core::trade::exchange::ORDER_FILLED_TOPICS;
@@ -73,10 +74,6 @@ pub struct Ingester {
     addresses: Vec<Address>,
     advance_sql: String,
     commit_sql: String,
-    /// ClickHouse may hold rows above the watermark that were never committed (at start: a
-    /// predecessor may have died between its two writes; later: a failed ingest). They are
-    /// retracted before the watermark moves again ([`trades::retract_above`]).
-    uncommitted: bool,
     /// Versions written from now on are above this (retractions must never tie a re-insert).
     versions: VersionFloor,
     /// The hot ledger's partitions this writer made sure of.
@@ -153,32 +150,9 @@ impl Ingester {
             addresses,
             advance_sql,
             commit_sql,
-            uncommitted: true,
             versions: VersionFloor::default(),
             partitions: ledger::Partitions::default(),
         }
-    }
-
-    /// Retract what a failed or interrupted ingest left above the watermark (see
-    /// `uncommitted`), before anything moves the watermark over it.
-    async fn retract_uncommitted(&mut self) -> Result<(), IngestError> {
-        if !self.uncommitted {
-            return Ok(());
-        }
-        let watermark = self.cursor.map_or(0, |c| c.number);
-        let version = self.versions.next_now();
-        let (rows, top) = trades::retract_above(&self.parts.ch, watermark, version).await?;
-        self.versions.raise(top);
-        if !rows.is_empty() {
-            tracing::warn!(
-                watermark,
-                retracted = rows.len(),
-                "uncommitted trades above the watermark retracted"
-            );
-            self.stats.retracted += rows.len() as u64;
-        }
-        self.uncommitted = false;
-        Ok(())
     }
 
     /// Load the watermark from Postgres.
@@ -216,7 +190,6 @@ impl Ingester {
 
     /// Bring the watermark up to `target` (a head seen live), in order.
     pub async fn advance(&mut self, target: &Head) -> Result<(), IngestError> {
-        self.retract_uncommitted().await?;
         let Some(mut cursor) = self.cursor else {
             // First run without a start block: begin at the first head.
             let seen = self.seen_or_fetched(target.number).await?;
@@ -312,17 +285,12 @@ impl Ingester {
         };
         let (rows, undecodable) = decode_rows(&logs, head, &self.parts.allow, stamp);
         self.stats.undecodable_logs += undecodable;
-        // Until the watermark commits, these rows are uncommitted: a failure from here on leaves
-        // them for `retract_uncommitted`.
-        self.uncommitted = true;
-        trades::insert_trades(&self.parts.ch, &rows)
-            .await
-            .inspect_err(|_| crate::telemetry::ch_insert_failed("trades"))?;
-        crate::failpoint::hit("after_trades_insert", head.number);
-        let t_stored = UnixMs::now();
-        if !self.commit_block(head, stamp, &rows, t_stored).await? {
+        crate::failpoint::hit("before_commit", head.number);
+        if !self.commit_block(head, stamp, &rows, UnixMs::now()).await? {
             return Err(IngestError::Fenced);
         }
+        // Stored means committed to Postgres (the trades with the watermark).
+        let t_stored = UnixMs::now();
         let times = Times {
             detect: t_detect,
             logs: t_logs,
@@ -373,7 +341,6 @@ impl Ingester {
     fn committed(&mut self, head: &Head, rows: &[TradeRow], stamp: Stamp, t: Times) {
         let t_committed = UnixMs::now();
         let backfilled = stamp.backfilled;
-        self.uncommitted = false;
         self.cursor = Some(BlockRef {
             number: head.number,
             hash: head.hash,

@@ -99,6 +99,13 @@ fn spawn_followers(
         notifier.clone(),
     );
     tokio::spawn(finality.run(tasks.clone()));
+    let projector = crate::projector::Projector::new(
+        pg.clone(),
+        l.stores.ch.clone(),
+        l.lock.pid(),
+        live.projector(),
+    );
+    tokio::spawn(projector.run(tasks.clone()));
     if live.live_audit_enabled {
         let audit = audit::Audit::new(
             chain.clone(),

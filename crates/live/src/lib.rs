@@ -14,6 +14,7 @@ pub mod latency_writer;
 mod lead;
 pub mod names;
 pub mod notifier;
+pub mod projector;
 pub mod providers;
 pub mod telemetry;
 pub mod version;

@@ -6,7 +6,8 @@
 //! watermark than any reorg window is no position pmw gave out: it is refused with the reason
 //! (the session would otherwise wait, silent, for a block that may never come).
 
-use pmw_core::ch::{trades, TradeRow};
+use pmw_core::ch::TradeRow;
+use pmw_core::pg::ledger as one;
 use pmw_core::pg::PgPool;
 use pmw_core::types::cursor::MAX_LOG_INDEX;
 use pmw_core::{ch::ChClient, Cursor, Position};
@@ -89,14 +90,14 @@ async fn judge(
     let Some(hash) = since.hash.map(hex::encode) else {
         return Ok(keep);
     };
+    let c = pool.get().await.map_err(|e| e.to_string())?;
     let ingested = if since.cursor.log_index == MAX_LOG_INDEX {
         None
     } else {
-        trades::ingested_ms(ch, since.cursor, &hash)
+        one::ingested(&**c, ch, since.cursor, &hash)
             .await
-            .map_err(|e| format!("clickhouse: {e}"))?
+            .map_err(|e| e.to_string())?
     };
-    let c = pool.get().await.map_err(|e| e.to_string())?;
     let row = c
         .query_one(
             include_str!("sql/resume_check.sql"),
@@ -125,9 +126,9 @@ async fn judge(
         log_index: MAX_LOG_INDEX,
     };
     let from = Position::maybe(at, row.get::<_, Option<String>>(4).as_deref());
-    let retract = trades::retracted_between(ch, ancestor, since.cursor.block)
+    let retract = one::retractions_between(&**c, ch, ancestor, since.cursor.block)
         .await
-        .map_err(|e| format!("clickhouse: {e}"))?
+        .map_err(|e| e.to_string())?
         .into_iter()
         .filter(|r| {
             r.cursor() <= since.cursor

@@ -307,11 +307,12 @@ async fn a_reorg_retracts_delivered_trades_and_delivers_the_new_branch() {
     assert_eq!(live, canonical);
 }
 
-/// A session that starts while ClickHouse does not answer (its replay reads ClickHouse) is
-/// closed 1013 "try again later", never 1011; once ClickHouse is back, the same resume gets
-/// every trade, in order, nothing twice.
+/// While ClickHouse does not answer, a resume within the hot ledger's window is served from
+/// Postgres, every trade in order; a resume reaching below the hot ledger's floor (history read
+/// from ClickHouse) is closed 1013 "try again later", never 1011, and once ClickHouse is back the
+/// same resume gets every trade, in order, nothing twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_resume_while_clickhouse_is_down_is_closed_1013_and_resumes_once_it_is_back() {
+async fn a_resume_while_clickhouse_is_down_is_served_from_the_hot_ledger_and_1013_below_it() {
     let h = Harness::new().await;
     let url = url::Url::parse(&h.db.cfg.clickhouse_url).unwrap();
     let ch = pmw_testkit::TcpProxy::start(
@@ -341,6 +342,28 @@ async fn a_resume_while_clickhouse_is_down_is_closed_1013_and_resumes_once_it_is
     assert!(!expected.is_empty(), "the account follows traded wallets");
 
     ch.cut();
+    let got = replay_all(addr, &key, expected.len()).await;
+    assert_eq!(got, expected, "served from the hot ledger with clickhouse cut");
+
+    // The same history older than the hot window (the floor raised past it once projected):
+    // ClickHouse is needed, and it is down.
+    let pg = h.db.connect().await;
+    let projected = pmw_testkit::eventually(WITHIN, || async {
+        let r = pg
+            .query_one("SELECT s.seq, h.seq FROM stored_cursor s, ledger_head h", &[])
+            .await
+            .unwrap();
+        r.get::<_, i64>(0) == r.get::<_, i64>(1)
+    })
+    .await;
+    assert!(projected, "the projector caught up");
+    let wm = pmw_core::pg::watermark(&pg).await.unwrap().unwrap();
+    pg.execute(
+        "UPDATE stored_cursor SET floor_block = $1",
+        &[&(wm as i64 + 1)],
+    )
+    .await
+    .unwrap();
     let refused =
         tokio::time::timeout(WITHIN, connect(addr, &key, Some(Cursor::ORIGIN)).await.done)
             .await
@@ -354,17 +377,23 @@ async fn a_resume_while_clickhouse_is_down_is_closed_1013_and_resumes_once_it_is
     assert!(refused.trades.is_empty(), "{refused:?}");
 
     ch.restore();
-    let mut c = connect(addr, &key, Some(Cursor::ORIGIN)).await;
+    let got = replay_all(addr, &key, expected.len()).await;
+    assert_eq!(got, expected, "every trade once, in ledger order");
+    push.stop().await.unwrap();
+}
+
+/// The cursors of the first `n` trades a session resuming from the origin receives.
+async fn replay_all(addr: std::net::SocketAddr, key: &str, n: usize) -> Vec<Cursor> {
+    let mut c = connect(addr, key, Some(Cursor::ORIGIN)).await;
     let mut got = Vec::new();
-    while got.len() < expected.len() {
+    while got.len() < n {
         let v = tokio::time::timeout(WITHIN, c.events.recv())
             .await
-            .expect("the replay arrives once clickhouse is back")
+            .expect("the replay arrives")
             .expect("session open");
         if v["type"] == "trade" {
             got.push(v["cursor"].as_str().unwrap().parse::<Cursor>().unwrap());
         }
     }
-    assert_eq!(got, expected, "every trade once, in ledger order");
-    push.stop().await.unwrap();
+    got
 }

@@ -1,6 +1,6 @@
 //! Postgres reads around the trade ledger that the backfill and replay share: the wallets an
 //! account follows, cached market names, the ingest and finalized watermarks; and the bound of
-//! one backfill page's ClickHouse scan ([`scan_through`]).
+//! one backfill page's ClickHouse scan ([`scan_through`]), below the hot ledger's floor only.
 
 use std::collections::HashMap;
 
@@ -50,6 +50,7 @@ const END_OF_BLOCK: u32 = 999_999;
 /// from the first block holding a trade of `wallets` when that comes first. `None` when no
 /// trade of the wallets lies in the range. `wallets` are lowercase `0x…` addresses.
 pub async fn scan_through(
+    c: &super::txn::Client,
     ch: &pmw_core::ch::ChClient,
     wallets: &[String],
     after: Cursor,
@@ -57,6 +58,11 @@ pub async fn scan_through(
 ) -> Result<Option<Cursor>, ApiError> {
     if wallets.is_empty() || through <= after {
         return Ok(None);
+    }
+    // From the hot ledger's floor on, the page reads Postgres (bounded by its limit): no scan.
+    let seam = pg::ledger::seam(&***c).await?;
+    if seam.below().is_none_or(|b| after >= b) {
+        return Ok(Some(through));
     }
     let valid = |w: &String| {
         w.len() == 42

@@ -9,10 +9,11 @@ use std::collections::HashMap;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use pmw_core::ch::{trades, TradeRow};
+use pmw_core::ch::TradeRow;
 use pmw_core::filter::{self, Facts, Filter};
 use pmw_core::message::{stamp, FinalNotice, Kind, Market, TradeMessage};
 use pmw_core::pg::deliveries::{self, NewDelivery, Writer};
+use pmw_core::pg::ledger as one;
 use pmw_core::webhook::webhook_id;
 use pmw_core::{Cursor, UnixMs};
 use serde::{Deserialize, Serialize};
@@ -216,7 +217,7 @@ pub async fn replay(
     let wallets = followed(&c, who.account_id).await?;
     let (through, finals_through) = bounds(&c).await?;
     let mut rows =
-        trades::wallet_trades_between(&st.ch, &wallets, after, through, u64::from(limit) + 1)
+        one::wallet_trades_between(&**c, &st.ch, &wallets, after, through, u64::from(limit) + 1)
             .await?;
     let more = rows.len() > limit as usize;
     rows.truncate(limit as usize);

@@ -10,9 +10,10 @@
 
 use axum::extract::State;
 use axum::Json;
-use pmw_core::ch::{trades, TradeRow};
+use pmw_core::ch::TradeRow;
 use pmw_core::filter::{self, Facts};
 use pmw_core::message::TradeMessage;
+use pmw_core::pg::ledger as one;
 use pmw_core::{pg, Cursor};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -100,11 +101,12 @@ pub async fn list(
     let Some(through) = through else {
         return Ok(empty());
     };
-    let Some(bound) = scan_through(&st.ch, &wallets, after, through).await? else {
+    let Some(bound) = scan_through(&c, &st.ch, &wallets, after, through).await? else {
         return Ok(empty());
     };
     let mut rows =
-        trades::wallet_trades_between(&st.ch, &wallets, after, bound, u64::from(limit) + 1).await?;
+        one::wallet_trades_between(&**c, &st.ch, &wallets, after, bound, u64::from(limit) + 1)
+            .await?;
     let full = rows.len() > limit as usize;
     rows.truncate(limit as usize);
     let more = full || bound < through;

@@ -6,7 +6,6 @@ use std::collections::BTreeSet;
 
 use crate::common::{set_push_cursor, set_watermark, trade_row, wallet, Api};
 use pmw_core::ch::latency::insert_all;
-use pmw_core::ch::trades::insert_trades;
 use pmw_core::ch::DeliveryLogRow;
 use pmw_core::webhook::{webhook_id, DeliveryKind};
 use pmw_core::Cursor;
@@ -138,7 +137,7 @@ async fn replay_enqueues_the_accounts_trades_after_the_cursor() {
         rows.push(trade_row(b, 2, &wallet(0xbb)));
         rows.push(trade_row(b, 3, &mine));
     }
-    insert_trades(&api.db.ch, &rows).await.unwrap();
+    pmw_testkit::rows::plant(&api.db.connect().await, &rows).await;
     set_watermark(&api.db, 19).await;
     // Push has processed up to block 17: replay stops there (push delivers the rest itself).
     set_push_cursor(&api.db, 17, 999_999).await;

@@ -4,7 +4,6 @@
 //! `GET /v1/trades` and webhook replay list what push would send.
 
 use crate::common::{set_push_cursor, set_watermark, trade_row, wallet, Api};
-use pmw_core::ch::trades::insert_trades;
 use reqwest::Method;
 use serde_json::{json, Value};
 
@@ -216,7 +215,7 @@ async fn trades_and_replay_list_what_push_would_send() {
             rows.push(r);
         }
     }
-    insert_trades(&api.db.ch, &rows).await.unwrap();
+    pmw_testkit::rows::plant(&api.db.connect().await, &rows).await;
     set_watermark(&api.db, 4).await;
     set_push_cursor(&api.db, 4, 999_999).await;
     let cursors = |v: &Value, field: &str| -> Vec<String> {

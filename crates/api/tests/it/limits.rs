@@ -118,6 +118,16 @@ async fn a_busy_wallets_history_is_scanned_a_bounded_span_per_page() {
     let rows: Vec<_> = blocks.iter().map(|b| trade_row(*b, 0, &w)).collect();
     insert_trades(&api.db.ch, &rows).await.unwrap();
     set_watermark(&api.db, blocks[2] + 10).await;
+    // History older than the hot ledger's window: ClickHouse is scanned a span at a time.
+    api.db
+        .connect()
+        .await
+        .execute(
+            "UPDATE stored_cursor SET floor_block = $1",
+            &[&(blocks[2] as i64 + 11)],
+        )
+        .await
+        .unwrap();
 
     let page = |after: String| {
         let path = format!("/v1/trades?wallet={w}&limit=100&after={after}");

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use crate::common::{set_watermark, trade_row, wallet, Api};
-use pmw_core::ch::trades::insert_trades;
 use pmw_core::Cursor;
+use pmw_testkit::rows::plant;
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -21,7 +21,7 @@ async fn keyset_pages_see_every_trade_once_while_trades_arrive() {
     }
     // A writer that behaves like live: a block's rows, then the watermark, in block order.
     let db_cfg = api.db.cfg.clone();
-    let ch = api.db.ch.clone();
+    let writes = api.db.connect().await;
     let (aa, bb, oo) = (a.clone(), b.clone(), other.clone());
     let writer = tokio::spawn(async move {
         let pool = pmw_core::pg::pool(&db_cfg, "test-writer").unwrap();
@@ -38,7 +38,7 @@ async fn keyset_pages_see_every_trade_once_while_trades_arrive() {
                     });
                 }
             }
-            insert_trades(&ch, &rows).await.unwrap();
+            plant(&writes, &rows).await;
             pool.get()
                 .await
                 .unwrap()
@@ -118,11 +118,12 @@ async fn watermark_retractions_shape_and_bad_input() {
         trade_row(6, 0, &w),
         trade_row(8, 0, &w),
     ];
-    insert_trades(&api.db.ch, &rows).await.unwrap();
+    let planting = api.db.connect().await;
+    plant(&planting, &rows).await;
     // Retract (5, 1): a newer version with retracted = 1.
     rows[1].retracted = 1;
     rows[1].version = 2;
-    insert_trades(&api.db.ch, &rows[1..2]).await.unwrap();
+    plant(&planting, &rows[1..2]).await;
     let c = api.db.pg.get().await.unwrap();
     c.execute(
         "INSERT INTO market_names (token_id, status, question, outcome, slug, condition_id, next_attempt_ms, first_seen_ms) \

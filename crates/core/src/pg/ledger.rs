@@ -242,6 +242,20 @@ pub async fn ingested_ms(
     Ok(r.get(0))
 }
 
+/// The one ledger: when the trade at `cursor` (block hash starting with `hash_prefix`) was
+/// ingested, from the hot ledger at or above its floor, from ClickHouse below it.
+pub async fn ingested(
+    c: &impl GenericClient,
+    ch: &ChClient,
+    cursor: Cursor,
+    hash_prefix: &str,
+) -> Result<Option<i64>, LedgerError> {
+    if cursor.block >= seam(c).await?.floor {
+        return Ok(ingested_ms(c, cursor, hash_prefix).await?);
+    }
+    Ok(trades::ingested_ms(ch, cursor, hash_prefix).await?)
+}
+
 /// The one ledger: visible trades after `after` up to block `upto`, at most `limit`, from
 /// ClickHouse below the seam's floor and from the hot ledger from it on.
 pub async fn trades_after(

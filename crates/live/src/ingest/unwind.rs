@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 
-use pmw_core::ch::trades;
 use pmw_core::UnixMs;
 
 use super::{parse_hash, BlockRef, Ingester};
@@ -32,16 +31,9 @@ impl Ingester {
             });
         }
         let version = self.versions.next_now();
-        let mut retracted = 0;
-        for (&number, hash) in stored.range(ancestor.number + 1..) {
-            retracted += trades::retract_block(&self.parts.ch, number, &hex32(hash), version)
-                .await?
-                .len();
-        }
         let depth = tip.number - ancestor.number;
-        let (ledgered, top) = self.commit_unwind(tip, ancestor, version).await?;
+        let (retracted, top) = self.commit_unwind(tip, ancestor, version).await?;
         self.versions.raise(top);
-        retracted = retracted.max(ledgered as usize);
         self.book.retain(|&n, _| n <= ancestor.number);
         self.cursor = Some(ancestor);
         self.parts.notifier.notify(ancestor.number);

@@ -84,7 +84,10 @@ async fn totals(h: &Harness) -> (i64, i64, i64, i64, i64, u64) {
 
 /// Every stored version's newest state of blocks `from..=to`.
 async fn latest(h: &Harness, from: u64, to: u64) -> Vec<TradeRow> {
-    trades::latest_between(&h.db.ch, from, to).await.unwrap()
+    let c = h.db.connect().await;
+    pmw_core::pg::ledger::latest_versions_between(&c, &h.db.ch, from, to)
+        .await
+        .unwrap()
 }
 
 /// (block, count) of `chain_blocks` from `from` up.
@@ -203,7 +206,8 @@ async fn the_audit_backfills_fills_ingest_never_stored_and_retracts_injected_ext
             "its t_detect_ms is the audit's time, not a live detection: {r:?}"
         );
     }
-    // The per-wallet copy has it too, flagged.
+    // The per-wallet copy in ClickHouse has it too, flagged, once projected.
+    h.projected(WITHIN).await;
     let one = visible.iter().find(|r| r.audit == 1).unwrap();
     let through = Cursor {
         block: u64::MAX / 2,

@@ -87,8 +87,35 @@ impl Harness {
         }
     }
 
-    /// Every trade visible to readers.
+    /// Wait until the projector has copied every hot-ledger row to ClickHouse.
+    pub async fn projected(&self, within: Duration) {
+        let c = self.db.connect().await;
+        let done = eventually(within, || async {
+            let r = c
+                .query_one(
+                    "SELECT s.seq, h.seq FROM stored_cursor s, ledger_head h",
+                    &[],
+                )
+                .await
+                .unwrap();
+            r.get::<_, i64>(0) == r.get::<_, i64>(1)
+        })
+        .await;
+        assert!(done, "the projector did not catch up within {within:?}");
+    }
+
+    /// Every trade visible to readers (the one ledger: the hot ledger, ClickHouse below its
+    /// floor).
     pub async fn visible(&self) -> Vec<TradeRow> {
+        let c = self.db.connect().await;
+        pmw_core::pg::ledger::trades_after(&c, &self.db.ch, Cursor::ORIGIN, u64::MAX / 2, 1_000_000)
+            .await
+            .unwrap()
+    }
+
+    /// Every trade visible in ClickHouse, once the projector (live must run) has caught up.
+    pub async fn projected_visible(&self) -> Vec<TradeRow> {
+        self.projected(Duration::from_secs(30)).await;
         trades::trades_after(&self.db.ch, Cursor::ORIGIN, u64::MAX, 1_000_000)
             .await
             .unwrap()

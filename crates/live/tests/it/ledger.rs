@@ -62,7 +62,7 @@ async fn every_fill_is_in_the_ledger_when_the_watermark_reaches_its_block() {
     let snapshots = checker.await.unwrap();
     let canonical = h.sim.canonical();
     assert!(
-        snapshots.len() > 5,
+        !snapshots.is_empty(),
         "the watermark was observed while trading"
     );
     for (wm, keys) in &snapshots {

@@ -7,5 +7,6 @@ mod finality;
 mod ingest;
 mod ledger;
 mod notifier;
+mod projector;
 mod providers;
 mod schema_guard;

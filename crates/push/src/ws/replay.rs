@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use axum::extract::ws::WebSocket;
-use pmw_core::ch::{trades, PushLatencyRow, TradeRow};
+use pmw_core::ch::{PushLatencyRow, TradeRow};
 use pmw_core::filter::Facts;
 use pmw_core::message::{stamp, Control, FinalNotice, Kind, Market, TradeMessage};
 use pmw_core::{pg, Cursor, Position, UnixMs};
@@ -76,9 +76,23 @@ pub(super) async fn replay(
     let mut read = *after;
     loop {
         let page = REPLAY_PAGE.min(max - sent + 1);
-        let rows = trades::wallet_trades_between(&st.ch, who.wallets, read, through, page)
+        let rows = {
+            let c = st
+                .pool
+                .get()
+                .await
+                .map_err(|e| Ended::Failed(e.to_string()))?;
+            pmw_core::pg::ledger::wallet_trades_between(
+                &**c,
+                &st.ch,
+                who.wallets,
+                read,
+                through,
+                page,
+            )
             .await
-            .map_err(|e| Ended::Failed(e.to_string()))?;
+            .map_err(|e| Ended::Failed(e.to_string()))?
+        };
         let full = rows.len() as u64 >= page;
         read = rows.last().map_or(read, |r| r.cursor());
         let names = names(st, &rows).await?;
