@@ -502,6 +502,74 @@ async fn rpc_websocket_cut_is_logged_and_misses_no_block() {
     );
 }
 
+/// Two raced RPC providers under pm2 (`PMW_LIVE_RPC_PROVIDERS`), one cut (WebSocket and HTTP)
+/// for 10 s under load: live demotes it, takes every head from the other, promotes it back; no
+/// block missed or backfilled, clients lose nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_of_two_rpc_providers_cut_misses_no_block() {
+    let d = Drill::start_with(Opts {
+        rpc_providers: 2,
+        ..Opts::default()
+    })
+    .await;
+    let cut = &d.providers[0];
+    let traffic = d.sim.spawn(
+        RunConfig {
+            matches_per_block: 2,
+            interval: Duration::from_millis(100),
+            count: Some(160),
+            duration: None,
+        },
+        CancellationToken::new(),
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let first_block = d.start_cursor.block + 1;
+    cut.ws.cut();
+    cut.http.cut();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    cut.ws.restore();
+    cut.http.restore();
+    traffic.await.unwrap().unwrap();
+    d.drain().await;
+    let f = d.figures();
+    let head = d.sim.rpc().latest_block().await.unwrap().number.0;
+    let rows: Vec<(u64, u8)> = d
+        .db
+        .ch
+        .query("SELECT block_number, any(backfilled) FROM ingest_latency WHERE block_number >= ? GROUP BY block_number ORDER BY block_number")
+        .bind(first_block)
+        .fetch_all()
+        .await
+        .unwrap();
+    let expected: Vec<u64> = (first_block..=head).collect();
+    let ingested: Vec<u64> = rows.iter().map(|r| r.0).collect();
+    let missed = expected.iter().filter(|b| !ingested.contains(b)).count();
+    let backfilled = rows.iter().filter(|r| r.1 == 1).count();
+    let logs = std::fs::read_dir(d.pm2.home.path().join("logs"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("pmw-live"))
+        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+        .collect::<String>();
+    let (demoted, promoted) = (
+        logs.matches("provider demoted").count(),
+        logs.matches("provider promoted").count(),
+    );
+    let figures = format!(
+        "provider {} of 2 cut for 10 s: demoted {demoted} times, promoted {promoted} times; blocks {first_block}..={head}: missed {missed}, backfilled {backfilled}; {f}",
+        cut.name
+    );
+    println!("provider cut drill: {figures}");
+    record("provider-cut", &figures);
+    assert!(demoted >= 1, "live must demote the cut provider");
+    assert_eq!((missed, backfilled), (0, 0), "every block seen live");
+    assert_eq!(
+        (f.lost, f.duplicated, f.out_of_order),
+        (0, 0, 0),
+        "0 lost, 0 duplicated, 0 out of order"
+    );
+}
+
 /// `scripts/deploy/{live,api,stats} --no-build` under load: each restarts exactly its service
 /// under pm2 and verifies that the restarted process reports the expected build revision; an
 /// expected revision the binary does not carry fails the deploy. Clients lose nothing.
