@@ -36,6 +36,11 @@ pub struct HookLog {
     /// When the system sent it is what availability judges; what the receiver then answered is
     /// the receiver's doing.
     pub first_attempts: Vec<(String, i64, i64)>,
+    /// (path, from ms, to ms) while this receiver held [`SENDER_SLOTS`] requests of one
+    /// endpoint open at once: the sender may not start another, so a message waiting then
+    /// waits on the receiver.
+    pub saturated: Vec<(String, i64, i64)>,
+    open: BTreeMap<String, (usize, i64)>,
     pub requests: u64,
     pub bad_signature: u64,
     pub answered_500: u64,
@@ -76,12 +81,53 @@ fn verify(secret: &str, id: &str, ts: &str, body: &[u8], sigs: &str) -> bool {
         .any(|s| s.strip_prefix("v1,").is_some_and(|s| s == want))
 }
 
+/// The sender's attempts in flight per endpoint (`PMW_PUSH_WEBHOOK_MAX_IN_FLIGHT`, default 4).
+pub const SENDER_SLOTS: usize = 4;
+
+/// One open request of an endpoint, counted until the answer (or the sender's give-up) drops it.
+struct Open {
+    inner: Arc<Inner>,
+    path: String,
+}
+
+impl Open {
+    fn new(inner: &Arc<Inner>, path: &str) -> Open {
+        let mut l = inner.log.lock().unwrap();
+        let e = l.open.entry(path.to_string()).or_insert((0, 0));
+        e.0 += 1;
+        if e.0 == SENDER_SLOTS {
+            e.1 = now_ms();
+        }
+        drop(l);
+        Open {
+            inner: inner.clone(),
+            path: path.to_string(),
+        }
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        let mut l = self.inner.log.lock().unwrap();
+        let Some(e) = l.open.get_mut(&self.path) else {
+            return;
+        };
+        let was_full = e.0 == SENDER_SLOTS;
+        e.0 -= 1;
+        let since = e.1;
+        if was_full {
+            l.saturated.push((self.path.clone(), since, now_ms()));
+        }
+    }
+}
+
 async fn handle(
     State(inner): State<Arc<Inner>>,
     uri: axum::http::Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> StatusCode {
+    let _open = Open::new(&inner, uri.path());
     let h = |n: &str| {
         headers
             .get(n)

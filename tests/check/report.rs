@@ -267,7 +267,8 @@ pub fn summary(done: &[crate::schedule::Fault]) -> String {
 
 /// What availability is judged on: each checked client's trade frames and each checked
 /// endpoint's first attempts, with the windows that are not the system's to answer for (a
-/// paused client until 2 s after it reads again).
+/// paused client until 2 s after it reads again; an endpoint whose receiver holds every
+/// in-flight slot).
 pub fn streams(w: &World, done: &[Done]) -> Vec<crate::availability::Stream> {
     use crate::availability::{owed_silences, Stream};
     use crate::schedule::Kind;
@@ -286,19 +287,25 @@ pub fn streams(w: &World, done: &[Done]) -> Vec<crate::availability::Stream> {
             silences: l.silences.clone(),
         });
         drop(l);
-        // A receiver holding a request (slow, or past the sender's timeout) takes one of the
-        // endpoint's four in-flight slots; it excuses nothing.
-        let firsts = c.hook.with_log(|l| l.first_attempts.clone());
-        let mut by: BTreeMap<String, Vec<(i64, i64)>> = BTreeMap::new();
+        // A receiver holding every one of the endpoint's in-flight slots (slow answers, one
+        // past the sender's timeout) excuses what waited meanwhile: the sender may not start
+        // another attempt (`SENDER_SLOTS`).
+        let (firsts, saturated) = c
+            .hook
+            .with_log(|l| (l.first_attempts.clone(), l.saturated.clone()));
+        let mut by: BTreeMap<String, (Vec<(i64, i64)>, Vec<(i64, i64)>)> = BTreeMap::new();
         for (path, d, at) in firsts {
-            by.entry(path).or_default().push((d, at));
+            by.entry(path).or_default().0.push((d, at));
         }
-        for (path, deliveries) in by {
+        for (path, from, to) in saturated {
+            by.entry(path).or_default().1.push((from, to));
+        }
+        for (path, (deliveries, excused)) in by {
             out.push(Stream {
                 name: format!("hook {i}{path}"),
                 silences: owed_silences(&deliveries, 1_000),
                 deliveries,
-                excused: Vec::new(),
+                excused,
             });
         }
     }
