@@ -293,7 +293,8 @@ pub fn streams(w: &World, done: &[Done]) -> Vec<crate::availability::Stream> {
         let (firsts, saturated) = c
             .hook
             .with_log(|l| (l.first_attempts.clone(), l.saturated.clone()));
-        let mut by: BTreeMap<String, (Vec<(i64, i64)>, Vec<(i64, i64)>)> = BTreeMap::new();
+        type Spans = Vec<(i64, i64)>;
+        let mut by: BTreeMap<String, (Spans, Spans)> = BTreeMap::new();
         for (path, d, at) in firsts {
             by.entry(path).or_default().0.push((d, at));
         }
