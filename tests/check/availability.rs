@@ -28,6 +28,9 @@ fn budget_of(kind: &str, lease_ms: i64) -> Option<i64> {
         "leader SIGSTOP" => lease_ms + 2_000,
         "postgres restart" | "clickhouse stop" => 5_000,
         "rpc ws cut" | "live restart" => 3_000,
+        // One of two providers cut or slowed: nothing should go dark; recovery from its end
+        // within the RPC budget (and whatever overlaps it is judged from its end).
+        "provider cut" | "provider lag" => 3_000,
         "rolling deploy" => 1_000,
         _ => return None,
     })
