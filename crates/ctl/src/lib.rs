@@ -10,6 +10,7 @@ mod secrets;
 mod status;
 mod status_audit;
 mod status_indexes;
+mod status_ledger;
 mod status_providers;
 mod status_text;
 mod watch;

@@ -2,7 +2,7 @@
 //! (a warning when none has a fresh heartbeat: the leader is then a single point of failure),
 //! the ingest and push cursors and their lag in blocks (against the chain head when the RPC
 //! answers), the RPC providers as live sees them ([`crate::status_providers`]), the completeness audit (its watermark, trail and counts), the age of the leader's last round, every instance's heartbeat, and the webhook
-//! backlog by age, and any index of pmw's schema Postgres does not use or maintain
+//! backlog by age, the hot ledger (ClickHouse's lag behind it, [`crate::status_ledger`]), and any index of pmw's schema Postgres does not use or maintain
 //! ([`crate::status_indexes`], a warning). Human-readable, or `--json` for machines.
 
 use std::time::Duration;
@@ -56,16 +56,20 @@ async fn chain_head(cfg: &CoreConfig) -> Option<u64> {
     u64::from_str_radix(v["result"].as_str()?.trim_start_matches("0x"), 16).ok()
 }
 
-/// Trades stored after the push cursor up to the watermark: what push has still to deliver.
-/// (The push cursor only moves when a round finds trades, so its block lag alone overstates the
-/// backlog on quiet chains.) `None` when ClickHouse does not answer within 2 s.
-async fn trades_waiting(cfg: &CoreConfig, block: i64, log: i32, watermark: i64) -> Option<u64> {
-    let ch = pmw_core::ch::client(cfg);
+/// Trades stored after the push cursor up to the watermark: what push has still to deliver,
+/// from the hot ledger. (The push cursor only moves when a round finds trades, so its block lag
+/// alone overstates the backlog on quiet chains.) `None` when it does not answer within 2 s.
+async fn trades_waiting(
+    c: &tokio_postgres::Client,
+    block: i64,
+    log: i32,
+    watermark: i64,
+) -> Option<u64> {
     let after = pmw_core::Cursor {
         block: u64::try_from(block).ok()?,
         log_index: u32::try_from(log).ok()?,
     };
-    let q = pmw_core::ch::trades::waiting(&ch, after, u64::try_from(watermark).ok()?);
+    let q = pmw_core::pg::ledger::waiting(c, after, u64::try_from(watermark).ok()?);
     tokio::time::timeout(Duration::from_secs(2), q)
         .await
         .ok()?
@@ -278,14 +282,17 @@ pub async fn collect(cfg: &CoreConfig) -> Result<Value, ServiceError> {
     let audit = crate::status_audit::collect(&c, now).await?;
     let providers = crate::status_providers::collect(&c, now).await?;
     warnings.extend(crate::status_providers::warnings(&providers));
+    let ledger = crate::status_ledger::collect(&c, now).await?;
+    warnings.extend(crate::status_ledger::warnings(&ledger));
     let waiting = match (k.ingest, k.push) {
-        (Some((wm, _)), Some((b, l, _, _))) => trades_waiting(cfg, b, l, wm).await,
+        (Some((wm, _)), Some((b, l, _, _))) => trades_waiting(&c, b, l, wm).await,
         _ => None,
     };
     let mut out = json!({
         "now_ms": now,
         "chain_head": head,
         "push_backlog_trades": waiting,
+        "ledger": ledger,
         "audit": audit,
         "providers": providers,
         "leader": leader,

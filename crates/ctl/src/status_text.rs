@@ -23,6 +23,7 @@ pub fn text(s: &Value) -> String {
     lines.extend(crate::status_audit::text(&s["audit"]));
     lines.push(webhook_line(&s["webhooks"]));
     lines.push(crate::status_indexes::text(&s["indexes"]));
+    lines.push(crate::status_ledger::text(&s["ledger"]));
     lines.extend(instance_lines(s));
     let mut out = String::new();
     for l in lines {

@@ -13,6 +13,7 @@ mod hook_test;
 mod limits;
 mod openapi;
 mod ready_indexes;
+mod ready_projector;
 mod schema_guard;
 mod secrets_at_rest;
 mod security;

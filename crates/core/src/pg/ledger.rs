@@ -133,6 +133,68 @@ pub async fn append(
     .await
 }
 
+/// How far ClickHouse is behind the hot ledger (the projector's lag).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Projection {
+    /// stored_cursor: every row up to this seq is in ClickHouse.
+    pub projected_seq: i64,
+    /// The last seq allocated.
+    pub head_seq: i64,
+    /// The hot ledger's floor.
+    pub floor_block: u64,
+    /// Commit time of the oldest row not yet in ClickHouse (`None`: caught up).
+    pub oldest_unprojected_ms: Option<i64>,
+    /// When the projector last moved its cursor.
+    pub updated_ms: i64,
+}
+
+impl Projection {
+    /// Rows not yet in ClickHouse.
+    pub fn lag_rows(&self) -> i64 {
+        (self.head_seq - self.projected_seq).max(0)
+    }
+
+    /// How long the oldest row not yet in ClickHouse has waited at `now` (0: caught up).
+    pub fn lag_ms(&self, now: i64) -> i64 {
+        self.oldest_unprojected_ms.map_or(0, |t| (now - t).max(0))
+    }
+}
+
+/// The projector's lag (one tiny row and one index probe).
+pub async fn projection(c: &impl GenericClient) -> Result<Projection, tokio_postgres::Error> {
+    let r = c
+        .query_one(include_str!("sql/ledger_projection.sql"), &[])
+        .await?;
+    Ok(Projection {
+        projected_seq: r.get(0),
+        head_seq: r.get(1),
+        floor_block: r.get::<_, i64>(2) as u64,
+        oldest_unprojected_ms: r.get(3),
+        updated_ms: r.get(4),
+    })
+}
+
+/// Visible hot-ledger trades after `after` up to block `watermark`: what push has still to
+/// deliver (`pmwctl status`).
+pub async fn waiting(
+    c: &impl GenericClient,
+    after: Cursor,
+    watermark: u64,
+) -> Result<u64, tokio_postgres::Error> {
+    let n: i64 = c
+        .query_one(
+            include_str!("sql/ledger_waiting.sql"),
+            &[
+                &(after.block as i64),
+                &(after.log_index as i32),
+                &(watermark.min(i64::MAX as u64) as i64),
+            ],
+        )
+        .await?
+        .get(0);
+    Ok(n as u64)
+}
+
 /// The seam (one tiny row).
 pub async fn seam(c: &impl GenericClient) -> Result<Seam, tokio_postgres::Error> {
     let r = c

@@ -71,6 +71,9 @@ pub struct Checks {
     /// Every index of pmw's schema is valid and ready (`detail.broken` lists those that are
     /// not). Never gating.
     pub indexes: Check,
+    /// ClickHouse is at most a minute behind the Postgres hot ledger (the projector's lag).
+    /// Never gating: delivery does not read ClickHouse.
+    pub projector: Check,
 }
 
 /// The readiness verdict. When not ready, `error` carries the reasons (503).
@@ -94,6 +97,7 @@ impl Readiness {
             &checks.stats,
             &checks.revisions,
             &checks.indexes,
+            &checks.projector,
         ]
         .iter()
         .filter_map(|c| c.reason.clone())
@@ -147,6 +151,7 @@ mod tests {
             stats: ok(),
             revisions: ok(),
             indexes: ok(),
+            projector: ok(),
         }
     }
 
@@ -175,11 +180,18 @@ mod tests {
         checks.stats = Check::fail("stale stats".into(), Value::Null);
         checks.revisions = Check::fail("two builds".into(), Value::Null);
         checks.indexes = Check::fail("index x invalid".into(), Value::Null);
+        checks.projector = Check::fail("clickhouse behind".into(), Value::Null);
         let r = Readiness::of(checks);
         assert!(r.ready && r.error.is_none());
         assert_eq!(
             r.warnings,
-            ["no standby", "stale stats", "two builds", "index x invalid"]
+            [
+                "no standby",
+                "stale stats",
+                "two builds",
+                "index x invalid",
+                "clickhouse behind"
+            ]
         );
     }
 }

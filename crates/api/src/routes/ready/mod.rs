@@ -5,7 +5,8 @@
 //! `PMW_API_READY_WEBHOOK_DUE_MAX_AGE_MS` (the dispatcher runs); the recent detect→push median
 //! (WebSocket deliveries, or webhook ones when there are none). Reported in `warnings` without
 //! flipping readiness: no push standby, a stale pmw-stats, services on different builds, an
-//! index Postgres does not use or maintain (`pg_index.indisvalid`/`indisready` false).
+//! index Postgres does not use or maintain (`pg_index.indisvalid`/`indisready` false),
+//! ClickHouse more than a minute behind the Postgres hot ledger (the projector's lag).
 //! Computed at most once per interval on a pool of its own ([`cache`]); the public (proxied)
 //! answer is the status alone, the checks only for callers on the host.
 
@@ -16,6 +17,7 @@ mod ingest;
 mod latency;
 pub mod metrics;
 mod probe;
+mod projector;
 mod push;
 mod services;
 mod webhooks;
@@ -106,7 +108,7 @@ pub async fn evaluate(st: &AppState) -> Readiness {
         webhooks,
         stats,
         revisions,
-        indexes,
+        (indexes, projector),
     ) = tokio::join!(
         push::postgres_and_push(st, now),
         latency::clickhouse_and_latency(st, now),
@@ -115,7 +117,7 @@ pub async fn evaluate(st: &AppState) -> Readiness {
         webhooks::webhooks(st, now),
         services::stats(st, now, STATS_MAX_AGE_MS),
         services::revisions(st, now, STATS_MAX_AGE_MS),
-        indexes::indexes(st),
+        async { tokio::join!(indexes::indexes(st), projector::projector(st, now)) },
     );
     let checks = Checks {
         postgres,
@@ -128,6 +130,7 @@ pub async fn evaluate(st: &AppState) -> Readiness {
         stats,
         revisions,
         indexes,
+        projector,
     };
     Readiness::of(checks)
 }
