@@ -268,16 +268,35 @@ impl Chain {
     }
 
     /// The canonical block at `number` (the leader's, see [`crate::providers::health`]), or
-    /// `None` if no provider has it yet. Never hedged: a faster answer from another provider
-    /// could be another branch's, and only the leader's answer keeps the branch rule.
+    /// `None` if it is not there yet. Never hedged: a faster answer from another provider could
+    /// be another branch's. When the leader fails, the next providers answer (it is demoted by
+    /// then); when it answers `null` (its HTTP side lags), another provider's block is taken
+    /// only if its parent is the leader's block below it (proven on the leader's branch),
+    /// else it is not there yet.
     pub async fn block(&self, number: u64) -> Result<Option<Head>, ChainError> {
-        self.ask(self.pool.order(), None, |p| async move {
-            match bounded(p.get_block(U64::from(number))).await? {
-                Some(b) => Ok(Some(head_of(&b)?)),
-                None => Ok(None),
+        let order = self.pool.order();
+        let leader = self
+            .ask(order[..1].to_vec(), None, |p| block_of(p, number))
+            .await;
+        let rest = order[1..].to_vec();
+        match leader {
+            Ok(Some(h)) => Ok(Some(h)),
+            Ok(None) if rest.is_empty() => Ok(None),
+            Err(e) if rest.is_empty() => Err(e),
+            Err(_) => self.ask(rest, None, |p| block_of(p, number)).await,
+            Ok(None) => {
+                let Some(h) = self.ask(rest, None, |p| block_of(p, number)).await? else {
+                    return Ok(None);
+                };
+                if number == 0 {
+                    return Ok(Some(h));
+                }
+                let below = self
+                    .ask(order[..1].to_vec(), None, |p| block_of(p, number - 1))
+                    .await?;
+                Ok(below.filter(|b| b.hash == h.parent_hash).map(|_| h))
             }
-        })
-        .await
+        }
     }
 
     /// Logs of one block (by hash, so a reorg cannot mix branches), only from `addresses` and
@@ -327,6 +346,13 @@ impl Chain {
         })
         .await?
         .ok_or_else(|| ChainError::NotFound(format!("range {from}-{to}")))
+    }
+}
+
+async fn block_of(p: Provider<Http>, number: u64) -> Result<Option<Head>, ChainError> {
+    match bounded(p.get_block(U64::from(number))).await? {
+        Some(b) => Ok(Some(head_of(&b)?)),
+        None => Ok(None),
     }
 }
 

@@ -1,10 +1,15 @@
 //! Provider health and the branch rule. A provider is demoted while its last call failed, its
 //! head subscription is down, or its head is more than the allowed lag behind the best
 //! provider's; it is promoted again as soon as none of these holds (its poll and subscription
-//! keep retrying under the one RPC backoff). Canonical questions ("which block is at height n")
-//! go to one provider first, the leader, which changes only when it is demoted or another
-//! healthy provider's head is strictly higher: two providers that disagree at the same height
-//! never make ingest switch branches back and forth; a strictly longer branch is followed.
+//! keep retrying under the one RPC backoff).
+//!
+//! The branch rule: canonical questions ("which block is at height n") go to one provider
+//! first, the leader, which changes only when it is demoted or another healthy provider's head
+//! is at least [`LEAD_MARGIN`] (2) blocks higher; ingest leaves its branch only on a parent-hash
+//! mismatch proven by the leader's headers. Two providers that disagree at one height, or on two
+//! branches growing in step (each one block ahead in turn), never make ingest switch back and
+//! forth; a branch two blocks longer is followed (and a provider on a dead branch falls behind
+//! and is demoted as lagging).
 
 use serde::Serialize;
 
@@ -54,9 +59,12 @@ pub fn standing(h: &Health, best: u64, max_lag: u64) -> Standing {
     }
 }
 
+/// How many blocks higher another provider's head must be to take the lead from a healthy one.
+pub const LEAD_MARGIN: u64 = 2;
+
 /// The leader after a change: `current` stays unless it is not healthy or a healthy provider's
-/// head is strictly higher; a new leader is the healthy one with the highest head (the first
-/// listed on a tie). With none healthy, the highest head leads.
+/// head is [`LEAD_MARGIN`] or more above its own; a new leader is the healthy one with the
+/// highest head (the first listed on a tie). With none healthy, the highest head leads.
 pub fn leader(current: usize, heads: &[u64], healthy: &[bool]) -> usize {
     let best_of = |candidates: &dyn Fn(usize) -> bool| {
         (0..heads.len()).filter(|&i| candidates(i)).fold(
@@ -70,7 +78,7 @@ pub fn leader(current: usize, heads: &[u64], healthy: &[bool]) -> usize {
     let Some(top) = best_of(&|i| healthy[i]) else {
         return best_of(&|_| true).unwrap_or(0);
     };
-    if current < heads.len() && healthy[current] && heads[current] >= heads[top] {
+    if current < heads.len() && healthy[current] && heads[current] + LEAD_MARGIN > heads[top] {
         current
     } else {
         top
@@ -110,10 +118,17 @@ mod tests {
     }
 
     #[test]
-    fn a_strictly_higher_head_takes_the_lead() {
-        assert_eq!(leader(0, &[100, 101], &[true, true]), 1);
-        // ...and an equal one does not take it back.
-        assert_eq!(leader(1, &[101, 101], &[true, true]), 1);
+    fn one_block_ahead_is_not_enough_to_take_the_lead() {
+        // Another branch one block ahead (it reached the height first): no switch, either way.
+        assert_eq!(leader(0, &[100, 101], &[true, true]), 0);
+        assert_eq!(leader(1, &[101, 100], &[true, true]), 1);
+    }
+
+    #[test]
+    fn two_blocks_ahead_takes_the_lead_and_equal_does_not_take_it_back() {
+        assert_eq!(leader(0, &[100, 102], &[true, true]), 1);
+        assert_eq!(leader(1, &[102, 102], &[true, true]), 1);
+        assert_eq!(leader(1, &[103, 102], &[true, true]), 1);
     }
 
     #[test]
@@ -121,6 +136,7 @@ mod tests {
         assert_eq!(leader(0, &[100, 99], &[false, true]), 1);
         assert_eq!(leader(1, &[100, 120], &[true, false]), 0);
         assert_eq!(leader(2, &[100, 120, 120], &[true, true, true]), 2);
+        // The current leader far behind: the first of the highest takes over.
         assert_eq!(leader(0, &[100, 120, 120], &[true, true, true]), 1);
     }
 

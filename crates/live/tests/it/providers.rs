@@ -10,6 +10,7 @@ use crate::common::{assert_exactly_emitted, p50_p99, Harness};
 use pmw_core::ch::{latency, IngestLatencyRow, Window};
 use pmw_live::chain::{self, SeenHead};
 use pmw_live::LiveConfig;
+use pmw_sim::anvil::Anvil;
 use pmw_sim::RunConfig;
 use pmw_testkit::{assert_eventually, RpcProxy, TcpProxy};
 use serde_json::Value;
@@ -347,5 +348,64 @@ async fn a_provider_whose_http_hangs_is_hedged_around() {
         beat["a"]
     );
     println!("a's HTTP hung: a {}, b {}", beat["a"], beat["b"]);
+    live.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_on_another_branch_one_block_ahead_never_makes_ingest_flap() {
+    let h = Harness::new().await;
+    h.sim.run_matches(1).await.unwrap();
+    let fork_at = h.sim.rpc().latest_block().await.unwrap().number.0;
+    // A second node on its own branch from `fork_at` (an anvil forked there): real headers,
+    // real parent hashes, never the simulator's chain.
+    let fork = fork_at.to_string();
+    let other = Anvil::spawn_with(&[
+        "--fork-url",
+        &h.anvil.http_url(),
+        "--fork-block-number",
+        &fork,
+    ])
+    .await
+    .unwrap();
+    let other_rpc = pmw_sim::rpc::Rpc::new(&other.http_url()).unwrap();
+    let list = format!(
+        "main={}|{} other={}|{}",
+        h.anvil.ws_url(),
+        h.anvil.http_url(),
+        other.ws_url(),
+        other.http_url()
+    );
+    let live = h.start_live(h.core(), live_with(&h, list).await);
+    h.sim.run_matches(2).await.unwrap();
+    h.wait_caught_up(CATCH_UP).await;
+    // The other branch catches up, then reaches every height first: one block longer, then
+    // equal, twenty times over.
+    for _ in 0..2 {
+        other_rpc.mine().await.unwrap();
+    }
+    for _ in 0..20 {
+        other_rpc.mine().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        h.sim.run_matches(1).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    h.wait_caught_up(CATCH_UP).await;
+    let other_head = other_rpc.block_number().await.unwrap();
+    let main_head = h.sim.rpc().block_number().await.unwrap();
+    assert_eq!(other_head, main_head, "the branches ended equally long");
+    // Live started above the fork point (the fills below it were mined before).
+    let canonical: Vec<_> = h
+        .sim
+        .canonical()
+        .into_iter()
+        .filter(|e| e.block_number > fork_at)
+        .collect();
+    assert_exactly_emitted(&h.visible().await, &canonical);
+    assert_eq!(reorgs(&h).await, 0, "ingest never left the leader's branch");
+    let beat = providers_beat(&h).await;
+    println!(
+        "lockstep branches: main {}, other {}",
+        beat["main"], beat["other"]
+    );
     live.stop().await.unwrap();
 }
