@@ -35,7 +35,7 @@ pub const HOW: &[&str] = &[
     "**Fan-out**: sessions reuse the WebSocket accounts' keys (several sessions per account). Memory is the `VmRSS` of the pmw-push child process read from `/proc/<pid>/status` with the sessions open and idle; the client side's memory is not included.",
     "**Throughput**: matched trades are fills owned by a followed wallet (every wallet of the simulated world is followed), counted from the simulator's record of what it emitted, per second of the run.",
     "**CPU**: user + system clock ticks of `/proc/<pid>/stat` for pmw-push and pmw-live (child processes), this process (the load generators: WebSocket clients, webhook receivers, simulator, in their own process, apart from the services) and, by command name, every Postgres, ClickHouse and anvil process (reaped children through `cutime`/`cstime`), sampled at a throughput step's start and after its deliveries settled. Where push's time goes inside the process: `scripts/profile` (perf + inferno flamegraph), see docs/PROFILE.md.",
-    "**Ingest stages**: pmw-live's own `ingest_latency` rows for the blocks detected in the window: `t_logs_ms − t_detect_ms` and `t_stored_ms − t_detect_ms`.",
+    "**Ingest stages**: pmw-live's own `ingest_latency` rows for the blocks detected in the window: `t_logs_ms − t_detect_ms` and `t_stored_ms − t_detect_ms` (stored = the block's trades and watermark committed to Postgres in one statement; ClickHouse is filled from there, off the path).",
 ];
 
 #[derive(Parser, Debug)]

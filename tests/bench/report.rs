@@ -143,6 +143,22 @@ pub fn render(r: &Report) -> String {
         "| **floor** | sum of the p50s | **{}** | |\n",
         ms(Some(floor))
     );
+    let _ = writeln!(o, "The floor before issue 29 (ClickHouse on the delivery path), measured in the same run:\n\n| hop | how | p50 | p99 |\n|---|---|---|---|");
+    for h in &r.floor.old_hops {
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {} |",
+            h.name,
+            h.how,
+            ms(Some(h.cost.p50)),
+            ms(Some(h.cost.p99))
+        );
+    }
+    let _ = writeln!(
+        o,
+        "| **old floor** | sum of the p50s | **{}** | |\n",
+        ms(Some(r.floor.old_sum_p50()))
+    );
     let _ = writeln!(o, "pmw's client-observed p50 is {} the floor over WebSocket and {} over webhooks (baseline: {} and {}).\n",
         ratio(p(&r.pmw.ws, |s| s.p50), Some(floor)), ratio(p(&r.pmw.hooks, |s| s.p50), Some(floor)),
         ratio(p(&r.base.ws, |s| s.p50), Some(floor)), ratio(p(&r.base.hooks, |s| s.p50), Some(floor)));
@@ -150,7 +166,7 @@ pub fn render(r: &Report) -> String {
     render_fanout(&mut o, r);
     render_rates(&mut o, r);
 
-    let _ = writeln!(o, "## Ingest stages (pmw-live)\n\nFrom this run's `ingest_latency` rows (`backfilled = 0`), per-row differences from `t_detect_ms`.\n");
+    let _ = writeln!(o, "## Ingest stages (pmw-live)\n\nFrom this run's `ingest_latency` rows (`backfilled = 0`), per-row differences from `t_detect_ms`. Stored means committed to Postgres: the block's trades in the hot ledger with the watermark, one statement.\n");
     let _ = writeln!(o, "| window | blocks | detect→logs p50 | p99 | detect→stored p50 | p99 | detect→stored, blocks with trades: p50 | p99 |\n|---|---|---|---|---|---|---|---|");
     for s in &r.stages {
         let _ = writeln!(

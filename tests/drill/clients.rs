@@ -18,6 +18,8 @@ pub struct ClientLog {
     pub out_of_order: usize,
     pub reconnects: usize,
     pub gaps_ms: Vec<u64>,
+    /// Per trade frame: (received at, received − its `t_detect_ms`), ms: client-observed latency.
+    pub observed_ms: Vec<(i64, i64)>,
 }
 
 /// A client that resumes by cursor after every disconnect, as `pmwctl watch` does.
@@ -87,6 +89,10 @@ pub async fn resilient_client(
                 }
                 Some("trade") => {
                     let c: Cursor = v["cursor"].as_str().unwrap().parse().unwrap();
+                    if let Some(detect) = v["t_detect_ms"].as_i64() {
+                        let now = pmw_core::UnixMs::now().0;
+                        l.observed_ms.push((now, now - detect));
+                    }
                     if l.trades.contains(&c) {
                         l.duplicates += 1;
                     } else if last.is_some_and(|p| c < p) {
