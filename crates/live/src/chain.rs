@@ -300,7 +300,9 @@ impl Chain {
     }
 
     /// Logs of one block (by hash, so a reorg cannot mix branches), only from `addresses` and
-    /// only with one of `topic0s`.
+    /// only with one of `topic0s`: from the provider that announced it first, then the others
+    /// (hedged at the provider's p95). "Unknown block", or `[]` from a node that does not have
+    /// the block, is "not there": the next provider is asked; from none, [`ChainError::NotFound`].
     pub async fn logs(
         &self,
         block_hash: &[u8; 32],
@@ -318,6 +320,11 @@ impl Chain {
             Some(Kind::Logs),
             |p| async move {
                 let logs = bounded(p.get_logs(filter)).await?;
+                // Some nodes answer `[]` for a block hash they do not know: an empty answer
+                // counts only from a node that has the block.
+                if logs.is_empty() && bounded(p.get_block(H256(*block_hash))).await?.is_none() {
+                    return Ok(None);
+                }
                 logs.iter().map(raw_log).collect::<Result<_, _>>().map(Some)
             },
         )

@@ -3,7 +3,8 @@
 //! the real head − n (`eth_blockNumber` and `latest` say so, newer blocks by number or hash are
 //! `null`, and `eth_getLogs` of a newer block hash is the node's `unknown block` error), while
 //! the subscription (served elsewhere, e.g. through a [`crate::TcpProxy`]) announces every head.
-//! With `hide_newest(0)` it forwards every request unchanged.
+//! With `empty_logs(true)`, `eth_getLogs` of a hidden block answers `[]` instead (as some nodes
+//! do for a hash they do not know). With `hide_newest(0)` it forwards every request unchanged.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,6 +26,7 @@ struct Inner {
     upstream: String,
     http: reqwest::Client,
     hide: AtomicU64,
+    empty_logs: std::sync::atomic::AtomicBool,
     /// Answers rewritten to hide a block ("not found" answers given).
     hidden: AtomicU64,
 }
@@ -36,6 +38,7 @@ impl RpcProxy {
             upstream: upstream.to_string(),
             http: reqwest::Client::new(),
             hide: AtomicU64::new(0),
+            empty_logs: std::sync::atomic::AtomicBool::new(false),
             hidden: AtomicU64::new(0),
         });
         let app = Router::new().fallback(handle).with_state(inner.clone());
@@ -58,6 +61,11 @@ impl RpcProxy {
     /// Answer as if the newest `n` blocks did not exist yet (0: forward unchanged).
     pub fn hide_newest(&self, n: u64) {
         self.inner.hide.store(n, Ordering::SeqCst);
+    }
+
+    /// Answer `eth_getLogs` of a hidden block with `[]` (`true`) or `unknown block` (`false`).
+    pub fn empty_logs(&self, on: bool) {
+        self.inner.empty_logs.store(on, Ordering::SeqCst);
     }
 
     /// How many answers hid a block so far.
@@ -148,6 +156,9 @@ impl Inner {
                     .call("eth_getBlockByHash", json!([params[0]["blockHash"], false]))
                     .await;
                 match number_of(&block["number"]) {
+                    Some(n) if n > visible && self.empty_logs.load(Ordering::SeqCst) => {
+                        self.hid(ok(json!([])))
+                    }
                     Some(n) if n > visible => self.hid(json!({
                         "jsonrpc": "2.0", "id": call["id"],
                         "error": {"code": -32000, "message": "unknown block"},
