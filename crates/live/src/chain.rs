@@ -206,8 +206,10 @@ impl Chain {
                             self.pool.answered(i, hedge.unwrap_or(Kind::Block), took);
                             return Ok(Some(v));
                         }
-                        Ok((None, _)) => self.pool.not_found(i),
-                        Err(e) if says_not_found(&e) => self.pool.not_found(i),
+                        Ok((None, _)) => self.pool.not_found(i, hedge.unwrap_or(Kind::Block)),
+                        Err(e) if says_not_found(&e) => {
+                            self.pool.not_found(i, hedge.unwrap_or(Kind::Block))
+                        }
                         Err(e) => {
                             self.pool.failed(i);
                             tracing::debug!(provider = self.pool.name(i), error = %e, "rpc call failed; asking the next provider");

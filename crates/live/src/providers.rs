@@ -48,6 +48,11 @@ const HEDGE_MIN_SAMPLES: usize = 20;
 const HEDGE_DEFAULT: Duration = Duration::from_millis(1_000);
 const HEDGE_FLOOR: Duration = Duration::from_millis(20);
 const HEDGE_CEILING: Duration = Duration::from_millis(2_000);
+/// A provider whose last this-many logs answers were "not found" (its HTTP side lags its
+/// subscription) is not asked first for the blocks it announces...
+const NOT_FOUND_STREAK: u32 = 3;
+/// ...except once every this many blocks, to notice that it caught up.
+const NOT_FOUND_PROBE_EVERY: u32 = 10;
 
 /// Which calls a time sample is of (they differ in cost at real providers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,6 +96,9 @@ struct Stats {
     demotions: u64,
     logs_ms: Samples,
     block_ms: Samples,
+    /// Logs calls answered "not found" in a row, and blocks it was not asked first since.
+    not_found_streak: u32,
+    skipped: u32,
 }
 
 struct Inner {
@@ -187,7 +195,10 @@ impl Pool {
         let mut g = self.lock();
         let ms = took.as_millis() as i64;
         match kind {
-            Kind::Logs => g.stats[i].logs_ms.push(ms),
+            Kind::Logs => {
+                g.stats[i].logs_ms.push(ms);
+                (g.stats[i].not_found_streak, g.stats[i].skipped) = (0, 0);
+            }
             Kind::Block => g.stats[i].block_ms.push(ms),
         }
         if g.health[i].failing {
@@ -209,9 +220,12 @@ impl Pool {
 
     /// Provider `i` did not have the block asked for (lagging behind a load balancer, or
     /// simply not there yet): not an error, not a verdict on the block.
-    pub fn not_found(&self, i: usize) {
+    pub fn not_found(&self, i: usize, kind: Kind) {
         let mut g = self.lock();
         g.stats[i].not_found += 1;
+        if kind == Kind::Logs {
+            g.stats[i].not_found_streak += 1;
+        }
         metrics::counter!(NOT_FOUND, "provider" => self.names[i].clone()).increment(1);
     }
 
@@ -251,18 +265,30 @@ impl Pool {
     }
 
     /// Who to ask for the logs of block `hash`: the provider that announced it first (when
-    /// healthy), then [`Pool::order`].
+    /// healthy), then [`Pool::order`]; a provider that keeps answering "not found" for the
+    /// blocks it announces is asked last instead (but first once every
+    /// [`NOT_FOUND_PROBE_EVERY`] blocks).
     pub fn order_for(&self, hash: &[u8; 32]) -> Vec<usize> {
         let mut out = self.order();
-        let winner = {
-            let g = self.lock();
-            g.race
-                .winner(hash)
-                .filter(|w| g.standing[*w] == Standing::Healthy)
+        let mut g = self.lock();
+        let Some(w) = g
+            .race
+            .winner(hash)
+            .filter(|w| g.standing[*w] == Standing::Healthy)
+        else {
+            return out;
         };
-        if let Some(w) = winner {
-            out.retain(|&i| i != w);
+        out.retain(|&i| i != w);
+        let s = &mut g.stats[w];
+        if s.not_found_streak < NOT_FOUND_STREAK {
             out.insert(0, w);
+        } else {
+            s.skipped += 1;
+            if s.skipped >= NOT_FOUND_PROBE_EVERY {
+                // Asked first next time; one more "not found" and it is skipped again.
+                (s.not_found_streak, s.skipped) = (NOT_FOUND_STREAK - 1, 0);
+            }
+            out.push(w);
         }
         out
     }
@@ -411,6 +437,28 @@ mod tests {
         assert_eq!(s[1]["heads"], 10);
         assert_eq!(s[1]["lag_p50_ms"], 200);
         assert_eq!(s[0]["lag_p50_ms"], Value::Null);
+    }
+
+    #[test]
+    fn an_announcer_that_keeps_not_finding_its_blocks_is_asked_last_with_a_probe() {
+        let p = pool(2);
+        let mut first = Vec::new();
+        for n in 1..=30u8 {
+            p.head_arrived(0, [n; 32], u64::from(n), 0);
+            p.head_arrived(1, [n; 32], u64::from(n), 5);
+            let order = p.order_for(&[n; 32]);
+            first.push(order[0]);
+            if order[0] == 0 {
+                p.not_found(0, Kind::Logs);
+            }
+        }
+        // Asked first for 3 blocks, then once every 10 (the probe), never for the rest.
+        let asked: Vec<usize> = (0..30).filter(|&i| first[i] == 0).collect();
+        assert_eq!(asked, vec![0, 1, 2, 13, 24], "{first:?}");
+        // An answer ends the streak.
+        p.answered(0, Kind::Logs, Duration::from_millis(3));
+        p.head_arrived(0, [99; 32], 99, 0);
+        assert_eq!(p.order_for(&[99; 32])[0], 0);
     }
 
     #[test]
