@@ -44,6 +44,8 @@ impl HeadSource {
     /// Run until `shutdown`, sending every block hash's first announcement to `tx`.
     pub async fn run(self, chain: Chain, tx: mpsc::Sender<SeenHead>, shutdown: CancellationToken) {
         let (atx, mut arx) = mpsc::channel::<Announced>(1024);
+        // The followers stop with `shutdown`, or when ingest stops taking heads.
+        let stop = shutdown.child_token();
         let mut tasks = Vec::new();
         for (i, p) in self.providers.iter().enumerate() {
             let follower = Follower {
@@ -51,7 +53,7 @@ impl HeadSource {
                 provider: i,
                 name: p.name.clone(),
                 tx: atx.clone(),
-                stop: shutdown.clone(),
+                stop: stop.clone(),
             };
             tasks.push(tokio::spawn(
                 follower.clone().subscribe(p.ws_url.clone(), self.stall),
@@ -72,7 +74,7 @@ impl HeadSource {
                 break;
             }
         }
-        shutdown.cancel();
+        stop.cancel();
         for t in tasks {
             let _ = t.await;
         }
