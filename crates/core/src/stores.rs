@@ -40,11 +40,12 @@ impl Stores {
     /// exit (up to 15 s), so the store could be back for seconds before the service tried
     /// again (seed 10149: a push pair crash-looping through a ClickHouse outage came back 7 s
     /// after ClickHouse did). Waiting in-process notices a store that is back within a second.
+    /// `None`: shutdown came while waiting (a clean stop).
     pub async fn open_waiting(
         cfg: &CoreConfig,
         service: &str,
         shutdown: &CancellationToken,
-    ) -> Result<Stores, ServiceError> {
+    ) -> Result<Option<Stores>, ServiceError> {
         let mut backoff = Backoff::new(Policy::STORE);
         loop {
             match Stores::open(cfg, service).await {
@@ -53,10 +54,10 @@ impl Stores {
                     tracing::warn!(service, error = %why, retry_in_ms = wait.as_millis() as u64, failures = backoff.failures(), "stores unreachable at start; waiting");
                     tokio::select! {
                         _ = tokio::time::sleep(wait) => {}
-                        _ = shutdown.cancelled() => return Err(ServiceError::Transient(why)),
+                        _ = shutdown.cancelled() => return Ok(None),
                     }
                 }
-                other => return other,
+                other => return other.map(Some),
             }
         }
     }

@@ -46,7 +46,9 @@ pub async fn run_with(
 ) -> Result<(), ServiceError> {
     pmw_core::metrics::start(SERVICE, live.live_metrics_addr, &shutdown).await;
     telemetry::init();
-    let stores = Stores::open_waiting(&cfg, SERVICE, &shutdown).await?;
+    let Some(stores) = Stores::open_waiting(&cfg, SERVICE, &shutdown).await? else {
+        return Ok(()); // stopped while waiting for the stores
+    };
     let instance = cfg.instance_or(SERVICE);
     let heartbeat = Heartbeat::new(stores.pg.clone(), SERVICE, &instance);
     let _ = heartbeat

@@ -96,7 +96,9 @@ pub async fn run_with(
     }
     pmw_core::metrics::start(SERVICE, push.push_metrics_addr, &shutdown).await;
     telemetry::init();
-    let stores = Stores::open_waiting(&cfg, SERVICE, &shutdown).await?;
+    let Some(stores) = Stores::open_waiting(&cfg, SERVICE, &shutdown).await? else {
+        return Ok(()); // stopped while waiting for the stores
+    };
     let pools = Pools::open(&cfg)?;
     let instance = cfg.instance_or(SERVICE);
     let heartbeat = Heartbeat::new(pools.heartbeat.clone(), SERVICE, &instance);

@@ -1,5 +1,7 @@
 //! The start-up contract every service binary must honour, checked against the real stores:
-//! unknown schema → 78, unreachable Postgres → 75, known schema → runs, SIGTERM → 0.
+//! unknown schema → 78, unreachable Postgres → 75 (api, stats) or a wait that SIGTERM ends
+//! with 0 (live, push: the delivery path waits for its stores), known schema → runs,
+//! SIGTERM → 0.
 
 use std::cell::RefCell;
 use std::path::Path;
@@ -11,11 +13,26 @@ use crate::wait::eventually;
 
 const WITHIN: Duration = Duration::from_secs(60);
 
-/// Exercise `bin`'s schema guard and exit codes.
+/// What a service does when Postgres is unreachable at start.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Unreachable {
+    /// Exit 75 (the supervisor restarts it).
+    Exits75,
+    /// Wait in-process for the store (until SIGTERM, which stops it with 0).
+    Waits,
+}
+
+/// Exercise `bin`'s schema guard and exit codes (a service that exits 75 on an unreachable
+/// Postgres).
 pub async fn schema_guard(bin: &Path) {
+    schema_guard_with(bin, Unreachable::Exits75).await;
+}
+
+/// Exercise `bin`'s schema guard and exit codes, with its behaviour on an unreachable store.
+pub async fn schema_guard_with(bin: &Path, unreachable: Unreachable) {
     refuses_unknown_schemas(bin).await;
     let db = TestDb::new().await;
-    exits_on_unreachable_store_and_bad_config(bin, &db).await;
+    exits_on_unreachable_store_and_bad_config(bin, &db, unreachable).await;
     runs_and_stops_on_the_known_schema(bin, &db).await;
 }
 
@@ -76,19 +93,38 @@ async fn refuses_unknown_schemas(bin: &Path) {
 }
 
 /// Unreachable Postgres: 75 (transient, restart me); a broken core setting: 78.
-async fn exits_on_unreachable_store_and_bad_config(bin: &Path, db: &TestDb) {
-    // 5. Postgres unreachable: transient, restart me.
+async fn exits_on_unreachable_store_and_bad_config(
+    bin: &Path,
+    db: &TestDb,
+    unreachable: Unreachable,
+) {
+    // 5. Postgres unreachable: transient, restart me (or wait for it).
     let mut env = db.env();
     env.retain(|(k, _)| k != "PMW_POSTGRES_URL");
     env.push((
         "PMW_POSTGRES_URL".into(),
         "postgres://pmw@127.0.0.1:1/none".into(),
     ));
-    let (code, _, err) = run_bin(bin, &env, &[], WITHIN).await;
-    assert_eq!(
-        code, 75,
-        "unreachable postgres must exit 75; stderr:\n{err}"
-    );
+    if unreachable == Unreachable::Waits {
+        let mut child = ChildService::start(bin, &env, &[]);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert!(
+            child.is_running(),
+            "with postgres unreachable the service must wait for it, not exit"
+        );
+        child.terminate();
+        assert_eq!(
+            child.wait_code(WITHIN).await,
+            0,
+            "SIGTERM while waiting for the stores must stop it cleanly"
+        );
+    } else {
+        let (code, _, err) = run_bin(bin, &env, &[], WITHIN).await;
+        assert_eq!(
+            code, 75,
+            "unreachable postgres must exit 75; stderr:\n{err}"
+        );
+    }
 
     // 6. A broken core setting is a configuration error.
     let mut env = db.env();

@@ -23,7 +23,7 @@ mod wait;
 pub use caddy::caddy;
 pub use chdb::ChdbServer;
 pub use db::{column, TestDb};
-pub use guard::schema_guard;
+pub use guard::{schema_guard, schema_guard_with, Unreachable};
 pub use http::{Http, Resp};
 pub use net::free_port;
 pub use private::PrivateStack;

@@ -2,5 +2,9 @@
 
 #[tokio::test]
 async fn refuses_unknown_schema_and_runs_on_known_one() {
-    pmw_testkit::schema_guard(std::path::Path::new(env!("CARGO_BIN_EXE_pmw-push"))).await;
+    pmw_testkit::schema_guard_with(
+        std::path::Path::new(env!("CARGO_BIN_EXE_pmw-push")),
+        pmw_testkit::Unreachable::Waits,
+    )
+    .await;
 }
