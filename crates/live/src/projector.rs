@@ -5,6 +5,12 @@
 //! ClickHouse is down, ingest and push go on (they never wait for it); the projector retries
 //! under the store policy and catches up afterwards. Its lag is a metric and in `pmwctl status`.
 //!
+//! Once per leadership, before projecting, ClickHouse rows above the ingest watermark are
+//! retracted: a writer from before the hot ledger inserted into ClickHouse before committing, so
+//! rows it never committed may sit there, and readers take ClickHouse's rows once the floor
+//! passes them (projected rows above the watermark, of blocks a reorg unwound, are retracted in
+//! the ledger too: a second retraction is harmless).
+//!
 //! Retention: the hot ledger's floor rises one partition at a time, once the partition's rows
 //! are all projected, finalized, audited and older than the retention window; the partitions
 //! below the floor are dropped whole (detached concurrently, then dropped) a grace period after
@@ -98,8 +104,17 @@ impl Projector {
     pub async fn run(self, shutdown: CancellationToken) {
         let mut backoff = Backoff::new(Policy::STORE);
         let mut retained_at: Option<tokio::time::Instant> = None;
+        let mut swept = false;
         loop {
-            let pause = match self.step().await {
+            let stepped = if swept {
+                self.step().await
+            } else {
+                self.sweep().await.map(|()| {
+                    swept = true;
+                    true
+                })
+            };
+            let pause = match stepped {
                 Ok(more) => {
                     if backoff.failures() > 0 {
                         tracing::info!("projector caught up with clickhouse again");
@@ -133,6 +148,24 @@ impl Projector {
                 _ = tokio::time::sleep(pause) => {}
             }
         }
+    }
+
+    /// Retract what ClickHouse shows above the ingest watermark (see the module's comment).
+    pub async fn sweep(&self) -> Result<(), IngestError> {
+        let c = self.pg.get().await?;
+        let watermark = pmw_core::pg::watermark(&**c).await?.unwrap_or(0);
+        drop(c);
+        // Each retraction just above the row it retracts (version 0 as the floor): below any
+        // version a later commit of the same identity gets from the clock.
+        let (rows, _) = trades::retract_above(&self.ch, watermark, 0).await?;
+        if !rows.is_empty() {
+            tracing::warn!(
+                watermark,
+                retracted = rows.len(),
+                "clickhouse rows above the watermark retracted"
+            );
+        }
+        Ok(())
     }
 
     /// Where the projector stands (and the lag gauges).

@@ -57,6 +57,9 @@ pub struct LaneCursor {
     pub held: Cursor,
     /// The newest `reorgs` row this lane has handled.
     pub reorg_id: i64,
+    /// Every visible hot-ledger row with a seq up to this, at or below `held`, was delivered by
+    /// this lane: a rewind reads none of them again (0: not known, e.g. after a start).
+    pub seen_seq: i64,
 }
 
 impl LaneCursor {
@@ -65,6 +68,7 @@ impl LaneCursor {
             position,
             held: position.cursor,
             reorg_id,
+            seen_seq: 0,
         }
     }
 
@@ -72,9 +76,13 @@ impl LaneCursor {
         self.position.cursor
     }
 
-    /// The lane delivered `batch` and moved its cursor there.
+    /// The lane delivered `batch` and moved its cursor there. Reaching its highest cursor again,
+    /// it has delivered every row of the batch's snapshot up to there.
     pub fn moved(&mut self, batch: &Batch) {
         self.position = batch.through;
+        if batch.through.cursor >= self.held {
+            self.seen_seq = batch.head_seq;
+        }
         self.held = self.held.max(batch.through.cursor);
         self.reorg_id = batch.reorg_id;
     }
@@ -96,6 +104,8 @@ pub struct Batch {
     pub rows: Vec<TradeRow>,
     /// The read was cut (by the batch limit or a catch-up span): more is waiting.
     pub more: bool,
+    /// The last hot-ledger seq committed in the round's snapshot.
+    pub head_seq: i64,
     pub stages: Stages,
 }
 
@@ -172,6 +182,10 @@ pub struct State {
     pub trades: Vec<TradeRow>,
     /// The retractions a rewind owes (empty unless the start moved below the cursor).
     pub retracts: Vec<TradeRow>,
+    /// The last hot-ledger seq committed in this snapshot.
+    pub head_seq: i64,
+    /// The hash of the lane's held cursor's block (`None`: not recorded).
+    pub held_hash: Option<String>,
 }
 
 /// Where a lane may read up to: its bound's block (none: unbounded).
@@ -302,6 +316,7 @@ impl Ledger {
                     &(held.block as i64),
                     &(held.log_index as i32),
                     &bound_block(bound),
+                    &at.seen_seq,
                 ],
             )
             .await?;
@@ -319,6 +334,8 @@ impl Ledger {
             floor: row.get::<_, Option<i64>>(5).unwrap_or(0) as u64,
             trades: rows(6),
             retracts: rows(7),
+            head_seq: row.get::<_, Option<i64>>(8).unwrap_or(0),
+            held_hash: row.get(9),
         })
     }
 
@@ -342,9 +359,17 @@ impl Ledger {
             rows.retain(|r| r.cursor() <= b);
             full &= rows.len() == read;
         }
-        let through = rows
+        let mut through = rows
             .last()
             .map_or(from, |r| Position::of(r.cursor(), &r.block_hash));
+        // Rows the lane delivered before were left out: when nothing was cut, everything up to
+        // its held cursor is delivered, so the cursor moves there (not back to the ancestor).
+        let held = at.held.max(at.cursor());
+        let readable =
+            state.watermark.is_some_and(|w| held.block <= w) && bound.is_none_or(|b| held <= b);
+        if !full && readable && held > through.cursor && at.seen_seq > 0 {
+            through = Position::maybe(held, state.held_hash.as_deref());
+        }
         if through.cursor <= from.cursor && retracts.is_empty() && reorg_id == at.reorg_id {
             return None;
         }
@@ -356,6 +381,7 @@ impl Ledger {
             retracts,
             rows,
             more: full,
+            head_seq: state.head_seq,
             stages: Stages {
                 started,
                 state: state_at,
@@ -427,6 +453,7 @@ impl Ledger {
             retracts,
             rows,
             more: full || span.is_some(),
+            head_seq: state.head_seq,
             stages: Stages {
                 started,
                 state: state_at,

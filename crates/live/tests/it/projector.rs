@@ -235,3 +235,23 @@ async fn the_floor_rises_only_past_projected_finalized_old_partitions_and_they_a
             .is_err()
     );
 }
+
+#[tokio::test]
+async fn rows_a_writer_never_committed_above_the_watermark_are_retracted_in_clickhouse() {
+    let db = ledger_db().await;
+    // A writer from before the hot ledger inserted block 10_006 into ClickHouse and died before
+    // its commit (the watermark is 10_005).
+    let mut stray = fill(10_006, 0, 1);
+    stray.block_hash = format!("0x{}", "ee".repeat(32));
+    trades::insert_trades(&db.ch, std::slice::from_ref(&stray))
+        .await
+        .unwrap();
+    let lock = live_lock(&db).await;
+    let p = Projector::new(db.pg.clone(), db.ch.clone(), lock.pid(), settings());
+    p.sweep().await.unwrap();
+    project_all(&p).await;
+    let ch = trades::trades_after(&db.ch, Cursor::ORIGIN, u64::MAX / 2, 100)
+        .await
+        .unwrap();
+    assert_eq!(keys_of(&ch), expected(), "the stray row is retracted");
+}

@@ -3,19 +3,24 @@
 -- statements by structure, not by comment) keeps it apart and `pmwctl diag` counts WebSocket
 -- rounds only.
 -- $1 the lane's last reorgs id, ($2, $3) its cursor, $4 the batch limit, ($5, $6) the highest
--- cursor it ever held, $7 the block it may not read past (its bound). Delivery starts at the
--- cursor, or after the common ancestor of the new reorgs when that is below it (then the
--- retractions up to the held cursor come too: trades whose newest version is a retraction, any
--- block hash). Trades are the hot ledger's visible ones (newest version per identity, retracted
--- ones dropped, only the block hash chain_blocks committed), ledger order, at most $4. The
--- hot ledger holds blocks from `floor` on: a lane starting below it reads the rest through
--- the one ledger (ClickHouse below the floor). The COLUMNS are filled in by the code.
+-- cursor it ever held, $7 the block it may not read past (its bound), $8 the ledger seq up to
+-- which it delivered every row up to ($5, $6). Delivery starts at the cursor, or after the
+-- common ancestor of the new reorgs when that is below it (then the retractions up to the held
+-- cursor come too: trades whose newest version is a retraction, any block hash). Trades are the
+-- hot ledger's visible ones (newest version per identity, retracted ones dropped, only the block
+-- hash chain_blocks committed), ledger order, at most $4, minus those the lane delivered already
+-- (seq at most $8, at or below the held cursor: a rewind, however deep, repeats no trade; an
+-- audit's backfilled fill or a new branch has a newer seq). `head_seq` is the last seq
+-- committed in this snapshot, `held_hash` the hash of the held cursor's block. The hot ledger
+-- holds blocks from `floor` on: a lane starting below it reads the rest through the one ledger
+-- (ClickHouse below the floor). The COLUMNS are filled in by the code.
 WITH s AS MATERIALIZED (
     SELECT /* pmw:webhook_round */ (SELECT block_number FROM ingest_cursor WHERE id = 1) AS wm,
            (SELECT seq FROM subs_version WHERE id = 1) AS version,
            (SELECT max(id) FROM reorgs WHERE id > $1) AS reorg_id,
            (SELECT min(ancestor) FROM reorgs WHERE id > $1) AS ancestor,
-           (SELECT floor_block FROM stored_cursor WHERE id = 1) AS floor
+           (SELECT floor_block FROM stored_cursor WHERE id = 1) AS floor,
+           (SELECT seq FROM ledger_head WHERE id = 1) AS head_seq
 ), f AS MATERIALIZED (
     SELECT s.*,
            CASE WHEN s.ancestor < $2 THEN s.ancestor ELSE $2 END AS from_block,
@@ -28,7 +33,7 @@ SELECT f.wm, f.version, f.reorg_id, f.ancestor,
        f.floor,
        (SELECT jsonb_agg(to_jsonb(t) ORDER BY t.block_number, t.log_index) FROM (
             SELECT * FROM (
-                SELECT DISTINCT ON (block_number, log_index, block_hash) {COLUMNS}
+                SELECT DISTINCT ON (block_number, log_index, block_hash) {COLUMNS}, seq
                 FROM ledger
                 WHERE block_number >= f.from_block AND block_number <= f.upto
                   AND (block_number, log_index) > (f.from_block, f.from_log)
@@ -37,6 +42,7 @@ SELECT f.wm, f.version, f.reorg_id, f.ancestor,
             WHERE retracted = 0
               AND NOT EXISTS (SELECT 1 FROM chain_blocks c
                               WHERE c.block_number = v.block_number AND c.block_hash <> v.block_hash)
+              AND NOT (v.seq <= $8 AND (v.block_number, v.log_index) <= ($5, $6))
             ORDER BY block_number, log_index
             LIMIT $4
         ) t) AS trades,
@@ -49,5 +55,7 @@ SELECT f.wm, f.version, f.reorg_id, f.ancestor,
             ) v
             WHERE retracted = 1 AND (block_number, log_index) <= ($5, $6)
         ) r WHERE f.from_block < $2) AS retracts,
+       f.head_seq,
+       (SELECT block_hash FROM chain_blocks WHERE block_number = $5) AS held_hash,
        'webhooks'::text AS lane
 FROM f

@@ -209,3 +209,63 @@ async fn a_lane_below_the_hot_ledgers_floor_reads_clickhouse_there_and_the_ledge
         .unwrap();
     assert_eq!(cursors(&b.rows), vec![(9, 3), (11, 0), (11, 4), (12, 2)]);
 }
+
+#[tokio::test]
+async fn a_deep_audit_rewind_reads_the_correction_and_none_of_the_trades_the_lane_delivered() {
+    let db = ledger_of_three().await;
+    // A trade far above (more than any session remembers: 256 blocks), the watermark with it.
+    let c = db.connect().await;
+    plant(&c, &[row(400, 1, 1)]).await;
+    c.execute(
+        "UPDATE ingest_cursor SET block_number = 400, block_hash = $1",
+        &[&hash(400, 1)],
+    )
+    .await
+    .unwrap();
+    let (mut l, mut m) = ledger(&db, 100);
+    let mut lane = at(10, MAX_LOG_INDEX);
+    let b = l.read(&lane, &mut m, None).await.unwrap().batch.unwrap();
+    assert_eq!(cursors(&b.rows), vec![(11, 0), (11, 4), (12, 2), (400, 1)]);
+    lane.moved(&b);
+
+    // The audit backfills a fill of block 11 and records its rewind to block 10.
+    let mut missed = row(11, 2, 1);
+    (missed.audit, missed.backfilled, missed.version) = (1, 1, 5);
+    plant(&c, std::slice::from_ref(&missed)).await;
+    let reorg: i64 = c
+        .query_one(
+            "INSERT INTO reorgs (ancestor, old_head, new_head_hash, depth, detected_ms, cause) \
+             VALUES (10, 400, $1, 390, 0, 'audit') RETURNING id",
+            &[&hash(11, 1)],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let b = l.read(&lane, &mut m, None).await.unwrap().batch.unwrap();
+    assert!(b.rewound);
+    assert_eq!(b.reorg_id, reorg);
+    assert_eq!(
+        cursors(&b.rows),
+        vec![(11, 2)],
+        "only the backfilled fill: the lane delivered the others"
+    );
+    assert_eq!(
+        b.through.cursor,
+        Cursor {
+            block: 400,
+            log_index: 1
+        },
+        "the lane is back at its highest cursor"
+    );
+    lane.moved(&b);
+    assert!(l.read(&lane, &mut m, None).await.unwrap().batch.is_none());
+
+    // A lane that does not know what it delivered (started from a stored cursor) reads them all.
+    let (mut l, mut m) = ledger(&db, 100);
+    let fresh = LaneCursor::new(lane.position, 0);
+    let b = l.read(&fresh, &mut m, None).await.unwrap().batch.unwrap();
+    assert_eq!(
+        cursors(&b.rows),
+        vec![(11, 0), (11, 2), (11, 4), (12, 2), (400, 1)]
+    );
+}
