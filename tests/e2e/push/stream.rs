@@ -343,14 +343,20 @@ async fn a_resume_while_clickhouse_is_down_is_served_from_the_hot_ledger_and_101
 
     ch.cut();
     let got = replay_all(addr, &key, expected.len()).await;
-    assert_eq!(got, expected, "served from the hot ledger with clickhouse cut");
+    assert_eq!(
+        got, expected,
+        "served from the hot ledger with clickhouse cut"
+    );
 
     // The same history older than the hot window (the floor raised past it once projected):
     // ClickHouse is needed, and it is down.
     let pg = h.db.connect().await;
     let projected = pmw_testkit::eventually(WITHIN, || async {
         let r = pg
-            .query_one("SELECT s.seq, h.seq FROM stored_cursor s, ledger_head h", &[])
+            .query_one(
+                "SELECT s.seq, h.seq FROM stored_cursor s, ledger_head h",
+                &[],
+            )
             .await
             .unwrap();
         r.get::<_, i64>(0) == r.get::<_, i64>(1)
