@@ -148,15 +148,42 @@ struct Session {
     filters: Filters,
     /// `subs_version` of `wallets`.
     version: i64,
+    /// Wallets this session stopped following while open, with their filters then: a trade it
+    /// was sent may still be orphaned by a reorg, and its `retract` is still the session's
+    /// (retracts only, the newest [`FORMER_MAX`]).
+    former: Vec<(String, Filters)>,
     events: Events,
     tx: mpsc::Sender<Frame>,
     close: CloseCode,
+}
+
+/// How many wallets a session stopped following are kept for their retracts.
+const FORMER_MAX: usize = 64;
+
+impl Session {
+    /// Before taking `wallets`: remember the ones dropped (with their filters), forget the ones
+    /// followed again, keep the newest [`FORMER_MAX`].
+    fn remember_former(&mut self, wallets: &[String]) {
+        self.former.retain(|(w, _)| !wallets.contains(w));
+        for w in self.wallets.iter().filter(|w| !wallets.contains(w)) {
+            let mut f = Filters::new();
+            if let Some(x) = self.filters.get(w) {
+                f.insert(w.clone(), x.clone());
+            }
+            self.former.retain(|(o, _)| o != w);
+            self.former.push((w.clone(), f));
+        }
+        let excess = self.former.len().saturating_sub(FORMER_MAX);
+        self.former.drain(..excess);
+    }
 }
 
 #[derive(Default)]
 struct Inner {
     sessions: HashMap<u64, Session>,
     by_wallet: HashMap<String, Vec<u64>>,
+    /// Sessions by a wallet they stopped following (retracts only).
+    by_former: HashMap<String, Vec<u64>>,
     by_account: HashMap<i64, Vec<u64>>,
     /// What this shard's sessions were given up to: a session registering here replays up to it.
     dispatched: Position,
@@ -170,6 +197,9 @@ impl Inner {
         for w in &s.wallets {
             self.by_wallet.entry(w.clone()).or_default().push(id);
         }
+        for (w, _) in &s.former {
+            self.by_former.entry(w.clone()).or_default().push(id);
+        }
         self.by_account.entry(s.account_id).or_default().push(id);
     }
 
@@ -177,6 +207,9 @@ impl Inner {
         let s = self.sessions.remove(&id)?;
         for w in &s.wallets {
             drop_id(&mut self.by_wallet, w, id);
+        }
+        for (w, _) in &s.former {
+            drop_id(&mut self.by_former, w, id);
         }
         drop_id(&mut self.by_account, &s.account_id, id);
         Some(s)
@@ -193,15 +226,31 @@ impl Inner {
     ) -> (usize, usize) {
         let mut slow: Vec<u64> = Vec::new();
         let mut queued = 0;
+        let none = Vec::new();
         for item in items {
-            let Some(ids) = self.by_wallet.get(&item.wallet) else {
-                continue;
+            let followers = self.by_wallet.get(&item.wallet).unwrap_or(&none);
+            // A retract also reaches the sessions that stopped following its wallet.
+            let former = match item.kind {
+                Kind::Retract => self.by_former.get(&item.wallet).unwrap_or(&none),
+                _ => &none,
             };
-            for id in ids {
+            for (id, was) in followers
+                .iter()
+                .map(|i| (i, false))
+                .chain(former.iter().map(|i| (i, true)))
+            {
                 let s = &self.sessions[id];
+                let filters = if was {
+                    match s.former.iter().find(|(w, _)| *w == item.wallet) {
+                        Some((_, f)) => f,
+                        None => continue,
+                    }
+                } else {
+                    &s.filters
+                };
                 if slow.contains(id)
                     || !stream.wants(s.events, item.kind)
-                    || !wants(&s.filters, &item.wallet, &item.facts)
+                    || !wants(filters, &item.wallet, &item.facts)
                 {
                     continue;
                 }
@@ -339,6 +388,7 @@ impl Hub {
                 wallets: r.wallets,
                 filters: r.filters,
                 version: r.version,
+                former: Vec::new(),
                 events: r.events,
                 tx: r.tx,
                 close: r.close,
@@ -402,11 +452,13 @@ impl Hub {
                     );
                     continue;
                 }
-                s.wallets = idx
+                let wallets = idx
                     .wallets_by_account
                     .get(&s.account_id)
                     .cloned()
                     .unwrap_or_default();
+                s.remember_former(&wallets);
+                s.wallets = wallets;
                 s.filters = idx
                     .filters_by_account
                     .get(&s.account_id)

@@ -46,6 +46,18 @@ pub fn wants(filters: &Filters, wallet: &str, facts: &Facts) -> bool {
 }
 
 impl Index {
+    /// Every endpoint in the index, in id order.
+    pub fn all_endpoints(&self) -> Vec<i64> {
+        let mut v: Vec<i64> = self
+            .endpoints_by_account
+            .values()
+            .flatten()
+            .copied()
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
     /// The enabled endpoints of `accounts` (followers of `wallet`) that get a message: for a
     /// trade (`facts` given), those whose account's subscription filter of `wallet` and whose
     /// own filter both let it through; without `facts` (a retract), every one, since a retract

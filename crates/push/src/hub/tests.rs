@@ -270,3 +270,58 @@ fn a_filter_decides_trades_and_retracts_alike_and_follows_newer_indexes() {
     hub.dispatch(&round(Kind::Trade), Position::default());
     assert_eq!(drain(&mut rx), vec![1, 2]);
 }
+
+/// A session that stops following a wallet still gets the `retract` of a trade of it (a reorg
+/// after the unsubscribe orphans what it was sent), filtered as the trade was, and no new
+/// trade of it. Retracts used to follow the current subscriptions only: the checker's churn
+/// clients kept orphans (seeds 36808, 40389).
+#[test]
+fn a_wallet_no_longer_followed_still_gets_its_retracts_and_no_trades() {
+    let hub = Hub::new(Position::default());
+    let (tx, mut rx) = mpsc::channel(16);
+    hub.register(Registration {
+        account_id: 7,
+        key_id: 70,
+        max_sessions: None,
+        wallets: vec!["0xa".into(), "0xb".into()],
+        filters: [("0xa".to_string(), buys())].into(),
+        version: 1,
+        events: pmw_core::message::Events::TRADE,
+        tx,
+        close: Arc::new(AtomicU16::new(1013)),
+    })
+    .unwrap();
+    let mut idx = Index {
+        version: 2,
+        live_keys: [70].into(),
+        ..Index::default()
+    };
+    idx.wallets_by_account.insert(7, vec!["0xb".into()]);
+    hub.apply(&idx);
+    let round = |k: Kind| {
+        vec![
+            item_of(k, "0xa", 1, Side::Buy),
+            item_of(k, "0xa", 2, Side::Sell),
+            item_of(k, "0xb", 3, Side::Sell),
+        ]
+    };
+    hub.dispatch(&round(Kind::Trade), Position::default());
+    assert_eq!(
+        drain(&mut rx),
+        vec![3],
+        "no trade of 0xa after the unsubscribe"
+    );
+    hub.dispatch(&round(Kind::Retract), Position::default());
+    assert_eq!(
+        drain(&mut rx),
+        vec![1, 3],
+        "the retract of the 0xa buy it may hold (its filter kept), and of 0xb"
+    );
+    // Following 0xa again: trades again, and no retract twice.
+    idx.version = 3;
+    idx.wallets_by_account
+        .insert(7, vec!["0xa".into(), "0xb".into()]);
+    hub.apply(&idx);
+    hub.dispatch(&round(Kind::Retract), Position::default());
+    assert_eq!(drain(&mut rx), vec![1, 2, 3]);
+}

@@ -59,15 +59,17 @@ impl HookLane {
         let trades = batch.rows.iter().map(|r| (Kind::Trade, r));
         let mut out = Vec::new();
         for (kind, row) in retracts.chain(trades) {
-            let Some(accounts) = idx.accounts_by_wallet.get(&row.maker) else {
+            // A retract is owed to whoever got its trade, followers now or not.
+            let accounts = idx.accounts_by_wallet.get(&row.maker);
+            if accounts.is_none() && kind != Kind::Retract {
                 continue;
-            };
+            }
             let market = self.ledger.market(&row.token_id);
             let body = TradeMessage::from_row(row, market).to_json();
             let facts = Facts::of_row(row, market);
             out.extend(webhook::deliveries_of(
                 idx,
-                Some(accounts),
+                accounts,
                 kind,
                 row,
                 &facts,

@@ -12,8 +12,8 @@ use crate::subs::Index;
 /// The deliveries of one `trade` or `retract` about `row` to the endpoints of `accounts` (the
 /// followers of its wallet in `idx`) that receive trades, body `body` stamped `now`. A trade
 /// goes to the endpoints whose subscription and endpoint filters pass `facts`; a retract to
-/// every such endpoint of the followers (the enqueue keeps only those that got, or still get,
-/// its trade).
+/// every endpoint (the enqueue keeps only those that got, or still get, its trade, whether or
+/// not their account still follows the wallet).
 pub fn deliveries_of(
     idx: &Index,
     accounts: Option<&Vec<i64>>,
@@ -24,8 +24,16 @@ pub fn deliveries_of(
     now: i64,
 ) -> Vec<NewDelivery> {
     let facts = (kind == Kind::Trade).then_some(facts);
-    let endpoints: Vec<i64> = idx
-        .endpoints_for(accounts.map_or(&[], Vec::as_slice), &row.maker, facts)
+    let candidates = if kind == Kind::Retract {
+        // Every endpoint, not only the wallet's followers now: one that stopped following it
+        // after its trade was sent is owed the retract too, and the enqueue keeps exactly the
+        // endpoints that got (or may still get) the trade. Retracts are rare (reorgs, audit
+        // corrections), so the wider candidate list costs little.
+        idx.all_endpoints()
+    } else {
+        idx.endpoints_for(accounts.map_or(&[], Vec::as_slice), &row.maker, facts)
+    };
+    let endpoints: Vec<i64> = candidates
         .into_iter()
         .filter(|e| idx.events_of(*e).trade)
         .collect();
@@ -83,4 +91,35 @@ pub fn finals_of(
         out.push(delivery(row, endpoint, kind, payload));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A retract is offered to every endpoint, followers of its wallet now or not (the enqueue
+    /// keeps those that got its trade); a trade only to the followers' endpoints.
+    #[test]
+    fn a_retract_is_offered_to_endpoints_whose_account_stopped_following() {
+        let row = pmw_testkit::rows::trade(7, 0, "0xab");
+        let mut idx = Index::default();
+        // Account 1 (endpoint 10) follows the maker; account 2 (endpoint 20) stopped.
+        idx.endpoints_by_account.insert(1, vec![10]);
+        idx.endpoints_by_account.insert(2, vec![20]);
+        let followers = vec![1];
+        let facts = Facts::of_row(&row, None);
+        let to = |kind| {
+            let mut v: Vec<i64> =
+                deliveries_of(&idx, Some(&followers), kind, &row, &facts, "{}", 1)
+                    .into_iter()
+                    .map(|d| d.endpoint_id)
+                    .collect();
+            v.sort_unstable();
+            v
+        };
+        assert_eq!(to(Kind::Trade), vec![10]);
+        assert_eq!(to(Kind::Retract), vec![10, 20]);
+        let none = deliveries_of(&idx, None, Kind::Retract, &row, &facts, "{}", 1);
+        assert_eq!(none.len(), 2, "no follower left: still offered");
+    }
 }
