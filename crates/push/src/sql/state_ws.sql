@@ -8,13 +8,14 @@
 -- which it delivered every row up to ($5, $6). Delivery starts at the cursor, or after the
 -- common ancestor of the new reorgs when that is below it (then the retractions up to the held
 -- cursor come too: trades whose newest version is a retraction, any block hash). Trades are the
--- hot ledger's visible ones (newest version per identity, retracted ones dropped, only the block
--- hash chain_blocks committed), ledger order, at most $4, minus those the lane delivered already
--- (seq at most $8, at or below the held cursor: a rewind, however deep, repeats no trade; an
--- audit's backfilled fill or a new branch has a newer seq). `head_seq` is the last seq
--- committed in this snapshot, `held_hash` the hash of the held cursor's block. The hot ledger
--- holds blocks from `floor` on: a lane starting below it reads the rest through the one ledger
--- (ClickHouse below the floor). The COLUMNS are filled in by the code.
+-- hot ledger's visible ones (the newest version of their identity, not retracted, of the block
+-- hash chain_blocks committed; read in primary-key order, no sort), ledger order, at most $4,
+-- minus those the lane delivered already (seq at most $8, at or below the held cursor: a rewind,
+-- however deep, repeats no trade; an audit's backfilled fill or a new branch has a newer seq).
+-- `head_seq` is the last seq committed in this snapshot, `held_hash` the hash of the held
+-- cursor's block. The hot ledger holds blocks from `floor` on: a lane starting below it reads
+-- the rest through the one ledger (ClickHouse below the floor). The COLUMNS are filled in by the
+-- code.
 WITH s AS MATERIALIZED (
     SELECT /* pmw:push_round */ (SELECT block_number FROM ingest_cursor WHERE id = 1) AS wm,
            (SELECT seq FROM subs_version WHERE id = 1) AS version,
@@ -33,18 +34,17 @@ SELECT f.wm, f.version, f.reorg_id, f.ancestor,
        (SELECT block_hash FROM chain_blocks WHERE block_number = f.ancestor),
        f.floor,
        (SELECT jsonb_agg(to_jsonb(t) ORDER BY t.block_number, t.log_index) FROM (
-            SELECT * FROM (
-                SELECT DISTINCT ON (block_number, log_index, block_hash) {COLUMNS}, seq
-                FROM ledger
-                WHERE block_number >= f.from_block AND block_number <= f.upto
-                  AND (block_number, log_index) > (f.from_block, f.from_log)
-                ORDER BY block_number, log_index, block_hash, version DESC
-            ) v
-            WHERE retracted = 0
+            SELECT {COLUMNS}, seq FROM ledger l
+            WHERE l.block_number >= f.from_block AND l.block_number <= f.upto
+              AND (l.block_number, l.log_index) > (f.from_block, f.from_log)
+              AND l.retracted = 0
+              AND NOT EXISTS (SELECT 1 FROM ledger n
+                              WHERE n.block_number = l.block_number AND n.log_index = l.log_index
+                                AND n.block_hash = l.block_hash AND n.version > l.version)
               AND NOT EXISTS (SELECT 1 FROM chain_blocks c
-                              WHERE c.block_number = v.block_number AND c.block_hash <> v.block_hash)
-              AND NOT (v.seq <= $8 AND (v.block_number, v.log_index) <= ($5, $6))
-            ORDER BY block_number, log_index
+                              WHERE c.block_number = l.block_number AND c.block_hash <> l.block_hash)
+              AND NOT (l.seq <= $8 AND (l.block_number, l.log_index) <= ($5, $6))
+            ORDER BY l.block_number, l.log_index
             LIMIT $4
         ) t) AS trades,
        (SELECT jsonb_agg(to_jsonb(r) ORDER BY r.block_number, r.log_index) FROM (
