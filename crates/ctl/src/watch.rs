@@ -68,7 +68,6 @@ enum End {
     Stop,
 }
 
-
 /// One trade as a line: `cursor side price x shares wallet "question"`.
 pub fn trade_line(v: &Value) -> String {
     let t = &v["trade"];
