@@ -68,13 +68,7 @@ impl HookLane {
             let body = TradeMessage::from_row(row, market).to_json();
             let facts = Facts::of_row(row, market);
             out.extend(webhook::deliveries_of(
-                idx,
-                accounts,
-                kind,
-                row,
-                &facts,
-                &body,
-                now,
+                idx, accounts, kind, row, &facts, &body, now,
             ));
         }
         out
