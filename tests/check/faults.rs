@@ -33,6 +33,11 @@ pub struct Churn {
     pub client: WsClient,
     pub hook: Hook,
     pub endpoints: Mutex<Vec<i64>>,
+    /// Endpoint id → its receiver path (`/hook/<n>`).
+    pub paths: Mutex<HashMap<i64, String>>,
+    /// Paths of endpoints deleted within [`RETRACT_GRACE_MS`] of a reorg: a retract of a trade
+    /// it orphaned may not have been sent yet, and a deleted endpoint is sent nothing more.
+    pub deleted_after_reorg: Mutex<Vec<String>>,
     /// Wallet indexes followed now.
     pub follows: Mutex<Vec<usize>>,
 }
@@ -49,7 +54,12 @@ pub struct World {
     /// Numbers the churn endpoints' URLs (`/hook/<n>`).
     pub endpoint_seq: std::sync::atomic::AtomicUsize,
     pub locks: HashMap<&'static str, tokio::sync::Mutex<()>>,
+    /// When the last reorg fault ended (ms).
+    pub last_reorg_ms: AtomicI64,
 }
+
+/// How long after a reorg its retracts may still be on their way to an endpoint.
+pub const RETRACT_GRACE_MS: i64 = 10_000;
 
 /// What one fault did.
 #[derive(Clone, Debug)]
@@ -251,6 +261,7 @@ impl World {
                         },
                     })
                     .await?;
+                self.last_reorg_ms.store(now_ms(), Relaxed);
                 format!(
                     "{} → {}: {} fills orphaned, {} added",
                     o.old_head.number,
@@ -371,6 +382,7 @@ impl World {
                 c.hook.add_secret(v["secret"].as_str().unwrap_or_default());
                 let id = v["id"].as_i64().unwrap_or_default();
                 c.endpoints.lock().unwrap().push(id);
+                c.paths.lock().unwrap().insert(id, format!("/hook/{n}"));
                 format!("endpoint {id}")
             }
             Kind::EndpointDelete { account } => {
@@ -381,7 +393,20 @@ impl World {
                 };
                 self.api("DELETE", &format!("/v1/webhooks/{id}"), &key, Value::Null)
                     .await?;
-                format!("endpoint {id}")
+                let after_reorg = now_ms() - self.last_reorg_ms.load(Relaxed) < RETRACT_GRACE_MS;
+                if after_reorg {
+                    if let Some(p) = c.paths.lock().unwrap().get(&id) {
+                        c.deleted_after_reorg.lock().unwrap().push(p.clone());
+                    }
+                }
+                format!(
+                    "endpoint {id}{}",
+                    if after_reorg {
+                        " (within 10 s of a reorg)"
+                    } else {
+                        ""
+                    }
+                )
             }
             Kind::EndpointDisable { account, secs: s } => {
                 let c = &self.churn[*account];

@@ -256,12 +256,14 @@ pub struct HookState {
 
 /// Per endpoint (request path), what it holds; several endpoints of one account each get
 /// every trade, under distinct `webhook-id`s.
-pub fn replay_each(accepted: &[Accepted]) -> Vec<HookState> {
+pub fn replay_each(accepted: &[Accepted]) -> Vec<(String, HookState)> {
     let mut by: BTreeMap<&str, Vec<Accepted>> = BTreeMap::new();
     for a in accepted {
         by.entry(a.path.as_str()).or_default().push(a.clone());
     }
-    by.values().map(|v| replay(v)).collect()
+    by.into_iter()
+        .map(|(p, v)| (p.to_string(), replay(&v)))
+        .collect()
 }
 
 pub fn replay(accepted: &[Accepted]) -> HookState {

@@ -117,6 +117,7 @@ async fn main() -> anyhow::Result<()> {
         churn: Vec::new(),
         start_block: 0,
         endpoint_seq: Default::default(),
+        last_reorg_ms: Default::default(),
         locks: HashMap::new(),
     };
     for i in 0..args.accounts {
@@ -138,6 +139,8 @@ async fn main() -> anyhow::Result<()> {
             client: WsClient::new(&key),
             hook,
             endpoints: Default::default(),
+            paths: Default::default(),
+            deleted_after_reorg: Default::default(),
             follows: std::sync::Mutex::new(vec![(i + 1) % 6]),
         });
     }

@@ -139,8 +139,24 @@ pub fn verdict(w: &World, owed: &[BTreeSet<Id>], canonical: &BTreeSet<Id>) -> Ve
         );
         drop(l);
         let (mut held, mut reordered, mut redelivered) = (BTreeSet::new(), 0, 0);
-        for s in replay_each(&hook.accepted()) {
-            held.extend(s.held.keys().cloned());
+        let excused: Vec<String> = match checked {
+            None => w.churn[i - w.checked.len()]
+                .deleted_after_reorg
+                .lock()
+                .unwrap()
+                .clone(),
+            Some(_) => Vec::new(),
+        };
+        let mut excused_orphans = 0;
+        for (path, s) in replay_each(&hook.accepted()) {
+            if excused.contains(&path) {
+                // Deleted within the retract grace of a reorg: its orphans are reported, not
+                // judged (nothing is sent to a deleted endpoint).
+                excused_orphans += s.held.keys().filter(|k| !canonical.contains(*k)).count();
+                held.extend(s.held.keys().filter(|k| canonical.contains(*k)).cloned());
+            } else {
+                held.extend(s.held.keys().cloned());
+            }
             hk.duplicated += s.duplicated.len();
             hk.retract_without_trade += s.retract_without_trade.len();
             for (name, list) in [
@@ -162,8 +178,8 @@ pub fn verdict(w: &World, owed: &[BTreeSet<Id>], canonical: &BTreeSet<Id>) -> Ve
         hook.with_log(|l| {
             let _ = write!(
                 hk.extra,
-                "[{i}: {} requests, bad signature {}, 500 {}, timeout {}, slow {}, reordered {}, redelivered {}] ",
-                l.requests, l.bad_signature, l.answered_500, l.timed_out, l.slow, reordered, redelivered
+                "[{i}: {} requests, bad signature {}, 500 {}, timeout {}, slow {}, reordered {}, redelivered {}, orphans on endpoints deleted right after a reorg {}] ",
+                l.requests, l.bad_signature, l.answered_500, l.timed_out, l.slow, reordered, redelivered, excused_orphans
             );
         });
     }
