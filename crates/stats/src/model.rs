@@ -51,7 +51,9 @@ impl Stage {
     pub fn label(self) -> &'static str {
         match self {
             Stage::DetectLogs => "header received → logs fetched",
-            Stage::DetectStored => "header received → stored",
+            Stage::DetectStored => {
+                "header received → committed (trades in Postgres with the watermark)"
+            }
             Stage::DetectPushWs => "header received → pushed (WebSocket)",
             Stage::DetectPushWebhook => "header received → pushed (webhook, eventually delivered)",
             Stage::DetectPushWebhookFirst => "header received → pushed (webhook, first attempt)",
@@ -63,13 +65,15 @@ impl Stage {
     pub fn formula(self) -> &'static str {
         match self {
             Stage::DetectLogs => "ingest_latency: t_logs_ms − t_detect_ms",
-            Stage::DetectStored => "ingest_latency: t_stored_ms − t_detect_ms",
+            Stage::DetectStored => {
+                "ingest_latency: t_stored_ms (the block's trades committed to the Postgres hot ledger with the watermark) − t_detect_ms"
+            }
             Stage::DetectPushWs => "push_latency (ws): t_push_ms − t_detect_ms",
             Stage::DetectPushWebhook => {
-                "push_latency (webhook, every delivered row whichever attempt delivered it,                  retries included): t_push_ms − t_detect_ms"
+                "push_latency (webhook, every delivered row whichever attempt delivered it, retries included): t_push_ms − t_detect_ms"
             }
             Stage::DetectPushWebhookFirst => {
-                "push_latency (webhook, attempt = 1: delivered by the first attempt):                  t_push_ms − t_detect_ms"
+                "push_latency (webhook, attempt = 1: delivered by the first attempt): t_push_ms − t_detect_ms"
             }
             Stage::DetectFinal => {
                 "push_latency (ws_final and webhook_final: `final` events): t_push_ms − t_detect_ms"
