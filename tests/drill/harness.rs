@@ -48,6 +48,10 @@ impl Pm2 {
 impl Drop for Pm2 {
     fn drop(&mut self) {
         let _ = self.run(&["kill"]);
+        // A failing drill shows what its apps said last: CI keeps no files, only the output.
+        if std::thread::panicking() {
+            eprint!("{}", log_tails(&self.home.path().join("logs"), 40));
+        }
         // `PMW_DRILL_KEEP_LOGS=<dir>` keeps pm2's log and the apps' logs of every drill there.
         if let Ok(dir) = std::env::var("PMW_DRILL_KEEP_LOGS") {
             let to = PathBuf::from(dir).join(format!("pm2-{}", std::process::id()));
@@ -58,6 +62,29 @@ impl Drop for Pm2 {
                 .status();
         }
     }
+}
+
+/// The last `lines` lines of every log file in pm2's `dir`, each under its file's name.
+fn log_tails(dir: &std::path::Path, lines: usize) -> String {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    files.sort();
+    let mut out = String::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        let tail = &all[all.len().saturating_sub(lines)..];
+        out += &format!("---- {} (last {} lines)\n", f.display(), tail.len());
+        for l in tail {
+            out += l;
+            out.push('\n');
+        }
+    }
+    out
 }
 
 /// An account on plan `pro` named `name`, with one API key (returned) and `wallets` followed,
