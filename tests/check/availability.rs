@@ -9,6 +9,11 @@
 //! charged for the quiet. A rolling deploy is judged by the detect→delivery of every trade
 //! detected while it ran (no gap beyond one reconnect). When another budgeted fault is under
 //! way before a fault's budget runs out, the later of their deadlines applies ("masked").
+//!
+//! A ClickHouse stop darkens nothing (issue 29: ClickHouse is off the delivery path): every
+//! trade detected while it lasted is delivered at the normal latency (within 1 s), unless its
+//! wait overlapped another fault (then it is that fault's to answer for), and it masks no other
+//! fault.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -26,7 +31,9 @@ fn budget_of(kind: &str, lease_ms: i64) -> Option<i64> {
     Some(match kind {
         "leader kill -9" => 2_000,
         "leader SIGSTOP" => lease_ms + 2_000,
-        "postgres restart" | "clickhouse stop" => 5_000,
+        "postgres restart" => 5_000,
+        // No extra silence at all: judged by every trade detected while it lasted.
+        "clickhouse stop" => 1_000,
         "rpc ws cut" | "live restart" => 3_000,
         // One of two providers cut or slowed: nothing should go dark; recovery from its end
         // within the RPC budget (and whatever overlaps it is judged from its end).
@@ -120,12 +127,19 @@ impl Judgement {
     }
 }
 
+/// A fault kind that must not darken anything: judged by the trades detected while it lasted,
+/// and no excuse for another fault's recovery.
+fn harmless(kind: &Kind) -> bool {
+    matches!(kind, Kind::ClickHouseStop { .. })
+}
+
 /// The deadline of `f`: its own, moved to a later fault's while one is under way before it.
 fn deadline(f: &Window<'_>, all: &[Window<'_>]) -> i64 {
     let mut d = f.deadline();
     loop {
         let later = all
             .iter()
+            .filter(|g| !harmless(&g.done.fault.kind))
             .filter(|g| g.done.began_ms <= d && g.deadline() > d)
             .map(Window::deadline)
             .max();
@@ -166,7 +180,20 @@ pub fn judge(done: &[Done], streams: &[Stream], lease_ms: i64) -> Judgement {
         // The first block anyone was told of after the fault's end.
         let first_detect = detects.iter().copied().find(|&d| d >= e);
         for s in streams {
-            let recovery = if matches!(w.done.fault.kind, Kind::Deploy) {
+            let recovery = if harmless(&w.done.fault.kind) {
+                // Every trade detected while it lasted whose wait no other fault overlapped.
+                let others: Vec<(i64, i64)> = windows
+                    .iter()
+                    .filter(|g| !harmless(&g.done.fault.kind))
+                    .map(|g| (g.done.began_ms, g.deadline()))
+                    .collect();
+                s.deliveries
+                    .iter()
+                    .filter(|&&(d, a)| d >= w.done.began_ms && d <= e && !s.excused(d, a))
+                    .filter(|&&(d, a)| !others.iter().any(|&(b, x)| d <= x && a >= b))
+                    .map(|&(d, a)| a - d)
+                    .max()
+            } else if matches!(w.done.fault.kind, Kind::Deploy) {
                 // Every trade detected while the deploy ran, delivered within the budget.
                 s.deliveries
                     .iter()
@@ -189,7 +216,11 @@ pub fn judge(done: &[Done], streams: &[Stream], lease_ms: i64) -> Judgement {
                 *j.unjudged.entry(kind).or_default() += 1;
                 continue;
             };
-            let mut allowed_ms = until - e;
+            let mut allowed_ms = if harmless(&w.done.fault.kind) {
+                w.budget
+            } else {
+                until - e
+            };
             if matches!(w.done.fault.kind, Kind::Deploy) && s.name.starts_with("hook") {
                 // The handover waits for the webhook attempts in flight (so the successor never
                 // sends them again): a receiver holding a request holds the webhook lane's
@@ -202,7 +233,7 @@ pub fn judge(done: &[Done], streams: &[Stream], lease_ms: i64) -> Judgement {
                 stream: s.name.clone(),
                 recovery_ms,
                 allowed_ms,
-                masked,
+                masked: masked && !harmless(&w.done.fault.kind),
             });
         }
     }
@@ -308,7 +339,7 @@ pub fn table(j: &Judgement, lease_ms: i64) -> String {
     for (kind, n) in &j.unjudged {
         let _ = writeln!(
             out,
-            "| {kind} | – | no trade detected after it: {n} | – | – | – |"
+            "| {kind} | – | no trade of its own to judge: {n} | – | – | – |"
         );
     }
     let breaches: Vec<String> = j
@@ -411,17 +442,48 @@ mod tests {
 
     #[test]
     fn a_fault_under_way_before_the_budget_ends_moves_the_deadline() {
-        // A kill at 10 s (deadline 12 s) and a ClickHouse stop from 11 s to 20 s (deadline
+        // A kill at 10 s (deadline 12 s) and a Postgres restart from 11 s to 20 s (deadline
         // 25 s): a recovery at 24 s passes both; at 26 s it breaks both.
         let faults = [
             done(Kind::LeaderKill9, 10_000, 10_000),
-            done(Kind::ClickHouseStop { secs: 9 }, 11_000, 20_000),
+            done(Kind::PostgresRestart, 11_000, 20_000),
         ];
         let at = |r: i64| stream(vec![(10_100, r), (20_100, r), (r, r + 10)]);
         let j = judge(&faults, &[at(24_000)], 10_000);
         assert!(!j.failed(), "{}", table(&j, 10_000));
         assert!(j.samples.iter().any(|s| s.masked));
         assert!(judge(&faults, &[at(26_000)], 10_000).failed());
+    }
+
+    #[test]
+    fn a_clickhouse_stop_darkens_nothing_and_excuses_no_one() {
+        let stop = done(Kind::ClickHouseStop { secs: 10 }, 10_000, 20_000);
+        let normal: Vec<(i64, i64)> = (0..100).map(|i| (i * 300, i * 300 + 40)).collect();
+        assert!(!judge(
+            std::slice::from_ref(&stop),
+            &[stream(normal.clone())],
+            10_000
+        )
+        .failed());
+        // One trade detected during the stop waits 1.5 s: over the budget.
+        let mut late = normal.clone();
+        late[50].1 = late[50].0 + 1_500;
+        assert!((10_000..=20_000).contains(&late[50].0));
+        let j = judge(std::slice::from_ref(&stop), &[stream(late.clone())], 10_000);
+        assert!(j.failed(), "{}", table(&j, 10_000));
+        // ... unless its wait overlapped a leader kill: the kill's to answer for (2 s budget).
+        let kill = done(Kind::LeaderKill9, late[50].0 + 100, late[50].0 + 100);
+        let both = [stop.clone(), kill];
+        assert!(!judge(&both, &[stream(late)], 10_000).failed());
+        // A kill during the stop is not excused by it: 3 s to recover breaks the kill's 2 s.
+        let mut dark = normal;
+        for t in dark.iter_mut().filter(|t| (12_000..15_000).contains(&t.0)) {
+            t.1 = 15_000;
+        }
+        let faults = [stop, done(Kind::LeaderKill9, 12_000, 12_000)];
+        let j = judge(&faults, &[stream(dark)], 10_000);
+        assert!(j.failed(), "{}", table(&j, 10_000));
+        assert!(j.samples.iter().all(|s| !s.masked));
     }
 
     #[test]

@@ -327,6 +327,12 @@ pub async fn check_schema(
     pg: &impl tokio_postgres::GenericClient,
     ch: &ChClient,
 ) -> Result<(), SchemaError> {
+    check_pg_schema(pg).await?;
+    check_ch_schema(ch).await
+}
+
+/// Postgres carries exactly the migrations this build knows.
+pub async fn check_pg_schema(pg: &impl tokio_postgres::GenericClient) -> Result<(), SchemaError> {
     let has_table: bool = pg
         .query_one("SELECT to_regclass('schema_migrations') IS NOT NULL", &[])
         .await?
@@ -336,7 +342,11 @@ pub async fn check_schema(
     } else {
         BTreeMap::new()
     };
-    check_exact(Store::Postgres, POSTGRES, &pg_applied)?;
+    check_exact(Store::Postgres, POSTGRES, &pg_applied)
+}
+
+/// ClickHouse carries exactly the migrations this build knows.
+pub async fn check_ch_schema(ch: &ChClient) -> Result<(), SchemaError> {
     let ch_has_table: u8 = ch
         .query(crate::ch::statements::HAS_MIGRATIONS_TABLE)
         .fetch_one()

@@ -1,6 +1,6 @@
 //! Opening a service's stores at start-up: Postgres pool and ClickHouse client, reachable and
 //! carrying exactly the schema this build knows (otherwise exit 78); the delivery path's
-//! services wait for a store that is down instead of exiting.
+//! services wait for Postgres when it is down instead of exiting, and start without ClickHouse.
 
 use tokio_util::sync::CancellationToken;
 
@@ -8,8 +8,11 @@ use crate::backoff::{Backoff, Policy};
 use crate::ch::{self, ChClient};
 use crate::config::CoreConfig;
 use crate::exit::ServiceError;
-use crate::migrate;
+use crate::migrate::{self, SchemaError};
 use crate::pg::{self, PgPool};
+
+/// How long the delivery path's start-up waits for ClickHouse's schema check.
+const CH_START_CHECK: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The shared stores handles of one service process.
 #[derive(Clone)]
@@ -34,30 +37,102 @@ impl Stores {
         Ok(Stores { pg: pool, ch })
     }
 
-    /// [`Stores::open`], waiting (the store policy of [`crate::backoff`], logged) while a store
-    /// is unreachable, until shutdown. For push and live: a process that exits 75 while
-    /// ClickHouse or Postgres is down is restarted by pm2 after a delay that grows with each
-    /// exit (up to 15 s), so the store could be back for seconds before the service tried
+    /// [`Stores::open`] for the delivery path (push and live), waiting (the store policy of
+    /// [`crate::backoff`], logged) while Postgres is unreachable, until shutdown. A process
+    /// that exits 75 while a store is down is restarted by pm2 after a delay that grows with
+    /// each exit (up to 15 s), so the store could be back for seconds before the service tried
     /// again (seed 10149: a push pair crash-looping through a ClickHouse outage came back 7 s
     /// after ClickHouse did). Waiting in-process notices a store that is back within a second.
+    ///
+    /// ClickHouse is off the delivery path (the hot ledger, DESIGN §2–§4), so it does not hold
+    /// the start up: its schema is checked now when it answers, otherwise in the background
+    /// once it does ([`watch_clickhouse_schema`]), and the service starts without it (a leader
+    /// killed or deployed during a ClickHouse outage leads again at once).
     /// `None`: shutdown came while waiting (a clean stop).
     pub async fn open_waiting(
         cfg: &CoreConfig,
-        service: &str,
+        service: &'static str,
         shutdown: &CancellationToken,
     ) -> Result<Option<Stores>, ServiceError> {
+        let pool = pg::pool(cfg, service).map_err(|e| ServiceError::Config(e.to_string()))?;
+        let ch = ch::client(cfg);
         let mut backoff = Backoff::new(Policy::STORE);
         loop {
-            match Stores::open(cfg, service).await {
+            let checked = match pool.get().await {
+                Ok(client) => migrate::check_pg_schema(&**client)
+                    .await
+                    .map_err(ServiceError::from),
+                Err(e) => Err(ServiceError::transient(format!(
+                    "postgres unreachable: {e}"
+                ))),
+            };
+            match checked {
+                Ok(()) => break,
                 Err(ServiceError::Transient(why)) => {
                     let wait = backoff.next_wait();
-                    tracing::warn!(service, error = %why, retry_in_ms = wait.as_millis() as u64, failures = backoff.failures(), "stores unreachable at start; waiting");
+                    tracing::warn!(service, error = %why, retry_in_ms = wait.as_millis() as u64, failures = backoff.failures(), "postgres unreachable at start; waiting");
                     tokio::select! {
                         _ = tokio::time::sleep(wait) => {}
                         _ = shutdown.cancelled() => return Ok(None),
                     }
                 }
-                other => return other.map(Some),
+                Err(e) => return Err(e),
+            }
+        }
+        // A frozen ClickHouse (a paused VM) accepts and never answers: bounded like a refusal.
+        let checked = tokio::time::timeout(CH_START_CHECK, migrate::check_ch_schema(&ch)).await;
+        match checked {
+            Ok(Ok(())) => tracing::info!(service, "schema checked"),
+            Ok(Err(SchemaError::ClickHouse(e))) => {
+                tracing::warn!(service, error = %e, "clickhouse unreachable at start; starting without it (off the delivery path), its schema is checked once it answers");
+                tokio::spawn(watch_clickhouse_schema(
+                    ch.clone(),
+                    service,
+                    shutdown.clone(),
+                ));
+            }
+            Err(_) => {
+                tracing::warn!(service, timeout_ms = CH_START_CHECK.as_millis() as u64, "clickhouse did not answer at start; starting without it (off the delivery path), its schema is checked once it answers");
+                tokio::spawn(watch_clickhouse_schema(
+                    ch.clone(),
+                    service,
+                    shutdown.clone(),
+                ));
+            }
+            Ok(Err(e)) => return Err(e.into()),
+        }
+        Ok(Some(Stores { pg: pool, ch }))
+    }
+}
+
+/// Check ClickHouse's schema once it answers (the store policy between tries, until shutdown).
+/// A schema this build does not know is the deploy error start-up refuses with 78, found late:
+/// the process stops with 78 at once (its supervisor does not restart it; every cursor is
+/// fenced, so an abrupt stop loses nothing).
+pub async fn watch_clickhouse_schema(
+    ch: ChClient,
+    service: &'static str,
+    shutdown: CancellationToken,
+) {
+    let mut backoff = Backoff::new(Policy::STORE);
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(backoff.next_wait()) => {}
+            _ = shutdown.cancelled() => return,
+        }
+        let checked = tokio::select! {
+            c = tokio::time::timeout(CH_START_CHECK, migrate::check_ch_schema(&ch)) => c,
+            _ = shutdown.cancelled() => return,
+        };
+        match checked {
+            Ok(Ok(())) => {
+                tracing::info!(service, "clickhouse answers; schema checked");
+                return;
+            }
+            Ok(Err(SchemaError::ClickHouse(_))) | Err(_) => {}
+            Ok(Err(e)) => {
+                tracing::error!(service, error = %e, "clickhouse schema refused; stopping (78)");
+                std::process::exit(i32::from(crate::exit::CONFIG));
             }
         }
     }
