@@ -38,12 +38,12 @@ pub fn secs(pid: u32) -> Option<f64> {
 }
 
 /// CPU seconds of every process whose command name starts with one of `prefixes`, their reaped
-/// children included.
-pub fn secs_named(prefixes: &[&str]) -> f64 {
+/// children included, by pid.
+pub fn secs_named(prefixes: &[&str]) -> Pids {
+    let mut out = Pids::new();
     let Ok(dir) = std::fs::read_dir("/proc") else {
-        return 0.0;
+        return out;
     };
-    let mut ticks = 0;
     for e in dir.flatten() {
         if !e
             .file_name()
@@ -56,13 +56,26 @@ pub fn secs_named(prefixes: &[&str]) -> f64 {
         let Ok(text) = std::fs::read_to_string(e.path().join("stat")) else {
             continue;
         };
-        if let Some((comm, own, children)) = parse_stat(&text) {
+        let pid = e.file_name().to_string_lossy().parse::<u32>();
+        if let (Some((comm, own, children)), Ok(pid)) = (parse_stat(&text), pid) {
             if prefixes.iter().any(|p| comm.starts_with(p)) {
-                ticks += own + children;
+                out.insert(pid, (own + children) as f64 / ticks_per_sec());
             }
         }
     }
-    ticks as f64 / ticks_per_sec()
+    out
+}
+
+/// CPU seconds by pid.
+pub type Pids = std::collections::HashMap<u32, f64>;
+
+/// What the processes of `now` used since `earlier`, per pid: a process that exited in between
+/// counts nothing, one that started counts all its time, a counter never goes back (a server
+/// restarted by someone else between two samples read as negative seconds before).
+fn used(now: &Pids, earlier: &Pids) -> f64 {
+    now.iter()
+        .map(|(p, s)| (s - earlier.get(p).copied().unwrap_or(0.0)).max(0.0))
+        .sum()
 }
 
 /// CPU seconds used so far by each party of a run.
@@ -74,8 +87,21 @@ pub struct Cpu {
     pub generators: f64,
     /// The backends of this run's database, by pid (a backend that exits in between is not
     /// counted: the services keep pooled connections).
-    pub backends: std::collections::HashMap<u32, f64>,
+    pub backends: Pids,
     /// Every Postgres process of the server (other databases' load included).
+    pub postgres: Pids,
+    pub clickhouse: Pids,
+    pub anvil: Pids,
+}
+
+/// CPU seconds each party used between two samples.
+#[derive(Debug, Clone, Default)]
+pub struct Used {
+    pub push: f64,
+    pub live: f64,
+    pub generators: f64,
+    /// This run's database backends.
+    pub run_db: f64,
     pub postgres: f64,
     pub clickhouse: f64,
     pub anvil: f64,
@@ -98,29 +124,27 @@ impl Cpu {
     }
 
     /// What was used between `earlier` and `self`.
-    pub fn since(&self, earlier: &Cpu) -> Cpu {
-        Cpu {
-            push: self.push - earlier.push,
-            live: self.live - earlier.live,
-            generators: self.generators - earlier.generators,
-            backends: self
-                .backends
-                .iter()
-                .map(|(p, s)| (*p, s - earlier.backends.get(p).copied().unwrap_or(0.0)))
-                .collect(),
-            postgres: self.postgres - earlier.postgres,
-            clickhouse: self.clickhouse - earlier.clickhouse,
-            anvil: self.anvil - earlier.anvil,
+    pub fn since(&self, earlier: &Cpu) -> Used {
+        Used {
+            push: (self.push - earlier.push).max(0.0),
+            live: (self.live - earlier.live).max(0.0),
+            generators: (self.generators - earlier.generators).max(0.0),
+            run_db: used(&self.backends, &earlier.backends),
+            postgres: used(&self.postgres, &earlier.postgres),
+            clickhouse: used(&self.clickhouse, &earlier.clickhouse),
+            anvil: used(&self.anvil, &earlier.anvil),
         }
     }
+}
 
+impl Used {
     pub fn total(&self) -> f64 {
         self.push + self.live + self.generators + self.postgres + self.clickhouse + self.anvil
     }
 
     /// CPU seconds of this run's database backends.
     pub fn run_db(&self) -> f64 {
-        self.backends.values().sum()
+        self.run_db
     }
 }
 
@@ -136,5 +160,16 @@ mod tests {
         assert_eq!(parse_stat("garbage"), None);
         // This very process has a stat line and a non-negative CPU time.
         assert!(secs(std::process::id()).is_some());
+    }
+
+    #[test]
+    fn a_process_gone_or_restarted_between_samples_never_counts_negative() {
+        let earlier: Pids = [(1, 10.0), (2, 5.0)].into();
+        // pid 1 used 2 s, pid 2 exited (its 5 s are not taken back), pid 3 started (1.5 s).
+        let now: Pids = [(1, 12.0), (3, 1.5)].into();
+        assert_eq!(used(&now, &earlier), 3.5);
+        // A reused pid whose counter restarted lower counts nothing rather than a negative.
+        let reused: Pids = [(1, 4.0)].into();
+        assert_eq!(used(&reused, &earlier), 0.0);
     }
 }

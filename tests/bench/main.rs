@@ -209,16 +209,21 @@ async fn run(args: Args, plan: Plan) -> anyhow::Result<()> {
     let ws = Arc::new(Collector::default());
     let hooks = Arc::new(Collector::default());
     let receivers = hooks::Receivers::start(plan.webhooks, hooks.clone()).await?;
-    b.add_endpoints(&receivers.urls).await?;
     b.start_live().await?;
     let run_from_ms = pmw_core::UnixMs::now().0;
 
     eprintln!("floor ({} repetitions per hop)", plan.floor_reps);
     let floor = floor::measure(&b, plan.floor_reps).await?;
+    // One session and no webhook endpoint yet: the latency without fan-out, beside the floor.
+    eprintln!("latency: one session, no fan-out");
+    let (one_ws, one_hooks) = (Arc::new(Collector::default()), Arc::default());
+    let single = phases::latency(&mut b, &plan, (None, 1), &one_ws, &one_hooks).await?;
+    b.add_endpoints(&receivers.urls).await?;
     eprintln!("latency: pmw (LISTEN wake-up)");
-    let pmw = phases::latency(&mut b, &plan, None, &ws, &hooks).await?;
+    let pmw = phases::latency(&mut b, &plan, (None, plan.ws_clients), &ws, &hooks).await?;
     eprintln!("latency: baseline (legacy poll {} ms)", plan.legacy_poll_ms);
-    let base = phases::latency(&mut b, &plan, Some(plan.legacy_poll_ms), &ws, &hooks).await?;
+    let legacy = (Some(plan.legacy_poll_ms), plan.ws_clients);
+    let base = phases::latency(&mut b, &plan, legacy, &ws, &hooks).await?;
     eprintln!("fan-out: steps {:?}", plan.fanout_steps);
     let fanout = phases::fanout(&mut b, &plan, &ws).await?;
     eprintln!("throughput: matches per block {:?}", plan.rates);
@@ -249,6 +254,7 @@ async fn run(args: Args, plan: Plan) -> anyhow::Result<()> {
         machine,
         pmw,
         base,
+        single,
         floor,
         fanout,
         rates,

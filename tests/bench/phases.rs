@@ -66,18 +66,18 @@ pub async fn settle(collectors: &[&Arc<Collector>], within: Duration) {
 }
 
 /// One design under the standard load: a fresh push leader (`legacy` = the seed's poll period,
-/// or `None` for pmw as built), `plan.ws_clients` sessions, the webhook endpoints, a warm-up run,
-/// then the measured run.
+/// or `None` for pmw as built), `sessions` sessions, the webhook endpoints (when added), a
+/// warm-up run, then the measured run.
 pub async fn latency(
     b: &mut Bench,
     plan: &Plan,
-    legacy: Option<u64>,
+    (legacy, sessions): (Option<u64>, usize),
     ws: &Arc<Collector>,
     hooks: &Arc<Collector>,
 ) -> anyhow::Result<Latency> {
     let push = b.start_push(legacy).await?;
     let mut fleet = Fleet::new(push.addr, ws.clone());
-    let failed = fleet.grow(plan.ws_clients, &b.ws_accounts).await;
+    let failed = fleet.grow(sessions, &b.ws_accounts).await;
     let clients = fleet.live();
     eprintln!(
         "  {clients} sessions open ({failed} failed); warm-up {:?}",

@@ -17,6 +17,8 @@ pub struct Report {
     pub machine: Vec<(String, String)>,
     pub pmw: Latency,
     pub base: Latency,
+    /// One session, no webhook endpoint: the latency without fan-out.
+    pub single: Latency,
     pub floor: Floor,
     pub fanout: FanOut,
     pub rates: Vec<RateStep>,
@@ -123,6 +125,16 @@ pub fn render(r: &Report) -> String {
             );
         }
     }
+    let one = &r.single;
+    let pair = |s: &Option<Summary>| format!("{} / {}", ms(p(s, |s| s.p50)), ms(p(s, |s| s.p99)));
+    let _ = writeln!(
+        o,
+        "| WebSocket | pmw, one session, no webhook endpoint | {} | {} | {} | {} |",
+        pair(&one.ws_parts.stored),
+        pair(&one.ws_parts.push),
+        pair(&one.ws_parts.wire),
+        pair(&one.ws)
+    );
     let _ = writeln!(o);
 
     let _ = writeln!(o, "## Floor\n\nThe bare cost on this machine of each hop a pushed trade must take, each alone, {} sequential repetitions after 5 warm-ups.\n", pl.floor_reps);
@@ -159,6 +171,10 @@ pub fn render(r: &Report) -> String {
         "| **old floor** | sum of the p50s | **{}** | |\n",
         ms(Some(r.floor.old_sum_p50()))
     );
+    let one = p(&r.single.ws, |s| s.p50);
+    let _ = writeln!(o, "**One session, no fan-out** (one account following {} wallets, no webhook endpoint, the same traffic, measured before the other windows): {} of {} owed trades, client-observed p50 / p99 {} / {}; its p50 is {} above the floor.\n",
+        r.plan.per_account, r.single.ws.as_ref().map_or(0, |s| s.n), r.single.ws_expected,
+        ms(one), ms(p(&r.single.ws, |s| s.p99)), ms(one.map(|v| v - floor)));
     let _ = writeln!(o, "pmw's client-observed p50 is {} the floor over WebSocket and {} over webhooks (baseline: {} and {}).\n",
         ratio(p(&r.pmw.ws, |s| s.p50), Some(floor)), ratio(p(&r.pmw.hooks, |s| s.p50), Some(floor)),
         ratio(p(&r.base.ws, |s| s.p50), Some(floor)), ratio(p(&r.base.hooks, |s| s.p50), Some(floor)));
@@ -283,12 +299,12 @@ fn render_rates(o: &mut String, r: &Report) {
         );
     }
     let _ = writeln!(o, "\nCPU per step, from `/proc/<pid>/stat` (user + system) between the step's start and its deliveries settling. Push serves WebSocket frames and webhook deliveries in one process, so its CPU is per delivered message of either kind. Postgres, ClickHouse and anvil are the shared local stack (every process by command name); the generators are this benchmark's process (WebSocket clients, webhook receivers, simulator).\n");
-    let _ = writeln!(o, "| matches/block | WS frames | webhook deliveries (delivered / owed) | webhook deliveries/s | push CPU | push µs / delivery | live CPU | live ms / block | postgres: this run's backends / all | clickhouse | anvil | generators | push share |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(o, "| matches/block | WS frames | webhook deliveries (delivered / owed) | webhook deliveries/s | push CPU | push µs / delivery | live CPU | live ms / block | postgres: this run's backends / all | postgres ms / block (this run's backends) | clickhouse | anvil | generators | push share |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for s in &r.rates {
         let c = &s.cpu;
         let _ = writeln!(
             o,
-            "| {} | {} | {} / {} | {:.0} | {:.1} s | {} | {:.1} s | {} | {:.1} s / {:.1} s | {:.1} s | {:.1} s | {:.1} s | {:.0}% |",
+            "| {} | {} | {} / {} | {:.0} | {:.1} s | {} | {:.1} s | {} | {:.1} s / {:.1} s | {} | {:.1} s | {:.1} s | {:.1} s | {:.0}% |",
             s.matches_per_block,
             s.ws_frames,
             s.hook_deliveries,
@@ -300,6 +316,7 @@ fn render_rates(o: &mut String, r: &Report) {
             s.live_ms_per_block().map_or("–".into(), |v| format!("{v:.1}")),
             c.run_db(),
             c.postgres,
+            s.pg_ms_per_block().map_or("–".into(), |v| format!("{v:.1}")),
             c.clickhouse,
             c.anvil,
             c.generators,
@@ -340,9 +357,11 @@ fn glance(o: &mut String, r: &Report) {
         q(&r.pmw.hooks), q(&r.base.hooks), ratio(p(&r.base.hooks, |s| s.p50), p(&r.pmw.hooks, |s| s.p50)));
     let _ = writeln!(
         o,
-        "- Floor {}: pmw's WebSocket p50 is {} that.",
+        "- Floor {}: pmw's WebSocket p50 is {} that; one session without fan-out: p50 {} ({} above the floor).",
         ms(Some(floor)),
-        ratio(p(&r.pmw.ws, |s| s.p50), Some(floor))
+        ratio(p(&r.pmw.ws, |s| s.p50), Some(floor)),
+        ms(p(&r.single.ws, |s| s.p50)),
+        ms(p(&r.single.ws, |s| s.p50).map(|v| v - floor))
     );
     let cap = r.fanout.capacity().map_or("–".into(), |c| c.to_string());
     let per = r

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use pmw_core::Address;
 
 use crate::clients::{Collector, Fleet};
-use crate::cpu::Cpu;
+use crate::cpu::{Cpu, Used};
 use crate::phases::{expected, followers_of, settle};
 use crate::setup::Bench;
 use crate::stats::{median_u64, Summary};
@@ -50,7 +50,7 @@ pub struct RateStep {
     /// Blocks the step's run spanned.
     pub blocks: u64,
     /// CPU seconds each party used from the step's start until its deliveries settled.
-    pub cpu: Cpu,
+    pub cpu: Used,
     pub kept_up: bool,
     pub generator_short: bool,
 }
@@ -70,6 +70,10 @@ impl RateStep {
     }
     pub fn hooks_per_s(&self) -> f64 {
         self.hook_deliveries as f64 / self.secs.max(1e-9)
+    }
+    /// CPU of this run's Postgres backends per block (every service's statements).
+    pub fn pg_ms_per_block(&self) -> Option<f64> {
+        (self.blocks > 0).then(|| self.cpu.run_db() * 1e3 / self.blocks as f64)
     }
     pub fn live_ms_per_block(&self) -> Option<f64> {
         (self.blocks > 0).then(|| self.cpu.live * 1e3 / self.blocks as f64)
