@@ -182,7 +182,7 @@ impl World {
     }
 
     /// The pm2 app `push_epoch` names as the leader.
-    async fn leader_app(&self) -> anyhow::Result<String> {
+    async fn pg(&self) -> anyhow::Result<tokio_postgres::Client> {
         let url = self
             .d
             .env
@@ -193,23 +193,32 @@ impl World {
             .clone();
         let (c, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
         tokio::spawn(conn);
-        let leader: String = c
-            .query_one("SELECT leader FROM push_epoch WHERE slot = 0", &[])
-            .await?
-            .get(0);
-        Ok(format!("pmw-{leader}"))
+        Ok(c)
+    }
+
+    async fn leader_app(&self) -> anyhow::Result<String> {
+        leader_of(&self.pg().await?).await
     }
 
     /// Watch `push_epoch` for up to `within`: when another instance than `app` became leader
-    /// (the standby's takeover of a frozen leader), or `None`.
+    /// (the standby's takeover of a frozen leader), or `None`. One connection, opened again
+    /// only when it fails (a Postgres restart may overlap).
     async fn takeover_within(&self, app: &str, within: Duration) -> Option<i64> {
         let until = tokio::time::Instant::now() + within;
+        let mut pg = None;
         while tokio::time::Instant::now() < until {
-            if let Ok(now) = self.leader_app().await {
-                if now != app {
-                    let at = now_ms();
-                    tokio::time::sleep_until(until).await;
-                    return Some(at);
+            if pg.is_none() {
+                pg = self.pg().await.ok();
+            }
+            if let Some(c) = &pg {
+                match leader_of(c).await {
+                    Ok(now) if now != app => {
+                        let at = now_ms();
+                        tokio::time::sleep_until(until).await;
+                        return Some(at);
+                    }
+                    Ok(_) => {}
+                    Err(_) => pg = None,
                 }
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -499,4 +508,13 @@ impl World {
             }
         })
     }
+}
+
+/// The pm2 app of the push leader on record.
+async fn leader_of(c: &tokio_postgres::Client) -> anyhow::Result<String> {
+    let leader: String = c
+        .query_one("SELECT leader FROM push_epoch WHERE slot = 0", &[])
+        .await?
+        .get(0);
+    Ok(format!("pmw-{leader}"))
 }
