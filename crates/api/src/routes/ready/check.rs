@@ -54,6 +54,8 @@ impl Check {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Checks {
     pub postgres: Check,
+    /// ClickHouse answers. Never gating: delivery reads the Postgres hot ledger; REST history
+    /// older than the hot window and the dashboard wait while it is down.
     pub clickhouse: Check,
     /// pmw-live holds the writer lock, beats, and keeps up with the chain head.
     pub ingest: Check,
@@ -93,6 +95,7 @@ impl Readiness {
     /// are the error); the non-gating ones' reasons are warnings.
     pub fn of(checks: Checks) -> Readiness {
         let warnings: Vec<String> = [
+            &checks.clickhouse,
             &checks.push_standby,
             &checks.stats,
             &checks.revisions,
@@ -104,7 +107,6 @@ impl Readiness {
         .collect();
         let reasons: Vec<&str> = [
             &checks.postgres,
-            &checks.clickhouse,
             &checks.ingest,
             &checks.push,
             &checks.webhooks,
@@ -174,8 +176,9 @@ mod tests {
     }
 
     #[test]
-    fn standby_stats_revisions_and_indexes_only_warn() {
+    fn clickhouse_standby_stats_revisions_and_indexes_only_warn() {
         let mut checks = all_pass();
+        checks.clickhouse = Check::fail("clickhouse unreachable".into(), Value::Null);
         checks.push_standby = Check::fail("no standby".into(), Value::Null);
         checks.stats = Check::fail("stale stats".into(), Value::Null);
         checks.revisions = Check::fail("two builds".into(), Value::Null);
@@ -186,6 +189,7 @@ mod tests {
         assert_eq!(
             r.warnings,
             [
+                "clickhouse unreachable",
                 "no standby",
                 "stale stats",
                 "two builds",

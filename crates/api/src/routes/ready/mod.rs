@@ -1,10 +1,11 @@
 //! `/v1/ready`: 200 when the whole push path works now, 503 with every reason otherwise.
-//! Gating checks: Postgres and ClickHouse reachable; pmw-live ingesting (a fresh writer
+//! Gating checks: Postgres reachable; pmw-live ingesting (a fresh writer
 //! heartbeat, its watermark within `PMW_API_READY_INGEST_MAX_LAG_BLOCKS` of the newest head it
 //! saw); the push leader completing rounds; no webhook delivery due and unclaimed for longer than
 //! `PMW_API_READY_WEBHOOK_DUE_MAX_AGE_MS` (the dispatcher runs); the recent detect→push median
-//! (WebSocket deliveries, or webhook ones when there are none). Reported in `warnings` without
-//! flipping readiness: no push standby, a stale pmw-stats, services on different builds, an
+//! (WebSocket deliveries, or webhook ones when there are none; unknown while ClickHouse is
+//! down). Reported in `warnings` without flipping readiness: ClickHouse unreachable (delivery
+//! reads the Postgres hot ledger), no push standby, a stale pmw-stats, services on different builds, an
 //! index Postgres does not use or maintain (`pg_index.indisvalid`/`indisready` false),
 //! ClickHouse more than a minute behind the Postgres hot ledger (the projector's lag).
 //! Computed at most once per interval on a pool of its own ([`cache`]); the public (proxied)
