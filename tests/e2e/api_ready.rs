@@ -1,6 +1,7 @@
 //! `/v1/ready` on the real stack: 503 with a reason while push has no recent round (no leader,
 //! stopped leader, stale heartbeat), while the detect→push median is too high, and while
-//! Postgres or ClickHouse is unreachable; 200 again as soon as each recovers. `/v1/health`
+//! Postgres is unreachable; 200 again as soon as each recovers. ClickHouse unreachable is a
+//! warning (delivery does not read it), also when the API starts during the outage. `/v1/health`
 //! answers regardless. A missing push standby (no fresh `standby` heartbeat) is reported in
 //! `checks.push_standby` and `warnings` without flipping readiness.
 
@@ -166,6 +167,46 @@ async fn ready_is_503_while_postgres_is_unreachable_and_warns_while_clickhouse_i
     ch_proxy.restore();
     ready_until(&base, "clickhouse back", |r| {
         r.status.as_u16() == 200 && r.body["checks"]["clickhouse"]["ok"] == true
+    })
+    .await;
+}
+
+/// The API starts while ClickHouse is down (what it serves lives in Postgres): it binds, serves
+/// an account's own data, and readiness reports ClickHouse until it answers again. It used to
+/// exit 75 at start until ClickHouse was back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_starts_while_clickhouse_is_down_and_reports_it() {
+    let db = TestDb::new().await;
+    let ch_target = db
+        .cfg
+        .clickhouse_url
+        .trim_start_matches("http://")
+        .to_string();
+    let ch_proxy = TcpProxy::start(ch_target.parse().unwrap()).await;
+    ch_proxy.cut();
+    let mut core = db.cfg.clone();
+    core.clickhouse_url = format!("http://{}", ch_proxy.addr);
+    let (addr, _api) = spawn_api(core, cfg()).await;
+    let base = format!("http://{addr}");
+    let key = {
+        let c = db.pg.get().await.unwrap();
+        pmw_tests::harness::account(&c, "during-outage", &[]).await
+    };
+    let me = reqwest::Client::new()
+        .get(format!("{base}/v1/me"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(me.status().as_u16(), 200, "{:?}", me.text().await);
+    let r = ready_until(&base, "clickhouse reported unreachable", |r| {
+        r.body["checks"]["clickhouse"]["ok"] == false
+    })
+    .await;
+    assert!(r.text.contains("clickhouse unreachable"), "{}", r.text);
+    ch_proxy.restore();
+    ready_until(&base, "clickhouse back", |r| {
+        r.body["checks"]["clickhouse"]["ok"] == true
     })
     .await;
 }

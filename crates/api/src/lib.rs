@@ -64,7 +64,7 @@ pub async fn run_with(
     shutdown: CancellationToken,
     bound: Option<oneshot::Sender<SocketAddr>>,
 ) -> Result<(), ServiceError> {
-    let stores = Stores::open(&cfg, SERVICE).await?;
+    let stores = Stores::open_postgres_first(&cfg, SERVICE, &shutdown).await?;
     publish_plans(&stores.pg, &api)
         .await
         .map_err(|e| ServiceError::transient(format!("cannot publish plans: {e}")))?;

@@ -37,6 +37,26 @@ impl Stores {
         Ok(Stores { pg: pool, ch })
     }
 
+    /// [`Stores::open`] for pmw-api: Postgres must answer now (75 otherwise), ClickHouse need not
+    /// (its schema is checked once it answers): the API's accounts, keys, subscriptions and
+    /// webhooks live in Postgres, and only history older than the hot window reads ClickHouse.
+    pub async fn open_postgres_first(
+        cfg: &CoreConfig,
+        service: &'static str,
+        shutdown: &CancellationToken,
+    ) -> Result<Stores, ServiceError> {
+        let pool = pg::pool(cfg, service).map_err(|e| ServiceError::Config(e.to_string()))?;
+        let ch = ch::client(cfg);
+        let client = pool
+            .get()
+            .await
+            .map_err(|e| ServiceError::transient(format!("postgres unreachable: {e}")))?;
+        migrate::check_pg_schema(&**client).await?;
+        drop(client);
+        clickhouse_or_watch(&ch, service, shutdown).await?;
+        Ok(Stores { pg: pool, ch })
+    }
+
     /// [`Stores::open`] for the delivery path (push and live), waiting (the store policy of
     /// [`crate::backoff`], logged) while Postgres is unreachable, until shutdown. A process
     /// that exits 75 while a store is down is restarted by pm2 after a delay that grows with
@@ -79,30 +99,36 @@ impl Stores {
                 Err(e) => return Err(e),
             }
         }
-        // A frozen ClickHouse (a paused VM) accepts and never answers: bounded like a refusal.
-        let checked = tokio::time::timeout(CH_START_CHECK, migrate::check_ch_schema(&ch)).await;
-        match checked {
-            Ok(Ok(())) => tracing::info!(service, "schema checked"),
-            Ok(Err(SchemaError::ClickHouse(e))) => {
-                tracing::warn!(service, error = %e, "clickhouse unreachable at start; starting without it (off the delivery path), its schema is checked once it answers");
-                tokio::spawn(watch_clickhouse_schema(
-                    ch.clone(),
-                    service,
-                    shutdown.clone(),
-                ));
-            }
-            Err(_) => {
-                tracing::warn!(service, timeout_ms = CH_START_CHECK.as_millis() as u64, "clickhouse did not answer at start; starting without it (off the delivery path), its schema is checked once it answers");
-                tokio::spawn(watch_clickhouse_schema(
-                    ch.clone(),
-                    service,
-                    shutdown.clone(),
-                ));
-            }
-            Ok(Err(e)) => return Err(e.into()),
-        }
+        clickhouse_or_watch(&ch, service, shutdown).await?;
         Ok(Some(Stores { pg: pool, ch }))
     }
+}
+
+/// Check ClickHouse's schema now when it answers within [`CH_START_CHECK`]; otherwise start
+/// without it and check in the background ([`watch_clickhouse_schema`]). An unknown schema
+/// that answers now is refused (78).
+async fn clickhouse_or_watch(
+    ch: &ChClient,
+    service: &'static str,
+    shutdown: &CancellationToken,
+) -> Result<(), ServiceError> {
+    // A frozen ClickHouse (a paused VM) accepts and never answers: bounded like a refusal.
+    let why = match tokio::time::timeout(CH_START_CHECK, migrate::check_ch_schema(ch)).await {
+        Ok(Ok(())) => {
+            tracing::info!(service, "schema checked");
+            return Ok(());
+        }
+        Ok(Err(SchemaError::ClickHouse(e))) => e.to_string(),
+        Ok(Err(e)) => return Err(e.into()),
+        Err(_) => format!("no answer within {} ms", CH_START_CHECK.as_millis()),
+    };
+    tracing::warn!(service, error = %why, "clickhouse unreachable at start; starting without it (off the delivery path), its schema is checked once it answers");
+    tokio::spawn(watch_clickhouse_schema(
+        ch.clone(),
+        service,
+        shutdown.clone(),
+    ));
+    Ok(())
 }
 
 /// Check ClickHouse's schema once it answers (the store policy between tries, until shutdown).
