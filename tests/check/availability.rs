@@ -7,7 +7,8 @@
 //! (what ingest owes everyone) plus the detect→delivery of that subscriber's first trade
 //! detected after it: a subscriber that simply had no trade in the next seconds is not
 //! charged for the quiet. A rolling deploy is judged by the detect→delivery of every trade
-//! detected while it ran (no gap beyond one reconnect). When another budgeted fault is under
+//! detected while it ran (no gap beyond one reconnect), but for the trades whose wait another
+//! budgeted fault overlapped (that fault answers for them). When another budgeted fault is under
 //! way before a fault's budget runs out, the later of their deadlines applies ("masked").
 //!
 //! A ClickHouse stop darkens nothing (issue 29: ClickHouse is off the delivery path): every
@@ -179,27 +180,33 @@ pub fn judge(done: &[Done], streams: &[Stream], lease_ms: i64) -> Judgement {
         let masked = until > w.deadline();
         // The first block anyone was told of after the fault's end.
         let first_detect = detects.iter().copied().find(|&d| d >= e);
+        // The other faults that may darken a feed, each from its start to its deadline: a trade
+        // whose wait overlapped one is that fault's to answer for (judged from its end), not a
+        // fault judged by the trades detected while it lasted.
+        let others: Vec<(i64, i64)> = windows
+            .iter()
+            .filter(|g| !harmless(&g.done.fault.kind) && !std::ptr::eq(g.done, w.done))
+            .map(|g| (g.done.began_ms, g.deadline()))
+            .collect();
+        let own = |d: i64, a: i64| !others.iter().any(|&(b, x)| d <= x && a >= b);
         for s in streams {
             let recovery = if harmless(&w.done.fault.kind) {
                 // Every trade detected while it lasted whose wait no other fault overlapped.
-                let others: Vec<(i64, i64)> = windows
-                    .iter()
-                    .filter(|g| !harmless(&g.done.fault.kind))
-                    .map(|g| (g.done.began_ms, g.deadline()))
-                    .collect();
                 s.deliveries
                     .iter()
                     .filter(|&&(d, a)| d >= w.done.began_ms && d <= e && !s.excused(d, a))
-                    .filter(|&&(d, a)| !others.iter().any(|&(b, x)| d <= x && a >= b))
+                    .filter(|&&(d, a)| own(d, a))
                     .map(|&(d, a)| a - d)
                     .max()
             } else if matches!(w.done.fault.kind, Kind::Deploy) {
-                // Every trade detected while the deploy ran, delivered within the budget.
+                // Every trade detected while the deploy ran, delivered within the budget (a
+                // leader frozen in the middle of a deploy is the freeze's to answer for).
                 s.deliveries
                     .iter()
                     .filter(|&&(d, a)| {
                         d >= w.done.began_ms && d <= w.done.end_ms && !s.excused(d, a)
                     })
+                    .filter(|&&(d, a)| own(d, a))
                     .map(|&(d, a)| a - d)
                     .max()
             } else {
@@ -453,6 +460,42 @@ mod tests {
         assert!(!j.failed(), "{}", table(&j, 10_000));
         assert!(j.samples.iter().any(|s| s.masked));
         assert!(judge(&faults, &[at(26_000)], 10_000).failed());
+    }
+
+    #[test]
+    fn a_fault_starting_during_a_deploy_answers_for_the_trades_it_held() {
+        // A deploy from 10 s to 30 s (its own deadline: 1 s after its start) and a leader frozen
+        // from 15 s to 22 s (no takeover): trades detected 15–22 s wait until 22.5 s.
+        let faults = [
+            done(Kind::Deploy, 10_000, 10_000),
+            done(Kind::LeaderStop { secs: 7 }, 15_000, 22_000),
+        ];
+        let mut f = faults.clone();
+        f[0].end_ms = 30_000;
+        let held: Vec<(i64, i64)> = (0..150)
+            .map(|i| i * 300)
+            .map(|d| {
+                (
+                    d,
+                    if (15_000..22_000).contains(&d) {
+                        22_500
+                    } else {
+                        d + 40
+                    },
+                )
+            })
+            .collect();
+        let j = judge(&f, &[stream(held.clone())], 10_000);
+        assert!(!j.failed(), "{}", table(&j, 10_000));
+        // Without the freeze, the same waits are the deploy's: over its 1 s.
+        let j = judge(&f[..1], &[stream(held.clone())], 10_000);
+        assert!(j.failed(), "{}", table(&j, 10_000));
+        // A trade the deploy held before the freeze began is still the deploy's.
+        let mut slow = held;
+        slow[40].1 = slow[40].0 + 2_000;
+        assert!((10_000..13_000).contains(&slow[40].0));
+        let j = judge(&f, &[stream(slow)], 10_000);
+        assert!(j.failed(), "{}", table(&j, 10_000));
     }
 
     #[test]
