@@ -97,6 +97,17 @@ impl Window<'_> {
     fn deadline(&self) -> i64 {
         self.done.ended_ms + self.budget
     }
+
+    /// The deadline this fault sets for others on a stream: a rolling deploy holds webhooks at
+    /// each handover while it runs (up to the attempt timeout), so for webhook streams it lasts
+    /// until its end; for WebSocket streams it is its own (its start + 1 s).
+    fn deadline_for(&self, hooks: bool) -> i64 {
+        if hooks && matches!(self.done.fault.kind, Kind::Deploy) {
+            self.done.end_ms.max(self.done.ended_ms) + self.budget
+        } else {
+            self.deadline()
+        }
+    }
 }
 
 /// One judged (fault, subscriber) pair.
@@ -135,14 +146,14 @@ fn harmless(kind: &Kind) -> bool {
 }
 
 /// The deadline of `f`: its own, moved to a later fault's while one is under way before it.
-fn deadline(f: &Window<'_>, all: &[Window<'_>]) -> i64 {
+fn deadline(f: &Window<'_>, all: &[Window<'_>], hooks: bool) -> i64 {
     let mut d = f.deadline();
     loop {
         let later = all
             .iter()
             .filter(|g| !harmless(&g.done.fault.kind))
-            .filter(|g| g.done.began_ms <= d && g.deadline() > d)
-            .map(Window::deadline)
+            .filter(|g| g.done.began_ms <= d && g.deadline_for(hooks) > d)
+            .map(|g| g.deadline_for(hooks))
             .max();
         match later {
             Some(l) => d = l,
@@ -176,20 +187,22 @@ pub fn judge(done: &[Done], streams: &[Stream], lease_ms: i64) -> Judgement {
             j.failed_deploys
                 .push(format!("t+{} s: {}", w.done.fault.at_s, w.done.note));
         }
-        let until = deadline(w, &windows);
-        let masked = until > w.deadline();
+
         // The first block anyone was told of after the fault's end.
         let first_detect = detects.iter().copied().find(|&d| d >= e);
         // The other faults that may darken a feed, each from its start to its deadline: a trade
         // whose wait overlapped one is that fault's to answer for (judged from its end), not a
         // fault judged by the trades detected while it lasted.
-        let others: Vec<(i64, i64)> = windows
-            .iter()
-            .filter(|g| !harmless(&g.done.fault.kind) && !std::ptr::eq(g.done, w.done))
-            .map(|g| (g.done.began_ms, g.deadline()))
-            .collect();
-        let own = |d: i64, a: i64| !others.iter().any(|&(b, x)| d <= x && a >= b);
         for s in streams {
+            let hooks = s.name.starts_with("hook");
+            let until = deadline(w, &windows, hooks);
+            let masked = until > w.deadline();
+            let others: Vec<(i64, i64)> = windows
+                .iter()
+                .filter(|g| !harmless(&g.done.fault.kind) && !std::ptr::eq(g.done, w.done))
+                .map(|g| (g.done.began_ms, g.deadline_for(hooks)))
+                .collect();
+            let own = |d: i64, a: i64| !others.iter().any(|&(b, x)| d <= x && a >= b);
             let recovery = if harmless(&w.done.fault.kind) {
                 // Every trade detected while it lasted whose wait no other fault overlapped.
                 s.deliveries
@@ -228,7 +241,7 @@ pub fn judge(done: &[Done], streams: &[Stream], lease_ms: i64) -> Judgement {
             } else {
                 until - e
             };
-            if matches!(w.done.fault.kind, Kind::Deploy) && s.name.starts_with("hook") {
+            if matches!(w.done.fault.kind, Kind::Deploy) && hooks {
                 // The handover waits for the webhook attempts in flight (so the successor never
                 // sends them again): a receiver holding a request holds the webhook lane's
                 // handover up to the attempt timeout (docs/RELIABILITY.md).
@@ -495,6 +508,27 @@ mod tests {
         slow[40].1 = slow[40].0 + 2_000;
         assert!((10_000..13_000).contains(&slow[40].0));
         let j = judge(&f, &[stream(slow)], 10_000);
+        assert!(j.failed(), "{}", table(&j, 10_000));
+    }
+
+    #[test]
+    fn a_deploy_holds_webhooks_until_its_end_and_websockets_for_one_second() {
+        // An RPC cut from 10 s to 15 s and a deploy from 13 s to 25 s: webhooks recover at 22 s
+        // (a handover held them), WebSocket at 15.2 s.
+        let mut deploy = done(Kind::Deploy, 13_000, 13_000);
+        deploy.end_ms = 25_000;
+        let faults = [done(Kind::RpcCut { secs: 5 }, 10_000, 15_000), deploy];
+        let at = |r: i64| vec![(15_100, r), (16_000, r.max(16_020)), (26_000, 26_020)];
+        let mut hook = stream(at(22_000));
+        hook.name = "hook 0/hook".into();
+        let j = judge(&faults, &[hook.clone(), stream(at(15_200))], 10_000);
+        assert!(!j.failed(), "{}", table(&j, 10_000));
+        // The same 7 s on a WebSocket stream break the cut's 3 s.
+        let j = judge(&faults, &[stream(at(22_000))], 10_000);
+        assert!(j.failed(), "{}", table(&j, 10_000));
+        // And a webhook recovery after the deploy's end + 1 s breaks it too.
+        hook.deliveries = at(26_500);
+        let j = judge(&faults, &[hook], 10_000);
         assert!(j.failed(), "{}", table(&j, 10_000));
     }
 
