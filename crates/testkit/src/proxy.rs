@@ -74,7 +74,7 @@ impl TcpProxy {
                     let (client_r, client_w) = inbound.into_split();
                     let (server_r, server_w) = outbound.into_split();
                     tokio::select! {
-                        _ = async { tokio::join!(pump(client_r, server_w, None), pump(server_r, client_w, Some(st))) } => {}
+                        _ = async { tokio::join!(pump(client_r, server_w, &st, false), pump(server_r, client_w, &st, true)) } => {}
                         _ = cut.cancelled() => {}
                     }
                 });
@@ -94,10 +94,11 @@ impl TcpProxy {
         self.state.refusing.store(false, Ordering::SeqCst);
     }
 
-    /// A hung server: close every open connection, then accept new ones and never answer them.
+    /// A hung server: open connections stop forwarding (held open, nothing passes either way)
+    /// and new ones are accepted and never answered. A hung server closes nothing: closing here
+    /// made a request in flight fail at once, an error rather than a hang.
     pub fn freeze(&self) {
         self.state.frozen.store(true, Ordering::SeqCst);
-        self.new_generation();
     }
 
     /// Forward again; connections held while frozen are closed.
@@ -126,9 +127,10 @@ impl TcpProxy {
     }
 }
 
-/// Copy `from` to `to` until either ends; with `delay`, each chunk is written its delay after it
-/// was read (order kept), the delay read from the state as the chunk arrives.
-async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, delay: Option<Arc<State>>) {
+/// Copy `from` to `to` until either ends; with `delayed`, each chunk is written its delay after
+/// it was read (order kept), the delay read from the state as the chunk arrives. While the proxy
+/// is frozen nothing is written (the connection's cut, at thaw, closes it).
+async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, st: &State, delayed: bool) {
     let (tx, mut rx) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
     let read = async move {
         let mut buf = vec![0u8; 64 * 1024];
@@ -137,22 +139,31 @@ async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, delay: Option<Arc
                 Ok(0) | Err(_) => break,
                 Ok(n) => n,
             };
-            let ms = delay
-                .as_ref()
-                .map_or(0, |s| s.delay_ms.load(Ordering::SeqCst));
+            let ms = if delayed {
+                st.delay_ms.load(Ordering::SeqCst)
+            } else {
+                0
+            };
             let due = Instant::now() + Duration::from_millis(ms);
             if tx.send((due, buf[..n].to_vec())).is_err() {
                 break;
             }
         }
     };
+    let hold_while_frozen = || async {
+        if st.frozen.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+    };
     let write = async move {
         while let Some((due, bytes)) = rx.recv().await {
             tokio::time::sleep_until(due).await;
+            hold_while_frozen().await;
             if to.write_all(&bytes).await.is_err() {
                 return;
             }
         }
+        hold_while_frozen().await;
         let _ = to.shutdown().await;
     };
     tokio::join!(read, write);
