@@ -87,6 +87,29 @@ pub fn ws_round_stages(stages: &Stages, dispatched: Instant, newest_detect_ms: O
     }
 }
 
+/// A webhook round that queued trades (debug log): how long after the newest trade's block was
+/// detected each part ended; the dispatcher stamps `t_push_ms` on each send after `handed`.
+pub fn hook_round_stages(
+    stages: &Stages,
+    enqueued: Instant,
+    handed: Instant,
+    newest_detect_ms: Option<i64>,
+) {
+    let Some(detect) = newest_detect_ms else {
+        return;
+    };
+    let now = pmw_core::UnixMs::now().0;
+    let ago = |t: Instant| now - detect - handed.duration_since(t).as_millis() as i64;
+    tracing::debug!(
+        started = ago(stages.started),
+        state = ago(stages.state),
+        read = ago(stages.read),
+        enqueued = ago(enqueued),
+        handed = now - detect,
+        "webhook round after detect (ms)"
+    );
+}
+
 /// When a WebSocket round's parts ended.
 #[derive(Debug, Clone, Copy)]
 pub struct Stages {

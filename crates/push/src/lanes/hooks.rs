@@ -3,6 +3,8 @@
 //! transaction that moves `webhook_cursor` (fenced by the epoch). Trade deliveries go in claimed
 //! by the epoch and are handed to the dispatcher in memory after the commit.
 
+use std::time::Instant;
+
 use pmw_core::filter::Facts;
 use pmw_core::message::{Kind, TradeMessage};
 
@@ -95,11 +97,19 @@ impl Lane for HookLane {
             self.handoff.is_some(),
         )
         .await?;
+        let queued_at = Instant::now();
         log_cancelled(&self.facts, idx, &enqueued.cancelled);
         let handed = enqueued.handed.len() as u64;
         if let Some(h) = &self.handoff {
             h.send(&deliveries, enqueued.handed);
         }
+        let newest_live = batch
+            .rows
+            .iter()
+            .filter(|r| r.backfilled == 0)
+            .map(|r| r.t_detect_ms)
+            .max();
+        crate::telemetry::hook_round_stages(&batch.stages, queued_at, Instant::now(), newest_live);
         self.at.moved(&batch);
         Ok(RoundOutcome {
             trades: batch.rows.len(),
