@@ -323,16 +323,27 @@ impl Drill {
         let url = format!("ws://127.0.0.1:{site}/v1/ws");
         // Wait until a leader serves through Caddy.
         let (within, t0) = (Duration::from_secs(90), Instant::now());
+        let last_error = std::sync::Mutex::new(String::new());
         let reached = eventually_every(within, Duration::from_millis(200), || async {
             let mut req = url.as_str().into_client_request().unwrap();
             req.headers_mut().insert(
                 "authorization",
                 format!("Bearer {}", accounts[0].0).parse().unwrap(),
             );
-            tokio_tungstenite::connect_async(req).await.is_ok()
+            let r = tokio_tungstenite::connect_async(req).await;
+            if let Err(e) = &r {
+                *last_error.lock().unwrap() = e.to_string();
+            }
+            r.is_ok()
         })
         .await;
-        assert!(reached, "no push leader reachable through caddy");
+        // What the last attempt got (Caddy's 502/503, push's 401/429, a refused port) and
+        // Caddy's own log (printed with the apps' on failure) say which hop it was.
+        assert!(
+            reached,
+            "no push leader reachable through caddy (last attempt: {})",
+            last_error.lock().unwrap()
+        );
         // And, when the API runs, until it answers through Caddy (it starts beside push, and a
         // request before its port is bound is Caddy's 502).
         let apps = opts
