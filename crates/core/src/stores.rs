@@ -25,12 +25,8 @@ impl Stores {
     /// Connect both stores and check the schema version. Unreachable stores are transient (75),
     /// an unknown schema is a configuration error (78).
     pub async fn open(cfg: &CoreConfig, service: &str) -> Result<Stores, ServiceError> {
-        let pool = pg::pool(cfg, service).map_err(|e| ServiceError::Config(e.to_string()))?;
-        let ch = ch::client(cfg);
-        let client = pool
-            .get()
-            .await
-            .map_err(|e| ServiceError::transient(format!("postgres unreachable: {e}")))?;
+        let (pool, ch) = clients(cfg, service)?;
+        let client = postgres_now(&pool).await?;
         migrate::check_schema(&**client, &ch).await?;
         drop(client);
         tracing::info!(service, "schema checked");
@@ -45,12 +41,8 @@ impl Stores {
         service: &'static str,
         shutdown: &CancellationToken,
     ) -> Result<Stores, ServiceError> {
-        let pool = pg::pool(cfg, service).map_err(|e| ServiceError::Config(e.to_string()))?;
-        let ch = ch::client(cfg);
-        let client = pool
-            .get()
-            .await
-            .map_err(|e| ServiceError::transient(format!("postgres unreachable: {e}")))?;
+        let (pool, ch) = clients(cfg, service)?;
+        let client = postgres_now(&pool).await?;
         migrate::check_pg_schema(&**client).await?;
         drop(client);
         clickhouse_or_watch(&ch, service, shutdown).await?;
@@ -74,17 +66,14 @@ impl Stores {
         service: &'static str,
         shutdown: &CancellationToken,
     ) -> Result<Option<Stores>, ServiceError> {
-        let pool = pg::pool(cfg, service).map_err(|e| ServiceError::Config(e.to_string()))?;
-        let ch = ch::client(cfg);
+        let (pool, ch) = clients(cfg, service)?;
         let mut backoff = Backoff::new(Policy::STORE);
         loop {
-            let checked = match pool.get().await {
+            let checked = match postgres_now(&pool).await {
                 Ok(client) => migrate::check_pg_schema(&**client)
                     .await
                     .map_err(ServiceError::from),
-                Err(e) => Err(ServiceError::transient(format!(
-                    "postgres unreachable: {e}"
-                ))),
+                Err(e) => Err(e),
             };
             match checked {
                 Ok(()) => break,
@@ -102,6 +91,20 @@ impl Stores {
         clickhouse_or_watch(&ch, service, shutdown).await?;
         Ok(Some(Stores { pg: pool, ch }))
     }
+}
+
+/// Both stores' clients (nothing connects yet); a malformed Postgres setting is a
+/// configuration error (78).
+fn clients(cfg: &CoreConfig, service: &str) -> Result<(PgPool, ChClient), ServiceError> {
+    let pool = pg::pool(cfg, service).map_err(|e| ServiceError::Config(e.to_string()))?;
+    Ok((pool, ch::client(cfg)))
+}
+
+/// A Postgres connection now, or the transient error (75) that names it unreachable.
+async fn postgres_now(pool: &PgPool) -> Result<deadpool_postgres::Object, ServiceError> {
+    pool.get()
+        .await
+        .map_err(|e| ServiceError::transient(format!("postgres unreachable: {e}")))
 }
 
 /// Check ClickHouse's schema now when it answers within [`CH_START_CHECK`]; otherwise start
