@@ -109,6 +109,18 @@ pub struct Batch {
     pub stages: Stages,
 }
 
+impl Batch {
+    /// When the newest live (not backfilled) trade's block was detected: what the rounds'
+    /// stage lines measure from.
+    pub fn newest_live_detect_ms(&self) -> Option<i64> {
+        self.rows
+            .iter()
+            .filter(|r| r.backfilled == 0)
+            .map(|r| r.t_detect_ms)
+            .max()
+    }
+}
+
 /// A round's read: the connection it used (the lane's commit goes on it), the index to match
 /// with, and the batch (`None`: nothing to deliver, or not read yet).
 pub struct Reading {

@@ -74,14 +74,13 @@ pub fn ws_round_stages(stages: &Stages, dispatched: Instant, newest_detect_ms: O
         metrics::histogram!(WS_STAGE_SECONDS, "stage" => stage).record((to - from).as_secs_f64());
     }
     if let Some(detect) = newest_detect_ms {
-        let now = pmw_core::UnixMs::now().0;
-        let ago = |t: Instant| now - detect - dispatched.duration_since(t).as_millis() as i64;
+        let ago = after_detect(detect, dispatched);
         tracing::debug!(
             started = ago(stages.started),
             state = ago(stages.state),
             read = ago(stages.read),
             claimed = ago(stages.claimed),
-            dispatched = now - detect,
+            dispatched = ago(dispatched),
             "ws round after detect (ms)"
         );
     }
@@ -98,16 +97,22 @@ pub fn hook_round_stages(
     let Some(detect) = newest_detect_ms else {
         return;
     };
-    let now = pmw_core::UnixMs::now().0;
-    let ago = |t: Instant| now - detect - handed.duration_since(t).as_millis() as i64;
+    let ago = after_detect(detect, handed);
     tracing::debug!(
         started = ago(stages.started),
         state = ago(stages.state),
         read = ago(stages.read),
         enqueued = ago(enqueued),
-        handed = now - detect,
+        handed = ago(handed),
         "webhook round after detect (ms)"
     );
+}
+
+/// Milliseconds from `detect` (wall clock) to an instant at or before `last`, which is taken as
+/// now: the stage lines' clock.
+fn after_detect(detect: i64, last: Instant) -> impl Fn(Instant) -> i64 {
+    let now = pmw_core::UnixMs::now().0;
+    move |t: Instant| now - detect - last.duration_since(t).as_millis() as i64
 }
 
 /// When a WebSocket round's parts ended.

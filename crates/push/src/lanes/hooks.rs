@@ -103,13 +103,8 @@ impl Lane for HookLane {
         if let Some(h) = &self.handoff {
             h.send(&deliveries, enqueued.handed);
         }
-        let newest_live = batch
-            .rows
-            .iter()
-            .filter(|r| r.backfilled == 0)
-            .map(|r| r.t_detect_ms)
-            .max();
-        crate::telemetry::hook_round_stages(&batch.stages, queued_at, Instant::now(), newest_live);
+        let newest = batch.newest_live_detect_ms();
+        crate::telemetry::hook_round_stages(&batch.stages, queued_at, Instant::now(), newest);
         self.at.moved(&batch);
         Ok(RoundOutcome {
             trades: batch.rows.len(),

@@ -158,13 +158,8 @@ impl Lane for WsLane {
             self.hub.rewind(batch.from, Stream::Ledger);
         }
         let frames = self.hub.dispatch(&items, batch.through);
-        let newest_live = batch
-            .rows
-            .iter()
-            .filter(|r| r.backfilled == 0)
-            .map(|r| r.t_detect_ms)
-            .max();
-        crate::telemetry::ws_round_stages(&stages, Instant::now(), newest_live);
+        let newest = batch.newest_live_detect_ms();
+        crate::telemetry::ws_round_stages(&stages, Instant::now(), newest);
         let done = client
             .prepare_cached(include_str!("sql/ws_claim_done.sql"))
             .await?;
