@@ -11,7 +11,7 @@ use crate::api::{live_for, push_config, ready_becomes, spawn_api, start_push, te
 use pmw_api::ApiConfig;
 use pmw_core::ch::latency::insert_push;
 use pmw_core::ch::PushLatencyRow;
-use pmw_core::UnixMs;
+use pmw_core::{CoreConfig, UnixMs};
 use pmw_testkit::{Http, Resp, ServiceHandle, TcpProxy, TestDb};
 use secrecy::{ExposeSecret, SecretString};
 
@@ -112,17 +112,18 @@ async fn ready_follows_push_rounds_and_latency() {
     assert_eq!(r.body["checks"]["latency"]["detail"]["median_ms"], 40);
 }
 
+/// A breakable proxy in front of the test's ClickHouse.
+async fn clickhouse_proxy(cfg: &CoreConfig) -> TcpProxy {
+    let target = cfg.clickhouse_url.trim_start_matches("http://");
+    TcpProxy::start(target.parse().unwrap()).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ready_is_503_while_postgres_is_unreachable_and_warns_while_clickhouse_is() {
     let db = TestDb::new().await;
     let pg_port = db.cfg.postgres().get_ports()[0];
     let pg_proxy = TcpProxy::start(format!("127.0.0.1:{pg_port}").parse().unwrap()).await;
-    let ch_target = db
-        .cfg
-        .clickhouse_url
-        .trim_start_matches("http://")
-        .to_string();
-    let ch_proxy = TcpProxy::start(ch_target.parse().unwrap()).await;
+    let ch_proxy = clickhouse_proxy(&db.cfg).await;
     let mut core = db.cfg.clone();
     core.postgres_url = SecretString::from(core.postgres_url.expose_secret().replace(
         &format!(":{pg_port}/"),
@@ -177,12 +178,7 @@ async fn ready_is_503_while_postgres_is_unreachable_and_warns_while_clickhouse_i
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_api_starts_while_clickhouse_is_down_and_reports_it() {
     let db = TestDb::new().await;
-    let ch_target = db
-        .cfg
-        .clickhouse_url
-        .trim_start_matches("http://")
-        .to_string();
-    let ch_proxy = TcpProxy::start(ch_target.parse().unwrap()).await;
+    let ch_proxy = clickhouse_proxy(&db.cfg).await;
     ch_proxy.cut();
     let mut core = db.cfg.clone();
     core.clickhouse_url = format!("http://{}", ch_proxy.addr);
