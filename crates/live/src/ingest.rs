@@ -134,6 +134,12 @@ fn decode_rows(
     (rows, undecodable)
 }
 
+/// The highest head of `book` above `cursor` (every head when there is no cursor yet).
+fn owed_head(book: &BTreeMap<u64, SeenHead>, cursor: Option<BlockRef>) -> Option<Head> {
+    let (number, seen) = book.last_key_value()?;
+    (cursor.is_none_or(|c| *number > c.number)).then(|| seen.head.clone())
+}
+
 impl Ingester {
     pub fn new(parts: IngestParts) -> Ingester {
         let addresses = parts.allow.addresses().collect();
@@ -186,6 +192,11 @@ impl Ingester {
         while self.book.len() > BOOK_SIZE {
             self.book.pop_first();
         }
+    }
+
+    /// The highest head seen live above the watermark, if any: still to be ingested.
+    pub fn owed_head(&self) -> Option<Head> {
+        owed_head(&self.book, self.cursor)
     }
 
     /// Bring the watermark up to `target` (a head seen live), in order.
@@ -473,5 +484,31 @@ mod tests {
         let (rows, undecodable) = decode_rows(&logs, &head(), &allow, stamp());
         assert!(rows.is_empty());
         assert_eq!(undecodable, 0);
+    }
+
+    #[test]
+    fn a_head_seen_before_a_lower_one_is_still_owed() {
+        let at = |number: u64| SeenHead {
+            head: Head {
+                number,
+                hash: [number as u8; 32],
+                parent_hash: [number as u8 - 1; 32],
+                timestamp: 1_700_000_000 + number,
+            },
+            t_detect_ms: UnixMs(1_700_000_000_000),
+        };
+        let cursor = |number: u64| {
+            Some(BlockRef {
+                number,
+                hash: [number as u8; 32],
+            })
+        };
+        // 113 arrived (by a poll) before 112 (by a slow subscription): 112 was the target.
+        let book: BTreeMap<u64, SeenHead> = [(113, at(113)), (112, at(112))].into();
+        assert_eq!(owed_head(&book, cursor(112)).map(|h| h.number), Some(113));
+        assert_eq!(owed_head(&book, cursor(113)), None);
+        assert_eq!(owed_head(&book, cursor(120)), None);
+        assert_eq!(owed_head(&book, None).map(|h| h.number), Some(113));
+        assert_eq!(owed_head(&BTreeMap::new(), cursor(1)), None);
     }
 }

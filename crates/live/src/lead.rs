@@ -234,7 +234,11 @@ async fn reached_or_pause(
     shutdown: &CancellationToken,
 ) -> Next {
     if ingester.cursor.is_some_and(|c| c.number >= t.number) {
-        *target = None;
+        // Heads can arrive out of order (a poll ahead of a slow subscription, or two providers):
+        // the target is the newest arrival, so a higher head seen before it is still owed.
+        // Without this, ingest waited for the next block to be announced (a CI run: 60 s at
+        // block 112 of 113, anvil mining nothing more).
+        *target = ingester.owed_head();
         return Next::Go;
     }
     tokio::select! {
