@@ -19,6 +19,8 @@
 //! | `PMW_PUSH_RESUME_MAX_TRADES` | `10000` | most trades replayed on `since=`; beyond, the client is told to backfill over REST |
 //! | `PMW_PUSH_READY_MAX_AGE_MS` | `15000` | `/health` is 503 when no round completed for this long |
 //! | `PMW_PUSH_LEASE_MS` | `10000` | the standby terminates the lock session of a leader whose heartbeat is older than this (a frozen leader keeps its lock otherwise) |
+//! | `PMW_PUSH_NATS_URLS` | unset | edge mode: NATS JetStream client URLs (comma-separated, all nodes of the cluster); the leader stores each WebSocket round on the stream before its cursor moves (unset: single-process mode, nothing published) |
+//! | `PMW_PUSH_NATS_STREAM` / `PMW_PUSH_NATS_PREFIX` | `PMW_FRAMES` / `pmw` | the stream and its subjects' first token (`<prefix>.frames.all`, `<prefix>.epoch`) |
 //! | `PMW_PUSH_STALL_EXIT_MS` | the ready max age | a leader that completes no round for this long (rounds failing, or one round hanging) exits 75 so the standby takes over |
 
 use std::net::SocketAddr;
@@ -70,6 +72,12 @@ pub struct PushConfig {
     pub push_lease_ms: u64,
     #[serde(default = "d::metrics")]
     pub push_metrics_addr: SocketAddr,
+    #[serde(default)]
+    pub push_nats_urls: Option<String>,
+    #[serde(default = "d::nats_stream")]
+    pub push_nats_stream: String,
+    #[serde(default = "d::nats_prefix")]
+    pub push_nats_prefix: String,
 }
 
 mod d {
@@ -125,6 +133,12 @@ mod d {
     pub fn ready() -> u64 {
         15_000
     }
+    pub fn nats_stream() -> String {
+        "PMW_FRAMES".into()
+    }
+    pub fn nats_prefix() -> String {
+        "pmw".into()
+    }
 }
 
 /// The defaults, for in-process runs (tests): the same as an empty environment, except that
@@ -177,6 +191,18 @@ impl PushConfig {
             .max(1)
     }
 
+    /// Edge mode's broker settings, when `PMW_PUSH_NATS_URLS` names any node.
+    pub fn bus(&self) -> Option<pmw_core::bus::BusConfig> {
+        let urls = self.push_nats_urls.as_deref().unwrap_or("");
+        let mut c = pmw_core::bus::BusConfig::new(urls);
+        if c.urls.is_empty() {
+            return None;
+        }
+        c.stream = self.push_nats_stream.clone();
+        c.prefix = self.push_nats_prefix.clone();
+        Some(c)
+    }
+
     /// How long a leader may go without completing a round before it hands over.
     pub fn stall_exit_ms(&self) -> u64 {
         self.push_stall_exit_ms
@@ -225,6 +251,9 @@ impl Validate for PushConfig {
                 "PMW_PUSH_WS_QUEUE",
                 "round limit, queue (≥ 8) and resume window must be positive",
             ));
+        }
+        if let Some(Err(e)) = self.bus().map(|b| b.check()) {
+            return Err(ConfigError::invalid("PMW_PUSH_NATS_URLS", e.to_string()));
         }
         Ok(())
     }

@@ -305,7 +305,16 @@ impl Leading<'_> {
             span: push.push_catchup_span_blocks,
             facts: run.recorder.clone(),
         };
-        let ws = WsLane::new(&setup, (lead.cursor, lead.reorg_id), subs, run.hub.clone());
+        let publisher = push
+            .bus()
+            .map(|bus| crate::publish::Publisher::new(bus, lead.epoch));
+        let ws = WsLane::new(
+            &setup,
+            (lead.cursor, lead.reorg_id),
+            subs,
+            run.hub.clone(),
+            publisher,
+        );
         let hooks = HookLane::new(&setup, lead.webhooks, Some(run.dispatcher.handoff()));
         let finals = FinalLane::new(&setup, lead.finals, run.hub.clone());
         let behind = HooksAndFinals::spawn(

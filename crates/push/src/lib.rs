@@ -10,6 +10,7 @@ mod lanes;
 pub mod leader;
 mod lease;
 pub mod ledger;
+mod publish;
 pub mod recorder;
 mod resume;
 pub mod round;

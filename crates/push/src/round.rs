@@ -13,6 +13,9 @@ pub enum RoundError {
     ClickHouse(#[from] clickhouse::error::Error),
     #[error("webhooks: {0}")]
     Webhook(String),
+    /// Edge mode: the broker did not store the round (the cursor waits; the round is retried).
+    #[error("bus: {0}")]
+    Bus(String),
 }
 
 impl From<tokio_postgres::Error> for RoundError {

@@ -3,6 +3,7 @@
 mod admission;
 mod catchup;
 mod change_flood;
+mod edge;
 mod finality;
 mod index;
 mod leadership;

@@ -1,12 +1,14 @@
 //! Edge mode's broker (DESIGN §10): the connection to the NATS JetStream cluster, the one stream
 //! a push leader publishes its rounds' frames to ([`stream`]), the fenced publisher
-//! ([`publish`]) and the follower an edge reads one account's frames with ([`follow`]).
+//! ([`publish`]), the rounds it publishes ([`round`]) and the follower an edge reads them with
+//! ([`follow`]).
 //! Everything here runs on nats-server 2.9.10 (Debian bookworm): docs/OPERATIONS.md ("Edge
 //! mode") lists the JetStream features used and the release each came in.
 
 pub mod follow;
 mod frame;
 pub mod publish;
+pub mod round;
 pub mod stream;
 
 use std::time::Duration;
@@ -77,6 +79,19 @@ impl BusConfig {
             ack_timeout: Duration::from_secs(2),
             give_up: Duration::from_secs(10),
         }
+    }
+
+    /// Every URL parses and the stream name and prefix are one subject token each.
+    pub fn check(&self) -> Result<(), BusError> {
+        if self.urls.is_empty() {
+            return Err(BusError::Invalid("no NATS URL".into()));
+        }
+        for u in &self.urls {
+            u.parse::<async_nats::ServerAddr>()
+                .map_err(|e| BusError::Invalid(format!("{u:?} is not a NATS URL: {e}")))?;
+        }
+        check_token(&self.stream)?;
+        check_token(&self.prefix)
     }
 
     /// The subject of one account's frames.
@@ -160,6 +175,16 @@ mod tests {
     fn urls_are_split_on_commas_and_trimmed() {
         let c = BusConfig::new(" nats://127.0.0.1:1, nats://127.0.0.1:2,,");
         assert_eq!(c.urls, ["nats://127.0.0.1:1", "nats://127.0.0.1:2"]);
+    }
+
+    #[test]
+    fn a_config_with_a_bad_url_or_token_is_refused() {
+        assert!(BusConfig::new("nats://127.0.0.1:4222").check().is_ok());
+        assert!(BusConfig::new("").check().is_err());
+        assert!(BusConfig::new("nats://127.0.0.1:notaport").check().is_err());
+        let mut c = BusConfig::new("nats://127.0.0.1:4222");
+        c.stream = "A.B".into();
+        assert!(c.check().is_err());
     }
 
     #[test]

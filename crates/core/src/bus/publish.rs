@@ -263,7 +263,7 @@ impl FencedPublisher {
 async fn wait_or_give_up(
     backoff: &mut Backoff,
     deadline: Instant,
-    error: &dyn std::fmt::Display,
+    error: &(dyn std::fmt::Display + Sync),
 ) -> Result<(), BusError> {
     let wait: Duration = backoff.next_wait();
     if Instant::now() + wait > deadline {

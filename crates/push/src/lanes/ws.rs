@@ -2,16 +2,19 @@
 //! owner of the fill). Claim the range and move `push_cursor` (one fenced statement), then fan
 //! out. Every trade becomes an item, followed or not: which sessions follow a wallet is decided
 //! only under the hub's shard locks, as each shard's dispatched position moves (a session that
-//! registers meanwhile must get either the frame or the replay).
+//! registers meanwhile must get either the frame or the replay). In edge mode the round is
+//! stored on the bus first ([`crate::publish`]): the cursor never passes what edges may lack.
 
 use std::sync::Arc;
 use std::time::Instant;
 
+use pmw_core::bus::round::{Round, RoundRow, Stream as BusStream};
 use pmw_core::message::{Kind, TradeMessage};
 
 use super::{now_ms, Fence, Lane, LaneSetup};
 use crate::hub::{Hub, Item, Stream};
 use crate::ledger::{Batch, LaneCursor, Ledger, Matcher, Reading, Source, Stages};
+use crate::publish::Publisher;
 use crate::round::{RoundError, RoundOutcome};
 use crate::subs::{Index, Subscriptions};
 
@@ -23,6 +26,10 @@ pub struct WsLane {
     hub: Hub,
     /// Sessions the last index reload closed (revoked keys, disabled accounts).
     closed_by_last_apply: usize,
+    /// Edge mode: where each round is stored before the cursor moves.
+    publisher: Option<Publisher>,
+    /// The watermark the round read (what edges' heartbeats report as the head).
+    watermark: Option<u64>,
 }
 
 impl WsLane {
@@ -32,6 +39,7 @@ impl WsLane {
         from: (pmw_core::Position, i64),
         subs: Subscriptions,
         hub: Hub,
+        publisher: Option<Publisher>,
     ) -> WsLane {
         let (ledger, at) = setup.start(Source::Ws, from);
         WsLane {
@@ -41,6 +49,8 @@ impl WsLane {
             matcher: Matcher::new(subs, true),
             hub,
             closed_by_last_apply: 0,
+            publisher,
+            watermark: None,
         }
     }
 
@@ -127,6 +137,28 @@ impl WsLane {
     }
 }
 
+/// The batch as the bus carries it: each row with its market, and the round's watermark.
+fn bus_round(ledger: &Ledger, watermark: Option<u64>, batch: &Batch) -> Round {
+    let rows = |rows: &[pmw_core::ch::TradeRow]| -> Vec<RoundRow> {
+        rows.iter()
+            .map(|r| RoundRow {
+                row: r.clone(),
+                market: ledger.market(&r.token_id).cloned(),
+            })
+            .collect()
+    };
+    Round {
+        stream: BusStream::Ledger,
+        from: batch.from,
+        through: batch.through,
+        rewound: batch.rewound,
+        reorg_id: batch.reorg_id,
+        watermark,
+        retracts: rows(&batch.retracts),
+        rows: rows(&batch.rows),
+    }
+}
+
 impl Lane for WsLane {
     fn reader(&mut self) -> (&mut Ledger, &LaneCursor, &mut Matcher) {
         (&mut self.ledger, &self.at, &mut self.matcher)
@@ -137,6 +169,7 @@ impl Lane for WsLane {
         if read.reloaded {
             self.closed_by_last_apply = self.hub.apply(&read.index);
         }
+        self.watermark = read.watermark;
         if let Some(wm) = read.watermark {
             self.hub.set_head(wm);
         }
@@ -149,6 +182,10 @@ impl Lane for WsLane {
         batch: Batch,
     ) -> Result<RoundOutcome, RoundError> {
         let items = self.items(&batch);
+        if let Some(p) = &mut self.publisher {
+            p.publish(bus_round(&self.ledger, self.watermark, &batch))
+                .await?;
+        }
         let claim = self.claim(&client, &batch).await?;
         let stages = Stages {
             claimed: Instant::now(),

@@ -1,0 +1,296 @@
+//! A push round as the bus carries it: what the WebSocket lane read and claimed (the rewind, the
+//! retractions, the trades in ledger order, each with its market) between two positions, so an
+//! edge builds exactly the items the leader's own hub dispatches and matches them to its
+//! sessions with its own index (a session's wallet set and filters are its own, read when it
+//! connects: a leader's older index must never drop a trade of a wallet it already follows).
+//!
+//! One round is one or more messages on one subject (`<prefix>.frames.all`), each under NATS's
+//! payload limit: part k covers `(from_k, through_k]`, the next part starts where it ended and
+//! the last one ends at the round's `through`. The rewind and the retractions travel in the
+//! first part only. A part's message id is its kind, its `through` position and that block's
+//! hash, so a successor that reads the same range publishes the same ids (stored once); one that
+//! reads a longer range publishes parts that overlap what is stored, and a follower skips
+//! positions it has passed.
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use super::{BusError, FrameId, OutFrame};
+use crate::ch::TradeRow;
+use crate::message::Market;
+use crate::{Cursor, Position};
+
+/// The account token of the subject every round goes to.
+pub const ALL: &str = "all";
+
+/// Rows per message: a part stays well under NATS's default 1 MiB payload limit (a row with
+/// its market is about 1 KiB as JSON).
+pub const ROWS_PER_PART: usize = 200;
+
+/// Which of push's streams a round belongs to (the message id's kind).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Stream {
+    /// `trade`s and `retract`s as ingested (the WebSocket lane).
+    Ledger,
+    /// `final`s behind the finalized watermark (the finality lane).
+    Final,
+}
+
+impl Stream {
+    fn token(self) -> &'static str {
+        match self {
+            Stream::Ledger => "ledger",
+            Stream::Final => "final",
+        }
+    }
+}
+
+/// One ledger row of a round and the market it is rendered with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoundRow {
+    pub row: TradeRow,
+    pub market: Option<Market>,
+}
+
+/// One message of a round (see the module doc).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoundPart {
+    pub stream: Stream,
+    /// Where this part starts: the previous part's `through`, or the lane's position (the common
+    /// ancestor after a reorg) for the first.
+    #[serde(with = "position_text")]
+    pub from: Position,
+    /// Where it ends: its last row's position, or the round's `through` for the last part.
+    #[serde(with = "position_text")]
+    pub through: Position,
+    /// A reorg moved `from` below what was delivered (first part only).
+    pub rewound: bool,
+    pub reorg_id: i64,
+    /// The lane's watermark when the round read (the sessions' heartbeat head).
+    pub watermark: Option<u64>,
+    /// Trades of orphaned blocks, to retract (first part only).
+    pub retracts: Vec<RoundRow>,
+    /// Trades after `from` through `through`, in ledger order.
+    pub rows: Vec<RoundRow>,
+}
+
+/// What a round is made of before it is split.
+#[derive(Debug, Clone)]
+pub struct Round {
+    pub stream: Stream,
+    pub from: Position,
+    pub through: Position,
+    pub rewound: bool,
+    pub reorg_id: i64,
+    pub watermark: Option<u64>,
+    pub retracts: Vec<RoundRow>,
+    pub rows: Vec<RoundRow>,
+}
+
+/// A row's position: its cursor with its block's hash.
+fn position_of(row: &TradeRow) -> Result<Position, BusError> {
+    let cursor = Cursor::new(row.block_number, row.log_index)
+        .map_err(|e| BusError::Invalid(format!("row position: {e}")))?;
+    Ok(Position::of(cursor, &row.block_hash))
+}
+
+impl Round {
+    /// The round as messages of at most `per_part` rows each (at least one message).
+    pub fn parts(self, per_part: usize) -> Result<Vec<RoundPart>, BusError> {
+        let per_part = per_part.max(1);
+        let mut parts = Vec::new();
+        let mut from = self.from;
+        let mut rows = self.rows.into_iter().peekable();
+        let mut retracts = Some(self.retracts);
+        loop {
+            let chunk: Vec<RoundRow> = rows.by_ref().take(per_part).collect();
+            let last = rows.peek().is_none();
+            let through = match chunk.last() {
+                Some(r) if !last => position_of(&r.row)?,
+                _ => self.through,
+            };
+            let first = parts.is_empty();
+            parts.push(RoundPart {
+                stream: self.stream,
+                from,
+                through,
+                rewound: first && self.rewound,
+                reorg_id: self.reorg_id,
+                watermark: self.watermark,
+                retracts: retracts.take().unwrap_or_default(),
+                rows: chunk,
+            });
+            if last {
+                return Ok(parts);
+            }
+            from = through;
+        }
+    }
+}
+
+impl RoundPart {
+    /// The message id: the part's kind and `through`, with the hash of `through`'s block (`0x0`
+    /// when the position carries none).
+    pub fn id(&self) -> FrameId {
+        let hash = self
+            .through
+            .hash
+            .map(hex::encode)
+            .unwrap_or_else(|| "0".into());
+        FrameId {
+            cursor: self.through.cursor,
+            block_hash: format!("0x{hash}"),
+            account: ALL.into(),
+            kind: self.stream.token().into(),
+        }
+    }
+
+    /// The part as a bus frame (JSON body).
+    pub fn to_frame(&self) -> Result<OutFrame, BusError> {
+        let body =
+            serde_json::to_vec(self).map_err(|e| BusError::Invalid(format!("round part: {e}")))?;
+        Ok(OutFrame {
+            id: self.id(),
+            body: Bytes::from(body),
+        })
+    }
+
+    /// A part from a frame's body.
+    pub fn from_body(body: &[u8]) -> Result<RoundPart, BusError> {
+        serde_json::from_slice(body).map_err(|e| BusError::Invalid(format!("round part: {e}")))
+    }
+}
+
+/// Positions as their text form (`cursor:hash`), as clients see them.
+mod position_text {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use crate::Position;
+
+    pub fn serialize<S: Serializer>(p: &Position, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(p)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Position, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(block: u64, log_index: u32) -> RoundRow {
+        RoundRow {
+            row: TradeRow {
+                block_number: block,
+                log_index,
+                block_hash: format!("0x{:064x}", block * 1000 + 7),
+                tx_hash: format!("0x{:064x}", 1),
+                block_time_ms: 1_700_000_000_000,
+                exchange: "0x4bfb41d5b3570defd03c39a9a4d8de6bd8b8982e".into(),
+                exchange_version: 1,
+                order_hash: format!("0x{:064x}", 2),
+                maker: "0x00000000000000000000000000000000000000aa".into(),
+                taker: "0x00000000000000000000000000000000000000bb".into(),
+                side: 1,
+                token_id: "123".into(),
+                shares: "10.5".into(),
+                collateral: "5.25".into(),
+                price: "0.5".into(),
+                fee: "0".into(),
+                fee_asset: "collateral".into(),
+                t_detect_ms: 1_700_000_000_500,
+                backfilled: 0,
+                retracted: 0,
+                version: 9,
+                audit: 0,
+            },
+            market: None,
+        }
+    }
+
+    fn at(block: u64, log_index: u32) -> Position {
+        Position::of(
+            Cursor::new(block, log_index).unwrap(),
+            &format!("0x{:064x}", block * 1000 + 7),
+        )
+    }
+
+    fn round(rows: Vec<RoundRow>, retracts: Vec<RoundRow>) -> Round {
+        Round {
+            stream: Stream::Ledger,
+            from: at(10, 0),
+            through: at(20, 999_999),
+            rewound: true,
+            reorg_id: 4,
+            watermark: Some(20),
+            retracts,
+            rows,
+        }
+    }
+
+    #[test]
+    fn a_round_splits_into_contiguous_parts_that_end_at_its_through() {
+        let rows: Vec<_> = (11..16).map(|b| row(b, 2)).collect();
+        let parts = round(rows.clone(), vec![row(9, 1)]).parts(2).unwrap();
+        assert_eq!(parts.len(), 3);
+        assert_eq!(parts[0].from, at(10, 0));
+        assert_eq!(parts[0].through, at(12, 2));
+        assert_eq!(parts[1].from, at(12, 2));
+        assert_eq!(parts[1].through, at(14, 2));
+        assert_eq!(parts[2].from, at(14, 2));
+        assert_eq!(parts[2].through, at(20, 999_999));
+        assert!(parts[0].rewound && !parts[1].rewound && !parts[2].rewound);
+        assert_eq!(parts[0].retracts.len(), 1);
+        assert!(parts[1].retracts.is_empty() && parts[2].retracts.is_empty());
+        let back: Vec<_> = parts.iter().flat_map(|p| p.rows.clone()).collect();
+        assert_eq!(back, rows);
+    }
+
+    #[test]
+    fn an_empty_round_is_one_part() {
+        let parts = round(vec![], vec![]).parts(200).unwrap();
+        assert_eq!(parts.len(), 1);
+        assert_eq!(
+            (parts[0].from, parts[0].through),
+            (at(10, 0), at(20, 999_999))
+        );
+    }
+
+    #[test]
+    fn rows_that_fill_the_last_part_exactly_end_at_the_rounds_through() {
+        let parts = round((11..15).map(|b| row(b, 0)).collect(), vec![])
+            .parts(2)
+            .unwrap();
+        assert_eq!(parts.len(), 2);
+        assert_eq!(parts[1].through, at(20, 999_999));
+    }
+
+    #[test]
+    fn a_part_reads_back_what_it_wrote_under_a_stable_id() {
+        let part = round(vec![row(11, 3)], vec![])
+            .parts(200)
+            .unwrap()
+            .remove(0);
+        let frame = part.to_frame().unwrap();
+        assert_eq!(RoundPart::from_body(&frame.body).unwrap(), part);
+        let id = frame.id.to_string();
+        assert_eq!(
+            id,
+            format!(
+                "000000000020-999999:0x{}:all:ledger",
+                &format!("{:064x}", 20_007)[..8]
+            )
+        );
+        assert_eq!(id.parse::<FrameId>().unwrap(), frame.id);
+        // The same range read again gives the same id.
+        let again = round(vec![row(11, 3)], vec![])
+            .parts(200)
+            .unwrap()
+            .remove(0);
+        assert_eq!(again.to_frame().unwrap().id, frame.id);
+    }
+}

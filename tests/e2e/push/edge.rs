@@ -1,0 +1,215 @@
+//! Edge mode's leader side on real NATS JetStream clusters (nats-server 2.9.10): push stores
+//! every WebSocket round on the stream before its cursor moves. The oracle is the chain
+//! (`eth_getLogs`): the rounds on the stream, read as an edge reads them (contiguous by
+//! position, overlap skipped), hold every canonical trade once. Without quorum the cursor
+//! waits while ingest goes on; a leader deposed on the bus stops without moving its cursor.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use pmw_core::bus::round::{RoundPart, ALL};
+use pmw_core::bus::{stream, Bus, BusConfig, Event, FencedPublisher, Follower};
+use pmw_core::Cursor;
+use pmw_push::config::PushConfig;
+use pmw_sim::demo_wallets;
+use pmw_testkit::{assert_eventually, PrivateStack};
+
+use super::WITHIN;
+use crate::harness::{canonical, Fill, Harness};
+
+/// A stream and prefix no other test uses, on the cluster at `urls`.
+fn bus_config(urls: &str) -> BusConfig {
+    let tag = format!("{:08x}", rand::random::<u32>());
+    let mut c = BusConfig::new(urls);
+    c.stream = format!("PMW_T_{tag}");
+    c.prefix = format!("pmwt{tag}");
+    c
+}
+
+/// Push in edge mode on `bus`; it never hands over for a stall within a test.
+fn edge_push(h: &Harness, bus: &BusConfig) -> PushConfig {
+    PushConfig {
+        push_nats_urls: Some(bus.urls.join(",")),
+        push_nats_stream: bus.stream.clone(),
+        push_nats_prefix: bus.prefix.clone(),
+        push_stall_exit_ms: Some(300_000),
+        ..h.push_config()
+    }
+}
+
+/// The push cursor's block.
+async fn pushed_block(h: &Harness) -> u64 {
+    h.db.connect()
+        .await
+        .query_one("SELECT block_number FROM push_cursor WHERE slot = 0", &[])
+        .await
+        .unwrap()
+        .get::<_, i64>(0) as u64
+}
+
+/// What an edge would take from the stream: the rounds' trades in order, each once.
+#[derive(Debug, Default)]
+struct Read {
+    fills: Vec<Fill>,
+    parts: usize,
+    /// Trades at or below the position already read (a part that overlaps an earlier one).
+    overlap: usize,
+    /// A part starting after the position read so far (a hole in the stream).
+    holes: usize,
+    through: Option<Cursor>,
+}
+
+/// Read every round on `config`'s stream until it has been silent for 3 s.
+async fn read_rounds(config: &BusConfig) -> Read {
+    let bus = Bus::connect(config.clone(), "pmw-test").await.expect("bus");
+    let mut f = Follower::start(bus, ALL, 0).expect("follow");
+    let mut read = Read::default();
+    while let Ok(event) = tokio::time::timeout(Duration::from_secs(3), f.next()).await {
+        let frame = match event.expect("follow") {
+            Event::Frame(frame) => frame,
+            Event::Gap(g) => panic!("the stream lost frames after seq {}", g.after),
+        };
+        let part = RoundPart::from_body(&frame.body).expect("a round part");
+        read.parts += 1;
+        if read.through.is_some_and(|t| part.from.cursor > t) {
+            read.holes += 1;
+        }
+        for r in &part.rows {
+            let at = Cursor::new(r.row.block_number, r.row.log_index).unwrap();
+            if read.through.is_some_and(|t| at <= t) {
+                read.overlap += 1;
+                continue;
+            }
+            read.fills.push((
+                r.row.block_number,
+                r.row.log_index as u64,
+                r.row.block_hash.to_lowercase(),
+            ));
+        }
+        read.through = Some(
+            read.through
+                .map_or(part.through.cursor, |t| t.max(part.through.cursor)),
+        );
+    }
+    read
+}
+
+/// Compare what the stream holds with the chain from `start`; print the figures.
+async fn judge(h: &Harness, start: u64, read: &Read, what: &str) {
+    let owed = canonical(
+        &h.anvil.http_url(),
+        start,
+        &demo_wallets(6)
+            .iter()
+            .map(|w| w.to_lower_hex())
+            .collect::<Vec<_>>(),
+    )
+    .await;
+    let got: BTreeSet<Fill> = read.fills.iter().cloned().collect();
+    let duplicated = read.fills.len() - got.len();
+    let in_order = read
+        .fills
+        .windows(2)
+        .all(|w| (w[0].0, w[0].1) < (w[1].0, w[1].1));
+    let lost = owed.difference(&got).count();
+    let phantom = got.difference(&owed).count();
+    println!(
+        "{what}: {} parts, owed {} on the stream {} lost {lost} phantom {phantom} duplicated {duplicated} overlap {} holes {} in order {in_order}",
+        read.parts,
+        owed.len(),
+        got.len(),
+        read.overlap,
+        read.holes,
+    );
+    assert!(!owed.is_empty());
+    assert_eq!((lost, phantom, duplicated, read.holes), (0, 0, 0, 0));
+    assert!(in_order, "trades out of ledger order on the stream");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edge_mode_stores_every_round_on_the_stream() {
+    let h = Harness::new().await;
+    let start = h.sim.rpc().latest_block().await.unwrap().number.0;
+    let bus = bus_config(pmw_testkit::nats_urls());
+    let (push, _) = h.start_push("push-a", edge_push(&h, &bus));
+    h.trade(2, Duration::from_millis(100), 30).await;
+    h.wait_pushed(WITHIN).await;
+    let read = read_rounds(&bus).await;
+    push.stop().await.unwrap();
+    judge(&h, start, &read, "edge mode").await;
+    drop_stream(&bus).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edge_mode_cursor_waits_while_the_broker_cannot_store() {
+    let nats = PrivateStack::start_nats();
+    let h = Harness::new().await;
+    let start = h.sim.rpc().latest_block().await.unwrap().number.0;
+    let mut bus = bus_config(nats.nats_urls());
+    bus.give_up = Duration::from_secs(3);
+    let (push, _) = h.start_push("push-a", edge_push(&h, &bus));
+    h.trade(2, Duration::from_millis(100), 10).await;
+    h.wait_pushed(WITHIN).await;
+    let before = pushed_block(&h).await;
+
+    // Two of three nodes gone: no round can be stored.
+    nats.nats_kill(1);
+    nats.nats_kill(2);
+    h.trade(2, Duration::from_millis(100), 10).await;
+    let head = h.sim.rpc().latest_block().await.unwrap().number.0;
+    let c = h.db.connect().await;
+    assert_eventually!(
+        WITHIN,
+        c.query_one("SELECT block_number FROM ingest_cursor WHERE id = 1", &[])
+            .await
+            .unwrap()
+            .get::<_, i64>(0) as u64
+            >= head,
+        "ingest goes on without the broker"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let held = pushed_block(&h).await;
+    println!("without quorum: push cursor at block {held} (was {before}), ingested to {head}");
+    assert_eq!(
+        held, before,
+        "the cursor moved while the broker could store nothing"
+    );
+
+    nats.run(&["up", "nats"]);
+    h.wait_pushed(WITHIN).await;
+    let read = read_rounds(&bus).await;
+    push.stop().await.unwrap();
+    judge(&h, start, &read, "after the broker came back").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_deposed_on_the_bus_stops_without_moving_its_cursor() {
+    let h = Harness::new().await;
+    let bus = bus_config(pmw_testkit::nats_urls());
+    let (push, _) = h.start_push("push-a", edge_push(&h, &bus));
+    h.trade(2, Duration::from_millis(100), 5).await;
+    h.wait_pushed(WITHIN).await;
+    let before = pushed_block(&h).await;
+
+    // Another leader claims the stream (a successor whose lock the deposed one has not noticed).
+    let other = Bus::connect(bus.clone(), "pmw-test").await.unwrap();
+    FencedPublisher::claim(other, 1_000).await.expect("claim");
+    h.trade(2, Duration::from_millis(100), 5).await;
+    assert_eventually!(WITHIN, push.is_finished(), "the deposed leader goes on");
+    let at = pushed_block(&h).await;
+    println!("deposed on the bus: cursor at block {at} (was {before})");
+    assert_eq!(at, before, "a deposed leader moved its cursor");
+    let ended = push.join().await;
+    assert!(
+        ended.is_err(),
+        "a deposed leader ends with an error: {ended:?}"
+    );
+    drop_stream(&bus).await;
+}
+
+async fn drop_stream(config: &BusConfig) {
+    if let Ok(bus) = Bus::connect(config.clone(), "pmw-test").await {
+        let _ = stream::ensure(&bus).await;
+        let _ = bus.js.delete_stream(&config.stream).await;
+    }
+}
