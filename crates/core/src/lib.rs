@@ -22,6 +22,7 @@ pub mod plans;
 pub mod redact;
 pub mod sealed;
 pub mod service;
+pub mod session;
 pub mod shutdown;
 pub mod ssrf;
 pub mod stores;

@@ -191,6 +191,16 @@ impl PushConfig {
             .max(1)
     }
 
+    /// The session layer's settings.
+    pub fn session(&self) -> pmw_core::session::SessionConfig {
+        pmw_core::session::SessionConfig {
+            ws_queue: self.push_ws_queue,
+            heartbeat_ms: self.push_ws_heartbeat_ms,
+            resume_max_trades: self.push_resume_max_trades,
+            trusted_proxies: self.push_trusted_proxies.clone(),
+        }
+    }
+
     /// Edge mode's broker settings, when `PMW_PUSH_NATS_URLS` names any node.
     pub fn bus(&self) -> Option<pmw_core::bus::BusConfig> {
         let urls = self.push_nats_urls.as_deref().unwrap_or("");

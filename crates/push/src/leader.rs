@@ -31,6 +31,8 @@ use crate::lanes::{Fence, FinalLane, HookLane, LaneSetup, WsLane};
 use crate::recorder::Recorder;
 use crate::round_loop::{self, Stopped};
 use crate::subs::Subscriptions;
+use pmw_core::session::SessionState;
+
 use crate::{server, webhook, AppState, Health, Pools, PushConfig};
 
 /// What this process holds once it leads.
@@ -262,15 +264,18 @@ impl Leading<'_> {
             tasks.clone(),
         );
         let state = AppState {
-            pool: self.pools.sessions.clone(),
-            ch: self.stores.ch.clone(),
-            hub: hub.clone(),
+            session: SessionState {
+                pool: self.pools.sessions.clone(),
+                ch: self.stores.ch.clone(),
+                hub: hub.clone(),
+                cfg: Arc::new(push.session()),
+                recorder: recorder.clone(),
+                epoch: lead.epoch,
+                connects: Arc::new(governor::RateLimiter::keyed(push.connect_quota())),
+                failures: Arc::new(push.auth_failure_throttle()),
+            },
             cfg: Arc::new(push.clone()),
-            recorder: recorder.clone(),
-            epoch: lead.epoch,
             health: health.clone(),
-            connects: Arc::new(governor::RateLimiter::keyed(push.connect_quota())),
-            failures: Arc::new(push.auth_failure_throttle()),
         };
         let server_stop = CancellationToken::new();
         let server = server::spawn(listener, state, server_stop.clone());

@@ -5,37 +5,31 @@ mod baseline;
 mod catchup;
 pub mod config;
 mod hooks_and_finals;
-pub mod hub;
 mod lanes;
 pub mod leader;
 mod lease;
 pub mod ledger;
 mod publish;
-pub mod recorder;
-mod resume;
 pub mod round;
 mod round_loop;
 mod server;
-pub mod subs;
 pub mod telemetry;
 pub mod webhook;
-pub mod ws;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI64, AtomicU64};
 use std::sync::{Arc, Mutex};
 
-use pmw_core::ch::ChClient;
 use pmw_core::heartbeat::Heartbeat;
 use pmw_core::pg::{self, PgPool};
+use pmw_core::session::SessionState;
 use pmw_core::stores::Stores;
 use pmw_core::{CoreConfig, ServiceError};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 pub use config::PushConfig;
-use hub::Hub;
-use recorder::Recorder;
+pub use pmw_core::session::{hub, recorder, subs, ws};
 
 /// Service name used in logs, heartbeats and `application_name`.
 pub const SERVICE: &str = "pmw-push";
@@ -58,21 +52,19 @@ pub struct Health {
     pub final_round_ms: AtomicI64,
 }
 
-/// Shared by the HTTP handlers.
+/// Shared by the HTTP handlers: the session layer's state (`/v1/ws`) and the leader's
+/// (`/health`).
 #[derive(Clone)]
 pub struct AppState {
-    /// Session set-up (auth, grants): its own pool, apart from rounds.
-    pub pool: PgPool,
-    pub ch: ChClient,
-    pub hub: Hub,
+    pub session: SessionState,
     pub cfg: Arc<PushConfig>,
-    pub recorder: Recorder,
-    pub epoch: i64,
     pub health: Arc<Health>,
-    /// WebSocket connects per account.
-    pub connects: Arc<governor::DefaultKeyedRateLimiter<i64>>,
-    /// Failed WebSocket authentications per client address, checked before the lookup.
-    pub failures: Arc<pmw_core::client::FailureThrottle>,
+}
+
+impl axum::extract::FromRef<AppState> for SessionState {
+    fn from_ref(st: &AppState) -> SessionState {
+        st.session.clone()
+    }
 }
 
 /// Run with settings from the environment until `shutdown`.

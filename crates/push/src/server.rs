@@ -49,16 +49,16 @@ async fn health(State(st): State<AppState>) -> impl IntoResponse {
     let ready = last > 0 && age <= st.cfg.push_ready_max_age_ms as i64;
     let body = Json(serde_json::json!({
         "role": "leader",
-        "epoch": st.epoch,
+        "epoch": st.session.epoch,
         "ready": ready,
         "last_round_ms": last,
         "rounds": st.health.rounds.load(Ordering::Relaxed),
         "errors": st.health.errors.load(Ordering::Relaxed),
         "last_error": st.health.last_error.lock().expect("health lock").clone(),
         "webhooks_skipped": st.health.webhooks_skipped.load(Ordering::Relaxed),
-        "sessions": st.hub.sessions(),
-        "fact_rows_dropped": st.recorder.stats().dropped.load(Ordering::Relaxed),
-        "fact_write_errors": st.recorder.stats().write_errors.load(Ordering::Relaxed),
+        "sessions": st.session.hub.sessions(),
+        "fact_rows_dropped": st.session.recorder.stats().dropped.load(Ordering::Relaxed),
+        "fact_write_errors": st.session.recorder.stats().write_errors.load(Ordering::Relaxed),
     }));
     (
         if ready {

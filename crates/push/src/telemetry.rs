@@ -22,6 +22,10 @@
 
 use std::time::Duration;
 
+pub use pmw_core::session::telemetry::{
+    delivered, recorder_failed, CH_INSERT_ERRORS, DETECT_TO_PUSH, FACTS_DROPPED, FRAMES_SENT,
+};
+
 use std::time::Instant;
 
 pub const LEADER: &str = "pmw_push_leader";
@@ -30,15 +34,11 @@ pub const ROUNDS: &str = "pmw_push_rounds_total";
 pub const ROUND_SECONDS: &str = "pmw_push_round_duration_seconds";
 pub const WS_STAGE_SECONDS: &str = "pmw_push_ws_round_stage_seconds";
 pub const FRAMES_QUEUED: &str = "pmw_push_frames_queued_total";
-pub const FRAMES_SENT: &str = "pmw_push_frames_sent_total";
 pub const SLOW_CLOSES: &str = "pmw_push_slow_consumer_closes_total";
 pub const SESSIONS: &str = "pmw_push_sessions";
 pub const WEBHOOK_ATTEMPTS: &str = "pmw_push_webhook_attempts_total";
 pub const WEBHOOK_BACKLOG: &str = "pmw_push_webhook_backlog";
 pub const WEBHOOK_DUE: &str = "pmw_push_webhook_due";
-pub const DETECT_TO_PUSH: &str = "pmw_push_detect_to_push_seconds";
-pub const CH_INSERT_ERRORS: &str = "pmw_push_clickhouse_insert_errors_total";
-pub const FACTS_DROPPED: &str = "pmw_push_facts_dropped_total";
 
 /// At start (standby or leader): every series exists at 0, `pmw_push_leader` 0.
 pub fn init() {
@@ -157,18 +157,4 @@ pub fn leader_state(c: &LeaderCounts) {
     }
     metrics::gauge!(WEBHOOK_BACKLOG).set(c.webhook_backlog as f64);
     metrics::gauge!(WEBHOOK_DUE).set(c.webhooks_due as f64);
-}
-
-/// A frame written or a webhook delivered on `channel`: its detect→push latency.
-pub fn delivered(channel: &str, t_detect_ms: i64, t_push_ms: i64) {
-    let secs = (t_push_ms - t_detect_ms).max(0) as f64 / 1000.0;
-    if channel == "ws" {
-        metrics::counter!(FRAMES_SENT).increment(1);
-    }
-    metrics::histogram!(DETECT_TO_PUSH, "channel" => channel.to_string()).record(secs);
-}
-
-/// The recorder could not insert into `table`.
-pub fn recorder_failed(table: &str) {
-    metrics::counter!(CH_INSERT_ERRORS, "table" => table.to_string()).increment(1);
 }

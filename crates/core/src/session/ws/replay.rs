@@ -5,16 +5,16 @@
 
 use std::collections::HashMap;
 
+use crate::ch::{PushLatencyRow, TradeRow};
+use crate::filter::Facts;
+use crate::message::{stamp, Control, FinalNotice, Kind, Market, TradeMessage};
+use crate::{pg, Cursor, Position, UnixMs};
 use axum::extract::ws::WebSocket;
-use pmw_core::ch::{PushLatencyRow, TradeRow};
-use pmw_core::filter::Facts;
-use pmw_core::message::{stamp, Control, FinalNotice, Kind, Market, TradeMessage};
-use pmw_core::{pg, Cursor, Position, UnixMs};
 
 use super::{send, Ended};
-use crate::recorder::Fact;
-use crate::subs::{self, Filters};
-use crate::AppState;
+use crate::session::recorder::Fact;
+use crate::session::subs::{self, Filters};
+use crate::session::SessionState;
 
 /// Trades read per replay page.
 const REPLAY_PAGE: u64 = 500;
@@ -63,14 +63,14 @@ pub(super) struct Viewer<'a> {
 /// Replay `(after, through]` for `who`, rendered as `render`; `sent_one` sees each position
 /// sent and `after` ends at the last one.
 pub(super) async fn replay(
-    st: &AppState,
+    st: &SessionState,
     socket: &mut WebSocket,
     who: Viewer<'_>,
     (after, through): (&mut Cursor, Cursor),
     render: Render,
     mut sent_one: impl FnMut(Position),
 ) -> Result<(), Ended> {
-    let max = st.cfg.push_resume_max_trades;
+    let max = st.cfg.resume_max_trades;
     let mut sent = 0u64;
     // Where the next page starts: past filtered-out trades too.
     let mut read = *after;
@@ -82,16 +82,9 @@ pub(super) async fn replay(
                 .get()
                 .await
                 .map_err(|e| Ended::Failed(e.to_string()))?;
-            pmw_core::pg::ledger::wallet_trades_between(
-                &**c,
-                &st.ch,
-                who.wallets,
-                read,
-                through,
-                page,
-            )
-            .await
-            .map_err(|e| Ended::Failed(e.to_string()))?
+            crate::pg::ledger::wallet_trades_between(&**c, &st.ch, who.wallets, read, through, page)
+                .await
+                .map_err(|e| Ended::Failed(e.to_string()))?
         };
         let full = rows.len() as u64 >= page;
         read = rows.last().map_or(read, |r| r.cursor());
@@ -138,7 +131,7 @@ async fn resync(socket: &mut WebSocket, after: Cursor) -> Result<(), Ended> {
 
 /// The market names of a replay page, as live frames carry them.
 pub(super) async fn names(
-    st: &AppState,
+    st: &SessionState,
     rows: &[TradeRow],
 ) -> Result<HashMap<String, Market>, Ended> {
     let c = st

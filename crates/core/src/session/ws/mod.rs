@@ -18,23 +18,23 @@ use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::auth::{self, Principal};
+use crate::client::client_addr;
+use crate::filter::Facts;
+use crate::message::{stamp, Control, Events, Kind, TradeMessage};
+use crate::{Cursor, Position, UnixMs};
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{ConnectInfo, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures::{SinkExt, StreamExt};
 use governor::clock::{Clock, DefaultClock};
-use pmw_core::auth::{self, Principal};
-use pmw_core::client::client_addr;
-use pmw_core::filter::Facts;
-use pmw_core::message::{stamp, Control, Events, Kind, TradeMessage};
-use pmw_core::{Cursor, Position, UnixMs};
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use crate::hub::{Frame, Registered, Registration, TooMany};
-use crate::recorder::Fact;
-use crate::{subs, AppState};
+use crate::session::hub::{Frame, Registered, Registration, TooMany};
+use crate::session::recorder::Fact;
+use crate::session::{subs, SessionState};
 use replay::{latency_row, Render, Viewer};
 use sent::{At, Sent};
 
@@ -49,7 +49,7 @@ const MAX_BATCH: usize = 64;
 /// before any lookup, then the credential is checked (a bad one counts against the address),
 /// then the account's connect rate; the socket is opened and the session decides the rest.
 pub async fn upgrade(
-    State(st): State<AppState>,
+    State(st): State<SessionState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     Query(q): Query<HashMap<String, String>>,
@@ -62,7 +62,7 @@ pub async fn upgrade(
         .and_then(|v| v.split_once(' '))
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, key)| key.trim().to_string());
-    let ip = client_addr(peer.ip(), &headers, &st.cfg.push_trusted_proxies);
+    let ip = client_addr(peer.ip(), &headers, &st.cfg.trusted_proxies);
     let admission = match st.failures.admit(ip) {
         Ok(a) => a,
         Err(wait) => return too_many(wait, "too many failed authentications from this address"),
@@ -150,10 +150,10 @@ async fn close(socket: &mut WebSocket, code: u16, reason: &str) {
 }
 
 async fn session(
-    st: AppState,
+    st: SessionState,
     mut socket: WebSocket,
     who: Result<Principal, auth::AuthError>,
-    since: Option<Result<Position, pmw_core::types::PositionError>>,
+    since: Option<Result<Position, crate::types::PositionError>>,
     opts: Result<Options, String>,
 ) {
     let (who, since, opts) = match admit(who, since, opts) {
@@ -176,7 +176,7 @@ async fn session(
         return close(&mut socket, 1008, reason).await;
     }
     let (wallets, filters) = (grant.wallets.clone(), grant.filters.clone());
-    let (tx, mut rx) = mpsc::channel::<Frame>(st.cfg.push_ws_queue);
+    let (tx, mut rx) = mpsc::channel::<Frame>(st.cfg.ws_queue);
     let code = Arc::new(AtomicU16::new(1013));
     let registered = st.hub.register(Registration {
         account_id: account,
@@ -217,7 +217,7 @@ async fn session(
 /// refuse it: 1013 when the credential store did not answer, 1008 for the rest.
 fn admit(
     who: Result<Principal, auth::AuthError>,
-    since: Option<Result<Position, pmw_core::types::PositionError>>,
+    since: Option<Result<Position, crate::types::PositionError>>,
     opts: Result<Options, String>,
 ) -> Result<(Principal, Option<Position>, Options), (u16, String)> {
     let who = match who {
@@ -291,7 +291,7 @@ async fn send_all(socket: &mut WebSocket, texts: Vec<String>) -> Result<(), Ende
 
 /// One registered session.
 struct Session<'a> {
-    st: &'a AppState,
+    st: &'a SessionState,
     id: u64,
     viewer: Viewer<'a>,
     opts: Options,
@@ -326,13 +326,17 @@ impl Session<'_> {
             false => reg.dispatched,
         };
         let start = match since {
-            Some(since) => crate::resume::start(&st.pool, &st.ch, since, self.viewer.wallets)
-                .await
-                .map_err(|e| match e {
-                    crate::resume::ResumeError::Ahead { .. } => Ended::Policy(e.to_string()),
-                    crate::resume::ResumeError::Store(e) => Ended::Failed(e),
-                })?,
-            None => crate::resume::Start {
+            Some(since) => {
+                crate::session::resume::start(&st.pool, &st.ch, since, self.viewer.wallets)
+                    .await
+                    .map_err(|e| match e {
+                        crate::session::resume::ResumeError::Ahead { .. } => {
+                            Ended::Policy(e.to_string())
+                        }
+                        crate::session::resume::ResumeError::Store(e) => Ended::Failed(e),
+                    })?
+            }
+            None => crate::session::resume::Start {
                 from: dispatched,
                 retract: Vec::new(),
             },
@@ -402,7 +406,7 @@ impl Session<'_> {
     async fn retract(
         &self,
         socket: &mut WebSocket,
-        rows: &[pmw_core::ch::TradeRow],
+        rows: &[crate::ch::TradeRow],
     ) -> Result<(), Ended> {
         if rows.is_empty() {
             return Ok(());
@@ -427,7 +431,7 @@ impl Session<'_> {
         mut at: At,
         rx: &mut mpsc::Receiver<Frame>,
     ) -> Result<(), Ended> {
-        let every = Duration::from_millis(self.st.cfg.push_ws_heartbeat_ms);
+        let every = Duration::from_millis(self.st.cfg.heartbeat_ms);
         let mut heartbeat = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         loop {
             tokio::select! {

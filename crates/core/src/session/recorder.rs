@@ -9,9 +9,9 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use pmw_core::ch::latency::{insert_all, insert_push, PushLatencyRow};
-use pmw_core::ch::ChClient;
-pub use pmw_core::ch::DeliveryLogRow;
+use crate::ch::latency::{insert_all, insert_push, PushLatencyRow};
+use crate::ch::ChClient;
+pub use crate::ch::DeliveryLogRow;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -72,7 +72,7 @@ impl Recorder {
     /// Queue a fact without waiting; a full queue drops it (counted).
     pub fn record(&self, fact: Fact) {
         if let Fact::Latency(r) = &fact {
-            crate::telemetry::delivered(&r.channel, r.t_detect_ms, r.t_push_ms);
+            crate::session::telemetry::delivered(&r.channel, r.t_detect_ms, r.t_push_ms);
         }
         if self.tx.try_send(fact).is_err() {
             self.stats.dropped.fetch_add(1, Relaxed);
@@ -195,13 +195,13 @@ async fn flush(ch: &ChClient, stats: &RecorderStats, p: &mut Pending) {
     let dropped = p.trim();
     if dropped > 0 {
         stats.dropped.fetch_add(dropped as u64, Relaxed);
-        metrics::counter!(crate::telemetry::FACTS_DROPPED).increment(dropped as u64);
+        metrics::counter!(crate::session::telemetry::FACTS_DROPPED).increment(dropped as u64);
     }
 }
 
 fn failed(stats: &RecorderStats, table: &str, e: &clickhouse::error::Error) {
     stats.write_errors.fetch_add(1, Relaxed);
-    crate::telemetry::recorder_failed(table);
+    crate::session::telemetry::recorder_failed(table);
     if let Ok(mut g) = stats.last_error.lock() {
         *g = Some(format!("clickhouse {table}: {e}"));
     }
