@@ -26,7 +26,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use pmw_core::client::{FailureThrottle, TrustedProxies};
+use pmw_core::client::TrustedProxies;
 use pmw_core::config::{ConfigError, Validate};
 use serde::Deserialize;
 
@@ -169,21 +169,6 @@ impl PushConfig {
         Duration::from_millis(v)
     }
 
-    /// The per-account quota of WebSocket connects.
-    pub fn connect_quota(&self) -> governor::Quota {
-        let rate = std::num::NonZeroU32::new(self.push_ws_connects_per_sec.max(1)).expect("≥ 1");
-        let burst = std::num::NonZeroU32::new(self.push_ws_connect_burst.max(1)).expect("≥ 1");
-        governor::Quota::per_second(rate).allow_burst(burst)
-    }
-
-    /// Failed WebSocket authentications per client address (checked before the lookup).
-    pub fn auth_failure_throttle(&self) -> FailureThrottle {
-        let rate =
-            std::num::NonZeroU32::new(self.push_ws_auth_failures_per_sec.max(1)).expect("≥ 1");
-        let burst = std::num::NonZeroU32::new(self.push_ws_auth_failure_burst.max(1)).expect("≥ 1");
-        FailureThrottle::new(rate, burst)
-    }
-
     /// Trades read per round: the configured limit, capped at half a session queue.
     pub fn round_trades(&self) -> u64 {
         self.push_round_limit
@@ -198,6 +183,11 @@ impl PushConfig {
             heartbeat_ms: self.push_ws_heartbeat_ms,
             resume_max_trades: self.push_resume_max_trades,
             trusted_proxies: self.push_trusted_proxies.clone(),
+            connects_per_sec: self.push_ws_connects_per_sec,
+            connect_burst: self.push_ws_connect_burst,
+            auth_failures_per_sec: self.push_ws_auth_failures_per_sec,
+            auth_failure_burst: self.push_ws_auth_failure_burst,
+            finals: true,
         }
     }
 

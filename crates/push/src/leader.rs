@@ -264,16 +264,14 @@ impl Leading<'_> {
             tasks.clone(),
         );
         let state = AppState {
-            session: SessionState {
-                pool: self.pools.sessions.clone(),
-                ch: self.stores.ch.clone(),
-                hub: hub.clone(),
-                cfg: Arc::new(push.session()),
-                recorder: recorder.clone(),
-                epoch: lead.epoch,
-                connects: Arc::new(governor::RateLimiter::keyed(push.connect_quota())),
-                failures: Arc::new(push.auth_failure_throttle()),
-            },
+            session: SessionState::new(
+                self.pools.sessions.clone(),
+                self.stores.ch.clone(),
+                hub.clone(),
+                push.session(),
+                recorder.clone(),
+                lead.epoch,
+            ),
             cfg: Arc::new(push.clone()),
             health: health.clone(),
         };

@@ -3,6 +3,8 @@
 //! (`eth_getLogs`): the rounds on the stream, read as an edge reads them (contiguous by
 //! position, overlap skipped), hold every canonical trade once. Without quorum the cursor
 //! waits while ingest goes on; a leader deposed on the bus stops without moving its cursor.
+//! pmw-edge serves `/v1/ws` from the stream: every owed trade (the simulator's canonical record)
+//! live and on resume, and a push failover closes none of its sockets.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -12,10 +14,12 @@ use pmw_core::bus::{stream, Bus, BusConfig, Event, FencedPublisher, Follower};
 use pmw_core::Cursor;
 use pmw_push::config::PushConfig;
 use pmw_sim::demo_wallets;
-use pmw_testkit::{assert_eventually, PrivateStack};
+use pmw_testkit::{assert_eventually, bound_within, PrivateStack, ServiceHandle};
 
 use super::WITHIN;
-use crate::harness::{canonical, Fill, Harness};
+use crate::harness::{
+    canonical, connect, hello_cursor, strictly_increasing, Client, Fill, Harness, LEADS_WITHIN,
+};
 
 /// A stream and prefix no other test uses, on the cluster at `urls`.
 fn bus_config(urls: &str) -> BusConfig {
@@ -212,4 +216,78 @@ async fn drop_stream(config: &BusConfig) {
         let _ = stream::ensure(&bus).await;
         let _ = bus.js.delete_stream(&config.stream).await;
     }
+}
+
+/// Run pmw-edge in-process on `bus`; its handle and address once it follows and listens.
+async fn start_edge(h: &Harness, bus: &BusConfig) -> (ServiceHandle, std::net::SocketAddr) {
+    let mut cfg = pmw_edge::EdgeConfig::with_nats(&bus.urls.join(","));
+    cfg.edge_nats_stream = bus.stream.clone();
+    cfg.edge_nats_prefix = bus.prefix.clone();
+    cfg.edge_ws_heartbeat_ms = 1_000;
+    let core = h.core();
+    let (edge, rx) = ServiceHandle::spawn_bound(move |stop, bound| {
+        pmw_edge::run_with(core, cfg, stop, Some(bound))
+    });
+    (edge, bound_within(rx, LEADS_WITHIN).await)
+}
+
+/// The trades `c` receives until it holds `want` of them (or the wait ends).
+async fn trades_until(c: &mut Client, want: usize) -> Vec<Cursor> {
+    let mut got = Vec::new();
+    while got.len() < want {
+        match tokio::time::timeout(WITHIN, c.events.recv()).await {
+            Ok(Some(v)) if v["type"] == "trade" => {
+                got.push(v["cursor"].as_str().unwrap().parse().unwrap())
+            }
+            Ok(Some(_)) => {}
+            _ => break,
+        }
+    }
+    got
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edge_serves_every_trade_and_a_push_failover_closes_none_of_its_sockets() {
+    let h = Harness::new().await;
+    let wallets = demo_wallets(6);
+    let mine = &wallets[..3];
+    let (_, key) = h.account(mine).await;
+    let bus = bus_config(pmw_testkit::nats_urls());
+    let (push_a, _) = h.start_push("push-a", edge_push(&h, &bus));
+    h.trade(1, Duration::from_millis(50), 2).await;
+    h.wait_pushed(WITHIN).await;
+    let (edge, addr) = start_edge(&h, &bus).await;
+    let mut live = connect(addr, &key, None).await;
+    let from = hello_cursor(&mut live).await;
+
+    h.trade(2, Duration::from_millis(100), 20).await;
+    h.wait_pushed(WITHIN).await;
+    // A client resuming from where the first one started: replay, then live, on the edge.
+    let mut resumed = connect(addr, &key, Some(from)).await;
+    // The push leader goes (a deploy: it closes its own sockets) and another takes over.
+    push_a.stop().await.unwrap();
+    let (push_b, _) = h.start_push("push-b", edge_push(&h, &bus));
+    h.trade(2, Duration::from_millis(100), 20).await;
+    h.wait_pushed(WITHIN).await;
+
+    let owed = h.expected(mine, from);
+    let got = trades_until(&mut live, owed.len()).await;
+    let again = trades_until(&mut resumed, owed.len()).await;
+    let (closed_live, closed_resumed) = (live.done.is_finished(), resumed.done.is_finished());
+    println!(
+        "edge: owed {} live {} resumed {} (live socket closed: {closed_live}, resumed: {closed_resumed})",
+        owed.len(),
+        got.len(),
+        again.len()
+    );
+    assert!(
+        !closed_live && !closed_resumed,
+        "a push failover closed an edge socket"
+    );
+    assert!(strictly_increasing(&got) && strictly_increasing(&again));
+    assert_eq!(got, owed, "what the live client got on the edge");
+    assert_eq!(again, owed, "what the resumed client got on the edge");
+    edge.stop().await.unwrap();
+    push_b.stop().await.unwrap();
+    drop_stream(&bus).await;
 }

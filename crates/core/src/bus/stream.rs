@@ -6,6 +6,7 @@
 use async_nats::jetstream::stream::{
     Config, DiscardPolicy, LastRawMessageErrorKind, RetentionPolicy, StorageType,
 };
+use bytes::Bytes;
 
 use super::{Bus, BusError};
 
@@ -50,6 +51,12 @@ pub async fn last_seq(bus: &Bus) -> Result<u64, BusError> {
 
 /// The stream sequence of the account's last stored frame (0: none stored, or all expired).
 pub async fn last_frame_seq(bus: &Bus, account: &str) -> Result<u64, BusError> {
+    Ok(last_frame(bus, account).await?.map_or(0, |(seq, _)| seq))
+}
+
+/// The account's last stored frame: its stream sequence and body (`None`: none stored, or all
+/// expired).
+pub async fn last_frame(bus: &Bus, account: &str) -> Result<Option<(u64, Bytes)>, BusError> {
     let subject = bus.config.frames_subject(account)?;
     let stream = bus
         .js
@@ -57,8 +64,8 @@ pub async fn last_frame_seq(bus: &Bus, account: &str) -> Result<u64, BusError> {
         .await
         .map_err(|e| BusError::Unavailable(format!("stream {}: {e}", bus.config.stream)))?;
     match stream.get_last_raw_message_by_subject(&subject).await {
-        Ok(m) => Ok(m.sequence),
-        Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(0),
+        Ok(m) => Ok(Some((m.sequence, m.payload))),
+        Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(None),
         Err(e) => Err(BusError::Unavailable(format!(
             "last frame of {subject}: {e}"
         ))),

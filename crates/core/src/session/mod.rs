@@ -5,12 +5,14 @@
 //! [`ws`]'s replay), heartbeats, the slow-consumer policy, and the latency facts ([`recorder`]).
 
 pub mod hub;
+pub mod items;
 pub mod recorder;
 pub mod resume;
 pub mod subs;
 pub mod telemetry;
 pub mod ws;
 
+use std::num::NonZeroU32;
 use std::sync::Arc;
 
 use crate::ch::ChClient;
@@ -28,6 +30,48 @@ pub struct SessionConfig {
     pub resume_max_trades: u64,
     /// Peers whose `X-Forwarded-For` is believed.
     pub trusted_proxies: TrustedProxies,
+    /// WebSocket connects per account per second, and the burst allowed above it.
+    pub connects_per_sec: u32,
+    pub connect_burst: u32,
+    /// Failed authentications per client address per second, and the burst.
+    pub auth_failures_per_sec: u32,
+    pub auth_failure_burst: u32,
+    /// Whether `final`s are served (`events=final`): push yes; an edge not yet (the finality
+    /// lane does not publish), so it refuses them with 1008 rather than never sending one.
+    pub finals: bool,
+}
+
+fn at_least_one(v: u32) -> NonZeroU32 {
+    NonZeroU32::new(v.max(1)).expect("at least 1")
+}
+
+impl SessionState {
+    /// The state of a server whose hub dispatches the rounds of the leader of `epoch`.
+    pub fn new(
+        pool: PgPool,
+        ch: ChClient,
+        hub: hub::Hub,
+        cfg: SessionConfig,
+        recorder: recorder::Recorder,
+        epoch: i64,
+    ) -> SessionState {
+        let quota = governor::Quota::per_second(at_least_one(cfg.connects_per_sec))
+            .allow_burst(at_least_one(cfg.connect_burst));
+        let failures = FailureThrottle::new(
+            at_least_one(cfg.auth_failures_per_sec),
+            at_least_one(cfg.auth_failure_burst),
+        );
+        SessionState {
+            pool,
+            ch,
+            hub,
+            cfg: Arc::new(cfg),
+            recorder,
+            epoch,
+            connects: Arc::new(governor::RateLimiter::keyed(quota)),
+            failures: Arc::new(failures),
+        }
+    }
 }
 
 /// What the `/v1/ws` handler works with.

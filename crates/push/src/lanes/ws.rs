@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use pmw_core::bus::round::{Round, RoundRow, Stream as BusStream};
-use pmw_core::message::{Kind, TradeMessage};
+use pmw_core::session::items::round_items;
 
 use super::{now_ms, Fence, Lane, LaneSetup};
 use crate::hub::{Hub, Item, Stream};
@@ -95,16 +95,14 @@ impl WsLane {
 
     /// The batch as hub items: its retractions, then its trades, each rendered once.
     fn items(&self, batch: &Batch) -> Vec<Arc<Item>> {
-        let retracts = batch.retracts.iter().map(|r| (Kind::Retract, r));
-        let trades = batch.rows.iter().map(|r| (Kind::Trade, r));
-        retracts
-            .chain(trades)
-            .map(|(kind, row)| {
-                let market = self.ledger.market(&row.token_id);
-                let body = TradeMessage::from_row(row, market).to_json();
-                Arc::new(Item::of_row(kind, row, market, body, None))
-            })
-            .collect()
+        let ledger = &self.ledger;
+        round_items(
+            batch
+                .retracts
+                .iter()
+                .map(|r| (r, ledger.market(&r.token_id))),
+            batch.rows.iter().map(|r| (r, ledger.market(&r.token_id))),
+        )
     }
 
     /// Claim the batch's range and move `push_cursor` in one statement fenced by the epoch.

@@ -89,7 +89,10 @@ pub async fn upgrade(
         }
     }
     let since = q.get("since").map(|s| s.parse::<Position>());
-    let opts = Options::parse(&q);
+    let opts = Options::parse(&q).and_then(|o| match o.events.fin && !st.cfg.finals {
+        true => Err("events=final is not served by this server (edge mode: not yet)".into()),
+        false => Ok(o),
+    });
     ws.read_buffer_size(4 * 1024)
         .write_buffer_size(8 * 1024)
         .max_frame_size(CLIENT_MESSAGE_MAX)

@@ -1,0 +1,170 @@
+//! pmw-edge settings beyond the core config (same layering: defaults → `PMW_CONFIG` → env).
+//!
+//! | variable | default | meaning |
+//! |---|---|---|
+//! | `PMW_EDGE_LISTEN` | `127.0.0.1:8101` | WebSocket listen address (`/v1/ws`, `/health`), loopback only: Caddy is the public listener |
+//! | `PMW_EDGE_METRICS_ADDR` | `127.0.0.1:9466` | private Prometheus `/metrics` address (a port in use is logged, not fatal) |
+//! | `PMW_EDGE_NATS_URLS` | required | NATS JetStream client URLs, comma-separated (all nodes of the cluster) |
+//! | `PMW_EDGE_NATS_STREAM` / `PMW_EDGE_NATS_PREFIX` | `PMW_FRAMES` / `pmw` | the stream push publishes to and its subjects' first token (as push's `PMW_PUSH_NATS_*`) |
+//! | `PMW_EDGE_INDEX_REFRESH_MS` | `1000` | the subscription index is reloaded on every change notification and at least this often (a revoked key's sessions close within it even if a NOTIFY was lost) |
+//! | `PMW_EDGE_WS_QUEUE` | `1024` | frames queued per session before it is closed as a slow consumer (1013) |
+//! | `PMW_EDGE_WS_HEARTBEAT_MS` | `15000` | heartbeat period per session |
+//! | `PMW_EDGE_RESUME_MAX_TRADES` | `10000` | most trades replayed on `since=`; beyond, the client is told to backfill over REST |
+//! | `PMW_EDGE_WS_CONNECTS_PER_SEC` / `PMW_EDGE_WS_CONNECT_BURST` | `5` / `60` | WebSocket connects per account (429 with `Retry-After` beyond) |
+//! | `PMW_EDGE_WS_AUTH_FAILURES_PER_SEC` / `PMW_EDGE_WS_AUTH_FAILURE_BURST` | `5` / `20` | failed authentications per client address |
+//! | `PMW_EDGE_TRUSTED_PROXIES` | `127.0.0.0/8,::1` | peers whose `X-Forwarded-For` is believed (Caddy's) |
+
+use std::net::SocketAddr;
+
+use pmw_core::bus::BusConfig;
+use pmw_core::client::TrustedProxies;
+use pmw_core::config::{ConfigError, Validate};
+use pmw_core::session::SessionConfig;
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct EdgeConfig {
+    #[serde(default = "d::listen")]
+    pub edge_listen: SocketAddr,
+    #[serde(default = "d::metrics")]
+    pub edge_metrics_addr: SocketAddr,
+    #[serde(default)]
+    pub edge_nats_urls: String,
+    #[serde(default = "d::stream")]
+    pub edge_nats_stream: String,
+    #[serde(default = "d::prefix")]
+    pub edge_nats_prefix: String,
+    #[serde(default = "d::refresh")]
+    pub edge_index_refresh_ms: u64,
+    #[serde(default = "d::queue")]
+    pub edge_ws_queue: usize,
+    #[serde(default = "d::heartbeat")]
+    pub edge_ws_heartbeat_ms: u64,
+    #[serde(default = "d::resume")]
+    pub edge_resume_max_trades: u64,
+    #[serde(default = "d::connects")]
+    pub edge_ws_connects_per_sec: u32,
+    #[serde(default = "d::connect_burst")]
+    pub edge_ws_connect_burst: u32,
+    #[serde(default = "d::auth_failures")]
+    pub edge_ws_auth_failures_per_sec: u32,
+    #[serde(default = "d::auth_failure_burst")]
+    pub edge_ws_auth_failure_burst: u32,
+    #[serde(default)]
+    pub edge_trusted_proxies: TrustedProxies,
+}
+
+mod d {
+    use std::net::SocketAddr;
+    pub fn listen() -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], 8101))
+    }
+    pub fn metrics() -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], 9466))
+    }
+    pub fn stream() -> String {
+        "PMW_FRAMES".into()
+    }
+    pub fn prefix() -> String {
+        "pmw".into()
+    }
+    pub fn refresh() -> u64 {
+        1_000
+    }
+    pub fn queue() -> usize {
+        1_024
+    }
+    pub fn heartbeat() -> u64 {
+        15_000
+    }
+    pub fn resume() -> u64 {
+        10_000
+    }
+    pub fn connects() -> u32 {
+        5
+    }
+    pub fn connect_burst() -> u32 {
+        60
+    }
+    pub fn auth_failures() -> u32 {
+        5
+    }
+    pub fn auth_failure_burst() -> u32 {
+        20
+    }
+}
+
+impl EdgeConfig {
+    /// From the layered sources.
+    pub fn load() -> Result<EdgeConfig, ConfigError> {
+        pmw_core::config::load_from(pmw_core::config::figment())
+    }
+
+    /// The defaults with the broker at `urls`, serving on a free loopback port (tests).
+    pub fn with_nats(urls: &str) -> EdgeConfig {
+        let given = figment::Figment::new().merge(figment::providers::Serialized::default(
+            "edge_nats_urls",
+            urls,
+        ));
+        let mut c: EdgeConfig = pmw_core::config::load_from(given).expect("defaults are valid");
+        c.edge_listen = ([127, 0, 0, 1], 0).into();
+        c.edge_metrics_addr = ([127, 0, 0, 1], 0).into();
+        c
+    }
+
+    /// The broker settings.
+    pub fn bus(&self) -> BusConfig {
+        let mut c = BusConfig::new(&self.edge_nats_urls);
+        c.stream = self.edge_nats_stream.clone();
+        c.prefix = self.edge_nats_prefix.clone();
+        c
+    }
+
+    /// The session layer's settings.
+    pub fn session(&self) -> SessionConfig {
+        SessionConfig {
+            ws_queue: self.edge_ws_queue,
+            heartbeat_ms: self.edge_ws_heartbeat_ms,
+            resume_max_trades: self.edge_resume_max_trades,
+            trusted_proxies: self.edge_trusted_proxies.clone(),
+            connects_per_sec: self.edge_ws_connects_per_sec,
+            connect_burst: self.edge_ws_connect_burst,
+            auth_failures_per_sec: self.edge_ws_auth_failures_per_sec,
+            auth_failure_burst: self.edge_ws_auth_failure_burst,
+            finals: false,
+        }
+    }
+}
+
+impl Validate for EdgeConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if !self.edge_listen.ip().is_loopback() {
+            return Err(ConfigError::invalid(
+                "PMW_EDGE_LISTEN",
+                "edges listen on loopback only (Caddy is the public listener)",
+            ));
+        }
+        if self.edge_nats_urls.trim().is_empty() {
+            return Err(ConfigError::invalid(
+                "PMW_EDGE_NATS_URLS",
+                "required: the NATS JetStream cluster push publishes its rounds to",
+            ));
+        }
+        self.bus()
+            .check()
+            .map_err(|e| ConfigError::invalid("PMW_EDGE_NATS_URLS", e.to_string()))?;
+        if self.edge_index_refresh_ms < 100 {
+            return Err(ConfigError::invalid(
+                "PMW_EDGE_INDEX_REFRESH_MS",
+                "must be ≥ 100 ms",
+            ));
+        }
+        if self.edge_ws_queue < 8 || self.edge_resume_max_trades == 0 {
+            return Err(ConfigError::invalid(
+                "PMW_EDGE_WS_QUEUE",
+                "queue (≥ 8) and resume window must be positive",
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,167 @@
+//! pmw-edge (edge mode, DESIGN §10): a stateless server of `/v1/ws`. It follows the push
+//! leader's rounds on the NATS JetStream stream ([`feed`]) into a session hub, and serves
+//! sessions with the session layer push itself uses (`pmw_core::session`: auth, caps,
+//! revocation, resume from the ledger stores, heartbeats, slow consumers). Run as many as
+//! needed behind Caddy: a push failover or deploy closes none of their sockets.
+
+pub mod config;
+mod feed;
+mod index;
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::routing::get;
+use axum::{Json, Router};
+use pmw_core::bus::Bus;
+use pmw_core::session::hub::Hub;
+use pmw_core::session::recorder::Recorder;
+use pmw_core::session::{ws, SessionState};
+use pmw_core::stores::Stores;
+use pmw_core::{CoreConfig, ServiceError};
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+pub use config::EdgeConfig;
+pub use feed::FeedStats;
+
+/// Service name used in logs and `application_name`.
+pub const SERVICE: &str = "pmw-edge";
+
+/// What stops an edge.
+#[derive(Debug, thiserror::Error)]
+pub enum EdgeError {
+    #[error("bus: {0}")]
+    Bus(String),
+    #[error("postgres: {0}")]
+    Store(String),
+}
+
+impl From<EdgeError> for ServiceError {
+    fn from(e: EdgeError) -> Self {
+        ServiceError::transient(e.to_string())
+    }
+}
+
+/// Run with settings from the environment until `shutdown`.
+pub async fn run(cfg: CoreConfig, shutdown: CancellationToken) -> Result<(), ServiceError> {
+    let edge = EdgeConfig::load()?;
+    run_with(cfg, edge, shutdown, None).await
+}
+
+#[derive(Clone)]
+struct AppState {
+    session: SessionState,
+    feed: Arc<FeedStats>,
+}
+
+impl axum::extract::FromRef<AppState> for SessionState {
+    fn from_ref(st: &AppState) -> SessionState {
+        st.session.clone()
+    }
+}
+
+/// Run with explicit settings; `bound` receives the listen address once the feed follows the
+/// stream and the port is bound.
+pub async fn run_with(
+    cfg: CoreConfig,
+    edge: EdgeConfig,
+    shutdown: CancellationToken,
+    bound: Option<oneshot::Sender<SocketAddr>>,
+) -> Result<(), ServiceError> {
+    pmw_core::metrics::start(SERVICE, edge.edge_metrics_addr, &shutdown).await;
+    let Some(stores) = Stores::open_waiting(&cfg, SERVICE, &shutdown).await? else {
+        return Ok(());
+    };
+    let bus = Bus::connect(edge.bus(), SERVICE)
+        .await
+        .map_err(EdgeError::from)?;
+    let (at, follower) = feed::start(&bus, &stores.pg, 0).await?;
+    let tasks = shutdown.child_token();
+    let _stop_tasks = tasks.clone().drop_guard();
+    let hub = Hub::new(at);
+    let recorder = Recorder::spawn(stores.ch.clone(), tasks.clone());
+    let stats = Arc::new(FeedStats::default());
+    tokio::spawn(index::run(
+        cfg.clone(),
+        stores.pg.clone(),
+        hub.clone(),
+        std::time::Duration::from_millis(edge.edge_index_refresh_ms),
+        tasks.clone(),
+    ));
+    let mut feed = tokio::spawn(feed::run(
+        hub.clone(),
+        follower,
+        stats.clone(),
+        tasks.clone(),
+    ));
+
+    let listener = tokio::net::TcpListener::bind(edge.edge_listen)
+        .await
+        .map_err(|e| ServiceError::Config(format!("cannot bind {}: {e}", edge.edge_listen)))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| ServiceError::Bug(e.into()))?;
+    tracing::info!(%addr, %at, "listening");
+    if let Some(b) = bound {
+        let _ = b.send(addr);
+    }
+    let state = AppState {
+        session: SessionState::new(
+            stores.pg.clone(),
+            stores.ch.clone(),
+            hub.clone(),
+            edge.session(),
+            recorder.clone(),
+            0,
+        ),
+        feed: stats,
+    };
+    let app = Router::new()
+        .route("/v1/ws", get(ws::upgrade))
+        .route("/health", get(health))
+        .with_state(state)
+        .into_make_service_with_connect_info::<SocketAddr>();
+    let server_stop = CancellationToken::new();
+    let stop = server_stop.clone();
+    let mut server = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move { stop.cancelled().await })
+            .await
+    });
+
+    let outcome = tokio::select! {
+        _ = shutdown.cancelled() => Ok(()),
+        r = &mut feed => match r {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(ServiceError::from(e)),
+            Err(e) => Err(ServiceError::Bug(e.into())),
+        },
+        r = &mut server => Err(ServiceError::transient(format!("server ended: {r:?}"))),
+    };
+    // A drain: no new connections, every session told to resume elsewhere (1012).
+    server_stop.cancel();
+    hub.close_all(1012);
+    tasks.cancel();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), server).await;
+    recorder.close(std::time::Duration::from_secs(2)).await;
+    outcome
+}
+
+/// 200 while the feed follows the stream: sessions, and where the hub stands.
+async fn health(State(st): State<AppState>) -> Json<serde_json::Value> {
+    let f = &st.feed;
+    Json(serde_json::json!({
+        "role": "edge",
+        "ready": true,
+        "sessions": st.session.hub.sessions(),
+        "dispatched": st.session.hub.dispatched().to_string(),
+        "parts": f.parts.load(Ordering::Relaxed),
+        "trades": f.trades.load(Ordering::Relaxed),
+        "overlap": f.overlap.load(Ordering::Relaxed),
+        "repairs": f.repairs.load(Ordering::Relaxed),
+        "last_part_ms": f.last_part_ms.load(Ordering::Relaxed),
+    }))
+}
