@@ -131,7 +131,7 @@ impl EdgeConfig {
             connect_burst: self.edge_ws_connect_burst,
             auth_failures_per_sec: self.edge_ws_auth_failures_per_sec,
             auth_failure_burst: self.edge_ws_auth_failure_burst,
-            finals: false,
+            finals: true,
         }
     }
 }

@@ -1,7 +1,8 @@
 //! The edge's feed: the leader's WebSocket rounds, read from the stream in order
 //! ([`pmw_core::bus::round`]), dispatched into the hub exactly as push's WebSocket lane
-//! dispatches them (the same items, [`pmw_core::session::items`]): a rewind first, then the
-//! retractions and trades, then the hub's position moves to the part's end. A part that ends
+//! dispatches them, and the `final` rounds as its finality lane does (the same items,
+//! [`pmw_core::session::items`]): a rewind first, then the retractions and trades (or finals),
+//! then the stream's position in the hub moves to the part's end. A part that ends
 //! where the hub already is (a successor's republish of a longer range) gives only what lies
 //! beyond it. A hole (a part starting past the hub, or frames the stream no longer has) is
 //! repaired, never skipped: every session is closed with 1012 and resumes from its own position
@@ -10,11 +11,11 @@
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use pmw_core::bus::round::{RoundPart, ALL};
+use pmw_core::bus::round::{RoundPart, Stream as BusStream, ALL};
 use pmw_core::bus::{stream, Bus, BusError, Event, Follower};
 use pmw_core::pg::PgPool;
 use pmw_core::session::hub::{Hub, Stream};
-use pmw_core::session::items::round_items;
+use pmw_core::session::items::{final_items, round_items};
 use pmw_core::{Cursor, Position, UnixMs};
 use tokio_util::sync::CancellationToken;
 
@@ -33,38 +34,59 @@ pub struct FeedStats {
     pub last_part_ms: AtomicI64,
 }
 
-/// Where the hub starts and the follower that continues from there: after the last round part
-/// on the stream (the hub stands at its end), or, when the stream holds none, at the push
-/// cursor of `slot` (every round up to it was stored before it moved), following what is stored
-/// after the stream's last sequence, read first.
-pub async fn start(bus: &Bus, pool: &PgPool, slot: i16) -> Result<(Position, Follower), EdgeError> {
+/// Where the hub's two streams start, and the follower that continues from there: after the
+/// stream's last round part (its stream stands at the part's end), else at push's cursors of
+/// `slot` (every round up to a cursor was stored before it moved), following what is stored
+/// after the stream's last sequence, read first. A part stored just before its cursor moved is
+/// then a hole, and repaired.
+pub struct Start {
+    pub ledger: Position,
+    pub finals: Position,
+    pub follower: Follower,
+}
+
+pub async fn start(bus: &Bus, pool: &PgPool, slot: i16) -> Result<Start, EdgeError> {
     stream::ensure(bus).await?;
     let last_seq = stream::last_seq(bus).await?;
-    if let Some((seq, body)) = stream::last_frame(bus, ALL).await? {
+    let last = stream::last_frame(bus, ALL).await?;
+    let ledger = cursor_of(pool, "push_cursor", slot).await?;
+    let finals = cursor_of(pool, "final_cursor", slot).await?;
+    let mut at = Start {
+        ledger,
+        finals,
+        follower: Follower::start(bus.clone(), ALL, last_seq)?,
+    };
+    if let Some((seq, body)) = last {
         let part = RoundPart::from_body(&body)?;
-        tracing::info!(seq, at = %part.through, "feed starts after the stream's last round");
-        return Ok((part.through, Follower::start(bus.clone(), ALL, seq)?));
+        match part.stream {
+            BusStream::Ledger => at.ledger = part.through,
+            BusStream::Final => at.finals = part.through,
+        }
+        at.follower = Follower::start(bus.clone(), ALL, seq)?;
+        tracing::info!(seq, ledger = %at.ledger, finals = %at.finals, "feed starts after the stream's last round");
+    } else {
+        tracing::info!(seq = last_seq, ledger = %at.ledger, finals = %at.finals, "no round on the stream; feed starts at push's cursors");
     }
+    Ok(at)
+}
+
+/// Push's cursor in `table` (`push_cursor`, `final_cursor`) for `slot` (the start of the
+/// ledger when there is none yet).
+async fn cursor_of(pool: &PgPool, table: &str, slot: i16) -> Result<Position, EdgeError> {
+    let sql = format!("SELECT block_number, log_index FROM {table} WHERE slot = $1");
     let row = pool
         .get()
         .await
         .map_err(|e| EdgeError::Store(e.to_string()))?
-        .query_opt(
-            "SELECT block_number, log_index FROM push_cursor WHERE slot = $1",
-            &[&slot],
-        )
+        .query_opt(&sql, &[&slot])
         .await
         .map_err(|e| EdgeError::Store(e.to_string()))?;
-    let at = match row {
-        Some(r) => {
-            let cursor = Cursor::new(r.get::<_, i64>(0) as u64, r.get::<_, i32>(1) as u32)
-                .map_err(|e| EdgeError::Store(format!("push_cursor: {e}")))?;
-            Position::maybe(cursor, None)
-        }
-        None => Position::default(),
+    let Some(r) = row else {
+        return Ok(Position::default());
     };
-    tracing::info!(seq = last_seq, %at, "no round on the stream; feed starts at the push cursor");
-    Ok((at, Follower::start(bus.clone(), ALL, last_seq)?))
+    let cursor = Cursor::new(r.get::<_, i64>(0) as u64, r.get::<_, i32>(1) as u32)
+        .map_err(|e| EdgeError::Store(format!("{table}: {e}")))?;
+    Ok(Position::maybe(cursor, None))
 }
 
 /// Dispatch every round part `follower` yields into `hub` until `shutdown`.
@@ -88,7 +110,11 @@ pub async fn run(
                     "frames missing from the stream; repairing"
                 );
                 let part = RoundPart::from_body(&gap.frame.body)?;
-                repair(&hub, &stats, part.from);
+                let stream = match part.stream {
+                    BusStream::Ledger => Stream::Ledger,
+                    BusStream::Final => Stream::Final,
+                };
+                repair(&hub, &stats, part.from, stream);
                 gap.frame
             }
         };
@@ -98,24 +124,28 @@ pub async fn run(
 }
 
 /// Close every session (they resume from their own positions through the ledger stores) and
-/// move the hub to `to`.
-fn repair(hub: &Hub, stats: &FeedStats, to: Position) {
+/// move `stream` to `to`.
+fn repair(hub: &Hub, stats: &FeedStats, to: Position, stream: Stream) {
     stats.repairs.fetch_add(1, Ordering::Relaxed);
     hub.close_all(1012);
-    hub.dispatch(&[], to);
+    hub.dispatch_stream(&[], to, stream);
     tracing::warn!(at = %to, "feed repaired: sessions closed 1012 to resume from the ledger");
 }
 
-/// Dispatch one part.
+/// Dispatch one part to its stream.
 fn apply(hub: &Hub, stats: &FeedStats, part: RoundPart) {
-    let at = hub.dispatched();
+    let (stream, position) = match part.stream {
+        BusStream::Ledger => (Stream::Ledger, Hub::dispatched as fn(&Hub) -> Position),
+        BusStream::Final => (Stream::Final, Hub::final_dispatched as fn(&Hub) -> Position),
+    };
+    let at = position(hub);
     if part.rewound {
-        hub.rewind(part.from, Stream::Ledger);
+        hub.rewind(part.from, stream);
     } else if part.from.cursor > at.cursor {
         tracing::warn!(from = %part.from, at = %at, "a round starts past the hub");
-        repair(hub, stats, part.from);
+        repair(hub, stats, part.from, stream);
     }
-    let at = hub.dispatched();
+    let at = position(hub);
     if let Some(wm) = part.watermark {
         hub.set_head(wm);
     }
@@ -123,15 +153,18 @@ fn apply(hub: &Hub, stats: &FeedStats, part: RoundPart) {
         Cursor::new(r.row.block_number, r.row.log_index).is_ok_and(|c| c > at.cursor)
     };
     let skipped = part.rows.iter().filter(|r| !fresh(r)).count();
-    let items = round_items(
-        part.retracts.iter().map(|r| (&r.row, r.market.as_ref())),
-        part.rows
-            .iter()
-            .filter(fresh)
-            .map(|r| (&r.row, r.market.as_ref())),
-    );
+    let retracts = part.retracts.iter().map(|r| (&r.row, r.market.as_ref()));
+    let rows = part
+        .rows
+        .iter()
+        .filter(fresh)
+        .map(|r| (&r.row, r.market.as_ref()));
+    let items = match part.stream {
+        BusStream::Ledger => round_items(retracts, rows),
+        BusStream::Final => final_items(retracts, rows),
+    };
     if part.through.cursor > at.cursor || !items.is_empty() {
-        hub.dispatch(&items, part.through);
+        hub.dispatch_stream(&items, part.through, stream);
     }
     stats.parts.fetch_add(1, Ordering::Relaxed);
     stats

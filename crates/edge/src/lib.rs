@@ -78,10 +78,15 @@ pub async fn run_with(
     let bus = Bus::connect(edge.bus(), SERVICE)
         .await
         .map_err(EdgeError::from)?;
-    let (at, follower) = feed::start(&bus, &stores.pg, 0).await?;
+    let feed::Start {
+        ledger: at,
+        finals,
+        follower,
+    } = feed::start(&bus, &stores.pg, 0).await?;
     let tasks = shutdown.child_token();
     let _stop_tasks = tasks.clone().drop_guard();
     let hub = Hub::new(at);
+    hub.start_finals(finals);
     let recorder = Recorder::spawn(stores.ch.clone(), tasks.clone());
     let stats = Arc::new(FeedStats::default());
     tokio::spawn(index::run(

@@ -308,18 +308,20 @@ impl Leading<'_> {
             span: push.push_catchup_span_blocks,
             facts: run.recorder.clone(),
         };
-        let publisher = push
-            .bus()
-            .map(|bus| crate::publish::Publisher::new(bus, lead.epoch));
+        let publisher = push.bus().map(|bus| {
+            Arc::new(tokio::sync::Mutex::new(crate::publish::Publisher::new(
+                bus, lead.epoch,
+            )))
+        });
         let ws = WsLane::new(
             &setup,
             (lead.cursor, lead.reorg_id),
             subs,
             run.hub.clone(),
-            publisher,
+            publisher.clone(),
         );
         let hooks = HookLane::new(&setup, lead.webhooks, Some(run.dispatcher.handoff()));
-        let finals = FinalLane::new(&setup, lead.finals, run.hub.clone());
+        let finals = FinalLane::new(&setup, lead.finals, run.hub.clone(), publisher);
         let behind = HooksAndFinals::spawn(
             hooks,
             Some(finals),

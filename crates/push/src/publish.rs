@@ -1,5 +1,5 @@
 //! Edge mode's leader side (DESIGN §10): with `PMW_PUSH_NATS_URLS` set, the WebSocket lane
-//! stores each round on the JetStream stream ([`pmw_core::bus::round`]) before its fenced
+//! stores each round (and the finality lane each round of `final`s) on the JetStream stream ([`pmw_core::bus::round`]) before its fenced
 //! cursor move, so the cursor never passes a round the broker did not store. The stream is
 //! claimed for this leader's epoch (once per leadership, again after the broker was out of
 //! reach): a deposed leader's publish is refused and ends its leadership like a fenced write.
@@ -10,6 +10,10 @@ use pmw_core::bus::round::{Round, ROWS_PER_PART};
 use pmw_core::bus::{stream, Bus, BusConfig, BusError, FencedPublisher};
 
 use crate::round::RoundError;
+
+/// The one publisher of a leadership, shared by the WebSocket lane and the finality lane (two
+/// would fence each other: each guards with the sequence it last stored).
+pub type SharedPublisher = std::sync::Arc<tokio::sync::Mutex<Publisher>>;
 
 /// The stream a leader of `epoch` publishes its rounds to.
 pub struct Publisher {

@@ -4,7 +4,8 @@
 //! position, overlap skipped), hold every canonical trade once. Without quorum the cursor
 //! waits while ingest goes on; a leader deposed on the bus stops without moving its cursor.
 //! pmw-edge serves `/v1/ws` from the stream: every owed trade (the simulator's canonical record)
-//! live and on resume, and a push failover closes none of its sockets.
+//! live and on resume, and a push failover closes none of its sockets; `final`s after their
+//! trades (the chain's `finalized` block decides when).
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -18,7 +19,8 @@ use pmw_testkit::{assert_eventually, bound_within, PrivateStack, ServiceHandle};
 
 use super::WITHIN;
 use crate::harness::{
-    canonical, connect, hello_cursor, strictly_increasing, Client, Fill, Harness, LEADS_WITHIN,
+    canonical, connect, connect_url, hello_cursor, rpc_call, strictly_increasing, Client, Fill,
+    Harness, LEADS_WITHIN,
 };
 
 /// A stream and prefix no other test uses, on the cluster at `urls`.
@@ -289,5 +291,99 @@ async fn an_edge_serves_every_trade_and_a_push_failover_closes_none_of_its_socke
     assert_eq!(again, owed, "what the resumed client got on the edge");
     edge.stop().await.unwrap();
     push_b.stop().await.unwrap();
+    drop_stream(&bus).await;
+}
+
+/// The chain's finalized block number, asked directly.
+async fn chain_finalized(rpc: &str) -> u64 {
+    let req = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "eth_getBlockByNumber",
+        "params": ["finalized", false]});
+    let v = rpc_call(rpc, &req).await;
+    u64::from_str_radix(
+        v["result"]["number"]
+            .as_str()
+            .unwrap()
+            .trim_start_matches("0x"),
+        16,
+    )
+    .unwrap()
+}
+
+/// Frames of `c` until it holds `want` of type `kind` (or the wait ends): (type, cursor) in order.
+async fn frames_until(c: &mut Client, kind: &str, want: usize) -> Vec<(String, Cursor)> {
+    let mut got = Vec::new();
+    while got.iter().filter(|(k, _)| k == kind).count() < want {
+        match tokio::time::timeout(WITHIN, c.events.recv()).await {
+            Ok(Some(v)) if v["type"] == "trade" || v["type"] == "final" => got.push((
+                v["type"].as_str().unwrap().to_string(),
+                v["cursor"].as_str().unwrap().parse().unwrap(),
+            )),
+            Ok(Some(_)) => {}
+            _ => break,
+        }
+    }
+    got
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edge_serves_finals_after_their_trades() {
+    let h = Harness::with_anvil(&["--slots-in-an-epoch", "2"]).await;
+    let wallets = demo_wallets(6);
+    let mine = &wallets[..3];
+    let (_, key) = h.account(mine).await;
+    let bus = bus_config(pmw_testkit::nats_urls());
+    let (push, _) = h.start_push("push-a", edge_push(&h, &bus));
+    h.trade(1, Duration::from_millis(50), 2).await;
+    h.wait_pushed(WITHIN).await;
+    let (edge, addr) = start_edge(&h, &bus).await;
+    let url = |q: &str| format!("ws://{addr}/v1/ws{q}");
+    let mut both = connect_url(&url("?events=trade,final"), Some(&key)).await;
+    let mut finals = connect_url(&url("?events=final"), Some(&key)).await;
+    let from = hello_cursor(&mut both).await;
+    // A final-only session starts where the final stream stands (its own positions).
+    let finals_from = hello_cursor(&mut finals).await;
+
+    h.trade(2, Duration::from_millis(200), 12).await;
+    let last = h.sim.rpc().latest_block().await.unwrap().number.0;
+    while chain_finalized(&h.anvil.http_url()).await < last {
+        h.sim.rpc().mine().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let owed = h.expected(mine, from);
+    let seen = frames_until(&mut both, "final", owed.len()).await;
+    let owed_finals = h.expected(mine, finals_from);
+    let only = frames_until(&mut finals, "final", owed_finals.len()).await;
+    let of = |v: &[(String, Cursor)], kind: &str| -> Vec<Cursor> {
+        v.iter()
+            .filter(|(k, _)| k == kind)
+            .map(|(_, c)| *c)
+            .collect()
+    };
+    println!(
+        "edge finals: owed {} trade,final: {} trades {} finals; final-only: {} finals {} trades",
+        owed.len(),
+        of(&seen, "trade").len(),
+        of(&seen, "final").len(),
+        of(&only, "final").len(),
+        of(&only, "trade").len()
+    );
+    assert!(owed.len() >= 6, "premise: enough fills ({})", owed.len());
+    assert_eq!(of(&seen, "trade"), owed);
+    let mut final_cursors = of(&seen, "final");
+    final_cursors.sort();
+    assert_eq!(final_cursors, owed, "one final per fill (trade,final)");
+    for c in &owed {
+        let t = seen.iter().position(|(k, x)| k == "trade" && x == c);
+        let f = seen.iter().position(|(k, x)| k == "final" && x == c);
+        assert!(t < f, "the final of {c} came before its trade");
+    }
+    assert_eq!(
+        of(&only, "final"),
+        owed_finals,
+        "a final-only session: every final after its start, in order"
+    );
+    assert!(of(&only, "trade").is_empty());
+    edge.stop().await.unwrap();
+    push.stop().await.unwrap();
     drop_stream(&bus).await;
 }

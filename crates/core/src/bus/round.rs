@@ -96,6 +96,36 @@ fn position_of(row: &TradeRow) -> Result<Position, BusError> {
 }
 
 impl Round {
+    /// A round of `retracts` and `rows` between `from` and `through`, each row with the market
+    /// `market` gives for its token.
+    pub fn of_rows(
+        stream: Stream,
+        (from, through): (Position, Position),
+        (rewound, reorg_id): (bool, i64),
+        watermark: Option<u64>,
+        (retracts, rows): (&[TradeRow], &[TradeRow]),
+        market: impl Fn(&str) -> Option<Market>,
+    ) -> Round {
+        let with_market = |rows: &[TradeRow]| -> Vec<RoundRow> {
+            rows.iter()
+                .map(|r| RoundRow {
+                    row: r.clone(),
+                    market: market(&r.token_id),
+                })
+                .collect()
+        };
+        Round {
+            stream,
+            from,
+            through,
+            rewound,
+            reorg_id,
+            watermark,
+            retracts: with_market(retracts),
+            rows: with_market(rows),
+        }
+    }
+
     /// The round as messages of at most `per_part` rows each (at least one message).
     pub fn parts(self, per_part: usize) -> Result<Vec<RoundPart>, BusError> {
         let per_part = per_part.max(1);

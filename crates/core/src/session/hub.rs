@@ -506,6 +506,14 @@ impl Hub {
             .unwrap_or_default()
     }
 
+    /// The lowest `final` stream position dispatched to any shard.
+    pub fn final_dispatched(&self) -> Position {
+        self.each()
+            .map(|inner| inner.final_dispatched)
+            .min_by_key(|p| p.cursor)
+            .unwrap_or_default()
+    }
+
     /// Set where the `final` stream stands (the finality lane's cursor, at its start).
     pub fn start_finals(&self, at: Position) {
         for mut inner in self.each() {

@@ -2,18 +2,21 @@
 //! of the WebSocket lane's dispatched position nor of the webhook lane's cursor (the bound its
 //! round is given), so a trade's `final` never precedes its `trade`. Queues the `final` webhook
 //! deliveries in the transaction that moves `final_cursor` (fenced by the epoch), then feeds the
-//! hub's `final` stream. Sessions and endpoints that also get trades receive a small
+//! hub's `final` stream (in edge mode, stores the round on the bus first, after the WebSocket
+//! rounds its bound covers). Sessions and endpoints that also get trades receive a small
 //! [`FinalNotice`]; `final`-only ones the full body with `finalized: true`.
 
 use std::sync::Arc;
 
-use pmw_core::message::{FinalNotice, Kind, TradeMessage};
+use pmw_core::bus::round::{Round, Stream as BusStream};
+use pmw_core::session::items::final_items;
 use pmw_core::Cursor;
 
 use super::queue::{log_cancelled, move_and_queue};
 use super::{now_ms, Fence, Lane, LaneSetup};
 use crate::hub::{Hub, Item, Stream};
 use crate::ledger::{Batch, LaneCursor, Ledger, Matcher, Source};
+use crate::publish::SharedPublisher;
 use crate::recorder::Recorder;
 use crate::round::{RoundError, RoundOutcome};
 use crate::subs::{Index, Subscriptions};
@@ -26,11 +29,18 @@ pub struct FinalLane {
     matcher: Matcher,
     hub: Hub,
     facts: Recorder,
+    /// Edge mode: where each round is stored before the cursor moves.
+    publisher: Option<SharedPublisher>,
 }
 
 impl FinalLane {
     /// Catch-up spans are not bounded here: the lane trails the finalized watermark closely.
-    pub fn new(setup: &LaneSetup, from: (pmw_core::Position, i64), hub: Hub) -> FinalLane {
+    pub fn new(
+        setup: &LaneSetup,
+        from: (pmw_core::Position, i64),
+        hub: Hub,
+        publisher: Option<SharedPublisher>,
+    ) -> FinalLane {
         let unbounded = LaneSetup {
             span: u64::MAX / 2,
             ..setup.clone()
@@ -43,6 +53,7 @@ impl FinalLane {
             matcher: Matcher::new(Subscriptions::default(), false),
             hub,
             facts: setup.facts.clone(),
+            publisher,
         }
     }
 
@@ -64,32 +75,43 @@ impl FinalLane {
     /// The batch as the hub's `final` stream items and as `final` webhook deliveries.
     fn items(&self, idx: &Index, batch: &Batch) -> (Vec<Arc<Item>>, Vec<webhook::NewDelivery>) {
         let now = now_ms();
-        let retracts = batch.retracts.iter().map(|r| (Kind::Retract, r));
-        let finals = batch.rows.iter().map(|r| (Kind::Final, r));
-        let mut items = Vec::with_capacity(batch.rows.len() + batch.retracts.len());
+        let ledger = &self.ledger;
+        let items = final_items(
+            batch
+                .retracts
+                .iter()
+                .map(|r| (r, ledger.market(&r.token_id))),
+            batch.rows.iter().map(|r| (r, ledger.market(&r.token_id))),
+        );
+        let rows = batch.retracts.iter().chain(&batch.rows);
         let mut deliveries = Vec::new();
-        for (kind, row) in retracts.chain(finals) {
-            let market = self.ledger.market(&row.token_id);
-            let full = TradeMessage::from_row(row, market)
-                .finalized(kind == Kind::Final)
-                .to_json();
-            let brief = (kind == Kind::Final).then(|| FinalNotice::from_row(row).to_json());
+        for (item, row) in items.iter().zip(rows) {
             // The same filters decide as for its trade (same row, same market).
-            let item = Item::of_row(kind, row, market, full, brief);
             if let Some(accounts) = idx.accounts_by_wallet.get(&row.maker) {
                 deliveries.extend(webhook::finals_of(
                     idx,
                     Some(accounts),
-                    kind,
+                    item.kind,
                     row,
                     &item.facts,
                     (&item.body, item.brief.as_deref().unwrap_or(&item.body)),
                     now,
                 ));
             }
-            items.push(Arc::new(item));
         }
         (items, deliveries)
+    }
+
+    /// The batch as the bus carries it (edge mode).
+    fn bus_round(&self, batch: &Batch) -> Round {
+        Round::of_rows(
+            BusStream::Final,
+            (batch.from, batch.through),
+            (batch.rewound, batch.reorg_id),
+            None,
+            (&batch.retracts, &batch.rows),
+            |token| self.ledger.market(token).cloned(),
+        )
     }
 }
 
@@ -105,6 +127,9 @@ impl Lane for FinalLane {
         batch: Batch,
     ) -> Result<RoundOutcome, RoundError> {
         let (items, deliveries) = self.items(idx, &batch);
+        if let Some(p) = &self.publisher {
+            p.lock().await.publish(self.bus_round(&batch)).await?;
+        }
         let enqueued = move_and_queue(
             &mut client,
             (self.fence, include_str!("sql/finals_cursor.sql")),

@@ -8,13 +8,13 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use pmw_core::bus::round::{Round, RoundRow, Stream as BusStream};
+use pmw_core::bus::round::{Round, Stream as BusStream};
 use pmw_core::session::items::round_items;
 
 use super::{now_ms, Fence, Lane, LaneSetup};
 use crate::hub::{Hub, Item, Stream};
 use crate::ledger::{Batch, LaneCursor, Ledger, Matcher, Reading, Source, Stages};
-use crate::publish::Publisher;
+use crate::publish::SharedPublisher;
 use crate::round::{RoundError, RoundOutcome};
 use crate::subs::{Index, Subscriptions};
 
@@ -27,7 +27,7 @@ pub struct WsLane {
     /// Sessions the last index reload closed (revoked keys, disabled accounts).
     closed_by_last_apply: usize,
     /// Edge mode: where each round is stored before the cursor moves.
-    publisher: Option<Publisher>,
+    publisher: Option<SharedPublisher>,
     /// The watermark the round read (what edges' heartbeats report as the head).
     watermark: Option<u64>,
 }
@@ -39,7 +39,7 @@ impl WsLane {
         from: (pmw_core::Position, i64),
         subs: Subscriptions,
         hub: Hub,
-        publisher: Option<Publisher>,
+        publisher: Option<SharedPublisher>,
     ) -> WsLane {
         let (ledger, at) = setup.start(Source::Ws, from);
         WsLane {
@@ -137,24 +137,14 @@ impl WsLane {
 
 /// The batch as the bus carries it: each row with its market, and the round's watermark.
 fn bus_round(ledger: &Ledger, watermark: Option<u64>, batch: &Batch) -> Round {
-    let rows = |rows: &[pmw_core::ch::TradeRow]| -> Vec<RoundRow> {
-        rows.iter()
-            .map(|r| RoundRow {
-                row: r.clone(),
-                market: ledger.market(&r.token_id).cloned(),
-            })
-            .collect()
-    };
-    Round {
-        stream: BusStream::Ledger,
-        from: batch.from,
-        through: batch.through,
-        rewound: batch.rewound,
-        reorg_id: batch.reorg_id,
+    Round::of_rows(
+        BusStream::Ledger,
+        (batch.from, batch.through),
+        (batch.rewound, batch.reorg_id),
         watermark,
-        retracts: rows(&batch.retracts),
-        rows: rows(&batch.rows),
-    }
+        (&batch.retracts, &batch.rows),
+        |token| ledger.market(token).cloned(),
+    )
 }
 
 impl Lane for WsLane {
@@ -180,9 +170,9 @@ impl Lane for WsLane {
         batch: Batch,
     ) -> Result<RoundOutcome, RoundError> {
         let items = self.items(&batch);
-        if let Some(p) = &mut self.publisher {
-            p.publish(bus_round(&self.ledger, self.watermark, &batch))
-                .await?;
+        if let Some(p) = &self.publisher {
+            let round = bus_round(&self.ledger, self.watermark, &batch);
+            p.lock().await.publish(round).await?;
         }
         let claim = self.claim(&client, &batch).await?;
         let stages = Stages {
