@@ -5,7 +5,8 @@
 //! waits while ingest goes on; a leader deposed on the bus stops without moving its cursor.
 //! pmw-edge serves `/v1/ws` from the stream: every owed trade (the simulator's canonical record)
 //! live and on resume, and a push failover closes none of its sockets; `final`s after their
-//! trades (the chain's `finalized` block decides when).
+//! trades (the chain's `finalized` block decides when); a revoked key's session closes; the
+//! kill of the node leading the stream closes no session and loses nothing.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -19,8 +20,8 @@ use pmw_testkit::{assert_eventually, bound_within, PrivateStack, ServiceHandle};
 
 use super::WITHIN;
 use crate::harness::{
-    canonical, connect, connect_url, hello_cursor, rpc_call, strictly_increasing, Client, Fill,
-    Harness, LEADS_WITHIN,
+    canonical, change_as_api, closed_with, connect, connect_url, hello_cursor, key_id, rpc_call,
+    strictly_increasing, Client, Fill, Harness, LEADS_WITHIN,
 };
 
 /// A stream and prefix no other test uses, on the cluster at `urls`.
@@ -386,4 +387,75 @@ async fn an_edge_serves_finals_after_their_trades() {
     edge.stop().await.unwrap();
     push.stop().await.unwrap();
     drop_stream(&bus).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edge_closes_a_revoked_keys_session_and_survives_the_kill_of_the_streams_leader() {
+    let nats = PrivateStack::start_nats();
+    let h = Harness::new().await;
+    let wallets = demo_wallets(6);
+    let mine = &wallets[..3];
+    let (account, key) = h.account(mine).await;
+    let (_, other_key) = h.account(mine).await;
+    let bus = bus_config(nats.nats_urls());
+    let (push, _) = h.start_push("push-a", edge_push(&h, &bus));
+    h.trade(1, Duration::from_millis(50), 2).await;
+    h.wait_pushed(WITHIN).await;
+    let (edge, addr) = start_edge(&h, &bus).await;
+    let mut c = connect(addr, &other_key, None).await;
+    let from = hello_cursor(&mut c).await;
+
+    // Revocation: the key's session on the edge closes (1008).
+    let mut doomed = connect(addr, &key, None).await;
+    hello_cursor(&mut doomed).await;
+    let pg = h.db.connect().await;
+    let key_id = key_id(&pg, account).await;
+    change_as_api(
+        &pg,
+        &format!("UPDATE api_keys SET revoked_ms = 1 WHERE id = {key_id}"),
+    )
+    .await;
+    closed_with(
+        doomed,
+        1008,
+        WITHIN,
+        "the revoked key's session on the edge",
+    )
+    .await;
+
+    // The node leading the stream dies while trades flow; it comes back later.
+    h.trade(2, Duration::from_millis(100), 10).await;
+    let js = Bus::connect(bus.clone(), "pmw-test").await.unwrap();
+    let info = js
+        .js
+        .get_stream(&bus.stream)
+        .await
+        .unwrap()
+        .get_info()
+        .await
+        .unwrap();
+    let leader: usize = info
+        .cluster
+        .and_then(|c| c.leader)
+        .and_then(|l| l.strip_prefix("pmw-n").and_then(|n| n.parse().ok()))
+        .expect("a stream leader");
+    nats.nats_kill(leader);
+    h.trade(2, Duration::from_millis(100), 10).await;
+    h.wait_pushed(WITHIN).await;
+    nats.run(&["up", "nats"]);
+    h.trade(2, Duration::from_millis(100), 5).await;
+    h.wait_pushed(WITHIN).await;
+
+    let owed = h.expected(mine, from);
+    let got = trades_until(&mut c, owed.len()).await;
+    println!(
+        "edge through the kill of stream leader n{leader}: owed {} got {} (socket closed: {})",
+        owed.len(),
+        got.len(),
+        c.done.is_finished()
+    );
+    assert!(!c.done.is_finished(), "the edge closed a session");
+    assert_eq!(got, owed);
+    edge.stop().await.unwrap();
+    push.stop().await.unwrap();
 }
