@@ -179,3 +179,140 @@ impl From<BusError> for EdgeError {
         EdgeError::Bus(e.to_string())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use pmw_core::bus::round::{RoundRow, Stream as BusStream};
+    use pmw_core::ch::TradeRow;
+
+    use super::*;
+
+    fn row(block: u64, log_index: u32) -> RoundRow {
+        RoundRow {
+            row: TradeRow {
+                block_number: block,
+                log_index,
+                block_hash: format!("0x{:064x}", block),
+                tx_hash: format!("0x{:064x}", 1),
+                block_time_ms: 1_700_000_000_000,
+                exchange: "0x4bfb41d5b3570defd03c39a9a4d8de6bd8b8982e".into(),
+                exchange_version: 1,
+                order_hash: format!("0x{:064x}", 2),
+                maker: "0x00000000000000000000000000000000000000aa".into(),
+                taker: "0x00000000000000000000000000000000000000bb".into(),
+                side: 0,
+                token_id: "1".into(),
+                shares: "1".into(),
+                collateral: "0.5".into(),
+                price: "0.5".into(),
+                fee: "0".into(),
+                fee_asset: "collateral".into(),
+                t_detect_ms: 1_700_000_000_100,
+                backfilled: 0,
+                retracted: 0,
+                version: 1,
+                audit: 0,
+            },
+            market: None,
+        }
+    }
+
+    fn at(block: u64, log_index: u32) -> Position {
+        Position::maybe(Cursor::new(block, log_index).unwrap(), None)
+    }
+
+    fn part(
+        stream: BusStream,
+        from: Position,
+        through: Position,
+        rows: Vec<RoundRow>,
+    ) -> RoundPart {
+        RoundPart {
+            stream,
+            from,
+            through,
+            rewound: false,
+            reorg_id: 0,
+            watermark: Some(through.cursor.block),
+            retracts: vec![],
+            rows,
+        }
+    }
+
+    #[test]
+    fn contiguous_parts_move_the_hub_and_an_overlap_gives_only_what_lies_beyond() {
+        let hub = Hub::new(at(10, 0));
+        let stats = FeedStats::default();
+        apply(
+            &hub,
+            &stats,
+            part(
+                BusStream::Ledger,
+                at(10, 0),
+                at(12, 999_999),
+                vec![row(11, 1), row(12, 0)],
+            ),
+        );
+        assert_eq!(hub.dispatched().cursor, at(12, 999_999).cursor);
+        // A successor's republish from an older cursor, reaching further.
+        apply(
+            &hub,
+            &stats,
+            part(
+                BusStream::Ledger,
+                at(10, 0),
+                at(14, 999_999),
+                vec![row(11, 1), row(12, 0), row(13, 2)],
+            ),
+        );
+        assert_eq!(hub.dispatched().cursor, at(14, 999_999).cursor);
+        assert_eq!(stats.overlap.load(Ordering::Relaxed), 2);
+        assert_eq!(stats.trades.load(Ordering::Relaxed), 3);
+        assert_eq!(stats.repairs.load(Ordering::Relaxed), 0);
+        // A part wholly behind the hub moves nothing back.
+        apply(
+            &hub,
+            &stats,
+            part(
+                BusStream::Ledger,
+                at(10, 0),
+                at(11, 999_999),
+                vec![row(11, 1)],
+            ),
+        );
+        assert_eq!(hub.dispatched().cursor, at(14, 999_999).cursor);
+    }
+
+    #[test]
+    fn a_part_past_the_hub_is_repaired_not_skipped_silently() {
+        let hub = Hub::new(at(10, 0));
+        let stats = FeedStats::default();
+        apply(
+            &hub,
+            &stats,
+            part(
+                BusStream::Ledger,
+                at(20, 0),
+                at(21, 999_999),
+                vec![row(21, 0)],
+            ),
+        );
+        assert_eq!(stats.repairs.load(Ordering::Relaxed), 1);
+        assert_eq!(hub.dispatched().cursor, at(21, 999_999).cursor);
+    }
+
+    #[test]
+    fn a_final_part_moves_only_the_final_stream() {
+        let hub = Hub::new(at(10, 0));
+        hub.start_finals(at(5, 0));
+        let stats = FeedStats::default();
+        apply(
+            &hub,
+            &stats,
+            part(BusStream::Final, at(5, 0), at(8, 999_999), vec![row(6, 0)]),
+        );
+        assert_eq!(hub.final_dispatched().cursor, at(8, 999_999).cursor);
+        assert_eq!(hub.dispatched().cursor, at(10, 0).cursor);
+        assert_eq!(stats.repairs.load(Ordering::Relaxed), 0);
+    }
+}
