@@ -126,6 +126,7 @@ fn systemd_units_verify_and_encode_the_exit_code_contract() {
 fn pm2_ecosystem_encodes_the_same_policy() {
     let script = r#"
         process.env.PMW_BIN_DIR = '/opt/pmw/bin';
+        process.env.PMW_EDGES = '2';
         const e = require(process.argv[1]);
         console.log(JSON.stringify(e.apps));
     "#;
@@ -149,8 +150,14 @@ fn pm2_ecosystem_encodes_the_same_policy() {
             "pmw-push-a",
             "pmw-push-b",
             "pmw-api",
-            "pmw-stats"
+            "pmw-stats",
+            "pmw-edge-1",
+            "pmw-edge-2"
         ]
+    );
+    assert_ne!(
+        apps[5]["env"]["PMW_EDGE_LISTEN"], apps[6]["env"]["PMW_EDGE_LISTEN"],
+        "edges listen apart"
     );
     for a in &apps {
         let codes: Vec<i64> = a["stop_exit_codes"]
@@ -180,30 +187,44 @@ fn pm2_ecosystem_encodes_the_same_policy() {
 
 #[test]
 fn caddyfile_validates_with_real_caddy() {
-    let out = Command::new("caddy")
-        .args(["validate", "--adapter", "caddyfile", "--config"])
-        .arg(root().join("caddy/Caddyfile"))
-        .env("PMW_SITE", "http://127.0.0.1:18443")
-        .output()
-        .expect("caddy (Debian) is installed");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "{text}");
-    let caddyfile = std::fs::read_to_string(root().join("caddy/Caddyfile")).unwrap();
-    for needle in [
-        "lb_policy first",
-        "lb_try_duration",
-        "fail_duration",
-        "/v1/ws",
-        "/latency",
-    ] {
-        assert!(
-            caddyfile.contains(needle),
-            "Caddyfile must configure {needle}"
+    // Both modes: /v1/ws to the push leader (default) and to the edges (PMW_WS_MODE=edge).
+    for mode in ["push", "edge"] {
+        let out = Command::new("caddy")
+            .args(["validate", "--adapter", "caddyfile", "--config"])
+            .arg(root().join("caddy/Caddyfile"))
+            .env("PMW_SITE", "http://127.0.0.1:18443")
+            .env("PMW_WS_MODE", mode)
+            .output()
+            .expect("caddy (Debian) is installed");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
         );
+        assert!(out.status.success(), "{mode}: {text}");
+    }
+    let read = |f: &str| std::fs::read_to_string(root().join("caddy").join(f)).unwrap();
+    let (caddyfile, push, edge) = (
+        read("Caddyfile"),
+        read("ws-push.caddy"),
+        read("ws-edge.caddy"),
+    );
+    for (file, text, needle) in [
+        ("Caddyfile", &caddyfile, "/v1/ws"),
+        ("Caddyfile", &caddyfile, "/latency"),
+        (
+            "Caddyfile",
+            &caddyfile,
+            "import ws-{$PMW_WS_MODE:push}.caddy",
+        ),
+        ("ws-push.caddy", &push, "lb_policy first"),
+        ("ws-push.caddy", &push, "lb_try_duration"),
+        ("ws-push.caddy", &push, "fail_duration"),
+        ("ws-push.caddy", &push, "health_uri /health"),
+        ("ws-edge.caddy", &edge, "lb_try_duration"),
+        ("ws-edge.caddy", &edge, "health_uri /health"),
+    ] {
+        assert!(text.contains(needle), "{file} must configure {needle}");
     }
 }
 

@@ -12,6 +12,8 @@ mod alerts;
 mod churn;
 #[path = "drills/clickhouse.rs"]
 mod clickhouse;
+#[path = "drills/edge.rs"]
+mod edge;
 #[path = "drills/log_secrets.rs"]
 mod log_secrets;
 #[path = "drills/security.rs"]

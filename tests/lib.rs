@@ -4,6 +4,8 @@
 
 #[path = "drill/clients.rs"]
 pub mod clients;
+#[path = "drill/edge.rs"]
+pub mod edge;
 #[path = "drill/harness.rs"]
 pub mod harness;
 

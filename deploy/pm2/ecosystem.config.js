@@ -24,6 +24,9 @@
 // Prometheus metrics, on private loopback ports (deploy/prometheus/prometheus.yml scrapes them):
 // live 9461, push-a 9462, push-b 9463, stats 9464 (PMW_*_METRICS_PORT override them; pmw-api
 // serves /metrics on its own port).
+// Edge mode (docs/OPERATIONS.md, "Edge mode"): PMW_EDGES=N adds pmw-edge-1..N, edge i listening
+// on 8100 + i (PMW_EDGE_<i>_PORT), metrics on 9469 + i (PMW_EDGE_<i>_METRICS_PORT); push
+// and the edges then need PMW_PUSH_NATS_URLS / PMW_EDGE_NATS_URLS (and Caddy PMW_WS_MODE=edge).
 // Binaries come from PMW_BIN_DIR; database and chain settings from the environment of
 // `pm2 start` (PMW_POSTGRES_URL, PMW_CLICKHOUSE_URL, …; see crates/core/src/config.rs).
 const bin = process.env.PMW_BIN_DIR || '/usr/local/lib/pmw/bin';
@@ -41,6 +44,17 @@ const common = {
   merge_logs: true,
   time: true,
 };
+
+const edges = Array.from({ length: Number(process.env.PMW_EDGES || 0) }, (_, k) => ({
+  ...common,
+  name: `pmw-edge-${k + 1}`,
+  script: `${bin}/pmw-edge`,
+  env: {
+    PMW_INSTANCE: `edge-${k + 1}`,
+    PMW_EDGE_LISTEN: `127.0.0.1:${port(`PMW_EDGE_${k + 1}_PORT`, 8101 + k)}`,
+    PMW_EDGE_METRICS_ADDR: `127.0.0.1:${port(`PMW_EDGE_${k + 1}_METRICS_PORT`, 9470 + k)}`,
+  },
+}));
 
 module.exports = {
   apps: [
@@ -86,5 +100,6 @@ module.exports = {
         PMW_STATS_METRICS_ADDR: `127.0.0.1:${port('PMW_STATS_METRICS_PORT', 9464)}`,
       },
     },
+    ...edges,
   ],
 };

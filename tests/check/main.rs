@@ -100,6 +100,7 @@ async fn main() -> anyhow::Result<()> {
             ("PMW_API_RATE_BURST", "1000"),
         ],
         clients: Some(0),
+        edges: 0,
     })
     .await;
     let site = format!("127.0.0.1:{}", d.site);

@@ -174,6 +174,8 @@ pub struct Opts {
     pub env: Vec<(&'static str, &'static str)>,
     /// Resuming drill clients to start (default 100; `Some(0)` for none).
     pub clients: Option<usize>,
+    /// Edge mode: this many pmw-edge apps serve `/v1/ws` through Caddy (0: push serves it).
+    pub edges: usize,
 }
 
 impl Drill {
@@ -278,35 +280,35 @@ impl Drill {
                 .collect();
             env.push(("PMW_LIVE_RPC_PROVIDERS".into(), list.join(" ")));
         }
+        let edges = crate::edge::Edges::new(opts.edges);
+        env.extend(edges.env());
         env.extend(opts.env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let pm2 = Pm2 {
             home: tempfile::tempdir().unwrap(),
             env: env.clone(),
         };
         let eco = repo_root().join("deploy/pm2/ecosystem.config.js");
-        let out = pm2.run(&[
-            "start",
-            eco.to_str().unwrap(),
-            "--only",
-            opts.apps
-                .unwrap_or("pmw-live,pmw-push-a,pmw-push-b,pmw-api"),
-        ]);
+        let only = opts
+            .apps
+            .unwrap_or("pmw-live,pmw-push-a,pmw-push-b,pmw-api")
+            .to_string()
+            + &edges.apps();
+        let out = pm2.run(&["start", eco.to_str().unwrap(), "--only", &only]);
         assert!(
             out.status.success(),
             "pm2 start: {}",
             String::from_utf8_lossy(&out.stderr)
         );
 
-        let caddy = pmw_testkit::caddy(
-            pm2.home.path(),
-            &[
-                ("PMW_SITE", format!("http://127.0.0.1:{site}")),
-                ("PMW_PUSH_A", format!("127.0.0.1:{pa}")),
-                ("PMW_PUSH_B", format!("127.0.0.1:{pb}")),
-                ("PMW_API", format!("127.0.0.1:{api_port}")),
-                ("PMW_CADDY_ADMIN", format!("127.0.0.1:{admin}")),
-            ],
-        );
+        let mut caddy_env = vec![
+            ("PMW_SITE", format!("http://127.0.0.1:{site}")),
+            ("PMW_PUSH_A", format!("127.0.0.1:{pa}")),
+            ("PMW_PUSH_B", format!("127.0.0.1:{pb}")),
+            ("PMW_API", format!("127.0.0.1:{api_port}")),
+            ("PMW_CADDY_ADMIN", format!("127.0.0.1:{admin}")),
+        ];
+        caddy_env.extend(edges.caddy());
+        let caddy = pmw_testkit::caddy(pm2.home.path(), &caddy_env);
 
         // Accounts and 100 clients through Caddy.
         let pg = db.connect().await;

@@ -161,6 +161,7 @@ async fn health(State(st): State<AppState>) -> Json<serde_json::Value> {
     Json(serde_json::json!({
         "role": "edge",
         "ready": true,
+        "revision": pmw_core::build_info::REVISION,
         "sessions": st.session.hub.sessions(),
         "dispatched": st.session.hub.dispatched().to_string(),
         "parts": f.parts.load(Ordering::Relaxed),

@@ -1,0 +1,72 @@
+//! Edge mode for a drill stack: `PMW_EDGES` pmw-edge apps from the production ecosystem file on
+//! ports of their own, push and the edges on the shared NATS cluster with a stream no other
+//! drill uses, and Caddy sending `/v1/ws` to the edges (`PMW_WS_MODE=edge`).
+
+use pmw_testkit::free_port;
+
+/// What a drill adds for `n` edges.
+pub struct Edges {
+    pub ports: Vec<u16>,
+    pub stream: String,
+    prefix: String,
+}
+
+impl Edges {
+    pub fn new(n: usize) -> Edges {
+        let tag = format!("{:08x}", rand::random::<u32>());
+        Edges {
+            ports: (0..n).map(|_| free_port()).collect(),
+            stream: format!("PMW_T_{tag}"),
+            prefix: format!("pmwt{tag}"),
+        }
+    }
+
+    /// The apps' environment: edge ports and metrics ports, and the broker for push and edges.
+    pub fn env(&self) -> Vec<(String, String)> {
+        if self.ports.is_empty() {
+            return Vec::new();
+        }
+        let urls = pmw_testkit::nats_urls().to_string();
+        let mut env = vec![
+            ("PMW_EDGES".to_string(), self.ports.len().to_string()),
+            ("PMW_PUSH_NATS_URLS".into(), urls.clone()),
+            ("PMW_PUSH_NATS_STREAM".into(), self.stream.clone()),
+            ("PMW_PUSH_NATS_PREFIX".into(), self.prefix.clone()),
+            ("PMW_EDGE_NATS_URLS".into(), urls),
+            ("PMW_EDGE_NATS_STREAM".into(), self.stream.clone()),
+            ("PMW_EDGE_NATS_PREFIX".into(), self.prefix.clone()),
+            ("PMW_EDGE_WS_HEARTBEAT_MS".into(), "1000".into()),
+        ];
+        for (i, p) in self.ports.iter().enumerate() {
+            env.push((format!("PMW_EDGE_{}_PORT", i + 1), p.to_string()));
+            env.push((
+                format!("PMW_EDGE_{}_METRICS_PORT", i + 1),
+                free_port().to_string(),
+            ));
+        }
+        env
+    }
+
+    /// `,pmw-edge-1,…` for pm2's `--only`.
+    pub fn apps(&self) -> String {
+        (1..=self.ports.len())
+            .map(|i| format!(",pmw-edge-{i}"))
+            .collect()
+    }
+
+    /// Caddy's environment: `/v1/ws` to the edges.
+    pub fn caddy(&self) -> Vec<(&'static str, String)> {
+        if self.ports.is_empty() {
+            return Vec::new();
+        }
+        let upstreams: Vec<String> = self
+            .ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect();
+        vec![
+            ("PMW_WS_MODE", "edge".into()),
+            ("PMW_EDGE_UPSTREAMS", upstreams.join(" ")),
+        ]
+    }
+}
