@@ -16,6 +16,7 @@ use axum::extract::State;
 use axum::routing::get;
 use axum::{Json, Router};
 use pmw_core::bus::Bus;
+use pmw_core::heartbeat::Heartbeat;
 use pmw_core::session::hub::Hub;
 use pmw_core::session::recorder::Recorder;
 use pmw_core::session::{ws, SessionState};
@@ -96,6 +97,8 @@ pub async fn run_with(
         std::time::Duration::from_millis(edge.edge_index_refresh_ms),
         tasks.clone(),
     ));
+    let heartbeat = Heartbeat::new(stores.pg.clone(), SERVICE, &cfg.instance_or(SERVICE));
+    tokio::spawn(beat(heartbeat, hub.clone(), stats.clone(), tasks.clone()));
     let mut feed = tokio::spawn(feed::run(
         hub.clone(),
         follower,
@@ -155,19 +158,37 @@ pub async fn run_with(
     outcome
 }
 
-/// 200 while the feed follows the stream: sessions, and where the hub stands.
-async fn health(State(st): State<AppState>) -> Json<serde_json::Value> {
-    let f = &st.feed;
-    Json(serde_json::json!({
+/// The edge's state: what `/health` says, in a heartbeat row every second (`pmwctl status`
+/// lists it with the other services).
+fn state(hub: &Hub, f: &FeedStats) -> serde_json::Value {
+    serde_json::json!({
         "role": "edge",
         "ready": true,
-        "revision": pmw_core::build_info::REVISION,
-        "sessions": st.session.hub.sessions(),
-        "dispatched": st.session.hub.dispatched().to_string(),
+        "sessions": hub.sessions(),
+        "dispatched": hub.dispatched().to_string(),
         "parts": f.parts.load(Ordering::Relaxed),
         "trades": f.trades.load(Ordering::Relaxed),
         "overlap": f.overlap.load(Ordering::Relaxed),
         "repairs": f.repairs.load(Ordering::Relaxed),
         "last_part_ms": f.last_part_ms.load(Ordering::Relaxed),
-    }))
+    })
+}
+
+async fn beat(heartbeat: Heartbeat, hub: Hub, stats: Arc<FeedStats>, stop: CancellationToken) {
+    loop {
+        if let Err(e) = heartbeat.beat(&state(&hub, &stats)).await {
+            tracing::warn!(error = %e, "heartbeat failed");
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+            _ = stop.cancelled() => return,
+        }
+    }
+}
+
+/// 200 while the feed follows the stream: sessions, and where the hub stands.
+async fn health(State(st): State<AppState>) -> Json<serde_json::Value> {
+    let mut v = state(&st.session.hub, &st.feed);
+    v["revision"] = pmw_core::build_info::REVISION.into();
+    Json(v)
 }

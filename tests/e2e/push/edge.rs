@@ -287,6 +287,19 @@ async fn an_edge_serves_every_trade_and_a_push_failover_closes_none_of_its_socke
         !closed_live && !closed_resumed,
         "a push failover closed an edge socket"
     );
+    // The edge's heartbeat (what `pmwctl status` lists) counts its two sessions.
+    let pg = h.db.connect().await;
+    assert_eventually!(
+        WITHIN,
+        pg.query_opt(
+            "SELECT (state->>'sessions')::int FROM heartbeats WHERE service = 'pmw-edge'",
+            &[]
+        )
+        .await
+        .unwrap()
+        .is_some_and(|r| r.get::<_, i32>(0) == 2),
+        "the edge's heartbeat"
+    );
     assert!(strictly_increasing(&got) && strictly_increasing(&again));
     assert_eq!(got, owed, "what the live client got on the edge");
     assert_eq!(again, owed, "what the resumed client got on the edge");
