@@ -26,6 +26,7 @@ use anyhow::{bail, Context};
 use clap::Parser;
 
 use clients::Collector;
+use phases::Serve;
 
 /// How each figure is measured (printed at the end of the report).
 pub const HOW: &[&str] = &[
@@ -217,12 +218,22 @@ async fn run(args: Args, plan: Plan) -> anyhow::Result<()> {
     // One session and no webhook endpoint yet: the latency without fan-out, beside the floor.
     eprintln!("latency: one session, no fan-out");
     let (one_ws, one_hooks) = (Arc::new(Collector::default()), Arc::default());
-    let single = phases::latency(&mut b, &plan, (None, 1), &one_ws, &one_hooks).await?;
+    let single =
+        phases::latency(&mut b, &plan, (Serve::Push(None), 1), &one_ws, &one_hooks).await?;
     b.add_endpoints(&receivers.urls).await?;
     eprintln!("latency: pmw (LISTEN wake-up)");
-    let pmw = phases::latency(&mut b, &plan, (None, plan.ws_clients), &ws, &hooks).await?;
+    let pmw = phases::latency(
+        &mut b,
+        &plan,
+        (Serve::Push(None), plan.ws_clients),
+        &ws,
+        &hooks,
+    )
+    .await?;
+    eprintln!("latency: edge mode (the leader's rounds through NATS JetStream to a pmw-edge)");
+    let edge = phases::latency(&mut b, &plan, (Serve::Edge, plan.ws_clients), &ws, &hooks).await?;
     eprintln!("latency: baseline (legacy poll {} ms)", plan.legacy_poll_ms);
-    let legacy = (Some(plan.legacy_poll_ms), plan.ws_clients);
+    let legacy = (Serve::Push(Some(plan.legacy_poll_ms)), plan.ws_clients);
     let base = phases::latency(&mut b, &plan, legacy, &ws, &hooks).await?;
     eprintln!("fan-out: steps {:?}", plan.fanout_steps);
     let fanout = phases::fanout(&mut b, &plan, &ws).await?;
@@ -245,8 +256,8 @@ async fn run(args: Args, plan: Plan) -> anyhow::Result<()> {
     if let Some(live) = b.live.take() {
         live.stop().await?;
     }
-    let delivered =
-        [&pmw.ws, &pmw.hooks, &base.ws, &base.hooks].map(|s| s.as_ref().map_or(0, |s| s.n));
+    let delivered = [&pmw.ws, &pmw.hooks, &base.ws, &base.hooks, &edge.ws]
+        .map(|s| s.as_ref().map_or(0, |s| s.n));
     let r = report::Report {
         plan,
         started_utc,
@@ -255,6 +266,7 @@ async fn run(args: Args, plan: Plan) -> anyhow::Result<()> {
         pmw,
         base,
         single,
+        edge,
         floor,
         fanout,
         rates,
@@ -269,7 +281,7 @@ async fn run(args: Args, plan: Plan) -> anyhow::Result<()> {
     eprintln!("pmw-bench: wrote {} in {:.0} s", out.display(), r.took_s);
     drop(receivers);
     if delivered.contains(&0) {
-        bail!("no trades delivered on some channel (pmw ws, pmw webhook, baseline ws, baseline webhook: {delivered:?})");
+        bail!("no trades delivered on some channel (pmw ws, pmw webhook, baseline ws, baseline webhook, edge ws: {delivered:?})");
     }
     if r.fanout.steps.is_empty() || r.rates.is_empty() || r.stages[0].blocks == 0 {
         bail!("the run produced no fan-out, throughput or ingest figures");

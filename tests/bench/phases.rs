@@ -68,15 +68,41 @@ pub async fn settle(collectors: &[&Arc<Collector>], within: Duration) {
 /// One design under the standard load: a fresh push leader (`legacy` = the seed's poll period,
 /// or `None` for pmw as built), `sessions` sessions, the webhook endpoints (when added), a
 /// warm-up run, then the measured run.
+/// Who serves the phase's WebSocket sessions.
+#[derive(Debug, Clone, Copy)]
+pub enum Serve {
+    /// The push leader itself (with the legacy poll period: the baseline).
+    Push(Option<u64>),
+    /// A pmw-edge fed by the push leader's rounds on NATS JetStream.
+    Edge,
+}
+
 pub async fn latency(
     b: &mut Bench,
     plan: &Plan,
-    (legacy, sessions): (Option<u64>, usize),
+    (serve, sessions): (Serve, usize),
     ws: &Arc<Collector>,
     hooks: &Arc<Collector>,
 ) -> anyhow::Result<Latency> {
-    let push = b.start_push(legacy).await?;
-    let mut fleet = Fleet::new(push.addr, ws.clone());
+    let (push, edge) = match serve {
+        Serve::Push(legacy) => (b.start_push(legacy).await?, None),
+        Serve::Edge => {
+            let tag = format!("{:08x}", rand::random::<u32>());
+            let bus = vec![
+                (
+                    "PMW_PUSH_NATS_URLS".to_string(),
+                    pmw_testkit::nats_urls().to_string(),
+                ),
+                ("PMW_PUSH_NATS_STREAM".into(), format!("PMW_BENCH_{tag}")),
+                ("PMW_PUSH_NATS_PREFIX".into(), format!("pmwbench{tag}")),
+            ];
+            let push = b.start_push_with(None, bus.clone()).await?;
+            let edge = b.start_edge(&bus).await?;
+            (push, Some(edge))
+        }
+    };
+    let serving = edge.as_ref().map_or(push.addr, |e| e.addr);
+    let mut fleet = Fleet::new(serving, ws.clone());
     let failed = fleet.grow(sessions, &b.ws_accounts).await;
     let clients = fleet.live();
     eprintln!(
@@ -105,6 +131,12 @@ pub async fn latency(
     let ws_parts = ingest::breakdown(&b.db.ch, &ws_samples, run.after, run.upto).await?;
     let hook_parts = ingest::breakdown(&b.db.ch, &hook_samples, run.after, run.upto).await?;
     fleet.clear().await;
+    if let Some(edge) = edge {
+        let code = edge.svc.stop().await?;
+        if code != 0 {
+            eprintln!("  warning: edge exited {code}");
+        }
+    }
     let code = push.svc.stop().await?;
     if code != 0 {
         eprintln!("  warning: push exited {code}");

@@ -19,6 +19,8 @@ pub struct Report {
     pub base: Latency,
     /// One session, no webhook endpoint: the latency without fan-out.
     pub single: Latency,
+    /// Edge mode: the same sessions on a pmw-edge fed through NATS JetStream.
+    pub edge: Latency,
     pub floor: Floor,
     pub fanout: FanOut,
     pub rates: Vec<RateStep>,
@@ -74,7 +76,13 @@ pub fn render(r: &Report) -> String {
         pl.legacy_poll_ms
     );
     for (ch, pick) in [("WebSocket", 0), ("webhook", 1)] {
-        for (name, l) in [("pmw (LISTEN wake-up)", &r.pmw), (legacy.as_str(), &r.base)] {
+        let edge: &[(&str, &Latency)] = if pick == 0 {
+            &[("pmw, edge mode (NATS JetStream → pmw-edge)", &r.edge)]
+        } else {
+            &[]
+        };
+        let modes = [("pmw (LISTEN wake-up)", &r.pmw), (legacy.as_str(), &r.base)];
+        for &(name, l) in modes.iter().chain(edge) {
             let (s, owed) = if pick == 0 {
                 (&l.ws, l.ws_expected)
             } else {
@@ -362,6 +370,13 @@ fn glance(o: &mut String, r: &Report) {
         ratio(p(&r.pmw.ws, |s| s.p50), Some(floor)),
         ms(p(&r.single.ws, |s| s.p50)),
         ms(p(&r.single.ws, |s| s.p50).map(|v| v - floor))
+    );
+    let hop = p(&r.edge.ws, |s| s.p50).zip(p(&r.pmw.ws, |s| s.p50));
+    let _ = writeln!(
+        o,
+        "- Edge mode (the leader's rounds through NATS JetStream to a pmw-edge, same sessions): WebSocket {}; the broker hop adds {} at p50 (goal ≤ 2 ms).",
+        q(&r.edge.ws),
+        ms(hop.map(|(e, s)| e - s))
     );
     let cap = r.fanout.capacity().map_or("–".into(), |c| c.to_string());
     let per = r

@@ -223,6 +223,15 @@ impl Bench {
     /// Start a push leader (`legacy`: the seed's design, no LISTEN, sleep that long between
     /// rounds) and wait until `/health` says it completed a round.
     pub async fn start_push(&mut self, legacy: Option<u64>) -> anyhow::Result<Push> {
+        self.start_push_with(legacy, Vec::new()).await
+    }
+
+    /// [`Bench::start_push`] with `extra` settings (edge mode's broker).
+    pub async fn start_push_with(
+        &mut self,
+        legacy: Option<u64>,
+        extra: Vec<(String, String)>,
+    ) -> anyhow::Result<Push> {
         self.pushes += 1;
         let port = pmw_testkit::free_port();
         let name = format!("bench-push-{}", self.pushes);
@@ -236,8 +245,39 @@ impl Bench {
         if let Some(ms) = legacy {
             env.push(("PMW_BENCH_POLL_MS".into(), ms.to_string()));
         }
+        env.extend(extra);
+        self.serve(&name, "pmw-push", env, port).await
+    }
+
+    /// A pmw-edge on the stream of `bus` (push's `PMW_PUSH_NATS_*` settings), ready.
+    pub async fn start_edge(&mut self, bus: &[(String, String)]) -> anyhow::Result<Push> {
+        self.pushes += 1;
+        let port = pmw_testkit::free_port();
+        let name = format!("bench-edge-{}", self.pushes);
+        let mut env = self.child_env(&name);
+        env.push(("PMW_EDGE_LISTEN".into(), format!("127.0.0.1:{port}")));
+        env.push((
+            "PMW_EDGE_METRICS_ADDR".into(),
+            format!("127.0.0.1:{}", pmw_testkit::free_port()),
+        ));
+        env.push(("PMW_EDGE_WS_CONNECTS_PER_SEC".into(), "1000000".into()));
+        env.push(("PMW_EDGE_WS_CONNECT_BURST".into(), "1000000".into()));
+        for (k, v) in bus {
+            env.push((k.replace("PMW_PUSH_", "PMW_EDGE_"), v.clone()));
+        }
+        self.serve(&name, "pmw-edge", env, port).await
+    }
+
+    /// Spawn `bin` as `name` and wait until its `/health` on `port` answers 200.
+    async fn serve(
+        &self,
+        name: &str,
+        bin: &str,
+        env: Vec<(String, String)>,
+        port: u16,
+    ) -> anyhow::Result<Push> {
         let log = self.logs.join(format!("{name}.log"));
-        let mut svc = Service::spawn(&name, &sibling("pmw-push")?, &env, &log)?;
+        let mut svc = Service::spawn(name, &sibling(bin)?, &env, &log)?;
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse()?;
         let url = format!("http://{addr}/health");
         let http = reqwest::Client::new();
