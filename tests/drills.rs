@@ -32,11 +32,29 @@ use pmw_tests::record;
 use pmw_tests::{clients, harness};
 use tokio_util::sync::CancellationToken;
 
+/// Run `scripts/deploy/<what> --no-build` against the drill (its environment and pm2, the
+/// Caddy check with the first account's key), expecting `revision`, with `extra` on top;
+/// whether it succeeded, and its log.
+async fn deploy(d: &Drill, what: &str, revision: &str, extra: &[(&str, &str)]) -> (bool, String) {
+    let out = tokio::process::Command::new(repo_root().join("scripts/deploy").join(what))
+        .arg("--no-build")
+        .envs(d.env.iter().cloned())
+        .env("PM2_HOME", d.pm2.home.path())
+        .env("PMW_CADDY_URL", format!("http://127.0.0.1:{}", d.site))
+        .env("PMW_DEPLOY_KEY", &d.accounts[0].0)
+        .env("PMW_EXPECT_REVISION", revision)
+        .envs(extra.iter().copied())
+        .output()
+        .await
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr).to_string();
+    (out.status.success(), log)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exclusive_rolling_push_restart_under_load_through_caddy_loses_nothing() {
     let d = Drill::start().await;
-    let (sim, env, site, accounts) = (&d.sim, &d.env, d.site, &d.accounts);
-    let pm2 = &d.pm2;
+    let sim = &d.sim;
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     let traffic = sim.spawn(
@@ -49,23 +67,10 @@ async fn exclusive_rolling_push_restart_under_load_through_caddy_loses_nothing()
         CancellationToken::new(),
     );
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let deploy = tokio::process::Command::new(repo_root().join("scripts/deploy/push"))
-        .arg("--no-build")
-        .envs(env.iter().cloned())
-        .env("PM2_HOME", pm2.home.path())
-        .env("PMW_CADDY_URL", format!("http://127.0.0.1:{site}"))
-        .env("PMW_DEPLOY_KEY", &accounts[0].0)
-        // The binaries under test report this build's revision: the script verifies it.
-        .env("PMW_EXPECT_REVISION", pmw_core::build_info::REVISION)
-        .output()
-        .await
-        .unwrap();
-    let deploy_log = String::from_utf8_lossy(&deploy.stderr).to_string();
+    // The binaries under test report this build's revision: the script verifies it.
+    let (ok, deploy_log) = deploy(&d, "push", pmw_core::build_info::REVISION, &[]).await;
     println!("{deploy_log}");
-    assert!(
-        deploy.status.success(),
-        "scripts/deploy/push failed: {deploy_log}"
-    );
+    assert!(ok, "scripts/deploy/push failed: {deploy_log}");
     assert!(
         deploy_log.contains("both push instances run revision"),
         "the deploy verified the running revision: {deploy_log}"
@@ -539,25 +544,8 @@ async fn deploy_scripts_restart_live_api_and_stats_and_verify_the_revision() {
         },
         CancellationToken::new(),
     );
-    let deploy = |service: &'static str, expect: &str| {
-        let (env, home) = (d.env.clone(), d.pm2.home.path().to_path_buf());
-        let expect = expect.to_string();
-        async move {
-            let out =
-                tokio::process::Command::new(repo_root().join("scripts/deploy").join(service))
-                    .arg("--no-build")
-                    .envs(env)
-                    .env("PM2_HOME", home)
-                    .env("PMW_EXPECT_REVISION", expect)
-                    .env("PMW_DEPLOY_VERIFY_SECS", "15")
-                    .output()
-                    .await
-                    .unwrap();
-            (
-                out.status.success(),
-                String::from_utf8_lossy(&out.stderr).to_string(),
-            )
-        }
+    let deploy = |service: &'static str, expect: &'static str| {
+        deploy(&d, service, expect, &[("PMW_DEPLOY_VERIFY_SECS", "15")])
     };
     let mut restarted = Vec::new();
     for service in ["live", "api", "stats"] {

@@ -8,26 +8,16 @@
 use std::time::{Duration, Instant};
 
 use pmw_sim::RunConfig;
-use pmw_testkit::{eventually_every, repo_root};
+use pmw_testkit::eventually_every;
 use pmw_tests::harness::{signal, Drill, Opts};
 use pmw_tests::record;
 use tokio_util::sync::CancellationToken;
 
-/// Run `scripts/deploy/<what> --no-build` against the drill; its log.
+/// Run `scripts/deploy/<what>` against the drill; its log (it must succeed).
 async fn deploy(d: &Drill, what: &str) -> String {
-    let out = tokio::process::Command::new(repo_root().join("scripts/deploy").join(what))
-        .arg("--no-build")
-        .envs(d.env.iter().cloned())
-        .env("PM2_HOME", d.pm2.home.path())
-        .env("PMW_CADDY_URL", format!("http://127.0.0.1:{}", d.site))
-        .env("PMW_DEPLOY_KEY", &d.accounts[0].0)
-        .env("PMW_EXPECT_REVISION", pmw_core::build_info::REVISION)
-        .output()
-        .await
-        .unwrap();
-    let log = String::from_utf8_lossy(&out.stderr).to_string();
+    let (ok, log) = super::deploy(d, what, pmw_core::build_info::REVISION, &[]).await;
     println!("{log}");
-    assert!(out.status.success(), "scripts/deploy/{what} failed: {log}");
+    assert!(ok, "scripts/deploy/{what} failed: {log}");
     log
 }
 

@@ -185,6 +185,17 @@ impl Harness {
             .unwrap();
     }
 
+    /// The push cursor's block.
+    pub async fn pushed_block(&self) -> u64 {
+        self.db
+            .connect()
+            .await
+            .query_one("SELECT block_number FROM push_cursor WHERE slot = 0", &[])
+            .await
+            .unwrap()
+            .get::<_, i64>(0) as u64
+    }
+
     /// Wait until the push cursor reaches the chain head's block.
     pub async fn wait_pushed(&self, within: Duration) {
         let head = self.sim.rpc().latest_block().await.unwrap().number.0;

@@ -35,16 +35,6 @@ async fn endpoint(h: &Harness, account: i64, url: &str) {
         .unwrap();
 }
 
-/// The push cursor's block.
-async fn pushed_block(h: &Harness) -> u64 {
-    h.db.connect()
-        .await
-        .query_one("SELECT block_number FROM push_cursor WHERE slot = 0", &[])
-        .await
-        .unwrap()
-        .get::<_, i64>(0) as u64
-}
-
 /// Wait until pmw-live's watermark reaches the chain head.
 async fn ingested(h: &Harness) {
     let head = h.sim.rpc().latest_block().await.unwrap().number.0;
@@ -142,11 +132,11 @@ async fn catch_up(short_block: bool) {
         // short block or after it is delivered.
         assert_eventually!(
             WITHIN,
-            pushed_block(&h).await + 1 >= short,
+            h.pushed_block().await + 1 >= short,
             "catch-up stalled early"
         );
         tokio::time::sleep(Duration::from_secs(2)).await;
-        let at = pushed_block(&h).await;
+        let at = h.pushed_block().await;
         let (got, _) = received(&hook);
         let past = got.iter().filter(|f| f.0 >= short).count();
         println!(
@@ -165,7 +155,7 @@ async fn catch_up(short_block: bool) {
         .unwrap();
     }
     h.wait_pushed(WITHIN).await;
-    assert!(pushed_block(&h).await >= head);
+    assert!(h.pushed_block().await >= head);
     // Whatever arrived within the wait is counted below (lost, phantom, duplicated).
     eventually_every(WITHIN, Duration::from_millis(200), || async {
         received(&hook).0.len() >= owed.len()

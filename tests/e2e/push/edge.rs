@@ -44,16 +44,6 @@ fn edge_push(h: &Harness, bus: &BusConfig) -> PushConfig {
     }
 }
 
-/// The push cursor's block.
-async fn pushed_block(h: &Harness) -> u64 {
-    h.db.connect()
-        .await
-        .query_one("SELECT block_number FROM push_cursor WHERE slot = 0", &[])
-        .await
-        .unwrap()
-        .get::<_, i64>(0) as u64
-}
-
 /// What an edge would take from the stream: the rounds' trades in order, each once.
 #[derive(Debug, Default)]
 struct Read {
@@ -157,7 +147,7 @@ async fn edge_mode_cursor_waits_while_the_broker_cannot_store() {
     let (push, _) = h.start_push("push-a", edge_push(&h, &bus));
     h.trade(2, Duration::from_millis(100), 10).await;
     h.wait_pushed(WITHIN).await;
-    let before = pushed_block(&h).await;
+    let before = h.pushed_block().await;
 
     // Two of three nodes gone: no round can be stored.
     nats.nats_kill(1);
@@ -175,7 +165,7 @@ async fn edge_mode_cursor_waits_while_the_broker_cannot_store() {
         "ingest goes on without the broker"
     );
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let held = pushed_block(&h).await;
+    let held = h.pushed_block().await;
     println!("without quorum: push cursor at block {held} (was {before}), ingested to {head}");
     assert_eq!(
         held, before,
@@ -196,14 +186,14 @@ async fn a_leader_deposed_on_the_bus_stops_without_moving_its_cursor() {
     let (push, _) = h.start_push("push-a", edge_push(&h, &bus));
     h.trade(2, Duration::from_millis(100), 5).await;
     h.wait_pushed(WITHIN).await;
-    let before = pushed_block(&h).await;
+    let before = h.pushed_block().await;
 
     // Another leader claims the stream (a successor whose lock the deposed one has not noticed).
     let other = Bus::connect(bus.clone(), "pmw-test").await.unwrap();
     FencedPublisher::claim(other, 1_000).await.expect("claim");
     h.trade(2, Duration::from_millis(100), 5).await;
     assert_eventually!(WITHIN, push.is_finished(), "the deposed leader goes on");
-    let at = pushed_block(&h).await;
+    let at = h.pushed_block().await;
     println!("deposed on the bus: cursor at block {at} (was {before})");
     assert_eq!(at, before, "a deposed leader moved its cursor");
     let ended = push.join().await;
