@@ -75,18 +75,9 @@ pub struct RoundPart {
     pub rows: Vec<RoundRow>,
 }
 
-/// What a round is made of before it is split.
-#[derive(Debug, Clone)]
-pub struct Round {
-    pub stream: Stream,
-    pub from: Position,
-    pub through: Position,
-    pub rewound: bool,
-    pub reorg_id: i64,
-    pub watermark: Option<u64>,
-    pub retracts: Vec<RoundRow>,
-    pub rows: Vec<RoundRow>,
-}
+/// A whole round, before [`RoundPart::parts`] splits it: one part from the lane's position to
+/// the round's end.
+pub type Round = RoundPart;
 
 /// A row's position: its cursor with its block's hash.
 fn position_of(row: &TradeRow) -> Result<Position, BusError> {
