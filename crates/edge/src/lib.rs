@@ -11,6 +11,7 @@ mod index;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::State;
 use axum::routing::get;
@@ -23,6 +24,7 @@ use pmw_core::session::{ws, SessionState};
 use pmw_core::stores::Stores;
 use pmw_core::{CoreConfig, ServiceError};
 use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 pub use config::EdgeConfig;
@@ -90,55 +92,26 @@ pub async fn run_with(
     hub.start_finals(finals);
     let recorder = Recorder::spawn(stores.ch.clone(), tasks.clone());
     let stats = Arc::new(FeedStats::default());
-    tokio::spawn(index::run(
-        cfg.clone(),
+    let mut feed = spawn_tasks(&cfg, &edge, &stores, &hub, &stats, follower, &tasks);
+    let listener = bind(&edge, bound).await?;
+    tracing::info!(%at, "feed following; serving sessions");
+    let session = SessionState::new(
         stores.pg.clone(),
+        stores.ch.clone(),
         hub.clone(),
-        std::time::Duration::from_millis(edge.edge_index_refresh_ms),
-        tasks.clone(),
-    ));
-    let heartbeat = Heartbeat::new(stores.pg.clone(), SERVICE, &cfg.instance_or(SERVICE));
-    tokio::spawn(beat(heartbeat, hub.clone(), stats.clone(), tasks.clone()));
-    let mut feed = tokio::spawn(feed::run(
-        hub.clone(),
-        follower,
-        stats.clone(),
-        tasks.clone(),
-    ));
-
-    let listener = tokio::net::TcpListener::bind(edge.edge_listen)
-        .await
-        .map_err(|e| ServiceError::Config(format!("cannot bind {}: {e}", edge.edge_listen)))?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| ServiceError::Bug(e.into()))?;
-    tracing::info!(%addr, %at, "listening");
-    if let Some(b) = bound {
-        let _ = b.send(addr);
-    }
-    let state = AppState {
-        session: SessionState::new(
-            stores.pg.clone(),
-            stores.ch.clone(),
-            hub.clone(),
-            edge.session(),
-            recorder.clone(),
-            0,
-        ),
-        feed: stats,
-    };
-    let app = Router::new()
-        .route("/v1/ws", get(ws::upgrade))
-        .route("/health", get(health))
-        .with_state(state)
-        .into_make_service_with_connect_info::<SocketAddr>();
+        edge.session(),
+        recorder.clone(),
+        0,
+    );
     let server_stop = CancellationToken::new();
-    let stop = server_stop.clone();
-    let mut server = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move { stop.cancelled().await })
-            .await
-    });
+    let mut server = serve(
+        listener,
+        AppState {
+            session,
+            feed: stats,
+        },
+        server_stop.clone(),
+    );
 
     let outcome = tokio::select! {
         _ = shutdown.cancelled() => Ok(()),
@@ -153,9 +126,73 @@ pub async fn run_with(
     server_stop.cancel();
     hub.close_all(1012);
     tasks.cancel();
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), server).await;
-    recorder.close(std::time::Duration::from_secs(2)).await;
+    let _ = tokio::time::timeout(Duration::from_secs(10), server).await;
+    recorder.close(Duration::from_secs(2)).await;
     outcome
+}
+
+/// The index refresh, the heartbeat and the feed under `tasks`; the feed's handle (its end
+/// ends the edge).
+fn spawn_tasks(
+    cfg: &CoreConfig,
+    edge: &EdgeConfig,
+    stores: &Stores,
+    hub: &Hub,
+    stats: &Arc<FeedStats>,
+    follower: pmw_core::bus::Follower,
+    tasks: &CancellationToken,
+) -> JoinHandle<Result<(), EdgeError>> {
+    tokio::spawn(index::run(
+        cfg.clone(),
+        stores.pg.clone(),
+        hub.clone(),
+        Duration::from_millis(edge.edge_index_refresh_ms),
+        tasks.clone(),
+    ));
+    let heartbeat = Heartbeat::new(stores.pg.clone(), SERVICE, &cfg.instance_or(SERVICE));
+    tokio::spawn(beat(heartbeat, hub.clone(), stats.clone(), tasks.clone()));
+    tokio::spawn(feed::run(
+        hub.clone(),
+        follower,
+        stats.clone(),
+        tasks.clone(),
+    ))
+}
+
+/// Bind `PMW_EDGE_LISTEN` and report the address to `bound`.
+async fn bind(
+    edge: &EdgeConfig,
+    bound: Option<oneshot::Sender<SocketAddr>>,
+) -> Result<tokio::net::TcpListener, ServiceError> {
+    let listener = tokio::net::TcpListener::bind(edge.edge_listen)
+        .await
+        .map_err(|e| ServiceError::Config(format!("cannot bind {}: {e}", edge.edge_listen)))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| ServiceError::Bug(e.into()))?;
+    tracing::info!(%addr, "listening");
+    if let Some(b) = bound {
+        let _ = b.send(addr);
+    }
+    Ok(listener)
+}
+
+/// Serve `/v1/ws` and `/health` on `listener` until `stop` (graceful: no new connections).
+fn serve(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    stop: CancellationToken,
+) -> JoinHandle<std::io::Result<()>> {
+    let app = Router::new()
+        .route("/v1/ws", get(ws::upgrade))
+        .route("/health", get(health))
+        .with_state(state)
+        .into_make_service_with_connect_info::<SocketAddr>();
+    tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move { stop.cancelled().await })
+            .await
+    })
 }
 
 /// The edge's state: what `/health` says, in a heartbeat row every second (`pmwctl status`
@@ -180,7 +217,7 @@ async fn beat(heartbeat: Heartbeat, hub: Hub, stats: Arc<FeedStats>, stop: Cance
             tracing::warn!(error = %e, "heartbeat failed");
         }
         tokio::select! {
-            _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
             _ = stop.cancelled() => return,
         }
     }
@@ -191,4 +228,31 @@ async fn health(State(st): State<AppState>) -> Json<serde_json::Value> {
     let mut v = state(&st.session.hub, &st.feed);
     v["revision"] = pmw_core::build_info::REVISION.into();
     Json(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_state_reports_the_hub_and_the_feed() {
+        let at = pmw_core::Position::maybe(pmw_core::Cursor::new(42, 7).unwrap(), None);
+        let hub = Hub::new(at);
+        let f = FeedStats::default();
+        f.parts.store(3, Ordering::Relaxed);
+        f.trades.store(11, Ordering::Relaxed);
+        f.repairs.store(1, Ordering::Relaxed);
+        let v = state(&hub, &f);
+        assert_eq!(v["role"], "edge");
+        assert_eq!(v["sessions"], 0);
+        assert_eq!(v["dispatched"], at.to_string());
+        assert_eq!(
+            (v["parts"].as_u64(), v["trades"].as_u64()),
+            (Some(3), Some(11))
+        );
+        assert_eq!(
+            (v["repairs"].as_u64(), v["overlap"].as_u64()),
+            (Some(1), Some(0))
+        );
+    }
 }
