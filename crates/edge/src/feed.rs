@@ -109,12 +109,10 @@ pub async fn run(
                     seq = gap.frame.seq,
                     "frames missing from the stream; repairing"
                 );
-                let part = RoundPart::from_body(&gap.frame.body)?;
-                let stream = match part.stream {
-                    BusStream::Ledger => Stream::Ledger,
-                    BusStream::Final => Stream::Final,
-                };
-                repair(&hub, &stats, part.from, stream);
+                // The missing frames may be of either stream: every session resumes from the
+                // ledger now, and each stream's position jumps when its next part shows the
+                // hole ([`apply`]).
+                close_sessions(&hub, &stats);
                 gap.frame
             }
         };
@@ -123,27 +121,32 @@ pub async fn run(
     }
 }
 
-/// Close every session (they resume from their own positions through the ledger stores) and
-/// move `stream` to `to`.
-fn repair(hub: &Hub, stats: &FeedStats, to: Position, stream: Stream) {
+/// Close every session: they resume from their own positions through the ledger stores.
+fn close_sessions(hub: &Hub, stats: &FeedStats) {
     stats.repairs.fetch_add(1, Ordering::Relaxed);
     hub.close_all(1012);
-    hub.dispatch_stream(&[], to, stream);
-    tracing::warn!(at = %to, "feed repaired: sessions closed 1012 to resume from the ledger");
+    tracing::warn!("feed repaired: sessions closed 1012 to resume from the ledger");
 }
 
 /// Dispatch one part to its stream.
 fn apply(hub: &Hub, stats: &FeedStats, part: RoundPart) {
-    let (stream, position) = match part.stream {
-        BusStream::Ledger => (Stream::Ledger, Hub::dispatched as fn(&Hub) -> Position),
-        BusStream::Final => (Stream::Final, Hub::final_dispatched as fn(&Hub) -> Position),
+    let stream = match part.stream {
+        BusStream::Ledger => Stream::Ledger,
+        BusStream::Final => Stream::Final,
+    };
+    let position = |hub: &Hub| match stream {
+        Stream::Ledger => hub.dispatched(),
+        Stream::Final => hub.final_dispatched(),
     };
     let at = position(hub);
     if part.rewound {
         hub.rewind(part.from, stream);
     } else if part.from.cursor > at.cursor {
+        // A hole: what lies between was lost; sessions resume from the ledger and the stream
+        // moves on from here.
         tracing::warn!(from = %part.from, at = %at, "a round starts past the hub");
-        repair(hub, stats, part.from, stream);
+        close_sessions(hub, stats);
+        hub.dispatch_stream(&[], part.from, stream);
     }
     let at = position(hub);
     if let Some(wm) = part.watermark {
