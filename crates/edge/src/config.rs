@@ -114,10 +114,11 @@ impl EdgeConfig {
 
     /// The broker settings.
     pub fn bus(&self) -> BusConfig {
-        let mut c = BusConfig::new(&self.edge_nats_urls);
-        c.stream = self.edge_nats_stream.clone();
-        c.prefix = self.edge_nats_prefix.clone();
-        c
+        BusConfig::named(
+            &self.edge_nats_urls,
+            &self.edge_nats_stream,
+            &self.edge_nats_prefix,
+        )
     }
 
     /// The session layer's settings.

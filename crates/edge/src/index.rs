@@ -26,20 +26,11 @@ pub async fn run(
     let mut listen: Option<pg::Session> = None;
     loop {
         if listen.as_ref().is_none_or(|s| s.is_lost()) {
-            listen = match pg::dedicated(&cfg, "pmw-edge:listen").await {
-                Ok(s) => match s
-                    .client
-                    .batch_execute(&format!("LISTEN {}", channels::SUBSCRIPTIONS))
-                    .await
-                {
-                    Ok(()) => Some(s),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "LISTEN failed; polling the index meanwhile");
-                        None
-                    }
-                },
+            listen = match pg::listening(&cfg, "pmw-edge:listen", &[channels::SUBSCRIPTIONS]).await
+            {
+                Ok(s) => Some(s),
                 Err(e) => {
-                    tracing::warn!(error = %e, "cannot open the listen session; polling the index meanwhile");
+                    tracing::warn!(error = %e, "cannot LISTEN for subscription changes; polling the index meanwhile");
                     None
                 }
             };

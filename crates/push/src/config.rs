@@ -194,13 +194,9 @@ impl PushConfig {
     /// Edge mode's broker settings, when `PMW_PUSH_NATS_URLS` names any node.
     pub fn bus(&self) -> Option<pmw_core::bus::BusConfig> {
         let urls = self.push_nats_urls.as_deref().unwrap_or("");
-        let mut c = pmw_core::bus::BusConfig::new(urls);
-        if c.urls.is_empty() {
-            return None;
-        }
-        c.stream = self.push_nats_stream.clone();
-        c.prefix = self.push_nats_prefix.clone();
-        Some(c)
+        let c =
+            pmw_core::bus::BusConfig::named(urls, &self.push_nats_stream, &self.push_nats_prefix);
+        (!c.urls.is_empty()).then_some(c)
     }
 
     /// How long a leader may go without completing a round before it hands over.

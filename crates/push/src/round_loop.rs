@@ -392,16 +392,11 @@ impl RoundLoop<'_> {
 }
 
 pub(crate) async fn listen_session(cfg: &CoreConfig) -> Result<Session, ServiceError> {
-    let s = pg::dedicated(cfg, "pmw-push:listen")
-        .await
-        .map_err(|e| ServiceError::transient(format!("cannot open the listen session: {e}")))?;
-    s.client
-        .batch_execute(&format!(
-            "LISTEN {}; LISTEN {}",
-            channels::BLOCKS,
-            channels::SUBSCRIPTIONS
-        ))
-        .await
-        .map_err(|e| ServiceError::transient(format!("LISTEN failed: {e}")))?;
-    Ok(s)
+    pg::listening(
+        cfg,
+        "pmw-push:listen",
+        &[channels::BLOCKS, channels::SUBSCRIPTIONS],
+    )
+    .await
+    .map_err(|e| ServiceError::transient(format!("cannot LISTEN on the listen session: {e}")))
 }

@@ -81,6 +81,16 @@ impl BusConfig {
         }
     }
 
+    /// The defaults with `urls`, the stream `stream` and the subject prefix `prefix` (a
+    /// service's `*_NATS_URLS`, `*_NATS_STREAM` and `*_NATS_PREFIX`).
+    pub fn named(urls: &str, stream: &str, prefix: &str) -> BusConfig {
+        BusConfig {
+            stream: stream.into(),
+            prefix: prefix.into(),
+            ..BusConfig::new(urls)
+        }
+    }
+
     /// Every URL parses and the stream name and prefix are one subject token each.
     pub fn check(&self) -> Result<(), BusError> {
         if self.urls.is_empty() {

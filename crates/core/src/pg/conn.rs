@@ -132,6 +132,19 @@ impl Session {
     }
 }
 
+/// A dedicated session ([`dedicated`]) that LISTENs on `channels`: push's wake-ups, an edge's
+/// subscription changes. Its notifications arrive on [`Session::notifications`].
+pub async fn listening(
+    cfg: &CoreConfig,
+    application_name: &str,
+    channels: &[&str],
+) -> Result<Session, PgError> {
+    let s = dedicated(cfg, application_name).await?;
+    let sql: String = channels.iter().map(|c| format!("LISTEN {c};")).collect();
+    s.client.batch_execute(&sql).await?;
+    Ok(s)
+}
+
 /// Open a dedicated session with TCP keepalives (idle 10 s, interval 2 s, 3 probes) and a TCP
 /// user timeout of 20 s, so a dead or partitioned peer is noticed in seconds, not hours (a lock
 /// held by a vanished host would otherwise stall the standby). A frozen process on a live host
