@@ -87,6 +87,31 @@ impl Harness {
         }
     }
 
+    /// Every `ingest_latency` row once the one of block `head` is stored. The writer inserts off
+    /// the ingest path (after a gather of 50 ms), so right after the watermark reaches `head`
+    /// the last rows may not be there yet; it inserts in block order, so the head's row means
+    /// every earlier one is in.
+    pub async fn latency_rows_through(&self, head: u64) -> Vec<pmw_core::ch::IngestLatencyRow> {
+        let all = pmw_core::ch::Window {
+            from_ms: 0,
+            to_ms: i64::MAX,
+        };
+        let polled = eventually(Duration::from_secs(30), || async {
+            let rows = pmw_core::ch::latency::ingest_in_window(&self.db.ch, all)
+                .await
+                .unwrap();
+            if rows.iter().any(|r| r.block_number >= head) {
+                Ok(rows)
+            } else {
+                Err(rows.len())
+            }
+        })
+        .await;
+        polled.unwrap_or_else(|n| {
+            panic!("no ingest_latency row of block {head} within 30 s ({n} rows)")
+        })
+    }
+
     /// Wait until the projector has copied every hot-ledger row to ClickHouse.
     pub async fn projected(&self, within: Duration) {
         let c = self.db.connect().await;

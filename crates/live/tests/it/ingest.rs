@@ -6,7 +6,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use crate::common::{assert_exactly_emitted, p50_p99, Harness};
-use pmw_core::ch::{latency, Window};
 use pmw_core::lock::keys;
 use pmw_sim::types::Role;
 use pmw_sim::RunConfig;
@@ -139,15 +138,8 @@ async fn ingests_every_fill_once_attributed_to_its_maker_and_never_ahead_of_visi
     }
 
     // One latency row per block, live blocks not flagged, stages ordered.
-    let lat = latency::ingest_in_window(
-        &h.db.ch,
-        Window {
-            from_ms: 0,
-            to_ms: i64::MAX,
-        },
-    )
-    .await
-    .unwrap();
+    let head = h.sim.rpc().latest_block().await.unwrap().number.0;
+    let lat = h.latency_rows_through(head).await;
     let blocks: BTreeSet<u64> = canonical.iter().map(|e| e.block_number).collect();
     for b in &blocks {
         assert_eq!(
@@ -200,15 +192,8 @@ async fn restart_mid_stream_misses_nothing_and_flags_the_gap_as_backfilled() {
     h.wait_caught_up(CATCH_UP).await;
     assert_exactly_emitted(&h.visible().await, &h.sim.canonical());
 
-    let lat = latency::ingest_in_window(
-        &h.db.ch,
-        Window {
-            from_ms: 0,
-            to_ms: i64::MAX,
-        },
-    )
-    .await
-    .unwrap();
+    let head = h.sim.rpc().latest_block().await.unwrap().number.0;
+    let lat = h.latency_rows_through(head).await;
     let gap: Vec<_> = lat
         .iter()
         .filter(|r| r.block_number > stopped_at && r.backfilled == 1)
@@ -427,15 +412,8 @@ async fn paced_blocks_report_ingest_latency() {
     run.await.unwrap().unwrap();
     h.wait_caught_up(CATCH_UP).await;
     assert_exactly_emitted(&h.visible().await, &h.sim.canonical());
-    let lat = latency::ingest_in_window(
-        &h.db.ch,
-        Window {
-            from_ms: 0,
-            to_ms: i64::MAX,
-        },
-    )
-    .await
-    .unwrap();
+    let head = h.sim.rpc().latest_block().await.unwrap().number.0;
+    let lat = h.latency_rows_through(head).await;
     let live_rows: Vec<_> = lat.iter().filter(|r| r.backfilled == 0).collect();
     assert!(!live_rows.is_empty());
     let (l50, l99) = p50_p99(
