@@ -40,6 +40,18 @@ fn budget_of(kind: &str, lease_ms: i64) -> Option<i64> {
         // within the RPC budget (and whatever overlaps it is judged from its end).
         "provider cut" | "provider lag" => 3_000,
         "rolling deploy" => 1_000,
+        // Edge mode. An edge's clients resume on another edge (Caddy): one reconnect.
+        "edge kill -9" | "edge rolling deploy" => 2_000,
+        // A frozen edge is noticed by its clients (4 s without a frame: they send nothing to
+        // it, and heartbeats come every second) and skipped by Caddy's health check; judged
+        // from the freeze.
+        "edge SIGSTOP" => 6_000,
+        // A node that does not lead the stream: clients of the broker on it reconnect to
+        // another node; judged by every trade detected while it was down.
+        "nats node kill" => 3_000,
+        // The stream's leader: its replicas elect another (JetStream's election timeout) and the
+        // leader's publish goes through again; judged from the kill.
+        "nats stream leader kill" => 10_000,
         _ => return None,
     })
 }
@@ -140,9 +152,15 @@ impl Judgement {
 }
 
 /// A fault kind that must not darken anything: judged by the trades detected while it lasted,
-/// and no excuse for another fault's recovery.
+/// and no excuse for another fault's recovery (a ClickHouse stop; a NATS node that does not
+/// lead the stream, down).
 fn harmless(kind: &Kind) -> bool {
-    matches!(kind, Kind::ClickHouseStop { .. })
+    matches!(kind, Kind::ClickHouseStop { .. } | Kind::NatsKill { .. })
+}
+
+/// A rolling deploy (of push, or of the edges): judged by every trade detected while it ran.
+fn rolling(kind: &Kind) -> bool {
+    matches!(kind, Kind::Deploy | Kind::EdgeDeploy)
 }
 
 /// The deadline of `f`: its own, moved to a later fault's while one is under way before it.
@@ -183,7 +201,7 @@ pub fn judge(done: &[Done], streams: &[Stream], lease_ms: i64) -> Judgement {
     };
     for w in &windows {
         let (kind, e) = (w.done.fault.kind.name(), w.done.ended_ms);
-        if matches!(w.done.fault.kind, Kind::Deploy) && !w.done.note.starts_with("exit status: 0") {
+        if rolling(&w.done.fault.kind) && !w.done.note.starts_with("exit status: 0") {
             j.failed_deploys
                 .push(format!("t+{} s: {}", w.done.fault.at_s, w.done.note));
         }
@@ -211,7 +229,7 @@ pub fn judge(done: &[Done], streams: &[Stream], lease_ms: i64) -> Judgement {
                     .filter(|&&(d, a)| own(d, a))
                     .map(|&(d, a)| a - d)
                     .max()
-            } else if matches!(w.done.fault.kind, Kind::Deploy) {
+            } else if rolling(&w.done.fault.kind) {
                 // Every trade detected while the deploy ran, delivered within the budget (a
                 // leader frozen in the middle of a deploy is the freeze's to answer for).
                 s.deliveries
@@ -399,217 +417,4 @@ pub fn table(j: &Judgement, lease_ms: i64) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::schedule::Fault;
-
-    fn done(kind: Kind, began: i64, ended: i64) -> Done {
-        Done {
-            fault: Fault { at_s: 0, kind },
-            start_ms: began,
-            end_ms: ended,
-            began_ms: began,
-            ended_ms: ended,
-            note: "exit status: 0".into(),
-        }
-    }
-
-    fn stream(deliveries: Vec<(i64, i64)>) -> Stream {
-        Stream {
-            name: "ws 0".into(),
-            silences: owed_silences(&deliveries, 1_000),
-            deliveries,
-            excused: Vec::new(),
-        }
-    }
-
-    #[test]
-    fn a_quick_recovery_passes_and_a_slow_one_breaks_the_budget() {
-        let kill = [done(Kind::LeaderKill9, 10_000, 10_000)];
-        // Trades every 300 ms, delivered 20 ms later, except those detected in the 3 s after
-        // the kill (delivered at 13 s).
-        let slow: Vec<(i64, i64)> = (0..100)
-            .map(|i| i * 300)
-            .map(|d| {
-                (
-                    d,
-                    if (10_000..13_000).contains(&d) {
-                        13_000
-                    } else {
-                        d + 20
-                    },
-                )
-            })
-            .collect();
-        let fast: Vec<(i64, i64)> = (0..100).map(|i| (i * 300, i * 300 + 20)).collect();
-        assert!(!judge(&kill, &[stream(fast)], 10_000).failed());
-        let j = judge(&kill, &[stream(slow)], 10_000);
-        assert!(j.failed());
-        assert_eq!(j.samples[0].recovery_ms, 13_000 - 10_000);
-    }
-
-    #[test]
-    fn a_subscriber_with_no_trade_soon_after_is_not_charged_for_the_quiet() {
-        let kill = [done(Kind::LeaderKill9, 10_000, 10_000)];
-        // Another subscriber sees a block at 10.2 s; this one's next trade is detected at
-        // 15 s and delivered 20 ms later.
-        let other = stream(vec![(10_200, 10_220)]);
-        let quiet = stream(vec![(9_000, 9_020), (15_000, 15_020)]);
-        let j = judge(&kill, &[other, quiet], 10_000);
-        assert!(!j.failed());
-        assert!(j.samples.iter().all(|s| s.recovery_ms == 220));
-    }
-
-    #[test]
-    fn a_fault_under_way_before_the_budget_ends_moves_the_deadline() {
-        // A kill at 10 s (deadline 12 s) and a Postgres restart from 11 s to 20 s (deadline
-        // 25 s): a recovery at 24 s passes both; at 26 s it breaks both.
-        let faults = [
-            done(Kind::LeaderKill9, 10_000, 10_000),
-            done(Kind::PostgresRestart, 11_000, 20_000),
-        ];
-        let at = |r: i64| stream(vec![(10_100, r), (20_100, r), (r, r + 10)]);
-        let j = judge(&faults, &[at(24_000)], 10_000);
-        assert!(!j.failed(), "{}", table(&j, 10_000));
-        assert!(j.samples.iter().any(|s| s.masked));
-        assert!(judge(&faults, &[at(26_000)], 10_000).failed());
-    }
-
-    #[test]
-    fn a_fault_starting_during_a_deploy_answers_for_the_trades_it_held() {
-        // A deploy from 10 s to 30 s (its own deadline: 1 s after its start) and a leader frozen
-        // from 15 s to 22 s (no takeover): trades detected 15–22 s wait until 22.5 s.
-        let faults = [
-            done(Kind::Deploy, 10_000, 10_000),
-            done(Kind::LeaderStop { secs: 7 }, 15_000, 22_000),
-        ];
-        let mut f = faults.clone();
-        f[0].end_ms = 30_000;
-        let held: Vec<(i64, i64)> = (0..150)
-            .map(|i| i * 300)
-            .map(|d| {
-                (
-                    d,
-                    if (15_000..22_000).contains(&d) {
-                        22_500
-                    } else {
-                        d + 40
-                    },
-                )
-            })
-            .collect();
-        let j = judge(&f, &[stream(held.clone())], 10_000);
-        assert!(!j.failed(), "{}", table(&j, 10_000));
-        // Without the freeze, the same waits are the deploy's: over its 1 s.
-        let j = judge(&f[..1], &[stream(held.clone())], 10_000);
-        assert!(j.failed(), "{}", table(&j, 10_000));
-        // A trade the deploy held before the freeze began is still the deploy's.
-        let mut slow = held;
-        slow[40].1 = slow[40].0 + 2_000;
-        assert!((10_000..13_000).contains(&slow[40].0));
-        let j = judge(&f, &[stream(slow)], 10_000);
-        assert!(j.failed(), "{}", table(&j, 10_000));
-    }
-
-    #[test]
-    fn a_deploy_holds_webhooks_until_its_end_and_websockets_for_one_second() {
-        // An RPC cut from 10 s to 15 s and a deploy from 13 s to 25 s: webhooks recover at 22 s
-        // (a handover held them), WebSocket at 15.2 s.
-        let mut deploy = done(Kind::Deploy, 13_000, 13_000);
-        deploy.end_ms = 25_000;
-        let faults = [done(Kind::RpcCut { secs: 5 }, 10_000, 15_000), deploy];
-        let at = |r: i64| vec![(15_100, r), (16_000, r.max(16_020)), (26_000, 26_020)];
-        let mut hook = stream(at(22_000));
-        hook.name = "hook 0/hook".into();
-        let j = judge(&faults, &[hook.clone(), stream(at(15_200))], 10_000);
-        assert!(!j.failed(), "{}", table(&j, 10_000));
-        // The same 7 s on a WebSocket stream break the cut's 3 s.
-        let j = judge(&faults, &[stream(at(22_000))], 10_000);
-        assert!(j.failed(), "{}", table(&j, 10_000));
-        // And a webhook recovery after the deploy's end + 1 s breaks it too.
-        hook.deliveries = at(26_500);
-        let j = judge(&faults, &[hook], 10_000);
-        assert!(j.failed(), "{}", table(&j, 10_000));
-    }
-
-    #[test]
-    fn a_clickhouse_stop_darkens_nothing_and_excuses_no_one() {
-        let stop = done(Kind::ClickHouseStop { secs: 10 }, 10_000, 20_000);
-        let normal: Vec<(i64, i64)> = (0..100).map(|i| (i * 300, i * 300 + 40)).collect();
-        assert!(!judge(
-            std::slice::from_ref(&stop),
-            &[stream(normal.clone())],
-            10_000
-        )
-        .failed());
-        // One trade detected during the stop waits 1.5 s: over the budget.
-        let mut late = normal.clone();
-        late[50].1 = late[50].0 + 1_500;
-        assert!((10_000..=20_000).contains(&late[50].0));
-        let j = judge(std::slice::from_ref(&stop), &[stream(late.clone())], 10_000);
-        assert!(j.failed(), "{}", table(&j, 10_000));
-        // ... unless its wait overlapped a leader kill: the kill's to answer for (2 s budget).
-        let kill = done(Kind::LeaderKill9, late[50].0 + 100, late[50].0 + 100);
-        let both = [stop.clone(), kill];
-        assert!(!judge(&both, &[stream(late)], 10_000).failed());
-        // A kill during the stop is not excused by it: 3 s to recover breaks the kill's 2 s.
-        let mut dark = normal;
-        for t in dark.iter_mut().filter(|t| (12_000..15_000).contains(&t.0)) {
-            t.1 = 15_000;
-        }
-        let faults = [stop, done(Kind::LeaderKill9, 12_000, 12_000)];
-        let j = judge(&faults, &[stream(dark)], 10_000);
-        assert!(j.failed(), "{}", table(&j, 10_000));
-        assert!(j.samples.iter().all(|s| !s.masked));
-    }
-
-    #[test]
-    fn a_deploy_is_judged_by_every_trade_it_overlapped_and_fails_when_it_failed() {
-        let mut deploy = done(Kind::Deploy, 10_000, 40_000);
-        let ok: Vec<(i64, i64)> = (0..200).map(|i| (i * 300, i * 300 + 400)).collect();
-        assert!(!judge(std::slice::from_ref(&deploy), &[stream(ok.clone())], 10_000).failed());
-        let mut gap = ok.clone();
-        gap[100].1 = gap[100].0 + 1_500;
-        assert!(judge(
-            std::slice::from_ref(&deploy),
-            &[stream(gap.clone())],
-            10_000
-        )
-        .failed());
-        // A webhook endpoint may wait for the handover of attempts in flight (up to 11 s).
-        let mut hook = stream(gap.clone());
-        hook.name = "hook 0/hook".into();
-        assert!(!judge(std::slice::from_ref(&deploy), &[hook.clone()], 10_000).failed());
-        hook.deliveries[100].1 = hook.deliveries[100].0 + 12_000;
-        assert!(judge(std::slice::from_ref(&deploy), &[hook], 10_000).failed());
-        deploy.note = "exit status: 1: pmw-push-b did not come back as standby".into();
-        let j = judge(&[deploy], &[stream(ok)], 10_000);
-        assert!(j.failed() && j.failed_deploys.len() == 1);
-    }
-
-    #[test]
-    fn excused_windows_are_not_judged() {
-        let kill = [done(Kind::LeaderKill9, 10_000, 10_000)];
-        let mut s = stream(vec![(10_100, 19_000)]);
-        s.excused = vec![(9_000, 18_000)];
-        let j = judge(&kill, &[s], 10_000);
-        assert!(!j.failed());
-        assert_eq!(j.unjudged.get("leader kill -9"), Some(&1));
-        // The first trade after the excused window is judged instead (block seen at 10.1 s,
-        // that trade delivered 20 ms after its detection).
-        let mut s = stream(vec![(10_100, 19_000), (18_500, 18_520)]);
-        s.excused = vec![(9_000, 18_000)];
-        let j = judge(&kill, &[s], 10_000);
-        assert!(j.unjudged.is_empty());
-        assert_eq!(j.samples[0].recovery_ms, 120);
-    }
-
-    #[test]
-    fn owed_silences_count_only_time_a_detected_trade_waited() {
-        // Nothing owed between 1 s and 5 s (the next trade is detected at 5 s): no silence;
-        // a trade detected at 6 s and delivered at 9 s: 3 s of silence.
-        let s = owed_silences(&[(0, 1_000), (5_000, 5_010), (6_000, 9_000)], 1_000);
-        assert_eq!(s, vec![(6_000, 9_000)]);
-        assert_eq!(union_ms([(0, 10), (5, 20), (30, 40)].into_iter()), 30);
-    }
-}
+mod tests;

@@ -56,6 +56,8 @@ pub struct World {
     pub locks: HashMap<&'static str, tokio::sync::Mutex<()>>,
     /// When the last reorg fault ended (ms).
     pub last_reorg_ms: AtomicI64,
+    /// Held by a NATS node fault while its node is down and catching up (one at a time).
+    pub nats_lock: tokio::sync::Mutex<()>,
 }
 
 /// How long after a reorg its retracts may still be on their way to an endpoint.
@@ -84,11 +86,11 @@ pub struct Marks {
 }
 
 impl Marks {
-    fn begin(&self) {
+    pub fn begin(&self) {
         self.began.store(now_ms(), Relaxed);
     }
 
-    fn end(&self) {
+    pub fn end(&self) {
         self.ended.store(now_ms(), Relaxed);
     }
 
@@ -106,7 +108,8 @@ impl Marks {
     }
 }
 
-fn kill(pid: i64, sig: &str) -> bool {
+/// Send `sig` to `pid`; whether it was delivered.
+pub fn kill(pid: i64, sig: &str) -> bool {
     pid > 0
         && std::process::Command::new("kill")
             .args([format!("-{sig}"), pid.to_string()])
@@ -250,6 +253,9 @@ impl World {
     /// Run one fault; its note says what happened.
     pub async fn run(&self, f: &Fault, m: &Marks) -> anyhow::Result<String> {
         let secs = |s: u64| tokio::time::sleep(Duration::from_secs(s));
+        if f.kind.closes_sockets() {
+            return self.run_edge(f, m).await;
+        }
         Ok(match &f.kind {
             Kind::Reorg { depth, mode } => {
                 let head = self.d.sim.rpc().latest_block().await?.number.0;
@@ -506,6 +512,7 @@ impl World {
                 m.end();
                 "paused, resumed".into()
             }
+            k => bail!("{k} is an edge-mode fault"),
         })
     }
 }

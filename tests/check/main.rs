@@ -7,9 +7,11 @@
 //! or out of order. Exit 1 on any lost, phantom, duplicated (WebSocket) or out-of-order delivery.
 
 mod availability;
+mod edge_faults;
 mod faults;
 mod hooks;
 mod oracle;
+mod reconnects;
 mod report;
 mod schedule;
 mod ws;
@@ -50,7 +52,13 @@ struct Args {
     /// Longest wait for the system to settle after the faults, s.
     #[arg(long, default_value_t = 90)]
     settle_secs: u64,
-    /// Write the table into this markdown file (between `<!-- check:run -->` markers).
+    /// Edge mode: this many pmw-edge servers serve `/v1/ws` through Caddy, fed by the push
+    /// leader through a private 3-node NATS JetStream cluster; adds the edges' and the broker's
+    /// faults, and push faults must close no client's socket (0: push serves the sockets).
+    #[arg(long, default_value_t = 0)]
+    edges: usize,
+    /// Write the table into this markdown file (between `<!-- check:run -->` markers, or
+    /// `<!-- check:edge-run -->` in edge mode).
     #[arg(long)]
     doc: Option<std::path::PathBuf>,
 }
@@ -71,10 +79,19 @@ async fn main() -> anyhow::Result<()> {
         args.accounts.max(1),
         args.churn.max(1),
         wallets.len(),
+        args.edges,
     );
     let span_s = (minutes * 60.0) as u64;
+    let mode = if args.edges > 0 {
+        format!(
+            "edge mode ({} edges, 3 NATS nodes)",
+            args.edges
+        )
+    } else {
+        "single-process mode".to_string()
+    };
     println!(
-        "pmw-check seed {seed}, {minutes} min, {} checked accounts, {} churn accounts",
+        "pmw-check seed {seed}, {minutes} min, {mode}, {} checked accounts, {} churn accounts",
         args.accounts, args.churn
     );
     println!(
@@ -87,7 +104,12 @@ async fn main() -> anyhow::Result<()> {
     }
     let started = Instant::now();
 
-    let stack = Arc::new(tokio::task::spawn_blocking(PrivateStack::start).await?);
+    let components: &'static [&'static str] = if args.edges > 0 {
+        &["pg", "ch", "nats"]
+    } else {
+        &["pg", "ch"]
+    };
+    let stack = Arc::new(tokio::task::spawn_blocking(move || PrivateStack::start_with(components)).await?);
     let d = Drill::start_with(Opts {
         stack: Some(stack.env.clone()),
         rpc_proxy: false,
@@ -100,7 +122,7 @@ async fn main() -> anyhow::Result<()> {
             ("PMW_API_RATE_BURST", "1000"),
         ],
         clients: Some(0),
-        edges: 0,
+        edges: args.edges,
     })
     .await;
     let site = format!("127.0.0.1:{}", d.site);
@@ -120,6 +142,7 @@ async fn main() -> anyhow::Result<()> {
         endpoint_seq: Default::default(),
         last_reorg_ms: Default::default(),
         locks: HashMap::new(),
+        nats_lock: Default::default(),
     };
     for i in 0..args.accounts {
         let mine = vec![wallets[i % 6], wallets[(i + 2) % 6]];
@@ -155,26 +178,7 @@ async fn main() -> anyhow::Result<()> {
         c.endpoint = v["id"].as_i64().unwrap_or_default();
     }
     w.checked = checked;
-    for k in [
-        "reorg",
-        "leader kill -9",
-        "leader SIGSTOP",
-        "rolling deploy",
-        "live restart",
-        "clickhouse stop",
-        "postgres restart",
-        "rpc ws cut",
-        "provider cut",
-        "provider lag",
-        "endpoint create",
-        "endpoint delete",
-        "endpoint disable",
-        "secret rotate",
-        "subscription add",
-        "subscription remove",
-        "key revoke",
-        "slow consumer",
-    ] {
+    for k in schedule::Kind::NAMES {
         w.locks.insert(k, tokio::sync::Mutex::new(()));
     }
     let stop = CancellationToken::new();
@@ -296,6 +300,15 @@ async fn main() -> anyhow::Result<()> {
     let judged = availability::judge(&done, &report::streams(&w, &done), lease_ms);
     let recovery = availability::table(&judged, lease_ms);
     println!("recovery per fault kind (budgets: docs/RELIABILITY.md)\n\n{recovery}");
+    let edge_mode = args.edges > 0;
+    let drops: Vec<Vec<(i64, String)>> = w
+        .checked
+        .iter()
+        .map(|c| c.client.log.lock().unwrap().drops.clone())
+        .collect();
+    let reconnects = reconnects::count(&done, &drops);
+    let reconnect_table = reconnects.table(edge_mode);
+    println!("{reconnect_table}");
     println!(
         "seed {seed}: {minutes} min, {} faults ({}), run {} s\n\n{table}",
         done.len(),
@@ -309,17 +322,24 @@ async fn main() -> anyhow::Result<()> {
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
             .unwrap_or_default();
         let body = format!(
-            "Seed **{seed}**, {minutes} min of traffic and faults ({} checked + {} churn accounts, a block every {} ms), rev `{rev}`, {} UTC; run took {} s.\n\nSchedule ({} faults): {}.\n\n{table}\nRecovery per fault kind (budgets above; `pmw-check` exits 1 over any):\n\n{recovery}\n<details><summary>Per subscriber (reconnects, close codes, receiver answers) and examples</summary>\n\n```\n{}```\n</details>\n\n<details><summary>Each fault's effect</summary>\n\n{effects}\n</details>\n",
+            "Seed **{seed}**, {mode}, {minutes} min of traffic and faults ({} checked + {} churn accounts, a block every {} ms), rev `{rev}`, {} UTC; run took {} s.\n\nSchedule ({} faults): {}.\n\n{table}\nRecovery per fault kind (budgets above; `pmw-check` exits 1 over any):\n\n{recovery}\nClient reconnects, per fault under way when a checked client's socket dropped:\n\n{reconnect_table}\n<details><summary>Per subscriber (reconnects, close codes, receiver answers) and examples</summary>\n\n```\n{}```\n</details>\n\n<details><summary>Each fault's effect</summary>\n\n{effects}\n</details>\n",
             args.accounts, args.churn, args.block_ms, chrono::Utc::now().format("%Y-%m-%d %H:%M"), started.elapsed().as_secs(), done.len(), report::summary(&plan), report::details(&v)
         );
         let text = std::fs::read_to_string(doc)?;
-        let (a, b) = ("<!-- check:run -->", "<!-- /check:run -->");
+        let (a, b) = if edge_mode {
+            ("<!-- check:edge-run -->", "<!-- /check:edge-run -->")
+        } else {
+            ("<!-- check:run -->", "<!-- /check:run -->")
+        };
         let (i, j) = (text.find(a).map(|i| i + a.len()), text.find(b));
-        if let (Some(i), Some(j)) = (i, j) {
-            std::fs::write(doc, format!("{}\n{body}\n{}", &text[..i], &text[j..]))?;
+        match (i, j) {
+            (Some(i), Some(j)) => {
+                std::fs::write(doc, format!("{}\n{body}\n{}", &text[..i], &text[j..]))?
+            }
+            _ => println!("{}: no {a} … {b} markers; the table is not written", doc.display()),
         }
     }
-    let failed = v.failed() || judged.failed();
+    let failed = v.failed() || judged.failed() || reconnects.failed(edge_mode);
     println!(
         "{}",
         if failed {

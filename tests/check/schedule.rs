@@ -68,6 +68,26 @@ pub enum Kind {
         client: usize,
         secs: u64,
     },
+    /// Edge mode: `pmw-edge-<edge>` (1-based) killed with SIGKILL (pm2 starts it again).
+    EdgeKill9 {
+        edge: usize,
+    },
+    /// Edge mode: `pmw-edge-<edge>` frozen (SIGSTOP), then SIGCONT.
+    EdgeStop {
+        edge: usize,
+        secs: u64,
+    },
+    /// Edge mode: `scripts/deploy/edge` (every edge drained and restarted, one at a time).
+    EdgeDeploy,
+    /// Edge mode: a NATS node that does not lead the stream killed (SIGKILL), restarted after
+    /// `secs`.
+    NatsKill {
+        secs: u64,
+    },
+    /// Edge mode: the NATS node leading the stream killed (SIGKILL), restarted after `secs`.
+    NatsLeaderKill {
+        secs: u64,
+    },
 }
 
 impl Kind {
@@ -91,7 +111,58 @@ impl Kind {
             Kind::SubRemove { .. } => "subscription remove",
             Kind::KeyRevoke { .. } => "key revoke",
             Kind::SlowConsumer { .. } => "slow consumer",
+            Kind::EdgeKill9 { .. } => "edge kill -9",
+            Kind::EdgeStop { .. } => "edge SIGSTOP",
+            Kind::EdgeDeploy => "edge rolling deploy",
+            Kind::NatsKill { .. } => "nats node kill",
+            Kind::NatsLeaderKill { .. } => "nats stream leader kill",
         }
+    }
+
+    /// Every kind's name (the checker holds one lock per kind: faults of a kind run one at a
+    /// time).
+    pub const NAMES: [&'static str; 23] = [
+        "reorg",
+        "leader kill -9",
+        "leader SIGSTOP",
+        "rolling deploy",
+        "live restart",
+        "clickhouse stop",
+        "postgres restart",
+        "rpc ws cut",
+        "provider cut",
+        "provider lag",
+        "endpoint create",
+        "endpoint delete",
+        "endpoint disable",
+        "secret rotate",
+        "subscription add",
+        "subscription remove",
+        "key revoke",
+        "slow consumer",
+        "edge kill -9",
+        "edge SIGSTOP",
+        "edge rolling deploy",
+        "nats node kill",
+        "nats stream leader kill",
+    ];
+
+    /// A fault of the push leader (kill, freeze, deploy): in edge mode it closes no client's
+    /// socket.
+    pub fn is_push(&self) -> bool {
+        matches!(self, Kind::LeaderKill9 | Kind::LeaderStop { .. } | Kind::Deploy)
+    }
+
+    /// A fault that may close a client's socket in edge mode (an edge's or the broker's).
+    pub fn closes_sockets(&self) -> bool {
+        matches!(
+            self,
+            Kind::EdgeKill9 { .. }
+                | Kind::EdgeStop { .. }
+                | Kind::EdgeDeploy
+                | Kind::NatsKill { .. }
+                | Kind::NatsLeaderKill { .. }
+        )
     }
 }
 
@@ -127,6 +198,12 @@ impl fmt::Display for Kind {
             Kind::SlowConsumer { client, secs } => {
                 write!(f, "slow consumer {secs} s (checked client {client})")
             }
+            Kind::EdgeKill9 { edge } => write!(f, "edge kill -9 (pmw-edge-{edge})"),
+            Kind::EdgeStop { edge, secs } => write!(f, "edge SIGSTOP {secs} s (pmw-edge-{edge})"),
+            Kind::NatsKill { secs } => write!(f, "nats node kill, back after {secs} s"),
+            Kind::NatsLeaderKill { secs } => {
+                write!(f, "nats stream leader kill, back after {secs} s")
+            }
             k => f.write_str(k.name()),
         }
     }
@@ -143,13 +220,15 @@ pub struct Fault {
 }
 
 /// `per_3min` faults of each kind per three minutes (at least one each), between 15 s and
-/// 20 s before the end.
+/// 20 s before the end; with `edges` > 0 (edge mode) the edges' and the broker's faults too
+/// (a seed's other faults are the same in both modes).
 pub fn generate(
     seed: u64,
     minutes: u64,
     accounts: usize,
     churn: usize,
     wallets: usize,
+    edges: usize,
 ) -> Vec<Fault> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let span = (minutes * 60).max(60);
@@ -222,6 +301,73 @@ pub fn generate(
             });
         }
     }
+    if edges > 0 {
+        let kinds: [(f64, fn(&mut rand::rngs::StdRng, usize) -> Kind); 5] = [
+            (2.0, |r, e| Kind::EdgeKill9 {
+                edge: r.gen_range(1..=e),
+            }),
+            (1.0, |r, e| Kind::EdgeStop {
+                edge: r.gen_range(1..=e),
+                secs: r.gen_range(3..=15),
+            }),
+            (1.0, |_, _| Kind::EdgeDeploy),
+            (1.0, |r, _| Kind::NatsKill {
+                secs: r.gen_range(3..=20),
+            }),
+            (1.0, |r, _| Kind::NatsLeaderKill {
+                secs: r.gen_range(3..=20),
+            }),
+        ];
+        for (rate, make) in kinds {
+            for _ in 0..scale(rate) {
+                let at_s = rng.gen_range(lo..=hi);
+                out.push(Fault {
+                    at_s,
+                    kind: make(&mut rng, edges),
+                });
+            }
+        }
+    }
     out.sort_by_key(|f| f.at_s);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn edge_mode_adds_the_edge_and_broker_faults_and_keeps_the_rest_of_the_seed() {
+        let one = generate(7, 3, 4, 2, 6, 0);
+        let edge = generate(7, 3, 4, 2, 6, 3);
+        let push_side: Vec<String> = edge
+            .iter()
+            .filter(|f| !f.kind.closes_sockets())
+            .map(|f| format!("{} {}", f.at_s, f.kind))
+            .collect();
+        let single: Vec<String> = one
+            .iter()
+            .map(|f| format!("{} {}", f.at_s, f.kind))
+            .collect();
+        assert_eq!(push_side, single);
+        assert!(one.iter().all(|f| !f.kind.closes_sockets()));
+        for name in [
+            "edge kill -9",
+            "edge SIGSTOP",
+            "edge rolling deploy",
+            "nats node kill",
+            "nats stream leader kill",
+        ] {
+            assert!(
+                edge.iter().any(|f| f.kind.name() == name),
+                "{name} not scheduled"
+            );
+        }
+        // Every scheduled kind has its lock.
+        assert!(edge.iter().all(|f| Kind::NAMES.contains(&f.kind.name())));
+        assert!(edge.iter().all(|f| match f.kind {
+            Kind::EdgeKill9 { edge } | Kind::EdgeStop { edge, .. } => (1..=3).contains(&edge),
+            _ => true,
+        }));
+    }
 }

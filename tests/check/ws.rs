@@ -59,6 +59,9 @@ pub struct WsLog {
     pub last_frame_ms: Option<i64>,
     pub connect_errors: u64,
     pub closes: BTreeMap<String, u64>,
+    /// (ms, how) of every socket that ended while the client was running (a close frame's
+    /// code, an error, EOF, or the client's own silence limit).
+    pub drops: Vec<(i64, String)>,
     /// Ledger position at or below which a trade is out of order (moved back by retracts).
     floor: Option<u128>,
 }
@@ -226,7 +229,11 @@ impl WsClient {
                     }
                 }
             }
-            *self.log.lock().unwrap().closes.entry(close).or_default() += 1;
+            {
+                let mut l = self.log.lock().unwrap();
+                l.drops.push((now_ms(), close.clone()));
+                *l.closes.entry(close).or_default() += 1;
+            }
             dropped.get_or_insert_with(now_ms);
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

@@ -1,5 +1,5 @@
 //! Edge mode for a drill stack: `PMW_EDGES` pmw-edge apps from the production ecosystem file on
-//! ports of their own, push and the edges on the shared NATS cluster with a stream no other
+//! ports of their own, push and the edges on the stack's NATS cluster with a stream no other
 //! drill uses, and Caddy sending `/v1/ws` to the edges (`PMW_WS_MODE=edge`).
 
 use pmw_testkit::free_port;
@@ -9,15 +9,18 @@ pub struct Edges {
     pub ports: Vec<u16>,
     pub stream: String,
     prefix: String,
+    urls: String,
 }
 
 impl Edges {
-    pub fn new(n: usize) -> Edges {
+    /// `n` edges on the NATS cluster at `urls` (comma-separated client URLs).
+    pub fn new(n: usize, urls: &str) -> Edges {
         let tag = format!("{:08x}", rand::random::<u32>());
         Edges {
             ports: (0..n).map(|_| free_port()).collect(),
             stream: format!("PMW_T_{tag}"),
             prefix: format!("pmwt{tag}"),
+            urls: urls.to_string(),
         }
     }
 
@@ -26,7 +29,7 @@ impl Edges {
         if self.ports.is_empty() {
             return Vec::new();
         }
-        let urls = pmw_testkit::nats_urls().to_string();
+        let urls = self.urls.clone();
         let mut env = vec![
             ("PMW_EDGES".to_string(), self.ports.len().to_string()),
             ("PMW_PUSH_NATS_URLS".into(), urls.clone()),

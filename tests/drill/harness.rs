@@ -280,7 +280,7 @@ impl Drill {
                 .collect();
             env.push(("PMW_LIVE_RPC_PROVIDERS".into(), list.join(" ")));
         }
-        let edges = crate::edge::Edges::new(opts.edges);
+        let edges = crate::edge::Edges::new(opts.edges, stack.get("PMW_NATS_URLS"));
         env.extend(edges.env());
         env.extend(opts.env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let pm2 = Pm2 {

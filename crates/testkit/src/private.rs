@@ -31,7 +31,9 @@ impl PrivateStack {
         PrivateStack::start_with(&["nats"])
     }
 
-    fn start_with(components: &[&'static str]) -> PrivateStack {
+    /// Start `components` (of `pg`, `ch`, `nats`) on free ports in a private state dir (the
+    /// edge-mode checker: all three).
+    pub fn start_with(components: &[&'static str]) -> PrivateStack {
         let tag = format!("{}-{:08x}", std::process::id(), rand::random::<u32>());
         let state = PathBuf::from(format!("/var/tmp/pmw-private-{tag}"));
         let ch_data = PathBuf::from(format!("/dev/shm/pmw-private-ch-{tag}"));
