@@ -8,6 +8,8 @@ pub mod clients;
 pub mod edge;
 #[path = "drill/harness.rs"]
 pub mod harness;
+#[path = "drill/pm2.rs"]
+pub mod pm2;
 
 use std::time::Duration;
 

@@ -83,10 +83,7 @@ async fn main() -> anyhow::Result<()> {
     );
     let span_s = (minutes * 60.0) as u64;
     let mode = if args.edges > 0 {
-        format!(
-            "edge mode ({} edges, 3 NATS nodes)",
-            args.edges
-        )
+        format!("edge mode ({} edges, 3 NATS nodes)", args.edges)
     } else {
         "single-process mode".to_string()
     };
@@ -109,7 +106,8 @@ async fn main() -> anyhow::Result<()> {
     } else {
         &["pg", "ch"]
     };
-    let stack = Arc::new(tokio::task::spawn_blocking(move || PrivateStack::start_with(components)).await?);
+    let stack =
+        Arc::new(tokio::task::spawn_blocking(move || PrivateStack::start_with(components)).await?);
     let d = Drill::start_with(Opts {
         stack: Some(stack.env.clone()),
         rpc_proxy: false,
@@ -336,7 +334,10 @@ async fn main() -> anyhow::Result<()> {
             (Some(i), Some(j)) => {
                 std::fs::write(doc, format!("{}\n{body}\n{}", &text[..i], &text[j..]))?
             }
-            _ => println!("{}: no {a} … {b} markers; the table is not written", doc.display()),
+            _ => println!(
+                "{}: no {a} … {b} markers; the table is not written",
+                doc.display()
+            ),
         }
     }
     let failed = v.failed() || judged.failed() || reconnects.failed(edge_mode);

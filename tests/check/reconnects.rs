@@ -121,14 +121,7 @@ mod tests {
             done(Kind::LeaderKill9, 10_000, 10_000),
             done(Kind::EdgeKill9 { edge: 1 }, 30_000, 30_000),
             done(Kind::LeaderStop { secs: 5 }, 31_000, 36_000),
-            done(
-                Kind::SlowConsumer {
-                    client: 1,
-                    secs: 5,
-                },
-                50_000,
-                55_000,
-            ),
+            done(Kind::SlowConsumer { client: 1, secs: 5 }, 50_000, 55_000),
             done(Kind::Deploy, 51_000, 60_000),
         ];
         let none = count(&faults, &[vec![], vec![]]);

@@ -150,7 +150,10 @@ impl Kind {
     /// A fault of the push leader (kill, freeze, deploy): in edge mode it closes no client's
     /// socket.
     pub fn is_push(&self) -> bool {
-        matches!(self, Kind::LeaderKill9 | Kind::LeaderStop { .. } | Kind::Deploy)
+        matches!(
+            self,
+            Kind::LeaderKill9 | Kind::LeaderStop { .. } | Kind::Deploy
+        )
     }
 
     /// A fault that may close a client's socket in edge mode (an edge's or the broker's).
@@ -302,7 +305,8 @@ pub fn generate(
         }
     }
     if edges > 0 {
-        let kinds: [(f64, fn(&mut rand::rngs::StdRng, usize) -> Kind); 5] = [
+        type MakeEdge = fn(&mut rand::rngs::StdRng, usize) -> Kind;
+        let kinds: [(f64, MakeEdge); 5] = [
             (2.0, |r, e| Kind::EdgeKill9 {
                 edge: r.gen_range(1..=e),
             }),
