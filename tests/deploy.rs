@@ -33,7 +33,7 @@ fn units() -> Vec<PathBuf> {
 }
 
 /// Copy the units into `dir`, pointing ExecStart at this build's binaries, instantiating the
-/// push template as push@a. Returns the unit file names to verify.
+/// templates (push, edge) as `@a`. Returns the unit file names to verify.
 fn stage(dir: &Path, mutate: impl Fn(String) -> String) -> Vec<String> {
     let bin = root().join("target/debug");
     let mut names = Vec::new();
@@ -71,7 +71,7 @@ fn verify(dir: &Path, names: &[String]) -> (bool, String) {
 
 #[test]
 fn systemd_units_verify_and_encode_the_exit_code_contract() {
-    let bins = ["pmw-live", "pmw-push", "pmw-api", "pmw-stats"];
+    let bins = ["pmw-live", "pmw-push", "pmw-api", "pmw-stats", "pmw-edge"];
     for b in bins {
         assert!(
             root().join("target/debug").join(b).exists(),
@@ -80,7 +80,7 @@ fn systemd_units_verify_and_encode_the_exit_code_contract() {
     }
     let dir = tempfile::tempdir().unwrap();
     let names = stage(dir.path(), |t| t);
-    assert_eq!(names.len(), 4, "{names:?}");
+    assert_eq!(names.len(), 5, "{names:?}");
     let (ok, text) = verify(dir.path(), &names);
     assert!(ok, "systemd-analyze verify: {text}");
     for u in units() {
@@ -107,8 +107,9 @@ fn systemd_units_verify_and_encode_the_exit_code_contract() {
             .parse()
             .unwrap();
         assert!(
-            stop > 10,
-            "{u:?}: stop timeout {stop}s must exceed push's 10 s round deadline"
+            stop > 12,
+            "{u:?}: stop timeout {stop}s must exceed push's 10 s round deadline and an edge's \
+             drain (10 s for its server, 2 s for its recorder)"
         );
     }
 
@@ -279,7 +280,12 @@ fn assert_exit(h: &services::Host, unit: &str, exit: &str) {
 async fn systemd_restarts_every_signal_death_and_keeps_stops_and_78_down() {
     let h = services::Host::start().await;
     // Everything serves: live ingests, one push leads and the other waits, API and stats answer.
-    for unit in ["pmw-live.service", "pmw-api.service", "pmw-stats.service"] {
+    for unit in [
+        "pmw-live.service",
+        "pmw-api.service",
+        "pmw-stats.service",
+        "pmw-edge@1.service",
+    ] {
         h.serving(unit, h.state(unit).pid, 0).await;
     }
     let leader = h.leader().await;
@@ -300,6 +306,7 @@ async fn systemd_restarts_every_signal_death_and_keeps_stops_and_78_down() {
         (leader_unit.as_str(), "KILL"),
         ("pmw-api.service", "KILL"),
         ("pmw-stats.service", "KILL"),
+        ("pmw-edge@1.service", "KILL"),
         ("pmw-api.service", "SEGV"),
         ("pmw-stats.service", "ABRT"),
         // SIGHUP (not handled: the process dies of it) and a SIGTERM that systemd did not send
@@ -319,6 +326,7 @@ async fn systemd_restarts_every_signal_death_and_keeps_stops_and_78_down() {
     assert_exit(&h, "pmw-live.service", "signal killed KILL");
     assert_exit(&h, "pmw-api.service", "signal killed SEGV");
     assert_exit(&h, "pmw-stats.service", "signal killed ABRT");
+    assert_exit(&h, "pmw-edge@1.service", "signal killed KILL");
     // systemd counts these two as clean ends ("success"): restarted only by Restart=always.
     assert_exit(&h, &leader_unit, "success killed HUP");
     assert_exit(&h, "pmw-live.service", "success exited 0");
@@ -395,6 +403,24 @@ async fn systemd_restarts_every_signal_death_and_keeps_stops_and_78_down() {
     let down = h.stays_down(unit).await;
     assert_eq!(down.active, "inactive", "{down:?}");
 
+    // An edge's `systemctl stop`: its drain (no new connections, 1012 to every session) ends in
+    // a clean 0 well within TimeoutStopSec, never in systemd's SIGKILL, and it stays stopped.
+    let unit = "pmw-edge@1.service";
+    let t = std::time::Instant::now();
+    h.sd.ok(&["stop", unit]);
+    let drained = t.elapsed();
+    assert_exit(&h, unit, "success exited 0");
+    assert!(
+        drained < std::time::Duration::from_secs(15),
+        "{unit}: stop took {drained:?}"
+    );
+    let down = h.stays_down(unit).await;
+    assert_eq!(down.active, "inactive", "{down:?}");
+    measured.push(format!(
+        "pmw-edge@1 systemctl stop (drain): exit 0 in {} ms",
+        drained.as_millis()
+    ));
+
     // 78: stats with a broken setting exits 78 and is never restarted.
     let unit = "pmw-stats.service";
     let bad = h.sd.env_dir().join("stats-bad.env");
@@ -418,7 +444,7 @@ async fn systemd_restarts_every_signal_death_and_keeps_stops_and_78_down() {
     let figures = format!(
         "systemd 252 (a user manager running the production units), debug build; from the \
          kill to the new process running and to it serving (live: ingesting; push: standby \
-         heartbeat; api: /v1/health 200; stats: /latency.json 200): {}; 55 restarts in a row \
+         heartbeat; api: /v1/health 200; stats: /latency.json 200; edge: /health 200): {}; 55 restarts in a row \
          during a Postgres outage without giving up; `systemctl stop` and exit 78 stayed down 5 s",
         measured.join("; ")
     );

@@ -100,7 +100,7 @@ fn overall_exposure(text: &str, unit: &str) -> f64 {
         .unwrap_or_else(|| panic!("{unit}: unreadable exposure line {line:?}"))
 }
 
-/// The production units as files (the push template as push@a), `mutate`d.
+/// The production units as files (the templates as push@a and edge@a), `mutate`d.
 fn stage_files(dir: &Path, mutate: impl Fn(String) -> String) -> Vec<String> {
     let mut names = Vec::new();
     for u in crate::units() {
@@ -141,7 +141,7 @@ fn without_sandbox(unit: String) -> String {
 fn systemd_analyze_security_scores_every_unit_under_the_bound() {
     let dir = tempfile::tempdir().unwrap();
     let names = stage_files(dir.path(), |t| t);
-    assert_eq!(names.len(), 4, "{names:?}");
+    assert_eq!(names.len(), 5, "{names:?}");
     let mut figures = Vec::new();
     for name in &names {
         let (score, text) = exposure_offline(dir.path(), name);
@@ -244,7 +244,12 @@ fn proc_status(pid: i64, field: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn systemd_runs_every_service_in_the_sandbox() {
     let h = Host::start().await;
-    for unit in ["pmw-live.service", "pmw-api.service", "pmw-stats.service"] {
+    for unit in [
+        "pmw-live.service",
+        "pmw-api.service",
+        "pmw-stats.service",
+        "pmw-edge@1.service",
+    ] {
         h.serving(unit, h.state(unit).pid, 0).await;
     }
     let leader = h.leader().await;

@@ -1,9 +1,11 @@
-//! The pmw services under the test's systemd manager: a private database and chain, the
-//! environment files the production units read, and what the supervision test observes (a
-//! unit's pid, restart count and state; when a restarted service serves again).
+//! The pmw services under the test's systemd manager: a private database and chain, a stream of
+//! its own on the shared NATS cluster for the edge, the environment files the production units
+//! read, and what the supervision test observes (a unit's pid, restart count and state; when a
+//! restarted service serves again).
 
 use std::time::{Duration, Instant};
 
+use pmw_core::bus::{Bus, BusConfig};
 use pmw_core::UnixMs;
 use pmw_sim::anvil::Anvil;
 use pmw_testkit::{eventually, eventually_every, free_port, TestDb};
@@ -28,6 +30,52 @@ pub struct Host {
     _anvil: Anvil,
     pub api: u16,
     pub stats: u16,
+    /// The edge's listen port (`/health`).
+    pub edge: u16,
+    /// Last: dropped once the manager (and the edge) stopped.
+    _stream: EdgeStream,
+}
+
+/// The edge's stream on the shared NATS cluster, no other test's (push here does not publish:
+/// the edge follows an empty stream, which is enough to serve), deleted on drop.
+struct EdgeStream(BusConfig);
+
+impl EdgeStream {
+    fn new() -> EdgeStream {
+        let tag = format!("{:08x}", rand::random::<u32>());
+        EdgeStream(BusConfig::named(
+            pmw_testkit::nats_urls(),
+            &format!("PMW_SD_{tag}"),
+            &format!("pmwsd{tag}"),
+        ))
+    }
+
+    fn env(&self) -> Vec<(String, String)> {
+        vec![
+            ("PMW_EDGE_NATS_URLS".into(), self.0.urls.join(",")),
+            ("PMW_EDGE_NATS_STREAM".into(), self.0.stream.clone()),
+            ("PMW_EDGE_NATS_PREFIX".into(), self.0.prefix.clone()),
+        ]
+    }
+}
+
+impl Drop for EdgeStream {
+    fn drop(&mut self) {
+        // A thread of its own: a runtime cannot be blocked on from inside the test's.
+        let config = self.0.clone();
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                if let Ok(bus) = Bus::connect(config.clone(), "pmw-test").await {
+                    let _ = bus.js.delete_stream(&config.stream).await;
+                }
+            });
+        })
+        .join();
+    }
 }
 
 impl Host {
@@ -37,7 +85,8 @@ impl Host {
         sd.install_units();
         let db = TestDb::new().await;
         let anvil = Anvil::spawn_with(&["--block-time", "1"]).await.unwrap();
-        let (api, stats) = (free_port(), free_port());
+        let (api, stats, edge) = (free_port(), free_port(), free_port());
+        let stream = EdgeStream::new();
         let mut env = db.env();
         env.retain(|(k, _)| !k.starts_with("PMW_RPC"));
         env.extend([
@@ -49,6 +98,7 @@ impl Host {
             ("PMW_API_LISTEN".into(), format!("127.0.0.1:{api}")),
             ("PMW_STATS_LISTEN".into(), format!("127.0.0.1:{stats}")),
         ]);
+        env.extend(stream.env());
         write_env(&sd.env_dir().join("pmw.env"), &env);
         for i in ["a", "b"] {
             write_env(
@@ -59,6 +109,16 @@ impl Host {
                 )],
             );
         }
+        write_env(
+            &sd.env_dir().join("edge-1.env"),
+            &[
+                ("PMW_EDGE_LISTEN".into(), format!("127.0.0.1:{edge}")),
+                (
+                    "PMW_EDGE_METRICS_ADDR".into(),
+                    format!("127.0.0.1:{}", free_port()),
+                ),
+            ],
+        );
         let mut start = vec!["start"];
         start.extend(UNITS);
         sd.ok(&start);
@@ -68,6 +128,8 @@ impl Host {
             _anvil: anvil,
             api,
             stats,
+            edge,
+            _stream: stream,
         };
         for unit in UNITS {
             let s = h.state(unit);
@@ -141,7 +203,8 @@ impl Host {
     }
 
     /// Wait until `unit`'s service, now process `pid`, serves: live ingests, push waits on the
-    /// lock as the standby, the API answers `/v1/health`, stats serves its figures.
+    /// lock as the standby, the API answers `/v1/health`, stats serves its figures, the edge
+    /// answers `/health` (it follows the stream and listens).
     pub async fn serving(&self, unit: &str, pid: i64, since_ms: i64) {
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(2))
@@ -153,6 +216,7 @@ impl Host {
                 "pmw-stats.service" => {
                     Some(format!("http://127.0.0.1:{}/latency.json", self.stats))
                 }
+                "pmw-edge@1.service" => Some(format!("http://127.0.0.1:{}/health", self.edge)),
                 _ => None,
             };
             match url {

@@ -14,13 +14,15 @@ use std::time::Duration;
 
 use pmw_testkit::{eventually_blocking, repo_root};
 
-/// The production units, as `systemctl` names them (the push template instantiated twice).
+/// The production units, as `systemctl` names them (the push template instantiated twice, the
+/// edge template once).
 pub const UNITS: &[&str] = &[
     "pmw-live.service",
     "pmw-push@a.service",
     "pmw-push@b.service",
     "pmw-api.service",
     "pmw-stats.service",
+    "pmw-edge@1.service",
 ];
 
 /// The restart contract as systemd's effective properties (`systemctl show`).
@@ -288,10 +290,13 @@ exec "$systemd" --user"#;
             }
             std::fs::copy(&path, self.unit_dir().join(&file)).unwrap();
             let exe = file.trim_end_matches(".service").trim_end_matches('@');
-            let per_instance = if file.contains('@') {
-                format!("EnvironmentFile={}/push-%i.env\n", env.display())
-            } else {
-                String::new()
+            // A template's own file, as in production: pmw-push@ reads push-%i.env, pmw-edge@
+            // edge-%i.env.
+            let per_instance = match exe.strip_prefix("pmw-") {
+                Some(kind) if file.contains('@') => {
+                    format!("EnvironmentFile={}/{kind}-%i.env\n", env.display())
+                }
+                _ => String::new(),
             };
             self.drop_in(
                 &file,
