@@ -82,6 +82,17 @@ impl Collector {
     pub fn len(&self) -> usize {
         self.samples.lock().expect("collector").len()
     }
+
+    /// Record a sample measured elsewhere (a client worker process).
+    pub fn push(&self, s: Sample) {
+        self.samples.lock().expect("collector").push(s);
+    }
+
+    /// The samples recorded since the first `from` (a worker streams them to its parent).
+    pub fn since(&self, from: usize) -> Vec<Sample> {
+        let v = self.samples.lock().expect("collector");
+        v.get(from..).map_or_else(Vec::new, <[Sample]>::to_vec)
+    }
 }
 
 /// What the benchmark reads from a `trade` message.
@@ -141,9 +152,9 @@ struct Client {
     task: JoinHandle<()>,
 }
 
-/// A set of WebSocket clients of one push instance.
+/// A set of WebSocket clients of one push instance, or spread round-robin over several edges.
 pub struct Fleet {
-    url: String,
+    urls: Vec<String>,
     collector: Arc<Collector>,
     clients: Vec<Client>,
     live: Arc<AtomicUsize>,
@@ -152,8 +163,13 @@ pub struct Fleet {
 
 impl Fleet {
     pub fn new(addr: std::net::SocketAddr, collector: Arc<Collector>) -> Fleet {
+        Fleet::spread(&[addr], collector)
+    }
+
+    /// Clients of several servers: client `i` connects to `addrs[i % addrs.len()]`.
+    pub fn spread(addrs: &[std::net::SocketAddr], collector: Arc<Collector>) -> Fleet {
         Fleet {
-            url: format!("ws://{addr}/v1/ws"),
+            urls: addrs.iter().map(|a| format!("ws://{a}/v1/ws")).collect(),
             collector,
             clients: Vec::new(),
             live: Arc::new(AtomicUsize::new(0)),
@@ -166,7 +182,8 @@ impl Fleet {
         self.live.load(Ordering::SeqCst)
     }
 
-    /// Open sessions until `to` were attempted (client `i` uses account `i % accounts.len()`);
+    /// Open sessions until `to` were attempted (client `i` uses account `i % accounts.len()` and
+    /// server `i % servers`);
     /// waits for every new session's `hello`. Returns how many of the new ones failed.
     pub async fn grow(&mut self, to: usize, accounts: &[Account]) -> usize {
         let sem = Arc::new(Semaphore::new(CONNECT_CONCURRENCY));
@@ -175,7 +192,8 @@ impl Fleet {
             let acct = &accounts[i % accounts.len()];
             let permit = sem.clone().acquire_owned().await.expect("semaphore");
             let (tx, rx) = oneshot::channel();
-            let (url, key) = (self.url.clone(), acct.key.clone());
+            let url = self.urls[i % self.urls.len()].clone();
+            let key = acct.key.clone();
             let (collector, live) = (self.collector.clone(), self.live.clone());
             let task = tokio::spawn(async move {
                 let ws = tokio::time::timeout(CONNECT_TIMEOUT, open(&url, &key)).await;

@@ -2,11 +2,14 @@
 //! with a private database and a private anvil it measures, in one run: client-observed
 //! detect→push for WebSocket and webhooks, for pmw and for the seed's polling design as a
 //! baseline; the floor (bare hop costs on this machine); fan-out capacity and memory per session;
-//! sustained throughput; pmw-live's ingest stages. It writes the markdown report and exits
+//! sustained throughput; edge mode (the broker hop, fan-out across several pmw-edge processes,
+//! throughput beside single-process mode); pmw-live's ingest stages. It writes the markdown report and exits
 //! non-zero when the run produced no numbers or delivered nothing.
 
 mod clients;
 mod cpu;
+mod edge;
+mod edge_report;
 mod floor;
 mod hooks;
 mod ingest;
@@ -17,6 +20,7 @@ mod report;
 mod setup;
 mod stats;
 mod throughput;
+mod worker;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -34,6 +38,7 @@ pub const HOW: &[&str] = &[
     "**Baseline**: the same binary (built with the `polling-baseline` feature, as `scripts/bench` builds it) with `PMW_BENCH_POLL_MS=500`: no LISTEN wake-up, the leader sleeps 500 ms between rounds (the seed's design before its 09-26 change). Same clients, same load, same run; the ratio is baseline ÷ pmw.",
     "**Floor**: each hop timed alone through the production code path (see the table), the floor is the sum of their p50s: what one trade costs if nothing waits anywhere.",
     "**Fan-out**: sessions reuse the WebSocket accounts' keys (several sessions per account). Memory is the `VmRSS` of the pmw-push child process read from `/proc/<pid>/status` with the sessions open and idle; the client side's memory is not included.",
+    "**Edge mode**: pmw-push with `PMW_PUSH_NATS_*` set publishes each round to a fresh private JetStream stream on the local stack's NATS cluster; each pmw-edge (`PMW_EDGE_NATS_*` on the same stream) is a child process like push, on its own loopback port, and the clients connect to the edges directly, round-robin; the fan-out's clients run in one client process per edge (this binary as a worker, streaming each sample to this process's collector), so no process needs more than about one edge's share of sockets. Memory per session is the edges' `VmRSS` summed (from `/proc/<pid>/status`, sessions open and idle) ÷ open sessions; the client side's memory is not included. The broker hop is the edge-mode latency window's client-observed p50 minus single-process mode's, same sessions and load. Throughput in edge mode: the same steps and rule as single-process mode; the CPU figures of those steps are not reported (push = the leader only).",
     "**Throughput**: matched trades are fills owned by a followed wallet (every wallet of the simulated world is followed), counted from the simulator's record of what it emitted, per second of the run.",
     "**CPU**: user + system clock ticks of `/proc/<pid>/stat` for pmw-push and pmw-live (child processes), this process (the load generators: WebSocket clients, webhook receivers, simulator, in their own process, apart from the services) and, by command name, every Postgres, ClickHouse and anvil process (reaped children through `cutime`/`cstime`), sampled at a throughput step's start and after its deliveries settled. Where push's time goes inside the process: `scripts/profile` (perf + inferno flamegraph), see docs/PROFILE.md.",
     "**Ingest stages**: pmw-live's own `ingest_latency` rows for the blocks detected in the window: `t_logs_ms − t_detect_ms` and `t_stored_ms − t_detect_ms` (stored = the block's trades and watermark committed to Postgres in one statement; ClickHouse is filled from there, off the path).",
@@ -73,6 +78,12 @@ struct Args {
     rates: Option<Vec<u32>>,
     #[arg(long)]
     rate_secs: Option<u64>,
+    /// Edge mode: pmw-edge processes of the fan-out and throughput steps.
+    #[arg(long, default_value_t = 3)]
+    edges: usize,
+    /// Edge mode: session counts of the fan-out steps (spread over the edges), e.g. 10000,50000.
+    #[arg(long, value_delimiter = ',')]
+    edge_steps: Option<Vec<usize>>,
     #[arg(long)]
     floor_reps: Option<usize>,
     #[arg(long, default_value_t = 500)]
@@ -87,6 +98,9 @@ struct Args {
     /// Directory for the service logs.
     #[arg(long)]
     logs: Option<PathBuf>,
+    /// Internal: run as a client worker of the server at this address (see `worker`).
+    #[arg(long, hide = true)]
+    worker: Option<std::net::SocketAddr>,
 }
 
 /// The resolved settings of one run.
@@ -109,6 +123,8 @@ pub struct Plan {
     pub p99_budget_ms: f64,
     pub rates: Vec<u32>,
     pub rate_window: Duration,
+    pub edges: usize,
+    pub edge_steps: Vec<usize>,
     pub deadline: Duration,
 }
 
@@ -148,7 +164,15 @@ impl Plan {
                 }
             }),
             rate_window: pick(20, 8, a.rate_secs),
-            deadline: Duration::from_secs(if s { 180 } else { 1_800 }),
+            edges: a.edges.max(1),
+            edge_steps: a.edge_steps.clone().unwrap_or_else(|| {
+                if s {
+                    vec![30]
+                } else {
+                    vec![10_000, 25_000, 50_000]
+                }
+            }),
+            deadline: Duration::from_secs(if s { 240 } else { 3_000 }),
         }
     }
 }
@@ -159,6 +183,15 @@ fn main() -> std::process::ExitCode {
         .enable_all()
         .build()
         .expect("tokio runtime");
+    if let Some(addr) = args.worker {
+        return match rt.block_on(worker::serve(addr)) {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("pmw-bench worker: {e:#}");
+                std::process::ExitCode::FAILURE
+            }
+        };
+    }
     match rt.block_on(guarded(args)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
@@ -192,9 +225,18 @@ async fn run(args: Args, plan: Plan) -> anyhow::Result<()> {
         .logs
         .clone()
         .unwrap_or_else(|| root.join("artifacts/bench-logs"));
+    // Sockets per process: this one's clients, or one edge's share (its clients are in a worker
+    // process of their own, and the edge holds as many).
     let need = plan
         .fanout_steps
         .iter()
+        .chain(&[plan
+            .edge_steps
+            .iter()
+            .max()
+            .copied()
+            .unwrap_or(0)
+            .div_ceil(plan.edges)])
         .max()
         .copied()
         .unwrap_or(0)
@@ -238,7 +280,17 @@ async fn run(args: Args, plan: Plan) -> anyhow::Result<()> {
     eprintln!("fan-out: steps {:?}", plan.fanout_steps);
     let fanout = phases::fanout(&mut b, &plan, &ws).await?;
     eprintln!("throughput: matches per block {:?}", plan.rates);
-    let rates = throughput::throughput(&mut b, &plan, &ws, &hooks).await?;
+    let rates = throughput::throughput(&mut b, &plan, (&ws, &hooks), 0).await?;
+    eprintln!(
+        "edge mode, fan-out over {} edges: steps {:?}",
+        plan.edges, plan.edge_steps
+    );
+    let edge_fanout = edge::fanout(&mut b, &plan, &ws).await?;
+    eprintln!(
+        "edge mode, throughput over {} edges: matches per block {:?}",
+        plan.edges, plan.rates
+    );
+    let edge_rates = throughput::throughput(&mut b, &plan, (&ws, &hooks), plan.edges).await?;
 
     let ch = &b.db.ch;
     let stages = vec![
@@ -270,6 +322,8 @@ async fn run(args: Args, plan: Plan) -> anyhow::Result<()> {
         floor,
         fanout,
         rates,
+        edge_fanout,
+        edge_rates,
         stages,
     };
     let md = report::render(&r);
@@ -283,8 +337,16 @@ async fn run(args: Args, plan: Plan) -> anyhow::Result<()> {
     if delivered.contains(&0) {
         bail!("no trades delivered on some channel (pmw ws, pmw webhook, baseline ws, baseline webhook, edge ws: {delivered:?})");
     }
-    if r.fanout.steps.is_empty() || r.rates.is_empty() || r.stages[0].blocks == 0 {
-        bail!("the run produced no fan-out, throughput or ingest figures");
+    if r.fanout.steps.is_empty()
+        || r.rates.is_empty()
+        || r.edge_fanout.steps.is_empty()
+        || r.edge_rates.is_empty()
+        || r.stages[0].blocks == 0
+    {
+        bail!("the run produced no fan-out, throughput (either mode) or ingest figures");
+    }
+    if r.edge_fanout.steps.iter().any(|s| s.step.delivered == 0) {
+        bail!("an edge-mode fan-out step delivered nothing");
     }
     Ok(())
 }

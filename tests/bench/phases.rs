@@ -84,21 +84,13 @@ pub async fn latency(
     ws: &Arc<Collector>,
     hooks: &Arc<Collector>,
 ) -> anyhow::Result<Latency> {
-    let (push, edge) = match serve {
-        Serve::Push(legacy) => (b.start_push(legacy).await?, None),
+    let (push, edge, stream) = match serve {
+        Serve::Push(legacy) => (b.start_push(legacy).await?, None, None),
         Serve::Edge => {
-            let tag = format!("{:08x}", rand::random::<u32>());
-            let bus = vec![
-                (
-                    "PMW_PUSH_NATS_URLS".to_string(),
-                    pmw_testkit::nats_urls().to_string(),
-                ),
-                ("PMW_PUSH_NATS_STREAM".into(), format!("PMW_BENCH_{tag}")),
-                ("PMW_PUSH_NATS_PREFIX".into(), format!("pmwbench{tag}")),
-            ];
-            let push = b.start_push_with(None, bus.clone()).await?;
-            let edge = b.start_edge(&bus).await?;
-            (push, Some(edge))
+            let stream = crate::edge::PrivateStream::create().await?;
+            let push = b.start_push_with(None, stream.env.clone()).await?;
+            let edge = b.start_edge(&stream.env).await?;
+            (push, Some(edge), Some(stream))
         }
     };
     let serving = edge.as_ref().map_or(push.addr, |e| e.addr);
@@ -140,6 +132,9 @@ pub async fn latency(
     let code = push.svc.stop().await?;
     if code != 0 {
         eprintln!("  warning: push exited {code}");
+    }
+    if let Some(stream) = stream {
+        stream.delete().await;
     }
     Ok(Latency {
         ws: Summary::of(&ws_samples.iter().map(Sample::lat_ms).collect::<Vec<_>>()),

@@ -3,6 +3,7 @@
 
 use std::fmt::Write;
 
+use crate::edge::EdgeFanOut;
 use crate::floor::Floor;
 use crate::ingest::Stages;
 use crate::phases::{FanOut, Latency};
@@ -24,10 +25,13 @@ pub struct Report {
     pub floor: Floor,
     pub fanout: FanOut,
     pub rates: Vec<RateStep>,
+    /// Edge mode: the fan-out across `plan.edges` edges, and the throughput steps.
+    pub edge_fanout: EdgeFanOut,
+    pub edge_rates: Vec<RateStep>,
     pub stages: Vec<Stages>,
 }
 
-fn p(s: &Option<Summary>, f: fn(&Summary) -> f64) -> Option<f64> {
+pub fn p(s: &Option<Summary>, f: fn(&Summary) -> f64) -> Option<f64> {
     s.as_ref().map(f)
 }
 
@@ -65,7 +69,7 @@ pub fn render(r: &Report) -> String {
     let _ = writeln!(o, "## Setup\n");
     let _ = writeln!(o, "- A private anvil mining one block every {} s; pmw-sim sends {} matches per block (each match: one fill per maker order, 1–3, plus the taker order's fill) for {} wallets.", pl.block_time, pl.matches_per_block, pl.wallets);
     let _ = writeln!(o, "- {} WebSocket clients (one account each) and {} webhook receivers (one account and one endpoint each); every account follows {} wallets, so a fill reaches about {:.0} WebSocket sessions and {:.0} webhook endpoints.", pl.ws_clients, pl.webhooks, pl.per_account, pl.ws_clients as f64 * pl.per_account as f64 / pl.wallets as f64, pl.webhooks as f64 * pl.per_account as f64 / pl.wallets as f64);
-    let _ = writeln!(o, "- A private Postgres and ClickHouse database on the local stack (`scripts/stack`), migrated by the production code and dropped afterwards. pmw-live and pmw-push are the release binaries, run as child processes; clients, receivers and the simulator run in the benchmark process (`target/release/pmw-bench`).");
+    let _ = writeln!(o, "- A private Postgres and ClickHouse database on the local stack (`scripts/stack`), migrated by the production code and dropped afterwards. pmw-live, pmw-push and pmw-edge are the release binaries, run as child processes; clients, receivers and the simulator run in the benchmark process (`target/release/pmw-bench`).");
     let _ = writeln!(o, "- Each latency window: clients connect, a {:?} warm-up run, then a {:?} measured run; only trades of the measured run's blocks count.\n", pl.warmup, pl.phase);
 
     let _ = writeln!(o, "## Detect → push, client-observed\n");
@@ -189,6 +193,7 @@ pub fn render(r: &Report) -> String {
 
     render_fanout(&mut o, r);
     render_rates(&mut o, r);
+    crate::edge_report::render(&mut o, r);
 
     let _ = writeln!(o, "## Ingest stages (pmw-live)\n\nFrom this run's `ingest_latency` rows (`backfilled = 0`), per-row differences from `t_detect_ms`. Stored means committed to Postgres: the block's trades in the hot ledger with the watermark, one statement.\n");
     let _ = writeln!(o, "| window | blocks | detect→logs p50 | p99 | detect→stored p50 | p99 | detect→stored, blocks with trades: p50 | p99 |\n|---|---|---|---|---|---|---|---|");
@@ -349,7 +354,7 @@ fn render_rates(o: &mut String, r: &Report) {
         ),
     };
     let budget = r.plan.p99_budget_ms;
-    let within = within_budget(r).map_or("below the first step".to_string(), |s| {
+    let within = within_budget(budget, &r.rates).map_or("below the first step".to_string(), |s| {
         format!("{:.1} matched trades/s", s.matched_per_s())
     });
     let _ = writeln!(o, "\nSustained (push cursor keeps up with ingest): {text}. Also keeping the client-observed WebSocket p99 ≤ {budget} ms: **{within}**.\n");
@@ -378,6 +383,22 @@ fn glance(o: &mut String, r: &Report) {
         q(&r.edge.ws),
         ms(hop.map(|(e, s)| e - s))
     );
+    let ef = &r.edge_fanout;
+    let held = ef.steps.iter().rfind(|s| s.step.ok);
+    let _ = writeln!(
+        o,
+        "- Edge mode across {} edges: {} sessions held with p99 ≤ {} ms (largest step tried: {}), {} per session (edges' RSS summed ÷ sessions); throughput within budget no lower than single-process mode: {}.",
+        r.plan.edges,
+        ef.capacity().map_or("–".into(), |c| c.to_string()),
+        r.plan.p99_budget_ms,
+        r.plan.edge_steps.last().copied().unwrap_or(0),
+        held.and_then(|s| s.kib_per_session()).map_or("–".into(), |k| format!("{k:.1} KiB")),
+        match crate::edge_report::throughput_not_lower(r) {
+            Some(true) => "yes",
+            Some(false) => "**no**",
+            None => "–",
+        }
+    );
     let cap = r.fanout.capacity().map_or("–".into(), |c| c.to_string());
     let per = r
         .fanout
@@ -386,7 +407,8 @@ fn glance(o: &mut String, r: &Report) {
     let _ = writeln!(o, "- One push process held {cap} sessions with p99 ≤ {} ms (largest step tried: {}); {per} of push RSS per idle session.",
         r.plan.p99_budget_ms, r.plan.fanout_steps.last().copied().unwrap_or(0));
     let sus = sustained(&r.rates).map_or("–".into(), |s| format!("{:.1}", s.matched_per_s()));
-    let tight = within_budget(r).map_or("–".into(), |s| format!("{:.1}", s.matched_per_s()));
+    let tight = within_budget(r.plan.p99_budget_ms, &r.rates)
+        .map_or("–".into(), |s| format!("{:.1}", s.matched_per_s()));
     let _ = writeln!(
         o,
         "- Sustained {sus} matched trades/s with the push cursor keeping up with ingest; {tight} while also keeping the WebSocket p99 ≤ {} ms.",
@@ -413,10 +435,9 @@ fn glance(o: &mut String, r: &Report) {
     }
 }
 
-/// The last throughput step that kept up with its WebSocket p99 within the fan-out budget.
-fn within_budget(r: &Report) -> Option<&RateStep> {
-    let budget = r.plan.p99_budget_ms;
-    r.rates
+/// The last throughput step that kept up with its WebSocket p99 within `budget`.
+pub fn within_budget(budget: f64, steps: &[RateStep]) -> Option<&RateStep> {
+    steps
         .iter()
         .take_while(|s| s.kept_up && s.lat.is_some_and(|l| l.p99 <= budget))
         .last()

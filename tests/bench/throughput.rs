@@ -5,6 +5,8 @@
 //! block within 30 s of the run ending. A step that fell behind is measured once more after a
 //! drain (the machine is shared) and the second window decides. Stepping stops at the first step
 //! that did not keep up, or when the load generator itself fell short of the asked rate.
+//! The same steps run in both modes: sessions on the push leader itself, or (edge mode) spread
+//! round-robin over pmw-edge processes fed through NATS JetStream.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -14,6 +16,7 @@ use pmw_core::Address;
 
 use crate::clients::{Collector, Fleet};
 use crate::cpu::{Cpu, Used};
+use crate::edge::Cluster;
 use crate::phases::{expected, followers_of, settle};
 use crate::setup::Bench;
 use crate::stats::{median_u64, Summary};
@@ -85,14 +88,25 @@ pub fn sustained(steps: &[RateStep]) -> Option<&RateStep> {
     steps.iter().take_while(|s| s.kept_up).last()
 }
 
+/// The throughput steps with the sessions on one push process (`edges` = 0) or spread over
+/// `edges` pmw-edge processes fed by the push leader (edge mode). The CPU figures' "push" is
+/// the leader in both modes.
 pub async fn throughput(
     b: &mut Bench,
     plan: &Plan,
-    ws: &Arc<Collector>,
-    hooks: &Arc<Collector>,
+    (ws, hooks): (&Arc<Collector>, &Arc<Collector>),
+    edges: usize,
 ) -> anyhow::Result<Vec<RateStep>> {
-    let push = b.start_push(None).await?;
-    let mut fleet = Fleet::new(push.addr, ws.clone());
+    let (push, cluster) = if edges == 0 {
+        (Some(b.start_push(None).await?), None)
+    } else {
+        (None, Some(Cluster::start(b, edges).await?))
+    };
+    let (push_pid, mut fleet) = match (&push, &cluster) {
+        (Some(p), _) => (p.svc.pid, Fleet::new(p.addr, ws.clone())),
+        (None, Some(c)) => (c.push.svc.pid, Fleet::spread(&c.addrs(), ws.clone())),
+        (None, None) => unreachable!("one of the two is started"),
+    };
     fleet.grow(plan.ws_clients, &b.ws_accounts).await;
     let mut all = followers_of(&b.ws_accounts);
     for (w, n) in followers_of(&b.hook_accounts) {
@@ -105,7 +119,7 @@ pub async fn throughput(
             hooks,
             fleet: &fleet,
             all: &all,
-            push_pid: push.svc.pid,
+            push_pid,
         };
         let mut step = rate_window(b, plan, at, m).await?;
         if !step.kept_up && !step.generator_short {
@@ -125,7 +139,12 @@ pub async fn throughput(
         b.wait_pushed(last, Duration::from_secs(30)).await?;
     }
     fleet.clear().await;
-    push.svc.stop().await?;
+    if let Some(push) = push {
+        push.svc.stop().await?;
+    }
+    if let Some(cluster) = cluster {
+        cluster.stop().await?;
+    }
     Ok(steps)
 }
 
