@@ -63,7 +63,7 @@ pub fn render(r: &Report) -> String {
     for (k, v) in &r.machine {
         let _ = writeln!(o, "| {k} | {v} |");
     }
-    let _ = writeln!(o, "\n**One machine.** The servers under test (pmw-live, pmw-push, Postgres, ClickHouse, anvil) and every load generator (pmw-sim, the WebSocket clients, the webhook receivers) share these {} cores, and other builds and tests may have been running on it at the same time. Absolute figures are pessimistic and noisy; compare the ratios, which are measured in the same run under the same load.\n", pl.cores);
+    let _ = writeln!(o, "\n**One machine.** The servers under test (pmw-live, pmw-push, in edge mode pmw-edge and NATS, Postgres, ClickHouse, anvil) and every load generator (pmw-sim, the WebSocket clients and client worker processes, the webhook receivers) share these {} cores, and other builds and tests may have been running on it at the same time. Absolute figures are pessimistic and noisy; compare the ratios, which are measured in the same run under the same load.\n", pl.cores);
 
     glance(&mut o, r);
     let _ = writeln!(o, "## Setup\n");
