@@ -35,9 +35,11 @@ pub struct Churn {
     pub endpoints: Mutex<Vec<i64>>,
     /// Endpoint id → its receiver path (`/hook/<n>`).
     pub paths: Mutex<HashMap<i64, String>>,
-    /// Paths of endpoints deleted within [`RETRACT_GRACE_MS`] of a reorg: a retract of a trade
-    /// it orphaned may not have been sent yet, and a deleted endpoint is sent nothing more.
-    pub deleted_after_reorg: Mutex<Vec<String>>,
+    /// (receiver path, from ms, to ms) of every time nothing was sent to one of its endpoints:
+    /// deleted (to `i64::MAX`) or disabled until re-enabled. Disabling expires what is pending
+    /// and a deleted endpoint gets nothing more (README), so the retract of a trade it was sent
+    /// may never come: [`excused_orphan`].
+    pub paused: Mutex<Vec<(String, i64, i64)>>,
     /// Wallet indexes followed now.
     pub follows: Mutex<Vec<usize>>,
 }
@@ -54,14 +56,36 @@ pub struct World {
     /// Numbers the churn endpoints' URLs (`/hook/<n>`).
     pub endpoint_seq: std::sync::atomic::AtomicUsize,
     pub locks: HashMap<&'static str, tokio::sync::Mutex<()>>,
-    /// When the last reorg fault ended (ms).
-    pub last_reorg_ms: AtomicI64,
+    /// (ms, the orphaned blocks' hashes, `0x…`) of every reorg done.
+    pub reorgs: Mutex<Vec<(i64, Vec<String>)>>,
     /// Held by a NATS node fault while its node is down and catching up (one at a time).
     pub nats_lock: tokio::sync::Mutex<()>,
 }
 
-/// How long after a reorg its retracts may still be on their way to an endpoint.
-pub const RETRACT_GRACE_MS: i64 = 10_000;
+/// How long after a reorg its retracts may still be on their way to an endpoint: a first attempt
+/// the receiver holds past the sender's 10 s timeout, the retry 5 s (±20%) later, and the
+/// webhook lane's own lag.
+pub const RETRACT_GRACE_MS: i64 = 20_000;
+
+/// Whether an orphan (a trade of a block in `hash`) held by the endpoint at `path` may lack its
+/// retract by design: a reorg orphaned its block at R, and nothing was sent to that endpoint at
+/// some time between R and R + [`RETRACT_GRACE_MS`] (deleted or disabled then, or before and
+/// still).
+pub fn excused_orphan(
+    path: &str,
+    hash: &str,
+    paused: &[(String, i64, i64)],
+    reorgs: &[(i64, Vec<String>)],
+) -> bool {
+    reorgs
+        .iter()
+        .filter(|(_, blocks)| blocks.iter().any(|b| b == hash))
+        .any(|&(r, _)| {
+            paused
+                .iter()
+                .any(|(p, from, to)| p == path && *from < r + RETRACT_GRACE_MS && *to > r)
+        })
+}
 
 /// What one fault did.
 #[derive(Clone, Debug)]
@@ -276,7 +300,10 @@ impl World {
                         },
                     })
                     .await?;
-                self.last_reorg_ms.store(now_ms(), Relaxed);
+                self.reorgs.lock().unwrap().push((
+                    now_ms(),
+                    o.orphaned_blocks.iter().map(|h| h.to_string()).collect(),
+                ));
                 format!(
                     "{} → {}: {} fills orphaned, {} added",
                     o.old_head.number,
@@ -408,20 +435,13 @@ impl World {
                 };
                 self.api("DELETE", &format!("/v1/webhooks/{id}"), &key, Value::Null)
                     .await?;
-                let after_reorg = now_ms() - self.last_reorg_ms.load(Relaxed) < RETRACT_GRACE_MS;
-                if after_reorg {
-                    if let Some(p) = c.paths.lock().unwrap().get(&id) {
-                        c.deleted_after_reorg.lock().unwrap().push(p.clone());
-                    }
+                if let Some(p) = c.paths.lock().unwrap().get(&id) {
+                    c.paused
+                        .lock()
+                        .unwrap()
+                        .push((p.clone(), now_ms(), i64::MAX));
                 }
-                format!(
-                    "endpoint {id}{}",
-                    if after_reorg {
-                        " (within 10 s of a reorg)"
-                    } else {
-                        ""
-                    }
-                )
+                format!("endpoint {id}")
             }
             Kind::EndpointDisable { account, secs: s } => {
                 let c = &self.churn[*account];
@@ -430,11 +450,15 @@ impl World {
                     return Ok("no endpoint to disable".into());
                 };
                 let path = format!("/v1/webhooks/{id}");
+                let from = now_ms();
                 self.api("PATCH", &path, &key, json!({"enabled": false}))
                     .await?;
                 secs(*s).await;
                 self.api("PATCH", &path, &key, json!({"enabled": true}))
                     .await?;
+                if let Some(p) = c.paths.lock().unwrap().get(&id) {
+                    c.paused.lock().unwrap().push((p.clone(), from, now_ms()));
+                }
                 format!("endpoint {id} disabled, enabled")
             }
             Kind::Rotate { endpoint } => {
@@ -524,4 +548,60 @@ async fn leader_of(c: &tokio_postgres::Client) -> anyhow::Result<String> {
         .await?
         .get(0);
     Ok(format!("pmw-{leader}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_orphan_is_excused_only_on_an_endpoint_paused_while_its_retract_was_owed() {
+        let reorgs = vec![(100_000, vec!["0xaa".to_string()])];
+        let at = |from: i64, to: i64| vec![("/hook/1".to_string(), from, to)];
+        // Deleted 1 s before the reorg, or 12 s after it (within the grace): excused.
+        assert!(excused_orphan(
+            "/hook/1",
+            "0xaa",
+            &at(99_000, i64::MAX),
+            &reorgs
+        ));
+        assert!(excused_orphan(
+            "/hook/1",
+            "0xaa",
+            &at(112_000, i64::MAX),
+            &reorgs
+        ));
+        // Disabled 12 s after the reorg for 5 s: excused; disabled and re-enabled before it: not.
+        assert!(excused_orphan(
+            "/hook/1",
+            "0xaa",
+            &at(112_000, 117_000),
+            &reorgs
+        ));
+        assert!(!excused_orphan(
+            "/hook/1",
+            "0xaa",
+            &at(90_000, 95_000),
+            &reorgs
+        ));
+        // Paused long after the grace, another endpoint, or a block no reorg orphaned: not.
+        assert!(!excused_orphan(
+            "/hook/1",
+            "0xaa",
+            &at(130_000, i64::MAX),
+            &reorgs
+        ));
+        assert!(!excused_orphan(
+            "/hook/2",
+            "0xaa",
+            &at(99_000, i64::MAX),
+            &reorgs
+        ));
+        assert!(!excused_orphan(
+            "/hook/1",
+            "0xbb",
+            &at(99_000, i64::MAX),
+            &reorgs
+        ));
+    }
 }

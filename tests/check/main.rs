@@ -138,7 +138,7 @@ async fn main() -> anyhow::Result<()> {
         churn: Vec::new(),
         start_block: 0,
         endpoint_seq: Default::default(),
-        last_reorg_ms: Default::default(),
+        reorgs: Default::default(),
         locks: HashMap::new(),
         nats_lock: Default::default(),
     };
@@ -162,7 +162,7 @@ async fn main() -> anyhow::Result<()> {
             hook,
             endpoints: Default::default(),
             paths: Default::default(),
-            deleted_after_reorg: Default::default(),
+            paused: Default::default(),
             follows: std::sync::Mutex::new(vec![(i + 1) % 6]),
         });
     }

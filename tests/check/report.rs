@@ -139,23 +139,22 @@ pub fn verdict(w: &World, owed: &[BTreeSet<Id>], canonical: &BTreeSet<Id>) -> Ve
         );
         drop(l);
         let (mut held, mut reordered, mut redelivered) = (BTreeSet::new(), 0, 0);
-        let excused: Vec<String> = match checked {
-            None => w.churn[i - w.checked.len()]
-                .deleted_after_reorg
-                .lock()
-                .unwrap()
-                .clone(),
+        let paused: Vec<(String, i64, i64)> = match checked {
+            None => w.churn[i - w.checked.len()].paused.lock().unwrap().clone(),
             Some(_) => Vec::new(),
         };
+        let reorgs = w.reorgs.lock().unwrap().clone();
         let mut excused_orphans = 0;
         for (path, s) in replay_each(&hook.accepted()) {
-            if excused.contains(&path) {
-                // Deleted within the retract grace of a reorg: its orphans are reported, not
-                // judged (nothing is sent to a deleted endpoint).
-                excused_orphans += s.held.keys().filter(|k| !canonical.contains(*k)).count();
-                held.extend(s.held.keys().filter(|k| canonical.contains(*k)).cloned());
-            } else {
-                held.extend(s.held.keys().cloned());
+            for k in s.held.keys() {
+                if canonical.contains(k) {
+                    held.insert(k.clone());
+                } else if crate::faults::excused_orphan(&path, &k.2, &paused, &reorgs) {
+                    // Deleted or disabled while its retract was owed: reported, not judged.
+                    excused_orphans += 1;
+                } else {
+                    held.insert(k.clone());
+                }
             }
             hk.duplicated += s.duplicated.len();
             hk.retract_without_trade += s.retract_without_trade.len();
@@ -178,7 +177,7 @@ pub fn verdict(w: &World, owed: &[BTreeSet<Id>], canonical: &BTreeSet<Id>) -> Ve
         hook.with_log(|l| {
             let _ = write!(
                 hk.extra,
-                "[{i}: {} requests, bad signature {}, 500 {}, timeout {}, slow {}, reordered {}, redelivered {}, orphans on endpoints deleted right after a reorg {}] ",
+                "[{i}: {} requests, bad signature {}, 500 {}, timeout {}, slow {}, reordered {}, redelivered {}, orphans on endpoints deleted or disabled while a retract was owed {}] ",
                 l.requests, l.bad_signature, l.answered_500, l.timed_out, l.slow, reordered, redelivered, excused_orphans
             );
         });

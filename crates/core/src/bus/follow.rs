@@ -16,8 +16,12 @@ use super::{stream, Bus, BusError, Frame, FrameId};
 use crate::backoff::{Backoff, Policy};
 
 /// The broker's idle heartbeat to a follower; three missed ones and the consumer is recreated.
-const HEARTBEAT: Duration = Duration::from_secs(1);
-const SILENCE: Duration = Duration::from_secs(3);
+/// The consumer is R1 (on one node): when that node dies, this silence is what the edge's feed
+/// waits before it follows again from a consumer on a live node (the checker's NATS node kill:
+/// 3–6 s of recovery with 1 s heartbeats, over its 3 s budget). Two heartbeats a second per
+/// follower cost nothing.
+const HEARTBEAT: Duration = Duration::from_millis(500);
+const SILENCE: Duration = Duration::from_millis(1_500);
 
 /// What a follower yields.
 #[derive(Debug, Clone, PartialEq, Eq)]
