@@ -22,6 +22,8 @@ use crate::backoff::{Backoff, Policy};
 /// follower cost nothing.
 const HEARTBEAT: Duration = Duration::from_millis(500);
 const SILENCE: Duration = Duration::from_millis(1_500);
+/// The longest wait for the broker to create a follower's consumer before trying again.
+const CREATE: Duration = Duration::from_secs(2);
 
 /// What a follower yields.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -130,23 +132,28 @@ impl Follower {
             .get_stream_no_info(&self.bus.config.stream)
             .await
             .map_err(|e| BusError::Unavailable(format!("stream: {e}")))?;
-        stream
-            .create_consumer(push::Config {
-                deliver_subject: inbox,
-                filter_subject: self.subject.clone(),
-                deliver_policy: DeliverPolicy::ByStartSequence {
-                    start_sequence: self.resume,
-                },
-                ack_policy: AckPolicy::None,
-                max_deliver: 1,
-                flow_control: true,
-                idle_heartbeat: HEARTBEAT,
-                memory_storage: true,
-                num_replicas: 1,
-                inactive_threshold: Duration::from_secs(5),
-                ..Default::default()
-            })
+        // Bounded here: the client's own request timeout is 10 s, and a create sent as a node
+        // dies can wait all of it (the edge-mode checker: 10 s of a dark feed after a NATS node
+        // kill). A create that is only slow leaves an ephemeral consumer the broker deletes
+        // after `inactive_threshold`; the next try makes another.
+        let create = stream.create_consumer(push::Config {
+            deliver_subject: inbox,
+            filter_subject: self.subject.clone(),
+            deliver_policy: DeliverPolicy::ByStartSequence {
+                start_sequence: self.resume,
+            },
+            ack_policy: AckPolicy::None,
+            max_deliver: 1,
+            flow_control: true,
+            idle_heartbeat: HEARTBEAT,
+            memory_storage: true,
+            num_replicas: 1,
+            inactive_threshold: Duration::from_secs(5),
+            ..Default::default()
+        });
+        tokio::time::timeout(CREATE, create)
             .await
+            .map_err(|_| BusError::Unavailable(format!("consumer: no answer in {CREATE:?}")))?
             .map_err(|e| BusError::Unavailable(format!("consumer: {e}")))?;
         tracing::debug!(account = %self.account, from = self.resume, "bus following");
         self.sub = Some(sub);
