@@ -215,11 +215,21 @@ pub fn judge(done: &[Done], streams: &[Stream], lease_ms: i64) -> Judgement {
             let hooks = s.name.starts_with("hook");
             let until = deadline(w, &windows, hooks);
             let masked = until > w.deadline();
-            let others: Vec<(i64, i64)> = windows
+            let mut others: Vec<(i64, i64)> = windows
                 .iter()
                 .filter(|g| !harmless(&g.done.fault.kind) && !std::ptr::eq(g.done, w.done))
                 .map(|g| (g.done.began_ms, g.deadline_for(hooks)))
                 .collect();
+            if harmless(&w.done.fault.kind) {
+                // A harmless fault with a larger budget (a NATS node down during a ClickHouse
+                // stop) answers for the trades detected while it lasted, by its own budget.
+                others.extend(
+                    windows
+                        .iter()
+                        .filter(|g| harmless(&g.done.fault.kind) && g.budget > w.budget)
+                        .map(|g| (g.done.began_ms, g.done.ended_ms)),
+                );
+            }
             let own = |d: i64, a: i64| !others.iter().any(|&(b, x)| d <= x && a >= b);
             let recovery = if harmless(&w.done.fault.kind) {
                 // Every trade detected while it lasted whose wait no other fault overlapped.

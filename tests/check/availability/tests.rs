@@ -212,3 +212,24 @@ fn owed_silences_count_only_time_a_detected_trade_waited() {
     assert_eq!(s, vec![(6_000, 9_000)]);
     assert_eq!(union_ms([(0, 10), (5, 20), (30, 40)].into_iter()), 30);
 }
+
+#[test]
+fn a_clickhouse_stop_during_a_nats_node_kill_leaves_the_kills_delay_to_the_kill() {
+    let stop = done(Kind::ClickHouseStop { secs: 10 }, 10_000, 20_000);
+    let nats = done(Kind::NatsKill { secs: 5 }, 12_000, 17_000);
+    // A trade detected at 13 s waits 1.2 s: over the stop's 1 s, within the node kill's 3 s.
+    let mut late: Vec<(i64, i64)> = (0..100).map(|i| (i * 300, i * 300 + 40)).collect();
+    let k = late.iter().position(|t| t.0 >= 13_000).unwrap();
+    late[k].1 = late[k].0 + 1_200;
+    let j = judge(
+        &[stop.clone(), nats.clone()],
+        &[stream(late.clone())],
+        10_000,
+    );
+    assert!(!j.failed(), "{}", table(&j, 10_000));
+    // Without the node kill, the stop answers for it.
+    assert!(judge(std::slice::from_ref(&stop), &[stream(late.clone())], 10_000).failed());
+    // A 3.5 s wait breaks the node kill's own budget.
+    late[k].1 = late[k].0 + 3_500;
+    assert!(judge(&[stop, nats], &[stream(late)], 10_000).failed());
+}
