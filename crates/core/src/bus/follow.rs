@@ -22,8 +22,6 @@ use crate::backoff::{Backoff, Policy};
 /// follower cost nothing.
 const HEARTBEAT: Duration = Duration::from_millis(500);
 const SILENCE: Duration = Duration::from_millis(1_500);
-/// The longest wait for the broker to create a follower's consumer before trying again.
-const CREATE: Duration = Duration::from_secs(2);
 
 /// What a follower yields.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,14 +126,15 @@ impl Follower {
             .map_err(|e| BusError::Unavailable(format!("subscribe: {e}")))?;
         let stream = self
             .bus
-            .js
-            .get_stream_no_info(&self.bus.config.stream)
-            .await
-            .map_err(|e| BusError::Unavailable(format!("stream: {e}")))?;
-        // Bounded here: the client's own request timeout is 10 s, and a create sent as a node
-        // dies can wait all of it (the edge-mode checker: 10 s of a dark feed after a NATS node
-        // kill). A create that is only slow leaves an ephemeral consumer the broker deletes
-        // after `inactive_threshold`; the next try makes another.
+            .api(
+                "stream",
+                self.bus.js.get_stream_no_info(&self.bus.config.stream),
+            )
+            .await?;
+        // Bounded ([`BusConfig::api_timeout`]): a create sent as a node dies can wait the
+        // client's whole 10 s request timeout (the edge-mode checker: 10 s of a dark feed after
+        // a NATS node kill). A create that is only slow leaves an ephemeral consumer the broker
+        // deletes after `inactive_threshold`; the next try makes another.
         let create = stream.create_consumer(push::Config {
             deliver_subject: inbox,
             filter_subject: self.subject.clone(),
@@ -151,10 +150,7 @@ impl Follower {
             inactive_threshold: Duration::from_secs(5),
             ..Default::default()
         });
-        tokio::time::timeout(CREATE, create)
-            .await
-            .map_err(|_| BusError::Unavailable(format!("consumer: no answer in {CREATE:?}")))?
-            .map_err(|e| BusError::Unavailable(format!("consumer: {e}")))?;
+        self.bus.api("consumer", create).await?;
         tracing::debug!(account = %self.account, from = self.resume, "bus following");
         self.sub = Some(sub);
         self.delivered = 0;

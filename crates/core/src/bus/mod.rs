@@ -56,6 +56,10 @@ pub struct BusConfig {
     pub duplicate_window: Duration,
     /// How long one publish waits for the broker's ack before it is tried again.
     pub ack_timeout: Duration,
+    /// How long one JetStream API request (stream info, last message, consumer create) waits
+    /// for an answer. The client's own request timeout is 10 s, and a request sent as a node
+    /// dies or a stream elects its leader can wait all of it; bounded, it is tried again.
+    pub api_timeout: Duration,
     /// How long a round's publish keeps retrying before it reports the broker unavailable (the
     /// caller's cursor waits meanwhile and it retries the whole round).
     pub give_up: Duration,
@@ -77,6 +81,7 @@ impl BusConfig {
             max_age: Duration::from_secs(3600),
             duplicate_window: Duration::from_secs(120),
             ack_timeout: Duration::from_secs(2),
+            api_timeout: Duration::from_secs(2),
             give_up: Duration::from_secs(10),
         }
     }
@@ -163,6 +168,22 @@ impl Bus {
             .timeout(config.ack_timeout)
             .build(client.clone());
         Ok(Bus { config, client, js })
+    }
+}
+
+impl Bus {
+    /// One JetStream API request (`what` names it in the error), answered within
+    /// [`BusConfig::api_timeout`] or reported [`BusError::Unavailable`].
+    pub(crate) async fn api<T, E: std::fmt::Display>(
+        &self,
+        what: &str,
+        request: impl std::future::Future<Output = Result<T, E>>,
+    ) -> Result<T, BusError> {
+        let bound = self.config.api_timeout;
+        tokio::time::timeout(bound, request)
+            .await
+            .map_err(|_| BusError::Unavailable(format!("{what}: no answer in {bound:?}")))?
+            .map_err(|e| BusError::Unavailable(format!("{what}: {e}")))
     }
 }
 

@@ -38,14 +38,13 @@ pub async fn ensure(bus: &Bus) -> Result<(), BusError> {
 
 /// The sequence of the last message stored in the stream (0: empty), as its leader reports it.
 pub async fn last_seq(bus: &Bus) -> Result<u64, BusError> {
+    let name = &bus.config.stream;
+    let stream = bus
+        .api(&format!("stream {name}"), bus.js.get_stream_no_info(name))
+        .await?;
     let info = bus
-        .js
-        .get_stream_no_info(&bus.config.stream)
-        .await
-        .map_err(|e| BusError::Unavailable(format!("stream {}: {e}", bus.config.stream)))?
-        .get_info()
-        .await
-        .map_err(|e| BusError::Unavailable(format!("stream {} info: {e}", bus.config.stream)))?;
+        .api(&format!("stream {name} info"), stream.get_info())
+        .await?;
     Ok(info.state.last_sequence)
 }
 
@@ -58,12 +57,17 @@ pub async fn last_frame_seq(bus: &Bus, account: &str) -> Result<u64, BusError> {
 /// expired).
 pub async fn last_frame(bus: &Bus, account: &str) -> Result<Option<(u64, Bytes)>, BusError> {
     let subject = bus.config.frames_subject(account)?;
+    let name = &bus.config.stream;
     let stream = bus
-        .js
-        .get_stream_no_info(&bus.config.stream)
+        .api(&format!("stream {name}"), bus.js.get_stream_no_info(name))
+        .await?;
+    let bound = bus.config.api_timeout;
+    let last = tokio::time::timeout(bound, stream.get_last_raw_message_by_subject(&subject))
         .await
-        .map_err(|e| BusError::Unavailable(format!("stream {}: {e}", bus.config.stream)))?;
-    match stream.get_last_raw_message_by_subject(&subject).await {
+        .map_err(|_| {
+            BusError::Unavailable(format!("last frame of {subject}: no answer in {bound:?}"))
+        })?;
+    match last {
         Ok(m) => Ok(Some((m.sequence, m.payload))),
         Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(None),
         Err(e) => Err(BusError::Unavailable(format!(
