@@ -12,9 +12,8 @@ use std::time::{Duration, Instant};
 use pmw_core::bus::{Bus, BusConfig};
 
 use crate::clients::Collector;
-use crate::phases::{expected, settle, Step};
+use crate::phases::{step, Census, Step};
 use crate::setup::{Account, Bench, Push};
-use crate::stats::Summary;
 use crate::worker::{Remote, State};
 use crate::Plan;
 
@@ -185,7 +184,7 @@ pub async fn fanout(b: &mut Bench, plan: &Plan, ws: &Arc<Collector>) -> anyhow::
     for &n in &plan.edge_steps {
         let started = Instant::now();
         let failed = fleet.grow(n).await?;
-        let open = fleet.state().await?;
+        let open = fleet.census().await?;
         eprintln!(
             "  {n} sessions over {} edges: {} open, {failed} failed, connected in {:.1} s",
             plan.edges,
@@ -194,13 +193,7 @@ pub async fn fanout(b: &mut Bench, plan: &Plan, ws: &Arc<Collector>) -> anyhow::
         );
         tokio::time::sleep(Duration::from_secs(3)).await;
         let rss_kib = cluster.rss();
-        let mut step = window(b, plan, ws, &mut fleet, n).await?;
-        if !step.ok && step.live == n && step.failed == 0 {
-            eprintln!("    over budget with every session open: measuring once more");
-            let first = step.lat.map(|s| s.p99);
-            step = window(b, plan, ws, &mut fleet, n).await?;
-            step.first_p99 = first;
-        }
+        let step = step(b, plan, ws, &mut fleet, n).await?;
         let ok = step.ok;
         let step = EdgeStep {
             step: Step {
@@ -224,43 +217,6 @@ pub async fn fanout(b: &mut Bench, plan: &Plan, ws: &Arc<Collector>) -> anyhow::
     fleet.stop().await?;
     cluster.stop().await?;
     Ok(EdgeFanOut { rss0_kib, steps })
-}
-
-/// One measured window of an edge-mode fan-out step with `n` sessions (as the single-process
-/// fan-out's, with the sessions counted by their workers).
-async fn window(
-    b: &Bench,
-    plan: &Plan,
-    ws: &Arc<Collector>,
-    fleet: &mut Workers,
-    n: usize,
-) -> anyhow::Result<Step> {
-    let run = b
-        .run_sim(plan.matches_per_block, plan.fanout_window)
-        .await?;
-    b.wait_pushed(run.upto, Duration::from_secs(60)).await?;
-    settle(&[ws], Duration::from_secs(30)).await;
-    let st = fleet.state().await?;
-    let lat_v = ws.window(run.after, run.upto);
-    let lat = Summary::of(&lat_v);
-    let expected = expected(&run, &st.followers);
-    let ok = st.failed == 0 && st.live == n && lat.is_some_and(|s| s.p99 <= plan.p99_budget_ms);
-    eprintln!(
-        "    p99 {:?} ms over {} of {expected} deliveries",
-        lat.map(|s| s.p99),
-        lat_v.len(),
-    );
-    Ok(Step {
-        sessions: n,
-        live: st.live,
-        failed: st.failed,
-        rss_kib: None,
-        lat,
-        delivered: lat_v.len(),
-        expected,
-        ok,
-        first_p99: None,
-    })
 }
 
 /// The fan-out's clients: one worker process per edge, client `j` of the fleet on edge
@@ -302,8 +258,17 @@ impl Workers {
         Ok(failed)
     }
 
+    async fn stop(self) -> anyhow::Result<()> {
+        for r in self.0 {
+            r.stop().await?;
+        }
+        Ok(())
+    }
+}
+
+impl Census for Workers {
     /// Every worker's state, summed.
-    async fn state(&mut self) -> anyhow::Result<State> {
+    async fn census(&mut self) -> anyhow::Result<State> {
         let mut all = State::default();
         for r in &mut self.0 {
             let st = r.state().await?;
@@ -314,12 +279,5 @@ impl Workers {
             }
         }
         Ok(all)
-    }
-
-    async fn stop(self) -> anyhow::Result<()> {
-        for r in self.0 {
-            r.stop().await?;
-        }
-        Ok(())
     }
 }

@@ -101,6 +101,21 @@ pub struct Done {
     pub note: String,
 }
 
+#[cfg(test)]
+impl Done {
+    /// A fault of `kind` that ran (and whose arm marked it) from `start` to `end` ms.
+    pub fn test(kind: Kind, start: i64, end: i64) -> Done {
+        Done {
+            fault: Fault { at_s: 0, kind },
+            start_ms: start,
+            end_ms: end,
+            began_ms: start,
+            ended_ms: end,
+            note: String::new(),
+        }
+    }
+}
+
 /// The instants a fault's arm marks while it runs (0: not marked; the task's own start and
 /// end stand in).
 #[derive(Default)]

@@ -102,27 +102,15 @@ impl Reconnects {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::schedule::Fault;
-
-    fn done(kind: Kind, start: i64, end: i64) -> Done {
-        Done {
-            fault: Fault { at_s: 0, kind },
-            start_ms: start,
-            end_ms: end,
-            began_ms: start,
-            ended_ms: end,
-            note: String::new(),
-        }
-    }
 
     #[test]
     fn a_drop_during_a_push_fault_alone_fails_edge_mode_and_an_edge_fault_explains_one() {
         let faults = [
-            done(Kind::LeaderKill9, 10_000, 10_000),
-            done(Kind::EdgeKill9 { edge: 1 }, 30_000, 30_000),
-            done(Kind::LeaderStop { secs: 5 }, 31_000, 36_000),
-            done(Kind::SlowConsumer { client: 1, secs: 5 }, 50_000, 55_000),
-            done(Kind::Deploy, 51_000, 60_000),
+            Done::test(Kind::LeaderKill9, 10_000, 10_000),
+            Done::test(Kind::EdgeKill9 { edge: 1 }, 30_000, 30_000),
+            Done::test(Kind::LeaderStop { secs: 5 }, 31_000, 36_000),
+            Done::test(Kind::SlowConsumer { client: 1, secs: 5 }, 50_000, 55_000),
+            Done::test(Kind::Deploy, 51_000, 60_000),
         ];
         let none = count(&faults, &[vec![], vec![]]);
         assert!(!none.failed(true));

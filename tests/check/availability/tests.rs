@@ -1,18 +1,6 @@
 //! The availability judge's rules, on made-up deliveries.
 
 use super::*;
-use crate::schedule::Fault;
-
-fn done(kind: Kind, began: i64, ended: i64) -> Done {
-    Done {
-        fault: Fault { at_s: 0, kind },
-        start_ms: began,
-        end_ms: ended,
-        began_ms: began,
-        ended_ms: ended,
-        note: "exit status: 0".into(),
-    }
-}
 
 fn stream(deliveries: Vec<(i64, i64)>) -> Stream {
     Stream {
@@ -25,7 +13,7 @@ fn stream(deliveries: Vec<(i64, i64)>) -> Stream {
 
 #[test]
 fn a_quick_recovery_passes_and_a_slow_one_breaks_the_budget() {
-    let kill = [done(Kind::LeaderKill9, 10_000, 10_000)];
+    let kill = [Done::test(Kind::LeaderKill9, 10_000, 10_000)];
     // Trades every 300 ms, delivered 20 ms later, except those detected in the 3 s after
     // the kill (delivered at 13 s).
     let slow: Vec<(i64, i64)> = (0..100)
@@ -50,7 +38,7 @@ fn a_quick_recovery_passes_and_a_slow_one_breaks_the_budget() {
 
 #[test]
 fn a_subscriber_with_no_trade_soon_after_is_not_charged_for_the_quiet() {
-    let kill = [done(Kind::LeaderKill9, 10_000, 10_000)];
+    let kill = [Done::test(Kind::LeaderKill9, 10_000, 10_000)];
     // Another subscriber sees a block at 10.2 s; this one's next trade is detected at
     // 15 s and delivered 20 ms later.
     let other = stream(vec![(10_200, 10_220)]);
@@ -65,8 +53,8 @@ fn a_fault_under_way_before_the_budget_ends_moves_the_deadline() {
     // A kill at 10 s (deadline 12 s) and a Postgres restart from 11 s to 20 s (deadline
     // 25 s): a recovery at 24 s passes both; at 26 s it breaks both.
     let faults = [
-        done(Kind::LeaderKill9, 10_000, 10_000),
-        done(Kind::PostgresRestart, 11_000, 20_000),
+        Done::test(Kind::LeaderKill9, 10_000, 10_000),
+        Done::test(Kind::PostgresRestart, 11_000, 20_000),
     ];
     let at = |r: i64| stream(vec![(10_100, r), (20_100, r), (r, r + 10)]);
     let j = judge(&faults, &[at(24_000)], 10_000);
@@ -80,8 +68,8 @@ fn a_fault_starting_during_a_deploy_answers_for_the_trades_it_held() {
     // A deploy from 10 s to 30 s (its own deadline: 1 s after its start) and a leader frozen
     // from 15 s to 22 s (no takeover): trades detected 15–22 s wait until 22.5 s.
     let faults = [
-        done(Kind::Deploy, 10_000, 10_000),
-        done(Kind::LeaderStop { secs: 7 }, 15_000, 22_000),
+        Done::test(Kind::Deploy, 10_000, 10_000),
+        Done::test(Kind::LeaderStop { secs: 7 }, 15_000, 22_000),
     ];
     let mut f = faults.clone();
     f[0].end_ms = 30_000;
@@ -115,9 +103,9 @@ fn a_fault_starting_during_a_deploy_answers_for_the_trades_it_held() {
 fn a_deploy_holds_webhooks_until_its_end_and_websockets_for_one_second() {
     // An RPC cut from 10 s to 15 s and a deploy from 13 s to 25 s: webhooks recover at 22 s
     // (a handover held them), WebSocket at 15.2 s.
-    let mut deploy = done(Kind::Deploy, 13_000, 13_000);
+    let mut deploy = Done::test(Kind::Deploy, 13_000, 13_000);
     deploy.end_ms = 25_000;
-    let faults = [done(Kind::RpcCut { secs: 5 }, 10_000, 15_000), deploy];
+    let faults = [Done::test(Kind::RpcCut { secs: 5 }, 10_000, 15_000), deploy];
     let at = |r: i64| vec![(15_100, r), (16_000, r.max(16_020)), (26_000, 26_020)];
     let mut hook = stream(at(22_000));
     hook.name = "hook 0/hook".into();
@@ -134,7 +122,7 @@ fn a_deploy_holds_webhooks_until_its_end_and_websockets_for_one_second() {
 
 #[test]
 fn a_clickhouse_stop_darkens_nothing_and_excuses_no_one() {
-    let stop = done(Kind::ClickHouseStop { secs: 10 }, 10_000, 20_000);
+    let stop = Done::test(Kind::ClickHouseStop { secs: 10 }, 10_000, 20_000);
     let normal: Vec<(i64, i64)> = (0..100).map(|i| (i * 300, i * 300 + 40)).collect();
     assert!(!judge(
         std::slice::from_ref(&stop),
@@ -149,7 +137,7 @@ fn a_clickhouse_stop_darkens_nothing_and_excuses_no_one() {
     let j = judge(std::slice::from_ref(&stop), &[stream(late.clone())], 10_000);
     assert!(j.failed(), "{}", table(&j, 10_000));
     // ... unless its wait overlapped a leader kill: the kill's to answer for (2 s budget).
-    let kill = done(Kind::LeaderKill9, late[50].0 + 100, late[50].0 + 100);
+    let kill = Done::test(Kind::LeaderKill9, late[50].0 + 100, late[50].0 + 100);
     let both = [stop.clone(), kill];
     assert!(!judge(&both, &[stream(late)], 10_000).failed());
     // A kill during the stop is not excused by it: 3 s to recover breaks the kill's 2 s.
@@ -157,7 +145,7 @@ fn a_clickhouse_stop_darkens_nothing_and_excuses_no_one() {
     for t in dark.iter_mut().filter(|t| (12_000..15_000).contains(&t.0)) {
         t.1 = 15_000;
     }
-    let faults = [stop, done(Kind::LeaderKill9, 12_000, 12_000)];
+    let faults = [stop, Done::test(Kind::LeaderKill9, 12_000, 12_000)];
     let j = judge(&faults, &[stream(dark)], 10_000);
     assert!(j.failed(), "{}", table(&j, 10_000));
     assert!(j.samples.iter().all(|s| !s.masked));
@@ -165,7 +153,7 @@ fn a_clickhouse_stop_darkens_nothing_and_excuses_no_one() {
 
 #[test]
 fn a_deploy_is_judged_by_every_trade_it_overlapped_and_fails_when_it_failed() {
-    let mut deploy = done(Kind::Deploy, 10_000, 40_000);
+    let mut deploy = Done::test(Kind::Deploy, 10_000, 40_000);
     let ok: Vec<(i64, i64)> = (0..200).map(|i| (i * 300, i * 300 + 400)).collect();
     assert!(!judge(std::slice::from_ref(&deploy), &[stream(ok.clone())], 10_000).failed());
     let mut gap = ok.clone();
@@ -189,7 +177,7 @@ fn a_deploy_is_judged_by_every_trade_it_overlapped_and_fails_when_it_failed() {
 
 #[test]
 fn excused_windows_are_not_judged() {
-    let kill = [done(Kind::LeaderKill9, 10_000, 10_000)];
+    let kill = [Done::test(Kind::LeaderKill9, 10_000, 10_000)];
     let mut s = stream(vec![(10_100, 19_000)]);
     s.excused = vec![(9_000, 18_000)];
     let j = judge(&kill, &[s], 10_000);
@@ -215,8 +203,8 @@ fn owed_silences_count_only_time_a_detected_trade_waited() {
 
 #[test]
 fn a_clickhouse_stop_during_a_nats_node_kill_leaves_the_kills_delay_to_the_kill() {
-    let stop = done(Kind::ClickHouseStop { secs: 10 }, 10_000, 20_000);
-    let nats = done(Kind::NatsKill { secs: 5 }, 12_000, 17_000);
+    let stop = Done::test(Kind::ClickHouseStop { secs: 10 }, 10_000, 20_000);
+    let nats = Done::test(Kind::NatsKill { secs: 5 }, 12_000, 17_000);
     // A trade detected at 13 s waits 1.2 s: over the stop's 1 s, within the node kill's 3 s.
     let mut late: Vec<(i64, i64)> = (0..100).map(|i| (i * 300, i * 300 + 40)).collect();
     let k = late.iter().position(|t| t.0 >= 13_000).unwrap();

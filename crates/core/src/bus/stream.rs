@@ -3,9 +3,11 @@
 //! by age (the resume window) and a duplicate window; and the two reads the publisher and the
 //! follower need (the stream's last sequence, an account's last frame).
 
+use async_nats::jetstream::context::{GetStreamError, GetStreamErrorKind};
 use async_nats::jetstream::stream::{
     Config, DiscardPolicy, LastRawMessageErrorKind, RetentionPolicy, StorageType,
 };
+use async_nats::jetstream::ErrorCode;
 use bytes::Bytes;
 
 use super::{Bus, BusError};
@@ -27,13 +29,52 @@ pub fn config(bus: &Bus) -> Config {
 }
 
 /// Create the stream, or bring an existing one to [`config`] (idempotent; a leader and every
-/// edge call it at start).
+/// edge call it at start). The stream is usually there as configured: one stream info request,
+/// bounded like every API request, answers that, and no update goes through the cluster's meta
+/// leader (a new push leader's claim waited the client's whole 10 s request timeout for an
+/// update while a NATS node was down, in the edge-mode checker). Only a missing or differing
+/// stream is created or updated, with the client's own timeout (a creation under load can
+/// take seconds).
 pub async fn ensure(bus: &Bus) -> Result<(), BusError> {
+    let want = config(bus);
+    let name = &bus.config.stream;
+    let bound = bus.config.api_timeout;
+    match tokio::time::timeout(bound, bus.js.get_stream(name)).await {
+        Err(_) => {
+            return Err(BusError::Unavailable(format!(
+                "stream {name}: no answer in {bound:?}"
+            )))
+        }
+        Ok(Ok(s)) if as_configured(&s.cached_info().config, &want) => return Ok(()),
+        Ok(Ok(_)) => {
+            tracing::info!(stream = %name, "bus stream differs from its configuration: updating")
+        }
+        Ok(Err(e)) if not_found(&e) => {
+            tracing::info!(stream = %name, "bus stream missing: creating")
+        }
+        Ok(Err(e)) => return Err(BusError::Unavailable(format!("stream {name}: {e}"))),
+    }
     bus.js
-        .create_or_update_stream(config(bus))
+        .create_or_update_stream(want)
         .await
-        .map_err(|e| BusError::Unavailable(format!("stream {}: {e}", bus.config.stream)))?;
+        .map_err(|e| BusError::Unavailable(format!("stream {name}: {e}")))?;
     Ok(())
+}
+
+/// Whether a stream's configuration has everything [`config`] sets (the server fills in the
+/// rest).
+fn as_configured(have: &Config, want: &Config) -> bool {
+    have.subjects == want.subjects
+        && have.retention == want.retention
+        && have.storage == want.storage
+        && have.num_replicas == want.num_replicas
+        && have.max_age == want.max_age
+        && have.duplicate_window == want.duplicate_window
+        && have.discard == want.discard
+}
+
+fn not_found(e: &GetStreamError) -> bool {
+    matches!(e.kind(), GetStreamErrorKind::JetStream(j) if j.error_code() == ErrorCode::STREAM_NOT_FOUND)
 }
 
 /// The sequence of the last message stored in the stream (0: empty), as its leader reports it.
