@@ -103,7 +103,8 @@ pub struct Done {
 
 #[cfg(test)]
 impl Done {
-    /// A fault of `kind` that ran (and whose arm marked it) from `start` to `end` ms.
+    /// A fault of `kind` that ran (and whose arm marked it) from `start` to `end` ms, and
+    /// succeeded (a deploy's exit status 0).
     pub fn test(kind: Kind, start: i64, end: i64) -> Done {
         Done {
             fault: Fault { at_s: 0, kind },
@@ -111,7 +112,7 @@ impl Done {
             end_ms: end,
             began_ms: start,
             ended_ms: end,
-            note: String::new(),
+            note: "exit status: 0".into(),
         }
     }
 }
