@@ -249,20 +249,36 @@ async fn bus_stream_ensure_creates_keeps_and_corrects() {
     assert_eq!(info.cached_info().config.max_age, want.max_age);
     assert_eq!(info.cached_info().config.num_replicas, 3);
     let created = info.cached_info().created;
-    stream::ensure(&bus).await.expect("ensure of a stream as configured");
+    stream::ensure(&bus)
+        .await
+        .expect("ensure of a stream as configured");
     let again = bus.js.get_stream(&bus.config.stream).await.unwrap();
     assert_eq!(again.cached_info().created, created, "not recreated");
     let mut edited = again.cached_info().config.clone();
     edited.max_age = want.max_age * 2;
     edited.duplicate_window = want.duplicate_window / 2;
-    bus.js.update_stream(&edited).await.expect("operator's edit");
-    stream::ensure(&bus).await.expect("ensure of a stream that differs");
+    bus.js
+        .update_stream(&edited)
+        .await
+        .expect("operator's edit");
+    stream::ensure(&bus)
+        .await
+        .expect("ensure of a stream that differs");
     let fixed = bus.js.get_stream(&bus.config.stream).await.unwrap();
     assert_eq!(fixed.cached_info().config.max_age, want.max_age);
-    assert_eq!(fixed.cached_info().config.duplicate_window, want.duplicate_window);
-    assert_eq!(fixed.cached_info().created, created, "updated, not recreated");
+    assert_eq!(
+        fixed.cached_info().config.duplicate_window,
+        want.duplicate_window
+    );
+    assert_eq!(
+        fixed.cached_info().created,
+        created,
+        "updated, not recreated"
+    );
     drop_stream(&bus).await;
-    stream::ensure(&bus).await.expect("ensure of a missing stream");
+    stream::ensure(&bus)
+        .await
+        .expect("ensure of a missing stream");
     let made = bus.js.get_stream(&bus.config.stream).await.unwrap();
     assert_eq!(made.cached_info().config.subjects, want.subjects);
     drop_stream(&bus).await;

@@ -23,7 +23,7 @@
 use std::time::Duration;
 
 pub use pmw_core::session::telemetry::{
-    delivered, recorder_failed, CH_INSERT_ERRORS, DETECT_TO_PUSH, FACTS_DROPPED, FRAMES_SENT,
+    recorder_failed, CH_INSERT_ERRORS, DETECT_TO_PUSH, FACTS_DROPPED, FRAMES_SENT,
 };
 
 use std::time::Instant;

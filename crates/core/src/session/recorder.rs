@@ -53,6 +53,7 @@ pub struct Recorder {
     stats: Arc<RecorderStats>,
     closing: CancellationToken,
     task: Arc<Mutex<Option<JoinHandle<()>>>>,
+    delivered: Arc<crate::session::telemetry::Delivered>,
 }
 
 impl Recorder {
@@ -66,13 +67,15 @@ impl Recorder {
             stats,
             closing,
             task: Arc::new(Mutex::new(Some(task))),
+            delivered: Arc::new(crate::session::telemetry::Delivered::register()),
         }
     }
 
     /// Queue a fact without waiting; a full queue drops it (counted).
     pub fn record(&self, fact: Fact) {
         if let Fact::Latency(r) = &fact {
-            crate::session::telemetry::delivered(&r.channel, r.t_detect_ms, r.t_push_ms);
+            self.delivered
+                .record(&r.channel, r.t_detect_ms, r.t_push_ms);
         }
         if self.tx.try_send(fact).is_err() {
             self.stats.dropped.fetch_add(1, Relaxed);
