@@ -188,6 +188,8 @@ fn serve(
         .route("/health", get(health))
         .with_state(state)
         .into_make_service_with_connect_info::<SocketAddr>();
+    // The connections as push tunes them (NODELAY, small send buffers: the slow-consumer policy).
+    let listener = pmw_core::session::listen::tuned(listener);
     tokio::spawn(async move {
         axum::serve(listener, app)
             .with_graceful_shutdown(async move { stop.cancelled().await })

@@ -15,9 +15,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{ws, AppState};
 
-/// Kernel send buffer per WebSocket connection.
-const SEND_BUFFER: usize = 32 * 1024;
-
 /// Serve until `stop` (graceful: no new connections, open ones end with their sessions).
 pub(crate) fn spawn(
     listener: TcpListener,
@@ -28,12 +25,7 @@ pub(crate) fn spawn(
         .route("/v1/ws", get(ws::upgrade))
         .route("/health", get(health))
         .with_state(state);
-    // Small kernel send buffers per connection: a slow consumer fills its bounded queue (and is
-    // closed) instead of hiding megabytes in the socket; NODELAY for frame latency.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
-        let _ = tcp.set_nodelay(true);
-        let _ = socket2::SockRef::from(&*tcp).set_send_buffer_size(SEND_BUFFER);
-    });
+    let listener = pmw_core::session::listen::tuned(listener);
     tokio::spawn(async move {
         // Peers for the failure throttle's client address (`ws::upgrade`).
         let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();

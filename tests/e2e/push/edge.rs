@@ -213,7 +213,16 @@ async fn drop_stream(config: &BusConfig) {
 
 /// Run pmw-edge in-process on `bus`; its handle and address once it follows and listens.
 async fn start_edge(h: &Harness, bus: &BusConfig) -> (ServiceHandle, std::net::SocketAddr) {
+    start_edge_with(h, bus, |_| {}).await
+}
+
+async fn start_edge_with(
+    h: &Harness,
+    bus: &BusConfig,
+    tweak: impl FnOnce(&mut pmw_edge::EdgeConfig),
+) -> (ServiceHandle, std::net::SocketAddr) {
     let mut cfg = pmw_edge::EdgeConfig::with_nats(&bus.urls.join(","));
+    tweak(&mut cfg);
     cfg.edge_nats_stream = bus.stream.clone();
     cfg.edge_nats_prefix = bus.prefix.clone();
     cfg.edge_ws_heartbeat_ms = 1_000;
@@ -237,6 +246,65 @@ async fn trades_until(c: &mut Client, want: usize) -> Vec<Cursor> {
         }
     }
     got
+}
+
+/// The slow-consumer policy at an edge, as at push: a client that never reads fills its bounded
+/// queue (the connection's small kernel send buffer hides nothing) and is closed; the others get
+/// everything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edge_closes_a_slow_consumer_and_others_are_unaffected() {
+    let h = Harness::new().await;
+    let mine = demo_wallets(6);
+    let (_, key) = h.account(&mine).await;
+    let bus = bus_config(pmw_testkit::nats_urls());
+    let (push, _) = h.start_push("push-a", edge_push(&h, &bus));
+    // Larger than the feed's bursts (an edge dispatches the leader's round parts back to back
+    // when catching up), far smaller than the whole run.
+    let (edge, addr) = start_edge_with(&h, &bus, |c| c.edge_ws_queue = 256).await;
+    let mut slow = never_reading(addr, &key).await;
+    let mut fast = connect(addr, &key, None).await;
+    let start = hello_cursor(&mut fast).await;
+    h.trade(2, Duration::ZERO, 300).await;
+    h.wait_pushed(WITHIN).await;
+    let owed = h.expected(&mine, start);
+    let got = trades_until(&mut fast, owed.len()).await;
+    assert_eq!(got, owed, "the fast client got everything");
+    let pg = h.db.connect().await;
+    assert_eventually!(
+        WITHIN,
+        pg.query_opt(
+            "SELECT (state->>'sessions')::int FROM heartbeats WHERE service = 'pmw-edge'",
+            &[]
+        )
+        .await
+        .unwrap()
+        .is_some_and(|r| r.get::<_, i32>(0) == 1),
+        "the slow session is gone from the edge's heartbeat"
+    );
+    let mut rest = Vec::new();
+    let read = tokio::io::AsyncReadExt::read_to_end(&mut slow, &mut rest);
+    let closed = tokio::time::timeout(WITHIN, read).await;
+    assert!(
+        matches!(closed, Ok(Ok(_)) | Ok(Err(_))),
+        "the slow consumer's socket was closed"
+    );
+    edge.stop().await.unwrap();
+    push.stop().await.unwrap();
+    drop_stream(&bus).await;
+}
+
+/// A raw TCP client that upgrades to `/v1/ws` and then never reads (a 4 KiB receive buffer).
+async fn never_reading(addr: std::net::SocketAddr, key: &str) -> tokio::net::TcpStream {
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    let mut slow = sock.connect(addr).await.unwrap();
+    let req = format!(
+        "GET /v1/ws HTTP/1.1\r\nHost: {addr}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nAuthorization: Bearer {key}\r\n\r\n"
+    );
+    tokio::io::AsyncWriteExt::write_all(&mut slow, req.as_bytes())
+        .await
+        .unwrap();
+    slow
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,10 +2,12 @@
 //! (push's leader in single-process mode, `pmw-edge` in edge mode): authentication (key or
 //! ticket, failure throttle, connect quota), the session hub and its fan-out ([`hub`]), the
 //! subscription index and grants ([`subs`]), resume from the ledger stores ([`resume`],
-//! [`ws`]'s replay), heartbeats, the slow-consumer policy, and the latency facts ([`recorder`]).
+//! [`ws`]'s replay), heartbeats, the slow-consumer policy (with the connections' small send buffers,
+//! [`listen`]), and the latency facts ([`recorder`]).
 
 pub mod hub;
 pub mod items;
+pub mod listen;
 pub mod recorder;
 pub mod resume;
 pub mod subs;
