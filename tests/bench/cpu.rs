@@ -92,6 +92,9 @@ pub struct Cpu {
     pub postgres: Pids,
     pub clickhouse: Pids,
     pub anvil: Pids,
+    /// Edge mode: every pmw-edge process, and the NATS cluster's nodes (by command name).
+    pub edges: Pids,
+    pub nats: Pids,
 }
 
 /// CPU seconds each party used between two samples.
@@ -105,6 +108,8 @@ pub struct Used {
     pub postgres: f64,
     pub clickhouse: f64,
     pub anvil: f64,
+    pub edges: f64,
+    pub nats: f64,
 }
 
 impl Cpu {
@@ -120,6 +125,8 @@ impl Cpu {
             postgres: secs_named(&["postgres"]),
             clickhouse: secs_named(&["clickhouse"]),
             anvil: secs_named(&["anvil"]),
+            edges: secs_named(&["pmw-edge"]),
+            nats: secs_named(&["nats-server"]),
         }
     }
 
@@ -133,13 +140,22 @@ impl Cpu {
             postgres: used(&self.postgres, &earlier.postgres),
             clickhouse: used(&self.clickhouse, &earlier.clickhouse),
             anvil: used(&self.anvil, &earlier.anvil),
+            edges: used(&self.edges, &earlier.edges),
+            nats: used(&self.nats, &earlier.nats),
         }
     }
 }
 
 impl Used {
     pub fn total(&self) -> f64 {
-        self.push + self.live + self.generators + self.postgres + self.clickhouse + self.anvil
+        self.push
+            + self.live
+            + self.generators
+            + self.postgres
+            + self.clickhouse
+            + self.anvil
+            + self.edges
+            + self.nats
     }
 
     /// CPU seconds of this run's database backends.

@@ -157,6 +157,36 @@ fn render_rates(o: &mut String, r: &Report) {
         say(best(r, &r.rates)),
         say(best(r, &r.edge_rates))
     );
+    render_rate_cpu(o, r);
+}
+
+/// Where the two cores went in each mode's steps: the same parties, plus the edges and the NATS
+/// nodes (by command name) in edge mode.
+fn render_rate_cpu(o: &mut String, r: &Report) {
+    let _ = writeln!(o, "CPU seconds per step in each mode (`/proc/<pid>/stat`, user + system, from the step's start until its deliveries settled; push = the leader; the NATS nodes idle in single-process mode), and the CPU of everything that carries a frame from the leader to the client (leader, edges, NATS nodes; single-process: push) per WebSocket frame delivered:\n");
+    let _ = writeln!(o, "| matches/block | mode | push | edges | NATS | postgres | clickhouse | anvil | generators | total | seconds of the step | µs per frame (push + edges + NATS) |\n|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for &m in &r.plan.rates {
+        for (mode, s) in [("single", at(&r.rates, m)), ("edge", at(&r.edge_rates, m))] {
+            let Some(s) = s else { continue };
+            let c = &s.cpu;
+            let carry = c.push + c.edges + c.nats;
+            let _ = writeln!(
+                o,
+                "| {m} | {mode} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} |",
+                c.push,
+                c.edges,
+                c.nats,
+                c.postgres,
+                c.clickhouse,
+                c.anvil,
+                c.generators,
+                c.total(),
+                s.secs,
+                if s.ws_frames > 0 { format!("{:.1}", carry * 1e6 / s.ws_frames as f64) } else { "–".into() },
+            );
+        }
+    }
+    let _ = writeln!(o);
 }
 
 /// The step at `m` matches per block.

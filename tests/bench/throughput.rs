@@ -247,7 +247,7 @@ async fn rate_window(b: &Bench, plan: &Plan, at: Attached<'_>, m: u32) -> anyhow
         if kept_up { "kept up" } else { "fell behind" }
     );
     eprintln!(
-        "    cpu: push {:.1} s ({:.0} µs per delivered frame or webhook), live {:.1} s ({:.1} ms/block), postgres {:.1} s (this run's backends {:.1} s), clickhouse {:.1} s, anvil {:.1} s, generators {:.1} s",
+        "    cpu: push {:.1} s ({:.0} µs per delivered frame or webhook), live {:.1} s ({:.1} ms/block), postgres {:.1} s (this run's backends {:.1} s), clickhouse {:.1} s, anvil {:.1} s, generators {:.1} s, edges {:.1} s, nats {:.1} s",
         step.cpu.push,
         step.push_us_per_delivery().unwrap_or(f64::NAN),
         step.cpu.live,
@@ -256,7 +256,9 @@ async fn rate_window(b: &Bench, plan: &Plan, at: Attached<'_>, m: u32) -> anyhow
         step.cpu.run_db(),
         step.cpu.clickhouse,
         step.cpu.anvil,
-        step.cpu.generators
+        step.cpu.generators,
+        step.cpu.edges,
+        step.cpu.nats
     );
     Ok(step)
 }
