@@ -73,9 +73,11 @@ pub type Pids = std::collections::HashMap<u32, f64>;
 /// counts nothing, one that started counts all its time, a counter never goes back (a server
 /// restarted by someone else between two samples read as negative seconds before).
 fn used(now: &Pids, earlier: &Pids) -> f64 {
+    // `+ 0.0`: an empty float sum is -0.0, printed "-0.0".
     now.iter()
         .map(|(p, s)| (s - earlier.get(p).copied().unwrap_or(0.0)).max(0.0))
-        .sum()
+        .sum::<f64>()
+        + 0.0
 }
 
 /// CPU seconds used so far by each party of a run.
