@@ -258,6 +258,20 @@ pub async fn connect(addr: SocketAddr, key: &str, since: Option<Cursor>) -> Clie
     .await
 }
 
+/// A raw TCP client that upgrades to `/v1/ws` and then never reads (a 4 KiB receive buffer).
+pub async fn never_reading(addr: std::net::SocketAddr, key: &str) -> tokio::net::TcpStream {
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    let mut slow = sock.connect(addr).await.unwrap();
+    let req = format!(
+        "GET /v1/ws HTTP/1.1\r\nHost: {addr}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nAuthorization: Bearer {key}\r\n\r\n"
+    );
+    tokio::io::AsyncWriteExt::write_all(&mut slow, req.as_bytes())
+        .await
+        .unwrap();
+    slow
+}
+
 pub async fn connect_url(url: &str, key: Option<&str>) -> Client {
     let mut req = url.into_client_request().unwrap();
     if let Some(k) = key {

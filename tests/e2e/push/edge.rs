@@ -20,8 +20,8 @@ use pmw_testkit::{assert_eventually, bound_within, PrivateStack, ServiceHandle};
 
 use super::WITHIN;
 use crate::harness::{
-    canonical, change_as_api, closed_with, connect, connect_url, hello_cursor, key_id, rpc_call,
-    strictly_increasing, Client, Fill, Harness, LEADS_WITHIN,
+    canonical, change_as_api, closed_with, connect, connect_url, hello_cursor, key_id,
+    never_reading, rpc_call, strictly_increasing, Client, Fill, Harness, LEADS_WITHIN,
 };
 
 /// A stream and prefix no other test uses, on the cluster at `urls`.
@@ -233,6 +233,17 @@ async fn start_edge_with(
     (edge, bound_within(rx, LEADS_WITHIN).await)
 }
 
+/// The sessions the edge's heartbeat counts (what `pmwctl status` lists), if it has beaten.
+async fn edge_sessions(pg: &tokio_postgres::Client) -> Option<i32> {
+    pg.query_opt(
+        "SELECT (state->>'sessions')::int FROM heartbeats WHERE service = 'pmw-edge'",
+        &[],
+    )
+    .await
+    .unwrap()
+    .map(|r| r.get(0))
+}
+
 /// The trades `c` receives until it holds `want` of them (or the wait ends).
 async fn trades_until(c: &mut Client, want: usize) -> Vec<Cursor> {
     let mut got = Vec::new();
@@ -272,13 +283,7 @@ async fn an_edge_closes_a_slow_consumer_and_others_are_unaffected() {
     let pg = h.db.connect().await;
     assert_eventually!(
         WITHIN,
-        pg.query_opt(
-            "SELECT (state->>'sessions')::int FROM heartbeats WHERE service = 'pmw-edge'",
-            &[]
-        )
-        .await
-        .unwrap()
-        .is_some_and(|r| r.get::<_, i32>(0) == 1),
+        edge_sessions(&pg).await == Some(1),
         "the slow session is gone from the edge's heartbeat"
     );
     let mut rest = Vec::new();
@@ -291,20 +296,6 @@ async fn an_edge_closes_a_slow_consumer_and_others_are_unaffected() {
     edge.stop().await.unwrap();
     push.stop().await.unwrap();
     drop_stream(&bus).await;
-}
-
-/// A raw TCP client that upgrades to `/v1/ws` and then never reads (a 4 KiB receive buffer).
-async fn never_reading(addr: std::net::SocketAddr, key: &str) -> tokio::net::TcpStream {
-    let sock = tokio::net::TcpSocket::new_v4().unwrap();
-    sock.set_recv_buffer_size(4096).unwrap();
-    let mut slow = sock.connect(addr).await.unwrap();
-    let req = format!(
-        "GET /v1/ws HTTP/1.1\r\nHost: {addr}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nAuthorization: Bearer {key}\r\n\r\n"
-    );
-    tokio::io::AsyncWriteExt::write_all(&mut slow, req.as_bytes())
-        .await
-        .unwrap();
-    slow
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -349,13 +340,7 @@ async fn an_edge_serves_every_trade_and_a_push_failover_closes_none_of_its_socke
     let pg = h.db.connect().await;
     assert_eventually!(
         WITHIN,
-        pg.query_opt(
-            "SELECT (state->>'sessions')::int FROM heartbeats WHERE service = 'pmw-edge'",
-            &[]
-        )
-        .await
-        .unwrap()
-        .is_some_and(|r| r.get::<_, i32>(0) == 2),
+        edge_sessions(&pg).await == Some(2),
         "the edge's heartbeat"
     );
     assert!(strictly_increasing(&got) && strictly_increasing(&again));

@@ -11,7 +11,9 @@ use pmw_testkit::eventually_every;
 use tokio_util::sync::CancellationToken;
 
 use super::WITHIN;
-use crate::harness::{connect, first_of, hello_cursor, strictly_increasing, Harness};
+use crate::harness::{
+    connect, first_of, hello_cursor, never_reading, strictly_increasing, Harness,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_user_gets_exactly_its_trades_in_ledger_order() {
@@ -125,15 +127,7 @@ async fn a_slow_consumer_is_closed_and_others_are_unaffected() {
     let mine = demo_wallets(6);
     let (_, key) = h.account(&mine).await;
     // The slow client: a raw TCP connection that upgrades and then never reads.
-    let sock = tokio::net::TcpSocket::new_v4().unwrap();
-    sock.set_recv_buffer_size(4096).unwrap();
-    let mut slow = sock.connect(addr).await.unwrap();
-    let req = format!(
-        "GET /v1/ws HTTP/1.1\r\nHost: {addr}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nAuthorization: Bearer {key}\r\n\r\n"
-    );
-    tokio::io::AsyncWriteExt::write_all(&mut slow, req.as_bytes())
-        .await
-        .unwrap();
+    let slow = never_reading(addr, &key).await;
     let mut fast = connect(addr, &key, None).await;
     let start: Cursor = hello_cursor(&mut fast).await;
     h.trade(2, Duration::ZERO, 300).await;

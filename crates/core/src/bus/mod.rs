@@ -179,11 +179,22 @@ impl Bus {
         what: &str,
         request: impl std::future::Future<Output = Result<T, E>>,
     ) -> Result<T, BusError> {
+        self.answered(what, request)
+            .await?
+            .map_err(|e| BusError::Unavailable(format!("{what}: {e}")))
+    }
+
+    /// The broker's answer to one request, error included for the caller to tell apart, within
+    /// [`BusConfig::api_timeout`]; no answer is [`BusError::Unavailable`].
+    pub(crate) async fn answered<F: std::future::Future>(
+        &self,
+        what: &str,
+        request: F,
+    ) -> Result<F::Output, BusError> {
         let bound = self.config.api_timeout;
         tokio::time::timeout(bound, request)
             .await
-            .map_err(|_| BusError::Unavailable(format!("{what}: no answer in {bound:?}")))?
-            .map_err(|e| BusError::Unavailable(format!("{what}: {e}")))
+            .map_err(|_| BusError::Unavailable(format!("{what}: no answer in {bound:?}")))
     }
 }
 

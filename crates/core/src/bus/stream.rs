@@ -38,21 +38,14 @@ pub fn config(bus: &Bus) -> Config {
 pub async fn ensure(bus: &Bus) -> Result<(), BusError> {
     let want = config(bus);
     let name = &bus.config.stream;
-    let bound = bus.config.api_timeout;
-    match tokio::time::timeout(bound, bus.js.get_stream(name)).await {
-        Err(_) => {
-            return Err(BusError::Unavailable(format!(
-                "stream {name}: no answer in {bound:?}"
-            )))
-        }
-        Ok(Ok(s)) if as_configured(&s.cached_info().config, &want) => return Ok(()),
-        Ok(Ok(_)) => {
+    let what = format!("stream {name}");
+    match bus.answered(&what, bus.js.get_stream(name)).await? {
+        Ok(s) if as_configured(&s.cached_info().config, &want) => return Ok(()),
+        Ok(_) => {
             tracing::info!(stream = %name, "bus stream differs from its configuration: updating")
         }
-        Ok(Err(e)) if not_found(&e) => {
-            tracing::info!(stream = %name, "bus stream missing: creating")
-        }
-        Ok(Err(e)) => return Err(BusError::Unavailable(format!("stream {name}: {e}"))),
+        Err(e) if not_found(&e) => tracing::info!(stream = %name, "bus stream missing: creating"),
+        Err(e) => return Err(BusError::Unavailable(format!("{what}: {e}"))),
     }
     bus.js
         .create_or_update_stream(want)
@@ -102,17 +95,13 @@ pub async fn last_frame(bus: &Bus, account: &str) -> Result<Option<(u64, Bytes)>
     let stream = bus
         .api(&format!("stream {name}"), bus.js.get_stream_no_info(name))
         .await?;
-    let bound = bus.config.api_timeout;
-    let last = tokio::time::timeout(bound, stream.get_last_raw_message_by_subject(&subject))
-        .await
-        .map_err(|_| {
-            BusError::Unavailable(format!("last frame of {subject}: no answer in {bound:?}"))
-        })?;
-    match last {
+    let what = format!("last frame of {subject}");
+    match bus
+        .answered(&what, stream.get_last_raw_message_by_subject(&subject))
+        .await?
+    {
         Ok(m) => Ok(Some((m.sequence, m.payload))),
         Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(None),
-        Err(e) => Err(BusError::Unavailable(format!(
-            "last frame of {subject}: {e}"
-        ))),
+        Err(e) => Err(BusError::Unavailable(format!("{what}: {e}"))),
     }
 }
