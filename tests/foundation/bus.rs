@@ -339,10 +339,14 @@ async fn stream_leader(bus: &Bus) -> usize {
         .cluster
         .and_then(|c| c.leader)
         .expect("a stream leader");
-    leader
-        .strip_prefix("pmw-n")
+    node_number(&leader)
+}
+
+/// A node's number (1-3) from its `pmw-n<i>` server name.
+fn node_number(name: &str) -> usize {
+    name.strip_prefix("pmw-n")
         .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("leader {leader}"))
+        .unwrap_or_else(|| panic!("node {name}"))
 }
 
 /// Publish rounds 0..40 of accounts `a` and `b`, killing (kill -9) the node
@@ -446,4 +450,80 @@ async fn bus_without_quorum_refuses_then_resumes_where_it_was() {
     assert_eq!(next_frame(&mut f).await, (2, 0, 70));
     assert_eq!(next_frame(&mut f).await, (3, 2, 71));
     assert_eq!(next_frame(&mut f).await, (4, 3, 72));
+}
+
+/// A follower's two consumers are on two nodes, so the death of one costs no delivery even when
+/// no consumer can be made meanwhile (as while the survivors elect a meta leader: 4–9 s). The
+/// stream here takes 2 consumers at most: with one leg's consumer on the dead node (still
+/// counted), the cluster refuses every new one, asserted below, and every frame must come
+/// through the other leg.
+#[tokio::test]
+async fn bus_follower_goes_on_through_a_node_death_on_its_other_consumer() {
+    let stack = PrivateStack::start_nats();
+    let tag = format!("{:08x}", rand::random::<u32>());
+    let mut config = BusConfig::new(stack.nats_urls());
+    config.stream = format!("PMW_T_{tag}");
+    config.prefix = format!("pmwt{tag}");
+    let bus = Bus::connect(config, "pmw-test").await.expect("connect");
+    let mut two = stream::config(&bus);
+    two.max_consumers = 2;
+    bus.js.create_stream(two).await.expect("stream");
+    let mut p = FencedPublisher::claim(bus.clone(), 1).await.expect("claim");
+    p.publish_round(&[frame("a", 1)]).await.expect("publish");
+    let mut f = Follower::start(bus.clone(), "a", 0).unwrap();
+    assert_eq!(next_frame(&mut f).await, (2, 0, 1));
+
+    // Both legs placed, on two nodes.
+    let nodes = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            if let [Some(x), Some(y)] = f.nodes().as_slice() {
+                break (x.clone(), y.clone());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("two legs within 60 s");
+    assert_ne!(nodes.0, nodes.1, "the legs share a node");
+    // Kill the node of the leg that is not on the stream's leader (the stream keeps taking
+    // frames at once).
+    let leader = stream_leader(&bus).await;
+    let killed = [&nodes.0, &nodes.1]
+        .into_iter()
+        .map(|n| node_number(n))
+        .find(|&n| n != leader)
+        .expect("a leg off the leader");
+    stack.nats_kill(killed);
+
+    // No consumer can be made now (asked without a stream info first: the test's own
+    // connection may have been to the dead node).
+    let s = bus.js.get_stream_no_info(&bus.config.stream).await.unwrap();
+    let made = tokio::time::timeout(
+        Duration::from_secs(5),
+        s.create_consumer(async_nats::jetstream::consumer::push::Config {
+            deliver_subject: bus.client.new_inbox(),
+            filter_subject: bus.config.frames_subject("a").unwrap(),
+            inactive_threshold: Duration::from_secs(5),
+            ..Default::default()
+        }),
+    )
+    .await;
+    match made {
+        Ok(Ok(c)) => panic!("a consumer was made: {:?}", c.cached_info().name),
+        Ok(Err(e)) => eprintln!("bus: node {killed} killed; a new consumer is refused: {e}"),
+        Err(_) => eprintln!("bus: node {killed} killed; a new consumer is not answered"),
+    }
+
+    // Every frame published meanwhile comes through, once, in order, with no gap.
+    let mut prev = 2;
+    for block in 2..12u64 {
+        let round = [frame("a", block), frame("b", block)];
+        let seq = p.publish_round(&round).await.expect("publish")[0].seq;
+        assert_eq!(next_frame(&mut f).await, (seq, prev, block));
+        prev = seq;
+    }
+    // The node comes back; the follower goes on.
+    stack.run(&["up", "nats"]);
+    let seq = p.publish_round(&[frame("a", 12)]).await.expect("publish")[0].seq;
+    assert_eq!(next_frame(&mut f).await, (seq, prev, 12));
 }

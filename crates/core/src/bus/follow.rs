@@ -1,27 +1,40 @@
-//! The follower an edge reads one account's frames with: an ephemeral push consumer on the
-//! account's subject from a stream sequence (no acks, flow control, idle heartbeats), recreated
-//! from the next sequence whenever the broker goes quiet (a node died), a delivery went missing
-//! (the consumer sequence jumped) or the subscription ended; and the `Pmw-Prev` chain checked on
-//! every frame, so a frame that never arrives (lost, expired past the resume window, deleted)
-//! comes out as a [`Gap`] for the edge to repair from the ledger, never as a silent skip.
+//! The follower an edge reads one account's frames with: two legs, each an ephemeral push
+//! consumer on the account's subject (no acks, flow control, idle heartbeats) on a node of its
+//! own, read together and de-duplicated by stream sequence; a leg is recreated from the chain's
+//! next sequence whenever its broker goes quiet (its node died), a delivery went missing (the
+//! consumer sequence jumped) or its subscription ended, while the other leg goes on delivering;
+//! and the `Pmw-Prev` chain checked on every frame, so a frame that never arrives (lost, expired
+//! past the resume window, deleted) comes out as a [`Gap`] for the edge to repair from the
+//! ledger, never as a silent skip.
+//!
+//! Why two: a consumer is R1 (on one node, placed at random among the stream's peers by the
+//! cluster's meta leader), and making one needs that meta leader. When the node that dies hosts
+//! both the consumer and the meta leader, no consumer can be made until the survivors elect a
+//! new meta leader: 4–9 s on 2.9.10 (the edge-mode checker: a leader kill's recovery of 5–7 s
+//! at the edges whose consumer was on a NATS node killed 3 s before). With a second leg on
+//! another node, a node's death costs nothing but a leg to recreate in the background.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::{push, AckPolicy, DeliverPolicy};
 use async_nats::{HeaderMap, Message, StatusCode, Subscriber};
 use futures::StreamExt;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 
 use super::frame::{header_u64, msg_id, EPOCH, PREV};
 use super::{stream, Bus, BusError, Frame, FrameId};
 use crate::backoff::{Backoff, Policy};
 
-/// The broker's idle heartbeat to a follower; three missed ones and the consumer is recreated.
-/// The consumer is R1 (on one node): when that node dies, this silence is what the edge's feed
-/// waits before it follows again from a consumer on a live node (the checker's NATS node kill:
-/// 3–6 s of recovery with 1 s heartbeats, over its 3 s budget). Two heartbeats a second per
-/// follower cost nothing.
+/// The broker's idle heartbeat to a leg; three missed ones and the leg's consumer is recreated.
+/// Two heartbeats a second per leg cost nothing.
 const HEARTBEAT: Duration = Duration::from_millis(500);
 const SILENCE: Duration = Duration::from_millis(1_500);
+/// Deliveries a leg may hold for the follower before it stops reading (then flow control
+/// holds the broker back).
+const QUEUE: usize = 1024;
 
 /// What a follower yields.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,33 +56,48 @@ pub struct Gap {
 
 /// Follows one account's frames in stream order.
 pub struct Follower {
+    legs: Arc<Legs>,
+    /// The sequence of the last frame yielded (the chain's end).
+    last: u64,
+    rx: Option<mpsc::Receiver<Delivery>>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// A leg's delivery: a frame's stream sequence and message, or a message the follower cannot
+/// read.
+type Delivery = Result<(u64, Message), BusError>;
+
+/// What the legs share.
+struct Legs {
     bus: Bus,
     account: String,
     subject: String,
-    /// The sequence of the last frame yielded (the chain's end).
-    last: u64,
-    /// The stream sequence a recreated consumer starts at.
-    resume: u64,
-    /// The consumer sequence of the last delivery of the current consumer.
-    delivered: u64,
-    sub: Option<Subscriber>,
-    backoff: Backoff,
+    /// Where a (re)created consumer starts: the chain's end + 1.
+    from: AtomicU64,
+    /// The node (server name) each leg's consumer is on, while it has one.
+    nodes: Mutex<Vec<Option<String>>>,
 }
 
 impl Follower {
     /// Follow `account`'s frames stored after `after`: the sequence of the account's last frame
-    /// the caller holds (0: from the stream's first).
+    /// the caller holds (0: from the stream's first). The legs start on the first [`next`].
+    ///
+    /// [`next`]: Follower::next
     pub fn start(bus: Bus, account: &str, after: u64) -> Result<Follower, BusError> {
         let subject = bus.config.frames_subject(account)?;
+        // One leg per node the stream has, two at most.
+        let legs = bus.config.replicas.clamp(1, 2);
         Ok(Follower {
-            bus,
-            account: account.to_string(),
-            subject,
+            legs: Arc::new(Legs {
+                bus,
+                account: account.to_string(),
+                subject,
+                from: AtomicU64::new(after + 1),
+                nodes: Mutex::new(vec![None; legs]),
+            }),
             last: after,
-            resume: after + 1,
-            delivered: 0,
-            sub: None,
-            backoff: Backoff::new(Policy::STORE),
+            rx: None,
+            tasks: Vec::new(),
         })
     }
 
@@ -84,39 +112,103 @@ impl Follower {
         self.last
     }
 
-    /// The next frame, or the gap before it. Waits for one; reconnects and recreates its
-    /// consumer as long as it takes (wrap it in a timeout to bound that).
-    pub async fn next(&mut self) -> Result<Event, BusError> {
-        loop {
-            if self.sub.is_none() {
-                if let Err(e) = self.subscribe().await {
-                    let wait = self.backoff.next_wait();
-                    tracing::warn!(account = %self.account, error = %e, wait_ms = wait.as_millis() as u64, "bus follow failed");
-                    tokio::time::sleep(wait).await;
-                    continue;
-                }
-            }
-            let sub = self.sub.as_mut().expect("subscribed above");
-            let msg = match tokio::time::timeout(SILENCE, sub.next()).await {
-                Ok(Some(msg)) => msg,
-                Ok(None) => {
-                    self.restart("subscription ended");
-                    continue;
-                }
-                Err(_) => {
-                    self.restart("broker silent");
-                    continue;
-                }
-            };
-            if let Some(event) = self.handle(msg).await? {
-                self.backoff.reset();
-                return Ok(event);
-            }
-        }
+    /// The node each leg's consumer is on (`None`: being made).
+    pub fn nodes(&self) -> Vec<Option<String>> {
+        self.legs.nodes.lock().expect("nodes").clone()
     }
 
-    /// A consumer from `resume` on the account's subject, delivering to a fresh inbox.
-    async fn subscribe(&mut self) -> Result<(), BusError> {
+    /// The next frame, or the gap before it. Waits for one; its legs reconnect and recreate
+    /// their consumers as long as it takes (wrap it in a timeout to bound that).
+    pub async fn next(&mut self) -> Result<Event, BusError> {
+        if self.rx.is_none() {
+            let (tx, rx) = mpsc::channel(QUEUE);
+            let n = self.legs.nodes.lock().expect("nodes").len();
+            self.tasks = (0..n)
+                .map(|i| tokio::spawn(leg(self.legs.clone(), i, tx.clone())))
+                .collect();
+            self.rx = Some(rx);
+        }
+        let rx = self.rx.as_mut().expect("started above");
+        loop {
+            let Some(delivery) = rx.recv().await else {
+                return Err(BusError::Unavailable(format!(
+                    "follower of {}: every leg ended",
+                    self.legs.account
+                )));
+            };
+            let (sseq, msg) = delivery?;
+            // The other leg's copy of a frame yielded already.
+            if sseq <= self.last {
+                continue;
+            }
+            let frame = frame(sseq, msg.headers.as_ref(), msg.payload)?;
+            let event = if frame.prev == self.last {
+                Event::Frame(frame)
+            } else {
+                tracing::warn!(account = %self.legs.account, after = self.last, seq = sseq, prev = frame.prev, "bus gap");
+                Event::Gap(Gap {
+                    account: self.legs.account.clone(),
+                    after: self.last,
+                    frame,
+                })
+            };
+            self.last = sseq;
+            self.legs.from.store(sseq + 1, Ordering::Relaxed);
+            return Ok(event);
+        }
+    }
+}
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// Leg `i`: a consumer on a node no other leg is on, read until it fails, then another, until
+/// the follower is dropped. Every consumer starts at the chain's end + 1 and delivers the
+/// account's frames from there in order, each once (it is restarted at the first missing
+/// delivery), so each leg's deliveries are a gapless run the follower can merge with the
+/// other's by sequence alone.
+async fn leg(legs: Arc<Legs>, i: usize, tx: mpsc::Sender<Delivery>) {
+    let mut backoff = Backoff::new(Policy::STORE);
+    loop {
+        let mut consumer = match legs.subscribe(i).await {
+            Ok(c) => c,
+            Err(e) => {
+                let wait = backoff.next_wait();
+                tracing::warn!(account = %legs.account, leg = i, error = %e, wait_ms = wait.as_millis() as u64, "bus follow failed");
+                tokio::time::sleep(wait).await;
+                continue;
+            }
+        };
+        backoff.reset();
+        let why = consumer.read(&legs, &tx).await;
+        legs.nodes.lock().expect("nodes")[i] = None;
+        match why {
+            Some(why) => {
+                tracing::info!(account = %legs.account, leg = i, node = consumer.node.as_deref().unwrap_or("?"), why, "bus follow restart");
+            }
+            // The follower is gone.
+            None => return,
+        }
+    }
+}
+
+/// One leg's current consumer.
+struct Consumer {
+    sub: Subscriber,
+    node: Option<String>,
+    /// The consumer sequence of its last delivery.
+    delivered: u64,
+}
+
+impl Legs {
+    /// A consumer for leg `i` from the chain's end + 1, delivering to a fresh inbox, on a node
+    /// no other leg is on.
+    async fn subscribe(&self, i: usize) -> Result<Consumer, BusError> {
         let inbox = self.bus.client.new_inbox();
         let sub = self
             .bus
@@ -131,15 +223,18 @@ impl Follower {
                 self.bus.js.get_stream_no_info(&self.bus.config.stream),
             )
             .await?;
+        let from = self.from.load(Ordering::Relaxed);
         // Bounded ([`BusConfig::api_timeout`]): a create sent as a node dies can wait the
-        // client's whole 10 s request timeout (the edge-mode checker: 10 s of a dark feed after
-        // a NATS node kill). A create that is only slow leaves an ephemeral consumer the broker
-        // deletes after `inactive_threshold`; the next try makes another.
+        // client's whole 10 s request timeout, and one placed on a node that is dead but not
+        // yet known to be is never answered. A create that is only slow leaves an ephemeral
+        // consumer the broker deletes after `inactive_threshold`; the next try makes another.
+        //
+        // [`BusConfig::api_timeout`]: super::BusConfig::api_timeout
         let create = stream.create_consumer(push::Config {
             deliver_subject: inbox,
             filter_subject: self.subject.clone(),
             deliver_policy: DeliverPolicy::ByStartSequence {
-                start_sequence: self.resume,
+                start_sequence: from,
             },
             ack_policy: AckPolicy::None,
             max_deliver: 1,
@@ -150,64 +245,83 @@ impl Follower {
             inactive_threshold: Duration::from_secs(5),
             ..Default::default()
         });
-        self.bus.api("consumer", create).await?;
-        tracing::debug!(account = %self.account, from = self.resume, "bus following");
-        self.sub = Some(sub);
-        self.delivered = 0;
-        Ok(())
-    }
-
-    /// Drop the consumer; the next call makes a new one from `resume`.
-    fn restart(&mut self, why: &str) {
-        tracing::info!(account = %self.account, from = self.resume, why, "bus follow restart");
-        self.sub = None;
-    }
-
-    /// One delivery: a heartbeat or flow control (answered, checked), or a frame (checked
-    /// against the consumer sequence and the chain).
-    async fn handle(&mut self, msg: Message) -> Result<Option<Event>, BusError> {
-        if let Some(status) = msg.status {
-            if status == StatusCode::IDLE_HEARTBEAT {
-                self.control(&msg).await;
-            } else {
-                self.restart(&format!("status {status}"));
+        let made = self.bus.api("consumer", create).await?;
+        let info = made.cached_info();
+        let node = info.cluster.as_ref().and_then(|c| c.leader.clone());
+        {
+            let mut nodes = self.nodes.lock().expect("nodes");
+            let taken =
+                node.is_some() && nodes.iter().enumerate().any(|(j, n)| j != i && *n == node);
+            if !taken {
+                nodes[i] = node.clone();
+                tracing::debug!(account = %self.account, leg = i, from, node = node.as_deref().unwrap_or("?"), "bus following");
+                return Ok(Consumer {
+                    sub,
+                    node,
+                    delivered: 0,
+                });
             }
-            return Ok(None);
         }
-        let Some((sseq, cseq)) = msg.reply.as_deref().and_then(ack_sequences) else {
-            return Err(BusError::Invalid(format!(
-                "delivery on {} without JetStream metadata",
-                msg.subject
-            )));
-        };
-        if cseq != self.delivered + 1 {
-            self.restart(&format!("delivery {cseq} after {}", self.delivered));
-            return Ok(None);
+        // Placed beside another leg: no use if that node dies. Gone now rather than after its
+        // inactivity (it would count against the stream's consumers meanwhile).
+        let name = info.name.clone();
+        drop(sub);
+        if let Err(e) = self
+            .bus
+            .api("consumer delete", stream.delete_consumer(&name))
+            .await
+        {
+            tracing::debug!(account = %self.account, leg = i, error = %e, "bus consumer delete");
         }
-        self.delivered = cseq;
-        self.resume = sseq + 1;
-        if sseq <= self.last {
-            return Ok(None);
+        Err(BusError::Unavailable(format!(
+            "consumer placed on {}, where another leg is",
+            node.as_deref().unwrap_or("?")
+        )))
+    }
+}
+
+impl Consumer {
+    /// Forward the consumer's frames to the follower until it fails (why) or the follower is
+    /// gone (`None`).
+    async fn read(&mut self, legs: &Legs, tx: &mpsc::Sender<Delivery>) -> Option<String> {
+        loop {
+            let msg = match tokio::time::timeout(SILENCE, self.sub.next()).await {
+                Ok(Some(msg)) => msg,
+                Ok(None) => return Some("subscription ended".into()),
+                Err(_) => return Some("broker silent".into()),
+            };
+            if let Some(status) = msg.status {
+                if status != StatusCode::IDLE_HEARTBEAT {
+                    return Some(format!("status {status}"));
+                }
+                if let Some(why) = self.control(legs, &msg).await {
+                    return Some(why);
+                }
+                continue;
+            }
+            let delivery = match msg.reply.as_deref().and_then(ack_sequences) {
+                Some((sseq, cseq)) => {
+                    if cseq != self.delivered + 1 {
+                        return Some(format!("delivery {cseq} after {}", self.delivered));
+                    }
+                    self.delivered = cseq;
+                    Ok((sseq, msg))
+                }
+                None => Err(BusError::Invalid(format!(
+                    "delivery on {} without JetStream metadata",
+                    msg.subject
+                ))),
+            };
+            if tx.send(delivery).await.is_err() {
+                return None;
+            }
         }
-        let frame = frame(sseq, msg.headers.as_ref(), msg.payload)?;
-        let event = if frame.prev == self.last {
-            Event::Frame(frame)
-        } else {
-            tracing::warn!(account = %self.account, after = self.last, seq = sseq, prev = frame.prev, "bus gap");
-            Event::Gap(Gap {
-                account: self.account.clone(),
-                after: self.last,
-                frame,
-            })
-        };
-        self.last = sseq;
-        Ok(Some(event))
     }
 
     /// A status-100 message: flow control (reply to it), or a heartbeat that tells the last
-    /// consumer sequence sent (restart if one did not arrive) and may name a stalled flow
+    /// consumer sequence sent (restart if one did not arrive: why) and may name a stalled flow
     /// control to answer.
-    async fn control(&mut self, msg: &Message) {
+    async fn control(&mut self, legs: &Legs, msg: &Message) -> Option<String> {
         let mut answer = msg.reply.as_ref().map(|r| r.to_string());
         if let Some(h) = msg.headers.as_ref() {
             if let Some(fc) = h.get("Nats-Consumer-Stalled") {
@@ -215,19 +329,18 @@ impl Follower {
             }
             if let Some(sent) = h.get(async_nats::header::NATS_LAST_CONSUMER) {
                 if sent.as_str().parse::<u64>().ok() != Some(self.delivered) {
-                    self.restart(&format!("heartbeat says {} sent", sent.as_str()));
-                    return;
+                    return Some(format!("heartbeat says {} sent", sent.as_str()));
                 }
             }
         }
         if let Some(subject) = answer {
-            if let Err(e) = self.bus.client.publish(subject, bytes::Bytes::new()).await {
-                tracing::warn!(account = %self.account, error = %e, "bus flow control");
+            if let Err(e) = legs.bus.client.publish(subject, bytes::Bytes::new()).await {
+                tracing::warn!(account = %legs.account, error = %e, "bus flow control");
             }
         }
+        None
     }
 }
-
 /// A received frame from its stream sequence, headers and body.
 fn frame(seq: u64, h: Option<&HeaderMap>, body: bytes::Bytes) -> Result<Frame, BusError> {
     let id: FrameId = msg_id(h)
