@@ -143,6 +143,16 @@ impl Harness {
         made
     }
 
+    /// A webhook endpoint of `account` at `url` (trades), and a NOTIFY so push picks it up.
+    pub async fn endpoint(&self, account: i64, url: &str) {
+        let c = self.db.connect().await;
+        let secret = pmw_core::webhook::Secret::generate().expose();
+        pmw_testkit::seed::endpoint(&c, account, url, &secret).await;
+        c.execute("SELECT pg_notify('pmw_subscriptions', '')", &[])
+            .await
+            .unwrap();
+    }
+
     /// An account following `wallets`, with an API key, and no NOTIFY (a lost notification).
     pub async fn account_unnotified(&self, wallets: &[pmw_core::Address]) -> (i64, String) {
         let c = self.db.connect().await;

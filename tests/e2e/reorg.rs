@@ -119,21 +119,6 @@ impl Hooks {
     }
 }
 
-/// An endpoint of `account` at `url`, and a NOTIFY so push picks it up.
-async fn endpoint(h: &Harness, account: i64, url: &str) {
-    let c = h.db.connect().await;
-    let secret = pmw_core::webhook::Secret::generate().expose();
-    c.execute(
-        "INSERT INTO webhook_endpoints (account_id, url, secret, created_ms, updated_ms) VALUES ($1, $2, $3, 0, 0)",
-        &[&account, &url, &secret],
-    )
-    .await
-    .unwrap();
-    c.execute("SELECT pg_notify('pmw_subscriptions', '')", &[])
-        .await
-        .unwrap();
-}
-
 /// Wait until `count_sql` (a `SELECT count(*)`) is 0.
 async fn until_none(h: &Harness, count_sql: &str) {
     let c = h.db.connect().await;
@@ -194,7 +179,7 @@ async fn reorg_case(depth: u64, replay: Option<ReplayOrder>) {
     let wallets = demo_wallets(6);
     let (all_account, _) = h.account(&wallets).await;
     let hooks = Hooks::default();
-    endpoint(&h, all_account, &hooks.start().await).await;
+    h.endpoint(all_account, &hooks.start().await).await;
     let start = h.sim.rpc().latest_block().await.unwrap().number.0;
 
     h.sim.run_matches(3 * depth + 3).await.unwrap();
@@ -303,7 +288,7 @@ async fn reorg_retract_never_overtakes_its_trade_on_a_webhook() {
     let (account, _key) = h.account(&wallets).await;
     let hooks = Hooks::default();
     hooks.fail_trades.store(true, Ordering::SeqCst);
-    endpoint(&h, account, &hooks.start().await).await;
+    h.endpoint(account, &hooks.start().await).await;
     let start = h.sim.rpc().latest_block().await.unwrap().number.0;
     h.sim.run_matches(4).await.unwrap();
     h.wait_pushed(WITHIN).await;

@@ -10,6 +10,7 @@
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use pmw_core::bus::round::{RoundPart, Stream as BusStream, ALL};
 use pmw_core::bus::{stream, Bus, BusError, Event, Follower};
@@ -20,6 +21,11 @@ use pmw_core::{Cursor, Position, UnixMs};
 use tokio_util::sync::CancellationToken;
 
 use crate::EdgeError;
+
+/// `pmw_edge_feed_stage_seconds{stage}` (histogram): a round part's way through the edge:
+/// `broker` (stored by the stream's leader → read by this edge's follower), `decode` (the
+/// part's JSON), `dispatch` (its items queued to the sessions).
+pub const STAGE_SECONDS: &str = "pmw_edge_feed_stage_seconds";
 
 /// What the feed has done, for `/health` and the heartbeat.
 #[derive(Debug, Default)]
@@ -116,8 +122,51 @@ pub async fn run(
                 gap.frame
             }
         };
+        let received = (Instant::now(), UnixMs::now().0);
         let part = RoundPart::from_body(&frame.body)?;
+        let decoded = Instant::now();
+        let newest = newest_live_detect_ms(&part);
         apply(&hub, &stats, part);
+        stages(frame.stored_ms, received, decoded, newest);
+    }
+}
+
+/// The newest detection among a part's live (not backfilled) trades.
+fn newest_live_detect_ms(part: &RoundPart) -> Option<i64> {
+    part.rows
+        .iter()
+        .filter(|r| r.row.backfilled == 0)
+        .map(|r| r.row.t_detect_ms)
+        .max()
+}
+
+/// How long a part took from the broker's store to its dispatch into the hub
+/// ([`STAGE_SECONDS`]), and (debug log) how long after the newest trade's block was detected
+/// each step ended.
+fn stages(
+    stored_ms: i64,
+    (received, received_ms): (Instant, i64),
+    decoded: Instant,
+    newest: Option<i64>,
+) {
+    let dispatched = Instant::now();
+    if stored_ms > 0 {
+        let broker = (received_ms - stored_ms).max(0) as f64 / 1e3;
+        metrics::histogram!(STAGE_SECONDS, "stage" => "broker").record(broker);
+    }
+    metrics::histogram!(STAGE_SECONDS, "stage" => "decode")
+        .record((decoded - received).as_secs_f64());
+    metrics::histogram!(STAGE_SECONDS, "stage" => "dispatch")
+        .record((dispatched - decoded).as_secs_f64());
+    if let Some(detect) = newest {
+        let since = |t: Instant| received_ms + (t - received).as_millis() as i64 - detect;
+        tracing::debug!(
+            stored = stored_ms - detect,
+            received = received_ms - detect,
+            decoded = since(decoded),
+            dispatched = since(dispatched),
+            "feed part after detect (ms)"
+        );
     }
 }
 

@@ -1,19 +1,21 @@
-//! The task that runs the lanes behind the WebSocket lane: the webhook lane ([`HookLane`]), woken
-//! after each WebSocket round that moved and at least every fallback period, and the finality
-//! lane ([`FinalLane`]), run after every wake and after webhook rounds that moved, bounded by
-//! where the other two stand. Both wake the
+//! The tasks that run the lanes behind the WebSocket lane, one each, so neither waits on the
+//! other: the webhook lane ([`HookLane`]), woken after each WebSocket round that moved (and by
+//! blocks while one is held up) and at least every fallback period; and the finality lane
+//! ([`FinalLane`]), woken after every WebSocket round and whenever the webhook lane moves,
+//! bounded by where the other two stand. In edge mode the finality lane stores its rounds on
+//! the broker first: a broker outage holds the `final`s, never the webhooks. Both wake the
 //! dispatcher after rounds that queued deliveries. Failures back off; a task that completes no
-//! round within the stall limit ends, and the leader hands over (exit 75). A stop lets the round
-//! in flight finish within the round deadline.
+//! round within the stall limit ends, and the leader hands over (exit 75). A stop lets the
+//! rounds in flight finish within the round deadline.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use pmw_core::backoff::{Backoff, Policy};
-use pmw_core::{ServiceError, UnixMs};
-use tokio::sync::Notify;
+use pmw_core::{Cursor, ServiceError, UnixMs};
+use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -23,7 +25,7 @@ use crate::lanes::{FinalLane, HookLane};
 use crate::round::{stalled, RoundError, RoundOutcome};
 use crate::Health;
 
-/// How the lane runs.
+/// How the lanes run.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Timing {
     /// Run a round at least this often without a wake-up.
@@ -34,12 +36,12 @@ pub(crate) struct Timing {
     pub deadline: Duration,
 }
 
-/// The running task of the webhook and finality lanes.
+/// The running tasks of the webhook and finality lanes.
 pub(crate) struct HooksAndFinals {
-    wake: Arc<Notify>,
-    hooks_due: Arc<AtomicBool>,
+    hooks: Arc<Notify>,
+    finals: Arc<Notify>,
     stop: CancellationToken,
-    task: Option<JoinHandle<Result<(), ServiceError>>>,
+    tasks: Vec<(&'static str, JoinHandle<Result<(), ServiceError>>)>,
     result: Option<Result<(), String>>,
 }
 
@@ -51,61 +53,88 @@ impl HooksAndFinals {
         health: Arc<Health>,
         timing: Timing,
     ) -> HooksAndFinals {
-        let wake = Arc::new(Notify::new());
-        let hooks_due = Arc::new(AtomicBool::new(false));
+        let (wake_hooks, wake_finals) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
         let stop = CancellationToken::new();
-        let task = tokio::spawn(run(
-            hooks,
-            finals,
-            (wake.clone(), hooks_due.clone()),
-            dispatcher,
-            health,
-            timing,
-            stop.clone(),
-        ));
+        let (moved, hooks_at) = watch::channel(hooks.at.cursor());
+        let pace = |lane| Pace {
+            lane,
+            dispatcher: dispatcher.clone(),
+            health: health.clone(),
+            t: timing,
+            stop: stop.clone(),
+            progress: Instant::now(),
+            backoff: Backoff::new(Policy::STORE),
+        };
+        tracing::info!(cursor = %hooks.at.position, finals = ?finals.as_ref().map(|f| f.at.position.to_string()), "webhook lane started");
+        let mut tasks = vec![(
+            "webhook",
+            tokio::spawn(run_hooks(
+                hooks,
+                moved,
+                wake_hooks.clone(),
+                pace("webhooks"),
+            )),
+        )];
+        if let Some(f) = finals {
+            let run = run_finals(f, hooks_at, wake_finals.clone(), pace("finals"));
+            tasks.push(("final", tokio::spawn(run)));
+        }
         HooksAndFinals {
-            wake,
-            hooks_due,
+            hooks: wake_hooks,
+            finals: wake_finals,
             stop,
-            task: Some(task),
+            tasks,
             result: None,
         }
     }
 
-    /// The WebSocket lane moved: look now.
+    /// The WebSocket lane moved, or a block came while it was held up: look now.
     pub fn wake(&self) {
-        self.hooks_due.store(true, Ordering::Relaxed);
-        self.wake.notify_one();
+        self.hooks.notify_one();
+        self.finals.notify_one();
     }
 
     /// A WebSocket round completed (the finalized watermark may have moved): run the finality
     /// lane only.
     pub fn wake_finals(&self) {
-        self.wake.notify_one();
+        self.finals.notify_one();
     }
 
-    /// Wait until the lane ends and say why (cancel-safe; may be called again).
+    /// Wait until a lane ends and say why; after [`HooksAndFinals::begin_stop`], until both
+    /// have (cancel-safe; may be called again).
     pub async fn wait(&mut self) -> Result<(), String> {
-        if let Some(task) = self.task.as_mut() {
-            let r = match task.await {
+        while !self.tasks.is_empty() {
+            let ends = self.tasks.iter_mut().map(|(_, t)| t);
+            let (r, i, _) = futures::future::select_all(ends).await;
+            let (name, _) = self.tasks.remove(i);
+            let r = match r {
                 Ok(r) => r.map_err(|e| e.to_string()),
-                Err(e) => Err(format!("webhook lane task: {e}")),
+                Err(e) => Err(format!("{name} lane task: {e}")),
             };
-            self.task = None;
-            self.result = Some(r);
+            if self.result.as_ref().is_none_or(Result::is_ok) {
+                self.result = Some(r.clone());
+            }
+            if r.is_err() || !self.stop.is_cancelled() {
+                break;
+            }
         }
         self.result.clone().unwrap_or(Ok(()))
     }
 
-    /// Begin stopping without waiting ([`HooksAndFinals::wait`] says when it ended).
+    /// Begin stopping without waiting ([`HooksAndFinals::wait`] says when they ended).
     pub fn begin_stop(&self) {
         self.stop.cancel();
     }
 
-    /// Stop: the round in flight finishes (bounded by the round deadline), no new one starts.
+    /// Stop: the rounds in flight finish (bounded by the round deadline), no new one starts.
     pub async fn stop(mut self) -> Result<(), String> {
         self.stop.cancel();
-        self.wait().await
+        let r = self.wait().await;
+        // A lane that failed ended the wait early: the other one still finishes its round.
+        while !self.tasks.is_empty() {
+            let _ = self.wait().await;
+        }
+        r
     }
 }
 
@@ -118,227 +147,191 @@ impl Drop for HooksAndFinals {
 /// How a bounded round ended.
 enum Ran {
     Done(RoundOutcome),
-    Failed(&'static str, RoundError),
+    Failed(RoundError),
     /// Stopped, and the round in flight did not finish within the deadline: stop now.
     Stop,
 }
 
-impl Ran {
-    fn of(lane: &'static str, r: Result<RoundOutcome, RoundError>) -> Ran {
-        match r {
-            Ok(o) => Ran::Done(o),
-            Err(e) => Ran::Failed(lane, e),
-        }
-    }
-}
-
-/// Run one lane's round, bounded by the stall limit (a hung round is no progress either) and,
-/// after a stop, by the round deadline.
-async fn bounded(
-    round: impl Future<Output = Result<RoundOutcome, RoundError>>,
-    (name, lane): (&'static str, &'static str),
-    progress: Instant,
-    t: &Timing,
-    stop: &CancellationToken,
-) -> Result<Ran, ServiceError> {
-    let mut round = std::pin::pin!(round);
-    tokio::select! {
-        r = &mut round => Ok(Ran::of(lane, r)),
-        _ = stop.cancelled() => match tokio::time::timeout(t.deadline, &mut round).await {
-            Ok(r) => Ok(Ran::of(lane, r)),
-            Err(_) => {
-                tracing::warn!(lane = name, "round still running at the deadline; stopping");
-                Ok(Ran::Stop)
-            }
-        },
-        _ = tokio::time::sleep_until(progress + t.stall) => {
-            Err(stalled(name, t.stall, "a round is still running"))
-        }
-    }
-}
-
-/// What a step of the task decided.
-enum Step {
-    /// Go on (with the failure of a lane's round, if it failed).
-    Next(Option<(&'static str, RoundError)>),
-    /// Stopped: end the task.
-    Stop,
-}
-
-impl Step {
-    /// The step after a round that did not complete.
-    fn after(ran: Ran) -> Step {
-        match ran {
-            Ran::Failed(lane, e) => Step::Next(Some((lane, e))),
-            Ran::Done(_) => Step::Next(None),
-            Ran::Stop => Step::Stop,
-        }
-    }
-}
-
-/// The task's state between rounds.
-struct Runner {
-    hooks: HookLane,
-    finals: Option<FinalLane>,
+/// One lane task's clock and what it reports to.
+struct Pace {
+    lane: &'static str,
     dispatcher: Arc<Notify>,
     health: Arc<Health>,
     t: Timing,
     stop: CancellationToken,
     progress: Instant,
     backoff: Backoff,
-    hooks_now: bool,
-    finals_now: bool,
 }
 
-async fn run(
-    hooks: HookLane,
-    finals: Option<FinalLane>,
-    (wake, hooks_due): (Arc<Notify>, Arc<AtomicBool>),
-    dispatcher: Arc<Notify>,
-    health: Arc<Health>,
-    t: Timing,
-    stop: CancellationToken,
-) -> Result<(), ServiceError> {
-    tracing::info!(cursor = %hooks.at.position, finals = ?finals.as_ref().map(|f| f.at.position.to_string()), "webhook lane started");
-    let finals_now = finals.is_some();
-    let mut r = Runner {
-        hooks,
-        finals,
-        dispatcher,
-        health,
-        t,
-        stop,
-        progress: Instant::now(),
-        backoff: Backoff::new(Policy::STORE),
-        hooks_now: true,
-        finals_now,
-    };
-    loop {
-        if !r.hooks_now && !r.finals_now {
-            tokio::select! {
-                biased;
-                _ = r.stop.cancelled() => return Ok(()),
-                _ = wake.notified() => {}
-                _ = tokio::time::sleep(r.t.fallback) => hooks_due.store(true, Ordering::Relaxed),
+impl Pace {
+    /// Run one round, bounded by the stall limit (a hung round is no progress either) and,
+    /// after a stop, by the round deadline.
+    async fn bounded(
+        &self,
+        round: impl Future<Output = Result<RoundOutcome, RoundError>>,
+    ) -> Result<Ran, ServiceError> {
+        let mut round = std::pin::pin!(round);
+        let of = |r: Result<RoundOutcome, RoundError>| match r {
+            Ok(o) => Ran::Done(o),
+            Err(e) => Ran::Failed(e),
+        };
+        tokio::select! {
+            r = &mut round => Ok(of(r)),
+            _ = self.stop.cancelled() => match tokio::time::timeout(self.t.deadline, &mut round).await {
+                Ok(r) => Ok(of(r)),
+                Err(_) => {
+                    tracing::warn!(lane = self.lane, "round still running at the deadline; stopping");
+                    Ok(Ran::Stop)
+                }
+            },
+            _ = tokio::time::sleep_until(self.progress + self.t.stall) => {
+                Err(stalled(self.lane, self.t.stall, "a round is still running"))
             }
-            r.finals_now = r.finals.is_some();
-        }
-        r.hooks_now |= hooks_due.swap(false, Ordering::Relaxed);
-        let mut failed = None;
-        if r.hooks_now {
-            match r.hooks_round().await? {
-                Step::Stop => return Ok(()),
-                Step::Next(f) => failed = f,
-            }
-        }
-        if r.finals_now && failed.is_none() && r.finals.is_some() {
-            match r.finals_round().await? {
-                Step::Stop => return Ok(()),
-                Step::Next(f) => failed = f,
-            }
-        }
-        if r.stop.is_cancelled() {
-            return Ok(());
-        }
-        if let Step::Stop = r.after(failed).await? {
-            return Ok(());
         }
     }
-}
 
-impl Runner {
-    async fn hooks_round(&mut self) -> Result<Step, ServiceError> {
-        let span = tracing::info_span!("webhook_round", epoch = self.hooks.epoch(), from = %self.hooks.at.position);
-        let round = self.hooks.round().instrument(span);
-        let names = ("webhook", "webhooks");
-        let o = match bounded(round, names, self.progress, &self.t, &self.stop).await? {
-            Ran::Done(o) => o,
-            ended => return Ok(Step::after(ended)),
+    /// Sleep until woken, the fallback period, or a stop (`false`).
+    async fn idle(&self, wake: &Notify, moved: Option<&mut watch::Receiver<Cursor>>) -> bool {
+        // The webhook lane's task gone (its sender dropped): only the other wake-ups are left.
+        let moved = async {
+            match moved {
+                Some(m) => {
+                    if m.changed().await.is_err() {
+                        std::future::pending::<()>().await
+                    }
+                }
+                None => std::future::pending().await,
+            }
         };
+        tokio::select! {
+            biased;
+            _ = self.stop.cancelled() => false,
+            _ = wake.notified() => true,
+            _ = moved => true,
+            _ = tokio::time::sleep(self.t.fallback) => true,
+        }
+    }
+
+    /// A completed round.
+    fn done(&mut self) {
         self.progress = Instant::now();
-        let h = &self.health;
-        h.webhooks_skipped
-            .fetch_add(o.webhooks_skipped, Ordering::Relaxed);
-        h.webhook_block
-            .store(self.hooks.at.cursor().block as i64, Ordering::Relaxed);
-        h.webhook_round_ms.store(UnixMs::now().0, Ordering::Relaxed);
-        // Handed-over trades need no scan; retracts (and anything queued unclaimed) do.
-        if o.webhooks > o.handed || o.retracted > 0 {
-            self.dispatcher.notify_one();
-        }
-        if o.trades + o.retracted > 0 {
-            tracing::debug!(trades = o.trades, retracted = o.retracted, webhooks = o.webhooks, handed = o.handed, cursor = %self.hooks.at.cursor(), "webhook round");
-            self.finals_now = self.finals.is_some();
-        }
-        self.hooks_now = o.more;
-        Ok(Step::Next(None))
+        self.backoff.reset();
     }
 
-    /// Behind both other lanes: what every session was dispatched and what the webhook lane
-    /// has queued.
-    async fn finals_round(&mut self) -> Result<Step, ServiceError> {
-        let Some(f) = self.finals.as_mut() else {
-            return Ok(Step::Next(None));
-        };
-        let bound = f.bound(self.hooks.at.cursor());
-        let span = tracing::info_span!("final_round", epoch = f.epoch(), from = %f.at.position);
-        let round = f.round(bound).instrument(span);
-        let names = ("final", "finals");
-        let o = match bounded(round, names, self.progress, &self.t, &self.stop).await? {
-            Ran::Done(o) => o,
-            ended => return Ok(Step::after(ended)),
-        };
-        self.progress = Instant::now();
-        let h = &self.health;
-        h.final_block
-            .store(f.at.cursor().block as i64, Ordering::Relaxed);
-        h.final_round_ms.store(UnixMs::now().0, Ordering::Relaxed);
-        if o.webhooks > 0 {
-            self.dispatcher.notify_one();
+    /// A failed round: hand over when fenced or stalled, else back off (`false`: stopped
+    /// meanwhile).
+    async fn failed(&mut self, epoch: i64, e: RoundError) -> Result<bool, ServiceError> {
+        if let RoundError::Fenced = e {
+            tracing::error!(
+                epoch,
+                lane = self.lane,
+                "lane deposed: a newer leader bumped the epoch"
+            );
+            return Err(ServiceError::transient("push epoch superseded"));
         }
-        if o.trades + o.retracted > 0 {
-            tracing::debug!(finals = o.trades, retracted = o.retracted, frames = o.frames, webhooks = o.webhooks, cursor = %f.at.cursor(), "final round");
-        }
-        self.finals_now = o.more;
-        Ok(Step::Next(None))
-    }
-
-    /// After the rounds: reset the backoff, or hand over when fenced or stalled, or back off and
-    /// retry the lane that failed.
-    async fn after(
-        &mut self,
-        failed: Option<(&'static str, RoundError)>,
-    ) -> Result<Step, ServiceError> {
-        let (lane, e) = match failed {
-            None => {
-                self.backoff.reset();
-                return Ok(Step::Next(None));
-            }
-            Some((_, RoundError::Fenced)) => {
-                tracing::error!(
-                    epoch = self.hooks.epoch(),
-                    "webhook lane deposed: a newer leader bumped the epoch"
-                );
-                return Err(ServiceError::transient("push epoch superseded"));
-            }
-            Some(failed) => failed,
-        };
         self.health.errors.fetch_add(1, Ordering::Relaxed);
-        *self.health.last_error.lock().expect("health lock") = Some(format!("{lane}: {e}"));
+        *self.health.last_error.lock().expect("health lock") = Some(format!("{}: {e}", self.lane));
         if self.progress.elapsed() >= self.t.stall {
-            return Err(stalled(lane, self.t.stall, &e.to_string()));
+            return Err(stalled(self.lane, self.t.stall, &e.to_string()));
         }
         let wait = self.backoff.next_wait();
-        tracing::warn!(lane, error = %e, retry_in_ms = wait.as_millis() as u64, "round failed");
+        tracing::warn!(lane = self.lane, error = %e, retry_in_ms = wait.as_millis() as u64, "round failed");
         tokio::select! {
-            _ = tokio::time::sleep(wait) => {}
-            _ = self.stop.cancelled() => return Ok(Step::Stop),
+            _ = tokio::time::sleep(wait) => Ok(true),
+            _ = self.stop.cancelled() => Ok(false),
         }
-        if lane == "webhooks" {
-            self.hooks_now = true;
-        } else {
-            self.finals_now = true;
+    }
+}
+
+/// The webhook lane's task; tells the finality lane where it stands (`moved`).
+async fn run_hooks(
+    mut hooks: HookLane,
+    moved: watch::Sender<Cursor>,
+    wake: Arc<Notify>,
+    mut pace: Pace,
+) -> Result<(), ServiceError> {
+    let mut now = true;
+    loop {
+        if !now && !pace.idle(&wake, None).await {
+            return Ok(());
         }
-        Ok(Step::Next(None))
+        let span =
+            tracing::info_span!("webhook_round", epoch = hooks.epoch(), from = %hooks.at.position);
+        now = match pace.bounded(hooks.round().instrument(span)).await? {
+            Ran::Done(o) => {
+                pace.done();
+                let h = &pace.health;
+                h.webhooks_skipped
+                    .fetch_add(o.webhooks_skipped, Ordering::Relaxed);
+                h.webhook_block
+                    .store(hooks.at.cursor().block as i64, Ordering::Relaxed);
+                h.webhook_round_ms.store(UnixMs::now().0, Ordering::Relaxed);
+                // Handed-over trades need no scan; retracts (and anything queued unclaimed) do.
+                if o.webhooks > o.handed || o.retracted > 0 {
+                    pace.dispatcher.notify_one();
+                }
+                if o.trades + o.retracted > 0 {
+                    tracing::debug!(trades = o.trades, retracted = o.retracted, webhooks = o.webhooks, handed = o.handed, cursor = %hooks.at.cursor(), "webhook round");
+                }
+                let at = hooks.at.cursor();
+                moved.send_if_modified(|c| std::mem::replace(c, at) != at);
+                o.more
+            }
+            Ran::Failed(e) => {
+                if !pace.failed(hooks.epoch(), e).await? {
+                    return Ok(());
+                }
+                true
+            }
+            Ran::Stop => return Ok(()),
+        };
+        if pace.stop.is_cancelled() {
+            return Ok(());
+        }
+    }
+}
+
+/// The finality lane's task: behind what every session was dispatched and what the webhook
+/// lane (at `hooks_at`) has queued.
+async fn run_finals(
+    mut finals: FinalLane,
+    mut hooks_at: watch::Receiver<Cursor>,
+    wake: Arc<Notify>,
+    mut pace: Pace,
+) -> Result<(), ServiceError> {
+    let mut now = true;
+    loop {
+        if !now && !pace.idle(&wake, Some(&mut hooks_at)).await {
+            return Ok(());
+        }
+        let bound = finals.bound(*hooks_at.borrow_and_update());
+        let span =
+            tracing::info_span!("final_round", epoch = finals.epoch(), from = %finals.at.position);
+        now = match pace.bounded(finals.round(bound).instrument(span)).await? {
+            Ran::Done(o) => {
+                pace.done();
+                let h = &pace.health;
+                h.final_block
+                    .store(finals.at.cursor().block as i64, Ordering::Relaxed);
+                h.final_round_ms.store(UnixMs::now().0, Ordering::Relaxed);
+                if o.webhooks > 0 {
+                    pace.dispatcher.notify_one();
+                }
+                if o.trades + o.retracted > 0 {
+                    tracing::debug!(finals = o.trades, retracted = o.retracted, frames = o.frames, webhooks = o.webhooks, cursor = %finals.at.cursor(), "final round");
+                }
+                o.more
+            }
+            Ran::Failed(e) => {
+                if !pace.failed(finals.epoch(), e).await? {
+                    return Ok(());
+                }
+                true
+            }
+            Ran::Stop => return Ok(()),
+        };
+        if pace.stop.is_cancelled() {
+            return Ok(());
+        }
     }
 }

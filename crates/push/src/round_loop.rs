@@ -84,6 +84,8 @@ struct Pace {
     progress: Instant,
     backoff: Backoff,
     last_beat: i64,
+    /// A block came while a round ran: run another at once.
+    block_waiting: bool,
 }
 
 /// How often the feed's rounds run while a graceful stop drains the webhooks (besides every
@@ -102,6 +104,7 @@ impl RoundLoop<'_> {
             progress: Instant::now(),
             backoff: Backoff::new(Policy::STORE),
             last_beat: 0,
+            block_waiting: false,
         };
         let mut run_now = true; // catch up from the cursor at once
         loop {
@@ -202,22 +205,39 @@ impl RoundLoop<'_> {
             // carries the epoch and the cursor it started from.
             let span = tracing::info_span!("round", epoch, from = %self.ws.at.position);
             let mut round = std::pin::pin!(self.ws.round().instrument(span));
-            tokio::select! {
-                r = &mut round => r,
-                _ = self.shutdown.cancelled() => match tokio::time::timeout(pace.deadline, &mut round).await {
-                    Ok(r) => r,
-                    Err(_) => {
-                        tracing::error!(deadline_ms = pace.deadline.as_millis() as u64, "round deadline passed on shutdown; exiting with the lock held");
-                        return Ok(Next::Stop(Stopped::DeadlinePassed));
+            let mut listening = self.listen.is_some();
+            loop {
+                tokio::select! {
+                    r = &mut round => break r,
+                    _ = self.shutdown.cancelled() => match tokio::time::timeout(pace.deadline, &mut round).await {
+                        Ok(r) => break r,
+                        Err(_) => {
+                            tracing::error!(deadline_ms = pace.deadline.as_millis() as u64, "round deadline passed on shutdown; exiting with the lock held");
+                            return Ok(Next::Stop(Stopped::DeadlinePassed));
+                        }
+                    },
+                    _ = self.lost.cancelled() => return Err(ServiceError::transient("push lock session lost")),
+                    _ = tokio::time::sleep_until(pace.progress + pace.stall) => return Err(stalled("push", pace.stall, "a round is still running")),
+                    // A block while the round is held up (a broker outage in edge mode): the
+                    // webhook lane reads on its own, and this loop runs again after the round.
+                    n = async { match self.listen.as_mut() { Some(s) => s.notifications.recv().await, None => std::future::pending().await } }, if listening => {
+                        match n {
+                            // Gone: the next wait finds the session lost.
+                            None => listening = false,
+                            Some(n) if n.channel() == channels::SUBSCRIPTIONS => self.index_due = Some(Instant::now()),
+                            Some(_) => {
+                                self.behind.wake();
+                                pace.block_waiting = true;
+                            }
+                        }
                     }
-                },
-                _ = self.lost.cancelled() => return Err(ServiceError::transient("push lock session lost")),
-                _ = tokio::time::sleep_until(pace.progress + pace.stall) => return Err(stalled("push", pace.stall, "a round is still running")),
+                }
             }
         };
         crate::telemetry::round(outcome.is_ok(), started.elapsed());
+        let block_waiting = std::mem::take(&mut pace.block_waiting);
         match outcome {
-            Ok(o) => Ok(Next::Run(self.completed(pace, o).await)),
+            Ok(o) => Ok(Next::Run(self.completed(pace, o).await || block_waiting)),
             Err(RoundError::Fenced) => {
                 tracing::error!(epoch, "deposed: a newer leader bumped the epoch");
                 Err(ServiceError::transient("push epoch superseded"))
@@ -259,6 +279,8 @@ impl RoundLoop<'_> {
         }
         let wait = pace.backoff.next_wait();
         tracing::warn!(error = %e, retry_in_ms = wait.as_millis() as u64, failures = pace.backoff.failures(), "push round failed");
+        // The webhook lane reads on its own: it need not wait for this lane's retry.
+        self.behind.wake();
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
             _ = self.shutdown.cancelled() => return Ok(Next::Stop(Stopped::Graceful)),

@@ -9,7 +9,7 @@
 //! | `pmw_push_epoch` | gauge | the leader's PushEpoch |
 //! | `pmw_push_rounds_total{outcome}` | counter | rounds `completed` or `failed` |
 //! | `pmw_push_round_duration_seconds{outcome}` | histogram | how long a round took |
-//! | `pmw_push_ws_round_stage_seconds{stage}` | histogram | a WebSocket round's parts: `state` (Postgres), `read` (ClickHouse), `claim` (the fenced cursor move), `dispatch` (queueing frames to sessions) |
+//! | `pmw_push_ws_round_stage_seconds{stage}` | histogram | a WebSocket round's parts: `state` (Postgres), `read` (ClickHouse), `publish` (edge mode: storing the round on the bus), `claim` (the fenced cursor move), `dispatch` (queueing frames to sessions) |
 //! | `pmw_push_frames_queued_total` | counter | frames queued to WebSocket sessions |
 //! | `pmw_push_frames_sent_total` | counter | frames written to a WebSocket |
 //! | `pmw_push_slow_consumer_closes_total` | counter | sessions closed 1013 (queue full) |
@@ -62,15 +62,26 @@ pub fn round(ok: bool, took: Duration) {
 }
 
 /// A WebSocket round that delivered something: how long each of its parts took, and (debug log)
-/// how long after the newest trade's block was detected each part ended.
-pub fn ws_round_stages(stages: &Stages, dispatched: Instant, newest_detect_ms: Option<i64>) {
+/// how long after the newest trade's block was detected each part ended. `published`: when the
+/// round was stored on the bus (edge mode), between the read and the claim.
+pub fn ws_round_stages(
+    stages: &Stages,
+    published: Option<Instant>,
+    dispatched: Instant,
+    newest_detect_ms: Option<i64>,
+) {
+    let stored = published.unwrap_or(stages.read);
     let parts = [
         ("state", stages.started, stages.state),
         ("read", stages.state, stages.read),
-        ("claim", stages.read, stages.claimed),
+        ("publish", stages.read, stored),
+        ("claim", stored, stages.claimed),
         ("dispatch", stages.claimed, dispatched),
     ];
     for (stage, from, to) in parts {
+        if stage == "publish" && published.is_none() {
+            continue;
+        }
         metrics::histogram!(WS_STAGE_SECONDS, "stage" => stage).record((to - from).as_secs_f64());
     }
     if let Some(detect) = newest_detect_ms {
@@ -79,6 +90,7 @@ pub fn ws_round_stages(stages: &Stages, dispatched: Instant, newest_detect_ms: O
             started = ago(stages.started),
             state = ago(stages.state),
             read = ago(stages.read),
+            published = ago(stored),
             claimed = ago(stages.claimed),
             dispatched = ago(dispatched),
             "ws round after detect (ms)"

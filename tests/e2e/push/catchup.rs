@@ -8,7 +8,6 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use pmw_core::UnixMs;
 use pmw_sim::demo_wallets;
 use pmw_testkit::hooks::{Receiver, Step};
 use pmw_testkit::{assert_eventually, eventually_every};
@@ -18,22 +17,6 @@ use crate::harness::{canonical, Fill, Harness};
 
 /// Blocks per catch-up read in these tests.
 const SPAN: u64 = 20;
-
-/// An endpoint of `account` at `url`.
-async fn endpoint(h: &Harness, account: i64, url: &str) {
-    let secret = pmw_core::webhook::Secret::generate().expose();
-    let now = UnixMs::now().0;
-    let c = h.db.connect().await;
-    c.execute(
-        "INSERT INTO webhook_endpoints (account_id, url, secret, created_ms, updated_ms) VALUES ($1, $2, $3, $4, $4)",
-        &[&account, &url, &secret, &now],
-    )
-    .await
-    .unwrap();
-    c.execute("SELECT pg_notify('pmw_subscriptions', '')", &[])
-        .await
-        .unwrap();
-}
 
 /// Wait until pmw-live's watermark reaches the chain head.
 async fn ingested(h: &Harness) {
@@ -80,7 +63,7 @@ async fn catch_up(short_block: bool) {
     let wallets = demo_wallets(6);
     let (account, _) = h.account(&wallets).await;
     let hook = Receiver::start(vec![Step::status(200)]).await;
-    endpoint(&h, account, &hook.url()).await;
+    h.endpoint(account, &hook.url()).await;
     let (push, _) = h.leader("push-a").await;
     h.wait_pushed(WITHIN).await;
     push.stop().await.unwrap();

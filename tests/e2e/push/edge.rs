@@ -2,7 +2,7 @@
 //! every WebSocket round on the stream before its cursor moves. The oracle is the chain
 //! (`eth_getLogs`): the rounds on the stream, read as an edge reads them (contiguous by
 //! position, overlap skipped), hold every canonical trade once. Without quorum the cursor
-//! waits while ingest goes on; a leader deposed on the bus stops without moving its cursor.
+//! waits while ingest and the webhooks go on; a leader deposed on the bus stops without moving its cursor.
 //! pmw-edge serves `/v1/ws` from the stream: every owed trade (the simulator's canonical record)
 //! live and on resume, and a push failover closes none of its sockets; `final`s after their
 //! trades (the chain's `finalized` block decides when); a revoked key's session closes; the
@@ -16,6 +16,7 @@ use pmw_core::bus::{stream, Bus, BusConfig, Event, FencedPublisher, Follower};
 use pmw_core::Cursor;
 use pmw_push::config::PushConfig;
 use pmw_sim::demo_wallets;
+use pmw_testkit::hooks::{Receiver, Step};
 use pmw_testkit::{assert_eventually, bound_within, PrivateStack, ServiceHandle};
 
 use super::WITHIN;
@@ -23,6 +24,19 @@ use crate::harness::{
     canonical, change_as_api, closed_with, connect, connect_url, hello_cursor, key_id,
     never_reading, rpc_call, strictly_increasing, Client, Fill, Harness, LEADS_WITHIN,
 };
+
+/// The trades an endpoint received, in ledger order (arrival order is not).
+fn hooked(hooks: &Receiver) -> Vec<Cursor> {
+    let mut v: Vec<Cursor> = hooks
+        .hits()
+        .iter()
+        .map(|h| h.json())
+        .filter(|b| b["type"] == "trade")
+        .map(|b| b["cursor"].as_str().unwrap().parse().unwrap())
+        .collect();
+    v.sort();
+    v
+}
 
 /// A stream and prefix no other test uses, on the cluster at `urls`.
 fn bus_config(urls: &str) -> BusConfig {
@@ -142,9 +156,20 @@ async fn edge_mode_cursor_waits_while_the_broker_cannot_store() {
     let nats = PrivateStack::start_nats();
     let h = Harness::new().await;
     let start = h.sim.rpc().latest_block().await.unwrap().number.0;
+    let mine = demo_wallets(6);
+    let (account, _) = h.account(&mine).await;
+    let hooks = Receiver::start(vec![Step::status(204)]).await;
+    h.endpoint(account, &hooks.url()).await;
     let mut bus = bus_config(nats.nats_urls());
     bus.give_up = Duration::from_secs(3);
-    let (push, _) = h.start_push("push-a", edge_push(&h, &bus));
+    // No fallback tick: only blocks and the WebSocket lane's rounds wake the webhook lane.
+    let cfg = PushConfig {
+        push_fallback_ms: 600_000,
+        ..edge_push(&h, &bus)
+    };
+    let (push, bound) = h.start_push("push-a", cfg);
+    // Leading (its cursors read) before the first trade: every trade is owed.
+    bound_within(bound, LEADS_WITHIN).await;
     h.trade(2, Duration::from_millis(100), 10).await;
     h.wait_pushed(WITHIN).await;
     let before = h.pushed_block().await;
@@ -164,7 +189,31 @@ async fn edge_mode_cursor_waits_while_the_broker_cannot_store() {
             >= head,
         "ingest goes on without the broker"
     );
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The webhooks do not wait for the broker: every trade's, once.
+    let owed = h.expected(
+        &mine,
+        Cursor {
+            block: start,
+            log_index: 0,
+        },
+    );
+    let all = pmw_testkit::eventually(WITHIN, || async { hooked(&hooks) == owed }).await;
+    if !all {
+        let lanes = c
+            .query_one(
+                "SELECT (SELECT block_number FROM webhook_cursor WHERE slot = 0), \
+                 (SELECT count(*) FROM webhook_deliveries)",
+                &[],
+            )
+            .await
+            .unwrap();
+        panic!(
+            "every trade's webhook while the broker is down: got {:?}, owed {owed:?}; webhook cursor at block {:?}, {} deliveries queued",
+            hooked(&hooks),
+            lanes.get::<_, Option<i64>>(0),
+            lanes.get::<_, i64>(1)
+        );
+    }
     let held = h.pushed_block().await;
     println!("without quorum: push cursor at block {held} (was {before}), ingested to {head}");
     assert_eq!(
@@ -269,13 +318,14 @@ async fn an_edge_closes_a_slow_consumer_and_others_are_unaffected() {
     let (_, key) = h.account(&mine).await;
     let bus = bus_config(pmw_testkit::nats_urls());
     let (push, _) = h.start_push("push-a", edge_push(&h, &bus));
-    // Larger than the feed's bursts (an edge dispatches the leader's round parts back to back
-    // when catching up), far smaller than the whole run.
+    // Far smaller than the whole run. Blocks come paced, so no round is a burst the fast
+    // client must take at once (an edge dispatches a catch-up's parts back to back, its
+    // follower holding them read ahead).
     let (edge, addr) = start_edge_with(&h, &bus, |c| c.edge_ws_queue = 256).await;
     let mut slow = never_reading(addr, &key).await;
     let mut fast = connect(addr, &key, None).await;
     let start = hello_cursor(&mut fast).await;
-    h.trade(2, Duration::ZERO, 300).await;
+    h.trade(2, Duration::from_millis(20), 300).await;
     h.wait_pushed(WITHIN).await;
     let owed = h.expected(&mine, start);
     let got = trades_until(&mut fast, owed.len()).await;

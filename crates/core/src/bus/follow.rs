@@ -63,9 +63,9 @@ pub struct Follower {
     tasks: Vec<JoinHandle<()>>,
 }
 
-/// A leg's delivery: a frame's stream sequence and message, or a message the follower cannot
-/// read.
-type Delivery = Result<(u64, Message), BusError>;
+/// A leg's delivery: a frame's stream sequence, stored time (ns) and message, or a message the
+/// follower cannot read.
+type Delivery = Result<(u64, u64, Message), BusError>;
 
 /// What the legs share.
 struct Legs {
@@ -136,12 +136,13 @@ impl Follower {
                     self.legs.account
                 )));
             };
-            let (sseq, msg) = delivery?;
+            let (sseq, stored_ns, msg) = delivery?;
             // The other leg's copy of a frame yielded already.
             if sseq <= self.last {
                 continue;
             }
-            let frame = frame(sseq, msg.headers.as_ref(), msg.payload)?;
+            let mut frame = frame(sseq, msg.headers.as_ref(), msg.payload)?;
+            frame.stored_ms = (stored_ns / 1_000_000) as i64;
             let event = if frame.prev == self.last {
                 Event::Frame(frame)
             } else {
@@ -300,12 +301,12 @@ impl Consumer {
                 continue;
             }
             let delivery = match msg.reply.as_deref().and_then(ack_sequences) {
-                Some((sseq, cseq)) => {
+                Some((sseq, cseq, stored_ns)) => {
                     if cseq != self.delivered + 1 {
                         return Some(format!("delivery {cseq} after {}", self.delivered));
                     }
                     self.delivered = cseq;
-                    Ok((sseq, msg))
+                    Ok((sseq, stored_ns, msg))
                 }
                 None => Err(BusError::Invalid(format!(
                     "delivery on {} without JetStream metadata",
@@ -348,6 +349,7 @@ fn frame(seq: u64, h: Option<&HeaderMap>, body: bytes::Bytes) -> Result<Frame, B
         .parse()?;
     Ok(Frame {
         seq,
+        stored_ms: 0,
         prev: header_u64(h, PREV)?,
         epoch: header_u64(h, EPOCH)? as i64,
         id,
@@ -355,16 +357,18 @@ fn frame(seq: u64, h: Option<&HeaderMap>, body: bytes::Bytes) -> Result<Frame, B
     })
 }
 
-/// (stream sequence, consumer sequence) from a delivery's ack subject: 2.9's
+/// (stream sequence, consumer sequence, stored time in ns since the epoch) from a delivery's ack
+/// subject: 2.9's
 /// `$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<time>.<pending>`, or
 /// the longer form of later servers with domain and account hash after `ACK` and a token after.
-fn ack_sequences(reply: &str) -> Option<(u64, u64)> {
+fn ack_sequences(reply: &str) -> Option<(u64, u64, u64)> {
     let t: Vec<&str> = reply.split('.').collect();
     if t.len() < 9 || t[0] != "$JS" || t[1] != "ACK" {
         return None;
     }
-    let (s, c) = if t.len() == 9 { (5, 6) } else { (7, 8) };
-    Some((t.get(s)?.parse().ok()?, t.get(c)?.parse().ok()?))
+    let at = if t.len() == 9 { 5 } else { 7 };
+    let n = |i: usize| t.get(at + i)?.parse().ok();
+    Some((n(0)?, n(1)?, n(2)?))
 }
 
 #[cfg(test)]
@@ -375,11 +379,11 @@ mod tests {
     fn sequences_are_read_from_the_ack_subject() {
         assert_eq!(
             ack_sequences("$JS.ACK.PMW_FRAMES.abc.1.42.7.1700000000000000000.0"),
-            Some((42, 7))
+            Some((42, 7, 1_700_000_000_000_000_000))
         );
         assert_eq!(
-            ack_sequences("$JS.ACK.dom.acchash.PMW_FRAMES.abc.1.42.7.1700000000000000000.0.tok"),
-            Some((42, 7))
+            ack_sequences("$JS.ACK.dom.acchash.PMW_FRAMES.abc.1.42.7.1700000000000000001.0.tok"),
+            Some((42, 7, 1_700_000_000_000_000_001))
         );
         assert_eq!(ack_sequences("_INBOX.x"), None);
         assert_eq!(ack_sequences("$JS.ACK.S.C.1.x.7.1.0"), None);

@@ -92,6 +92,8 @@ pub struct OutFrame {
 pub struct Frame {
     /// The stream sequence it was stored at.
     pub seq: u64,
+    /// When the broker stored it (ms since the epoch, the stream leader's clock; 0: unknown).
+    pub stored_ms: i64,
     /// The stream sequence of the account's previous frame (0: none).
     pub prev: u64,
     /// The epoch of the leader that stored it.

@@ -170,9 +170,11 @@ impl Lane for WsLane {
         batch: Batch,
     ) -> Result<RoundOutcome, RoundError> {
         let items = self.items(&batch);
+        let mut published = None;
         if let Some(p) = &self.publisher {
             let round = bus_round(&self.ledger, self.watermark, &batch);
             p.lock().await.publish(round).await?;
+            published = Some(Instant::now());
         }
         let claim = self.claim(&client, &batch).await?;
         let stages = Stages {
@@ -184,7 +186,7 @@ impl Lane for WsLane {
         }
         let frames = self.hub.dispatch(&items, batch.through);
         let newest = batch.newest_live_detect_ms();
-        crate::telemetry::ws_round_stages(&stages, Instant::now(), newest);
+        crate::telemetry::ws_round_stages(&stages, published, Instant::now(), newest);
         let done = client
             .prepare_cached(include_str!("sql/ws_claim_done.sql"))
             .await?;
