@@ -177,7 +177,14 @@ async fn leg(legs: Arc<Legs>, i: usize, tx: mpsc::Sender<Delivery>) {
     let mut backoff = Backoff::new(Policy::STORE);
     loop {
         let mut consumer = match legs.subscribe(i).await {
-            Ok(c) => c,
+            Ok(Some(c)) => c,
+            // Placed beside the other leg (chance: one in the stream's replicas): made again.
+            Ok(None) => {
+                let wait = backoff.next_wait();
+                tracing::debug!(account = %legs.account, leg = i, wait_ms = wait.as_millis() as u64, "bus consumer placed beside the other leg; again");
+                tokio::time::sleep(wait).await;
+                continue;
+            }
             Err(e) => {
                 let wait = backoff.next_wait();
                 tracing::warn!(account = %legs.account, leg = i, error = %e, wait_ms = wait.as_millis() as u64, "bus follow failed");
@@ -208,8 +215,8 @@ struct Consumer {
 
 impl Legs {
     /// A consumer for leg `i` from the chain's end + 1, delivering to a fresh inbox, on a node
-    /// no other leg is on.
-    async fn subscribe(&self, i: usize) -> Result<Consumer, BusError> {
+    /// no other leg is on (`None`: it was placed beside another leg, and is deleted).
+    async fn subscribe(&self, i: usize) -> Result<Option<Consumer>, BusError> {
         let inbox = self.bus.client.new_inbox();
         let sub = self
             .bus
@@ -256,11 +263,11 @@ impl Legs {
             if !taken {
                 nodes[i] = node.clone();
                 tracing::debug!(account = %self.account, leg = i, from, node = node.as_deref().unwrap_or("?"), "bus following");
-                return Ok(Consumer {
+                return Ok(Some(Consumer {
                     sub,
                     node,
                     delivered: 0,
-                });
+                }));
             }
         }
         // Placed beside another leg: no use if that node dies. Gone now rather than after its
@@ -274,10 +281,7 @@ impl Legs {
         {
             tracing::debug!(account = %self.account, leg = i, error = %e, "bus consumer delete");
         }
-        Err(BusError::Unavailable(format!(
-            "consumer placed on {}, where another leg is",
-            node.as_deref().unwrap_or("?")
-        )))
+        Ok(None)
     }
 }
 
