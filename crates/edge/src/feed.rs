@@ -14,6 +14,7 @@ use std::time::Instant;
 
 use pmw_core::bus::round::{RoundPart, Stream as BusStream, ALL};
 use pmw_core::bus::{stream, Bus, BusError, Event, Follower};
+use pmw_core::ch::TradeRow;
 use pmw_core::pg::PgPool;
 use pmw_core::session::hub::{Hub, Stream};
 use pmw_core::session::items::{final_items, round_items};
@@ -125,19 +126,10 @@ pub async fn run(
         let received = (Instant::now(), UnixMs::now().0);
         let part = RoundPart::from_body(&frame.body)?;
         let decoded = Instant::now();
-        let newest = newest_live_detect_ms(&part);
+        let newest = TradeRow::newest_live_detect_ms(part.rows.iter().map(|r| &r.row));
         apply(&hub, &stats, part);
         stages(frame.stored_ms, received, decoded, newest);
     }
-}
-
-/// The newest detection among a part's live (not backfilled) trades.
-fn newest_live_detect_ms(part: &RoundPart) -> Option<i64> {
-    part.rows
-        .iter()
-        .filter(|r| r.row.backfilled == 0)
-        .map(|r| r.row.t_detect_ms)
-        .max()
 }
 
 /// How long a part took from the broker's store to its dispatch into the hub

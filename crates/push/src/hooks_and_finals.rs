@@ -152,6 +152,16 @@ enum Ran {
     Stop,
 }
 
+/// What a lane task does after a round ([`Pace::round`]).
+enum After {
+    /// The round completed (the clock is reset): record it.
+    Done(RoundOutcome),
+    /// It failed and the backoff passed: run again at once.
+    Retry,
+    /// Stopped: end the task.
+    Stop,
+}
+
 /// One lane task's clock and what it reports to.
 struct Pace {
     lane: &'static str,
@@ -212,10 +222,25 @@ impl Pace {
         }
     }
 
-    /// A completed round.
-    fn done(&mut self) {
-        self.progress = Instant::now();
-        self.backoff.reset();
+    /// Run one round of the lane at `epoch`, bounded ([`Pace::bounded`]); a completed one resets
+    /// the clock, a failed one is backed off ([`Pace::failed`]).
+    async fn round(
+        &mut self,
+        epoch: i64,
+        round: impl Future<Output = Result<RoundOutcome, RoundError>>,
+    ) -> Result<After, ServiceError> {
+        Ok(match self.bounded(round).await? {
+            Ran::Done(o) => {
+                self.progress = Instant::now();
+                self.backoff.reset();
+                After::Done(o)
+            }
+            Ran::Failed(e) => match self.failed(epoch, e).await? {
+                true => After::Retry,
+                false => After::Stop,
+            },
+            Ran::Stop => After::Stop,
+        })
     }
 
     /// A failed round: hand over when fenced or stalled, else back off (`false`: stopped
@@ -257,9 +282,11 @@ async fn run_hooks(
         }
         let span =
             tracing::info_span!("webhook_round", epoch = hooks.epoch(), from = %hooks.at.position);
-        now = match pace.bounded(hooks.round().instrument(span)).await? {
-            Ran::Done(o) => {
-                pace.done();
+        now = match pace
+            .round(hooks.epoch(), hooks.round().instrument(span))
+            .await?
+        {
+            After::Done(o) => {
                 let h = &pace.health;
                 h.webhooks_skipped
                     .fetch_add(o.webhooks_skipped, Ordering::Relaxed);
@@ -277,13 +304,8 @@ async fn run_hooks(
                 moved.send_if_modified(|c| std::mem::replace(c, at) != at);
                 o.more
             }
-            Ran::Failed(e) => {
-                if !pace.failed(hooks.epoch(), e).await? {
-                    return Ok(());
-                }
-                true
-            }
-            Ran::Stop => return Ok(()),
+            After::Retry => true,
+            After::Stop => return Ok(()),
         };
         if pace.stop.is_cancelled() {
             return Ok(());
@@ -307,9 +329,11 @@ async fn run_finals(
         let bound = finals.bound(*hooks_at.borrow_and_update());
         let span =
             tracing::info_span!("final_round", epoch = finals.epoch(), from = %finals.at.position);
-        now = match pace.bounded(finals.round(bound).instrument(span)).await? {
-            Ran::Done(o) => {
-                pace.done();
+        now = match pace
+            .round(finals.epoch(), finals.round(bound).instrument(span))
+            .await?
+        {
+            After::Done(o) => {
                 let h = &pace.health;
                 h.final_block
                     .store(finals.at.cursor().block as i64, Ordering::Relaxed);
@@ -322,13 +346,8 @@ async fn run_finals(
                 }
                 o.more
             }
-            Ran::Failed(e) => {
-                if !pace.failed(finals.epoch(), e).await? {
-                    return Ok(());
-                }
-                true
-            }
-            Ran::Stop => return Ok(()),
+            After::Retry => true,
+            After::Stop => return Ok(()),
         };
         if pace.stop.is_cancelled() {
             return Ok(());

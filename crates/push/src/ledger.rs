@@ -113,11 +113,7 @@ impl Batch {
     /// When the newest live (not backfilled) trade's block was detected: what the rounds'
     /// stage lines measure from.
     pub fn newest_live_detect_ms(&self) -> Option<i64> {
-        self.rows
-            .iter()
-            .filter(|r| r.backfilled == 0)
-            .map(|r| r.t_detect_ms)
-            .max()
+        TradeRow::newest_live_detect_ms(&self.rows)
     }
 }
 

@@ -71,6 +71,15 @@ pub struct WalletTradeRow {
 }
 
 impl TradeRow {
+    /// When the newest live (not backfilled) row's block was detected: what the stage lines of
+    /// a round (push's) or a round part (an edge's) measure from.
+    pub fn newest_live_detect_ms<'a>(rows: impl IntoIterator<Item = &'a TradeRow>) -> Option<i64> {
+        rows.into_iter()
+            .filter(|r| r.backfilled == 0)
+            .map(|r| r.t_detect_ms)
+            .max()
+    }
+
     /// The stored form of a decoded fill. `version` orders re-inserts and retractions.
     pub fn from_fill(
         fill: &Fill,
