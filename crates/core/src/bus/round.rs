@@ -186,11 +186,11 @@ impl RoundPart {
 }
 
 /// Parts whose JSON is longer than this are compressed; a small part stays readable JSON.
-pub const COMPRESS_ABOVE: usize = 4096;
+const COMPRESS_ABOVE: usize = 4096;
 
-/// The largest part a compressed body may claim to expand to: over NATS's largest payload
-/// (64 MiB), so a valid part always fits and a corrupt size cannot allocate more.
-pub const MAX_PART_BYTES: usize = 64 << 20;
+/// The largest part a compressed body may claim to expand to: NATS's largest payload (64 MiB),
+/// so a valid part always fits and a corrupt size cannot allocate more.
+const MAX_PART_BYTES: usize = 64 << 20;
 
 /// The first byte of a compressed body (a JSON body starts with `{`), followed by the JSON's
 /// length (u32, little endian) and the LZ4 block. The broker's replication, storage and each
@@ -334,6 +334,12 @@ mod tests {
         }
     }
 
+    /// The first part of a round of `rows` in parts of [`ROWS_PER_PART`] (the only one for up to
+    /// that many rows).
+    fn one_part(rows: Vec<RoundRow>) -> RoundPart {
+        round(rows, vec![]).parts(ROWS_PER_PART).unwrap().remove(0)
+    }
+
     #[test]
     fn a_round_splits_into_contiguous_parts_that_end_at_its_through() {
         let rows: Vec<_> = (11..16).map(|b| row(b, 2)).collect();
@@ -373,10 +379,7 @@ mod tests {
 
     #[test]
     fn a_part_reads_back_what_it_wrote_under_a_stable_id() {
-        let part = round(vec![row(11, 3)], vec![])
-            .parts(200)
-            .unwrap()
-            .remove(0);
+        let part = one_part(vec![row(11, 3)]);
         let frame = part.to_frame().unwrap();
         assert_eq!(RoundPart::from_body(&frame.body).unwrap(), part);
         let id = frame.id.to_string();
@@ -389,17 +392,14 @@ mod tests {
         );
         assert_eq!(id.parse::<FrameId>().unwrap(), frame.id);
         // The same range read again gives the same id.
-        let again = round(vec![row(11, 3)], vec![])
-            .parts(200)
-            .unwrap()
-            .remove(0);
+        let again = one_part(vec![row(11, 3)]);
         assert_eq!(again.to_frame().unwrap().id, frame.id);
     }
 
     #[test]
     fn a_full_part_travels_compressed_and_reads_back_whole() {
         let rows: Vec<_> = (0..ROWS_PER_PART as u64).map(busy_row).collect();
-        let part = round(rows, vec![]).parts(ROWS_PER_PART).unwrap().remove(0);
+        let part = one_part(rows);
         let json = serde_json::to_vec(&part).unwrap();
         let frame = part.to_frame().unwrap();
         println!(
@@ -417,15 +417,12 @@ mod tests {
 
     #[test]
     fn a_small_part_stays_json_and_plain_json_still_reads() {
-        let part = round(vec![row(11, 3)], vec![])
-            .parts(200)
-            .unwrap()
-            .remove(0);
+        let part = one_part(vec![row(11, 3)]);
         let frame = part.to_frame().unwrap();
         assert_eq!(frame.body[0], b'{');
         // A leader from before compression wrote every part as JSON.
         let rows: Vec<_> = (0..50).map(busy_row).collect();
-        let big = round(rows, vec![]).parts(200).unwrap().remove(0);
+        let big = one_part(rows);
         let json = serde_json::to_vec(&big).unwrap();
         assert!(json.len() > COMPRESS_ABOVE);
         assert_eq!(RoundPart::from_body(&json).unwrap(), big);
@@ -434,11 +431,7 @@ mod tests {
     #[test]
     fn a_corrupt_compressed_body_is_refused_not_trusted() {
         let rows: Vec<_> = (0..50).map(busy_row).collect();
-        let body = round(rows, vec![]).parts(200).unwrap()[0]
-            .to_frame()
-            .unwrap()
-            .body
-            .to_vec();
+        let body = one_part(rows).to_frame().unwrap().body.to_vec();
         let refused = |b: &[u8]| matches!(RoundPart::from_body(b), Err(BusError::Invalid(_)));
         assert!(refused(&body[..3]), "no length");
         assert!(refused(&body[..body.len() / 2]), "truncated");
