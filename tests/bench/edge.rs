@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pmw_core::bus::{Bus, BusConfig};
+use pmw_session::bus::{Bus, BusConfig};
 
 use crate::clients::Collector;
 use crate::phases::{step, Census, Step};
@@ -33,7 +33,7 @@ impl PrivateStream {
         let urls = pmw_testkit::nats_urls().to_string();
         let bus = Bus::connect(BusConfig::named(&urls, &stream, &prefix), "pmw-bench").await?;
         let mut tries = 0;
-        while let Err(e) = pmw_core::bus::stream::ensure(&bus).await {
+        while let Err(e) = pmw_session::bus::stream::ensure(&bus).await {
             tries += 1;
             if tries == 5 {
                 return Err(e.into());

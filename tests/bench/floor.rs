@@ -202,7 +202,7 @@ async fn ledger_commit(b: &Bench, stored: &[TradeRow], reps: usize) -> anyhow::R
 async fn round_read(b: &Bench, block: u64, reps: usize) -> anyhow::Result<Summary> {
     use pmw_push::ledger::{LaneCursor, Ledger, Matcher, Source};
     let mut ledger = Ledger::new(b.db.pg.clone(), b.db.ch.clone(), Source::Ws, 100, 1_000);
-    let mut matcher = Matcher::new(pmw_push::subs::Subscriptions::default(), false);
+    let mut matcher = Matcher::new(pmw_session::subs::Subscriptions::default(), false);
     let at = LaneCursor::new(
         pmw_core::Position::maybe(
             Cursor {

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use pmw_core::bus::{Bus, BusConfig};
+use pmw_session::bus::{Bus, BusConfig};
 use pmw_testkit::repo_root;
 
 use crate::faults::{kill, Marks, World};

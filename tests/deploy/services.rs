@@ -5,8 +5,8 @@
 
 use std::time::{Duration, Instant};
 
-use pmw_core::bus::{Bus, BusConfig};
 use pmw_core::UnixMs;
+use pmw_session::bus::{Bus, BusConfig};
 use pmw_sim::anvil::Anvil;
 use pmw_testkit::{eventually, eventually_every, free_port, TestDb};
 

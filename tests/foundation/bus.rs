@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
-use pmw_core::bus::{
+use pmw_core::Cursor;
+use pmw_session::bus::{
     stream, Bus, BusConfig, BusError, Event, FencedPublisher, Follower, FrameId, OutFrame, Stored,
 };
-use pmw_core::Cursor;
 use pmw_testkit::PrivateStack;
 
 /// A bus on `urls` with a stream and subject prefix no other test uses.

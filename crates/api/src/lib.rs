@@ -70,16 +70,10 @@ pub async fn run_with(
         .map_err(|e| ServiceError::transient(format!("cannot publish plans: {e}")))?;
     pmw_core::metrics::install();
     pmw_core::metrics::build_info(SERVICE);
-    let listener = tokio::net::TcpListener::bind(api.api_listen)
-        .await
-        .map_err(|e| ServiceError::transient(format!("cannot bind {}: {e}", api.api_listen)))?;
+    let listener = pmw_core::listen::bind(api.api_listen, bound).await?;
     let addr = listener
         .local_addr()
         .map_err(|e| ServiceError::Bug(e.into()))?;
-    tracing::info!(%addr, "listening");
-    if let Some(b) = bound {
-        let _ = b.send(addr);
-    }
     let ready_pg = {
         let mut c = cfg.clone();
         c.postgres_pool_size = 2;

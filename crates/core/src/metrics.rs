@@ -20,8 +20,6 @@ use std::time::Duration;
 
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 
-pub use crate::metrics_http::{serve, start};
-
 /// The build info gauge, the same name on every service (alerts compare revisions across them).
 pub const BUILD_INFO: &str = "pmw_build_info";
 

@@ -1,7 +1,7 @@
 //! The private `/metrics` port of the services that have no HTTP server of their own (pmw-live,
 //! both pmw-push instances, pmw-stats): an axum router on a loopback address, `GET /metrics` →
-//! the Prometheus text exposition, any other path 404, any other method 405. Re-exported as
-//! [`crate::metrics::serve`] and [`crate::metrics::start`].
+//! the Prometheus text exposition, any other path 404, any other method 405 ([`start`]). The
+//! recorder it renders is [`crate::metrics`]'s.
 
 use std::net::SocketAddr;
 

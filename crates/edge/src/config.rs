@@ -16,10 +16,10 @@
 
 use std::net::SocketAddr;
 
-use pmw_core::bus::BusConfig;
 use pmw_core::client::TrustedProxies;
 use pmw_core::config::{ConfigError, Validate};
-use pmw_core::session::SessionConfig;
+use pmw_session::bus::BusConfig;
+use pmw_session::SessionConfig;
 use serde::Deserialize;
 
 #[derive(Debug, Clone, Deserialize)]
@@ -132,7 +132,6 @@ impl EdgeConfig {
             connect_burst: self.edge_ws_connect_burst,
             auth_failures_per_sec: self.edge_ws_auth_failures_per_sec,
             auth_failure_burst: self.edge_ws_auth_failure_burst,
-            finals: true,
         }
     }
 }

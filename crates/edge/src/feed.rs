@@ -1,7 +1,7 @@
 //! The edge's feed: the leader's WebSocket rounds, read from the stream in order
-//! ([`pmw_core::bus::round`]), dispatched into the hub exactly as push's WebSocket lane
+//! ([`pmw_session::bus::round`]), dispatched into the hub exactly as push's WebSocket lane
 //! dispatches them, and the `final` rounds as its finality lane does (the same items,
-//! [`pmw_core::session::items`]): a rewind first, then the retractions and trades (or finals),
+//! [`pmw_session::items`]): a rewind first, then the retractions and trades (or finals),
 //! then the stream's position in the hub moves to the part's end. A part that ends
 //! where the hub already is (a successor's republish of a longer range) gives only what lies
 //! beyond it. A hole (a part starting past the hub, or frames the stream no longer has) is
@@ -12,13 +12,13 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use pmw_core::bus::round::{RoundPart, Stream as BusStream, ALL};
-use pmw_core::bus::{stream, Bus, BusError, Event, Follower};
 use pmw_core::ch::TradeRow;
 use pmw_core::pg::PgPool;
-use pmw_core::session::hub::{Hub, Stream};
-use pmw_core::session::items::{final_items, round_items};
 use pmw_core::{Cursor, Position, UnixMs};
+use pmw_session::bus::round::{RoundPart, Stream as BusStream, ALL};
+use pmw_session::bus::{stream, Bus, BusError, Event, Follower};
+use pmw_session::hub::{Hub, Stream};
+use pmw_session::items::{final_items, round_items};
 use tokio_util::sync::CancellationToken;
 
 use crate::EdgeError;
@@ -123,7 +123,7 @@ pub async fn run(
                 gap.frame
             }
         };
-        let received = (Instant::now(), UnixMs::now().0);
+        let received = Received::now();
         let part = RoundPart::from_body(&frame.body)?;
         let decoded = Instant::now();
         let newest = TradeRow::newest_live_detect_ms(part.rows.iter().map(|r| &r.row));
@@ -132,15 +132,30 @@ pub async fn run(
     }
 }
 
+/// When a part was received: on the monotonic clock (stage durations) and the wall clock (against
+/// the broker's store time and the block's detection).
+struct Received {
+    at: Instant,
+    ms: i64,
+}
+
+impl Received {
+    fn now() -> Received {
+        Received {
+            at: Instant::now(),
+            ms: UnixMs::now().0,
+        }
+    }
+}
+
 /// How long a part took from the broker's store to its dispatch into the hub
 /// ([`STAGE_SECONDS`]), and (debug log) how long after the newest trade's block was detected
 /// each step ended.
-fn stages(
-    stored_ms: i64,
-    (received, received_ms): (Instant, i64),
-    decoded: Instant,
-    newest: Option<i64>,
-) {
+fn stages(stored_ms: i64, received: Received, decoded: Instant, newest: Option<i64>) {
+    let Received {
+        at: received,
+        ms: received_ms,
+    } = received;
     let dispatched = Instant::now();
     if stored_ms > 0 {
         let broker = (received_ms - stored_ms).max(0) as f64 / 1e3;
@@ -193,7 +208,7 @@ fn apply(hub: &Hub, stats: &FeedStats, part: RoundPart) {
     if let Some(wm) = part.watermark {
         hub.set_head(wm);
     }
-    let fresh = |r: &&pmw_core::bus::round::RoundRow| {
+    let fresh = |r: &&pmw_session::bus::round::RoundRow| {
         Cursor::new(r.row.block_number, r.row.log_index).is_ok_and(|c| c > at.cursor)
     };
     let skipped = part.rows.iter().filter(|r| !fresh(r)).count();
@@ -226,8 +241,8 @@ impl From<BusError> for EdgeError {
 
 #[cfg(test)]
 mod tests {
-    use pmw_core::bus::round::{RoundRow, Stream as BusStream};
     use pmw_core::ch::TradeRow;
+    use pmw_session::bus::round::{RoundRow, Stream as BusStream};
 
     use super::*;
 

@@ -8,9 +8,9 @@ use std::time::Duration;
 use pmw_core::backoff::{Backoff, Policy};
 use pmw_core::channels;
 use pmw_core::pg::{self, PgPool};
-use pmw_core::session::hub::Hub;
-use pmw_core::session::subs::Subscriptions;
 use pmw_core::CoreConfig;
+use pmw_session::hub::Hub;
+use pmw_session::subs::Subscriptions;
 use tokio_util::sync::CancellationToken;
 
 /// Keep `hub`'s sessions on the current index until `shutdown`.

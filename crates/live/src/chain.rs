@@ -389,7 +389,8 @@ fn where_(filter: Filter, addresses: &[Address], topic0s: &[[u8; 32]]) -> Filter
 /// when `tx` is closed, an error when the connection fails, ends, or stays silent for `stall`.
 pub async fn follow_heads(
     ws_url: &str,
-    (index, name): (usize, &str),
+    index: usize,
+    name: &str,
     tx: &mpsc::Sender<(usize, SeenHead)>,
     stall: Duration,
     on_connected: impl FnOnce(),

@@ -143,12 +143,9 @@ impl LiveConfig {
         Duration::from_millis(self.live_finalized_poll_ms)
     }
 
-    /// The projector's settings (the retention window from `PMW_LIVE_LEDGER_KEEP_HOURS`).
-    pub fn projector(&self) -> crate::projector::Settings {
-        crate::projector::Settings {
-            keep: Duration::from_secs(self.live_ledger_keep_hours * 3_600),
-            ..Default::default()
-        }
+    /// The hot ledger's retention window (`PMW_LIVE_LEDGER_KEEP_HOURS`), the projector's `keep`.
+    pub fn ledger_keep(&self) -> Duration {
+        Duration::from_secs(self.live_ledger_keep_hours * 3_600)
     }
 
     /// The completeness audit's pacing.

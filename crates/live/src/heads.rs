@@ -105,7 +105,8 @@ impl Follower {
             };
             let follow = chain::follow_heads(
                 &ws_url,
-                (self.provider, &self.name),
+                self.provider,
+                &self.name,
                 &self.tx,
                 stall,
                 on_connected,

@@ -19,6 +19,7 @@ use crate::error::IngestError;
 use crate::latency_writer::LatencyRows;
 use crate::names::Names;
 use crate::notifier::{BlockNotifier, CHANNEL};
+use crate::telemetry::Times;
 use crate::version::VersionFloor;
 
 pub mod ledger;
@@ -78,14 +79,6 @@ pub struct Ingester {
     versions: VersionFloor,
     /// The hot ledger's partitions this writer made sure of.
     partitions: ledger::Partitions,
-}
-
-/// When a block's stages ended.
-#[derive(Debug, Clone, Copy)]
-struct Times {
-    detect: UnixMs,
-    logs: UnixMs,
-    stored: UnixMs,
 }
 
 /// How the rows of one block are stamped.
@@ -377,12 +370,7 @@ impl Ingester {
             trade_count: rows.len() as u32,
             backfilled: u8::from(backfilled),
         });
-        crate::telemetry::block_ingested(
-            head.number,
-            backfilled,
-            rows.len(),
-            (t.detect, t.logs, t.stored),
-        );
+        crate::telemetry::block_ingested(head.number, backfilled, rows.len(), t);
         self.stats.blocks += 1;
         self.stats.backfilled_blocks += u64::from(backfilled);
         self.stats.trades += rows.len() as u64;

@@ -103,7 +103,10 @@ fn spawn_followers(
         pg.clone(),
         l.stores.ch.clone(),
         l.lock.pid(),
-        live.projector(),
+        crate::projector::Settings {
+            keep: live.ledger_keep(),
+            ..Default::default()
+        },
     );
     tokio::spawn(projector.run(tasks.clone()));
     if live.live_audit_enabled {

@@ -44,7 +44,7 @@ pub async fn run_with(
     allow: Allowlist,
     shutdown: CancellationToken,
 ) -> Result<(), ServiceError> {
-    pmw_core::metrics::start(SERVICE, live.live_metrics_addr, &shutdown).await;
+    pmw_core::metrics_http::start(SERVICE, live.live_metrics_addr, &shutdown).await;
     telemetry::init();
     let Some(stores) = Stores::open_waiting(&cfg, SERVICE, &shutdown).await? else {
         return Ok(()); // stopped while waiting for the stores

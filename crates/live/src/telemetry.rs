@@ -84,13 +84,21 @@ pub fn head_seen(head: u64, lead_ms: i64) {
     metrics::gauge!(HEAD_LEAD_MS).set(lead_ms as f64);
 }
 
+/// When a block's ingest stages ended.
+#[derive(Debug, Clone, Copy)]
+pub struct Times {
+    pub detect: UnixMs,
+    pub logs: UnixMs,
+    pub stored: UnixMs,
+}
+
 /// A block was ingested: its stage latencies and the watermark.
-pub fn block_ingested(
-    number: u64,
-    backfilled: bool,
-    trades: usize,
-    (t_detect, t_logs, t_stored): (UnixMs, UnixMs, UnixMs),
-) {
+pub fn block_ingested(number: u64, backfilled: bool, trades: usize, t: Times) {
+    let Times {
+        detect: t_detect,
+        logs: t_logs,
+        stored: t_stored,
+    } = t;
     metrics::counter!(BLOCKS_INGESTED).increment(1);
     if backfilled {
         metrics::counter!(BLOCKS_BACKFILLED).increment(1);

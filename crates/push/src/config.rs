@@ -177,8 +177,8 @@ impl PushConfig {
     }
 
     /// The session layer's settings.
-    pub fn session(&self) -> pmw_core::session::SessionConfig {
-        pmw_core::session::SessionConfig {
+    pub fn session(&self) -> pmw_session::SessionConfig {
+        pmw_session::SessionConfig {
             ws_queue: self.push_ws_queue,
             heartbeat_ms: self.push_ws_heartbeat_ms,
             resume_max_trades: self.push_resume_max_trades,
@@ -187,15 +187,17 @@ impl PushConfig {
             connect_burst: self.push_ws_connect_burst,
             auth_failures_per_sec: self.push_ws_auth_failures_per_sec,
             auth_failure_burst: self.push_ws_auth_failure_burst,
-            finals: true,
         }
     }
 
     /// Edge mode's broker settings, when `PMW_PUSH_NATS_URLS` names any node.
-    pub fn bus(&self) -> Option<pmw_core::bus::BusConfig> {
+    pub fn bus(&self) -> Option<pmw_session::bus::BusConfig> {
         let urls = self.push_nats_urls.as_deref().unwrap_or("");
-        let c =
-            pmw_core::bus::BusConfig::named(urls, &self.push_nats_stream, &self.push_nats_prefix);
+        let c = pmw_session::bus::BusConfig::named(
+            urls,
+            &self.push_nats_stream,
+            &self.push_nats_prefix,
+        );
         (!c.urls.is_empty()).then_some(c)
     }
 

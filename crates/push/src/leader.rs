@@ -26,12 +26,12 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use crate::hooks_and_finals::{HooksAndFinals, Timing};
-use crate::hub::Hub;
-use crate::lanes::{Fence, FinalLane, HookLane, LaneSetup, WsLane};
-use crate::recorder::Recorder;
+use crate::lanes::{Fence, FinalLane, HookLane, LaneSetup, LaneStart, WsLane};
 use crate::round_loop::{self, Stopped};
-use crate::subs::Subscriptions;
-use pmw_core::session::SessionState;
+use pmw_session::hub::Hub;
+use pmw_session::recorder::Recorder;
+use pmw_session::subs::Subscriptions;
+use pmw_session::SessionState;
 
 use crate::{server, webhook, AppState, Health, Pools, PushConfig};
 
@@ -43,9 +43,9 @@ pub struct Leadership {
     pub cursor: Position,
     pub reorg_id: i64,
     /// The webhook lane's cursor (with its block's hash) and reorg id.
-    pub webhooks: (Position, i64),
+    pub webhooks: LaneStart,
     /// The finality lane's cursor (with its block's hash) and reorg id.
-    pub finals: (Position, i64),
+    pub finals: LaneStart,
 }
 
 /// How often a standby beats while it waits for the lock.
@@ -55,17 +55,31 @@ pub fn lock_key(slot: i16) -> i64 {
     keys::PUSH_BASE + i64::from(slot)
 }
 
+/// Who waits for a push slot's lock, and how.
+pub struct Candidate<'a> {
+    pub instance: &'a str,
+    pub slot: i16,
+    /// How long one wait for the lock lasts before it is taken again (see [`WriterLock`]).
+    pub segment: Duration,
+    /// The leader's heartbeat lease: a frozen leader past it is deposed (see `lease`).
+    pub lease: Duration,
+}
+
 /// Wait for the lock as the standby, beating every [`STANDBY_BEAT`], then take over.
 /// `Ok(None)` if shutdown came first (the heartbeat then says `stopped`).
 pub async fn take(
     cfg: &CoreConfig,
     pool: &PgPool,
     heartbeat: &Heartbeat,
-    instance: &str,
-    slot: i16,
-    (segment, lease): (Duration, Duration),
+    candidate: Candidate<'_>,
     shutdown: &CancellationToken,
 ) -> Result<Option<Leadership>, PgError> {
+    let Candidate {
+        instance,
+        slot,
+        segment,
+        lease,
+    } = candidate;
     let app = format!("pmw-push:{instance}:lock");
     let acquire = WriterLock::acquire(cfg, &app, lock_key(slot), segment, shutdown);
     let lock = tokio::select! {
@@ -125,8 +139,14 @@ pub async fn take(
         epoch,
         cursor,
         reorg_id: row.get(2),
-        webhooks: (webhooks, hooks.get(2)),
-        finals: (finals, fin.get(2)),
+        webhooks: LaneStart {
+            position: webhooks,
+            reorg_id: hooks.get(2),
+        },
+        finals: LaneStart {
+            position: finals,
+            reorg_id: fin.get(2),
+        },
     }))
 }
 
@@ -240,19 +260,10 @@ impl Leading<'_> {
         bound: Option<oneshot::Sender<SocketAddr>>,
     ) -> Result<Running, ServiceError> {
         let push = self.push;
-        let listener = tokio::net::TcpListener::bind(push.push_listen)
-            .await
-            .map_err(|e| ServiceError::Config(format!("cannot bind {}: {e}", push.push_listen)))?;
-        let addr = listener
-            .local_addr()
-            .map_err(|e| ServiceError::Bug(e.into()))?;
-        tracing::info!(%addr, epoch = lead.epoch, "listening");
-        if let Some(b) = bound {
-            let _ = b.send(addr);
-        }
+        let listener = pmw_core::listen::bind(push.push_listen, bound).await?;
         let tasks = CancellationToken::new();
         let hub = Hub::new(lead.cursor);
-        hub.start_finals(lead.finals.0);
+        hub.start_finals(lead.finals.position);
         let health = Arc::new(Health::default());
         health.epoch.store(lead.epoch, Ordering::Relaxed);
         let recorder = Recorder::spawn(self.stores.ch.clone(), tasks.clone());
@@ -315,7 +326,10 @@ impl Leading<'_> {
         });
         let ws = WsLane::new(
             &setup,
-            (lead.cursor, lead.reorg_id),
+            LaneStart {
+                position: lead.cursor,
+                reorg_id: lead.reorg_id,
+            },
             subs,
             run.hub.clone(),
             publisher.clone(),

@@ -20,8 +20,8 @@ use tokio_postgres::types::Json;
 
 use crate::catchup;
 use crate::round::RoundError;
-use crate::subs::{Index, Subscriptions};
 pub use crate::telemetry::Stages;
+use pmw_session::subs::{Index, Subscriptions};
 
 /// Which lane reads, and so which watermark bounds it and which statement starts its round.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

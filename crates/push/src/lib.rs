@@ -4,6 +4,7 @@
 mod baseline;
 mod catchup;
 pub mod config;
+pub mod fence;
 mod hooks_and_finals;
 mod lanes;
 pub mod leader;
@@ -22,14 +23,13 @@ use std::sync::{Arc, Mutex};
 
 use pmw_core::heartbeat::Heartbeat;
 use pmw_core::pg::{self, PgPool};
-use pmw_core::session::SessionState;
 use pmw_core::stores::Stores;
 use pmw_core::{CoreConfig, ServiceError};
+use pmw_session::SessionState;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 pub use config::PushConfig;
-pub use pmw_core::session::{hub, recorder, subs, ws};
 
 /// Service name used in logs, heartbeats and `application_name`.
 pub const SERVICE: &str = "pmw-push";
@@ -87,7 +87,7 @@ pub async fn run_with(
             "PUSH_WORKER=0: the push worker is disabled on this host; refusing to start".into(),
         ));
     }
-    pmw_core::metrics::start(SERVICE, push.push_metrics_addr, &shutdown).await;
+    pmw_core::metrics_http::start(SERVICE, push.push_metrics_addr, &shutdown).await;
     telemetry::init();
     let Some(stores) = Stores::open_waiting(&cfg, SERVICE, &shutdown).await? else {
         return Ok(()); // stopped while waiting for the stores
@@ -103,9 +103,12 @@ pub async fn run_with(
         &cfg,
         &pools.heartbeat,
         &heartbeat,
-        &instance,
-        push.push_slot,
-        (segment, PushConfig::ms(push.push_lease_ms)),
+        leader::Candidate {
+            instance: &instance,
+            slot: push.push_slot,
+            segment,
+            lease: PushConfig::ms(push.push_lease_ms),
+        },
         &shutdown,
     )
     .await

@@ -1,14 +1,14 @@
 //! Edge mode's leader side (DESIGN §10): with `PMW_PUSH_NATS_URLS` set, the WebSocket lane
 //! stores each round (and the finality lane each round of `final`s) on the JetStream stream
-//! ([`pmw_core::bus::round`]) before its fenced cursor move, so the cursor never passes a round
+//! ([`pmw_session::bus::round`]) before its fenced cursor move, so the cursor never passes a round
 //! the broker did not store. The stream is claimed for this leader's epoch once, at its first
 //! round (a claim that failed is tried again by the next round); the same publisher, its guard
 //! unchanged, carries on across broker outages. A deposed leader's publish is refused and ends
 //! its leadership like a fenced write. While the broker cannot store, the round fails and the
 //! cursor waits; the retried round is de-duplicated by its message ids.
 
-use pmw_core::bus::round::{Round, ROWS_PER_PART};
-use pmw_core::bus::{stream, Bus, BusConfig, BusError, FencedPublisher};
+use pmw_session::bus::round::{Round, ROWS_PER_PART};
+use pmw_session::bus::{stream, Bus, BusConfig, BusError, FencedPublisher};
 
 use crate::round::RoundError;
 

@@ -17,10 +17,10 @@ use tracing::Instrument;
 use pmw_core::channels;
 
 use crate::hooks_and_finals::HooksAndFinals;
-use crate::hub::Hub;
 use crate::lanes::WsLane;
 use crate::round::{stalled, RoundError, RoundOutcome};
 use crate::{webhook, Health, PushConfig};
+use pmw_session::hub::Hub;
 
 /// Subscription-only wake-ups refresh the index at most this often (a churning account cannot
 /// make the leader reload continuously; revocation still applies well within a second).

@@ -13,7 +13,8 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::{ws, AppState};
+use crate::AppState;
+use pmw_session::ws;
 
 /// Serve until `stop` (graceful: no new connections, open ones end with their sessions).
 pub(crate) fn spawn(
@@ -25,7 +26,7 @@ pub(crate) fn spawn(
         .route("/v1/ws", get(ws::upgrade))
         .route("/health", get(health))
         .with_state(state);
-    let listener = pmw_core::session::listen::tuned(listener);
+    let listener = pmw_session::listen::tuned(listener);
     tokio::spawn(async move {
         // Peers for the failure throttle's client address (`ws::upgrade`).
         let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();

@@ -22,7 +22,7 @@
 
 use std::time::Duration;
 
-pub use pmw_core::session::telemetry::{
+pub use pmw_session::telemetry::{
     recorder_failed, CH_INSERT_ERRORS, DETECT_TO_PUSH, FACTS_DROPPED, FRAMES_SENT,
 };
 

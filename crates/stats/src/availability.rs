@@ -12,9 +12,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::StatsError;
 use crate::html::esc;
-use crate::model::{iso, NamedWindow};
+use crate::model::{iso, Bounds, NamedWindow};
 use crate::sampler::{INGEST_WITHIN_BLOCKS, LIVE_BEAT_FRESH_MS, PUSH_WITHIN_MS, SAMPLE_EVERY};
-use crate::snapshot::Bounds;
 
 /// One part (push or ingest) over one window.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

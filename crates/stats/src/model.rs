@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use pmw_core::ch::Window;
 use pmw_core::UnixMs;
+use serde::{Deserialize, Serialize};
 
 pub const HOUR_MS: i64 = 3_600_000;
 pub const DAY_MS: i64 = 86_400_000;
@@ -190,5 +191,25 @@ mod tests {
         let d = SeriesSpec::daily_30d(now);
         assert_eq!(iso(d.from_ms), "2025-11-03T00:00:00.000Z");
         assert_eq!(iso(d.bucket(29).from_ms), "2025-12-02T00:00:00.000Z");
+    }
+}
+
+/// UTC bounds of a window or bucket, `[from, to)`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Bounds {
+    pub from: String,
+    pub to: String,
+    pub from_ms: i64,
+    pub to_ms: i64,
+}
+
+impl Bounds {
+    pub fn new(from_ms: i64, to_ms: i64) -> Bounds {
+        Bounds {
+            from: iso(from_ms),
+            to: iso(to_ms),
+            from_ms,
+            to_ms,
+        }
     }
 }

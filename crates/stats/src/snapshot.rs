@@ -4,7 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{iso, Stage};
+pub use crate::model::Bounds;
+use crate::model::Stage;
 
 /// How percentiles are taken, stated in the JSON and on the page.
 pub const PERCENTILE_DEFINITION: &str =
@@ -121,26 +122,6 @@ impl<T> Stages<T> {
             Stage::DetectPushWebhook => &mut self.detect_push_webhook,
             Stage::DetectPushWebhookFirst => &mut self.detect_push_webhook_first,
             Stage::DetectFinal => &mut self.detect_final,
-        }
-    }
-}
-
-/// UTC bounds of a window or bucket, `[from, to)`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Bounds {
-    pub from: String,
-    pub to: String,
-    pub from_ms: i64,
-    pub to_ms: i64,
-}
-
-impl Bounds {
-    pub fn new(from_ms: i64, to_ms: i64) -> Bounds {
-        Bounds {
-            from: iso(from_ms),
-            to: iso(to_ms),
-            from_ms,
-            to_ms,
         }
     }
 }

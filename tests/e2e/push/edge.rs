@@ -11,10 +11,10 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use pmw_core::bus::round::{RoundPart, ALL};
-use pmw_core::bus::{stream, Bus, BusConfig, Event, FencedPublisher, Follower};
 use pmw_core::Cursor;
 use pmw_push::config::PushConfig;
+use pmw_session::bus::round::{RoundPart, ALL};
+use pmw_session::bus::{stream, Bus, BusConfig, Event, FencedPublisher, Follower};
 use pmw_sim::demo_wallets;
 use pmw_testkit::hooks::{Receiver, Step};
 use pmw_testkit::{assert_eventually, bound_within, PrivateStack, ServiceHandle};

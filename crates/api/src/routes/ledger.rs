@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use pmw_core::ch::TradeRow;
 use pmw_core::message::Market;
-use pmw_core::{pg, Cursor};
+use pmw_core::{pg, Address, Cursor};
 
 use crate::error::ApiError;
 
@@ -64,14 +64,7 @@ pub async fn scan_through(
     if seam.below().is_none_or(|b| after >= b) {
         return Ok(Some(through));
     }
-    let valid = |w: &String| {
-        w.len() == 42
-            && w.starts_with("0x")
-            && w[2..]
-                .bytes()
-                .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-    };
-    if let Some(bad) = wallets.iter().find(|w| !valid(w)) {
+    if let Some(bad) = wallets.iter().find(|w| !Address::is_lower_hex(w)) {
         return Err(ApiError::unprocessable(
             "invalid_address",
             format!("{bad:?}"),

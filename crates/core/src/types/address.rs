@@ -34,6 +34,16 @@ impl Address {
         &self.0
     }
 
+    /// Whether `s` is an address in the storage and wire form already: `0x` and 40 lowercase hex
+    /// digits (what may be inlined into a statement; a checksummed form is not).
+    pub fn is_lower_hex(s: &str) -> bool {
+        s.len() == 42
+            && s.starts_with("0x")
+            && s[2..]
+                .bytes()
+                .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    }
+
     /// Lowercase `0x`-prefixed hex, the storage and wire form.
     pub fn to_lower_hex(&self) -> String {
         format!("0x{}", hex::encode(self.0))
@@ -116,6 +126,25 @@ impl<'de> Deserialize<'de> for Address {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_lowercase_storage_form_is_lower_hex() {
+        let lower = "0x5aaeb6053f3e94c9b9a09f33669435e7ef1beaed";
+        assert!(Address::is_lower_hex(lower));
+        assert!(!Address::is_lower_hex(
+            &lower.to_uppercase().replacen("0X", "0x", 1)
+        ));
+        assert!(!Address::is_lower_hex(
+            "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed"
+        ));
+        assert!(!Address::is_lower_hex(&lower[..41]));
+        assert!(!Address::is_lower_hex(&format!("{lower}0")));
+        assert!(!Address::is_lower_hex(&lower.replacen("0x", "1x", 1)));
+        assert!(!Address::is_lower_hex(
+            "0x5aaeb6053f3e94c9b9a09f33669435e7ef1beaeg"
+        ));
+        assert!(!Address::is_lower_hex(""));
+    }
 
     // Test vectors published in EIP-55 itself.
     const EIP55_VECTORS: [&str; 8] = [

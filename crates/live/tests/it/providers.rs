@@ -166,7 +166,7 @@ fn record_heads(ws_url: String, stop: CancellationToken) -> mpsc::Receiver<(usiz
     let (tx, rx) = mpsc::channel(4096);
     tokio::spawn(async move {
         tokio::select! {
-            _ = chain::follow_heads(&ws_url, (0, "test"), &tx, Duration::from_secs(60), || {}) => {}
+            _ = chain::follow_heads(&ws_url, 0, "test", &tx, Duration::from_secs(60), || {}) => {}
             _ = stop.cancelled() => {}
         }
     });

@@ -8,19 +8,19 @@
 
 use std::sync::Arc;
 
-use pmw_core::bus::round::{Round, Stream as BusStream};
-use pmw_core::session::items::final_items;
 use pmw_core::Cursor;
+use pmw_session::bus::round::{Round, Stream as BusStream};
+use pmw_session::items::final_items;
 
 use super::queue::{log_cancelled, move_and_queue};
-use super::{now_ms, Fence, Lane, LaneSetup};
-use crate::hub::{Hub, Item, Stream};
+use super::{now_ms, Fence, Lane, LaneSetup, LaneStart};
 use crate::ledger::{Batch, LaneCursor, Ledger, Matcher, Source};
 use crate::publish::SharedPublisher;
-use crate::recorder::Recorder;
 use crate::round::{RoundError, RoundOutcome};
-use crate::subs::{Index, Subscriptions};
 use crate::webhook;
+use pmw_session::hub::{Hub, Item, Stream};
+use pmw_session::recorder::Recorder;
+use pmw_session::subs::{Index, Subscriptions};
 
 pub struct FinalLane {
     ledger: Ledger,
@@ -37,7 +37,7 @@ impl FinalLane {
     /// Catch-up spans are not bounded here: the lane trails the finalized watermark closely.
     pub fn new(
         setup: &LaneSetup,
-        from: (pmw_core::Position, i64),
+        from: LaneStart,
         hub: Hub,
         publisher: Option<SharedPublisher>,
     ) -> FinalLane {
@@ -88,15 +88,7 @@ impl FinalLane {
         for (item, row) in items.iter().zip(rows) {
             // The same filters decide as for its trade (same row, same market).
             if let Some(accounts) = idx.accounts_by_wallet.get(&row.maker) {
-                deliveries.extend(webhook::finals_of(
-                    idx,
-                    Some(accounts),
-                    item.kind,
-                    row,
-                    &item.facts,
-                    (&item.body, item.brief.as_deref().unwrap_or(&item.body)),
-                    now,
-                ));
+                deliveries.extend(webhook::finals_of(idx, Some(accounts), row, item, now));
             }
         }
         (items, deliveries)
@@ -106,10 +98,10 @@ impl FinalLane {
     fn bus_round(&self, batch: &Batch) -> Round {
         Round::of_rows(
             BusStream::Final,
-            (batch.from, batch.through),
-            (batch.rewound, batch.reorg_id),
+            super::span(batch),
             None,
-            (&batch.retracts, &batch.rows),
+            &batch.retracts,
+            &batch.rows,
             |token| self.ledger.market(token).cloned(),
         )
     }
@@ -132,7 +124,8 @@ impl Lane for FinalLane {
         }
         let enqueued = move_and_queue(
             &mut client,
-            (self.fence, include_str!("sql/finals_cursor.sql")),
+            self.fence,
+            include_str!("sql/finals_cursor.sql"),
             &batch,
             &deliveries,
             false,

@@ -1,5 +1,5 @@
 //! The webhook lane: one delivery per enabled endpoint of every account following the maker
-//! whose filters let the message through ([`crate::subs::Index::endpoints_for`]), queued in the
+//! whose filters let the message through ([`pmw_session::subs::Index::endpoints_for`]), queued in the
 //! transaction that moves `webhook_cursor` (fenced by the epoch). Trade deliveries go in claimed
 //! by the epoch and are handed to the dispatcher in memory after the commit.
 
@@ -9,12 +9,12 @@ use pmw_core::filter::Facts;
 use pmw_core::message::{Kind, TradeMessage};
 
 use super::queue::{log_cancelled, move_and_queue};
-use super::{now_ms, Fence, Lane, LaneSetup};
+use super::{now_ms, Fence, Lane, LaneSetup, LaneStart};
 use crate::ledger::{Batch, LaneCursor, Ledger, Matcher, Source};
-use crate::recorder::Recorder;
 use crate::round::{RoundError, RoundOutcome};
-use crate::subs::{Index, Subscriptions};
 use crate::webhook;
+use pmw_session::recorder::Recorder;
+use pmw_session::subs::{Index, Subscriptions};
 
 pub struct HookLane {
     ledger: Ledger,
@@ -28,11 +28,7 @@ pub struct HookLane {
 }
 
 impl HookLane {
-    pub fn new(
-        setup: &LaneSetup,
-        from: (pmw_core::Position, i64),
-        handoff: Option<webhook::Handoff>,
-    ) -> HookLane {
+    pub fn new(setup: &LaneSetup, from: LaneStart, handoff: Option<webhook::Handoff>) -> HookLane {
         let (ledger, at) = setup.start(Source::Webhooks, from);
         HookLane {
             ledger,
@@ -91,7 +87,8 @@ impl Lane for HookLane {
         let deliveries = self.deliveries(idx, &batch);
         let enqueued = move_and_queue(
             &mut client,
-            (self.fence, include_str!("sql/hooks_cursor.sql")),
+            self.fence,
+            include_str!("sql/hooks_cursor.sql"),
             &batch,
             &deliveries,
             self.handoff.is_some(),

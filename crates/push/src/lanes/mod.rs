@@ -21,15 +21,18 @@ use pmw_core::pg::PgPool;
 use pmw_core::{Cursor, Position, UnixMs};
 
 use crate::ledger::{Batch, LaneCursor, Ledger, Matcher, Reading, Source};
-use crate::recorder::Recorder;
 use crate::round::{RoundError, RoundOutcome};
-use crate::subs::Index;
+use pmw_session::recorder::Recorder;
+use pmw_session::subs::Index;
 
-/// A leader's claim on its slot: every cursor move and claim checks it in the same statement.
+pub use crate::fence::Fence;
+
+/// Where a lane starts: its cursor's position (with its block's hash where known) and the reorg
+/// id it was read under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Fence {
-    pub slot: i16,
-    pub epoch: i64,
+pub struct LaneStart {
+    pub position: Position,
+    pub reorg_id: i64,
 }
 
 /// What every lane is built from.
@@ -47,8 +50,8 @@ pub struct LaneSetup {
 }
 
 impl LaneSetup {
-    /// A lane's reader and cursor from `(position, reorg_id)`.
-    fn start(&self, source: Source, (position, reorg_id): (Position, i64)) -> (Ledger, LaneCursor) {
+    /// A lane's reader and cursor from where it starts.
+    fn start(&self, source: Source, from: LaneStart) -> (Ledger, LaneCursor) {
         (
             Ledger::new(
                 self.pool.clone(),
@@ -57,7 +60,7 @@ impl LaneSetup {
                 self.limit,
                 self.span,
             ),
-            LaneCursor::new(position, reorg_id),
+            LaneCursor::new(from.position, from.reorg_id),
         )
     }
 }
@@ -107,4 +110,14 @@ async fn round<L: Lane>(lane: &mut L, bound: Option<Cursor>) -> Result<RoundOutc
         lane.reader().2.failed();
     }
     outcome
+}
+
+/// The span of `batch` as a bus round carries it.
+fn span(batch: &Batch) -> pmw_session::bus::round::Span {
+    pmw_session::bus::round::Span {
+        from: batch.from,
+        through: batch.through,
+        rewound: batch.rewound,
+        reorg_id: batch.reorg_id,
+    }
 }

@@ -7,17 +7,18 @@ use pmw_core::UnixMs;
 
 use super::Fence;
 use crate::ledger::Batch;
-use crate::recorder::{DeliveryLogRow, Fact, Recorder};
 use crate::round::RoundError;
-use crate::subs::Index;
 use crate::webhook;
+use pmw_session::recorder::{DeliveryLogRow, Fact, Recorder};
+use pmw_session::subs::Index;
 
 /// Move the lane's cursor to `batch.through` with `cursor_sql` and queue `deliveries` in the
 /// same transaction. `claim`: new trade deliveries go in claimed by the epoch, for the hand-off.
 /// Endpoints deleted or disabled meanwhile are skipped (counted), never an error.
 pub(super) async fn move_and_queue(
     client: &mut deadpool_postgres::Object,
-    (fence, cursor_sql): (Fence, &str),
+    fence: Fence,
+    cursor_sql: &str,
     batch: &Batch,
     deliveries: &[webhook::NewDelivery],
     claim: bool,
@@ -41,12 +42,11 @@ pub(super) async fn move_and_queue(
     if moved.is_none() {
         return Err(RoundError::Fenced);
     }
-    let enqueued =
-        match webhook::enqueue_in_slot(&tx, (fence.slot, fence.epoch), claim, deliveries).await {
-            Ok(n) => n,
-            Err(webhook::WebhookError::Fenced { .. }) => return Err(RoundError::Fenced),
-            Err(e) => return Err(RoundError::Webhook(e.to_string())),
-        };
+    let enqueued = match webhook::enqueue_in_slot(&tx, fence, claim, deliveries).await {
+        Ok(n) => n,
+        Err(webhook::WebhookError::Fenced { .. }) => return Err(RoundError::Fenced),
+        Err(e) => return Err(RoundError::Webhook(e.to_string())),
+    };
     tx.commit().await?;
     if enqueued.skipped > 0 {
         tracing::debug!(

@@ -8,15 +8,15 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use pmw_core::bus::round::{Round, Stream as BusStream};
-use pmw_core::session::items::round_items;
+use pmw_session::bus::round::{Round, Stream as BusStream};
+use pmw_session::items::round_items;
 
-use super::{now_ms, Fence, Lane, LaneSetup};
-use crate::hub::{Hub, Item, Stream};
+use super::{now_ms, Fence, Lane, LaneSetup, LaneStart};
 use crate::ledger::{Batch, LaneCursor, Ledger, Matcher, Reading, Source, Stages};
 use crate::publish::SharedPublisher;
 use crate::round::{RoundError, RoundOutcome};
-use crate::subs::{Index, Subscriptions};
+use pmw_session::hub::{Hub, Item, Stream};
+use pmw_session::subs::{Index, Subscriptions};
 
 pub struct WsLane {
     ledger: Ledger,
@@ -36,7 +36,7 @@ impl WsLane {
     /// `subs` holds the index loaded before the leader bound its port.
     pub fn new(
         setup: &LaneSetup,
-        from: (pmw_core::Position, i64),
+        from: LaneStart,
         subs: Subscriptions,
         hub: Hub,
         publisher: Option<SharedPublisher>,
@@ -139,10 +139,10 @@ impl WsLane {
 fn bus_round(ledger: &Ledger, watermark: Option<u64>, batch: &Batch) -> Round {
     Round::of_rows(
         BusStream::Ledger,
-        (batch.from, batch.through),
-        (batch.rewound, batch.reorg_id),
+        super::span(batch),
         watermark,
-        (&batch.retracts, &batch.rows),
+        &batch.retracts,
+        &batch.rows,
         |token| ledger.market(token).cloned(),
     )
 }

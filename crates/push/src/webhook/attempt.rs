@@ -21,7 +21,7 @@ use super::retry::{self, Next, Outcome};
 use super::sign::sign_headers;
 use super::stats::WebhookStats;
 use super::store::{self, Claimed, Disable, Finish, Finished, Health};
-use crate::recorder::{
+use pmw_session::recorder::{
     DeliveryLogRow, Fact, WEBHOOK_CHANNEL as CHANNEL, WEBHOOK_FINAL_CHANNEL as FINAL_CHANNEL,
 };
 
@@ -254,7 +254,8 @@ async fn write(
     store::finish(
         &mut client,
         ctx.fence(),
-        (d.endpoint_id, &d.id),
+        d.endpoint_id,
+        &d.id,
         finish,
         done.now,
     )

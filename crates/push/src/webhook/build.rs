@@ -7,7 +7,8 @@ use pmw_core::filter::Facts;
 use pmw_core::message::{stamp, Kind};
 
 use super::{webhook_id, NewDelivery};
-use crate::subs::Index;
+use pmw_session::hub::Item;
+use pmw_session::subs::Index;
 
 /// The deliveries of one `trade` or `retract` about `row` to the endpoints of `accounts` (the
 /// followers of its wallet in `idx`) that receive trades, body `body` stamped `now`. A trade
@@ -59,20 +60,23 @@ fn delivery(row: &TradeRow, endpoint: i64, kind: Kind, payload: &str) -> NewDeli
     }
 }
 
-/// The finality lane's deliveries about `row` to the endpoints of `accounts` that receive
-/// `final`s and whose filters pass `facts` (as for its trade): `final` with the small body
-/// `brief` to endpoints that also get trades, with the full body `full` to `final`-only ones; a
-/// `retract` (`kind`) goes to `final`-only endpoints alone (the others get theirs from the
-/// webhook lane; the enqueue keeps only those that got its `final`).
+/// The finality lane's deliveries of `item` (a `final` or a `retract` about `row`) to the
+/// endpoints of `accounts` that receive `final`s and whose filters pass the item's facts (as for
+/// its trade): a `final` with the small body (`brief`) to endpoints that also get trades, with the
+/// full body to `final`-only ones; a `retract` goes to `final`-only endpoints alone (the others
+/// get theirs from the webhook lane; the enqueue keeps only those that got its `final`).
 pub fn finals_of(
     idx: &Index,
     accounts: Option<&Vec<i64>>,
-    kind: Kind,
     row: &TradeRow,
-    facts: &Facts,
-    (full, brief): (&str, &str),
+    item: &Item,
     now: i64,
 ) -> Vec<NewDelivery> {
+    let (kind, facts) = (item.kind, &item.facts);
+    let (full, brief) = (
+        item.body.as_str(),
+        item.brief.as_deref().unwrap_or(&item.body),
+    );
     let mut out = Vec::new();
     let (mut full_payload, mut brief_payload) = (None, None);
     let facts = (kind == Kind::Final).then_some(facts);

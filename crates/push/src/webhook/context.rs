@@ -10,7 +10,8 @@ use super::client::GuardedClient;
 use super::config::WebhookConfig;
 use super::results::Results;
 use super::stats::WebhookStats;
-use crate::recorder::Recorder;
+use crate::fence::Fence;
+use pmw_session::recorder::Recorder;
 
 /// What every queue of one dispatcher shares.
 pub(crate) struct Ctx {
@@ -34,7 +35,10 @@ impl Ctx {
     }
 
     /// The slot and epoch that fence every write.
-    pub fn fence(&self) -> (i16, i64) {
-        (self.cfg.slot, self.epoch)
+    pub fn fence(&self) -> Fence {
+        Fence {
+            slot: self.cfg.slot,
+            epoch: self.epoch,
+        }
     }
 }

@@ -27,7 +27,8 @@ use super::queue::{claim_limit, Ran};
 use super::running::Running;
 use super::stats::{StatsSnapshot, WebhookStats};
 use super::store::{self, Claim, Claimed};
-use crate::recorder::Recorder;
+use crate::fence::Fence;
+use pmw_session::recorder::Recorder;
 
 /// The backlog counts (health, metrics) are taken at most this often: they read every pending
 /// row, the scan does not.
@@ -60,7 +61,7 @@ impl Dispatcher {
         shutdown: CancellationToken,
     ) -> Dispatcher {
         let recorder = Recorder::spawn(ch, shutdown.clone());
-        Dispatcher::start(pool, (recorder, true), epoch, config, shutdown)
+        Dispatcher::start(pool, recorder, true, epoch, config, shutdown)
     }
 
     /// Like [`Dispatcher::spawn`], writing its facts through the leader's `recorder` (which the
@@ -72,29 +73,33 @@ impl Dispatcher {
         config: WebhookConfig,
         shutdown: CancellationToken,
     ) -> Dispatcher {
-        Dispatcher::start(pool, (recorder, false), epoch, config, shutdown)
+        Dispatcher::start(pool, recorder, false, epoch, config, shutdown)
     }
 
+    /// `owns_recorder`: the dispatcher closes `recorder` when it stops.
     fn start(
         pool: PgPool,
-        recorder: (Recorder, bool),
+        recorder: Recorder,
+        owns_recorder: bool,
         epoch: i64,
-        config: WebhookConfig,
+        cfg: WebhookConfig,
         shutdown: CancellationToken,
     ) -> Dispatcher {
         let wake = Arc::new(Notify::new());
         let stats = Arc::new(WebhookStats::default());
         let stop = shutdown.child_token();
         let (handoff, handed) = mpsc::unbounded_channel();
-        let task = tokio::spawn(run(
+        let task = tokio::spawn(run(Launch {
             pool,
             recorder,
+            owns_recorder,
             epoch,
-            config,
-            stop.clone(),
-            (wake.clone(), handed),
-            stats.clone(),
-        ));
+            cfg,
+            stop: stop.clone(),
+            wake: wake.clone(),
+            handed,
+            stats: stats.clone(),
+        }));
         Dispatcher {
             wake,
             handoff: Handoff(handoff),
@@ -164,15 +169,34 @@ impl Drop for Dispatcher {
     }
 }
 
-async fn run(
+/// What the dispatcher's task starts with.
+struct Launch {
     pool: PgPool,
-    (recorder, owned): (Recorder, bool),
+    recorder: Recorder,
+    /// The recorder is the dispatcher's own: closed when it stops.
+    owns_recorder: bool,
     epoch: i64,
     cfg: WebhookConfig,
     stop: CancellationToken,
-    (wake, mut handed): (Arc<Notify>, mpsc::UnboundedReceiver<Vec<Claimed>>),
+    /// Notified when new deliveries were committed.
+    wake: Arc<Notify>,
+    /// The webhook lane's claimed trade deliveries (the hand-off).
+    handed: mpsc::UnboundedReceiver<Vec<Claimed>>,
     stats: Arc<WebhookStats>,
-) -> Result<(), WebhookError> {
+}
+
+async fn run(launch: Launch) -> Result<(), WebhookError> {
+    let Launch {
+        pool,
+        recorder,
+        owns_recorder,
+        epoch,
+        cfg,
+        stop,
+        wake,
+        mut handed,
+        stats,
+    } = launch;
     let client = match GuardedClient::new(cfg.timeout, cfg.allow_private_destinations) {
         Ok(c) => c,
         Err(e) => {
@@ -182,7 +206,13 @@ async fn run(
         }
     };
     let ctx = Arc::new(Ctx {
-        results: super::results::Results::spawn(pool.clone(), cfg.slot, epoch),
+        results: super::results::Results::spawn(
+            pool.clone(),
+            Fence {
+                slot: cfg.slot,
+                epoch,
+            },
+        ),
         pool,
         client,
         facts: recorder.clone(),
@@ -210,7 +240,7 @@ async fn run(
         Ok(()) => tracing::info!(epoch, "webhook dispatcher stopped"),
     }
     drop(ctx);
-    if owned {
+    if owns_recorder {
         recorder.close(FLUSH_WITHIN).await;
     }
     stats.stopped.store(true, Relaxed);
@@ -353,7 +383,8 @@ impl Scans {
             &**c,
             ctx.fence(),
             Claim::AllBut(&busy),
-            (now, ctx.stale_before(now)),
+            now,
+            ctx.stale_before(now),
             claim_limit(&ctx.cfg) as i64,
         )
         .await

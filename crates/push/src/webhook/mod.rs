@@ -13,7 +13,7 @@
 //! dispatcher whose epoch was bumped gets [`WebhookError::Fenced`] and stops. Every attempt is
 //! logged to ClickHouse `delivery_log`; each delivered message adds one `push_latency` row
 //! (channel `webhook`, `target_id` = endpoint id), both through the leader's
-//! [`crate::recorder::Recorder`].
+//! [`pmw_session::recorder::Recorder`].
 //!
 //! Settings (same layering as the core config: defaults → `PMW_CONFIG` → env):
 //!

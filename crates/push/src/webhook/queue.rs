@@ -19,8 +19,8 @@ use super::context::Ctx;
 use super::error::WebhookError;
 use super::store::{self, Claim, Claimed};
 
-/// Run one endpoint's queue, starting from the deliveries claimed for it (and the wake count
-/// read before they were claimed), taking what the dispatcher hands over while it runs, until
+/// Run one endpoint's queue, starting from the deliveries claimed for it (`first`) and the wake
+/// count read before they were claimed (`seen`), taking what the dispatcher hands over while it runs, until
 /// nothing of it is left to attempt (or `stop`). It claims more itself only when its last
 /// claim was full (more may be due) or new deliveries were queued since (the dispatcher's wake
 /// count moved); otherwise the dispatcher's next scan takes what becomes due. Returns whether
@@ -29,11 +29,12 @@ use super::store::{self, Claim, Claimed};
 pub(crate) async fn run_endpoint(
     ctx: Arc<Ctx>,
     endpoint_id: i64,
-    first: (Vec<Claimed>, u64),
+    first: Vec<Claimed>,
+    seen: u64,
     feed: Feed,
     stop: CancellationToken,
 ) -> Result<Ran, WebhookError> {
-    let mut q = Queue::new(ctx, endpoint_id, first, feed);
+    let mut q = Queue::new(ctx, endpoint_id, first, seen, feed);
     loop {
         q.take_handed();
         q.claim_if_due().await?;
@@ -80,12 +81,7 @@ struct Queue {
 }
 
 impl Queue {
-    fn new(
-        ctx: Arc<Ctx>,
-        endpoint_id: i64,
-        (first, seen): (Vec<Claimed>, u64),
-        feed: Feed,
-    ) -> Queue {
+    fn new(ctx: Arc<Ctx>, endpoint_id: i64, first: Vec<Claimed>, seen: u64, feed: Feed) -> Queue {
         Queue {
             max: ctx.cfg.max_in_flight_per_endpoint.max(1),
             more: first.len() >= claim_limit(&ctx.cfg),
@@ -143,7 +139,8 @@ impl Queue {
             &**c,
             self.ctx.fence(),
             Claim::One(self.endpoint_id),
-            (now, self.ctx.stale_before(now)),
+            now,
+            self.ctx.stale_before(now),
             limit,
         )
         .await?;

@@ -11,6 +11,7 @@ use pmw_core::pg::PgPool;
 use tokio::sync::{mpsc, oneshot};
 
 use super::error::WebhookError;
+use crate::fence::Fence;
 
 /// Deliveries written per statement at most.
 const BATCH: usize = 512;
@@ -30,9 +31,9 @@ pub(crate) struct Results {
 }
 
 impl Results {
-    pub fn spawn(pool: PgPool, slot: i16, epoch: i64) -> Results {
+    pub fn spawn(pool: PgPool, fence: Fence) -> Results {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(pool, slot, epoch, rx));
+        tokio::spawn(run(pool, fence, rx));
         Results { tx }
     }
 
@@ -60,7 +61,7 @@ impl Results {
     }
 }
 
-async fn run(pool: PgPool, slot: i16, epoch: i64, mut rx: mpsc::UnboundedReceiver<Delivered>) {
+async fn run(pool: PgPool, fence: Fence, mut rx: mpsc::UnboundedReceiver<Delivered>) {
     let sql = format!(
         include_str!("sql/delivered_batch.sql"),
         FENCE = super::store::EPOCH_CURRENT
@@ -74,7 +75,7 @@ async fn run(pool: PgPool, slot: i16, epoch: i64, mut rx: mpsc::UnboundedReceive
                 Err(_) => break,
             }
         }
-        let written = write(&pool, &sql, slot, epoch, &batch).await;
+        let written = write(&pool, &sql, fence, &batch).await;
         for d in batch.drain(..) {
             let r = match &written {
                 Ok(landed) => Ok(landed.contains(&d.id)),
@@ -89,10 +90,10 @@ async fn run(pool: PgPool, slot: i16, epoch: i64, mut rx: mpsc::UnboundedReceive
 async fn write(
     pool: &PgPool,
     sql: &str,
-    slot: i16,
-    epoch: i64,
+    fence: Fence,
     batch: &[Delivered],
 ) -> Result<HashSet<String>, WebhookError> {
+    let Fence { slot, epoch } = fence;
     let ids: Vec<&str> = batch.iter().map(|d| d.id.as_str()).collect();
     let attempts: Vec<i32> = batch.iter().map(|d| d.attempts).collect();
     let status: Vec<i32> = batch.iter().map(|d| d.status).collect();

@@ -56,7 +56,7 @@ impl Running {
         let feed = Feed { rx, held };
         let (ctx, stop) = (ctx.clone(), self.stop.clone());
         self.tasks.spawn(async move {
-            let r = AssertUnwindSafe(run_endpoint(ctx, endpoint, (rows, seen), feed, stop))
+            let r = AssertUnwindSafe(run_endpoint(ctx, endpoint, rows, seen, feed, stop))
                 .catch_unwind()
                 .await
                 .unwrap_or_else(|_| {

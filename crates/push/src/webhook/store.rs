@@ -11,6 +11,7 @@ use std::sync::Arc;
 use tokio_postgres::{GenericClient, Row, Transaction};
 
 use super::error::WebhookError;
+use crate::fence::Fence;
 
 pub use pmw_core::pg::deliveries::{expire_pending, Enqueued, NewDelivery};
 pub use pmw_core::webhook::{webhook_id, DeliveryKind};
@@ -38,22 +39,23 @@ pub async fn enqueue(
     epoch: i64,
     items: &[NewDelivery],
 ) -> Result<u64, WebhookError> {
-    Ok(enqueue_in_slot(tx, (0, epoch), false, items)
+    Ok(enqueue_in_slot(tx, Fence { slot: 0, epoch }, false, items)
         .await?
         .inserted)
 }
 
 /// Insert a round's deliveries as `pending`, due now, inside the transaction that moves the
-/// cursor, only while the slot's epoch is still `epoch` (otherwise [`WebhookError::Fenced`]).
+/// cursor, only while `fence` holds (otherwise [`WebhookError::Fenced`]).
 /// Ids already present are left alone; endpoints gone or disabled meanwhile are skipped
 /// ([`pmw_core::pg::deliveries::enqueue`]). With `claim`, new trade deliveries are inserted
 /// claimed by `epoch` and returned in [`Enqueued::handed`] (see [`super::Handoff`]).
 pub async fn enqueue_in_slot(
     tx: &Transaction<'_>,
-    (slot, epoch): (i16, i64),
+    fence: Fence,
     claim: bool,
     items: &[NewDelivery],
 ) -> Result<Enqueued, WebhookError> {
+    let Fence { slot, epoch } = fence;
     deliveries::enqueue(tx, Writer::Round { slot, epoch, claim }, items)
         .await
         .map_err(|e| match e {
@@ -100,16 +102,18 @@ pub(crate) struct Claims {
 }
 
 /// Claim up to `per_endpoint` due deliveries of each endpoint `which` names, in cursor order,
-/// for `epoch`, in one statement. Unclaimed rows, rows claimed under another epoch (a
+/// for `fence`'s epoch, in one statement. Unclaimed rows, rows claimed under another epoch (a
 /// predecessor's leftovers: webhooks are at least once) and this epoch's abandoned claims
 /// (older than `stale_before`) qualify. [`WebhookError::Fenced`] once the epoch is not current.
 pub(crate) async fn claim(
     c: &impl GenericClient,
-    (slot, epoch): (i16, i64),
+    fence: Fence,
     which: Claim<'_>,
-    (now, stale_before): (i64, i64),
+    now: i64,
+    stale_before: i64,
     per_endpoint: i64,
 ) -> Result<Claims, WebhookError> {
+    let Fence { slot, epoch } = fence;
     let sql = format!(
         include_str!("sql/claim_deliveries.sql"),
         FENCE = EPOCH_CURRENT
@@ -241,14 +245,15 @@ pub(crate) struct Finished {
 /// claim went stale).
 pub(crate) async fn finish(
     client: &mut tokio_postgres::Client,
-    (slot, epoch): (i16, i64),
-    (endpoint_id, id): (i64, &str),
+    fence: Fence,
+    endpoint_id: i64,
+    id: &str,
     f: &Finish,
     now: i64,
 ) -> Result<Finished, WebhookError> {
     if f.health == Health::Keep && f.disable.is_none() {
         // The common case: one statement, no transaction.
-        let landed = update_delivery(&*client, (slot, epoch), id, f).await?;
+        let landed = update_delivery(&*client, fence, id, f).await?;
         return Ok(Finished {
             landed,
             ..Finished::default()
@@ -260,7 +265,7 @@ pub(crate) async fn finish(
         return Ok(Finished::default());
     }
     let mut out = Finished {
-        landed: update_delivery(&tx, (slot, epoch), id, f).await?,
+        landed: update_delivery(&tx, fence, id, f).await?,
         ..Finished::default()
     };
     if out.landed {
@@ -354,10 +359,11 @@ async fn disable(
 /// The fenced update of the delivery row; `Ok(false)` when it was not ours any more.
 async fn update_delivery(
     c: &impl GenericClient,
-    (slot, epoch): (i16, i64),
+    fence: Fence,
     id: &str,
     f: &Finish,
 ) -> Result<bool, WebhookError> {
+    let Fence { slot, epoch } = fence;
     let sql = format!(
         include_str!("sql/update_delivery.sql"),
         FENCE = EPOCH_CURRENT

@@ -5,16 +5,16 @@
 
 use std::collections::HashMap;
 
-use crate::ch::{PushLatencyRow, TradeRow};
-use crate::filter::Facts;
-use crate::message::{stamp, Control, FinalNotice, Kind, Market, TradeMessage};
-use crate::{pg, Cursor, Position, UnixMs};
 use axum::extract::ws::WebSocket;
+use pmw_core::ch::{PushLatencyRow, TradeRow};
+use pmw_core::filter::Facts;
+use pmw_core::message::{stamp, Control, FinalNotice, Kind, Market, TradeMessage};
+use pmw_core::{pg, Cursor, Position, UnixMs};
 
 use super::{send, Ended};
-use crate::session::recorder::Fact;
-use crate::session::subs::{self, Filters};
-use crate::session::SessionState;
+use crate::recorder::Fact;
+use crate::subs::{self, Filters};
+use crate::SessionState;
 
 /// Trades read per replay page.
 const REPLAY_PAGE: u64 = 500;
@@ -66,7 +66,8 @@ pub(super) async fn replay(
     st: &SessionState,
     socket: &mut WebSocket,
     who: Viewer<'_>,
-    (after, through): (&mut Cursor, Cursor),
+    after: &mut Cursor,
+    through: Cursor,
     render: Render,
     mut sent_one: impl FnMut(Position),
 ) -> Result<(), Ended> {
@@ -82,9 +83,16 @@ pub(super) async fn replay(
                 .get()
                 .await
                 .map_err(|e| Ended::Failed(e.to_string()))?;
-            crate::pg::ledger::wallet_trades_between(&**c, &st.ch, who.wallets, read, through, page)
-                .await
-                .map_err(|e| Ended::Failed(e.to_string()))?
+            pmw_core::pg::ledger::wallet_trades_between(
+                &**c,
+                &st.ch,
+                who.wallets,
+                read,
+                through,
+                page,
+            )
+            .await
+            .map_err(|e| Ended::Failed(e.to_string()))?
         };
         let full = rows.len() as u64 >= page;
         read = rows.last().map_or(read, |r| r.cursor());
@@ -101,12 +109,15 @@ pub(super) async fn replay(
             let (kind, body, channel) = render.message(&row, market);
             send(socket, stamp(kind, &body, now)).await?;
             let row_at = row.cursor();
-            st.recorder.record(Fact::Latency(latency_row(
-                (&row_at, row.t_detect_ms, now),
-                (who.account, st.epoch),
+            let written = Written {
+                cursor: row_at,
+                t_detect_ms: row.t_detect_ms,
+                t_push_ms: now,
                 channel,
-                true,
-            )));
+                backfilled: true,
+            };
+            st.recorder
+                .record(Fact::Latency(latency_row(written, who.account, st.epoch)));
             *after = row_at;
             sent_one(Position::of(row_at, &row.block_hash));
             sent += 1;
@@ -144,22 +155,27 @@ pub(super) async fn names(
         .map_err(|e| Ended::Failed(pg::describe(&e)))
 }
 
-/// The latency row of a frame written: `(cursor, t_detect_ms, t_push_ms)`.
-pub(super) fn latency_row(
-    (c, t_detect_ms, t_push_ms): (&Cursor, i64, i64),
-    (account, epoch): (i64, i64),
-    channel: &str,
-    backfilled: bool,
-) -> PushLatencyRow {
+/// A frame written to a session: what its latency row records.
+pub(super) struct Written<'a> {
+    pub cursor: Cursor,
+    pub t_detect_ms: i64,
+    pub t_push_ms: i64,
+    pub channel: &'a str,
+    /// Replayed from the ledger (a resume), not pushed live.
+    pub backfilled: bool,
+}
+
+/// The latency row of a frame written to `account`'s session by a server of `epoch`.
+pub(super) fn latency_row(w: Written<'_>, account: i64, epoch: i64) -> PushLatencyRow {
     PushLatencyRow {
-        block_number: c.block,
-        log_index: c.log_index,
-        channel: channel.into(),
+        block_number: w.cursor.block,
+        log_index: w.cursor.log_index,
+        channel: w.channel.into(),
         target_id: account as u64,
-        t_detect_ms,
-        t_push_ms,
+        t_detect_ms: w.t_detect_ms,
+        t_push_ms: w.t_push_ms,
         epoch: epoch as u64,
-        backfilled: u8::from(backfilled),
+        backfilled: u8::from(w.backfilled),
         // Not a webhook attempt.
         attempt: 0,
     }

@@ -25,7 +25,7 @@ use tokio::time::Instant;
 
 use super::frame::{EPOCH, PREV};
 use super::{stream, Bus, BusError, OutFrame};
-use crate::backoff::{Backoff, Policy};
+use pmw_core::backoff::{Backoff, Policy};
 
 /// Where the broker stored one frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -26,7 +26,7 @@ use tokio::task::JoinHandle;
 
 use super::frame::{header_u64, msg_id, EPOCH, PREV};
 use super::{stream, Bus, BusError, Frame, FrameId};
-use crate::backoff::{Backoff, Policy};
+use pmw_core::backoff::{Backoff, Policy};
 
 /// The broker's idle heartbeat to a leg; three missed ones and the leg's consumer is recreated.
 /// Two heartbeats a second per leg cost nothing.

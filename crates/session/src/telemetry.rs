@@ -45,12 +45,12 @@ mod tests {
 
     #[test]
     fn registered_handles_record_into_the_installed_recorder() {
-        crate::metrics::install().expect("recorder installed");
+        pmw_core::metrics::install().expect("recorder installed");
         let d = Delivered::register();
         d.record("ws", 1_000, 1_030);
         d.record("ws", 1_000, 1_040);
         d.record("webhook", 1_000, 3_000);
-        let text = crate::metrics::render();
+        let text = pmw_core::metrics::render();
         assert!(text.contains(&format!("{FRAMES_SENT} 2")), "{text}");
         assert!(
             text.contains(&format!("{DETECT_TO_PUSH}_count{{channel=\"ws\"}} 2")),

@@ -9,9 +9,9 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::ch::latency::{insert_all, insert_push, PushLatencyRow};
-use crate::ch::ChClient;
-pub use crate::ch::DeliveryLogRow;
+use pmw_core::ch::latency::{insert_all, insert_push, PushLatencyRow};
+use pmw_core::ch::ChClient;
+pub use pmw_core::ch::DeliveryLogRow;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -53,7 +53,7 @@ pub struct Recorder {
     stats: Arc<RecorderStats>,
     closing: CancellationToken,
     task: Arc<Mutex<Option<JoinHandle<()>>>>,
-    delivered: Arc<crate::session::telemetry::Delivered>,
+    delivered: Arc<crate::telemetry::Delivered>,
 }
 
 impl Recorder {
@@ -67,7 +67,7 @@ impl Recorder {
             stats,
             closing,
             task: Arc::new(Mutex::new(Some(task))),
-            delivered: Arc::new(crate::session::telemetry::Delivered::register()),
+            delivered: Arc::new(crate::telemetry::Delivered::register()),
         }
     }
 
@@ -198,13 +198,13 @@ async fn flush(ch: &ChClient, stats: &RecorderStats, p: &mut Pending) {
     let dropped = p.trim();
     if dropped > 0 {
         stats.dropped.fetch_add(dropped as u64, Relaxed);
-        metrics::counter!(crate::session::telemetry::FACTS_DROPPED).increment(dropped as u64);
+        metrics::counter!(crate::telemetry::FACTS_DROPPED).increment(dropped as u64);
     }
 }
 
 fn failed(stats: &RecorderStats, table: &str, e: &clickhouse::error::Error) {
     stats.write_errors.fetch_add(1, Relaxed);
-    crate::session::telemetry::recorder_failed(table);
+    crate::telemetry::recorder_failed(table);
     if let Ok(mut g) = stats.last_error.lock() {
         *g = Some(format!("clickhouse {table}: {e}"));
     }

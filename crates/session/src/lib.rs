@@ -1,3 +1,5 @@
+//! pmw-session: the WebSocket session layer and the broker client, linked by push and edge only.
+//!
 //! The WebSocket session layer, one implementation for every process that serves `/v1/ws`
 //! (push's leader in single-process mode, `pmw-edge` in edge mode): authentication (key or
 //! ticket, failure throttle, connect quota), the session hub and its fan-out ([`hub`]), the
@@ -5,6 +7,7 @@
 //! [`ws`]'s replay), heartbeats, the slow-consumer policy (with the connections' small send buffers,
 //! [`listen`]), and the latency facts ([`recorder`]).
 
+pub mod bus;
 pub mod hub;
 pub mod items;
 pub mod listen;
@@ -17,9 +20,9 @@ pub mod ws;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 
-use crate::ch::ChClient;
-use crate::client::{FailureThrottle, TrustedProxies};
-use crate::pg::PgPool;
+use pmw_core::ch::ChClient;
+use pmw_core::client::{FailureThrottle, TrustedProxies};
+use pmw_core::pg::PgPool;
 
 /// The settings of the session layer (push takes them from its `PMW_PUSH_*` variables).
 #[derive(Debug, Clone)]
@@ -38,9 +41,6 @@ pub struct SessionConfig {
     /// Failed authentications per client address per second, and the burst.
     pub auth_failures_per_sec: u32,
     pub auth_failure_burst: u32,
-    /// Whether `final`s are served (`events=final`): push yes; an edge not yet (the finality
-    /// lane does not publish), so it refuses them with 1008 rather than never sending one.
-    pub finals: bool,
 }
 
 fn at_least_one(v: u32) -> NonZeroU32 {

@@ -8,7 +8,7 @@ use async_nats::HeaderMap;
 use bytes::Bytes;
 
 use super::{check_token, BusError};
-use crate::Cursor;
+use pmw_core::Cursor;
 
 /// Header: the stream sequence of the previous frame on the same account's subject (0: none),
 /// the chain a follower checks to find gaps.

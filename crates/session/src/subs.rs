@@ -3,15 +3,15 @@
 //! the one it reads beside the watermark and reloads when they differ, so a lost NOTIFY never
 //! leaves the index stale (it once stayed stale for as long as blocks kept arriving).
 //!
-//! It also holds the filters (`crate::filter`) of subscriptions and endpoints: a round
+//! It also holds the filters (`pmw_core::filter`) of subscriptions and endpoints: a round
 //! decides with them who gets each message ([`Index::endpoints_for`], the hub's sessions).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use crate::filter::{self, Facts, Filter};
-use crate::message::Events;
-use crate::pg::{PgError, PgPool};
+use pmw_core::filter::{self, Facts, Filter};
+use pmw_core::message::Events;
+use pmw_core::pg::{PgError, PgPool};
 use tokio::sync::RwLock;
 
 /// Channel the API notifies when subscriptions or endpoints change (a wake-up only: the
@@ -221,7 +221,7 @@ pub async fn grant(pool: &PgPool, account_id: i64, key_id: i64) -> Result<Grant,
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use crate::filter::{Facts, Filter, Side};
+    use pmw_core::filter::{Facts, Filter, Side};
 
     use super::*;
 

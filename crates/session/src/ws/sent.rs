@@ -5,10 +5,10 @@
 
 use std::collections::BTreeSet;
 
-use crate::message::{stamp, Kind};
-use crate::{Cursor, Position};
+use pmw_core::message::{stamp, Kind};
+use pmw_core::{Cursor, Position};
 
-use crate::session::hub::Frame;
+use crate::hub::Frame;
 
 /// Blocks of sent trades remembered against duplicates after a rewind (beyond any reorg depth).
 pub(super) const RECENT_BLOCKS: u64 = 256;
@@ -130,10 +130,10 @@ impl At {
 mod tests {
     use std::sync::Arc;
 
-    use crate::filter::Side;
+    use pmw_core::filter::Side;
 
     use super::*;
-    use crate::session::hub::Item;
+    use crate::hub::Item;
 
     fn item(kind: Kind, block: u64, log_index: u32, hash: u8) -> Frame {
         let at = Position {

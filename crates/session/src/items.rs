@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use super::hub::Item;
-use crate::ch::TradeRow;
-use crate::message::{FinalNotice, Kind, Market, TradeMessage};
+use pmw_core::ch::TradeRow;
+use pmw_core::message::{FinalNotice, Kind, Market, TradeMessage};
 
 /// The items of a round: `retracts` then `rows`, each with the market it is rendered with.
 pub fn round_items<'a>(

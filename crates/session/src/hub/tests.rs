@@ -2,9 +2,9 @@
 //! alike, newer indexes followed), the two streams.
 
 use super::*;
-use crate::filter::Side;
+use pmw_core::filter::Side;
 
-use crate::session::subs::tests::buys;
+use crate::subs::tests::buys;
 use std::sync::atomic::AtomicU16;
 
 fn item(wallet: &str, log_index: u32) -> Arc<Item> {
@@ -240,7 +240,7 @@ fn a_filter_decides_trades_and_retracts_alike_and_follows_newer_indexes() {
         wallets: vec!["0xa".into(), "0xb".into()],
         filters: [("0xa".to_string(), buys.clone())].into(),
         version: 1,
-        events: crate::message::Events::TRADE,
+        events: pmw_core::message::Events::TRADE,
         tx,
         close: Arc::new(AtomicU16::new(1013)),
     })
@@ -286,7 +286,7 @@ fn a_wallet_no_longer_followed_still_gets_its_retracts_and_no_trades() {
         wallets: vec!["0xa".into(), "0xb".into()],
         filters: [("0xa".to_string(), buys())].into(),
         version: 1,
-        events: crate::message::Events::TRADE,
+        events: pmw_core::message::Events::TRADE,
         tx,
         close: Arc::new(AtomicU16::new(1013)),
     })

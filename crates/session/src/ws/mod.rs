@@ -18,24 +18,24 @@ use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::auth::{self, Principal};
-use crate::client::client_addr;
-use crate::filter::Facts;
-use crate::message::{stamp, Control, Events, Kind, TradeMessage};
-use crate::{Cursor, Position, UnixMs};
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{ConnectInfo, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures::{SinkExt, StreamExt};
 use governor::clock::{Clock, DefaultClock};
+use pmw_core::auth::{self, Principal};
+use pmw_core::client::client_addr;
+use pmw_core::filter::Facts;
+use pmw_core::message::{stamp, Control, Events, Kind, TradeMessage};
+use pmw_core::{Cursor, Position, UnixMs};
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use crate::session::hub::{Frame, Registered, Registration, TooMany};
-use crate::session::recorder::Fact;
-use crate::session::{subs, SessionState};
-use replay::{latency_row, Render, Viewer};
+use crate::hub::{Frame, Registered, Registration, TooMany};
+use crate::recorder::Fact;
+use crate::{subs, SessionState};
+use replay::{latency_row, Render, Viewer, Written};
 use sent::{At, Sent};
 
 const SEND_TIMEOUT: Duration = Duration::from_secs(10);
@@ -89,10 +89,7 @@ pub async fn upgrade(
         }
     }
     let since = q.get("since").map(|s| s.parse::<Position>());
-    let opts = Options::parse(&q).and_then(|o| match o.events.fin && !st.cfg.finals {
-        true => Err("events=final is not served by this server (edge mode: not yet)".into()),
-        false => Ok(o),
-    });
+    let opts = Options::parse(&q);
     ws.read_buffer_size(4 * 1024)
         .write_buffer_size(8 * 1024)
         .max_frame_size(CLIENT_MESSAGE_MAX)
@@ -156,7 +153,7 @@ async fn session(
     st: SessionState,
     mut socket: WebSocket,
     who: Result<Principal, auth::AuthError>,
-    since: Option<Result<Position, crate::types::PositionError>>,
+    since: Option<Result<Position, pmw_core::types::PositionError>>,
     opts: Result<Options, String>,
 ) {
     let (who, since, opts) = match admit(who, since, opts) {
@@ -220,7 +217,7 @@ async fn session(
 /// refuse it: 1013 when the credential store did not answer, 1008 for the rest.
 fn admit(
     who: Result<Principal, auth::AuthError>,
-    since: Option<Result<Position, crate::types::PositionError>>,
+    since: Option<Result<Position, pmw_core::types::PositionError>>,
     opts: Result<Options, String>,
 ) -> Result<(Principal, Option<Position>, Options), (u16, String)> {
     let who = match who {
@@ -329,17 +326,13 @@ impl Session<'_> {
             false => reg.dispatched,
         };
         let start = match since {
-            Some(since) => {
-                crate::session::resume::start(&st.pool, &st.ch, since, self.viewer.wallets)
-                    .await
-                    .map_err(|e| match e {
-                        crate::session::resume::ResumeError::Ahead { .. } => {
-                            Ended::Policy(e.to_string())
-                        }
-                        crate::session::resume::ResumeError::Store(e) => Ended::Failed(e),
-                    })?
-            }
-            None => crate::session::resume::Start {
+            Some(since) => crate::resume::start(&st.pool, &st.ch, since, self.viewer.wallets)
+                .await
+                .map_err(|e| match e {
+                    crate::resume::ResumeError::Ahead { .. } => Ended::Policy(e.to_string()),
+                    crate::resume::ResumeError::Store(e) => Ended::Failed(e),
+                })?,
+            None => crate::resume::Start {
                 from: dispatched,
                 retract: Vec::new(),
             },
@@ -362,8 +355,11 @@ impl Session<'_> {
                 },
             };
             let mut after = sent.last;
-            let span = (&mut after, dispatched.cursor);
-            replay::replay(st, socket, self.viewer, span, render, |p| sent.trade(p)).await?;
+            let through = dispatched.cursor;
+            replay::replay(st, socket, self.viewer, &mut after, through, render, |p| {
+                sent.trade(p)
+            })
+            .await?;
         }
         // Finals after the trades they name: every trade at or below the final stream's
         // position was sent before (at or below `since`) or just replayed.
@@ -373,7 +369,8 @@ impl Session<'_> {
                 st,
                 socket,
                 self.viewer,
-                (fin, through),
+                fin,
+                through,
                 Render::FinalBrief,
                 |_| {},
             )
@@ -409,7 +406,7 @@ impl Session<'_> {
     async fn retract(
         &self,
         socket: &mut WebSocket,
-        rows: &[crate::ch::TradeRow],
+        rows: &[pmw_core::ch::TradeRow],
     ) -> Result<(), Ended> {
         if rows.is_empty() {
             return Ok(());
@@ -475,12 +472,15 @@ impl Session<'_> {
     fn frame(&self, at: &mut At, frame: Frame, out: &mut Vec<String>) {
         let now = UnixMs::now().0;
         if let Some(w) = at.frame(frame, now, out) {
-            self.st.recorder.record(Fact::Latency(latency_row(
-                (&w.cursor, w.t_detect_ms, now),
-                (self.viewer.account, self.st.epoch),
-                w.channel,
-                w.audit,
-            )));
+            let written = Written {
+                cursor: w.cursor,
+                t_detect_ms: w.t_detect_ms,
+                t_push_ms: now,
+                channel: w.channel,
+                backfilled: w.audit,
+            };
+            let row = latency_row(written, self.viewer.account, self.st.epoch);
+            self.st.recorder.record(Fact::Latency(row));
         }
     }
 }

@@ -16,9 +16,9 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use super::{BusError, FrameId, OutFrame};
-use crate::ch::TradeRow;
-use crate::message::Market;
-use crate::{Cursor, Position};
+use pmw_core::ch::TradeRow;
+use pmw_core::message::Market;
+use pmw_core::{Cursor, Position};
 
 /// The account token of the subject every round goes to.
 pub const ALL: &str = "all";
@@ -86,17 +86,33 @@ fn position_of(row: &TradeRow) -> Result<Position, BusError> {
     Ok(Position::of(cursor, &row.block_hash))
 }
 
+/// Where a round stands in the ledger: the span `(from, through]` it covers, whether it rewinds
+/// (a reorg moved the cursor back) and the reorg it read under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span {
+    pub from: Position,
+    pub through: Position,
+    pub rewound: bool,
+    pub reorg_id: i64,
+}
+
 impl Round {
-    /// A round of `retracts` and `rows` between `from` and `through`, each row with the market
-    /// `market` gives for its token.
+    /// A round of `retracts` and `rows` over `span`, each row with the market `market` gives for
+    /// its token.
     pub fn of_rows(
         stream: Stream,
-        (from, through): (Position, Position),
-        (rewound, reorg_id): (bool, i64),
+        span: Span,
         watermark: Option<u64>,
-        (retracts, rows): (&[TradeRow], &[TradeRow]),
+        retracts: &[TradeRow],
+        rows: &[TradeRow],
         market: impl Fn(&str) -> Option<Market>,
     ) -> Round {
+        let Span {
+            from,
+            through,
+            rewound,
+            reorg_id,
+        } = span;
         let with_market = |rows: &[TradeRow]| -> Vec<RoundRow> {
             rows.iter()
                 .map(|r| RoundRow {
@@ -233,7 +249,7 @@ fn decode_body(body: &[u8]) -> Result<std::borrow::Cow<'_, [u8]>, BusError> {
 mod position_text {
     use serde::{Deserialize, Deserializer, Serializer};
 
-    use crate::Position;
+    use pmw_core::Position;
 
     pub fn serialize<S: Serializer>(p: &Position, s: S) -> Result<S::Ok, S::Error> {
         s.collect_str(p)

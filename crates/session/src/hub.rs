@@ -15,17 +15,17 @@
 //! read at, and replaced only by an index at least that new: a round still using an older index
 //! can never drop a trade of a wallet the session already follows. The wallets' filters travel
 //! with them (same version) and are applied where the session is chosen, under the shard lock
-//! ([`crate::session::subs::wants`]), to trades and retracts alike.
+//! ([`crate::subs::wants`]), to trades and retracts alike.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::message::{Events, Kind};
-use crate::{Cursor, Position};
+use pmw_core::message::{Events, Kind};
+use pmw_core::{Cursor, Position};
 use tokio::sync::mpsc;
 
-use crate::session::subs::{wants, Filters, Index};
+use crate::subs::{wants, Filters, Index};
 
 /// A trade or retraction ready for any session: body rendered once.
 #[derive(Debug)]
@@ -37,12 +37,12 @@ pub struct Item {
     /// Lowercase `0x…` owner of the fill (its maker): who follows it gets it.
     pub wallet: String,
     /// What subscription filters look at (from the same row and market as `body`).
-    pub facts: crate::filter::Facts,
+    pub facts: pmw_core::filter::Facts,
     pub t_detect_ms: i64,
     /// Found by pmw-live's completeness audit, not seen live: its delivery is no live latency.
     pub audit: bool,
     pub body: String,
-    /// A `final`'s small body ([`crate::message::FinalNotice`]) for sessions that also get
+    /// A `final`'s small body ([`pmw_core::message::FinalNotice`]) for sessions that also get
     /// `trade`s; `body` is the full one, for `final`-only sessions.
     pub brief: Option<String>,
 }
@@ -52,8 +52,8 @@ impl Item {
     /// that rendered `body`), and the small body of a `final`, if any.
     pub fn of_row(
         kind: Kind,
-        row: &crate::ch::TradeRow,
-        market: Option<&crate::message::Market>,
+        row: &pmw_core::ch::TradeRow,
+        market: Option<&pmw_core::message::Market>,
         body: String,
         brief: Option<String>,
     ) -> Item {
@@ -62,7 +62,7 @@ impl Item {
             cursor: row.cursor(),
             position: Position::of(row.cursor(), &row.block_hash),
             wallet: row.maker.clone(),
-            facts: crate::filter::Facts::of_row(row, market),
+            facts: pmw_core::filter::Facts::of_row(row, market),
             t_detect_ms: row.t_detect_ms,
             audit: row.audit == 1,
             body,
@@ -115,14 +115,14 @@ impl Item {
         kind: Kind,
         wallet: &str,
         position: Position,
-        side: crate::filter::Side,
+        side: pmw_core::filter::Side,
     ) -> Item {
         Item {
             kind,
             cursor: position.cursor,
             position,
             wallet: wallet.into(),
-            facts: crate::filter::Facts {
+            facts: pmw_core::filter::Facts {
                 side,
                 shares: 1,
                 collateral: 1,

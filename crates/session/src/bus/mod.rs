@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 
-use crate::backoff::{Backoff, Policy};
+use pmw_core::backoff::{Backoff, Policy};
 
 pub use follow::{Event, Follower, Gap};
 pub use frame::{Frame, FrameId, OutFrame};

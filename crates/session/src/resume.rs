@@ -6,11 +6,11 @@
 //! watermark than any reorg window is no position pmw gave out: it is refused with the reason
 //! (the session would otherwise wait, silent, for a block that may never come).
 
-use crate::ch::TradeRow;
-use crate::pg::ledger as one;
-use crate::pg::PgPool;
-use crate::types::cursor::MAX_LOG_INDEX;
-use crate::{ch::ChClient, Cursor, Position};
+use pmw_core::ch::TradeRow;
+use pmw_core::pg::ledger as one;
+use pmw_core::pg::PgPool;
+use pmw_core::types::cursor::MAX_LOG_INDEX;
+use pmw_core::{ch::ChClient, Cursor, Position};
 
 /// How far ahead of the ingest watermark a resume position may be (a client may hold trades of
 /// blocks a reorg unwound, until they are ingested again): beyond it the position is refused.
@@ -64,9 +64,9 @@ pub async fn start(
         .get()
         .await
         .map_err(|e| ResumeError::Store(e.to_string()))?;
-    let watermark = crate::pg::watermark(&**c)
+    let watermark = pmw_core::pg::watermark(&**c)
         .await
-        .map_err(|e| ResumeError::Store(crate::pg::describe(&e)))?;
+        .map_err(|e| ResumeError::Store(pmw_core::pg::describe(&e)))?;
     if let Some(e) = ahead(since, watermark) {
         return Err(e);
     }
@@ -104,7 +104,7 @@ async fn judge(
             &[&(since.cursor.block as i64), &ingested.unwrap_or(0)],
         )
         .await
-        .map_err(|e| crate::pg::describe(&e))?;
+        .map_err(|e| pmw_core::pg::describe(&e))?;
     let canonical: Option<String> = row.get(0);
     let oldest: Option<i64> = row.get(1);
     let watermark: Option<i64> = row.get(2);
