@@ -56,7 +56,7 @@ impl Stores {
     /// again (seed 10149: a push pair crash-looping through a ClickHouse outage came back 7 s
     /// after ClickHouse did). Waiting in-process notices a store that is back within a second.
     ///
-    /// ClickHouse is off the delivery path (the hot ledger, DESIGN §2–§4), so it does not hold
+    /// ClickHouse is off the delivery path (the hot ledger, docs/ARCHITECTURE.md §3.2), so it does not hold
     /// the start up: its schema is checked now when it answers, otherwise in the background
     /// once it does ([`watch_clickhouse_schema`]), and the service starts without it (a leader
     /// killed or deployed during a ClickHouse outage leads again at once).

@@ -1,4 +1,4 @@
-//! `pmwctl diag`: the runbook of DESIGN §8, for "latency climbs".
+//! `pmwctl diag`: the runbook of docs/ARCHITECTURE.md §6.3, for "latency climbs".
 //!
 //! 1. The interval between consecutive push reads (the real poll period). Measured by sampling
 //!    the push leader's heartbeat for `--sample-secs`: when its state carries a `rounds` counter
@@ -28,7 +28,7 @@ use crate::conn::{age, connect, db_error, size};
 /// (`crates/push/src/sql/state_ws.sql`).
 pub const ROUND_MARKER: &str = "/* pmw:push_round */";
 
-/// The small, hot-updated tables (DESIGN §2).
+/// The small, hot-updated tables (docs/ARCHITECTURE.md §7.2).
 pub const HOT_TABLES: &[&str] = &[
     "ingest_cursor",
     "push_cursor",

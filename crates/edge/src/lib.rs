@@ -1,4 +1,4 @@
-//! pmw-edge (edge mode, DESIGN §10): a stateless server of `/v1/ws`. It follows the push
+//! pmw-edge (edge mode, docs/ARCHITECTURE.md §3.6): a stateless server of `/v1/ws`. It follows the push
 //! leader's rounds on the NATS JetStream stream ([`feed`]) into a session hub, and serves
 //! sessions with the session layer push itself uses (`pmw_session`: auth, caps,
 //! revocation, resume from the ledger stores, heartbeats, slow consumers). Run as many as

@@ -1,5 +1,6 @@
-//! pmw-live: follows new block headers, ingests Polymarket fills into ClickHouse, advances the
-//! ingest watermark in Postgres and wakes push; follows finality and audits finalized blocks for
+//! pmw-live: follows new block headers, commits Polymarket fills to the Postgres hot ledger in
+//! the statement that advances the ingest watermark and wakes push (ClickHouse is filled behind
+//! it by the [`projector`]); follows finality and audits finalized blocks for
 //! completeness ([`audit`]). One writer, holding the `live` advisory lock.
 
 pub mod audit;

@@ -1,6 +1,6 @@
 //! `BlockNotifier`: wakes push with `pg_notify('pmw_blocks', <block>)`, coalesced: at most one
 //! NOTIFY in flight, and only the highest pending block number remembered. The payload is the
-//! number only; readers always read data from ClickHouse by cursor. A block seen live wakes push
+//! number only; readers always read data from the ledger by cursor. A block seen live wakes push
 //! in its own commit statement instead (`sql/commit_block.sql`, one round trip less on the
 //! latency path); this task carries the wake-ups of backfilled blocks, unwinds, audit
 //! corrections and finality.

@@ -1,4 +1,4 @@
-//! Edge mode's leader side (DESIGN §10): with `PMW_PUSH_NATS_URLS` set, the WebSocket lane
+//! Edge mode's leader side (docs/ARCHITECTURE.md §3.6): with `PMW_PUSH_NATS_URLS` set, the WebSocket lane
 //! stores each round (and the finality lane each round of `final`s) on the JetStream stream
 //! ([`pmw_session::bus::round`]) before its fenced cursor move, so the cursor never passes a round
 //! the broker did not store. The stream is claimed for this leader's epoch once, at its first

@@ -1,4 +1,5 @@
-//! `GET /v1/trades`: keyset pagination over the per-wallet trades in ClickHouse, by cursor
+//! `GET /v1/trades`: keyset pagination over the one ledger's per-wallet trades (the Postgres hot
+//! ledger, ClickHouse below its floor: `pmw_core::pg::ledger`), by cursor
 //! `(block, log_index)`, never by offset, and never past the ingest watermark (so a page never
 //! skips a trade that becomes visible later). Trades have the shape of the pushed `trade`
 //! messages (without `type` and `t_push_ms`). By default a page holds what the WebSocket sends:

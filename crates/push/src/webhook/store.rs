@@ -1,8 +1,9 @@
 //! Postgres side of the delivery engine: enqueue, scan, claim and finish `webhook_deliveries`
 //! rows, track each endpoint's run of failures (`webhook_failing`), disable endpoints and expire
-//! their pending deliveries. Every write of push takes the slot's `push_epoch` row `FOR SHARE`
-//! in the same statement (or transaction) and lands only while the epoch is current, so a
-//! deposed leader's writes fail. Enqueueing and expiring are
+//! their pending deliveries. Every write of push lands only while the slot's epoch is current,
+//! checked in the same statement: enqueues take the `push_epoch` row `FOR SHARE`, claims and
+//! results check it without a lock and land only on rows claimed by their epoch
+//! (`EPOCH_CURRENT`), so a deposed leader's writes fail. Enqueueing and expiring are
 //! [`pmw_core::pg::deliveries`]' (the API queues replays and expires too).
 
 use std::collections::HashMap;

@@ -1,4 +1,4 @@
-//! Edge mode's broker (DESIGN §10): the connection to the NATS JetStream cluster, the one stream
+//! Edge mode's broker (docs/ARCHITECTURE.md §3.6): the connection to the NATS JetStream cluster, the one stream
 //! a push leader publishes its rounds' frames to ([`stream`]), the fenced publisher
 //! ([`publish`]), the rounds it publishes ([`round`]) and the follower an edge reads them with
 //! ([`follow`]).
