@@ -1,8 +1,8 @@
-//! pmw-edge (edge mode, docs/ARCHITECTURE.md §3.6): a stateless server of `/v1/ws`. It follows the push
-//! leader's rounds on the NATS JetStream stream ([`feed`]) into a session hub, and serves
-//! sessions with the session layer push itself uses (`pmw_session`: auth, caps,
-//! revocation, resume from the ledger stores, heartbeats, slow consumers). Run as many as
-//! needed behind Caddy: a push failover or deploy closes none of their sockets.
+//! pmw-edge (edge mode, docs/ARCHITECTURE.md §3.6): a stateless server of `/v1/ws`. It follows the
+//! push leader's rounds on the NATS JetStream stream ([`feed`]) into a session hub, and serves
+//! sessions with the session layer push itself uses (`pmw_session`: auth, caps, revocation, resume
+//! from the ledger stores, heartbeats, slow consumers). Run as many as needed behind Caddy: a push
+//! failover or deploy closes none of their sockets.
 
 pub mod config;
 mod feed;

@@ -1,11 +1,11 @@
-//! Edge mode's leader side (docs/ARCHITECTURE.md §3.6): with `PMW_PUSH_NATS_URLS` set, the WebSocket lane
-//! stores each round (and the finality lane each round of `final`s) on the JetStream stream
-//! ([`pmw_session::bus::round`]) before its fenced cursor move, so the cursor never passes a round
-//! the broker did not store. The stream is claimed for this leader's epoch once, at its first
+//! Edge mode's leader side (docs/ARCHITECTURE.md §3.6): with `PMW_PUSH_NATS_URLS` set, the
+//! WebSocket lane stores each round (and the finality lane each round of `final`s) on the JetStream
+//! stream ([`pmw_session::bus::round`]) before its fenced cursor move, so the cursor never passes a
+//! round the broker did not store. The stream is claimed for this leader's epoch once, at its first
 //! round (a claim that failed is tried again by the next round); the same publisher, its guard
-//! unchanged, carries on across broker outages. A deposed leader's publish is refused and ends
-//! its leadership like a fenced write. While the broker cannot store, the round fails and the
-//! cursor waits; the retried round is de-duplicated by its message ids.
+//! unchanged, carries on across broker outages. A deposed leader's publish is refused and ends its
+//! leadership like a fenced write. While the broker cannot store, the round fails and the cursor
+//! waits; the retried round is de-duplicated by its message ids.
 
 use pmw_session::bus::round::{Round, ROWS_PER_PART};
 use pmw_session::bus::{stream, Bus, BusConfig, BusError, FencedPublisher};

@@ -9,7 +9,7 @@
 //! | `pmw_push_epoch` | gauge | the leader's PushEpoch |
 //! | `pmw_push_rounds_total{outcome}` | counter | rounds `completed` or `failed` |
 //! | `pmw_push_round_duration_seconds{outcome}` | histogram | how long a round took |
-//! | `pmw_push_ws_round_stage_seconds{stage}` | histogram | a WebSocket round's parts: `state` (Postgres), `read` (ClickHouse), `publish` (edge mode: storing the round on the bus), `claim` (the fenced cursor move), `dispatch` (queueing frames to sessions) |
+//! | `pmw_push_ws_round_stage_seconds{stage}` | histogram | a WebSocket round's parts: `state` (Postgres), `read` (the Postgres hot ledger; ClickHouse only below its floor), `publish` (edge mode: storing the round on the bus), `claim` (the fenced cursor move), `dispatch` (queueing frames to sessions) |
 //! | `pmw_push_frames_queued_total` | counter | frames queued to WebSocket sessions |
 //! | `pmw_push_frames_sent_total` | counter | frames written to a WebSocket |
 //! | `pmw_push_slow_consumer_closes_total` | counter | sessions closed 1013 (queue full) |

@@ -1,4 +1,4 @@
-//! The follower an edge reads one account's frames with: two legs, each an ephemeral push
+//! The follower an edge reads the stream's frames with: two legs, each an ephemeral push
 //! consumer on the account's subject (no acks, flow control, idle heartbeats) on a node of its
 //! own, read together and de-duplicated by stream sequence; a leg is recreated from the chain's
 //! next sequence whenever its broker goes quiet (its node died), a delivery went missing (the
@@ -54,7 +54,7 @@ pub struct Gap {
     pub frame: Frame,
 }
 
-/// Follows one account's frames in stream order.
+/// Follows the stream's frames in stream order.
 pub struct Follower {
     legs: Arc<Legs>,
     /// The sequence of the last frame yielded (the chain's end).

@@ -1,9 +1,8 @@
-//! Edge mode's broker (docs/ARCHITECTURE.md §3.6): the connection to the NATS JetStream cluster, the one stream
-//! a push leader publishes its rounds' frames to ([`stream`]), the fenced publisher
+//! Edge mode's broker (docs/ARCHITECTURE.md §3.6): the connection to the NATS JetStream cluster,
+//! the one stream a push leader publishes its rounds' frames to ([`stream`]), the fenced publisher
 //! ([`publish`]), the rounds it publishes ([`round`]) and the follower an edge reads them with
-//! ([`follow`]).
-//! Everything here runs on nats-server 2.9.10 (Debian bookworm): docs/OPERATIONS.md ("Edge
-//! mode") lists the JetStream features used and the release each came in.
+//! ([`follow`]). Everything here runs on nats-server 2.9.10 (Debian bookworm): docs/OPERATIONS.md
+//! ("Edge mode") lists the JetStream features used and the release each came in.
 
 pub mod follow;
 mod frame;
