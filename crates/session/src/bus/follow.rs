@@ -1,5 +1,5 @@
 //! The follower an edge reads the stream's frames with: two legs, each an ephemeral push
-//! consumer on the account's subject (no acks, flow control, idle heartbeats) on a node of its
+//! consumer on the frames subject (no acks, flow control, idle heartbeats) on a node of its
 //! own, read together and de-duplicated by stream sequence; a leg is recreated from the chain's
 //! next sequence whenever its broker goes quiet (its node died), a delivery went missing (the
 //! consumer sequence jumped) or its subscription ended, while the other leg goes on delivering;
