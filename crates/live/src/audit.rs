@@ -293,7 +293,7 @@ impl Audit {
                 self.versions.raise(top);
             }
         }
-        self.record(&report, recorded, (&findings.counts, &rows), now)
+        self.record(&report, recorded, &findings.counts, &rows, now)
             .await?;
         log_findings(&findings, &on_chain, &stored);
         if !findings.recount.is_empty() {
@@ -352,7 +352,8 @@ impl Audit {
         &self,
         report: &RangeReport,
         recorded: &BTreeMap<u64, Recorded>,
-        (counts, rows): (&BTreeMap<u64, i32>, &[TradeRow]),
+        counts: &BTreeMap<u64, i32>,
+        rows: &[TradeRow],
         now: UnixMs,
     ) -> Result<(), AuditError> {
         let mut client = self.pg.get().await?;

@@ -95,6 +95,17 @@ pub async fn take(
             .await;
         return Ok(None);
     };
+    claim(pool, lock, instance, slot).await.map(Some)
+}
+
+/// With the slot's lock held: bump the epoch, void the predecessor's claims, and read (creating
+/// them on the first leadership) the three lanes' cursors, in one transaction.
+async fn claim(
+    pool: &PgPool,
+    lock: WriterLock,
+    instance: &str,
+    slot: i16,
+) -> Result<Leadership, PgError> {
     let now = UnixMs::now().0;
     let mut client = pool.get().await?;
     let tx = client.transaction().await?;
@@ -134,7 +145,7 @@ pub async fn take(
     tx.commit().await?;
     let (cursor, webhooks, finals) = (position(&row), position(&hooks), position(&fin));
     tracing::info!(slot, epoch, voided, cursor = %cursor, webhook_cursor = %webhooks, final_cursor = %finals, "leading");
-    Ok(Some(Leadership {
+    Ok(Leadership {
         lock,
         epoch,
         cursor,
@@ -147,7 +158,7 @@ pub async fn take(
             position: finals,
             reorg_id: fin.get(2),
         },
-    }))
+    })
 }
 
 /// A cursor row (`block_number`, `log_index`, `reorg_id`, block hash) as a position.
