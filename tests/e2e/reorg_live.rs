@@ -11,9 +11,8 @@ use std::time::Duration;
 use axum::response::IntoResponse;
 use pmw_core::types::cursor::MAX_LOG_INDEX;
 use pmw_core::Cursor;
-use pmw_sim::anvil::Anvil;
-use pmw_sim::{ReorgPlan, RunConfig, Sim};
-use pmw_testkit::{eventually_every, workspace_bin, ChildService, TestDb};
+use pmw_sim::{ReorgPlan, RunConfig};
+use pmw_testkit::{eventually_every, workspace_bin, ChildService};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -23,16 +22,7 @@ const WITHIN: Duration = Duration::from_secs(60);
 
 /// A harness whose pmw-live is not started (each test starts its own).
 async fn bare() -> Harness {
-    let db = TestDb::new().await;
-    let anvil = Anvil::spawn().await.expect("anvil");
-    let sim = Sim::connect(&anvil.http_url()).await.expect("sim");
-    sim.install_emitters().await.expect("emitters");
-    Harness {
-        db,
-        anvil,
-        sim,
-        live: None,
-    }
+    Harness::bare(&[]).await
 }
 
 async fn rpc(url: &str, method: &str, params: Value) -> Value {

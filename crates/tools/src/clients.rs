@@ -140,3 +140,15 @@ impl std::fmt::Display for Figures {
         )
     }
 }
+
+impl Figures {
+    /// The drills' delivery verdict: every client got every trade of its wallets once, in order.
+    #[track_caller]
+    pub fn assert_clean(&self) {
+        assert_eq!(
+            (self.lost, self.duplicated, self.out_of_order),
+            (0, 0, 0),
+            "0 lost, 0 duplicated, 0 out of order for every drill client"
+        );
+    }
+}
