@@ -338,6 +338,33 @@ fn render_rates(o: &mut String, r: &Report) {
             }
         );
     }
+    render_rates_cpu(o, r);
+    let last = r.rates.last();
+    let text = match sustained(&r.rates) {
+        None => "**below the first step**".to_string(),
+        Some(s) if last.is_some_and(|l| l.kept_up) => format!(
+            "**≥ {:.1} matched trades/s** (every step tried kept up{})",
+            s.matched_per_s(),
+            if last.is_some_and(|l| l.generator_short) {
+                "; the simulator could not go faster"
+            } else {
+                ""
+            }
+        ),
+        Some(s) => format!(
+            "**{:.1} matched trades/s** (the next step fell behind)",
+            s.matched_per_s()
+        ),
+    };
+    let budget = r.plan.p99_budget_ms;
+    let within = within_budget(budget, &r.rates).map_or("below the first step".to_string(), |s| {
+        format!("{:.1} matched trades/s", s.matched_per_s())
+    });
+    let _ = writeln!(o, "\nSustained (push cursor keeps up with ingest): {text}. Also keeping the client-observed WebSocket p99 ≤ {budget} ms: **{within}**.\n");
+}
+
+/// CPU per throughput step, per process.
+fn render_rates_cpu(o: &mut String, r: &Report) {
     let _ = writeln!(o, "\nCPU per step, from `/proc/<pid>/stat` (user + system) between the step's start and its deliveries settling. Push serves WebSocket frames and webhook deliveries in one process, so its CPU is per delivered message of either kind. Postgres, ClickHouse and anvil are the shared local stack (every process by command name); the generators are this benchmark's process (WebSocket clients, webhook receivers, simulator).\n");
     let _ = writeln!(o, "| matches/block | WS frames | webhook deliveries (delivered / owed) | webhook deliveries/s | push CPU | push µs / delivery | live CPU | live ms / block | postgres: this run's backends / all | postgres ms / block (this run's backends) | clickhouse | anvil | generators | push share |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for s in &r.rates {
@@ -363,28 +390,6 @@ fn render_rates(o: &mut String, r: &Report) {
             100.0 * c.push / c.total().max(1e-9),
         );
     }
-    let last = r.rates.last();
-    let text = match sustained(&r.rates) {
-        None => "**below the first step**".to_string(),
-        Some(s) if last.is_some_and(|l| l.kept_up) => format!(
-            "**≥ {:.1} matched trades/s** (every step tried kept up{})",
-            s.matched_per_s(),
-            if last.is_some_and(|l| l.generator_short) {
-                "; the simulator could not go faster"
-            } else {
-                ""
-            }
-        ),
-        Some(s) => format!(
-            "**{:.1} matched trades/s** (the next step fell behind)",
-            s.matched_per_s()
-        ),
-    };
-    let budget = r.plan.p99_budget_ms;
-    let within = within_budget(budget, &r.rates).map_or("below the first step".to_string(), |s| {
-        format!("{:.1} matched trades/s", s.matched_per_s())
-    });
-    let _ = writeln!(o, "\nSustained (push cursor keeps up with ingest): {text}. Also keeping the client-observed WebSocket p99 ≤ {budget} ms: **{within}**.\n");
 }
 
 /// The headline figures, each detailed in its section below.
