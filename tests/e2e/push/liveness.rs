@@ -188,7 +188,7 @@ async fn a_leader_whose_webhook_lane_hangs_exits_75_to_hand_over() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_while_rounds_fail_stops_and_releases_the_lock() {
     let h = Harness::new().await;
-    let (ch, handle, addr) = leader_behind_ch_proxy(
+    let (ch, handle, _addr) = leader_behind_ch_proxy(
         &h,
         PushConfig {
             push_round_deadline_ms: 2_000,
@@ -199,18 +199,10 @@ async fn sigterm_while_rounds_fail_stops_and_releases_the_lock() {
     .await;
     ch.cut();
     h.sim.run_matches(2).await.unwrap();
-    // Several rounds fail first: push's health counts them.
-    let failed = eventually(WITHIN, || async {
-        let health: serde_json::Value = reqwest::get(format!("http://{addr}/health"))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        health["errors"].as_u64().unwrap_or(0) >= 2
-    })
-    .await;
-    assert!(failed, "no two rounds failed with ClickHouse refusing");
+    // The rounds of those matches run while ClickHouse refuses: push's cursor reaches the head.
+    // (They no longer fail on it: ClickHouse is off the delivery path, and push's health
+    // counts 0 errors here; the stop below still comes while ClickHouse refuses.)
+    h.wait_pushed(WITHIN).await;
     let asked = Instant::now();
     let out = tokio::time::timeout(Duration::from_secs(30), handle.stop())
         .await
