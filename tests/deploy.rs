@@ -449,5 +449,5 @@ async fn systemd_restarts_every_signal_death_and_keeps_stops_and_78_down() {
         measured.join("; ")
     );
     println!("systemd supervision: {figures}");
-    pmw_tests::record("systemd-restarts", &figures);
+    pmw_tools::record("systemd-restarts", &figures);
 }

@@ -27,9 +27,9 @@ use std::time::{Duration, Instant};
 use pmw_core::UnixMs;
 use pmw_sim::RunConfig;
 use pmw_testkit::{eventually_every, repo_root};
-use pmw_tests::harness::{exits, signal, Drill, Opts};
-use pmw_tests::record;
-use pmw_tests::{clients, harness};
+use pmw_tools::harness::{exits, signal, Drill, Opts};
+use pmw_tools::verdict;
+use pmw_tools::{clients, harness};
 use tokio_util::sync::CancellationToken;
 
 /// Run `scripts/deploy/<what> --no-build` against the drill (its environment and pm2, the
@@ -78,18 +78,13 @@ async fn exclusive_rolling_push_restart_under_load_through_caddy_loses_nothing()
     traffic.await.unwrap().unwrap();
     d.drain().await;
     let f = d.figures();
-    println!("rolling push restart drill: {f}");
-    record("rolling-restart", &format!("{f}"));
+    verdict("rolling push restart", "rolling-restart", &f.to_string());
     assert!(
         f.reconnects >= 100,
         "every client was moved to the new leader ({} reconnects)",
         f.reconnects
     );
-    assert_eq!(
-        (f.lost, f.duplicated, f.out_of_order),
-        (0, 0, 0),
-        "0 lost, 0 duplicated, 0 out of order"
-    );
+    f.assert_clean();
 }
 
 /// One kill -9 of the push leader: (takeover, killed one online again in pm2, killed one
@@ -163,14 +158,9 @@ async fn kill_9_of_the_leader_is_taken_over_and_loses_nothing() {
         ms(first),
         ms(second)
     );
-    println!("kill -9 drill: {figures}");
-    record("kill-9", &figures);
+    verdict("kill -9", "kill-9", &figures);
     let _ = d.caddy.kill().await;
-    assert_eq!(
-        (f.lost, f.duplicated, f.out_of_order),
-        (0, 0, 0),
-        "0 lost, 0 duplicated, 0 out of order"
-    );
+    f.assert_clean();
     assert!(
         f.reconnects >= 200,
         "every client resumed on the new leader, twice ({} reconnects)",
@@ -242,17 +232,12 @@ async fn exclusive_sigstop_of_the_leader_is_taken_over_within_the_lease_and_lose
         exits(&d.pm2, &format!("pmw-{leader}"), 75),
         back.pid
     );
-    println!("sigstop drill: {figures}");
-    record("sigstop", &figures);
+    verdict("sigstop", "sigstop", &figures);
     assert!(
         exits(&d.pm2, &format!("pmw-{leader}"), 75) >= 1,
         "the thawed leader exits 75"
     );
-    assert_eq!(
-        (f.lost, f.duplicated, f.out_of_order),
-        (0, 0, 0),
-        "0 lost, 0 duplicated, 0 out of order"
-    );
+    f.assert_clean();
 }
 
 /// The checks a non-200 `/v1/ready` answer failed, with their reasons (else the body's start).
@@ -380,8 +365,7 @@ async fn postgres_restart_exits_75_is_restarted_by_pm2_and_loses_nothing() {
         all_online.as_millis(),
         f.gap_max
     );
-    println!("postgres restart drill: {figures}");
-    record("postgres-restart", &figures);
+    verdict("postgres restart", "postgres-restart", &figures);
     for (app, n) in &exited {
         assert!(
             *n >= 1,
@@ -390,11 +374,7 @@ async fn postgres_restart_exits_75_is_restarted_by_pm2_and_loses_nothing() {
     }
     assert!(saw_503, "/v1/ready must not stay 200 through the gap");
     assert!(last_ok, "/v1/ready is 200 after");
-    assert_eq!(
-        (f.lost, f.duplicated, f.out_of_order),
-        (0, 0, 0),
-        "0 lost, 0 duplicated, 0 out of order"
-    );
+    f.assert_clean();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -445,15 +425,10 @@ async fn rpc_websocket_cut_is_logged_and_misses_no_block() {
         first_block,
         proxy.accepted()
     );
-    println!("rpc cut drill: {figures}");
-    record("rpc-cut", &figures);
+    verdict("rpc cut", "rpc-cut", &figures);
     assert!(lost_logged >= 1, "live must log `block listener lost`");
     assert_eq!(missed, 0, "0 blocks missed");
-    assert_eq!(
-        (f.lost, f.duplicated, f.out_of_order),
-        (0, 0, 0),
-        "0 lost, 0 duplicated, 0 out of order"
-    );
+    f.assert_clean();
 }
 
 /// Two raced RPC providers under pm2 (`PMW_LIVE_RPC_PROVIDERS`), one cut (WebSocket and HTTP)
@@ -513,15 +488,10 @@ async fn one_of_two_rpc_providers_cut_misses_no_block() {
         "provider {} of 2 cut for 10 s: demoted {demoted} times, promoted {promoted} times; blocks {first_block}..={head}: missed {missed}, backfilled {backfilled}; {f}",
         cut.name
     );
-    println!("provider cut drill: {figures}");
-    record("provider-cut", &figures);
+    verdict("provider cut", "provider-cut", &figures);
     assert!(demoted >= 1, "live must demote the cut provider");
     assert_eq!((missed, backfilled), (0, 0), "every block seen live");
-    assert_eq!(
-        (f.lost, f.duplicated, f.out_of_order),
-        (0, 0, 0),
-        "0 lost, 0 duplicated, 0 out of order"
-    );
+    f.assert_clean();
 }
 
 /// `scripts/deploy/{live,api,stats} --no-build` under load: each restarts exactly its service
@@ -579,11 +549,6 @@ async fn deploy_scripts_restart_live_api_and_stats_and_verify_the_revision() {
         "deploys with the revision verified: {}; a wrong expected revision failed the deploy; {f}",
         restarted.join(", ")
     );
-    println!("deploy scripts drill: {figures}");
-    record("deploy-scripts", &figures);
-    assert_eq!(
-        (f.lost, f.duplicated, f.out_of_order),
-        (0, 0, 0),
-        "0 lost, 0 duplicated, 0 out of order"
-    );
+    verdict("deploy scripts", "deploy-scripts", &figures);
+    f.assert_clean();
 }

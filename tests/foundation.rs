@@ -12,7 +12,7 @@ use pmw_core::ch::{latency, IngestLatencyRow, Window};
 use pmw_core::lock::WriterLock;
 use pmw_core::pg;
 use pmw_core::UnixMs;
-use pmw_testkit::TestDb;
+use pmw_testkit::{eventually, TestDb};
 use serde::Deserialize;
 
 fn row(block: u64, t_detect_ms: i64) -> IngestLatencyRow {
@@ -257,8 +257,25 @@ async fn pooled_sessions_carry_timeouts_and_dedicated_sessions_do_not() {
     // A transaction left idle is ended by the server.
     let mut idle = pool.get().await.unwrap();
     let tx = idle.transaction().await.unwrap();
-    tx.execute("SELECT 1", &[]).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let pid: i32 = tx
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    // The server ends it after 500 ms idle: its backend leaves pg_stat_activity.
+    let ended = eventually(Duration::from_secs(10), || async {
+        holder
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid = $1",
+                &[&pid],
+            )
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+            == 0
+    })
+    .await;
+    assert!(ended, "the session idle in its transaction is still there");
     assert!(
         tx.execute("SELECT 1", &[]).await.is_err(),
         "the session idle in its transaction was terminated"

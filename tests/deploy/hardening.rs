@@ -169,7 +169,7 @@ fn systemd_analyze_security_scores_every_unit_under_the_bound() {
         before.join(", ")
     );
     println!("hardening: {figures}");
-    pmw_tests::record("systemd-hardening", &figures);
+    pmw_tools::record("systemd-hardening", &figures);
 }
 
 #[test]

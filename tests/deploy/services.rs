@@ -260,7 +260,7 @@ impl Host {
         assert_eq!(before.active, "active", "{unit}: {before:?}");
         let since = UnixMs::now().0;
         let t0 = Instant::now();
-        pmw_tests::kill(before.pid, sig);
+        pmw_tools::kill(before.pid, sig);
         let after = self.restarted(unit, &before).await;
         let running = t0.elapsed().as_millis();
         self.serving(unit, after.pid, since).await;

@@ -8,8 +8,8 @@
 use std::time::{Duration, Instant};
 
 use pmw_testkit::{eventually_every, free_port, repo_root};
-use pmw_tests::harness::{Drill, Opts};
-use pmw_tests::record;
+use pmw_tools::harness::{Drill, Opts};
+use pmw_tools::verdict;
 use serde_json::Value;
 
 /// The rules as shipped, with every `for:` set to `for_`.
@@ -282,6 +282,5 @@ async fn alerts_fire_in_prometheus_for_ingest_push_and_an_older_build() {
         push.as_millis(),
         version.as_millis()
     );
-    println!("alert drill: {figures}");
-    record("alerts", &figures);
+    verdict("alert", "alerts", &figures);
 }

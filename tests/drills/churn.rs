@@ -13,7 +13,7 @@ use axum::routing::post;
 use futures::StreamExt;
 use pmw_core::{Cursor, UnixMs};
 use pmw_sim::{demo_wallets, RunConfig};
-use pmw_tests::record;
+use pmw_tools::verdict;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
@@ -134,7 +134,9 @@ async fn call(
 
 /// A churn account (key) created directly in Postgres, following two of the sim's wallets.
 async fn churn_account(d: &Drill) -> String {
-    account(&d.db.connect().await, "churn", &demo_wallets(2)).await
+    account(&d.db.connect().await, "churn", &demo_wallets(2))
+        .await
+        .1
 }
 
 /// Open a session through Caddy and read its hello; the socket is returned open.
@@ -347,8 +349,8 @@ async fn exclusive_churn_of_other_accounts_stalls_no_one() {
         quiet.len(),
         churn.len()
     );
-    println!("churn drill ({} s): {figures}", t0.elapsed().as_secs());
-    record("churn", &figures);
+    let title = format!("churn ({} s)", t0.elapsed().as_secs());
+    verdict(&title, "churn", &figures);
     assert!(
         counts.iter().all(|n| *n >= 20),
         "every churn kind ran: {counts:?}"
@@ -358,11 +360,7 @@ async fn exclusive_churn_of_other_accounts_stalls_no_one() {
         (0, 0),
         "0 lost for the watched account"
     );
-    assert_eq!(
-        (f.lost, f.duplicated, f.out_of_order),
-        (0, 0, 0),
-        "0 lost, 0 duplicated, 0 out of order for every drill client"
-    );
+    f.assert_clean();
     assert!(
         !quiet.is_empty() && !churn.is_empty(),
         "trades in both phases"

@@ -14,8 +14,8 @@ use pmw_core::trade::Allowlist;
 use pmw_core::{Cursor, UnixMs};
 use pmw_sim::RunConfig;
 use pmw_testkit::eventually_every;
-use pmw_tests::harness::{any_exits, Drill, Opts};
-use pmw_tests::record;
+use pmw_tools::harness::{any_exits, Drill, Opts};
+use pmw_tools::verdict;
 use tokio_util::sync::CancellationToken;
 
 const BEFORE: Duration = Duration::from_secs(60);
@@ -212,16 +212,11 @@ async fn exclusive_clickhouse_stopped_60s_under_load_delivery_goes_on_and_histor
         outage.2 as f64 / before.2.max(1) as f64,
         in_ch.len(),
     );
-    println!("clickhouse outage drill: {figures}");
-    record("clickhouse-outage", &figures);
+    verdict("clickhouse outage", "clickhouse-outage", &figures);
     assert!(outage.0 > 0, "frames were delivered during the outage");
     assert!(
         restarts.iter().all(|(_, n)| *n == 0),
         "nothing restarts: {restarts:?}"
     );
-    assert_eq!(
-        (f.lost, f.duplicated, f.out_of_order),
-        (0, 0, 0),
-        "0 lost, 0 duplicated, 0 out of order"
-    );
+    f.assert_clean();
 }

@@ -8,8 +8,8 @@
 use std::time::Duration;
 
 use pmw_sim::RunConfig;
-use pmw_tests::harness::{Drill, Opts};
-use pmw_tests::record;
+use pmw_tools::harness::{Drill, Opts};
+use pmw_tools::verdict;
 use tokio_util::sync::CancellationToken;
 
 /// Run `scripts/deploy/<what>` against the drill; its log (it must succeed).
@@ -58,8 +58,7 @@ async fn exclusive_edge_mode_push_faults_close_no_socket_and_an_edge_deploy_lose
         "2 edges; reconnects after a push rolling deploy {after_deploy}, after a push leader kill -9 {after_kill} (takeover {} ms); after the edge rolling deploy: {f}",
         takeover.as_millis()
     );
-    println!("edge mode drill: {line}");
-    record("edge-mode", &line);
+    verdict("edge mode", "edge-mode", &line);
     assert_eq!(after_deploy, 0, "a push deploy closed client sockets");
     assert_eq!(after_kill, 0, "a push leader kill closed client sockets");
     assert!(
@@ -67,9 +66,5 @@ async fn exclusive_edge_mode_push_faults_close_no_socket_and_an_edge_deploy_lose
         "every client was moved off its restarted edge ({} reconnects)",
         f.reconnects
     );
-    assert_eq!(
-        (f.lost, f.duplicated, f.out_of_order),
-        (0, 0, 0),
-        "0 lost, 0 duplicated, 0 out of order"
-    );
+    f.assert_clean();
 }

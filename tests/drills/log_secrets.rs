@@ -14,7 +14,10 @@ use std::time::Duration;
 use pmw_sim::anvil::Anvil;
 use pmw_sim::{RunConfig, Sim};
 use pmw_testkit::hooks::{Receiver, Step};
-use pmw_testkit::{eventually, free_port, run_bin, workspace_bin, Http, TcpProxy, TestDb};
+use pmw_testkit::{
+    eventually, free_port, run_bin, stack_env, workspace_bin, Http, TcpProxy, TestDb,
+};
+use pmw_tools::chain::Chain;
 use serde_json::json;
 use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
@@ -73,10 +76,7 @@ struct Setup {
 }
 
 async fn setup() -> Setup {
-    let db = TestDb::new().await;
-    let anvil = Anvil::spawn().await.expect("anvil");
-    let sim = Sim::connect(&anvil.http_url()).await.expect("sim");
-    sim.install_emitters().await.expect("emitters");
+    let Chain { db, anvil, sim } = Chain::start(stack_env(), &[]).await;
     let rpc = TcpProxy::start(([127, 0, 0, 1], anvil.port()).into()).await;
     let ch_url = url::Url::parse(&db.cfg.clickhouse_url).unwrap();
     let ch_addr = (ch_url.host_str().unwrap(), ch_url.port().unwrap());
@@ -289,7 +289,9 @@ async fn no_secret_reaches_a_log_line_when_every_dependency_fails() {
     let s = setup().await;
     let dir = tempfile::tempdir().unwrap();
     let pgc = s.db.connect().await;
-    let key = pmw_tests::harness::account(&pgc, "log-secrets", &s.sim.config().wallets).await;
+    let key = pmw_tools::chain::account(&pgc, "log-secrets", &s.sim.config().wallets)
+        .await
+        .1;
     let services: Vec<Logged> = ["pmw-live", "pmw-push", "pmw-api", "pmw-stats"]
         .into_iter()
         .map(|name| Logged::start(name, dir.path(), &s.env))

@@ -166,8 +166,8 @@ async fn exclusive_flood_of_anonymous_and_bad_credential_callers_spares_paying_c
     let (_push, ws) = push(db.cfg.clone(), push_config()).await;
     let (key, abuser) = {
         let c = db.pg.get().await.unwrap();
-        let payer = pmw_tests::harness::account(&c, "payer", &[]).await;
-        (payer, pmw_tests::harness::account(&c, "abuser", &[]).await)
+        let payer = pmw_tools::chain::account(&c, "payer", &[]).await.1;
+        (payer, pmw_tools::chain::account(&c, "abuser", &[]).await.1)
     };
     let base = format!("http://{api}");
     let span = Duration::from_secs(8);

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use pmw_core::UnixMs;
 use pmw_sim::RunConfig;
 use pmw_testkit::{assert_eventually, eventually, eventually_every, repo_root};
-use pmw_tests::record;
+use pmw_tools::verdict;
 use tokio_util::sync::CancellationToken;
 
 use crate::harness::{exits, signal, App, Drill, Opts};
@@ -324,11 +324,6 @@ async fn pm2_restarts_every_service_killed_by_a_signal_and_keeps_stops_and_78_do
         list.join("; "),
         STAYS_DOWN.as_secs()
     );
-    println!("supervision drill: {figures}");
-    record("pm2-restarts", &figures);
-    assert_eq!(
-        (f.lost, f.duplicated, f.out_of_order),
-        (0, 0, 0),
-        "0 lost, 0 duplicated, 0 out of order"
-    );
+    verdict("supervision", "pm2-restarts", &figures);
+    f.assert_clean();
 }

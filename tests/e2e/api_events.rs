@@ -7,6 +7,7 @@ use std::time::Duration;
 use pmw_sim::demo_wallets;
 use pmw_testkit::assert_eventually;
 use pmw_testkit::hooks::{Receiver, Step};
+use pmw_testkit::seed::Endpoint;
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 
@@ -30,8 +31,11 @@ async fn pushed_frames_and_webhook_bodies_match_the_published_schemas() {
         (&hook, vec!["trade", "final"]),
         (&finals_hook, vec!["final"]),
     ] {
-        let to = (r.url(), secret.expose());
-        pmw_testkit::seed::endpoint_for(&c, account, (&to.0, &to.1), &events).await;
+        let (url, secret) = (r.url(), secret.expose());
+        Endpoint::new(account, &url, &secret)
+            .events(&events)
+            .insert(&c)
+            .await;
     }
     c.execute("SELECT pg_notify('pmw_subscriptions', '')", &[])
         .await
@@ -40,7 +44,8 @@ async fn pushed_frames_and_webhook_bodies_match_the_published_schemas() {
     let mut finals_ws = connect_url(&format!("ws://{addr}/v1/ws?events=final"), Some(&key)).await;
     first_of(&mut ws, "hello").await;
     first_of(&mut finals_ws, "hello").await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // No wait for the NOTIFY to be handled: each lane's round reads `subs_version` with its state
+    // and reloads a stale index before it matches (push/index.rs proves it with the NOTIFY lost).
     h.sim.run_matches(12).await.unwrap();
     h.wait_pushed(WITHIN).await;
     first_of(&mut ws, "trade").await;

@@ -10,9 +10,9 @@ use crate::api::{start_push, test_config, Api};
 use crate::harness::start_live;
 use futures::StreamExt;
 use pmw_core::{Address, Cursor};
-use pmw_sim::anvil::Anvil;
-use pmw_sim::{Emitted, Sim};
-use pmw_testkit::TestDb;
+use pmw_sim::Emitted;
+use pmw_testkit::stack_env;
+use pmw_tools::chain::Chain;
 use reqwest::Method;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -82,10 +82,7 @@ async fn trades(rx: &mut mpsc::UnboundedReceiver<Value>, n: usize) -> Vec<Cursor
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_subscription_changes_reach_push_at_once_and_survive_its_restart() {
-    let db = TestDb::new().await;
-    let anvil = Anvil::spawn().await.expect("anvil");
-    let sim = Sim::connect(&anvil.http_url()).await.expect("sim");
-    sim.install_emitters().await.expect("emitters");
+    let Chain { db, anvil, sim } = Chain::start(stack_env(), &[]).await;
     let mut core = db.cfg.clone();
     core.rpc_ws_url = anvil.ws_url();
     core.rpc_http_url = anvil.http_url();

@@ -12,7 +12,8 @@ use pmw_api::ApiConfig;
 use pmw_core::ch::latency::insert_push;
 use pmw_core::ch::PushLatencyRow;
 use pmw_core::{CoreConfig, UnixMs};
-use pmw_testkit::{Http, Resp, ServiceHandle, TcpProxy, TestDb};
+use pmw_testkit::seed::Endpoint;
+use pmw_testkit::{eventually, Http, Resp, ServiceHandle, TcpProxy, TestDb};
 use secrecy::{ExposeSecret, SecretString};
 
 const WITHIN: Duration = Duration::from_secs(20);
@@ -186,7 +187,7 @@ async fn the_api_starts_while_clickhouse_is_down_and_reports_it() {
     let base = format!("http://{addr}");
     let key = {
         let c = db.pg.get().await.unwrap();
-        pmw_tests::harness::account(&c, "during-outage", &[]).await
+        pmw_tools::chain::account(&c, "during-outage", &[]).await.1
     };
     let me = reqwest::Client::new()
         .get(format!("{base}/v1/me"))
@@ -266,8 +267,19 @@ async fn a_missing_push_standby_is_a_warning_not_a_503() {
         r.text
     );
     // It keeps beating while it waits: fresh again long after the 2 s limit (one beat at start
-    // would have gone stale for good).
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // would have gone stale for good). Its own heartbeat row tells when 5 s have passed.
+    let beat_late = eventually(Duration::from_secs(30), || async {
+        let c = api.db.pg.get().await.unwrap();
+        c.query_opt(
+            "SELECT beat_ms - started_ms FROM heartbeats WHERE service = 'pmw-push' AND instance = 'push-b'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .is_some_and(|r| r.get::<_, i64>(0) >= 5_000)
+    })
+    .await;
+    assert!(beat_late, "the standby beat 5 s after it started");
     let r = ready_until(&api.base, "the standby still fresh", standby_ok).await;
     assert_eq!(r.status.as_u16(), 200, "{}", r.text);
     assert!(!standby.is_finished());
@@ -373,7 +385,9 @@ async fn ready_covers_ingest_and_the_webhook_dispatcher() {
     push.stop().await.unwrap();
     let account = pmw_testkit::seed::account(&c, "w", "pro").await;
     let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
-    let endpoint = pmw_testkit::seed::endpoint(&c, account, "http://127.0.0.1:9/x", secret).await;
+    let endpoint = Endpoint::new(account, "http://127.0.0.1:9/x", secret)
+        .insert(&c)
+        .await;
     let due = UnixMs::now().0 - 300_000;
     c.execute(
         "INSERT INTO webhook_deliveries (id, endpoint_id, kind, block_number, log_index, payload, \

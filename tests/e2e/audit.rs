@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use pmw_core::trade::Allowlist;
 use pmw_core::{CoreConfig, Cursor};
-use pmw_sim::anvil::Anvil;
-use pmw_sim::{demo_wallets, Sim};
-use pmw_testkit::{assert_eventually, eventually_every, ServiceHandle, TestDb};
+use pmw_sim::demo_wallets;
+use pmw_testkit::seed::Endpoint;
+use pmw_testkit::{assert_eventually, eventually_every, ServiceHandle};
 use serde_json::Value;
 
 use crate::harness::{canonical, connect, hello_cursor, Client, Fill, Harness};
@@ -129,18 +129,7 @@ fn has(frames: &[Value], kind: &str, fill: &Fill) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fill_ingest_missed_is_delivered_once_audited_and_an_injected_one_is_retracted() {
-    let db = TestDb::new().await;
-    let anvil = Anvil::spawn_with(&["--slots-in-an-epoch", "2"])
-        .await
-        .expect("anvil");
-    let sim = Sim::connect(&anvil.http_url()).await.expect("sim");
-    sim.install_emitters().await.expect("emitters");
-    let h = Harness {
-        db,
-        anvil,
-        sim,
-        live: None,
-    };
+    let h = Harness::bare(&["--slots-in-an-epoch", "2"]).await;
     let (push, addr) = h.leader("push-a").await;
     let wallets = demo_wallets(6);
     let all: Vec<String> = wallets.iter().map(|w| w.to_lower_hex()).collect();
@@ -149,12 +138,7 @@ async fn a_fill_ingest_missed_is_delivered_once_audited_and_an_injected_one_is_r
     let url = hooks.start().await;
     let c = h.db.connect().await;
     let secret = pmw_core::webhook::Secret::generate().expose();
-    c.execute(
-        "INSERT INTO webhook_endpoints (account_id, url, secret, created_ms, updated_ms) VALUES ($1, $2, $3, 0, 0)",
-        &[&account, &url, &secret],
-    )
-    .await
-    .unwrap();
+    Endpoint::new(account, &url, &secret).insert(&c).await;
     c.execute("SELECT pg_notify('pmw_subscriptions', '')", &[])
         .await
         .unwrap();

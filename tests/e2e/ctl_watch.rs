@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use pmw_core::{Cursor, UnixMs};
 use pmw_sim::Emitted;
-use pmw_testkit::{assert_eventually, bound_within, free_port, workspace_bin, ServiceHandle};
+use pmw_testkit::{
+    assert_eventually, bound_within, free_port, observe_for, workspace_bin, ServiceHandle,
+};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 use tokio::sync::mpsc;
@@ -150,7 +152,8 @@ async fn watch_prints_trades_and_resumes_after_a_leader_restart() {
         let line = wait_line(&mut out, "", &mut log).await;
         printed.push(line.split_whitespace().next().unwrap().parse().unwrap());
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Negative check: nothing beyond the owed trades is printed within the window.
+    observe_for(Duration::from_millis(500)).await;
     while let Ok(line) = out.try_recv() {
         printed.push(line.split_whitespace().next().unwrap().parse().unwrap());
     }
@@ -221,7 +224,8 @@ async fn watch_prints_trades_and_resumes_after_a_leader_restart() {
         let line = wait_line(&mut out, "", &mut log).await;
         replayed.push(line.split_whitespace().next().unwrap().parse().unwrap());
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Negative check: nothing more is printed within the window.
+    observe_for(Duration::from_millis(300)).await;
     assert!(out.try_recv().is_err(), "nothing printed twice");
     let mut missed = missed;
     missed.sort();

@@ -16,10 +16,10 @@ use pmw_api::ApiConfig;
 use pmw_core::trade::Allowlist;
 use pmw_core::{Address, Cursor};
 use pmw_push::webhook::WebhookConfig;
-use pmw_sim::anvil::Anvil;
-use pmw_sim::{Emitted, Sim};
+use pmw_sim::Emitted;
 use pmw_testkit::hooks::{Receiver, Step};
-use pmw_testkit::{eventually, eventually_every, ServiceHandle, TestDb};
+use pmw_testkit::{eventually, eventually_every, stack_env, ServiceHandle};
+use pmw_tools::chain::Chain;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
@@ -131,10 +131,7 @@ impl Oracle {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn filtered_sessions_replays_and_webhooks_get_exactly_the_matching_fills_on_chain() {
-    let db = TestDb::new().await;
-    let anvil = Anvil::spawn().await.expect("anvil");
-    let sim = Sim::connect(&anvil.http_url()).await.expect("sim");
-    sim.install_emitters().await.expect("emitters");
+    let Chain { db, anvil, sim } = Chain::start(stack_env(), &[]).await;
     let markets = sim.config().markets.clone();
     let (gamma, _gamma) = pmw_sim::markets::serve("127.0.0.1:0".parse().unwrap(), markets.clone())
         .await

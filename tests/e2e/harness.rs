@@ -1,9 +1,11 @@
-//! The shared e2e harness: a private anvil with pmw-sim, pmw-live and pmw-push in-process (push
-//! on port 0), accounts created directly in Postgres, and a WebSocket client that records every
-//! frame.
+//! The e2e harness: pmw-live and pmw-push in-process (push on port 0) on the stack harness's
+//! private database and chain ([`Chain`], shared with the drills and pmw-check), and a WebSocket
+//! client that records every frame.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
+use std::ops::{Deref, DerefMut};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
@@ -11,9 +13,9 @@ use pmw_core::trade::Allowlist;
 use pmw_core::{CoreConfig, Cursor, UnixMs};
 use pmw_push::webhook::WebhookConfig;
 use pmw_push::PushConfig;
-use pmw_sim::anvil::Anvil;
-use pmw_sim::{Emitted, RunConfig, Sim};
-use pmw_testkit::{bound_within, eventually, ServiceHandle, TestDb};
+use pmw_sim::RunConfig;
+use pmw_testkit::{bound_within, eventually, stack_env, ServiceHandle};
+use pmw_tools::chain::{account, Chain};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
@@ -62,11 +64,23 @@ pub async fn start_push(
     (h, bound_within(rx, LEADS_WITHIN).await)
 }
 
+/// The services in-process on a [`Chain`]; derefs to it (`h.db`, `h.sim`, `h.anvil`).
 pub struct Harness {
-    pub db: TestDb,
-    pub anvil: Anvil,
-    pub sim: Sim,
+    pub chain: Chain,
     pub live: Option<ServiceHandle>,
+}
+
+impl Deref for Harness {
+    type Target = Chain;
+    fn deref(&self) -> &Chain {
+        &self.chain
+    }
+}
+
+impl DerefMut for Harness {
+    fn deref_mut(&mut self) -> &mut Chain {
+        &mut self.chain
+    }
 }
 
 impl Harness {
@@ -77,18 +91,17 @@ impl Harness {
     /// A harness whose anvil gets `args` (`--slots-in-an-epoch 2`: `finalized` trails the head
     /// by 4 blocks on anvil 1.7).
     pub async fn with_anvil(args: &[&str]) -> Harness {
-        let db = TestDb::new().await;
-        let anvil = Anvil::spawn_with(args).await.expect("anvil");
-        let sim = Sim::connect(&anvil.http_url()).await.expect("sim");
-        sim.install_emitters().await.expect("emitters");
-        let mut h = Harness {
-            db,
-            anvil,
-            sim,
-            live: None,
-        };
+        let mut h = Harness::bare(args).await;
         h.start_live().await;
         h
+    }
+
+    /// A harness whose anvil gets `args`, with no pmw-live started (the test starts its own).
+    pub async fn bare(args: &[&str]) -> Harness {
+        Harness {
+            chain: Chain::start(stack_env(), args).await,
+            live: None,
+        }
     }
 
     pub fn core(&self) -> CoreConfig {
@@ -134,12 +147,7 @@ impl Harness {
     /// An account following `wallets`, with an API key; push is notified of the change.
     pub async fn account(&self, wallets: &[pmw_core::Address]) -> (i64, String) {
         let made = self.account_unnotified(wallets).await;
-        self.db
-            .connect()
-            .await
-            .execute("SELECT pg_notify('pmw_subscriptions', '')", &[])
-            .await
-            .unwrap();
+        self.notify().await;
         made
     }
 
@@ -147,7 +155,9 @@ impl Harness {
     pub async fn endpoint(&self, account: i64, url: &str) {
         let c = self.db.connect().await;
         let secret = pmw_core::webhook::Secret::generate().expose();
-        pmw_testkit::seed::endpoint(&c, account, url, &secret).await;
+        pmw_testkit::seed::Endpoint::new(account, url, &secret)
+            .insert(&c)
+            .await;
         c.execute("SELECT pg_notify('pmw_subscriptions', '')", &[])
             .await
             .unwrap();
@@ -155,29 +165,7 @@ impl Harness {
 
     /// An account following `wallets`, with an API key, and no NOTIFY (a lost notification).
     pub async fn account_unnotified(&self, wallets: &[pmw_core::Address]) -> (i64, String) {
-        let c = self.db.connect().await;
-        let now = UnixMs::now().0;
-        let id: i64 = c
-            .query_one("INSERT INTO accounts (name, plan, created_ms) VALUES ('t', 'pro', $1) RETURNING id", &[&now])
-            .await
-            .unwrap()
-            .get(0);
-        let (key, prefix) = pmw_core::auth::generate(pmw_core::auth::KEY_PREFIX);
-        c.execute(
-            "INSERT INTO api_keys (account_id, prefix, key_hash, created_ms) VALUES ($1, $2, $3, $4)",
-            &[&id, &prefix, &pmw_core::auth::hash_secret(&key).as_slice(), &now],
-        )
-        .await
-        .unwrap();
-        for w in wallets {
-            c.execute(
-                "INSERT INTO subscriptions (account_id, wallet, created_ms) VALUES ($1, $2, $3)",
-                &[&id, &w.as_bytes().as_slice(), &now],
-            )
-            .await
-            .unwrap();
-        }
-        (id, key)
+        account(&self.db.connect().await, "t", wallets).await
     }
 
     /// Trade `count` matches, `per_block` to a block, `interval` apart; returns when all are mined.
@@ -197,49 +185,14 @@ impl Harness {
 
     /// The push cursor's block.
     pub async fn pushed_block(&self) -> u64 {
-        self.db
-            .connect()
-            .await
-            .query_one("SELECT block_number FROM push_cursor WHERE slot = 0", &[])
-            .await
-            .unwrap()
-            .get::<_, i64>(0) as u64
+        self.pushed().await.expect("a push cursor")
     }
 
     /// Wait until the push cursor reaches the chain head's block.
     pub async fn wait_pushed(&self, within: Duration) {
-        let head = self.sim.rpc().latest_block().await.unwrap().number.0;
-        let c = self.db.connect().await;
-        let reached = eventually(within, || async {
-            let b: Option<i64> = c
-                .query_opt("SELECT block_number FROM push_cursor WHERE slot = 0", &[])
-                .await
-                .unwrap()
-                .map(|r| r.get(0));
-            b.filter(|b| *b as u64 >= head).ok_or(b)
-        })
-        .await;
-        if let Err(b) = reached {
-            panic!("push did not reach block {head} (at {b:?})");
-        }
-    }
-
-    /// The canonical fills owned by `wallets`, in ledger order, after `after`.
-    pub fn expected(&self, wallets: &[pmw_core::Address], after: Cursor) -> Vec<Cursor> {
-        let set: BTreeSet<_> = wallets.iter().copied().collect();
-        let mut v: Vec<Cursor> = self
-            .sim
-            .canonical()
-            .iter()
-            .filter(|e: &&Emitted| set.contains(&e.maker))
-            .map(|e| Cursor {
-                block: e.block_number,
-                log_index: e.log_index as u32,
-            })
-            .filter(|c| *c > after)
-            .collect();
-        v.sort();
-        v
+        // Polled as often as `eventually` polls.
+        self.wait_pushed_every(within, Duration::from_millis(50))
+            .await;
     }
 }
 
@@ -255,6 +208,35 @@ pub struct Seen {
 pub struct Client {
     pub events: mpsc::UnboundedReceiver<Value>,
     pub done: tokio::task::JoinHandle<Seen>,
+    /// What it has seen so far, as frames arrive (`done` returns the whole of it).
+    so_far: Arc<Mutex<Seen>>,
+}
+
+impl Client {
+    /// Wait until what this client has seen so far satisfies `cond` (frames do not have to be
+    /// taken from `events`); panics after `within` saying what it waited for and what it saw.
+    pub async fn wait_seen(&self, within: Duration, what: &str, cond: impl Fn(&Seen) -> bool) {
+        let held = eventually(within, || async { cond(&self.so_far.lock().unwrap()) }).await;
+        if !held {
+            let seen = self.so_far.lock().unwrap();
+            panic!(
+                "client: {what} not seen within {within:?} ({} trades, {} frames, closed {:?})",
+                seen.trades.len(),
+                seen.frames.len(),
+                seen.close_code
+            );
+        }
+    }
+
+    /// Wait until this client has received a trade frame for every cursor of `owed`.
+    pub async fn wait_trades(&self, owed: &[Cursor], within: Duration) {
+        let what = format!("all {} owed trades", owed.len());
+        self.wait_seen(within, &what, |s| {
+            let got: BTreeSet<&Cursor> = s.trades.iter().collect();
+            owed.iter().all(|c| got.contains(c))
+        })
+        .await;
+    }
 }
 
 pub async fn connect(addr: SocketAddr, key: &str, since: Option<Cursor>) -> Client {
@@ -292,14 +274,16 @@ pub async fn connect_url(url: &str, key: Option<&str>) -> Client {
         .await
         .expect("ws connect");
     let (tx, rx) = mpsc::unbounded_channel();
+    let so_far = Arc::new(Mutex::new(Seen::default()));
+    let seen = so_far.clone();
     let done = tokio::spawn(async move {
         let (mut sink, mut stream) = ws.split();
-        let mut seen = Seen::default();
         while let Some(msg) = stream.next().await {
             match msg {
                 Ok(Message::Text(t)) => {
                     let mut v: Value = serde_json::from_str(&t).unwrap();
                     v["_recv_ms"] = Value::from(UnixMs::now().0);
+                    let mut seen = seen.lock().unwrap();
                     if v["type"] == "trade" {
                         seen.trades
                             .push(v["cursor"].as_str().unwrap().parse().unwrap());
@@ -308,7 +292,7 @@ pub async fn connect_url(url: &str, key: Option<&str>) -> Client {
                     let _ = tx.send(v);
                 }
                 Ok(Message::Close(f)) => {
-                    seen.close_code = f.map(|f| u16::from(f.code));
+                    seen.lock().unwrap().close_code = f.map(|f| u16::from(f.code));
                     break;
                 }
                 Ok(_) => {}
@@ -316,9 +300,14 @@ pub async fn connect_url(url: &str, key: Option<&str>) -> Client {
             }
         }
         let _ = sink.close().await;
+        let seen = seen.lock().unwrap().clone();
         seen
     });
-    Client { events: rx, done }
+    Client {
+        events: rx,
+        done,
+        so_far,
+    }
 }
 
 /// The id of `account`'s (only) API key.

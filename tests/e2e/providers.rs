@@ -10,9 +10,8 @@ use std::time::Duration;
 use pmw_core::trade::Allowlist;
 use pmw_core::types::cursor::MAX_LOG_INDEX;
 use pmw_core::Cursor;
-use pmw_sim::anvil::Anvil;
-use pmw_sim::{ReorgPlan, Sim};
-use pmw_testkit::{run_bin, workspace_bin, ServiceHandle, TcpProxy, TestDb};
+use pmw_sim::ReorgPlan;
+use pmw_testkit::{eventually_every, run_bin, workspace_bin, ServiceHandle, TcpProxy};
 use serde_json::Value;
 
 use crate::harness::{canonical, connect, Fill, Harness};
@@ -39,16 +38,7 @@ fn held(frames: &[Value]) -> BTreeSet<Fill> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reorg_seen_through_one_provider_first_leaves_subscribers_holding_the_chain() {
-    let db = TestDb::new().await;
-    let anvil = Anvil::spawn().await.expect("anvil");
-    let sim = Sim::connect(&anvil.http_url()).await.expect("sim");
-    sim.install_emitters().await.expect("emitters");
-    let mut h = Harness {
-        db,
-        anvil,
-        sim,
-        live: None,
-    };
+    let mut h = Harness::bare(&[]).await;
     let http = h.anvil.http_url();
     let target = format!("127.0.0.1:{}", h.anvil.port()).parse().unwrap();
     let (a, b) = (TcpProxy::start(target).await, TcpProxy::start(target).await);
@@ -89,13 +79,44 @@ async fn a_reorg_seen_through_one_provider_first_leaves_subscribers_holding_the_
         .unwrap();
     assert!(!outcome.orphaned.is_empty(), "the reorg orphaned fills");
     h.trade(1, Duration::from_millis(150), 10).await;
-    // The slow provider's view of both branches has arrived by now.
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
-    h.wait_pushed(WITHIN).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-
     let mut env = h.db.env();
     env.push(("PMW_RPC_HTTP_URL".into(), http.clone()));
+    // The slow provider's view of both branches arrives: live's heartbeat shows both providers
+    // healthy at the chain's head.
+    let head = h.head().await;
+    let caught_up = eventually_every(WITHIN, Duration::from_millis(500), || async {
+        let (_, out, _) = run_bin(
+            &workspace_bin("pmwctl"),
+            &env,
+            &["status", "--json"],
+            WITHIN,
+        )
+        .await;
+        let s: Value = serde_json::from_str(&out).unwrap_or_default();
+        let list = s["providers"]["list"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let at_head = |r: &Value| r["standing"] == "healthy" && r["head"].as_u64() >= Some(head);
+        (list.len() == 2 && list.iter().all(at_head)).then_some(())
+    })
+    .await;
+    assert!(
+        caught_up.is_some(),
+        "both providers at head {head} in live's heartbeat"
+    );
+    h.wait_pushed(WITHIN).await;
+    let wallet_set: Vec<String> = wallets
+        .iter()
+        .map(|w| w.to_string().to_lowercase())
+        .collect();
+    let expected = canonical(&http, start, &wallet_set).await;
+    client
+        .wait_seen(WITHIN, "exactly the chain's fills", |s| {
+            held(&s.frames) == expected
+        })
+        .await;
+
     let (code, status, err) = run_bin(&workspace_bin("pmwctl"), &env, &["status"], WITHIN).await;
     assert_eq!(code, 0, "pmwctl status: {err}");
     push.stop().await.unwrap();
@@ -126,11 +147,6 @@ async fn a_reorg_seen_through_one_provider_first_leaves_subscribers_holding_the_
         reorgs, 1,
         "the reorg followed once, no flap between branches"
     );
-    let wallet_set: Vec<String> = wallets
-        .iter()
-        .map(|w| w.to_string().to_lowercase())
-        .collect();
-    let expected = canonical(&http, start, &wallet_set).await;
     assert!(!expected.is_empty());
     assert_eq!(
         held(&seen.frames),

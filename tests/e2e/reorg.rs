@@ -54,6 +54,11 @@ impl View {
         v
     }
 
+    /// Whether what it holds is exactly the canonical set (nothing lost, no phantom).
+    fn holds(&self, owed: &BTreeSet<Fill>) -> bool {
+        self.held.iter().cloned().collect::<BTreeSet<Fill>>() == *owed
+    }
+
     /// Counts against the canonical set: (lost, phantom, duplicated, out of order).
     fn check(&self, who: &str, owed: &BTreeSet<Fill>) -> (usize, usize, usize, usize) {
         let held: BTreeSet<Fill> = self.held.iter().cloned().collect();
@@ -222,7 +227,21 @@ async fn reorg_case(depth: u64, replay: Option<ReplayOrder>) {
     h.wait_pushed(WITHIN).await;
     first_of(&mut back, "heartbeat").await;
     deliveries_settle(&h).await;
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let rpc = h.anvil.http_url();
+    let owed = canonical(&rpc, start, &one).await;
+    let all: Vec<String> = wallets.iter().map(|w| w.to_lower_hex()).collect();
+    let owed_all = canonical(&rpc, start, &all).await;
+    // Both sessions converge on the canonical chain (every owed trade held, every orphan
+    // retracted) before push stops.
+    stays
+        .wait_seen(WITHIN, "the canonical view", |s| {
+            View::of(&s.frames).holds(&owed)
+        })
+        .await;
+    back.wait_seen(WITHIN, "the canonical view after the resume", |s| {
+        View::of(before.iter().chain(&s.frames)).holds(&owed)
+    })
+    .await;
     push.stop().await.unwrap();
     let stays = stays.done.await.unwrap();
     let back = back.done.await.unwrap();
@@ -233,10 +252,6 @@ async fn reorg_case(depth: u64, replay: Option<ReplayOrder>) {
     );
     let resumed: Vec<&Value> = before.iter().chain(&back.frames).collect();
 
-    let rpc = h.anvil.http_url();
-    let owed = canonical(&rpc, start, &one).await;
-    let all: Vec<String> = wallets.iter().map(|w| w.to_lower_hex()).collect();
-    let owed_all = canonical(&rpc, start, &all).await;
     let case = format!("depth {depth} {replay:?}");
     for (who, view, owed) in [
         ("connected", View::of(&stays.frames), &owed),
@@ -304,7 +319,29 @@ async fn reorg_retract_never_overtakes_its_trade_on_a_webhook() {
     h.wait_pushed(WITHIN).await;
     hooks.fail_trades.store(false, Ordering::SeqCst);
     deliveries_settle(&h).await;
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    // The cancellations reach delivery_log (written in batches) before push stops.
+    let logged_cancelled = || async {
+        let cancelled: i64 = c
+            .query_one(
+                "SELECT count(*) FROM webhook_deliveries WHERE last_error LIKE 'cancelled:%'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        let logged: u64 =
+            h.db.ch
+                .query("SELECT count() FROM delivery_log WHERE outcome = 'cancelled'")
+                .fetch_one()
+                .await
+                .unwrap();
+        (cancelled, logged)
+    };
+    eventually(WITHIN, || async {
+        let (cancelled, logged) = logged_cancelled().await;
+        cancelled > 0 && logged >= cancelled as u64
+    })
+    .await;
     push.stop().await.unwrap();
 
     let messages = hooks.messages();
@@ -341,20 +378,7 @@ async fn reorg_retract_never_overtakes_its_trade_on_a_webhook() {
             _ => overtaken += 1,
         }
     }
-    let cancelled: i64 = c
-        .query_one(
-            "SELECT count(*) FROM webhook_deliveries WHERE last_error LIKE 'cancelled:%'",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    let logged: u64 =
-        h.db.ch
-            .query("SELECT count() FROM delivery_log WHERE outcome = 'cancelled'")
-            .fetch_one()
-            .await
-            .unwrap();
+    let (cancelled, logged) = logged_cancelled().await;
     let owed = canonical(&h.anvil.http_url(), start, &all).await;
     let counts = View::of(&messages).check("webhook with failing trades", &owed);
     println!(

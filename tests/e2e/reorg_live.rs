@@ -11,28 +11,18 @@ use std::time::Duration;
 use axum::response::IntoResponse;
 use pmw_core::types::cursor::MAX_LOG_INDEX;
 use pmw_core::Cursor;
-use pmw_sim::anvil::Anvil;
-use pmw_sim::{ReorgPlan, RunConfig, Sim};
-use pmw_testkit::{eventually_every, workspace_bin, ChildService, TestDb};
+use pmw_sim::{ReorgPlan, RunConfig};
+use pmw_testkit::{eventually_every, workspace_bin, ChildService};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::harness::{canonical, connect, Fill, Harness};
+use crate::harness::{canonical, connect, Client, Fill, Harness};
 
 const WITHIN: Duration = Duration::from_secs(60);
 
 /// A harness whose pmw-live is not started (each test starts its own).
 async fn bare() -> Harness {
-    let db = TestDb::new().await;
-    let anvil = Anvil::spawn().await.expect("anvil");
-    let sim = Sim::connect(&anvil.http_url()).await.expect("sim");
-    sim.install_emitters().await.expect("emitters");
-    Harness {
-        db,
-        anvil,
-        sim,
-        live: None,
-    }
+    Harness::bare(&[]).await
 }
 
 async fn rpc(url: &str, method: &str, params: Value) -> Value {
@@ -105,6 +95,18 @@ fn counts(v: &View, canonical: &BTreeSet<Fill>) -> (usize, usize, usize) {
         v.held.difference(canonical).count(),
         v.duplicated,
     )
+}
+
+/// Wait until `client` holds exactly the chain's fills of `wallets` after block `start` (nothing
+/// lost, no phantom): its frames have all arrived.
+async fn holds_the_chain(client: &Client, http: &str, start: u64, wallets: &BTreeSet<String>) {
+    let wallets: Vec<String> = wallets.iter().cloned().collect();
+    let expected = canonical(http, start, &wallets).await;
+    client
+        .wait_seen(WITHIN, "the chain's fills", |s| {
+            view(&s.frames).held == expected
+        })
+        .await;
 }
 
 async fn watermark(h: &Harness) -> Option<(u64, String)> {
@@ -248,7 +250,7 @@ async fn an_ingest_interrupted_between_its_writes_leaves_no_phantom_after_a_reor
     let client = connect(addr, &key, Some(since)).await;
     h.trade(1, Duration::from_millis(50), 6).await;
     h.wait_pushed(WITHIN).await;
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    holds_the_chain(&client, &http, start, &wallet_set).await;
     push.stop().await.unwrap();
     let seen = client.done.await.unwrap();
     h.live.take().unwrap().stop().await.unwrap();
@@ -435,7 +437,7 @@ async fn a_lagging_rpc_node_causes_no_retraction() {
         "ingest reached the head"
     );
     h.wait_pushed(WITHIN).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    holds_the_chain(&client, &http, start, &wallet_set).await;
     push.stop().await.unwrap();
     let seen = client.done.await.unwrap();
     h.live.take().unwrap().stop().await.unwrap();

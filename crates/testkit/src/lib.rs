@@ -32,4 +32,4 @@ pub use proxy::TcpProxy;
 pub use rpc_proxy::RpcProxy;
 pub use service::{bound_within, ServiceHandle};
 pub use stack::{nats_urls, repo_root, stack_env, workspace_bin, StackEnv};
-pub use wait::{eventually, eventually_blocking, eventually_every, Settled};
+pub use wait::{eventually, eventually_blocking, eventually_every, observe_for, Settled};

@@ -1,5 +1,7 @@
 //! Polling a condition until it holds or a deadline passes: the one wait every test uses
-//! ([`eventually`], [`eventually_every`], [`eventually_blocking`] and [`assert_eventually!`]).
+//! ([`eventually`], [`eventually_every`], [`eventually_blocking`] and [`assert_eventually!`]);
+//! and the one fixed wait a test may make, the observation window of a negative check
+//! ([`observe_for`]).
 
 use std::future::Future;
 use std::time::Duration;
@@ -74,6 +76,14 @@ where
         }
         std::thread::sleep(every);
     }
+}
+
+/// A negative check's observation window: let `window` pass so that what must NOT happen (a
+/// duplicate, a frame after the last owed one, a bind by a standby) has its chance to; the caller
+/// asserts afterwards. Never a wait for something that must happen: that is [`eventually`],
+/// which ends as soon as it holds.
+pub async fn observe_for(window: Duration) {
+    tokio::time::sleep(window).await;
 }
 
 /// Wait (in an async test) until a boolean condition holds, polling it every 50 ms; panic if it

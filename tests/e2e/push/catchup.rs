@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use pmw_sim::demo_wallets;
 use pmw_testkit::hooks::{Receiver, Step};
-use pmw_testkit::{assert_eventually, eventually_every};
+use pmw_testkit::{assert_eventually, eventually_every, observe_for};
 
 use super::WITHIN;
 use crate::harness::{canonical, Fill, Harness};
@@ -118,7 +118,8 @@ async fn catch_up(short_block: bool) {
             h.pushed_block().await + 1 >= short,
             "catch-up stalled early"
         );
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        // Negative check: the cursor stays before the short block for the whole window.
+        observe_for(Duration::from_secs(2)).await;
         let at = h.pushed_block().await;
         let (got, _) = received(&hook);
         let past = got.iter().filter(|f| f.0 >= short).count();

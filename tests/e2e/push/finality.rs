@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use pmw_core::Cursor;
 use pmw_sim::demo_wallets;
-use pmw_testkit::assert_eventually;
 use pmw_testkit::hooks::PyReceiver;
+use pmw_testkit::seed::Endpoint;
+use pmw_testkit::{assert_eventually, eventually, observe_for};
 use serde_json::Value;
 
 use super::WITHIN;
@@ -74,13 +75,17 @@ async fn finals_follow_their_trades_and_final_only_subscribers_get_only_finals()
         (&only_final, vec!["final"]),
         (&both_hook, vec!["trade", "final"]),
     ] {
-        let to = (r.url(), secret.expose());
-        pmw_testkit::seed::endpoint_for(&c, account, (&to.0, &to.1), &events).await;
+        let (url, secret) = (r.url(), secret.expose());
+        Endpoint::new(account, &url, &secret)
+            .events(&events)
+            .insert(&c)
+            .await;
     }
     c.execute("SELECT pg_notify('pmw_subscriptions', '')", &[])
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // No wait for the NOTIFY to be handled: each lane's round reads `subs_version` with its state
+    // and reloads a stale index before it matches (push/index.rs proves it with the NOTIFY lost).
 
     let url = |q: &str| format!("ws://{addr}/v1/ws{q}");
     let mut both = connect_url(&url("?events=trade,final"), Some(&key)).await;
@@ -121,7 +126,36 @@ async fn finals_follow_their_trades_and_final_only_subscribers_get_only_finals()
         count(&both_hook, "final"),
         expected.len()
     );
-    tokio::time::sleep(Duration::from_millis(1500)).await; // WS frames of the same rounds
+    // And on the WebSocket channels: the frames of the same rounds.
+    let has_all = |s: &crate::harness::Seen, kind: &str| {
+        let got: BTreeSet<Cursor> = cursors(&s.frames, kind).into_iter().collect();
+        got.is_superset(&expected)
+    };
+    both.wait_seen(WITHIN, "every trade and final", |s| {
+        has_all(s, "trade") && has_all(s, "final")
+    })
+    .await;
+    finals
+        .wait_seen(WITHIN, "every final", |s| has_all(s, "final"))
+        .await;
+    trades
+        .wait_seen(WITHIN, "every trade", |s| has_all(s, "trade"))
+        .await;
+    // The finals' latency rows are written in batches: flushed before push stops (asserted
+    // below).
+    let final_rows = || async {
+        h.db.ch
+            .query(
+                "SELECT count() FROM push_latency WHERE channel IN ('ws_final', 'webhook_final')",
+            )
+            .fetch_one::<u64>()
+            .await
+            .unwrap()
+    };
+    eventually(WITHIN, || async {
+        final_rows().await as usize >= 3 * expected.len()
+    })
+    .await;
     push.stop().await.unwrap();
     let (both, finals, trades) = (
         both.done.await.unwrap(),
@@ -208,13 +242,7 @@ async fn finals_follow_their_trades_and_final_only_subscribers_get_only_finals()
     assert_eq!(seen_trade, expected);
 
     // The dashboard's final stage has its rows: one per final pushed.
-    let n: u64 = h
-        .db
-        .ch
-        .query("SELECT count() FROM push_latency WHERE channel IN ('ws_final', 'webhook_final')")
-        .fetch_one()
-        .await
-        .unwrap();
+    let n = final_rows().await;
     assert!(n as usize >= 3 * expected.len(), "final latency rows: {n}");
 }
 
@@ -337,7 +365,8 @@ async fn resumed_sessions_miss_no_final_and_repeat_none() {
     let n = owed.len();
     let both2_frames =
         collect_until(&mut both2, Vec::new(), |f| cursors(f, "final").len() >= n).await;
-    tokio::time::sleep(Duration::from_millis(500)).await; // nothing more may come
+    // Negative check: nothing more comes within the window.
+    observe_for(Duration::from_millis(500)).await;
     let mut both2_frames = both2_frames;
     while let Ok(v) = both2.events.try_recv() {
         both2_frames.push(v);
@@ -405,7 +434,8 @@ async fn a_reorg_above_finality_retracts_trades_and_no_orphan_is_ever_final() {
     let canonical = fills_after(&h.anvil.http_url(), from_block, &wallets, start).await;
     let n = canonical.len();
     let frames = collect_until(&mut both, Vec::new(), |f| cursors(f, "final").len() >= n).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Negative check: nothing more comes within the window.
+    observe_for(Duration::from_millis(500)).await;
     let mut frames = frames;
     while let Ok(v) = both.events.try_recv() {
         frames.push(v);

@@ -1,11 +1,11 @@
 //! The subscription index stays fresh (issue 11): a change whose NOTIFY was lost is still
 //! matched by the next round, for WebSocket sessions and webhook endpoints alike.
 
-use std::time::Duration;
-
 use pmw_core::Cursor;
 use pmw_push::PushConfig;
 use pmw_sim::demo_wallets;
+use pmw_testkit::eventually;
+use pmw_testkit::seed::Endpoint;
 
 use super::WITHIN;
 use crate::harness::{connect, hello_cursor, Harness};
@@ -33,27 +33,25 @@ async fn a_subscription_whose_notification_was_lost_is_matched_by_the_next_round
     let (account, key) = h.account_unnotified(&mine).await;
     let pg = h.db.connect().await;
     let now = pmw_core::UnixMs::now().0;
-    let endpoint: i64 = pg
-        .query_one(
-            "INSERT INTO webhook_endpoints (account_id, url, secret, created_ms, updated_ms) \
-             VALUES ($1, 'http://127.0.0.1:9/hook', 'whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0', $2, $2) RETURNING id",
-            &[&account, &now],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let endpoint = Endpoint::new(
+        account,
+        "http://127.0.0.1:9/hook",
+        "whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0",
+    )
+    .created(now)
+    .insert(&pg)
+    .await;
     let mut c = connect(addr, &key, None).await;
     let start: Cursor = hello_cursor(&mut c).await;
     h.sim.run_matches(8).await.unwrap();
     h.wait_pushed(WITHIN).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    push.stop().await.unwrap();
     let owed = h.expected(&mine, start);
     assert!(!owed.is_empty(), "the sim traded the account's wallets");
-    let seen = c.done.await.unwrap();
-    assert_eq!(seen.trades, owed, "every trade after the hello cursor");
-    let enqueued: Vec<(i64, i32)> = pg
-        .query(
+    // Both lanes done: every trade at the client, a delivery enqueued for each (the webhook
+    // lane runs behind the WebSocket one).
+    c.wait_trades(&owed, WITHIN).await;
+    let enqueued_rows = || async {
+        pg.query(
             "SELECT block_number, log_index FROM webhook_deliveries WHERE endpoint_id = $1 AND kind = 'trade' ORDER BY 1, 2",
             &[&endpoint],
         )
@@ -61,7 +59,16 @@ async fn a_subscription_whose_notification_was_lost_is_matched_by_the_next_round
         .unwrap()
         .iter()
         .map(|r| (r.get(0), r.get(1)))
-        .collect();
+        .collect::<Vec<(i64, i32)>>()
+    };
+    let enqueued = eventually(WITHIN, || async {
+        Some(enqueued_rows().await).filter(|e| e.len() >= owed.len())
+    })
+    .await
+    .unwrap_or_default();
+    push.stop().await.unwrap();
+    let seen = c.done.await.unwrap();
+    assert_eq!(seen.trades, owed, "every trade after the hello cursor");
     let after_endpoint: Vec<(i64, i32)> = owed
         .iter()
         .map(|c| (c.block as i64, c.log_index as i32))

@@ -7,7 +7,8 @@ use std::time::Duration;
 use pmw_core::Cursor;
 use pmw_sim::demo_wallets;
 use pmw_sim::RunConfig;
-use pmw_testkit::eventually_every;
+use pmw_testkit::seed::Endpoint;
+use pmw_testkit::{eventually_every, observe_for};
 use tokio_util::sync::CancellationToken;
 
 use super::WITHIN;
@@ -18,7 +19,8 @@ async fn standby_waits_without_listening_and_push_worker_0_refuses() {
     let h = Harness::new().await;
     let (a, _addr) = h.leader("push-a").await;
     let (b, mut b_bound) = h.start_push("push-b", h.push_config());
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Negative check: the standby does not bind within the window.
+    observe_for(Duration::from_millis(1500)).await;
     assert!(
         b_bound.try_recv().is_err(),
         "the standby must not bind before it holds the lock"
@@ -173,7 +175,9 @@ async fn graceful_handover_under_load_loses_nothing() {
         },
         CancellationToken::new(),
     );
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // Under load: the leader stops while trades flow (the run is 80 matches, 30 ms apart).
+    c1.wait_seen(WITHIN, "10 trades", |s| s.trades.len() >= 10)
+        .await;
     let stop_at = std::time::Instant::now();
     a.stop().await.unwrap();
     let seen1 = c1.done.await.unwrap();
@@ -188,7 +192,7 @@ async fn graceful_handover_under_load_loses_nothing() {
     let gap = stop_at.elapsed();
     run.await.unwrap().unwrap();
     h.wait_pushed(WITHIN).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    c2.wait_trades(&h.expected(&mine, last), WITHIN).await;
     b.stop().await.unwrap();
     let seen2 = c2.done.await.unwrap();
     let mut union = seen1.trades.clone();
@@ -254,14 +258,12 @@ async fn the_feed_goes_on_while_a_graceful_stop_drains_the_webhooks() {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/slow", l.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(l, app).await });
-    let now = pmw_core::UnixMs::now().0;
-    h.db.connect()
-        .await
-        .batch_execute(&format!(
-            "INSERT INTO webhook_endpoints (account_id, url, secret, created_ms, updated_ms) \
-             VALUES ({account}, '{url}', 'whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0', {now}, {now}); \
-             SELECT pg_notify('pmw_subscriptions', '')"
-        ))
+    let pg = h.db.connect().await;
+    Endpoint::new(account, &url, "whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0")
+        .created(pmw_core::UnixMs::now().0)
+        .insert(&pg)
+        .await;
+    pg.execute("SELECT pg_notify('pmw_subscriptions', '')", &[])
         .await
         .unwrap();
     let (a, addr) = h.leader("push-a").await;
@@ -275,7 +277,8 @@ async fn the_feed_goes_on_while_a_graceful_stop_drains_the_webhooks() {
     assert!(in_flight, "no webhook attempt started");
     // Attempts are in flight for 4 s: stop the leader, then trade during the drain.
     let stopping = tokio::spawn(a.stop());
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Negative check: the stop does not finish within the window (the receiver holds it 4 s).
+    observe_for(Duration::from_millis(300)).await;
     assert!(!stopping.is_finished(), "the stop waits for the receiver");
     h.sim.run_matches(1).await.unwrap();
     let seen = crate::harness::closed_with(c, 1012, WITHIN, "closed at the hand-over").await;

@@ -9,10 +9,11 @@ use std::time::Duration;
 use pmw_core::Cursor;
 use pmw_sim::demo_wallets;
 use pmw_testkit::hooks::PyReceiver;
-use pmw_testkit::{assert_eventually, eventually_every};
+use pmw_testkit::seed::Endpoint;
+use pmw_testkit::{assert_eventually, eventually, eventually_every, observe_for};
 
 use super::WITHIN;
-use crate::harness::{connect, first_of, hello_cursor, Harness};
+use crate::harness::{connect, hello_cursor, Harness};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paced_trades_report_client_observed_latency_and_carry_heartbeats() {
@@ -24,10 +25,15 @@ async fn paced_trades_report_client_observed_latency_and_carry_heartbeats() {
     let start: Cursor = hello_cursor(&mut c).await;
     h.trade(1, Duration::from_millis(250), 20).await;
     h.wait_pushed(WITHIN).await;
-    tokio::time::sleep(Duration::from_millis(1500)).await; // at least one heartbeat (1 s)
+    let owed = h.expected(&mine, start);
+    c.wait_trades(&owed, WITHIN).await;
+    c.wait_seen(WITHIN, "a heartbeat (every 1 s)", |s| {
+        s.frames.iter().any(|f| f["type"] == "heartbeat")
+    })
+    .await;
     push.stop().await.unwrap();
     let seen = c.done.await.unwrap();
-    assert_eq!(seen.trades, h.expected(&mine, start));
+    assert_eq!(seen.trades, owed);
     let mut lat: Vec<i64> = seen
         .frames
         .iter()
@@ -55,16 +61,21 @@ async fn paced_trades_report_client_observed_latency_and_carry_heartbeats() {
         hb["cursor"].as_str().unwrap().parse::<Cursor>().is_ok(),
         "heartbeat carries the session cursor: {hb}"
     );
-    // One push_latency row per delivered frame, never before detection.
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    let rows: Vec<(i64, i64)> = h
-        .db
-        .ch
-        .query("SELECT t_detect_ms, t_push_ms FROM push_latency WHERE channel = 'ws' AND target_id = ?")
-        .bind(account as u64)
-        .fetch_all()
-        .await
-        .unwrap();
+    // One push_latency row per delivered frame, never before detection: wait for as many rows
+    // as frames (they are written in batches), then no more than that.
+    let latency_rows = || async {
+        h.db.ch
+            .query("SELECT t_detect_ms, t_push_ms FROM push_latency WHERE channel = 'ws' AND target_id = ?")
+            .bind(account as u64)
+            .fetch_all::<(i64, i64)>()
+            .await
+            .unwrap()
+    };
+    let rows = eventually(WITHIN, || async {
+        Some(latency_rows().await).filter(|r| r.len() >= seen.trades.len())
+    })
+    .await
+    .unwrap_or_default();
     assert_eq!(
         rows.len(),
         seen.trades.len(),
@@ -82,17 +93,15 @@ async fn webhooks_deliver_each_matched_trade_once_verified_by_the_official_libra
     let secret = pmw_push::webhook::sign::Secret::generate();
     let receiver = PyReceiver::start(&secret.expose()).await;
     let c = h.db.connect().await;
-    let now = pmw_core::UnixMs::now().0;
-    c.execute(
-        "INSERT INTO webhook_endpoints (account_id, url, secret, created_ms, updated_ms) VALUES ($1, $2, $3, $4, $4)",
-        &[&account, &receiver.url(), &secret.expose(), &now],
-    )
-    .await
-    .unwrap();
+    Endpoint::new(account, &receiver.url(), &secret.expose())
+        .created(pmw_core::UnixMs::now().0)
+        .insert(&c)
+        .await;
     c.execute("SELECT pg_notify('pmw_subscriptions', '')", &[])
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // No wait for the NOTIFY to be handled: each lane's round reads `subs_version` with its state
+    // and reloads a stale index before it matches (push/index.rs proves it with the NOTIFY lost).
     let start = Cursor {
         block: h.sim.rpc().latest_block().await.unwrap().number.0,
         log_index: pmw_core::types::cursor::MAX_LOG_INDEX,
@@ -107,7 +116,8 @@ async fn webhooks_deliver_each_matched_trade_once_verified_by_the_official_libra
         receiver.verdicts().len(),
         expected.len()
     );
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Negative check: no duplicate follows within the window ("exactly once" below).
+    observe_for(Duration::from_millis(500)).await;
     push.stop().await.unwrap();
     let verdicts = receiver.verdicts();
     assert!(
@@ -136,12 +146,30 @@ async fn the_dashboard_detect_to_push_p50_matches_what_clients_observe() {
     let h = Harness::new().await;
     let (push, addr) = h.leader("push-a").await;
     let mine = demo_wallets(6);
-    let (_, key) = h.account(&mine).await;
+    let (account, key) = h.account(&mine).await;
     let mut c = connect(addr, &key, None).await;
-    first_of(&mut c, "hello").await;
+    let start = hello_cursor(&mut c).await;
     h.trade(1, Duration::from_millis(200), 30).await;
     h.wait_pushed(WITHIN).await;
-    tokio::time::sleep(Duration::from_millis(1500)).await; // latency rows flushed (500 ms batches)
+    // Every frame delivered, and its latency row flushed (500 ms batches) before push stops.
+    let owed = h.expected(&mine, start);
+    c.wait_trades(&owed, WITHIN).await;
+    let flushed = eventually(WITHIN, || async {
+        let n: u64 =
+            h.db.ch
+                .query("SELECT count() FROM push_latency WHERE channel = 'ws' AND target_id = ?")
+                .bind(account as u64)
+                .fetch_one()
+                .await
+                .unwrap();
+        n >= owed.len() as u64
+    })
+    .await;
+    assert!(
+        flushed,
+        "a latency row for each of the {} frames",
+        owed.len()
+    );
     push.stop().await.unwrap();
     let seen = c.done.await.unwrap();
     let mut client: Vec<i64> = seen
@@ -209,13 +237,10 @@ async fn webhooks_held_up_never_hold_up_websocket_frames() {
     let secret = pmw_push::webhook::sign::Secret::generate();
     let receiver = PyReceiver::start(&secret.expose()).await;
     let c = h.db.connect().await;
-    let now = pmw_core::UnixMs::now().0;
-    c.execute(
-        "INSERT INTO webhook_endpoints (account_id, url, secret, created_ms, updated_ms) VALUES ($1, $2, $3, $4, $4)",
-        &[&account, &receiver.url(), &secret.expose(), &now],
-    )
-    .await
-    .unwrap();
+    Endpoint::new(account, &receiver.url(), &secret.expose())
+        .created(pmw_core::UnixMs::now().0)
+        .insert(&c)
+        .await;
     let mut ws = connect(addr, &key, None).await;
     let start: Cursor = hello_cursor(&mut ws).await;
 
@@ -249,7 +274,8 @@ async fn webhooks_held_up_never_hold_up_websocket_frames() {
         live.get(),
         expected.len()
     );
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Negative check: no webhook arrives within the window while the lane is held.
+    observe_for(Duration::from_millis(500)).await;
     let held = receiver.verdicts().len();
     assert_eq!(held, 0, "no webhook can be queued while the lane is held");
 
@@ -262,7 +288,9 @@ async fn webhooks_held_up_never_hold_up_websocket_frames() {
         receiver.verdicts().len(),
         expected.len()
     );
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The WebSocket trades were all seen above; negative check: no webhook duplicate follows
+    // within the window ("each webhook once" below).
+    observe_for(Duration::from_millis(500)).await;
     push.stop().await.unwrap();
     let seen = ws.done.await.unwrap();
     assert_eq!(seen.trades, expected, "every WebSocket trade, in order");

@@ -7,7 +7,7 @@ use std::time::Duration;
 use pmw_core::Cursor;
 use pmw_sim::demo_wallets;
 use pmw_sim::RunConfig;
-use pmw_testkit::eventually_every;
+use pmw_testkit::{eventually, eventually_every};
 use tokio_util::sync::CancellationToken;
 
 use super::WITHIN;
@@ -35,12 +35,14 @@ async fn every_user_gets_exactly_its_trades_in_ledger_order() {
     // Several matches per block: many trades per block, many users per trade.
     h.trade(4, Duration::ZERO, 60).await;
     h.wait_pushed(WITHIN).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    push.stop().await.unwrap();
     let after = Cursor {
         block: start,
         log_index: pmw_core::types::cursor::MAX_LOG_INDEX,
     };
+    for (ws, c) in &users {
+        c.wait_trades(&h.expected(ws, after), WITHIN).await;
+    }
+    push.stop().await.unwrap();
     for (i, (ws, c)) in users.into_iter().enumerate() {
         let seen = c.done.await.unwrap();
         assert!(
@@ -91,12 +93,23 @@ async fn resume_with_since_has_no_gap_and_no_duplicate_at_the_seam() {
     }
     c1.done.abort();
     drop(c1.events);
-    tokio::time::sleep(Duration::from_millis(300)).await;
     let last = *got.last().unwrap();
+    // Trades go by while it is away: push delivers one of these wallets' trades after the seam.
+    let missed = eventually(WITHIN, || async {
+        let pushed = h.pushed().await.unwrap_or(0);
+        h.expected(&mine, last)
+            .first()
+            .is_some_and(|c| c.block <= pushed)
+    })
+    .await;
+    assert!(
+        missed,
+        "no trade of these wallets went by while disconnected"
+    );
     let c2 = connect(addr, &key, Some(last)).await;
     run.await.unwrap().unwrap();
     h.wait_pushed(WITHIN).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    c2.wait_trades(&h.expected(&mine, last), WITHIN).await;
     push.stop().await.unwrap();
     let seen = c2.done.await.unwrap();
     let mut union = got.clone();
@@ -132,7 +145,7 @@ async fn a_slow_consumer_is_closed_and_others_are_unaffected() {
     let start: Cursor = hello_cursor(&mut fast).await;
     h.trade(2, Duration::ZERO, 300).await;
     h.wait_pushed(WITHIN).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    fast.wait_trades(&h.expected(&mine, start), WITHIN).await;
     let closed = push_slow_closed(&h).await;
     push.stop().await.unwrap();
     let seen = fast.done.await.unwrap();
@@ -183,8 +196,9 @@ async fn a_killed_listen_session_is_caught_up_from_the_cursor() {
         .get(0);
     assert_eq!(killed, 1);
     h.sim.run_matches(5).await.unwrap();
+    // Push goes on after the kill: its cursor reaches the head and the client every trade.
     h.wait_pushed(WITHIN).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    c.wait_trades(&h.expected(&mine, start), WITHIN).await;
     assert!(
         !push.is_finished(),
         "a lost LISTEN session is reconnected, not fatal"
@@ -229,20 +243,18 @@ async fn a_reorg_retracts_delivered_trades_and_delivers_the_new_branch() {
     let outcome = h.sim.reorg(2).await.unwrap();
     h.sim.run_matches(1).await.unwrap();
     h.wait_pushed(WITHIN).await;
-    tokio::time::sleep(Duration::from_millis(800)).await;
-    push.stop().await.unwrap();
-    let seen = c.done.await.unwrap();
-    let retracted: std::collections::BTreeSet<(String, String)> = seen
-        .frames
-        .iter()
-        .filter(|f| f["type"] == "retract")
-        .map(|f| {
-            (
-                f["cursor"].as_str().unwrap().to_string(),
-                f["trade"]["block_hash"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect();
+    let retracts = |frames: &[serde_json::Value]| -> std::collections::BTreeSet<(String, String)> {
+        frames
+            .iter()
+            .filter(|f| f["type"] == "retract")
+            .map(|f| {
+                (
+                    f["cursor"].as_str().unwrap().to_string(),
+                    f["trade"]["block_hash"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
     let orphaned: std::collections::BTreeSet<(String, String)> = outcome
         .orphaned
         .iter()
@@ -259,6 +271,15 @@ async fn a_reorg_retracts_delivered_trades_and_delivers_the_new_branch() {
         })
         .collect();
     assert!(!orphaned.is_empty());
+    // Every orphaned trade retracted and the new branch delivered, then stop.
+    c.wait_seen(WITHIN, "the orphaned trades' retractions", |s| {
+        retracts(&s.frames).is_superset(&orphaned)
+    })
+    .await;
+    c.wait_trades(&h.expected(&mine, start), WITHIN).await;
+    push.stop().await.unwrap();
+    let seen = c.done.await.unwrap();
+    let retracted = retracts(&seen.frames);
     assert_eq!(
         retracted, orphaned,
         "every delivered orphaned trade is retracted, nothing else"

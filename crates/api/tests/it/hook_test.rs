@@ -103,15 +103,9 @@ async fn test_event_never_reaches_a_private_address() {
     // Stored before the rules changed (or by hand): the guard refuses it at send time.
     let c = api.db.pg.get().await.unwrap();
     let secret = pmw_core::webhook::Secret::generate().expose();
-    let ep: i64 = c
-        .query_one(
-            "INSERT INTO webhook_endpoints (account_id, url, secret, created_ms, updated_ms) \
-             VALUES ($1, $2, $3, 0, 0) RETURNING id",
-            &[&account, &hook.url(), &secret],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let ep = pmw_testkit::seed::Endpoint::new(account, &hook.url(), &secret)
+        .insert(&c)
+        .await;
     let r = api
         .post(&format!("/v1/webhooks/{ep}/test"), &key, json!(null))
         .await;

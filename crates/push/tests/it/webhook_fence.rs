@@ -90,7 +90,8 @@ async fn webhook_bumped_epoch_lands_no_writes_and_successor_resends() {
     ));
     let third = env.enqueue(epoch, ep, &[12]).await.unwrap();
     old.wake();
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    // Negative check: the fenced dispatcher sends nothing within the window.
+    pmw_testkit::observe_for(Duration::from_millis(600)).await;
     assert_eq!(
         rx.count(),
         2,
@@ -128,7 +129,8 @@ async fn webhook_bumped_epoch_lands_no_writes_and_successor_resends() {
 async fn webhook_idle_dispatcher_stops_when_epoch_bumped() {
     let env = Env::new().await;
     let mut d = env.dispatcher(1, config());
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Negative check: an idle dispatcher does not end by itself within the window.
+    pmw_testkit::observe_for(Duration::from_millis(300)).await;
     assert!(!d.is_finished());
     env.bump_epoch().await;
     let r = tokio::time::timeout(Duration::from_secs(10), d.wait())

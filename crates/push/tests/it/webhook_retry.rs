@@ -25,8 +25,8 @@ async fn webhook_500_then_200_same_id_twice_then_no_more() {
         })
         .await
     );
-    // Quiet period: several poll rounds, no third request.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Negative check: a quiet window of several poll rounds, no third request.
+    pmw_testkit::observe_for(Duration::from_secs(2)).await;
     let hits = rx.hits();
     assert_eq!(hits.len(), 2, "{hits:?}");
     assert_eq!(hits[0].id, ids[0]);
@@ -124,7 +124,8 @@ async fn webhook_retry_state_survives_dispatcher_restart() {
         })
         .await
     );
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Negative check: no further attempt within the window.
+    pmw_testkit::observe_for(Duration::from_secs(2)).await;
     let hits = rx.hits();
     assert_eq!(hits.len(), 2, "{hits:?}");
     assert!(

@@ -59,15 +59,13 @@ impl Env {
         previous: Option<&str>,
         previous_expires_ms: Option<i64>,
     ) -> i64 {
-        let c = self.db.connect().await;
-        c.query_one(
-            "INSERT INTO webhook_endpoints (account_id, url, secret, previous_secret, previous_expires_ms, created_ms, updated_ms) \
-             VALUES ($1, $2, $3, $4, $5, 0, 0) RETURNING id",
-            &[&self.account, &url, &secret, &previous, &previous_expires_ms],
-        )
+        pmw_testkit::seed::Endpoint {
+            previous_secret: previous,
+            previous_expires_ms,
+            ..pmw_testkit::seed::Endpoint::new(self.account, url, secret)
+        }
+        .insert(&self.db.connect().await)
         .await
-        .unwrap()
-        .get(0)
     }
 
     /// Enqueue one trade delivery per block number for `endpoint`, through [`webhook::enqueue`]

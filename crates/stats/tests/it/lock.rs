@@ -56,8 +56,8 @@ async fn a_second_instance_waits_for_the_lock_then_takes_over() {
         sessions == 2 && state.is_some_and(|s| s["state"] == "waiting for lock")
     };
     assert_eventually!(Duration::from_secs(60), waiting().await, "B never waited");
-    // Several lock segments (200 ms each) pass without B binding or exiting.
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    // Negative check: several lock segments (200 ms each) pass without B binding or exiting.
+    pmw_testkit::observe_for(Duration::from_millis(1_500)).await;
     assert!(
         rx_b.try_recv().is_err(),
         "the waiting instance must not bind"

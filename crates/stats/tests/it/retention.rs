@@ -228,8 +228,9 @@ async fn retention_purges_finished_rows_in_batches_and_old_delivery_log_days() {
     let c = db.connect().await;
     let now = UnixMs::now();
     let account = pmw_testkit::seed::account(&c, "t", "free").await;
-    let endpoint =
-        pmw_testkit::seed::endpoint(&c, account, "http://127.0.0.1:9/hook", "whsec_x").await;
+    let endpoint = pmw_testkit::seed::Endpoint::new(account, "http://127.0.0.1:9/hook", "whsec_x")
+        .insert(&c)
+        .await;
 
     // ws_claims, kept 1 day: 10 finished rows are older.
     claims(&c, 7, "delivered", now.0 - 3 * DAY, Some(now.0 - 2 * DAY)).await;

@@ -205,88 +205,113 @@ pub fn judge(done: &[Done], streams: &[Stream], lease_ms: i64) -> Judgement {
             j.failed_deploys
                 .push(format!("t+{} s: {}", w.done.fault.at_s, w.done.note));
         }
-
         // The first block anyone was told of after the fault's end.
         let first_detect = detects.iter().copied().find(|&d| d >= e);
-        // The other faults that may darken a feed, each from its start to its deadline: a trade
-        // whose wait overlapped one is that fault's to answer for (judged from its end), not a
-        // fault judged by the trades detected while it lasted.
         for s in streams {
-            let hooks = s.name.starts_with("hook");
-            let until = deadline(w, &windows, hooks);
-            let masked = until > w.deadline();
-            let mut others: Vec<(i64, i64)> = windows
-                .iter()
-                .filter(|g| !harmless(&g.done.fault.kind) && !std::ptr::eq(g.done, w.done))
-                .map(|g| (g.done.began_ms, g.deadline_for(hooks)))
-                .collect();
-            if harmless(&w.done.fault.kind) {
-                // A harmless fault with a larger budget (a NATS node down during a ClickHouse
-                // stop) answers for the trades detected while it lasted, by its own budget.
-                others.extend(
-                    windows
-                        .iter()
-                        .filter(|g| harmless(&g.done.fault.kind) && g.budget > w.budget)
-                        .map(|g| (g.done.began_ms, g.done.ended_ms)),
-                );
+            match sample(w, &windows, s, first_detect) {
+                Some(sample) => j.samples.push(sample),
+                None => *j.unjudged.entry(kind).or_default() += 1,
             }
-            let own = |d: i64, a: i64| !others.iter().any(|&(b, x)| d <= x && a >= b);
-            let recovery = if harmless(&w.done.fault.kind) {
-                // Every trade detected while it lasted whose wait no other fault overlapped.
-                s.deliveries
-                    .iter()
-                    .filter(|&&(d, a)| d >= w.done.began_ms && d <= e && !s.excused(d, a))
-                    .filter(|&&(d, a)| own(d, a))
-                    .map(|&(d, a)| a - d)
-                    .max()
-            } else if rolling(&w.done.fault.kind) {
-                // Every trade detected while the deploy ran, delivered within the budget (a
-                // leader frozen in the middle of a deploy is the freeze's to answer for).
-                s.deliveries
-                    .iter()
-                    .filter(|&&(d, a)| {
-                        d >= w.done.began_ms && d <= w.done.end_ms && !s.excused(d, a)
-                    })
-                    .filter(|&&(d, a)| own(d, a))
-                    .map(|&(d, a)| a - d)
-                    .max()
-            } else {
-                let first = s
-                    .deliveries
-                    .iter()
-                    .filter(|&&(d, a)| d >= e && !s.excused(d, a))
-                    .min_by_key(|&&(d, a)| (d, a));
-                first
-                    .zip(first_detect)
-                    .map(|(&(d, a), fd)| (fd - e) + (a - d))
-            };
-            let Some(recovery_ms) = recovery else {
-                *j.unjudged.entry(kind).or_default() += 1;
-                continue;
-            };
-            let mut allowed_ms = if harmless(&w.done.fault.kind) {
-                w.budget
-            } else {
-                until - e
-            };
-            if matches!(w.done.fault.kind, Kind::Deploy) && hooks {
-                // The handover waits for the webhook attempts in flight (so the successor never
-                // sends them again): a receiver holding a request holds the webhook lane's
-                // handover up to the attempt timeout (docs/RELIABILITY.md).
-                allowed_ms = allowed_ms.max(HOOK_DEPLOY_MS);
-            }
-            j.samples.push(Sample {
-                kind,
-                at_s: w.done.fault.at_s,
-                stream: s.name.clone(),
-                recovery_ms,
-                allowed_ms,
-                masked: masked && !harmless(&w.done.fault.kind),
-            });
         }
     }
     j.silences = attribute(done, streams);
     j
+}
+
+/// How stream `s` recovered from fault `w` against its allowance (none: nothing to judge it by).
+fn sample(
+    w: &Window<'_>,
+    windows: &[Window<'_>],
+    s: &Stream,
+    first_detect: Option<i64>,
+) -> Option<Sample> {
+    let e = w.done.ended_ms;
+    let hooks = s.name.starts_with("hook");
+    let until = deadline(w, windows, hooks);
+    let masked = until > w.deadline();
+    let others = others(w, windows, hooks);
+    let recovery_ms = recovery(w, s, &others, first_detect)?;
+    let mut allowed_ms = if harmless(&w.done.fault.kind) {
+        w.budget
+    } else {
+        until - e
+    };
+    if matches!(w.done.fault.kind, Kind::Deploy) && hooks {
+        // The handover waits for the webhook attempts in flight (so the successor never
+        // sends them again): a receiver holding a request holds the webhook lane's
+        // handover up to the attempt timeout (docs/RELIABILITY.md).
+        allowed_ms = allowed_ms.max(HOOK_DEPLOY_MS);
+    }
+    Some(Sample {
+        kind: w.done.fault.kind.name(),
+        at_s: w.done.fault.at_s,
+        stream: s.name.clone(),
+        recovery_ms,
+        allowed_ms,
+        masked: masked && !harmless(&w.done.fault.kind),
+    })
+}
+
+/// The other faults that may darken a feed, each from its start to its deadline: a trade whose
+/// wait overlapped one is that fault's to answer for (judged from its end), not a fault judged
+/// by the trades detected while it lasted.
+fn others(w: &Window<'_>, windows: &[Window<'_>], hooks: bool) -> Vec<(i64, i64)> {
+    let mut others: Vec<(i64, i64)> = windows
+        .iter()
+        .filter(|g| !harmless(&g.done.fault.kind) && !std::ptr::eq(g.done, w.done))
+        .map(|g| (g.done.began_ms, g.deadline_for(hooks)))
+        .collect();
+    if harmless(&w.done.fault.kind) {
+        // A harmless fault with a larger budget (a NATS node down during a ClickHouse
+        // stop) answers for the trades detected while it lasted, by its own budget.
+        others.extend(
+            windows
+                .iter()
+                .filter(|g| harmless(&g.done.fault.kind) && g.budget > w.budget)
+                .map(|g| (g.done.began_ms, g.done.ended_ms)),
+        );
+    }
+    others
+}
+
+/// Stream `s`'s recovery from fault `w`, ms: for a harmless fault or a rolling deploy, the
+/// longest wait of a trade detected while it lasted that no other fault overlapped; else from
+/// the fault's end to the first block anyone was told of, plus that stream's first wait.
+fn recovery(
+    w: &Window<'_>,
+    s: &Stream,
+    others: &[(i64, i64)],
+    first_detect: Option<i64>,
+) -> Option<i64> {
+    let e = w.done.ended_ms;
+    let own = |d: i64, a: i64| !others.iter().any(|&(b, x)| d <= x && a >= b);
+    if harmless(&w.done.fault.kind) {
+        // Every trade detected while it lasted whose wait no other fault overlapped.
+        s.deliveries
+            .iter()
+            .filter(|&&(d, a)| d >= w.done.began_ms && d <= e && !s.excused(d, a))
+            .filter(|&&(d, a)| own(d, a))
+            .map(|&(d, a)| a - d)
+            .max()
+    } else if rolling(&w.done.fault.kind) {
+        // Every trade detected while the deploy ran, delivered within the budget (a
+        // leader frozen in the middle of a deploy is the freeze's to answer for).
+        s.deliveries
+            .iter()
+            .filter(|&&(d, a)| d >= w.done.began_ms && d <= w.done.end_ms && !s.excused(d, a))
+            .filter(|&&(d, a)| own(d, a))
+            .map(|&(d, a)| a - d)
+            .max()
+    } else {
+        let first = s
+            .deliveries
+            .iter()
+            .filter(|&&(d, a)| d >= e && !s.excused(d, a))
+            .min_by_key(|&&(d, a)| (d, a));
+        first
+            .zip(first_detect)
+            .map(|(&(d, a), fd)| (fd - e) + (a - d))
+    }
 }
 
 /// Every silence over 2 s of every stream, with the faults that overlapped it and its excess

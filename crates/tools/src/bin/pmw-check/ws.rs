@@ -112,6 +112,45 @@ impl WsLog {
     }
 }
 
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// Where a client resumes: the last resume point it was given, and since when it has been
+/// disconnected (none while connected).
+#[derive(Default)]
+struct Resume {
+    since: Option<String>,
+    dropped: Option<i64>,
+}
+
+/// What one connection of a client reads with.
+struct Session<'a> {
+    http: &'a reqwest::Client,
+    site: &'a str,
+    key: &'a str,
+    stop: &'a CancellationToken,
+}
+
+/// Connect through `site` with `key`, resuming at `since` (5 s at most).
+async fn connect(site: &str, key: &str, since: Option<&str>) -> Option<Ws> {
+    let url = match since {
+        Some(r) => format!("ws://{site}/v1/ws?since={r}"),
+        None => format!("ws://{site}/v1/ws"),
+    };
+    let mut req = url.into_client_request().unwrap();
+    req.headers_mut()
+        .insert("authorization", format!("Bearer {key}").parse().unwrap());
+    let conn = tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio_tungstenite::connect_async(req),
+    )
+    .await;
+    match conn {
+        Ok(Ok((ws, _))) => Some(ws),
+        _ => None,
+    }
+}
+
 /// A subscriber: its key (swappable, for key revocation), its log and a pause switch.
 #[derive(Clone)]
 pub struct WsClient {
@@ -133,109 +172,106 @@ impl WsClient {
     /// Run until `stop`: connect through `site`, resume after every close.
     pub async fn run(self, site: String, stop: CancellationToken) {
         let http = reqwest::Client::new();
-        let mut resume: Option<String> = None;
-        let mut dropped: Option<i64> = None;
+        let mut at = Resume::default();
         while !stop.is_cancelled() {
-            let url = match &resume {
-                Some(r) => format!("ws://{site}/v1/ws?since={r}"),
-                None => format!("ws://{site}/v1/ws"),
-            };
             let key = self.key.lock().unwrap().clone();
-            let mut req = url.into_client_request().unwrap();
-            req.headers_mut()
-                .insert("authorization", format!("Bearer {key}").parse().unwrap());
-            let conn = tokio::time::timeout(
-                Duration::from_secs(5),
-                tokio_tungstenite::connect_async(req),
-            )
-            .await;
-            let Ok(Ok((ws, _))) = conn else {
+            let Some(ws) = connect(&site, &key, at.since.as_deref()).await else {
                 self.log.lock().unwrap().connect_errors += 1;
                 tokio::select! {
                     _ = stop.cancelled() => return,
                     _ = tokio::time::sleep(Duration::from_millis(100)) => continue,
                 }
             };
-            let (_sink, mut stream) = ws.split();
-            let mut close = "eof".to_string();
-            loop {
-                let pause = self.paused_until.load(Ordering::Relaxed) - now_ms();
-                if pause > 0 {
-                    tokio::time::sleep(Duration::from_millis(pause.min(200) as u64)).await;
-                    continue;
-                }
-                let msg = tokio::select! {
-                    m = stream.next() => m,
-                    _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep(SILENCE) => { close = "silence".into(); None }
-                };
-                let msg = match msg {
-                    Some(Ok(m)) => m,
-                    Some(Err(e)) => {
-                        close = format!(
-                            "error {}",
-                            e.to_string().chars().take(40).collect::<String>()
-                        );
-                        break;
-                    }
-                    None => break,
-                };
-                let text = match msg {
-                    Message::Text(t) => t,
-                    Message::Close(c) => {
-                        close = format!("close {}", c.map_or(0, |c| u16::from(c.code)));
-                        break;
-                    }
-                    _ => continue,
-                };
-                let Ok(v) = serde_json::from_str::<Value>(&text) else {
-                    close = "bad json".into();
-                    break;
-                };
-                let at = now_ms();
-                if v["type"] == "resync" {
-                    {
-                        let mut l = self.log.lock().unwrap();
-                        l.frame(at);
-                        l.resyncs += 1;
-                    }
-                    let after = v["after"].as_str().unwrap_or_default().to_string();
-                    if let Some(r) = self.backfill(&http, &site, &key, &after).await {
-                        resume = Some(r);
-                    }
-                    continue;
-                }
-                {
-                    let mut l = self.log.lock().unwrap();
-                    l.frame(at);
-                    match v["type"].as_str() {
-                        Some("hello") => {
-                            if l.first_hello_ms.is_none() {
-                                l.first_hello_ms = Some(at);
-                            }
-                            if let Some(d) = dropped.take() {
-                                l.gaps.push((d, at));
-                            }
-                        }
-                        Some("trade") => l.trade(&v, at),
-                        Some("retract") => l.retract(&v),
-                        _ => {}
-                    }
-                }
-                // Retracts never carry the resume point.
-                if v["type"] != "retract" {
-                    if let Some(r) = v["resume"].as_str() {
-                        resume = Some(r.to_string());
-                    }
-                }
-            }
+            let session = Session {
+                http: &http,
+                site: &site,
+                key: &key,
+                stop: &stop,
+            };
+            let Some(close) = self.read(ws, &session, &mut at).await else {
+                return;
+            };
             {
                 let mut l = self.log.lock().unwrap();
                 l.drops.push((now_ms(), close.clone()));
                 *l.closes.entry(close).or_default() += 1;
             }
-            dropped.get_or_insert_with(now_ms);
+            at.dropped.get_or_insert_with(now_ms);
             tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Read one connection's frames until it closes (how, for the log) or `stop` (none).
+    async fn read(&self, ws: Ws, s: &Session<'_>, at: &mut Resume) -> Option<String> {
+        let (_sink, mut stream) = ws.split();
+        loop {
+            let pause = self.paused_until.load(Ordering::Relaxed) - now_ms();
+            if pause > 0 {
+                tokio::time::sleep(Duration::from_millis(pause.min(200) as u64)).await;
+                continue;
+            }
+            let msg = tokio::select! {
+                m = stream.next() => m,
+                _ = s.stop.cancelled() => return None,
+                _ = tokio::time::sleep(SILENCE) => return Some("silence".into()),
+            };
+            let text = match msg {
+                Some(Ok(Message::Text(t))) => t,
+                Some(Ok(Message::Close(c))) => {
+                    return Some(format!("close {}", c.map_or(0, |c| u16::from(c.code))));
+                }
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => {
+                    let e = e.to_string().chars().take(40).collect::<String>();
+                    return Some(format!("error {e}"));
+                }
+                None => return Some("eof".into()),
+            };
+            let Ok(v) = serde_json::from_str::<Value>(&text) else {
+                return Some("bad json".into());
+            };
+            self.on_frame(&v, s, at).await;
+        }
+    }
+
+    /// Log one frame; a `resync` is backfilled over REST, and every frame but a retract moves
+    /// the resume point.
+    async fn on_frame(&self, v: &Value, s: &Session<'_>, at: &mut Resume) {
+        let now = now_ms();
+        if v["type"] == "resync" {
+            {
+                let mut l = self.log.lock().unwrap();
+                l.frame(now);
+                l.resyncs += 1;
+            }
+            let after = v["after"].as_str().unwrap_or_default().to_string();
+            if let Some(r) = self.backfill(s.http, s.site, s.key, &after).await {
+                at.since = Some(r);
+            }
+            return;
+        }
+        {
+            let mut l = self.log.lock().unwrap();
+            l.frame(now);
+            match v["type"].as_str() {
+                Some("hello") => {
+                    if l.first_hello_ms.is_none() {
+                        l.first_hello_ms = Some(now);
+                    }
+                    if let Some(d) = at.dropped.take() {
+                        l.gaps.push((d, now));
+                    }
+                }
+                Some("trade") => l.trade(v, now),
+                Some("retract") => l.retract(v),
+                _ => {}
+            }
+        }
+        // Retracts never carry the resume point.
+        if v["type"] != "retract" {
+            if let Some(r) = v["resume"].as_str() {
+                at.since = Some(r.to_string());
+            }
         }
     }
 

@@ -11,6 +11,7 @@ use anyhow::{bail, Context};
 use pmw_core::{Address, UnixMs};
 use pmw_sim::anvil::Anvil;
 use pmw_sim::{demo_wallets, Emitted, RunConfig, Sim, SimConfig};
+use pmw_testkit::seed::Endpoint;
 use pmw_testkit::{eventually, TestDb};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -162,11 +163,9 @@ impl Bench {
         let now = UnixMs::now().0;
         for (a, url) in self.hook_accounts.iter().zip(urls) {
             let secret = pmw_push::webhook::sign::Secret::generate().expose();
-            self.pg
-                .execute(
-                    "INSERT INTO webhook_endpoints (account_id, url, secret, created_ms, updated_ms) VALUES ($1, $2, $3, $4, $4)",
-                    &[&a.id, url, &secret, &now],
-                )
+            Endpoint::new(a.id, url, &secret)
+                .created(now)
+                .try_insert(&self.pg)
                 .await?;
         }
         self.pg

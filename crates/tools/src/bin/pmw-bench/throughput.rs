@@ -18,7 +18,7 @@ use crate::clients::{Collector, Fleet};
 use crate::cpu::{Cpu, Used};
 use crate::edge::Cluster;
 use crate::phases::{expected, followers_of, settle};
-use crate::setup::Bench;
+use crate::setup::{Bench, Running};
 use crate::stats::{median_u64, Summary};
 use crate::Plan;
 
@@ -159,6 +159,52 @@ struct Attached<'a> {
     push_pid: u32,
 }
 
+/// (elapsed s, push lag, ingest lag) every 250 ms while the simulator runs.
+async fn sample_lags(b: &Bench, running: &Running) -> anyhow::Result<Vec<(f64, u64, u64)>> {
+    let started = Instant::now();
+    let mut samples = Vec::new();
+    while !running.is_finished() {
+        let head = b.head().await?;
+        if let (Some(i), Some(p)) = b.cursors().await? {
+            samples.push((
+                started.elapsed().as_secs_f64(),
+                i.saturating_sub(p),
+                head.saturating_sub(i),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    Ok(samples)
+}
+
+/// A step's figures on stderr.
+fn print_step(step: &RateStep) {
+    let (m, kept_up) = (step.matches_per_block, step.kept_up);
+    eprintln!(
+        "  {m} matches/block: {:.1} matched trades/s, push lag median {} max {}, ingest lag median {} max {}, {}",
+        step.matched_per_s(),
+        step.push_lag_median,
+        step.push_lag_max,
+        step.ingest_lag_median,
+        step.ingest_lag_max,
+        if kept_up { "kept up" } else { "fell behind" }
+    );
+    eprintln!(
+        "    cpu: push {:.1} s ({:.0} µs per delivered frame or webhook), live {:.1} s ({:.1} ms/block), postgres {:.1} s (this run's backends {:.1} s), clickhouse {:.1} s, anvil {:.1} s, generators {:.1} s, edges {:.1} s, nats {:.1} s",
+        step.cpu.push,
+        step.push_us_per_delivery().unwrap_or(f64::NAN),
+        step.cpu.live,
+        step.live_ms_per_block().unwrap_or(f64::NAN),
+        step.cpu.postgres,
+        step.cpu.run_db(),
+        step.cpu.clickhouse,
+        step.cpu.anvil,
+        step.cpu.generators,
+        step.cpu.edges,
+        step.cpu.nats
+    );
+}
+
 /// One window at `m` matches per block, sampling the lags while the simulator runs.
 async fn rate_window(b: &Bench, plan: &Plan, at: Attached<'_>, m: u32) -> anyhow::Result<RateStep> {
     let Attached {
@@ -176,19 +222,7 @@ async fn rate_window(b: &Bench, plan: &Plan, at: Attached<'_>, m: u32) -> anyhow
     );
     let cpu_before = Cpu::sample(push_pid, live_pid, &b.backends().await?);
     let running = b.start_sim(m, plan.rate_window).await?;
-    let started = Instant::now();
-    let mut samples: Vec<(f64, u64, u64)> = Vec::new(); // (elapsed s, push lag, ingest lag)
-    while !running.is_finished() {
-        let head = b.head().await?;
-        if let (Some(i), Some(p)) = b.cursors().await? {
-            samples.push((
-                started.elapsed().as_secs_f64(),
-                i.saturating_sub(p),
-                head.saturating_sub(i),
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    let samples = sample_lags(b, &running).await?;
     let run = b.finish_sim(running).await?;
     let caught_up = b.wait_pushed(run.upto, Duration::from_secs(30)).await?;
     settle(&[ws, hooks], Duration::from_secs(20)).await;
@@ -237,28 +271,6 @@ async fn rate_window(b: &Bench, plan: &Plan, at: Attached<'_>, m: u32) -> anyhow
         && step.push_lag_median <= MAX_MEDIAN_LAG
         && step.ingest_lag_median <= MAX_MEDIAN_LAG;
     let step = RateStep { kept_up, ..step };
-    eprintln!(
-        "  {m} matches/block: {:.1} matched trades/s, push lag median {} max {}, ingest lag median {} max {}, {}",
-        step.matched_per_s(),
-        step.push_lag_median,
-        step.push_lag_max,
-        step.ingest_lag_median,
-        step.ingest_lag_max,
-        if kept_up { "kept up" } else { "fell behind" }
-    );
-    eprintln!(
-        "    cpu: push {:.1} s ({:.0} µs per delivered frame or webhook), live {:.1} s ({:.1} ms/block), postgres {:.1} s (this run's backends {:.1} s), clickhouse {:.1} s, anvil {:.1} s, generators {:.1} s, edges {:.1} s, nats {:.1} s",
-        step.cpu.push,
-        step.push_us_per_delivery().unwrap_or(f64::NAN),
-        step.cpu.live,
-        step.live_ms_per_block().unwrap_or(f64::NAN),
-        step.cpu.postgres,
-        step.cpu.run_db(),
-        step.cpu.clickhouse,
-        step.cpu.anvil,
-        step.cpu.generators,
-        step.cpu.edges,
-        step.cpu.nats
-    );
+    print_step(&step);
     Ok(step)
 }

@@ -1,17 +1,24 @@
-//! Cross-service end-to-end tests and drills live beside this file; they run on the real local
-//! stack started by `scripts/stack` (see `pmw-testkit`). Shared by the test binaries: [`record`],
-//! and by the drills and `pmw-check`: the drill stack ([`harness`]) and its clients ([`clients`]).
+//! The stack harness shared by the cross-service tests (`tests/`), the drills and the operator
+//! tools (`pmw-check`, `pmw-bench`), all on the real local stack started by `scripts/stack` (see
+//! `pmw-testkit`): a private database and chain with the simulator ([`chain`]), which the e2e
+//! tests run the services on in-process and the drills and `pmw-check` under pm2 behind Caddy
+//! ([`harness`]); the drills' resuming clients ([`clients`]); and a drill's verdict, printed and
+//! recorded in docs/OPERATIONS.md ([`verdict`], [`record`]).
 
-#[path = "drill/clients.rs"]
+pub mod chain;
 pub mod clients;
-#[path = "drill/edge.rs"]
 pub mod edge;
-#[path = "drill/harness.rs"]
 pub mod harness;
-#[path = "drill/pm2.rs"]
 pub mod pm2;
 
 use std::time::Duration;
+
+/// A drill's verdict line: printed as `{title} drill: {figures}` and recorded in docs/OPERATIONS.md
+/// under the drill's markers `drill` ([`record`]).
+pub fn verdict(title: &str, drill: &str, figures: &str) {
+    println!("{title} drill: {figures}");
+    record(drill, figures);
+}
 
 /// Write a drill's figures into docs/OPERATIONS.md between its markers (the doc's figures are
 /// written by the drill run, never by hand). A lock file serialises concurrent drills.

@@ -10,8 +10,8 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use pmw_sim::{ReorgPlan, ReplayOrder};
 use pmw_testkit::{repo_root, PrivateStack};
-use pmw_tests::harness::Drill;
-use serde_json::{json, Value};
+use pmw_tools::harness::Drill;
+use serde_json::Value;
 
 use crate::hooks::Hook;
 use crate::schedule::{Fault, Kind};
@@ -292,42 +292,63 @@ impl World {
 
     /// Run one fault; its note says what happened.
     pub async fn run(&self, f: &Fault, m: &Marks) -> anyhow::Result<String> {
-        let secs = |s: u64| tokio::time::sleep(Duration::from_secs(s));
         if f.kind.closes_sockets() {
             return self.run_edge(f, m).await;
         }
-        Ok(match &f.kind {
-            Kind::Reorg { depth, mode } => {
-                let head = self.d.sim.rpc().latest_block().await?.number.0;
-                if head.saturating_sub(*depth) <= self.start_block {
-                    return Ok("skipped: would cross the start block".into());
-                }
-                let o = self
-                    .d
-                    .sim
-                    .reorg_with(ReorgPlan {
-                        depth: *depth,
-                        new_matches_per_block: u32::from(*mode != 0),
-                        replay_orphaned: *mode != 1,
-                        replay_order: if *mode == 2 {
-                            ReplayOrder::LastBlock
-                        } else {
-                            ReplayOrder::Same
-                        },
-                    })
-                    .await?;
-                self.reorgs.lock().unwrap().push((
-                    now_ms(),
-                    o.orphaned_blocks.iter().map(|h| h.to_string()).collect(),
-                ));
-                format!(
-                    "{} → {}: {} fills orphaned, {} added",
-                    o.old_head.number,
-                    o.new_head.number,
-                    o.orphaned.len(),
-                    o.added.len()
-                )
+        match &f.kind {
+            Kind::Reorg { depth, mode } => self.reorg(*depth, *mode).await,
+            Kind::LeaderKill9
+            | Kind::LeaderStop { .. }
+            | Kind::Deploy
+            | Kind::LiveRestart
+            | Kind::ClickHouseStop { .. }
+            | Kind::PostgresRestart => self.run_process(&f.kind, m).await,
+            Kind::RpcCut { .. } | Kind::ProviderCut { .. } | Kind::ProviderLag { .. } => {
+                self.run_rpc(&f.kind, m).await
             }
+            k => self.run_churn(k, m).await,
+        }
+    }
+
+    /// A reorg of `depth` blocks (`mode` 0: fills re-mined in place, 1: dropped, 2: moved into
+    /// the last new block), unless it would cross the start block.
+    async fn reorg(&self, depth: u64, mode: u8) -> anyhow::Result<String> {
+        let head = self.d.sim.rpc().latest_block().await?.number.0;
+        if head.saturating_sub(depth) <= self.start_block {
+            return Ok("skipped: would cross the start block".into());
+        }
+        let o = self
+            .d
+            .sim
+            .reorg_with(ReorgPlan {
+                depth,
+                new_matches_per_block: u32::from(mode != 0),
+                replay_orphaned: mode != 1,
+                replay_order: if mode == 2 {
+                    ReplayOrder::LastBlock
+                } else {
+                    ReplayOrder::Same
+                },
+            })
+            .await?;
+        self.reorgs.lock().unwrap().push((
+            now_ms(),
+            o.orphaned_blocks.iter().map(|h| h.to_string()).collect(),
+        ));
+        Ok(format!(
+            "{} → {}: {} fills orphaned, {} added",
+            o.old_head.number,
+            o.new_head.number,
+            o.orphaned.len(),
+            o.added.len()
+        ))
+    }
+
+    /// A fault to a process: the push leader killed or frozen, a deploy, a restart of live or
+    /// Postgres, ClickHouse down for a while.
+    async fn run_process(&self, kind: &Kind, m: &Marks) -> anyhow::Result<String> {
+        let secs = |s: u64| tokio::time::sleep(Duration::from_secs(s));
+        Ok(match kind {
             Kind::LeaderKill9 => {
                 let (app, pid) = self.leader_pid().await?;
                 m.begin();
@@ -383,6 +404,14 @@ impl World {
                 m.end();
                 "restarted (fast)".into()
             }
+            k => bail!("{k} is not a process fault"),
+        })
+    }
+
+    /// A fault to the RPC: every provider's WebSocket cut, one provider cut or lagging.
+    async fn run_rpc(&self, kind: &Kind, m: &Marks) -> anyhow::Result<String> {
+        let secs = |s: u64| tokio::time::sleep(Duration::from_secs(s));
+        Ok(match kind {
             Kind::RpcCut { secs: s } => {
                 // Every provider's WebSocket (their HTTP stays up, as with one provider).
                 let mut ws: Vec<&pmw_testkit::TcpProxy> =
@@ -423,136 +452,7 @@ impl World {
                 m.end();
                 format!("{} delayed, then on time", p.name)
             }
-            Kind::EndpointCreate { account } => {
-                let c = &self.churn[*account];
-                let key = c.client.key.lock().unwrap().clone();
-                let n = self
-                    .endpoint_seq
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let v = self
-                    .api(
-                        "POST",
-                        "/v1/webhooks",
-                        &key,
-                        json!({"url": c.hook.url_for(n)}),
-                    )
-                    .await?;
-                c.hook.add_secret(v["secret"].as_str().unwrap_or_default());
-                let id = v["id"].as_i64().unwrap_or_default();
-                c.endpoints.lock().unwrap().push(id);
-                c.paths.lock().unwrap().insert(id, format!("/hook/{n}"));
-                format!("endpoint {id}")
-            }
-            Kind::EndpointDelete { account } => {
-                let c = &self.churn[*account];
-                let key = c.client.key.lock().unwrap().clone();
-                let Some(id) = c.endpoints.lock().unwrap().pop() else {
-                    return Ok("no endpoint to delete".into());
-                };
-                self.api("DELETE", &format!("/v1/webhooks/{id}"), &key, Value::Null)
-                    .await?;
-                if let Some(p) = c.paths.lock().unwrap().get(&id) {
-                    c.paused
-                        .lock()
-                        .unwrap()
-                        .push((p.clone(), now_ms(), i64::MAX));
-                }
-                format!("endpoint {id}")
-            }
-            Kind::EndpointDisable { account, secs: s } => {
-                let c = &self.churn[*account];
-                let key = c.client.key.lock().unwrap().clone();
-                let Some(id) = c.endpoints.lock().unwrap().last().copied() else {
-                    return Ok("no endpoint to disable".into());
-                };
-                let path = format!("/v1/webhooks/{id}");
-                let from = now_ms();
-                self.api("PATCH", &path, &key, json!({"enabled": false}))
-                    .await?;
-                secs(*s).await;
-                self.api("PATCH", &path, &key, json!({"enabled": true}))
-                    .await?;
-                if let Some(p) = c.paths.lock().unwrap().get(&id) {
-                    c.paused.lock().unwrap().push((p.clone(), from, now_ms()));
-                }
-                format!("endpoint {id} disabled, enabled")
-            }
-            Kind::Rotate { endpoint } => {
-                let c = &self.checked[*endpoint];
-                let v = self
-                    .api(
-                        "POST",
-                        &format!("/v1/webhooks/{}/rotate-secret", c.endpoint),
-                        &c.key,
-                        json!({}),
-                    )
-                    .await?;
-                c.hook.add_secret(v["secret"].as_str().unwrap_or_default());
-                format!("endpoint {}", c.endpoint)
-            }
-            Kind::SubAdd { account, wallet } => {
-                let c = &self.churn[*account];
-                let key = c.client.key.lock().unwrap().clone();
-                let w = format!("0x{}", self.wallets[*wallet]);
-                self.api("POST", "/v1/subscriptions", &key, json!({"wallet": w}))
-                    .await?;
-                w
-            }
-            Kind::SubRemove { account, wallet } => {
-                let c = &self.churn[*account];
-                let key = c.client.key.lock().unwrap().clone();
-                let wallet = {
-                    let mut f = c.follows.lock().unwrap();
-                    if f.is_empty() {
-                        return Ok("follows nothing".into());
-                    }
-                    let i = wallet % f.len();
-                    f.remove(i)
-                };
-                let w = format!("0x{}", self.wallets[wallet]);
-                match self
-                    .api(
-                        "DELETE",
-                        &format!("/v1/subscriptions/{w}"),
-                        &key,
-                        Value::Null,
-                    )
-                    .await
-                {
-                    Ok(_) => w,
-                    Err(e) => format!("{w}: {e}"),
-                }
-            }
-            Kind::KeyRevoke { account } => {
-                let c = &self.churn[*account];
-                let old = c.client.key.lock().unwrap().clone();
-                let v = self.api("POST", "/v1/keys", &old, json!({})).await?;
-                let new = v["key"].as_str().context("new key")?.to_string();
-                self.api(
-                    "DELETE",
-                    &format!("/v1/keys/{}", &old[..12]),
-                    &old,
-                    Value::Null,
-                )
-                .await?;
-                // The open session is closed by the revocation; the client reconnects with
-                // the new key (and resumes).
-                tokio::time::sleep(Duration::from_millis(1500)).await;
-                *c.client.key.lock().unwrap() = new;
-                format!("revoked {}", &old[..12])
-            }
-            Kind::SlowConsumer { client, secs: s } => {
-                let c = &self.checked[*client].client;
-                m.begin();
-                c.paused_until.store(
-                    now_ms() + *s as i64 * 1000,
-                    std::sync::atomic::Ordering::Relaxed,
-                );
-                secs(*s).await;
-                m.end();
-                "paused, resumed".into()
-            }
-            k => bail!("{k} is an edge-mode fault"),
+            k => bail!("{k} is not an RPC fault"),
         })
     }
 }

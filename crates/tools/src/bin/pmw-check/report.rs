@@ -6,8 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
 use crate::faults::{Done, World};
+use crate::hooks::Hook;
 use crate::hooks::{replay, replay_each};
-use crate::ws::Id;
+use crate::ws::{Id, WsClient};
 
 pub fn pct(v: &mut [i64], q: f64) -> i64 {
     if v.is_empty() {
@@ -105,84 +106,112 @@ pub fn verdict(w: &World, owed: &[BTreeSet<Id>], canonical: &BTreeSet<Id>) -> Ve
     let clients = w.checked.iter().map(|c| (&c.client, Some(c), &c.hook));
     let churn = w.churn.iter().map(|c| (&c.client, None, &c.hook));
     for (i, (client, checked, hook)) in clients.chain(churn).enumerate() {
-        let own = checked.map(|_| &owed[i]);
+        let against = Against {
+            own: checked.map(|_| &owed[i]),
+            canonical,
+        };
         let (ws, hk) = if checked.is_some() {
             (&mut v.ws, &mut v.hooks)
         } else {
             (&mut v.churn_ws, &mut v.churn_hooks)
         };
-        let l = client.log.lock().unwrap();
-        let held: BTreeSet<Id> = l.held.keys().cloned().collect();
-        ws.compare(&format!("ws {i}"), own, canonical, &held);
-        ws.duplicated += l.duplicated.len();
-        ws.out_of_order += l.out_of_order.len();
-        ws.retract_without_trade += l.retract_without_trade.len();
-        for (name, list) in [
-            ("duplicated", &l.duplicated),
-            ("out of order", &l.out_of_order),
-            ("retract without trade", &l.retract_without_trade),
-        ] {
-            if let Some(x) = list.first() {
-                ws.examples
-                    .push(format!("ws {i}: {name} {x:?} (+{} more)", list.len() - 1));
-            }
-        }
-        ws.latencies
-            .extend(l.deliveries.iter().map(|(d, at)| at - d));
-        ws.silence_max = ws.silence_max.max(l.longest_silence_ms);
-        let _ = write!(
-            ws.extra,
-            "[{i}: {} reconnects, closes {:?}, resyncs {}] ",
-            l.gaps.len(),
-            l.closes,
-            l.resyncs
-        );
-        drop(l);
-        let (mut held, mut reordered, mut redelivered) = (BTreeSet::new(), 0, 0);
+        judge_ws(ws, i, client, &against);
         let paused: Vec<(String, i64, i64)> = match checked {
             None => w.churn[i - w.checked.len()].paused.lock().unwrap().clone(),
             Some(_) => Vec::new(),
         };
-        let reorgs = w.reorgs.lock().unwrap().clone();
-        let mut excused_orphans = 0;
-        for (path, s) in replay_each(&hook.accepted()) {
-            for k in s.held.keys() {
-                if canonical.contains(k) {
-                    held.insert(k.clone());
-                } else if crate::faults::excused_orphan(&path, &k.2, &paused, &reorgs) {
-                    // Deleted or disabled while its retract was owed: reported, not judged.
-                    excused_orphans += 1;
-                } else {
-                    held.insert(k.clone());
-                }
-            }
-            hk.duplicated += s.duplicated.len();
-            hk.retract_without_trade += s.retract_without_trade.len();
-            for (name, list) in [
-                ("duplicated", &s.duplicated),
-                ("retract without trade", &s.retract_without_trade),
-            ] {
-                if let Some(x) = list.first() {
-                    hk.examples
-                        .push(format!("hook {i}: {name} {x:?} (+{} more)", list.len() - 1));
-                }
-            }
-            hk.latencies
-                .extend(s.deliveries.iter().map(|(d, at)| at - d));
-            hk.silence_max = hk.silence_max.max(s.longest_silence_ms);
-            reordered += s.reordered;
-            redelivered += s.redelivered;
-        }
-        hk.compare(&format!("hook {i}"), own, canonical, &held);
-        hook.with_log(|l| {
-            let _ = write!(
-                hk.extra,
-                "[{i}: {} requests, bad signature {}, 500 {}, timeout {}, slow {}, reordered {}, redelivered {}, orphans on endpoints deleted or disabled while a retract was owed {}] ",
-                l.requests, l.bad_signature, l.answered_500, l.timed_out, l.slow, reordered, redelivered, excused_orphans
-            );
-        });
+        judge_hook(w, hk, i, hook, &against, &paused);
     }
     v
+}
+
+/// What a subscriber is judged against: what it is owed (checked subscribers only) and the
+/// canonical fills.
+struct Against<'a> {
+    own: Option<&'a BTreeSet<Id>>,
+    canonical: &'a BTreeSet<Id>,
+}
+
+/// Subscriber `i`'s WebSocket client, into its channel's row.
+fn judge_ws(ws: &mut Row, i: usize, client: &WsClient, against: &Against<'_>) {
+    let l = client.log.lock().unwrap();
+    let held: BTreeSet<Id> = l.held.keys().cloned().collect();
+    ws.compare(&format!("ws {i}"), against.own, against.canonical, &held);
+    ws.duplicated += l.duplicated.len();
+    ws.out_of_order += l.out_of_order.len();
+    ws.retract_without_trade += l.retract_without_trade.len();
+    for (name, list) in [
+        ("duplicated", &l.duplicated),
+        ("out of order", &l.out_of_order),
+        ("retract without trade", &l.retract_without_trade),
+    ] {
+        if let Some(x) = list.first() {
+            ws.examples
+                .push(format!("ws {i}: {name} {x:?} (+{} more)", list.len() - 1));
+        }
+    }
+    ws.latencies
+        .extend(l.deliveries.iter().map(|(d, at)| at - d));
+    ws.silence_max = ws.silence_max.max(l.longest_silence_ms);
+    let _ = write!(
+        ws.extra,
+        "[{i}: {} reconnects, closes {:?}, resyncs {}] ",
+        l.gaps.len(),
+        l.closes,
+        l.resyncs
+    );
+}
+
+/// Subscriber `i`'s webhook receiver (each endpoint's accepted messages replayed), into its
+/// channel's row; an orphan on an endpoint `paused` while its retract was owed is excused.
+fn judge_hook(
+    w: &World,
+    hk: &mut Row,
+    i: usize,
+    hook: &Hook,
+    against: &Against<'_>,
+    paused: &[(String, i64, i64)],
+) {
+    let canonical = against.canonical;
+    let (mut held, mut reordered, mut redelivered) = (BTreeSet::new(), 0, 0);
+    let reorgs = w.reorgs.lock().unwrap().clone();
+    let mut excused_orphans = 0;
+    for (path, s) in replay_each(&hook.accepted()) {
+        for k in s.held.keys() {
+            if canonical.contains(k) {
+                held.insert(k.clone());
+            } else if crate::faults::excused_orphan(&path, &k.2, paused, &reorgs) {
+                // Deleted or disabled while its retract was owed: reported, not judged.
+                excused_orphans += 1;
+            } else {
+                held.insert(k.clone());
+            }
+        }
+        hk.duplicated += s.duplicated.len();
+        hk.retract_without_trade += s.retract_without_trade.len();
+        for (name, list) in [
+            ("duplicated", &s.duplicated),
+            ("retract without trade", &s.retract_without_trade),
+        ] {
+            if let Some(x) = list.first() {
+                hk.examples
+                    .push(format!("hook {i}: {name} {x:?} (+{} more)", list.len() - 1));
+            }
+        }
+        hk.latencies
+            .extend(s.deliveries.iter().map(|(d, at)| at - d));
+        hk.silence_max = hk.silence_max.max(s.longest_silence_ms);
+        reordered += s.reordered;
+        redelivered += s.redelivered;
+    }
+    hk.compare(&format!("hook {i}"), against.own, canonical, &held);
+    hook.with_log(|l| {
+        let _ = write!(
+            hk.extra,
+            "[{i}: {} requests, bad signature {}, 500 {}, timeout {}, slow {}, reordered {}, redelivered {}, orphans on endpoints deleted or disabled while a retract was owed {}] ",
+            l.requests, l.bad_signature, l.answered_500, l.timed_out, l.slow, reordered, redelivered, excused_orphans
+        );
+    });
 }
 
 pub fn table(v: &mut Verdict) -> String {

@@ -71,43 +71,53 @@ pub async fn resilient_client(
                 continue;
             };
             let v: serde_json::Value = serde_json::from_str(&t).unwrap();
-            let mut l = log.lock().unwrap();
-            match v["type"].as_str() {
-                Some("hello") => {
-                    // No trade yet: the hello's cursor is where this stream starts, so it is the
-                    // resume point (without it, trades dispatched before a reconnect are missed).
-                    if last.is_none() {
-                        last = v["cursor"].as_str().and_then(|c| c.parse().ok());
-                    }
-                    if l.first_hello.is_none() {
-                        l.first_hello = last;
-                    }
-                    if let Some(at) = dropped_at.take() {
-                        l.gaps_ms.push(at.elapsed().as_millis() as u64);
-                        l.reconnects += 1;
-                    }
-                }
-                Some("trade") => {
-                    let c: Cursor = v["cursor"].as_str().unwrap().parse().unwrap();
-                    if let Some(detect) = v["t_detect_ms"].as_i64() {
-                        let now = pmw_core::UnixMs::now().0;
-                        l.observed_ms.push((now, now - detect));
-                    }
-                    if l.trades.contains(&c) {
-                        l.duplicates += 1;
-                    } else if last.is_some_and(|p| c < p) {
-                        l.out_of_order += 1;
-                        l.trades.push(c);
-                    } else {
-                        l.trades.push(c);
-                    }
-                    last = Some(c);
-                }
-                _ => {}
-            }
+            on_frame(&v, &mut log.lock().unwrap(), &mut last, &mut dropped_at);
         }
         dropped_at.get_or_insert_with(Instant::now);
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Log one frame: a hello (the first is where the stream starts; one after a drop ends the
+/// reconnect gap) or a trade (a duplicate, out of order, or in order); `last` is the resume point.
+fn on_frame(
+    v: &serde_json::Value,
+    l: &mut ClientLog,
+    last: &mut Option<Cursor>,
+    dropped_at: &mut Option<Instant>,
+) {
+    match v["type"].as_str() {
+        Some("hello") => {
+            // No trade yet: the hello's cursor is where this stream starts, so it is the
+            // resume point (without it, trades dispatched before a reconnect are missed).
+            if last.is_none() {
+                *last = v["cursor"].as_str().and_then(|c| c.parse().ok());
+            }
+            if l.first_hello.is_none() {
+                l.first_hello = *last;
+            }
+            if let Some(at) = dropped_at.take() {
+                l.gaps_ms.push(at.elapsed().as_millis() as u64);
+                l.reconnects += 1;
+            }
+        }
+        Some("trade") => {
+            let c: Cursor = v["cursor"].as_str().unwrap().parse().unwrap();
+            if let Some(detect) = v["t_detect_ms"].as_i64() {
+                let now = pmw_core::UnixMs::now().0;
+                l.observed_ms.push((now, now - detect));
+            }
+            if l.trades.contains(&c) {
+                l.duplicates += 1;
+            } else if last.is_some_and(|p| c < p) {
+                l.out_of_order += 1;
+                l.trades.push(c);
+            } else {
+                l.trades.push(c);
+            }
+            *last = Some(c);
+        }
+        _ => {}
     }
 }
 
@@ -138,5 +148,17 @@ impl std::fmt::Display for Figures {
             "100 clients, {} frames, lost {}, duplicated {}, out of order {}, reconnects {}, reconnect gap p50 {} ms p99 {} ms max {} ms",
             self.frames, self.lost, self.duplicated, self.out_of_order, self.reconnects, self.gap_p50, self.gap_p99, self.gap_max
         )
+    }
+}
+
+impl Figures {
+    /// The drills' delivery verdict: every client got every trade of its wallets once, in order.
+    #[track_caller]
+    pub fn assert_clean(&self) {
+        assert_eq!(
+            (self.lost, self.duplicated, self.out_of_order),
+            (0, 0, 0),
+            "0 lost, 0 duplicated, 0 out of order for every drill client"
+        );
     }
 }

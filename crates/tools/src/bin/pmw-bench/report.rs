@@ -50,8 +50,23 @@ fn mib(kib: Option<u64>) -> String {
 }
 
 pub fn render(r: &Report) -> String {
-    let pl = &r.plan;
     let mut o = String::new();
+    render_head(&mut o, r);
+    glance(&mut o, r);
+    render_setup(&mut o, r);
+    render_latency(&mut o, r);
+    render_parts(&mut o, r);
+    render_floor(&mut o, r);
+    render_fanout(&mut o, r);
+    render_rates(&mut o, r);
+    crate::edge_report::render(&mut o, r);
+    render_stages(&mut o, r);
+    o
+}
+
+/// The title, the run, the machine.
+fn render_head(o: &mut String, r: &Report) {
+    let pl = &r.plan;
     let kind = if pl.smoke {
         "smoke run (tiny scale: a check that the benchmark works, not a result)"
     } else {
@@ -64,14 +79,21 @@ pub fn render(r: &Report) -> String {
         let _ = writeln!(o, "| {k} | {v} |");
     }
     let _ = writeln!(o, "\n**One machine.** The servers under test (pmw-live, pmw-push, in edge mode pmw-edge and NATS, Postgres, ClickHouse, anvil) and every load generator (pmw-sim, the WebSocket clients and client worker processes, the webhook receivers) share these {} cores, and other builds and tests may have been running on it at the same time. Absolute figures are pessimistic and noisy; compare the ratios, which are measured in the same run under the same load.\n", pl.cores);
+}
 
-    glance(&mut o, r);
+/// How the run is set up.
+fn render_setup(o: &mut String, r: &Report) {
+    let pl = &r.plan;
     let _ = writeln!(o, "## Setup\n");
     let _ = writeln!(o, "- A private anvil mining one block every {} s; pmw-sim sends {} matches per block (each match: one fill per maker order, 1–3, plus the taker order's fill) for {} wallets.", pl.block_time, pl.matches_per_block, pl.wallets);
     let _ = writeln!(o, "- {} WebSocket clients (one account each) and {} webhook receivers (one account and one endpoint each); every account follows {} wallets, so a fill reaches about {:.0} WebSocket sessions and {:.0} webhook endpoints.", pl.ws_clients, pl.webhooks, pl.per_account, pl.ws_clients as f64 * pl.per_account as f64 / pl.wallets as f64, pl.webhooks as f64 * pl.per_account as f64 / pl.wallets as f64);
     let _ = writeln!(o, "- A private Postgres and ClickHouse database on the local stack (`scripts/stack`), migrated by the production code and dropped afterwards. pmw-live, pmw-push and pmw-edge are the release binaries, run as child processes; clients, receivers and the simulator run in the benchmark process (`target/release/pmw-bench`).");
     let _ = writeln!(o, "- Each latency window: clients connect, a {:?} warm-up run, then a {:?} measured run; only trades of the measured run's blocks count.\n", pl.warmup, pl.phase);
+}
 
+/// Detect → push, client-observed, per channel and design, and the baseline ÷ pmw ratios.
+fn render_latency(o: &mut String, r: &Report) {
+    let pl = &r.plan;
     let _ = writeln!(o, "## Detect → push, client-observed\n");
     let _ = writeln!(o, "Receive time at the client minus the message's `t_detect_ms` (when pmw-live received the block header), same wall clock, per delivered trade.\n");
     let _ = writeln!(o, "| channel | design | delivered / owed | p50 | p95 | p99 | max |\n|---|---|---|---|---|---|---|");
@@ -115,7 +137,10 @@ pub fn render(r: &Report) -> String {
     let _ = writeln!(o, "\nWindows: pmw {} fills in {} blocks over {:.0} s, {} sessions ({} failed to connect); baseline {} fills in {} blocks over {:.0} s, {} sessions ({} failed). push's own stamps for the same WebSocket deliveries (`push_latency`, t_push − t_detect, before the socket write): pmw p50 {} / p99 {}, baseline p50 {} / p99 {}.\n",
         r.pmw.fills, r.pmw.blocks, r.pmw.secs, r.pmw.clients, r.pmw.failed, r.base.fills, r.base.blocks, r.base.secs, r.base.clients, r.base.failed,
         ms(p(&r.pmw.server_ws, |s| s.p50)), ms(p(&r.pmw.server_ws, |s| s.p99)), ms(p(&r.base.server_ws, |s| s.p50)), ms(p(&r.base.server_ws, |s| s.p99)));
+}
 
+/// Where the time goes, per delivery.
+fn render_parts(o: &mut String, r: &Report) {
     let _ = writeln!(o, "Where the time goes, per delivery (p50 / p99; percentiles of each part do not add up to the end-to-end ones):\n");
     let _ = writeln!(o, "| channel | design | detect→stored (pmw-live) | stored→`t_push_ms` (push) | `t_push_ms`→received | end to end |\n|---|---|---|---|---|---|");
     for (ch, pick) in [("WebSocket", 0), ("webhook", 1)] {
@@ -148,7 +173,11 @@ pub fn render(r: &Report) -> String {
         pair(&one.ws)
     );
     let _ = writeln!(o);
+}
 
+/// The floor (each hop alone), before and after issue 29, and pmw against it.
+fn render_floor(o: &mut String, r: &Report) {
+    let pl = &r.plan;
     let _ = writeln!(o, "## Floor\n\nThe bare cost on this machine of each hop a pushed trade must take, each alone, {} sequential repetitions after 5 warm-ups.\n", pl.floor_reps);
     let _ = writeln!(o, "| hop | how | p50 | p99 |\n|---|---|---|---|");
     for h in &r.floor.hops {
@@ -190,11 +219,10 @@ pub fn render(r: &Report) -> String {
     let _ = writeln!(o, "pmw's client-observed p50 is {} the floor over WebSocket and {} over webhooks (baseline: {} and {}).\n",
         ratio(p(&r.pmw.ws, |s| s.p50), Some(floor)), ratio(p(&r.pmw.hooks, |s| s.p50), Some(floor)),
         ratio(p(&r.base.ws, |s| s.p50), Some(floor)), ratio(p(&r.base.hooks, |s| s.p50), Some(floor)));
+}
 
-    render_fanout(&mut o, r);
-    render_rates(&mut o, r);
-    crate::edge_report::render(&mut o, r);
-
+/// pmw-live's ingest stages, and how each figure is measured.
+fn render_stages(o: &mut String, r: &Report) {
     let _ = writeln!(o, "## Ingest stages (pmw-live)\n\nFrom this run's `ingest_latency` rows (`backfilled = 0`), per-row differences from `t_detect_ms`. Stored means committed to Postgres: the block's trades in the hot ledger with the watermark, one statement.\n");
     let _ = writeln!(o, "| window | blocks | detect→logs p50 | p99 | detect→stored p50 | p99 | detect→stored, blocks with trades: p50 | p99 |\n|---|---|---|---|---|---|---|---|");
     for s in &r.stages {
@@ -216,7 +244,6 @@ pub fn render(r: &Report) -> String {
     for line in crate::HOW {
         let _ = writeln!(o, "- {line}");
     }
-    o
 }
 
 fn render_fanout(o: &mut String, r: &Report) {
@@ -311,6 +338,33 @@ fn render_rates(o: &mut String, r: &Report) {
             }
         );
     }
+    render_rates_cpu(o, r);
+    let last = r.rates.last();
+    let text = match sustained(&r.rates) {
+        None => "**below the first step**".to_string(),
+        Some(s) if last.is_some_and(|l| l.kept_up) => format!(
+            "**≥ {:.1} matched trades/s** (every step tried kept up{})",
+            s.matched_per_s(),
+            if last.is_some_and(|l| l.generator_short) {
+                "; the simulator could not go faster"
+            } else {
+                ""
+            }
+        ),
+        Some(s) => format!(
+            "**{:.1} matched trades/s** (the next step fell behind)",
+            s.matched_per_s()
+        ),
+    };
+    let budget = r.plan.p99_budget_ms;
+    let within = within_budget(budget, &r.rates).map_or("below the first step".to_string(), |s| {
+        format!("{:.1} matched trades/s", s.matched_per_s())
+    });
+    let _ = writeln!(o, "\nSustained (push cursor keeps up with ingest): {text}. Also keeping the client-observed WebSocket p99 ≤ {budget} ms: **{within}**.\n");
+}
+
+/// CPU per throughput step, per process.
+fn render_rates_cpu(o: &mut String, r: &Report) {
     let _ = writeln!(o, "\nCPU per step, from `/proc/<pid>/stat` (user + system) between the step's start and its deliveries settling. Push serves WebSocket frames and webhook deliveries in one process, so its CPU is per delivered message of either kind. Postgres, ClickHouse and anvil are the shared local stack (every process by command name); the generators are this benchmark's process (WebSocket clients, webhook receivers, simulator).\n");
     let _ = writeln!(o, "| matches/block | WS frames | webhook deliveries (delivered / owed) | webhook deliveries/s | push CPU | push µs / delivery | live CPU | live ms / block | postgres: this run's backends / all | postgres ms / block (this run's backends) | clickhouse | anvil | generators | push share |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for s in &r.rates {
@@ -336,28 +390,6 @@ fn render_rates(o: &mut String, r: &Report) {
             100.0 * c.push / c.total().max(1e-9),
         );
     }
-    let last = r.rates.last();
-    let text = match sustained(&r.rates) {
-        None => "**below the first step**".to_string(),
-        Some(s) if last.is_some_and(|l| l.kept_up) => format!(
-            "**≥ {:.1} matched trades/s** (every step tried kept up{})",
-            s.matched_per_s(),
-            if last.is_some_and(|l| l.generator_short) {
-                "; the simulator could not go faster"
-            } else {
-                ""
-            }
-        ),
-        Some(s) => format!(
-            "**{:.1} matched trades/s** (the next step fell behind)",
-            s.matched_per_s()
-        ),
-    };
-    let budget = r.plan.p99_budget_ms;
-    let within = within_budget(budget, &r.rates).map_or("below the first step".to_string(), |s| {
-        format!("{:.1} matched trades/s", s.matched_per_s())
-    });
-    let _ = writeln!(o, "\nSustained (push cursor keeps up with ingest): {text}. Also keeping the client-observed WebSocket p99 ≤ {budget} ms: **{within}**.\n");
 }
 
 /// The headline figures, each detailed in its section below.

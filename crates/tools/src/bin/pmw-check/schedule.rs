@@ -222,119 +222,128 @@ pub struct Fault {
     pub kind: Kind,
 }
 
+/// The run a schedule is drawn for.
+pub struct Shape {
+    pub minutes: u64,
+    /// Checked accounts.
+    pub accounts: usize,
+    /// Churn accounts.
+    pub churn: usize,
+    pub wallets: usize,
+    /// Edge mode's edges (0: not edge mode).
+    pub edges: usize,
+}
+
+type Seeded = rand::rngs::StdRng;
+/// A kind's rate per three minutes and how to draw one.
+type Make = (f64, fn(&mut Seeded, &Shape) -> Kind);
+
 /// `per_3min` faults of each kind per three minutes (at least one each), between 15 s and
 /// 20 s before the end; with `edges` > 0 (edge mode) the edges' and the broker's faults too
 /// (a seed's other faults are the same in both modes).
-pub fn generate(
-    seed: u64,
-    minutes: u64,
-    accounts: usize,
-    churn: usize,
-    wallets: usize,
-    edges: usize,
-) -> Vec<Fault> {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let span = (minutes * 60).max(60);
-    let (lo, hi) = (15, span.saturating_sub(20).max(20));
-    let scale = |per_3min: f64| ((per_3min * span as f64 / 180.0).round() as usize).max(1);
+pub fn generate(seed: u64, shape: &Shape) -> Vec<Fault> {
+    let mut rng = Seeded::seed_from_u64(seed);
+    let span = (shape.minutes * 60).max(60);
     let mut out = Vec::new();
-    type Make = fn(&mut rand::rngs::StdRng, usize, usize, usize) -> Kind;
-    let kinds: [(f64, Make); 18] = [
-        (4.0, |r, _, _, _| Kind::Reorg {
-            depth: r.gen_range(1..=5),
-            mode: r.gen_range(0..3),
-        }),
-        (2.0, |_, _, _, _| Kind::LeaderKill9),
-        (1.0, |r, _, _, _| Kind::LeaderStop {
-            secs: r.gen_range(3..=20),
-        }),
-        (1.0, |_, _, _, _| Kind::Deploy),
-        (2.0, |_, _, _, _| Kind::LiveRestart),
-        (1.0, |r, _, _, _| Kind::ClickHouseStop {
-            secs: r.gen_range(2..=10),
-        }),
-        (1.0, |_, _, _, _| Kind::PostgresRestart),
-        (2.0, |r, _, _, _| Kind::RpcCut {
-            secs: r.gen_range(1..=8),
-        }),
-        (2.0, |r, _, _, _| Kind::ProviderCut {
-            provider: r.gen_range(0..PROVIDERS),
-            secs: r.gen_range(5..=30),
-        }),
-        (2.0, |r, _, _, _| Kind::ProviderLag {
-            provider: r.gen_range(0..PROVIDERS),
-            ms: r.gen_range(100..=1_000),
-            secs: r.gen_range(5..=30),
-        }),
-        (2.0, |r, _, c, _| Kind::EndpointCreate {
-            account: r.gen_range(0..c),
-        }),
-        (2.0, |r, _, c, _| Kind::EndpointDelete {
-            account: r.gen_range(0..c),
-        }),
-        (1.0, |r, _, c, _| Kind::EndpointDisable {
-            account: r.gen_range(0..c),
-            secs: r.gen_range(2..=10),
-        }),
-        (1.0, |r, a, _, _| Kind::Rotate {
-            endpoint: r.gen_range(0..a),
-        }),
-        (3.0, |r, _, c, w| Kind::SubAdd {
-            account: r.gen_range(0..c),
-            wallet: r.gen_range(0..w),
-        }),
-        (3.0, |r, _, c, w| Kind::SubRemove {
-            account: r.gen_range(0..c),
-            wallet: r.gen_range(0..w),
-        }),
-        (1.0, |r, _, c, _| Kind::KeyRevoke {
-            account: r.gen_range(0..c),
-        }),
-        (2.0, |r, a, _, _| Kind::SlowConsumer {
-            client: r.gen_range(0..a),
-            secs: r.gen_range(2..=15),
-        }),
-    ];
-    for (rate, make) in kinds {
-        for _ in 0..scale(rate) {
-            let at_s = rng.gen_range(lo..=hi);
-            out.push(Fault {
-                at_s,
-                kind: make(&mut rng, accounts, churn, wallets),
-            });
-        }
-    }
-    if edges > 0 {
-        type MakeEdge = fn(&mut rand::rngs::StdRng, usize) -> Kind;
-        let kinds: [(f64, MakeEdge); 5] = [
-            (2.0, |r, e| Kind::EdgeKill9 {
-                edge: r.gen_range(1..=e),
-            }),
-            (1.0, |r, e| Kind::EdgeStop {
-                edge: r.gen_range(1..=e),
-                secs: r.gen_range(3..=15),
-            }),
-            (1.0, |_, _| Kind::EdgeDeploy),
-            (1.0, |r, _| Kind::NatsKill {
-                secs: r.gen_range(3..=20),
-            }),
-            (1.0, |r, _| Kind::NatsLeaderKill {
-                secs: r.gen_range(3..=20),
-            }),
-        ];
-        for (rate, make) in kinds {
-            for _ in 0..scale(rate) {
-                let at_s = rng.gen_range(lo..=hi);
-                out.push(Fault {
-                    at_s,
-                    kind: make(&mut rng, edges),
-                });
-            }
-        }
+    draw(&mut rng, span, &KINDS, shape, &mut out);
+    if shape.edges > 0 {
+        draw(&mut rng, span, &EDGE_KINDS, shape, &mut out);
     }
     out.sort_by_key(|f| f.at_s);
     out
 }
+
+/// Each of `kinds` at its rate over `span` seconds, at times between 15 s and 20 s before the
+/// end, appended to `out`.
+fn draw(rng: &mut Seeded, span: u64, kinds: &[Make], shape: &Shape, out: &mut Vec<Fault>) {
+    let (lo, hi) = (15, span.saturating_sub(20).max(20));
+    let scale = |per_3min: f64| ((per_3min * span as f64 / 180.0).round() as usize).max(1);
+    for (rate, make) in kinds {
+        for _ in 0..scale(*rate) {
+            let at_s = rng.gen_range(lo..=hi);
+            out.push(Fault {
+                at_s,
+                kind: make(rng, shape),
+            });
+        }
+    }
+}
+
+/// The faults of every run.
+const KINDS: [Make; 18] = [
+    (4.0, |r, _| Kind::Reorg {
+        depth: r.gen_range(1..=5),
+        mode: r.gen_range(0..3),
+    }),
+    (2.0, |_, _| Kind::LeaderKill9),
+    (1.0, |r, _| Kind::LeaderStop {
+        secs: r.gen_range(3..=20),
+    }),
+    (1.0, |_, _| Kind::Deploy),
+    (2.0, |_, _| Kind::LiveRestart),
+    (1.0, |r, _| Kind::ClickHouseStop {
+        secs: r.gen_range(2..=10),
+    }),
+    (1.0, |_, _| Kind::PostgresRestart),
+    (2.0, |r, _| Kind::RpcCut {
+        secs: r.gen_range(1..=8),
+    }),
+    (2.0, |r, _| Kind::ProviderCut {
+        provider: r.gen_range(0..PROVIDERS),
+        secs: r.gen_range(5..=30),
+    }),
+    (2.0, |r, _| Kind::ProviderLag {
+        provider: r.gen_range(0..PROVIDERS),
+        ms: r.gen_range(100..=1_000),
+        secs: r.gen_range(5..=30),
+    }),
+    (2.0, |r, s| Kind::EndpointCreate {
+        account: r.gen_range(0..s.churn),
+    }),
+    (2.0, |r, s| Kind::EndpointDelete {
+        account: r.gen_range(0..s.churn),
+    }),
+    (1.0, |r, s| Kind::EndpointDisable {
+        account: r.gen_range(0..s.churn),
+        secs: r.gen_range(2..=10),
+    }),
+    (1.0, |r, s| Kind::Rotate {
+        endpoint: r.gen_range(0..s.accounts),
+    }),
+    (3.0, |r, s| Kind::SubAdd {
+        account: r.gen_range(0..s.churn),
+        wallet: r.gen_range(0..s.wallets),
+    }),
+    (3.0, |r, s| Kind::SubRemove {
+        account: r.gen_range(0..s.churn),
+        wallet: r.gen_range(0..s.wallets),
+    }),
+    (1.0, |r, s| Kind::KeyRevoke {
+        account: r.gen_range(0..s.churn),
+    }),
+    (2.0, |r, s| Kind::SlowConsumer {
+        client: r.gen_range(0..s.accounts),
+        secs: r.gen_range(2..=15),
+    }),
+];
+
+/// Edge mode's faults: the edges' and the broker's.
+const EDGE_KINDS: [Make; 5] = [
+    (2.0, |r, s| Kind::EdgeKill9 {
+        edge: r.gen_range(1..=s.edges),
+    }),
+    (1.0, |r, s| Kind::EdgeStop {
+        edge: r.gen_range(1..=s.edges),
+        secs: r.gen_range(3..=15),
+    }),
+    (1.0, |_, _| Kind::EdgeDeploy),
+    (1.0, |r, _| Kind::NatsKill {
+        secs: r.gen_range(3..=20),
+    }),
+    (1.0, |r, _| Kind::NatsLeaderKill {
+        secs: r.gen_range(3..=20),
+    }),
+];
 
 #[cfg(test)]
 mod tests {
@@ -342,8 +351,15 @@ mod tests {
 
     #[test]
     fn edge_mode_adds_the_edge_and_broker_faults_and_keeps_the_rest_of_the_seed() {
-        let one = generate(7, 3, 4, 2, 6, 0);
-        let edge = generate(7, 3, 4, 2, 6, 3);
+        let shape = |edges| Shape {
+            minutes: 3,
+            accounts: 4,
+            churn: 2,
+            wallets: 6,
+            edges,
+        };
+        let one = generate(7, &shape(0));
+        let edge = generate(7, &shape(3));
         let push_side: Vec<String> = edge
             .iter()
             .filter(|f| !f.kind.closes_sockets())

@@ -213,6 +213,66 @@ async fn guarded(args: Args) -> anyhow::Result<()> {
 }
 
 async fn run(args: Args, plan: Plan) -> anyhow::Result<()> {
+    let (out, logs) = paths(&args, &plan);
+    check_nofile(&plan)?;
+    let started = Instant::now();
+    let started_utc = chrono::Utc::now().format("%Y-%m-%d %H:%M UTC").to_string();
+    eprintln!("pmw-bench: {plan:?}");
+    let mut b = setup::Bench::new(&plan, logs.clone()).await?;
+    let ws = Arc::new(Collector::default());
+    let hooks = Arc::new(Collector::default());
+    let receivers = hooks::Receivers::start(plan.webhooks, hooks.clone()).await?;
+    b.start_live().await?;
+    let run_from_ms = pmw_core::UnixMs::now().0;
+    let m = measure(&mut b, &plan, &ws, &hooks, &receivers).await?;
+    let ch = &b.db.ch;
+    let stages = vec![
+        ingest::stages(ch, "pmw latency window", m.pmw.from_ms, m.pmw.to_ms).await?,
+        ingest::stages(ch, "baseline latency window", m.base.from_ms, m.base.to_ms).await?,
+        ingest::stages(
+            ch,
+            "whole run (throughput steps included)",
+            run_from_ms,
+            pmw_core::UnixMs::now().0 + 1,
+        )
+        .await?,
+    ];
+    let machine = machine::describe(&b).await;
+    if let Some(live) = b.live.take() {
+        live.stop().await?;
+    }
+    let delivered = [
+        &m.pmw.ws,
+        &m.pmw.hooks,
+        &m.base.ws,
+        &m.base.hooks,
+        &m.edge.ws,
+    ]
+    .map(|s| s.as_ref().map_or(0, |s| s.n));
+    let r = report::Report {
+        plan,
+        started_utc,
+        took_s: started.elapsed().as_secs_f64(),
+        machine,
+        pmw: m.pmw,
+        base: m.base,
+        single: m.single,
+        edge: m.edge,
+        floor: m.floor,
+        fanout: m.fanout,
+        rates: m.rates,
+        edge_fanout: m.edge_fanout,
+        edge_rates: m.edge_rates,
+        stages,
+    };
+    write(&out, &r)?;
+    drop(receivers);
+    check_figures(&r, delivered)
+}
+
+/// Where the report goes (`--out`, or docs/BENCHMARKS.md; the smoke run's under artifacts/) and
+/// the children's logs.
+fn paths(args: &Args, plan: &Plan) -> (PathBuf, PathBuf) {
     let root = pmw_testkit::repo_root();
     let out = args.out.clone().unwrap_or_else(|| {
         root.join(if plan.smoke {
@@ -225,8 +285,12 @@ async fn run(args: Args, plan: Plan) -> anyhow::Result<()> {
         .logs
         .clone()
         .unwrap_or_else(|| root.join("artifacts/bench-logs"));
-    // Sockets per process: this one's clients, or one edge's share (its clients are in a worker
-    // process of their own, and the edge holds as many).
+    (out, logs)
+}
+
+/// The open-file limit holds the plan's sockets per process: this one's clients, or one edge's
+/// share (its clients are in a worker process of their own, and the edge holds as many).
+fn check_nofile(plan: &Plan) -> anyhow::Result<()> {
     let need = plan
         .fanout_steps
         .iter()
@@ -245,95 +309,86 @@ async fn run(args: Args, plan: Plan) -> anyhow::Result<()> {
     if let Some(n) = machine::nofile_limit().filter(|n| *n < need) {
         bail!("open-file limit {n} is below the {need} this plan needs: raise it (`ulimit -n`; scripts/bench does)");
     }
-    let started = Instant::now();
-    let started_utc = chrono::Utc::now().format("%Y-%m-%d %H:%M UTC").to_string();
-    eprintln!("pmw-bench: {plan:?}");
-    let mut b = setup::Bench::new(&plan, logs.clone()).await?;
-    let ws = Arc::new(Collector::default());
-    let hooks = Arc::new(Collector::default());
-    let receivers = hooks::Receivers::start(plan.webhooks, hooks.clone()).await?;
-    b.start_live().await?;
-    let run_from_ms = pmw_core::UnixMs::now().0;
+    Ok(())
+}
 
+/// What the phases measured.
+struct Measured {
+    floor: floor::Floor,
+    single: phases::Latency,
+    pmw: phases::Latency,
+    edge: phases::Latency,
+    base: phases::Latency,
+    fanout: phases::FanOut,
+    rates: Vec<throughput::RateStep>,
+    edge_fanout: edge::EdgeFanOut,
+    edge_rates: Vec<throughput::RateStep>,
+}
+
+/// The phases in order: the floor, latency (one session; pmw; edge mode; the baseline), fan-out
+/// and throughput, then both in edge mode.
+async fn measure(
+    b: &mut setup::Bench,
+    plan: &Plan,
+    ws: &Arc<Collector>,
+    hooks: &Arc<Collector>,
+    receivers: &hooks::Receivers,
+) -> anyhow::Result<Measured> {
     eprintln!("floor ({} repetitions per hop)", plan.floor_reps);
-    let floor = floor::measure(&b, plan.floor_reps).await?;
+    let floor = floor::measure(b, plan.floor_reps).await?;
     // One session and no webhook endpoint yet: the latency without fan-out, beside the floor.
     eprintln!("latency: one session, no fan-out");
     let (one_ws, one_hooks) = (Arc::new(Collector::default()), Arc::default());
-    let single =
-        phases::latency(&mut b, &plan, (Serve::Push(None), 1), &one_ws, &one_hooks).await?;
+    let single = phases::latency(b, plan, (Serve::Push(None), 1), &one_ws, &one_hooks).await?;
     b.add_endpoints(&receivers.urls).await?;
     eprintln!("latency: pmw (LISTEN wake-up)");
-    let pmw = phases::latency(
-        &mut b,
-        &plan,
-        (Serve::Push(None), plan.ws_clients),
-        &ws,
-        &hooks,
-    )
-    .await?;
+    let pmw = phases::latency(b, plan, (Serve::Push(None), plan.ws_clients), ws, hooks).await?;
     eprintln!("latency: edge mode (the leader's rounds through NATS JetStream to a pmw-edge)");
-    let edge = phases::latency(&mut b, &plan, (Serve::Edge, plan.ws_clients), &ws, &hooks).await?;
+    let edge = phases::latency(b, plan, (Serve::Edge, plan.ws_clients), ws, hooks).await?;
     eprintln!("latency: baseline (legacy poll {} ms)", plan.legacy_poll_ms);
     let legacy = (Serve::Push(Some(plan.legacy_poll_ms)), plan.ws_clients);
-    let base = phases::latency(&mut b, &plan, legacy, &ws, &hooks).await?;
+    let base = phases::latency(b, plan, legacy, ws, hooks).await?;
     eprintln!("fan-out: steps {:?}", plan.fanout_steps);
-    let fanout = phases::fanout(&mut b, &plan, &ws).await?;
+    let fanout = phases::fanout(b, plan, ws).await?;
     eprintln!("throughput: matches per block {:?}", plan.rates);
-    let rates = throughput::throughput(&mut b, &plan, (&ws, &hooks), 0).await?;
+    let rates = throughput::throughput(b, plan, (ws, hooks), 0).await?;
     eprintln!(
         "edge mode, fan-out over {} edges: steps {:?}",
         plan.edges, plan.edge_steps
     );
-    let edge_fanout = edge::fanout(&mut b, &plan, &ws).await?;
+    let edge_fanout = edge::fanout(b, plan, ws).await?;
     eprintln!(
         "edge mode, throughput over {} edges: matches per block {:?}",
         plan.edges, plan.rates
     );
-    let edge_rates = throughput::throughput(&mut b, &plan, (&ws, &hooks), plan.edges).await?;
-
-    let ch = &b.db.ch;
-    let stages = vec![
-        ingest::stages(ch, "pmw latency window", pmw.from_ms, pmw.to_ms).await?,
-        ingest::stages(ch, "baseline latency window", base.from_ms, base.to_ms).await?,
-        ingest::stages(
-            ch,
-            "whole run (throughput steps included)",
-            run_from_ms,
-            pmw_core::UnixMs::now().0 + 1,
-        )
-        .await?,
-    ];
-    let machine = machine::describe(&b).await;
-    if let Some(live) = b.live.take() {
-        live.stop().await?;
-    }
-    let delivered = [&pmw.ws, &pmw.hooks, &base.ws, &base.hooks, &edge.ws]
-        .map(|s| s.as_ref().map_or(0, |s| s.n));
-    let r = report::Report {
-        plan,
-        started_utc,
-        took_s: started.elapsed().as_secs_f64(),
-        machine,
-        pmw,
-        base,
-        single,
-        edge,
+    let edge_rates = throughput::throughput(b, plan, (ws, hooks), plan.edges).await?;
+    Ok(Measured {
         floor,
+        single,
+        pmw,
+        edge,
+        base,
         fanout,
         rates,
         edge_fanout,
         edge_rates,
-        stages,
-    };
-    let md = report::render(&r);
+    })
+}
+
+/// The report rendered, written to `out` and printed.
+fn write(out: &std::path::Path, r: &report::Report) -> anyhow::Result<()> {
+    let md = report::render(r);
     if let Some(dir) = out.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    std::fs::write(&out, &md).with_context(|| format!("write {}", out.display()))?;
+    std::fs::write(out, &md).with_context(|| format!("write {}", out.display()))?;
     println!("{md}");
     eprintln!("pmw-bench: wrote {} in {:.0} s", out.display(), r.took_s);
-    drop(receivers);
+    Ok(())
+}
+
+/// A run that delivered nothing on a channel, or produced no figures of a phase, failed.
+fn check_figures(r: &report::Report, delivered: [usize; 5]) -> anyhow::Result<()> {
     if delivered.contains(&0) {
         bail!("no trades delivered on some channel (pmw ws, pmw webhook, baseline ws, baseline webhook, edge ws: {delivered:?})");
     }

@@ -69,7 +69,14 @@ where
     Summary::of(&v).ok_or_else(|| anyhow::anyhow!("no repetitions"))
 }
 
-pub async fn measure(b: &Bench, reps: usize) -> anyhow::Result<Floor> {
+/// A block with trades, ingested by pmw-live, stored in Postgres and copied to ClickHouse.
+struct Stored {
+    block: u64,
+    hash: [u8; 32],
+    trades: Vec<TradeRow>,
+}
+
+async fn stored_block(b: &Bench) -> anyhow::Result<Stored> {
     // A block with trades, ingested by pmw-live.
     let fills = b.sim.run_block(4).await?;
     let last = fills
@@ -105,6 +112,20 @@ pub async fn measure(b: &Bench, reps: usize) -> anyhow::Result<Floor> {
         projected,
         "the projector did not copy block {block} to clickhouse"
     );
+    Ok(Stored {
+        block,
+        hash,
+        trades: stored,
+    })
+}
+
+pub async fn measure(b: &Bench, reps: usize) -> anyhow::Result<Floor> {
+    let Stored {
+        block,
+        hash,
+        trades: stored,
+    } = stored_block(b).await?;
+    let ch = &b.db.ch;
     let rows: Vec<TradeRow> = stored.iter().cycle().take(100).cloned().collect();
     let frame = pmw_core::message::stamp(
         pmw_core::message::Kind::Trade,

@@ -1,0 +1,469 @@
+//! `pmw-check` (`scripts/check`): a seeded fault-and-churn checker with an independent oracle.
+//! It runs the real suite as production does (pm2 with the production ecosystem, Caddy, pmw-sim
+//! on a private anvil, a private Postgres/ClickHouse from `scripts/stack`), subscribes checked
+//! accounts (fixed subscriptions, one resuming WebSocket client and one webhook endpoint each)
+//! and churn accounts, does the seed's schedule of faults to the system, lets it settle, reads
+//! the canonical chain itself and reports what each subscriber lost, holds in excess, got twice
+//! or out of order. Exit 1 on any lost, phantom, duplicated (WebSocket) or out-of-order delivery.
+
+mod availability;
+mod churn_faults;
+mod edge_faults;
+mod faults;
+mod hooks;
+mod oracle;
+mod reconnects;
+mod report;
+mod schedule;
+mod ws;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use pmw_sim::{demo_wallets, RunConfig};
+use pmw_testkit::{eventually, PrivateStack};
+use pmw_tools::harness::{account, Drill, Opts};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use faults::{Checked, Churn, Done, World};
+use hooks::Hook;
+use ws::{now_ms, WsClient};
+
+#[derive(Parser, Debug)]
+#[command(about = "Seeded fault-and-churn checker with an independent oracle")]
+struct Args {
+    /// Schedule seed (random when absent; printed either way).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Minutes of traffic and faults (the settle phase comes on top).
+    #[arg(long, default_value_t = 3.0)]
+    minutes: f64,
+    /// Checked accounts (fixed subscriptions; one WebSocket client and one endpoint each).
+    #[arg(long, default_value_t = 4)]
+    accounts: usize,
+    /// Churn accounts (subscriptions, endpoints and keys change).
+    #[arg(long, default_value_t = 2)]
+    churn: usize,
+    /// Pause between simulated blocks (one match each), ms.
+    #[arg(long, default_value_t = 300)]
+    block_ms: u64,
+    /// Longest wait for the system to settle after the faults, s.
+    #[arg(long, default_value_t = 90)]
+    settle_secs: u64,
+    /// Edge mode: this many pmw-edge servers serve `/v1/ws` through Caddy, fed by the push
+    /// leader through a private 3-node NATS JetStream cluster; adds the edges' and the broker's
+    /// faults, and push faults must close no client's socket (0: push serves the sockets).
+    #[arg(long, default_value_t = 0)]
+    edges: usize,
+    /// Write the table into this markdown file (between `<!-- check:run -->` markers, or
+    /// `<!-- check:edge-run -->` in edge mode).
+    #[arg(long)]
+    doc: Option<std::path::PathBuf>,
+}
+
+fn hex(a: &pmw_core::Address) -> String {
+    a.as_bytes().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// What the run is: its seed, length, mode and fault schedule (printed before anything starts).
+struct Run {
+    seed: u64,
+    minutes: f64,
+    mode: String,
+    wallets: Vec<pmw_core::Address>,
+    plan: Vec<schedule::Fault>,
+    started: Instant,
+}
+
+/// The oracle's view of the final chain: every canonical fill, and what each checked subscriber
+/// is owed.
+struct Owed {
+    canonical: BTreeSet<ws::Id>,
+    per_checked: Vec<BTreeSet<ws::Id>>,
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let run = plan(&args);
+    let (w, stop) = setup(&args, &run).await?;
+    let w = Arc::new(w);
+    let done = faults_under_traffic(&args, &run, &w).await;
+    let owed = settle(&args, &w).await?;
+    stop.cancel();
+    let failed = judge(&args, &run, &w, &owed, &done)?;
+    // Stop the drill stack (pm2, Caddy, anvil) before the private database goes.
+    drop(Arc::try_unwrap(w).ok());
+    std::process::exit(i32::from(failed));
+}
+
+/// The seed's schedule, printed.
+fn plan(args: &Args) -> Run {
+    let seed = args.seed.unwrap_or_else(|| rand::random::<u16>().into());
+    let minutes = args.minutes.max(1.0);
+    let wallets = demo_wallets(6);
+    let shape = schedule::Shape {
+        minutes: minutes.ceil() as u64,
+        accounts: args.accounts.max(1),
+        churn: args.churn.max(1),
+        wallets: wallets.len(),
+        edges: args.edges,
+    };
+    let plan = schedule::generate(seed, &shape);
+    let mode = if args.edges > 0 {
+        format!("edge mode ({} edges, 3 NATS nodes)", args.edges)
+    } else {
+        "single-process mode".to_string()
+    };
+    println!(
+        "pmw-check seed {seed}, {minutes} min, {mode}, {} checked accounts, {} churn accounts",
+        args.accounts, args.churn
+    );
+    println!(
+        "schedule ({} faults): {}",
+        plan.len(),
+        report::summary(&plan)
+    );
+    for f in &plan {
+        println!("  t+{:>4} s  {}", f.at_s, f.kind);
+    }
+    Run {
+        seed,
+        minutes,
+        mode,
+        wallets,
+        plan,
+        started: Instant::now(),
+    }
+}
+
+/// The private stack and the drill stack on it, the checked and churn accounts with their
+/// endpoints, every client connected through Caddy; the world the faults run in and the
+/// clients' stop.
+async fn setup(args: &Args, run: &Run) -> anyhow::Result<(World, CancellationToken)> {
+    let components: &'static [&'static str] = if args.edges > 0 {
+        &["pg", "ch", "nats"]
+    } else {
+        &["pg", "ch"]
+    };
+    let stack =
+        Arc::new(tokio::task::spawn_blocking(move || PrivateStack::start_with(components)).await?);
+    let d = Drill::start_with(Opts {
+        stack: Some(stack.env.clone()),
+        rpc_proxy: false,
+        rpc_providers: schedule::PROVIDERS,
+        apps: Some("pmw-live,pmw-push-a,pmw-push-b,pmw-api,pmw-stats"),
+        env: vec![
+            ("PMW_API_ALLOW_PRIVATE_WEBHOOKS", "true"),
+            ("PMW_PUSH_ALLOW_PRIVATE_WEBHOOKS", "true"),
+            ("PMW_API_RATE_PER_SEC", "1000"),
+            ("PMW_API_RATE_BURST", "1000"),
+        ],
+        clients: Some(0),
+        edges: args.edges,
+    })
+    .await;
+    let pg = d.db.connect().await;
+    let mut w = World {
+        site: format!("127.0.0.1:{}", d.site),
+        d,
+        stack,
+        http: reqwest::Client::new(),
+        wallets: run.wallets.iter().map(hex).collect(),
+        checked: Vec::new(),
+        churn: Vec::new(),
+        start_block: 0,
+        endpoint_seq: Default::default(),
+        reorgs: Default::default(),
+        locks: HashMap::new(),
+        nats_lock: Default::default(),
+    };
+    let checked = checked_accounts(args, run, &pg).await;
+    w.churn = churn_accounts(args, run, &pg).await;
+    pg.execute("SELECT pg_notify('pmw_subscriptions', '')", &[])
+        .await?;
+    w.checked = with_endpoints(&w, checked).await?;
+    for k in schedule::Kind::NAMES {
+        w.locks.insert(k, tokio::sync::Mutex::new(()));
+    }
+    let stop = connect_clients(&w).await?;
+    w.start_block = oracle::head(&w.d.anvil.http_url()).await?;
+    println!(
+        "setup took {} s; start block {}",
+        run.started.elapsed().as_secs(),
+        w.start_block
+    );
+    Ok((w, stop))
+}
+
+/// The checked accounts: fixed subscriptions, a resuming client and a webhook receiver each.
+async fn checked_accounts(args: &Args, run: &Run, pg: &tokio_postgres::Client) -> Vec<Checked> {
+    let wallets = &run.wallets;
+    let mut checked = Vec::new();
+    for i in 0..args.accounts {
+        let mine = vec![wallets[i % 6], wallets[(i + 2) % 6]];
+        let (_, key) = account(pg, &format!("check-{i}"), &mine).await;
+        let hook = Hook::start(run.seed ^ ((i as u64) << 8), true).await;
+        checked.push(Checked {
+            wallets: mine.iter().map(hex).collect(),
+            client: WsClient::new(&key),
+            hook,
+            endpoint: 0,
+            key,
+        });
+    }
+    checked
+}
+
+/// The churn accounts: one followed wallet to start with, a client and a receiver each.
+async fn churn_accounts(args: &Args, run: &Run, pg: &tokio_postgres::Client) -> Vec<Churn> {
+    let wallets = &run.wallets;
+    let mut churn = Vec::new();
+    for i in 0..args.churn {
+        let (_, key) = account(pg, &format!("churn-{i}"), &[wallets[(i + 1) % 6]]).await;
+        let hook = Hook::start(run.seed ^ ((1000 + i as u64) << 8), true).await;
+        churn.push(Churn {
+            client: WsClient::new(&key),
+            hook,
+            endpoints: Default::default(),
+            paths: Default::default(),
+            paused: Default::default(),
+            follows: std::sync::Mutex::new(vec![(i + 1) % 6]),
+        });
+    }
+    churn
+}
+
+/// Each checked account's endpoint, made through the API.
+async fn with_endpoints(w: &World, mut checked: Vec<Checked>) -> anyhow::Result<Vec<Checked>> {
+    for c in &mut checked {
+        let v = w
+            .api("POST", "/v1/webhooks", &c.key, json!({"url": c.hook.url()}))
+            .await?;
+        c.hook.add_secret(v["secret"].as_str().unwrap_or_default());
+        c.endpoint = v["id"].as_i64().unwrap_or_default();
+    }
+    Ok(checked)
+}
+
+/// Every client of the world running and connected through Caddy; their stop.
+async fn connect_clients(w: &World) -> anyhow::Result<CancellationToken> {
+    let clients = || {
+        w.checked
+            .iter()
+            .map(|c| &c.client)
+            .chain(w.churn.iter().map(|c| &c.client))
+    };
+    let stop = CancellationToken::new();
+    for c in clients() {
+        tokio::spawn(c.clone().run(w.site.clone(), stop.clone()));
+    }
+    let connected = eventually(Duration::from_secs(60), || async {
+        clients().all(|c| c.log.lock().unwrap().first_hello_ms.is_some())
+    })
+    .await;
+    anyhow::ensure!(connected, "not every client connected through caddy");
+    Ok(stop)
+}
+
+/// Traffic for the run's span with the schedule's faults done to the system meanwhile; what
+/// each fault did.
+async fn faults_under_traffic(args: &Args, run: &Run, w: &Arc<World>) -> Vec<Done> {
+    let traffic_stop = CancellationToken::new();
+    let traffic = w.d.sim.spawn(
+        RunConfig {
+            matches_per_block: 1,
+            interval: Duration::from_millis(args.block_ms),
+            count: None,
+            duration: Some(Duration::from_secs((run.minutes * 60.0) as u64)),
+        },
+        traffic_stop.clone(),
+    );
+    let t0 = Instant::now();
+    let tasks: Vec<_> = run
+        .plan
+        .iter()
+        .cloned()
+        .map(|f| tokio::spawn(fault_at(w.clone(), f, t0)))
+        .collect();
+    let mut done = Vec::new();
+    for t in tasks {
+        match t.await {
+            Ok(d) => done.push(d),
+            Err(e) => println!("a fault task panicked: {e}"),
+        }
+    }
+    match traffic.await {
+        Ok(Ok(n)) => println!("traffic: {n} matches"),
+        other => println!("traffic ended early: {other:?}"),
+    }
+    traffic_stop.cancel();
+    done
+}
+
+/// Fault `f` at its time after `t0` (one of a kind at a time), bounded at 120 s.
+async fn fault_at(w: Arc<World>, f: schedule::Fault, t0: Instant) -> Done {
+    tokio::time::sleep_until((t0 + Duration::from_secs(f.at_s)).into()).await;
+    let _g = w.locks[f.kind.name()].lock().await;
+    let start_ms = now_ms();
+    let marks = faults::Marks::default();
+    let note = match tokio::time::timeout(Duration::from_secs(120), w.run(&f, &marks)).await {
+        Ok(Ok(n)) => n,
+        Ok(Err(e)) => format!("failed: {e:#}"),
+        Err(_) => "timed out after 120 s".into(),
+    };
+    println!("  [t+{:>4} s] {} — {note}", t0.elapsed().as_secs(), f.kind);
+    let end_ms = now_ms();
+    let (began_ms, ended_ms) = marks.get(start_ms, end_ms);
+    Done {
+        fault: f,
+        start_ms,
+        end_ms,
+        began_ms,
+        ended_ms,
+        note,
+    }
+}
+
+/// Settle: the oracle's view of the final chain, then wait until every checked subscriber
+/// agrees with it (or the bound passes).
+async fn settle(args: &Args, w: &World) -> anyhow::Result<Owed> {
+    let anvil_url = w.d.anvil.http_url();
+    let end = oracle::head(&anvil_url).await?;
+    let fills = oracle::fills(&anvil_url, w.start_block, end).await?;
+    let canonical: BTreeSet<ws::Id> = fills.values().flatten().cloned().collect();
+    let per_checked: Vec<BTreeSet<ws::Id>> = w
+        .checked
+        .iter()
+        .map(|c| {
+            c.wallets
+                .iter()
+                .filter_map(|x| fills.get(x))
+                .flatten()
+                .cloned()
+                .collect()
+        })
+        .collect();
+    let settle = Instant::now();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    while report::unsettled(w, &per_checked) > 0
+        && settle.elapsed() < Duration::from_secs(args.settle_secs)
+    {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    println!(
+        "settled in {} s ({} unsettled); blocks {}..={end}, {} canonical fills",
+        settle.elapsed().as_secs(),
+        report::unsettled(w, &per_checked),
+        w.start_block + 1,
+        canonical.len()
+    );
+    Ok(Owed {
+        canonical,
+        per_checked,
+    })
+}
+
+/// The tables a run prints (and writes into the doc).
+struct Tables {
+    table: String,
+    recovery: String,
+    reconnects: String,
+    details: String,
+    effects: String,
+}
+
+/// The verdict, the recovery per fault kind and the reconnects, printed (and written into
+/// `--doc`); whether the run failed.
+fn judge(args: &Args, run: &Run, w: &World, owed: &Owed, done: &[Done]) -> anyhow::Result<bool> {
+    let mut v = report::verdict(w, &owed.per_checked, &owed.canonical);
+    let table = report::table(&mut v);
+    let effects = report::effects(w, done);
+    let details = report::details(&v);
+    println!("\n{details}\n{effects}");
+    let lease_ms = 10_000;
+    let judged = availability::judge(done, &report::streams(w, done), lease_ms);
+    let recovery = availability::table(&judged, lease_ms);
+    println!("recovery per fault kind (budgets: docs/RELIABILITY.md)\n\n{recovery}");
+    let edge_mode = args.edges > 0;
+    let drops: Vec<Vec<(i64, String)>> = w
+        .checked
+        .iter()
+        .map(|c| c.client.log.lock().unwrap().drops.clone())
+        .collect();
+    let reconnects = reconnects::count(done, &drops);
+    let reconnect_table = reconnects.table(edge_mode);
+    println!("{reconnect_table}");
+    println!(
+        "seed {}: {} min, {} faults ({}), run {} s\n\n{table}",
+        run.seed,
+        run.minutes,
+        done.len(),
+        report::summary(&run.plan),
+        run.started.elapsed().as_secs()
+    );
+    if let Some(doc) = &args.doc {
+        let tables = Tables {
+            table,
+            recovery,
+            reconnects: reconnect_table,
+            details,
+            effects,
+        };
+        write_doc(doc, args, run, done.len(), &tables)?;
+    }
+    let failed = v.failed() || judged.failed() || reconnects.failed(edge_mode);
+    println!(
+        "{}",
+        if failed {
+            "CHECK FAILED (seed {seed})"
+        } else {
+            "check passed"
+        }
+        .replace("{seed}", &run.seed.to_string())
+    );
+    Ok(failed)
+}
+
+/// The run's tables written into `doc` between its markers (`check:run`, or `check:edge-run` in
+/// edge mode).
+fn write_doc(
+    doc: &std::path::Path,
+    args: &Args,
+    run: &Run,
+    faults: usize,
+    t: &Tables,
+) -> anyhow::Result<()> {
+    let rev = std::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    let (seed, mode, minutes) = (run.seed, &run.mode, run.minutes);
+    let (table, recovery, reconnect_table, effects) =
+        (&t.table, &t.recovery, &t.reconnects, &t.effects);
+    let body = format!(
+        "Seed **{seed}**, {mode}, {minutes} min of traffic and faults ({} checked + {} churn accounts, a block every {} ms), rev `{rev}`, {} UTC; run took {} s.\n\nSchedule ({} faults): {}.\n\n{table}\nRecovery per fault kind (budgets above; `pmw-check` exits 1 over any):\n\n{recovery}\nClient reconnects, per fault under way when a checked client's socket dropped:\n\n{reconnect_table}\n<details><summary>Per subscriber (reconnects, close codes, receiver answers) and examples</summary>\n\n```\n{}```\n</details>\n\n<details><summary>Each fault's effect</summary>\n\n{effects}\n</details>\n",
+        args.accounts, args.churn, args.block_ms, chrono::Utc::now().format("%Y-%m-%d %H:%M"), run.started.elapsed().as_secs(), faults, report::summary(&run.plan), t.details
+    );
+    let text = std::fs::read_to_string(doc)?;
+    let (a, b) = if args.edges > 0 {
+        ("<!-- check:edge-run -->", "<!-- /check:edge-run -->")
+    } else {
+        ("<!-- check:run -->", "<!-- /check:run -->")
+    };
+    let (i, j) = (text.find(a).map(|i| i + a.len()), text.find(b));
+    match (i, j) {
+        (Some(i), Some(j)) => {
+            std::fs::write(doc, format!("{}\n{body}\n{}", &text[..i], &text[j..]))?
+        }
+        _ => println!(
+            "{}: no {a} … {b} markers; the table is not written",
+            doc.display()
+        ),
+    }
+    Ok(())
+}
