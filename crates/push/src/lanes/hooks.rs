@@ -10,7 +10,8 @@ use pmw_core::message::{Kind, TradeMessage};
 
 use super::queue::{log_cancelled, move_and_queue};
 use super::{now_ms, Fence, Lane, LaneSetup};
-use crate::ledger::{Batch, LaneCursor, Ledger, Matcher, Source};
+use crate::ledger::{Batch, LaneCursor, Ledger, Source};
+use crate::matcher::Matcher;
 use crate::recorder::Recorder;
 use crate::round::{RoundError, RoundOutcome};
 use crate::subs::{Index, Subscriptions};

@@ -13,7 +13,8 @@ use pmw_core::session::items::round_items;
 
 use super::{now_ms, Fence, Lane, LaneSetup};
 use crate::hub::{Hub, Item, Stream};
-use crate::ledger::{Batch, LaneCursor, Ledger, Matcher, Reading, Source, Stages};
+use crate::ledger::{Batch, LaneCursor, Ledger, Reading, Source, Stages};
+use crate::matcher::Matcher;
 use crate::publish::SharedPublisher;
 use crate::round::{RoundError, RoundOutcome};
 use crate::subs::{Index, Subscriptions};
