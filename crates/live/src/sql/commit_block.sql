@@ -6,8 +6,8 @@
 -- (commit order; skipped for a block without trades).
 -- $1 block, $2 hash, $3 now (ms), $4 lock pid, $5 parent hash, $6 block time (ms),
 -- $7 t_detect (ms), $8 backfilled, $9 trade count, $10 channel ('' for none),
--- $11 the trades (a JSON array of trade rows, in log order). {ledger_insert} is the hot
--- ledger's insert (core's ledger_insert.sql, filled in by the code).
+-- $11 the trades (a JSON array of trade rows, in log order), appended by the hot ledger's
+-- insert (core's ledger_insert.sql, filled in by the code).
 -- Returns one row when the watermark moved, none when fenced off.
 WITH fence AS MATERIALIZED (
     SELECT 1 AS held WHERE {fence}
