@@ -8,10 +8,11 @@
 -- never read; a block chain_blocks does not hold yet hides nothing).
 --
 -- Both are plain views: the planner inlines them into each statement, so a reader's range and
--- order on (block_number, log_index) reach the primary key (or `ledger_maker`) as before, and
--- the rule stays two anti-joins probed by index per row: no sort and no scan of the range's
--- older versions. A column added to `ledger` later must be added here too (the views' columns
--- are fixed when they are created; `pmw_core::pg::columns` tests them against the table).
+-- order on (block_number, log_index) reach the primary key (or `ledger_maker`) exactly as when
+-- each statement spelled the rule out, and the rule stays two anti-joins (a newer version
+-- probed by primary key per row; the committed hash by chain_blocks' key, or hashed), never a
+-- sort of the range's versions. The views' columns are fixed when they are created: a column
+-- added to `ledger` later must be added here too (pmw-live's ledger tests compare them).
 CREATE VIEW ledger_latest AS
 SELECT l.*
 FROM ledger l

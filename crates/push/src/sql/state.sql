@@ -12,10 +12,10 @@
 -- which it delivered every row up to ($5, $6). Delivery starts at the cursor, or after the
 -- common ancestor of the new reorgs when that is below it (then the retractions up to the held
 -- cursor come too: trades whose newest version is a retraction, any block hash). Trades are the
--- hot ledger's visible ones (the view ledger_visible, migration 0017: read in primary-key
--- order), ledger order, at most $4, minus those the lane delivered already (seq at most $8, at
--- or below the held cursor: a rewind, however deep, repeats no trade; an audit's backfilled
--- fill or a new branch has a newer seq). `head_seq` is the last seq committed in this snapshot,
+-- hot ledger's visible ones (the view ledger_visible, migration 0017), ledger order, at most
+-- $4, minus those the lane delivered already (seq at most $8, at or below the held cursor: a
+-- rewind, however deep, repeats no trade; an audit's backfilled fill or a new branch has a
+-- newer seq). `head_seq` is the last seq committed in this snapshot,
 -- `held_hash` the hash of the held cursor's block. The hot ledger holds blocks from `floor` on:
 -- a lane starting below it reads the rest through the one ledger (ClickHouse below the floor).
 WITH s AS MATERIALIZED (
