@@ -8,31 +8,16 @@ use serde::{Deserialize, Serialize};
 use crate::ch::TradeRow;
 use crate::Position;
 
-/// The fill itself. Amounts are exact decimal strings (6 decimals applied).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct Trade {
-    /// The wallet that owns the fill (its maker).
-    pub wallet: String,
-    pub block_number: u64,
-    pub log_index: u32,
-    pub block_hash: String,
-    pub tx_hash: String,
-    pub block_time_ms: i64,
-    pub exchange: String,
-    pub exchange_version: u8,
-    pub order_hash: String,
-    pub maker: String,
-    pub taker: String,
+crate::ch::trades::fill_struct! {
+    /// The fill itself. Amounts are exact decimal strings (6 decimals applied).
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+    pub struct Trade {
+        /// The wallet that owns the fill (its maker).
+        pub wallet: String,
+    }
     /// `BUY` or `SELL`, from the wallet's point of view.
-    pub side: String,
-    pub token_id: String,
-    pub shares: String,
-    pub collateral: String,
-    pub price: String,
-    pub fee: String,
-    /// `collateral` or `shares` (V1 BUY pays its fee in outcome shares).
-    pub fee_asset: String,
+    side: String,
 }
 
 impl Trade {

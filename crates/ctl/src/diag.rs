@@ -24,8 +24,8 @@ use serde_json::{json, Value};
 
 use crate::conn::{age, connect, db_error, size};
 
-/// The marker comment in the statement push's every round starts with
-/// (`crates/push/src/sql/state_ws.sql`).
+/// The marker comment in the statement push's every WebSocket round starts with
+/// (`crates/push/src/sql/state.sql`, its round name filled in with `push_round`).
 pub const ROUND_MARKER: &str = "/* pmw:push_round */";
 
 /// The small, hot-updated tables (docs/ARCHITECTURE.md §7.2).
@@ -292,7 +292,7 @@ pub async fn run(cfg: &CoreConfig, args: DiagArgs) -> Result<(), ServiceError> {
 mod tests {
     #[test]
     fn the_round_statement_carries_the_marker_diag_counts() {
-        let round = include_str!("../../push/src/sql/state_ws.sql");
+        let round = include_str!("../../push/src/sql/state.sql").replace("{round}", "push_round");
         let sql: String = round.lines().filter(|l| !l.starts_with("--")).collect();
         assert!(sql.contains(super::ROUND_MARKER), "{sql}");
     }

@@ -138,8 +138,12 @@ impl Ingester {
         let addresses = parts.allow.addresses().collect();
         let advance_sql =
             include_str!("sql/advance_cursor.sql").replace("{fence}", &fence_sql(keys::LIVE, "$4"));
-        let commit_sql =
-            include_str!("sql/commit_block.sql").replace("{fence}", &fence_sql(keys::LIVE, "$4"));
+        let commit_sql = include_str!("sql/commit_block.sql")
+            .replace("{fence}", &fence_sql(keys::LIVE, "$4"))
+            .replace(
+                "{ledger_insert}",
+                &pmw_core::pg::ledger::insert_sql("$11", "$3"),
+            );
         Ingester {
             parts,
             cursor: None,

@@ -93,7 +93,7 @@ impl Projector {
             ch,
             lock_pid,
             settings,
-            rows_sql: include_str!("sql/project_rows.sql").replace("{COLUMNS}", ledger::COLUMNS),
+            rows_sql: include_str!("sql/project_rows.sql").replace("{COLUMNS}", TradeRow::COLUMNS),
             advance_sql: fenced(include_str!("sql/project_advance.sql")),
             floor_sql: fenced(include_str!("sql/raise_floor.sql")),
         }

@@ -6,22 +6,23 @@
 //! of `pmw_core::pg::ledger`). It knows nothing of sessions or endpoints: a [`Batch`] is what a
 //! lane then delivers.
 
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use pmw_core::ch::{ChClient, TradeRow};
 use pmw_core::message::Market;
 use pmw_core::pg::ledger::{self as one, LedgerError};
-use pmw_core::pg::{self, PgPool};
+use pmw_core::pg::PgPool;
 use pmw_core::types::cursor::MAX_LOG_INDEX;
 use pmw_core::{Cursor, Position};
 use tokio_postgres::types::Json;
 
 use crate::catchup;
+use crate::matcher::Matcher;
+use crate::names::Names;
 use crate::round::RoundError;
 pub use crate::telemetry::Stages;
-use pmw_session::subs::{Index, Subscriptions};
+use pmw_session::subs::Index;
 
 /// Which lane reads, and so which watermark bounds it and which statement starts its round.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,13 +36,24 @@ pub enum Source {
 }
 
 impl Source {
+    /// The lane's round statement: `sql/state.sql` with its marker, watermark table and extra
+    /// column filled in (the webhook lane's `lane` column keeps its rounds apart in
+    /// pg_stat_statements), and the ledger's columns.
     fn state_sql(self) -> String {
-        let text = match self {
-            Source::Ws => include_str!("sql/state_ws.sql"),
-            Source::Webhooks => include_str!("sql/state_webhooks.sql"),
-            Source::Finals => include_str!("sql/state_finals.sql"),
+        let (round, watermark, lane) = match self {
+            Source::Ws => ("push_round", "ingest_cursor", ""),
+            Source::Webhooks => (
+                "webhook_round",
+                "ingest_cursor",
+                ", 'webhooks'::text AS lane",
+            ),
+            Source::Finals => ("final_round", "finalized_cursor", ""),
         };
-        text.replace("{COLUMNS}", one::COLUMNS)
+        include_str!("sql/state.sql")
+            .replace("{round}", round)
+            .replace("{watermark}", watermark)
+            .replace("{lane}", lane)
+            .replace("{COLUMNS}", TradeRow::COLUMNS)
     }
 }
 
@@ -131,47 +143,6 @@ pub struct Reading {
     state: State,
     /// When the round started and when its state statement answered.
     times: (Instant, Instant),
-}
-
-/// The subscription index a lane matches with, reloaded when the version read with the
-/// watermark moved or after a failed round (a stale index must never fail rounds forever).
-pub struct Matcher {
-    subs: Subscriptions,
-    reload: bool,
-}
-
-impl Matcher {
-    /// `loaded`: `subs` holds a fresh index (else it is loaded on the first round).
-    pub fn new(subs: Subscriptions, loaded: bool) -> Matcher {
-        Matcher {
-            subs,
-            reload: !loaded,
-        }
-    }
-
-    /// The index for `version`, and whether it was reloaded for it.
-    pub async fn index(
-        &mut self,
-        pool: &PgPool,
-        version: i64,
-    ) -> Result<(Arc<Index>, bool), RoundError> {
-        let idx = self.subs.current().await;
-        if idx.version == version && !self.reload {
-            return Ok((idx, false));
-        }
-        let idx = self.subs.reload(pool).await?;
-        self.reload = false;
-        Ok((idx, true))
-    }
-
-    pub async fn version(&self) -> i64 {
-        self.subs.current().await.version
-    }
-
-    /// A round failed: reload before the next one.
-    pub fn failed(&mut self) {
-        self.reload = true;
-    }
 }
 
 /// The state a round starts from and the hot ledger's rows it read (one statement, one
@@ -493,58 +464,27 @@ fn rewind_to(at: Position, ancestor: Option<&(u64, Option<String>)>) -> Position
     }
 }
 
-/// Market names from the background resolver's cache; misses are looked up again at most every
-/// 10 s and never waited for.
-#[derive(Default)]
-struct Names {
-    known: HashMap<String, Market>,
-    missing: HashMap<String, Instant>,
-}
-
-impl Names {
-    fn get(&self, token: &str) -> Option<&Market> {
-        self.known.get(token)
-    }
-
-    async fn refresh<'a>(
-        &mut self,
-        client: &deadpool_postgres::Object,
-        rows: impl Iterator<Item = &'a TradeRow>,
-    ) -> Result<(), tokio_postgres::Error> {
-        let retry = Duration::from_secs(10);
-        let mut ask: Vec<String> = rows
-            .map(|r| r.token_id.clone())
-            .filter(|t| {
-                !self.known.contains_key(t)
-                    && self.missing.get(t).is_none_or(|at| at.elapsed() > retry)
-            })
-            .collect();
-        ask.sort();
-        ask.dedup();
-        if ask.is_empty() {
-            return Ok(());
-        }
-        let tokens: Vec<&str> = ask.iter().map(String::as_str).collect();
-        for (token, market) in pg::market_names(&***client, &tokens).await? {
-            self.missing.remove(&token);
-            self.known.insert(token, market);
-        }
-        let now = Instant::now();
-        for t in ask {
-            if !self.known.contains_key(&t) {
-                self.missing.insert(t, now);
-            }
-        }
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn pos(block: u64, log_index: u32) -> Position {
         Position::maybe(Cursor { block, log_index }, None)
+    }
+
+    #[test]
+    fn each_lane_has_its_own_round_statement_and_the_websocket_one_carries_diags_marker() {
+        let ws = Source::Ws.state_sql();
+        assert!(ws.contains("/* pmw:push_round */") && ws.contains("FROM ingest_cursor"));
+        let hooks = Source::Webhooks.state_sql();
+        assert!(hooks.contains("/* pmw:webhook_round */") && hooks.contains("AS lane"));
+        let finals = Source::Finals.state_sql();
+        assert!(
+            finals.contains("/* pmw:final_round */") && finals.contains("FROM finalized_cursor")
+        );
+        for sql in [ws, hooks, finals] {
+            assert!(!sql.contains('{'), "every placeholder is filled: {sql}");
+        }
     }
 
     #[test]

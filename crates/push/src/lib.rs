@@ -10,6 +10,8 @@ mod lanes;
 pub mod leader;
 mod lease;
 pub mod ledger;
+pub mod matcher;
+mod names;
 mod publish;
 pub mod round;
 mod round_loop;

@@ -18,6 +18,8 @@ use crate::AppState;
 pub const LOG_DEFAULT_LIMIT: u32 = 100;
 pub const LOG_MAX_LIMIT: u32 = 1_000;
 
+// An attempt is a `delivery_log` row ([`pmw_core::ch::DeliveryLogRow`]) without its owner
+// (endpoint and account): the tests below tie the two, the page statement and the documented kinds.
 /// One attempt.
 #[derive(Debug, Serialize, Deserialize, ToSchema, clickhouse::Row)]
 pub struct Attempt {
@@ -25,7 +27,7 @@ pub struct Attempt {
     pub delivery_id: String,
     /// 1 for the first attempt.
     pub attempt: u32,
-    /// `trade` or `retract`.
+    /// `trade`, `retract` or `final`.
     pub kind: String,
     pub block_number: u64,
     pub log_index: u32,
@@ -119,4 +121,47 @@ pub async fn log(
         attempts: rows,
         next,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Attempt;
+    use clickhouse::Row;
+    use pmw_core::ch::{statements, DeliveryLogRow};
+    use pmw_core::message::Kind;
+    use utoipa::openapi::schema::Schema;
+    use utoipa::openapi::RefOr;
+    use utoipa::PartialSchema;
+
+    #[test]
+    fn an_attempt_is_a_delivery_log_row_without_its_owner_and_the_page_reads_it() {
+        let owner = ["endpoint_id", "account_id"];
+        let row: Vec<&str> = DeliveryLogRow::COLUMN_NAMES
+            .iter()
+            .copied()
+            .filter(|c| !owner.contains(c))
+            .collect();
+        assert_eq!(Attempt::COLUMN_NAMES, row.as_slice());
+        let select = statements::DELIVERY_LOG_PAGE
+            .split_once("FROM")
+            .unwrap()
+            .0
+            .trim_start_matches("SELECT");
+        let read: Vec<&str> = select.split(',').map(str::trim).collect();
+        assert_eq!(read, row);
+    }
+
+    #[test]
+    fn an_attempts_documented_kinds_are_every_kind_of_message() {
+        let RefOr::T(Schema::Object(attempt)) = Attempt::schema() else {
+            panic!("an object schema");
+        };
+        let Some(RefOr::T(Schema::Object(kind))) = attempt.properties.get("kind") else {
+            panic!("a kind property");
+        };
+        let doc = kind.description.clone().unwrap_or_default();
+        for k in [Kind::Trade, Kind::Retract, Kind::Final] {
+            assert!(doc.contains(&format!("`{}`", k.as_str())), "{doc}");
+        }
+    }
 }

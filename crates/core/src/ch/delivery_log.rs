@@ -3,13 +3,15 @@
 
 use serde::{Deserialize, Serialize};
 
-/// One webhook attempt (`delivery_log`).
+/// One webhook attempt (`delivery_log`). The API's delivery log reads it without its owner
+/// (`endpoint_id`, `account_id`): `pmw-api`'s `Attempt`, tied to it by a test.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, clickhouse::Row)]
 pub struct DeliveryLogRow {
     pub delivery_id: String,
     pub endpoint_id: u64,
     pub account_id: u64,
     pub attempt: u32,
+    /// `trade`, `retract` or `final` ([`crate::message::Kind`]).
     pub kind: String,
     pub block_number: u64,
     pub log_index: u32,

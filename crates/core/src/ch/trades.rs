@@ -11,66 +11,94 @@ use crate::ch::ChClient;
 use crate::trade::{format_units6, Fill, Side};
 use crate::types::Cursor;
 
-/// One decoded `OrderFilled`, as stored. Amounts are exact decimal strings (6 decimals applied).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, clickhouse::Row)]
-pub struct TradeRow {
-    pub block_number: u64,
-    pub log_index: u32,
-    pub block_hash: String,
-    pub tx_hash: String,
-    pub block_time_ms: i64,
-    pub exchange: String,
-    pub exchange_version: u8,
-    pub order_hash: String,
-    pub maker: String,
-    pub taker: String,
+/// Declares a struct carrying a fill's fields: the one declaration of them (names, types, order
+/// and documentation) for the stored row ([`TradeRow`]), its per-wallet copy ([`WalletTradeRow`])
+/// and the message's `trade` ([`crate::message::Trade`]). Each gives its own attributes, the
+/// fields that come before the fill's, the type and documentation of `side` (stored as 0/1, sent
+/// as `BUY`/`SELL`) and, with `stored`, the ledger's fields after them. The order is the JSON
+/// field order and ClickHouse's column order; a conversion between them names every field, so a
+/// field added here fails to compile until each conversion carries it.
+macro_rules! fill_struct {
+    (@define $(#[$attr:meta])* pub struct $name:ident { $($lead:tt)* }
+     $(#[$side_attr:meta])* side: $side:ty, { $($tail:tt)* }) => {
+        $(#[$attr])*
+        pub struct $name {
+            $($lead)*
+            pub block_number: u64,
+            pub log_index: u32,
+            pub block_hash: String,
+            pub tx_hash: String,
+            pub block_time_ms: i64,
+            pub exchange: String,
+            pub exchange_version: u8,
+            pub order_hash: String,
+            pub maker: String,
+            pub taker: String,
+            $(#[$side_attr])*
+            pub side: $side,
+            pub token_id: String,
+            pub shares: String,
+            pub collateral: String,
+            pub price: String,
+            pub fee: String,
+            /// `collateral` or `shares` (V1 BUY pays its fee in outcome shares).
+            pub fee_asset: String,
+            $($tail)*
+        }
+    };
+    ($(#[$attr:meta])* pub struct $name:ident { $($lead:tt)* }
+     $(#[$side_attr:meta])* side: $side:ty, stored) => {
+        $crate::ch::trades::fill_struct! {
+            @define $(#[$attr])* pub struct $name { $($lead)* } $(#[$side_attr])* side: $side, {
+                pub t_detect_ms: i64,
+                pub backfilled: u8,
+                pub retracted: u8,
+                pub version: u64,
+                /// 1 when pmw-live's completeness audit found the fill missing and stored it (then
+                /// `backfilled` is 1 too and `t_detect_ms` is the audit's time).
+                pub audit: u8,
+            }
+        }
+    };
+    ($(#[$attr:meta])* pub struct $name:ident { $($lead:tt)* }
+     $(#[$side_attr:meta])* side: $side:ty $(,)?) => {
+        $crate::ch::trades::fill_struct! {
+            @define $(#[$attr])* pub struct $name { $($lead)* } $(#[$side_attr])* side: $side, {}
+        }
+    };
+}
+pub(crate) use fill_struct;
+
+fill_struct! {
+    /// One decoded `OrderFilled`, as stored. Amounts are exact decimal strings (6 decimals
+    /// applied).
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, clickhouse::Row)]
+    pub struct TradeRow {}
     /// 0 = BUY, 1 = SELL, from the maker's (the fill owner's) point of view.
-    pub side: u8,
-    pub token_id: String,
-    pub shares: String,
-    pub collateral: String,
-    pub price: String,
-    pub fee: String,
-    /// `collateral` or `shares`: V1 BUY pays its fee in outcome shares.
-    pub fee_asset: String,
-    pub t_detect_ms: i64,
-    pub backfilled: u8,
-    pub retracted: u8,
-    pub version: u64,
-    /// 1 when pmw-live's completeness audit found the fill missing and stored it (then
-    /// `backfilled` is 1 too and `t_detect_ms` is the audit's time).
-    pub audit: u8,
+    side: u8,
+    stored
 }
 
-/// The per-wallet copy: the same row keyed by `wallet` (= `maker`, the owner of the fill).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, clickhouse::Row)]
-pub struct WalletTradeRow {
-    pub wallet: String,
-    pub block_number: u64,
-    pub log_index: u32,
-    pub block_hash: String,
-    pub tx_hash: String,
-    pub block_time_ms: i64,
-    pub exchange: String,
-    pub exchange_version: u8,
-    pub order_hash: String,
-    pub maker: String,
-    pub taker: String,
-    pub side: u8,
-    pub token_id: String,
-    pub shares: String,
-    pub collateral: String,
-    pub price: String,
-    pub fee: String,
-    pub fee_asset: String,
-    pub t_detect_ms: i64,
-    pub backfilled: u8,
-    pub retracted: u8,
-    pub version: u64,
-    pub audit: u8,
+fill_struct! {
+    /// The per-wallet copy: the same row keyed by `wallet` (= `maker`, the owner of the fill).
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, clickhouse::Row)]
+    pub struct WalletTradeRow {
+        pub wallet: String,
+    }
+    /// 0 = BUY, 1 = SELL, as in [`TradeRow`].
+    side: u8,
+    stored
 }
 
 impl TradeRow {
+    /// The row's columns, in field order: what every read of trades (the hot ledger's in
+    /// Postgres, ClickHouse's) selects, and what [`crate::pg::ledger::trade_row`] maps by
+    /// position. Tested against the fields and the tables' columns.
+    pub const COLUMNS: &'static str = "block_number, log_index, block_hash, tx_hash, \
+        block_time_ms, exchange, exchange_version, order_hash, maker, taker, side, token_id, \
+        shares, collateral, price, fee, fee_asset, t_detect_ms, backfilled, retracted, version, \
+        audit";
+
     /// When the newest live (not backfilled) row's block was detected: what the stage lines of
     /// a round (push's) or a round part (an edge's) measure from.
     pub fn newest_live_detect_ms<'a>(rows: impl IntoIterator<Item = &'a TradeRow>) -> Option<i64> {
@@ -165,10 +193,6 @@ pub async fn insert_trades(
     insert_all(ch, "trades_by_wallet", &by_wallet).await
 }
 
-const COLUMNS: &str = "block_number, log_index, block_hash, tx_hash, block_time_ms, exchange, \
-    exchange_version, order_hash, maker, taker, side, token_id, shares, collateral, price, fee, \
-    fee_asset, t_detect_ms, backfilled, retracted, version, audit";
-
 /// Visible trades after `after`, up to and including block `up_to` (the ingest watermark), in
 /// ledger order, at most `limit`.
 ///
@@ -185,7 +209,7 @@ pub async fn trades_after(
 ) -> Result<Vec<TradeRow>, clickhouse::error::Error> {
     let bound = limit.saturating_mul(2).saturating_add(64);
     let mut versions: Vec<TradeRow> = ch
-        .query(&sql::VERSIONS_AFTER.replace("{COLUMNS}", COLUMNS))
+        .query(&sql::VERSIONS_AFTER.replace("{COLUMNS}", TradeRow::COLUMNS))
         .bind(after.block)
         .bind(up_to)
         .bind(after.block)
@@ -214,7 +238,7 @@ pub async fn deduplicated_after(
     up_to: u64,
     limit: u64,
 ) -> Result<Vec<TradeRow>, clickhouse::error::Error> {
-    let sql = sql::TRADES_AFTER.replace("{COLUMNS}", COLUMNS);
+    let sql = sql::TRADES_AFTER.replace("{COLUMNS}", TradeRow::COLUMNS);
     ch.query(&sql)
         .bind(after.block)
         .bind(up_to)
@@ -231,7 +255,7 @@ pub async fn trades_of_block(
     block_number: u64,
     block_hash: &str,
 ) -> Result<Vec<TradeRow>, clickhouse::error::Error> {
-    let sql = sql::TRADES_OF_BLOCK.replace("{COLUMNS}", COLUMNS);
+    let sql = sql::TRADES_OF_BLOCK.replace("{COLUMNS}", TradeRow::COLUMNS);
     ch.query(&sql)
         .bind(block_number)
         .bind(block_hash)
@@ -272,7 +296,7 @@ pub async fn retract_above(
     watermark: u64,
     version: u64,
 ) -> Result<(Vec<TradeRow>, u64), clickhouse::error::Error> {
-    let sql = sql::VISIBLE_ABOVE.replace("{COLUMNS}", COLUMNS);
+    let sql = sql::VISIBLE_ABOVE.replace("{COLUMNS}", TradeRow::COLUMNS);
     let visible: Vec<TradeRow> = ch.query(&sql).bind(watermark).fetch_all().await?;
     let mut top = version;
     let retractions: Vec<TradeRow> = visible
@@ -296,7 +320,7 @@ pub async fn latest_between(
     from: u64,
     to: u64,
 ) -> Result<Vec<TradeRow>, clickhouse::error::Error> {
-    let sql = sql::LATEST_BETWEEN.replace("{COLUMNS}", COLUMNS);
+    let sql = sql::LATEST_BETWEEN.replace("{COLUMNS}", TradeRow::COLUMNS);
     ch.query(&sql).bind(from).bind(to).fetch_all().await
 }
 
@@ -306,7 +330,7 @@ pub async fn retracted_between(
     after_block: u64,
     through_block: u64,
 ) -> Result<Vec<TradeRow>, clickhouse::error::Error> {
-    let sql = sql::RETRACTED_BETWEEN.replace("{COLUMNS}", COLUMNS);
+    let sql = sql::RETRACTED_BETWEEN.replace("{COLUMNS}", TradeRow::COLUMNS);
     ch.query(&sql)
         .bind(after_block)
         .bind(through_block)
@@ -345,7 +369,7 @@ pub async fn wallet_trades_between(
         .collect::<Vec<_>>()
         .join(",");
     let sql = sql::WALLET_TRADES_BETWEEN
-        .replace("{COLUMNS}", COLUMNS)
+        .replace("{COLUMNS}", TradeRow::COLUMNS)
         .replace("{list}", &list);
     ch.query(&sql)
         .bind(after.block)
@@ -390,4 +414,15 @@ pub async fn waiting(
         .bind(after.log_index)
         .fetch_one()
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_columns_every_read_selects_are_the_rows_fields_in_order() {
+        use clickhouse::Row;
+        assert_eq!(TradeRow::COLUMNS, TradeRow::COLUMN_NAMES.join(", "));
+    }
 }

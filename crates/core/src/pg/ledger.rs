@@ -2,7 +2,9 @@
 //! read from the Postgres hot ledger (committed with the watermark, the newest blocks), blocks
 //! below it from ClickHouse (the projector filled them before the floor rose past them). Every
 //! read keeps per identity `(block_number, log_index, block_hash)` the newest version, drops
-//! retracted ones and, in the hot ledger, keeps only rows whose block hash is the committed one.
+//! retracted ones and, in the hot ledger, keeps only rows whose block hash is the committed one:
+//! in Postgres that rule is the views `ledger_latest` and `ledger_visible` (migration 0017),
+//! which every hot-ledger read selects from.
 
 use std::sync::OnceLock;
 
@@ -24,11 +26,6 @@ pub fn partition_of(block: u64) -> (u64, u64) {
 
 /// The marker of the seam read in `pg_stat_statements`.
 pub const SEAM_MARKER: &str = "pmw:ledger_seam";
-
-/// The columns every ledger read returns, in [`TradeRow`]'s field order.
-pub const COLUMNS: &str = "block_number, log_index, block_hash, tx_hash, block_time_ms, \
-    exchange, exchange_version, order_hash, maker, taker, side, token_id, shares, collateral, \
-    price, fee, fee_asset, t_detect_ms, backfilled, retracted, version, audit";
 
 /// Why a read of the one ledger failed.
 #[derive(Debug, thiserror::Error)]
@@ -59,7 +56,19 @@ impl Seam {
 }
 
 fn sql(cell: &'static OnceLock<String>, text: &str) -> &'static str {
-    cell.get_or_init(|| text.replace("{COLUMNS}", COLUMNS))
+    cell.get_or_init(|| {
+        text.replace("{COLUMNS}", TradeRow::COLUMNS)
+            .replace("{ledger_insert}", &insert_sql("$1", "$3"))
+    })
+}
+
+/// The insert of trade rows into the hot ledger (`sql/ledger_insert.sql`, the one place its
+/// columns are written) for a statement with an `alloc` CTE giving the seq base: the rows are
+/// the JSON array in parameter `rows`, committed at parameter `now` (ms).
+pub fn insert_sql(rows: &str, now: &str) -> String {
+    include_str!("sql/ledger_insert.sql")
+        .replace("{rows}", rows)
+        .replace("{now}", now)
 }
 
 macro_rules! statement {
@@ -71,11 +80,12 @@ macro_rules! statement {
     };
 }
 statement!(visible_after_sql, "sql/ledger_visible_after.sql");
+statement!(append_sql, "sql/ledger_append.sql");
 statement!(latest_between_sql, "sql/ledger_latest_between.sql");
 statement!(retracted_between_sql, "sql/ledger_retracted_between.sql");
 statement!(wallet_between_sql, "sql/ledger_wallet_between.sql");
 
-/// A ledger row as a [`TradeRow`] (the columns of [`COLUMNS`], in order).
+/// A ledger row as a [`TradeRow`] (the columns of [`TradeRow::COLUMNS`], in order).
 pub fn trade_row(r: &Row) -> TradeRow {
     TradeRow {
         block_number: r.get::<_, i64>(0) as u64,
@@ -126,11 +136,8 @@ pub async fn append(
     if rows.is_empty() {
         return Ok(0);
     }
-    c.execute(
-        include_str!("sql/ledger_append.sql"),
-        &[&Json(rows), &(rows.len() as i64), &now.0],
-    )
-    .await
+    c.execute(append_sql(), &[&Json(rows), &(rows.len() as i64), &now.0])
+        .await
 }
 
 /// How far ClickHouse is behind the hot ledger (the projector's lag).

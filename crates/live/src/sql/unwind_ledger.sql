@@ -1,14 +1,11 @@
 -- A reorg's retractions, appended to the hot ledger in the unwind's transaction: every trade
--- of a block above the common ancestor ($1) whose newest version is visible gets a newer
--- version with retracted = 1 (at least $2, above the version it replaces), seqs from
--- ledger_head under its row lock. $3 now (ms). Returns the retracted trades' count.
-WITH latest AS (
-    SELECT DISTINCT ON (block_number, log_index, block_hash) *
-    FROM ledger WHERE block_number > $1
-    ORDER BY block_number, log_index, block_hash, version DESC
-), gone AS (
+-- of a block above the common ancestor ($1) whose newest version (the view ledger_latest,
+-- migration 0017) is not retracted, of any block hash, gets a newer version with retracted = 1
+-- (at least $2, above the version it replaces), seqs from ledger_head under its row lock. $3
+-- now (ms). Returns the retracted trades' count.
+WITH gone AS (
     SELECT *, row_number() OVER (ORDER BY block_number, log_index, block_hash) AS n
-    FROM latest WHERE retracted = 0
+    FROM ledger_latest WHERE block_number > $1 AND retracted = 0
 ), alloc AS (
     UPDATE ledger_head SET seq = ledger_head.seq + c.n
     FROM (SELECT count(*) AS n FROM gone) c

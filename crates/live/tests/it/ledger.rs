@@ -1,6 +1,7 @@
 //! The hot ledger on a real anvil and real Postgres: every fill is in the ledger when the
 //! watermark reaches its block (same statement), a reorg appends retractions (no row is deleted
-//! or updated), and seqs follow commit order with no gap.
+//! or updated), and seqs follow commit order with no gap; the ledger's columns are one list in the
+//! table, its views, its inserts and the row type.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -142,4 +143,86 @@ async fn a_reorg_appends_retractions_and_deletes_nothing() {
         "seqs 1..=n, no gap"
     );
     live.stop().await.unwrap();
+}
+
+/// The columns of `relation` in table order, with their types.
+async fn columns_of(c: &tokio_postgres::Client, relation: &str) -> Vec<(String, String)> {
+    c.query(
+        "SELECT column_name::text, data_type::text FROM information_schema.columns \
+         WHERE table_schema = current_schema() AND table_name = $1 ORDER BY ordinal_position",
+        &[&relation],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1)))
+    .collect()
+}
+
+/// The comma-separated list after `start` up to the next `)`, trimmed.
+fn list_after(sql: &str, start: &str) -> Vec<String> {
+    let from = sql
+        .find(start)
+        .unwrap_or_else(|| panic!("{start} in {sql}"))
+        + start.len();
+    let to = from + sql[from..].find(')').unwrap();
+    sql[from..to]
+        .split(',')
+        .map(|c| c.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect()
+}
+
+#[tokio::test]
+async fn the_ledgers_columns_are_one_list_in_the_table_the_views_the_inserts_and_the_row_type() {
+    use clickhouse::Row;
+    use pmw_core::ch::TradeRow;
+    let db = pmw_testkit::TestDb::new().await;
+    let c = db.connect().await;
+    let table = columns_of(&c, "ledger").await;
+    let names: Vec<String> = table.iter().map(|(n, _)| n.clone()).collect();
+    assert_eq!(columns_of(&c, "ledger_latest").await, table);
+    assert_eq!(columns_of(&c, "ledger_visible").await, table);
+
+    // The row type: the table's columns but the two the inserts set (seq, committed_ms).
+    let written = ["seq", "committed_ms"];
+    let fields: BTreeSet<&str> = TradeRow::COLUMN_NAMES.iter().copied().collect();
+    let stored: BTreeSet<&str> = names
+        .iter()
+        .map(String::as_str)
+        .filter(|n| !written.contains(n))
+        .collect();
+    assert_eq!(fields, stored);
+    assert_eq!(fields.len(), TradeRow::COLUMN_NAMES.len());
+
+    // Every insert names the table's columns in its order; the JSON record is the row type's
+    // fields with the table's types.
+    let insert = ledger::insert_sql("$1", "$3");
+    let unwind = include_str!("../../src/sql/unwind_ledger.sql");
+    for sql in [insert.as_str(), unwind] {
+        assert_eq!(list_after(sql, "INSERT INTO ledger ("), names, "{sql}");
+    }
+    let record: BTreeSet<String> = list_after(&insert, "jsonb_to_recordset($1::jsonb) AS (")
+        .into_iter()
+        .collect();
+    let typed: BTreeSet<String> = table
+        .iter()
+        .filter(|(n, _)| !written.contains(&n.as_str()))
+        .map(|(n, t)| format!("{n} {t}"))
+        .collect();
+    assert_eq!(record, typed);
+
+    // A row read back is the row written: the reads map TradeRow::COLUMNS by position.
+    let mut row = pmw_testkit::rows::trade(7, 3, &format!("0x{}", "ab".repeat(32)));
+    (row.side, row.backfilled, row.audit, row.version) = (1, 1, 1, 9);
+    (row.block_time_ms, row.t_detect_ms, row.exchange_version) = (11, 12, 2);
+    (row.fee, row.fee_asset) = ("0.01".into(), "shares".into());
+    pmw_testkit::rows::plant(&c, std::slice::from_ref(&row)).await;
+    let before = Cursor {
+        block: 6,
+        log_index: 0,
+    };
+    let read = ledger::visible_after(&c, before, 7, 10).await.unwrap();
+    assert_eq!(read, vec![row.clone()]);
+    let latest = ledger::latest_between(&c, 7, 7).await.unwrap();
+    assert_eq!(latest, vec![row]);
 }

@@ -14,7 +14,8 @@ use pmw_session::items::final_items;
 
 use super::queue::{log_cancelled, move_and_queue};
 use super::{now_ms, Fence, Lane, LaneSetup, LaneStart};
-use crate::ledger::{Batch, LaneCursor, Ledger, Matcher, Source};
+use crate::ledger::{Batch, LaneCursor, Ledger, Source};
+use crate::matcher::Matcher;
 use crate::publish::SharedPublisher;
 use crate::round::{RoundError, RoundOutcome};
 use crate::webhook;

@@ -10,7 +10,8 @@ use pmw_core::message::{Kind, TradeMessage};
 
 use super::queue::{log_cancelled, move_and_queue};
 use super::{now_ms, Fence, Lane, LaneSetup, LaneStart};
-use crate::ledger::{Batch, LaneCursor, Ledger, Matcher, Source};
+use crate::ledger::{Batch, LaneCursor, Ledger, Source};
+use crate::matcher::Matcher;
 use crate::round::{RoundError, RoundOutcome};
 use crate::webhook;
 use pmw_session::recorder::Recorder;

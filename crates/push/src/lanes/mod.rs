@@ -20,7 +20,8 @@ use pmw_core::ch::ChClient;
 use pmw_core::pg::PgPool;
 use pmw_core::{Cursor, Position, UnixMs};
 
-use crate::ledger::{Batch, LaneCursor, Ledger, Matcher, Reading, Source};
+use crate::ledger::{Batch, LaneCursor, Ledger, Reading, Source};
+use crate::matcher::Matcher;
 use crate::round::{RoundError, RoundOutcome};
 use pmw_session::recorder::Recorder;
 use pmw_session::subs::Index;

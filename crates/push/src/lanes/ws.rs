@@ -12,7 +12,8 @@ use pmw_session::bus::round::{Round, Stream as BusStream};
 use pmw_session::items::round_items;
 
 use super::{now_ms, Fence, Lane, LaneSetup, LaneStart};
-use crate::ledger::{Batch, LaneCursor, Ledger, Matcher, Reading, Source, Stages};
+use crate::ledger::{Batch, LaneCursor, Ledger, Reading, Source, Stages};
+use crate::matcher::Matcher;
 use crate::publish::SharedPublisher;
 use crate::round::{RoundError, RoundOutcome};
 use pmw_session::hub::{Hub, Item, Stream};

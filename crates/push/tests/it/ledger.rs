@@ -6,7 +6,8 @@
 use pmw_core::ch::{trades, TradeRow};
 use pmw_core::types::cursor::MAX_LOG_INDEX;
 use pmw_core::{Cursor, Position};
-use pmw_push::ledger::{LaneCursor, Ledger, Matcher, Source};
+use pmw_push::ledger::{LaneCursor, Ledger, Source};
+use pmw_push::matcher::Matcher;
 use pmw_session::subs::Subscriptions;
 use pmw_testkit::rows::plant;
 use pmw_testkit::TestDb;

@@ -3,6 +3,7 @@
 
 mod ledger;
 mod schema_guard;
+mod visibility;
 mod webhook_fence;
 mod webhook_handoff;
 mod webhook_isolation;

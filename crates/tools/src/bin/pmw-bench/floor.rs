@@ -221,7 +221,8 @@ async fn ledger_commit(b: &Bench, stored: &[TradeRow], reps: usize) -> anyhow::R
 
 /// Push's round read of block `block` (its trades after the end of the block before).
 async fn round_read(b: &Bench, block: u64, reps: usize) -> anyhow::Result<Summary> {
-    use pmw_push::ledger::{LaneCursor, Ledger, Matcher, Source};
+    use pmw_push::ledger::{LaneCursor, Ledger, Source};
+    use pmw_push::matcher::Matcher;
     let mut ledger = Ledger::new(b.db.pg.clone(), b.db.ch.clone(), Source::Ws, 100, 1_000);
     let mut matcher = Matcher::new(pmw_session::subs::Subscriptions::default(), false);
     let at = LaneCursor::new(
