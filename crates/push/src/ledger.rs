@@ -141,8 +141,9 @@ pub struct Reading {
     /// Filled by [`Ledger::read_batch`].
     pub batch: Option<Batch>,
     state: State,
-    /// When the round started and when its state statement answered.
-    times: (Instant, Instant),
+    /// When the round started and when its state statement answered (`read` and `claimed`
+    /// stand at the state's answer until the batch is read).
+    times: Stages,
 }
 
 /// The state a round starts from and the hot ledger's rows it read (one statement, one
@@ -236,7 +237,12 @@ impl Ledger {
             watermark: state.watermark,
             batch: None,
             state,
-            times: (started, state_at),
+            times: Stages {
+                started,
+                state: state_at,
+                read: state_at,
+                claimed: state_at,
+            },
         })
     }
 
@@ -259,7 +265,7 @@ impl Ledger {
             projected_seq: 0,
         };
         r.batch = if seam.below().is_some_and(|b| from.cursor < b) {
-            self.batch(&r.client, &r.state, at, (upto, bound), r.times)
+            self.batch(&r.client, &r.state, at, upto, bound, r.times)
                 .await?
         } else {
             self.hot_batch(&mut r.state, at, bound, r.times)
@@ -326,7 +332,7 @@ impl Ledger {
         state: &mut State,
         at: &LaneCursor,
         bound: Option<Cursor>,
-        (started, state_at): (Instant, Instant),
+        times: Stages,
     ) -> Option<Batch> {
         let reorg_id = state.reorg_id.unwrap_or(at.reorg_id);
         let from = rewind_to(at.position, state.ancestor.as_ref());
@@ -361,12 +367,7 @@ impl Ledger {
             rows,
             more: full,
             head_seq: state.head_seq,
-            stages: Stages {
-                started,
-                state: state_at,
-                read: state_at,
-                claimed: state_at,
-            },
+            stages: times,
         })
     }
 
@@ -380,8 +381,9 @@ impl Ledger {
         client: &deadpool_postgres::Object,
         state: &State,
         at: &LaneCursor,
-        (upto, bound): (u64, Option<Cursor>),
-        (started, state_at): (Instant, Instant),
+        upto: u64,
+        bound: Option<Cursor>,
+        times: Stages,
     ) -> Result<Option<Batch>, RoundError> {
         let reorg_id = state.reorg_id.unwrap_or(at.reorg_id);
         let from = rewind_to(at.position, state.ancestor.as_ref());
@@ -434,10 +436,9 @@ impl Ledger {
             more: full || span.is_some(),
             head_seq: state.head_seq,
             stages: Stages {
-                started,
-                state: state_at,
                 read: read_at,
                 claimed: read_at,
+                ..times
             },
         }))
     }

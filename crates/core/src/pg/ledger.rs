@@ -18,10 +18,20 @@ use crate::{Cursor, UnixMs};
 /// Blocks per hot-ledger partition (about 5.5 h of Polygon; the retention window keeps several).
 pub const PARTITION_BLOCKS: u64 = 10_000;
 
-/// The partition `[lo, hi)` that holds `block`.
-pub fn partition_of(block: u64) -> (u64, u64) {
+/// A hot-ledger partition: the blocks `[lo, hi)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Partition {
+    pub lo: u64,
+    pub hi: u64,
+}
+
+/// The partition that holds `block`.
+pub fn partition_of(block: u64) -> Partition {
     let lo = block - block % PARTITION_BLOCKS;
-    (lo, lo + PARTITION_BLOCKS)
+    Partition {
+        lo,
+        hi: lo + PARTITION_BLOCKS,
+    }
 }
 
 /// The marker of the seam read in `pg_stat_statements`.
@@ -113,14 +123,14 @@ pub fn trade_row(r: &Row) -> TradeRow {
     }
 }
 
-/// Create and attach the partition `[lo, hi)` unless it exists; true when it was created.
+/// Create and attach partition `p` unless it exists; true when it was created.
 pub async fn ensure_partition(
     c: &impl GenericClient,
-    (lo, hi): (u64, u64),
+    p: Partition,
 ) -> Result<bool, tokio_postgres::Error> {
     Ok(c.query_one(
         include_str!("sql/ledger_partition.sql"),
-        &[&(lo as i64), &(hi as i64)],
+        &[&(p.lo as i64), &(p.hi as i64)],
     )
     .await?
     .get(0))

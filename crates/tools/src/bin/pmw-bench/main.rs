@@ -339,19 +339,19 @@ async fn measure(
     // One session and no webhook endpoint yet: the latency without fan-out, beside the floor.
     eprintln!("latency: one session, no fan-out");
     let (one_ws, one_hooks) = (Arc::new(Collector::default()), Arc::default());
-    let single = phases::latency(b, plan, (Serve::Push(None), 1), &one_ws, &one_hooks).await?;
+    let single = phases::latency(b, plan, Serve::Push(None), 1, &one_ws, &one_hooks).await?;
     b.add_endpoints(&receivers.urls).await?;
     eprintln!("latency: pmw (LISTEN wake-up)");
-    let pmw = phases::latency(b, plan, (Serve::Push(None), plan.ws_clients), ws, hooks).await?;
+    let pmw = phases::latency(b, plan, Serve::Push(None), plan.ws_clients, ws, hooks).await?;
     eprintln!("latency: edge mode (the leader's rounds through NATS JetStream to a pmw-edge)");
-    let edge = phases::latency(b, plan, (Serve::Edge, plan.ws_clients), ws, hooks).await?;
+    let edge = phases::latency(b, plan, Serve::Edge, plan.ws_clients, ws, hooks).await?;
     eprintln!("latency: baseline (legacy poll {} ms)", plan.legacy_poll_ms);
-    let legacy = (Serve::Push(Some(plan.legacy_poll_ms)), plan.ws_clients);
-    let base = phases::latency(b, plan, legacy, ws, hooks).await?;
+    let legacy = Serve::Push(Some(plan.legacy_poll_ms));
+    let base = phases::latency(b, plan, legacy, plan.ws_clients, ws, hooks).await?;
     eprintln!("fan-out: steps {:?}", plan.fanout_steps);
     let fanout = phases::fanout(b, plan, ws).await?;
     eprintln!("throughput: matches per block {:?}", plan.rates);
-    let rates = throughput::throughput(b, plan, (ws, hooks), 0).await?;
+    let rates = throughput::throughput(b, plan, ws, hooks, 0).await?;
     eprintln!(
         "edge mode, fan-out over {} edges: steps {:?}",
         plan.edges, plan.edge_steps
@@ -361,7 +361,7 @@ async fn measure(
         "edge mode, throughput over {} edges: matches per block {:?}",
         plan.edges, plan.rates
     );
-    let edge_rates = throughput::throughput(b, plan, (ws, hooks), plan.edges).await?;
+    let edge_rates = throughput::throughput(b, plan, ws, hooks, plan.edges).await?;
     Ok(Measured {
         floor,
         single,

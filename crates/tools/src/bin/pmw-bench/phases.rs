@@ -81,7 +81,8 @@ pub enum Serve {
 pub async fn latency(
     b: &mut Bench,
     plan: &Plan,
-    (serve, sessions): (Serve, usize),
+    serve: Serve,
+    sessions: usize,
     ws: &Arc<Collector>,
     hooks: &Arc<Collector>,
 ) -> anyhow::Result<Latency> {

@@ -94,7 +94,8 @@ pub fn sustained(steps: &[RateStep]) -> Option<&RateStep> {
 pub async fn throughput(
     b: &mut Bench,
     plan: &Plan,
-    (ws, hooks): (&Arc<Collector>, &Arc<Collector>),
+    ws: &Arc<Collector>,
+    hooks: &Arc<Collector>,
     edges: usize,
 ) -> anyhow::Result<Vec<RateStep>> {
     let (push, cluster) = if edges == 0 {
