@@ -71,8 +71,21 @@ async fn exclusive_the_standby_lock_wait_does_not_pin_backend_xmin() {
     let mut cfg = h.push_config();
     cfg.push_lock_segment_ms = 200;
     let (b, _b_bound) = h.start_push("push-b", cfg);
-    tokio::time::sleep(Duration::from_millis(500)).await;
     let c = h.db.connect().await;
+    // The standby waits on the lock: its lock session is there.
+    let waiting = eventually_every(WITHIN, Duration::from_millis(50), || async {
+        let n: i64 = c
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'pmw-push:push-b:lock'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        n > 0
+    })
+    .await;
+    assert!(waiting, "push-b's lock session never showed up");
     c.batch_execute("CREATE TABLE churn (id int PRIMARY KEY, v int) WITH (autovacuum_enabled = off); INSERT INTO churn VALUES (1, 0)")
         .await
         .unwrap();
