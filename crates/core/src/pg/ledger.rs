@@ -8,7 +8,7 @@
 
 use std::sync::OnceLock;
 
-use tokio_postgres::types::Json;
+use tokio_postgres::types::{Json, ToSql};
 use tokio_postgres::{GenericClient, Row};
 
 use crate::ch::{trades, ChClient, TradeRow};
@@ -94,6 +94,15 @@ statement!(append_sql, "sql/ledger_append.sql");
 statement!(latest_between_sql, "sql/ledger_latest_between.sql");
 statement!(retracted_between_sql, "sql/ledger_retracted_between.sql");
 statement!(wallet_between_sql, "sql/ledger_wallet_between.sql");
+
+/// The rows a ledger read returns, as [`TradeRow`]s.
+async fn trades_of(
+    c: &impl GenericClient,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Vec<TradeRow>, tokio_postgres::Error> {
+    Ok(c.query(sql, params).await?.iter().map(trade_row).collect())
+}
 
 /// A ledger row as a [`TradeRow`] (the columns of [`TradeRow::COLUMNS`], in order).
 pub fn trade_row(r: &Row) -> TradeRow {
@@ -232,18 +241,17 @@ pub async fn visible_after(
 ) -> Result<Vec<TradeRow>, tokio_postgres::Error> {
     let upto = upto.min(i64::MAX as u64) as i64;
     let limit = limit.min(i64::MAX as u64) as i64;
-    let rows = c
-        .query(
-            visible_after_sql(),
-            &[
-                &(after.block as i64),
-                &(after.log_index as i32),
-                &upto,
-                &limit,
-            ],
-        )
-        .await?;
-    Ok(rows.iter().map(trade_row).collect())
+    trades_of(
+        c,
+        visible_after_sql(),
+        &[
+            &(after.block as i64),
+            &(after.log_index as i32),
+            &upto,
+            &limit,
+        ],
+    )
+    .await
 }
 
 /// The newest version of every hot-ledger identity in blocks `from..=to`, retracted or not.
@@ -252,10 +260,7 @@ pub async fn latest_between(
     from: u64,
     to: u64,
 ) -> Result<Vec<TradeRow>, tokio_postgres::Error> {
-    let rows = c
-        .query(latest_between_sql(), &[&(from as i64), &(to as i64)])
-        .await?;
-    Ok(rows.iter().map(trade_row).collect())
+    trades_of(c, latest_between_sql(), &[&(from as i64), &(to as i64)]).await
 }
 
 /// Hot-ledger trades whose newest version is a retraction, in blocks `(after, through]`.
@@ -264,13 +269,12 @@ pub async fn retracted_between(
     after_block: u64,
     through_block: u64,
 ) -> Result<Vec<TradeRow>, tokio_postgres::Error> {
-    let rows = c
-        .query(
-            retracted_between_sql(),
-            &[&(after_block as i64), &(through_block as i64)],
-        )
-        .await?;
-    Ok(rows.iter().map(trade_row).collect())
+    trades_of(
+        c,
+        retracted_between_sql(),
+        &[&(after_block as i64), &(through_block as i64)],
+    )
+    .await
 }
 
 /// Visible hot-ledger trades of `wallets` (their own fills) in `(after, through]`.
@@ -285,20 +289,19 @@ pub async fn wallet_between(
         return Ok(Vec::new());
     }
     let limit = limit.min(i64::MAX as u64) as i64;
-    let rows = c
-        .query(
-            wallet_between_sql(),
-            &[
-                &wallets,
-                &(after.block as i64),
-                &(after.log_index as i32),
-                &(through.block as i64),
-                &(through.log_index as i32),
-                &limit,
-            ],
-        )
-        .await?;
-    Ok(rows.iter().map(trade_row).collect())
+    trades_of(
+        c,
+        wallet_between_sql(),
+        &[
+            &wallets,
+            &(after.block as i64),
+            &(after.log_index as i32),
+            &(through.block as i64),
+            &(through.log_index as i32),
+            &limit,
+        ],
+    )
+    .await
 }
 
 /// When the hot ledger's trade at `cursor` (block hash starting with `hash_prefix`, hex without
