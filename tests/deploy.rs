@@ -4,10 +4,12 @@
 //! restart properties of the contract, and restarts every service that dies by a signal, exits
 //! 75 or exits 0 on its own, never gives up during an outage, and keeps a stopped service and a
 //! 78 down; the pm2 ecosystem (evaluated by node) encodes the same policy; the Caddyfile
-//! validates with the real Caddy.
+//! validates with the real Caddy; the crates keep the dependency rule (`crates`).
 
 #[path = "deploy/caddy_edge.rs"]
 mod caddy_edge;
+#[path = "deploy/crates.rs"]
+mod crates;
 #[path = "deploy/hardening.rs"]
 mod hardening;
 #[path = "deploy/services.rs"]
