@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::chain::{Chain, Head, SeenHead};
+use crate::chain::{Chain, ChainError, Head, SeenHead};
 use crate::error::IngestError;
 use crate::ingest::{BlockRef, IngestParts, Ingester};
 use crate::latency_writer::LatencyRows;
@@ -56,8 +56,14 @@ pub async fn lead(
     l: Leader<'_>,
 ) -> Result<(), ServiceError> {
     let providers = live.providers(&cfg)?;
-    let chain = Chain::with_providers(&providers, live.live_provider_max_lag_blocks)
-        .map_err(|e| ServiceError::Config(e.to_string()))?;
+    let quorum = live.quorum(providers.len())?;
+    let chain = Chain::with_providers(&providers, live.live_provider_max_lag_blocks, quorum)
+        .map_err(|e| ServiceError::Config(e.to_string()))?
+        .with_chain_id(live.live_chain_id);
+    check_chains(&chain).await?;
+    if providers.len() == 1 {
+        tracing::warn!("one rpc provider: its word alone makes blocks (configure several, README: provider quorum)");
+    }
     // Tasks below stop with `tasks`, which also fires on our own exit.
     let tasks = l.shutdown.child_token();
     let _stop_tasks = tasks.clone().drop_guard();
@@ -132,6 +138,29 @@ fn spawn_followers(
         lock_pid: l.lock.pid(),
         max_reorg_depth: live.live_reorg_max_depth,
     })
+}
+
+/// Check every provider's chain id (the head source checks again at each reconnect): one on
+/// another chain is not used; with none left (a single provider), startup stops (exit 78). A
+/// provider that cannot be asked now is checked when it connects.
+async fn check_chains(chain: &Chain) -> Result<(), ServiceError> {
+    let n = chain.pool().len();
+    let mut wrong = 0;
+    for i in 0..n {
+        match chain.check_chain(i).await {
+            Ok(()) => {}
+            Err(e @ ChainError::WrongChain { .. }) => {
+                wrong += 1;
+                if wrong == n {
+                    return Err(ServiceError::Config(e.to_string()));
+                }
+            }
+            Err(e) => {
+                tracing::warn!(provider = chain.pool().name(i), error = %e, "cannot check the provider's chain id yet")
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Load the watermark (retrying until it reads); without one, start below
@@ -316,6 +345,7 @@ async fn beat(ingester: &Ingester, l: &Leader<'_>, prune: bool) {
         "notify_sent": ingester.parts.notifier.stats.sent.load(Ordering::Relaxed),
         "latency_rows_lost": l.latency.lost.load(Ordering::Relaxed),
         "providers": ingester.parts.chain.pool().snapshot(),
+        "rpc_quorum": ingester.parts.chain.pool().quorum_snapshot(),
     });
     if let Err(e) = l.heartbeat.beat(&state).await {
         tracing::warn!(error = %e, "heartbeat failed");

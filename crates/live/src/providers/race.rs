@@ -76,6 +76,11 @@ impl Race {
         self.by_hash.get(hash).map(|e| e.winner)
     }
 
+    /// Who announced `hash` (bit `i`: provider `i`), 0 when it is not remembered.
+    pub fn seen(&self, hash: &[u8; 32]) -> u64 {
+        self.by_hash.get(hash).map_or(0, |e| e.seen)
+    }
+
     fn prune(&mut self) {
         let floor = self.top.saturating_sub(KEEP_BLOCKS);
         self.by_hash.retain(|_, e| e.number >= floor);
