@@ -222,8 +222,11 @@ impl Pool {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Provider `i` announced `hash` (block `number`) at `t_ms`: `true` when it is the first
-    /// announcement of that hash (ingest takes it), `false` when it is only recorded.
+    /// Provider `i` announced `hash` (block `number`) at `t_ms`: `true` when ingest takes it
+    /// (the first announcement of that hash), `false` when it is only recorded. With a quorum
+    /// above 1, an announcement more than the allowed lag above the highest head a quorum of
+    /// providers reached is only recorded, and the hash goes to ingest with the first
+    /// announcement that is not (a lone provider's inflated head never becomes ingest's target).
     pub fn head_arrived(&self, i: usize, hash: [u8; 32], number: u64, t_ms: i64) -> bool {
         let mut g = self.lock();
         if g.health[i].wrong_chain {
@@ -252,7 +255,12 @@ impl Pool {
             metrics::gauge!(HEAD_BLOCK, "provider" => name).set(number as f64);
             self.judge(&mut g);
         }
-        arrival == Arrival::First
+        let reached = || {
+            let heads = g.health.iter().filter(|h| !h.wrong_chain).map(|h| h.head);
+            quorum::nth_largest(heads.collect(), self.quorum).unwrap_or(0)
+        };
+        let believable = self.quorum <= 1 || number <= reached() + self.max_lag;
+        believable && g.race.deliver(&hash)
     }
 
     /// Provider `i`'s head subscription connected (`true`) or was lost.
