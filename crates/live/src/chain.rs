@@ -81,7 +81,9 @@ pub enum ChainError {
         asked: usize,
         quorum: usize,
     },
-    #[error("provider {provider} is on chain {got}, not the configured {want} (PMW_LIVE_CHAIN_ID)")]
+    #[error(
+        "provider {provider} is on chain {got}, not the configured {want} (PMW_LIVE_CHAIN_ID)"
+    )]
     WrongChain {
         provider: String,
         got: u64,
@@ -187,7 +189,11 @@ impl Chain {
             .iter()
             .map(|u| Provider::<Http>::try_from(u.http_url.as_str()).map_err(rpc_error))
             .collect::<Result<Vec<_>, _>>()?;
-        let pool = Pool::new(urls.iter().map(|u| u.name.clone()).collect(), max_lag, quorum);
+        let pool = Pool::new(
+            urls.iter().map(|u| u.name.clone()).collect(),
+            max_lag,
+            quorum,
+        );
         Ok(Chain {
             http: Arc::new(http),
             pool: Arc::new(pool),
@@ -377,19 +383,15 @@ impl Chain {
         let filter = &filter;
         let mut order = self.pool.order_for(block_hash);
         order.retain(|i| among.contains(i));
-        self.ask(
-            order,
-            Some(Kind::Logs),
-            |p| async move {
-                let logs = bounded(p.get_logs(filter)).await?;
-                // Some nodes answer `[]` for a block hash they do not know: an empty answer
-                // counts only from a node that has the block.
-                if logs.is_empty() && bounded(p.get_block(H256(*block_hash))).await?.is_none() {
-                    return Ok(None);
-                }
-                logs.iter().map(raw_log).collect::<Result<_, _>>().map(Some)
-            },
-        )
+        self.ask(order, Some(Kind::Logs), |p| async move {
+            let logs = bounded(p.get_logs(filter)).await?;
+            // Some nodes answer `[]` for a block hash they do not know: an empty answer
+            // counts only from a node that has the block.
+            if logs.is_empty() && bounded(p.get_block(H256(*block_hash))).await?.is_none() {
+                return Ok(None);
+            }
+            logs.iter().map(raw_log).collect::<Result<_, _>>().map(Some)
+        })
         .await?
         .ok_or_else(|| ChainError::NotFound(hex32(block_hash)))
     }

@@ -425,10 +425,7 @@ mod tests {
         let live: LiveConfig =
             pmw_core::config::load_from(figment::Figment::from(Toml::string(file))).unwrap();
         assert_eq!(live.live_provider_max_lag_blocks, 5);
-        assert_eq!(
-            (live.live_rpc_quorum, live.live_chain_id),
-            (Some(2), 31337)
-        );
+        assert_eq!((live.live_rpc_quorum, live.live_chain_id), (Some(2), 31337));
         let core: pmw_core::CoreConfig =
             pmw_core::config::load_from(figment::Figment::new()).unwrap();
         let names: Vec<String> = live
@@ -495,7 +492,10 @@ mod tests {
             "a=ws://127.0.0.1.evil.example/SECRETKEY|https://h/SECRETKEY",
             "a=ws://localhost@evil.example/SECRETKEY|https://h/SECRETKEY",
         ] {
-            let e = with(bad, false).providers(&core).expect_err(bad).to_string();
+            let e = with(bad, false)
+                .providers(&core)
+                .expect_err(bad)
+                .to_string();
             assert!(e.contains("PMW_LIVE_ALLOW_INSECURE_RPC"), "{e}");
             assert!(!e.contains("SECRETKEY"), "{e}");
             assert!(with(bad, false).validate().is_err(), "{bad}");

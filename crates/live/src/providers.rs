@@ -255,11 +255,17 @@ impl Pool {
             metrics::gauge!(HEAD_BLOCK, "provider" => name).set(number as f64);
             self.judge(&mut g);
         }
+        // The highest head a quorum of the connected providers reached (none announced yet
+        // counts as 0); with fewer connected than the quorum there is nothing to judge by (and
+        // no block gets a quorum anyway).
         let reached = || {
-            let heads = g.health.iter().filter(|h| !h.wrong_chain).map(|h| h.head);
-            quorum::nth_largest(heads.collect(), self.quorum).unwrap_or(0)
+            let up = g
+                .health
+                .iter()
+                .filter(|h| h.ws_up && !h.failing && !h.wrong_chain);
+            quorum::nth_largest(up.map(|h| h.head).collect(), self.quorum)
         };
-        let believable = self.quorum <= 1 || number <= reached() + self.max_lag;
+        let believable = self.quorum <= 1 || reached().is_none_or(|r| number <= r + self.max_lag);
         believable && g.race.deliver(&hash)
     }
 

@@ -272,7 +272,9 @@ impl Inner {
 
     /// The real hash of block `n`.
     async fn real_hash(&self, n: u64) -> Option<String> {
-        let b = self.call("eth_getBlockByNumber", json!([hex(n), false])).await;
+        let b = self
+            .call("eth_getBlockByNumber", json!([hex(n), false]))
+            .await;
         b["hash"].as_str().map(str::to_string)
     }
 
@@ -367,7 +369,12 @@ impl Inner {
         };
         let mut fabricated = None;
         for log in list.iter_mut() {
-            if log["blockHash"].as_str().map(str::to_ascii_lowercase).as_deref() != Some(real) {
+            if log["blockHash"]
+                .as_str()
+                .map(str::to_ascii_lowercase)
+                .as_deref()
+                != Some(real)
+            {
                 continue;
             }
             log["blockHash"] = json!(fake_hash(real));

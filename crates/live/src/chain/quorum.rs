@@ -92,7 +92,12 @@ impl Chain {
                 .copied()
                 .filter(|i| !agree.contains(i))
                 .collect();
-            let answers = self.ask_each(&others, |p| block_of(p, head.number)).await?;
+            // A provider that fails to answer does not agree (and is not a reason to forget
+            // the head: ingest waits for a quorum on it).
+            let answers = self
+                .ask_each(&others, |p| block_of(p, head.number))
+                .await
+                .unwrap_or_default();
             agree.extend(
                 answers
                     .into_iter()
@@ -175,7 +180,12 @@ impl Chain {
             return Ok(());
         }
         let provider = self.pool.name(i).to_string();
-        tracing::error!(provider, chain_id = got, expected = want, "provider is on another chain; not used");
+        tracing::error!(
+            provider,
+            chain_id = got,
+            expected = want,
+            "provider is on another chain; not used"
+        );
         Err(ChainError::WrongChain {
             provider,
             got,

@@ -81,9 +81,16 @@ pub fn standing(h: &Health, median: u64, max_lag: u64) -> Standing {
 /// The median of the heads of the providers that count ([`Health::counts`]), the lower one of
 /// an even count: the highest head at least half of them reached (0 when none counts).
 pub fn median(health: &[Health]) -> u64 {
-    let mut heads: Vec<u64> = health.iter().filter(|h| h.counts()).map(|h| h.head).collect();
+    let mut heads: Vec<u64> = health
+        .iter()
+        .filter(|h| h.counts())
+        .map(|h| h.head)
+        .collect();
     heads.sort_unstable();
-    heads.get(heads.len().saturating_sub(1) / 2).copied().unwrap_or(0)
+    heads
+        .get(heads.len().saturating_sub(1) / 2)
+        .copied()
+        .unwrap_or(0)
 }
 
 /// How many blocks higher another provider's head must be to take the lead from a healthy one.

@@ -22,10 +22,13 @@ pub fn agreed<T: Eq + Clone>(answers: &[(usize, T)], quorum: usize) -> Option<(T
     groups
         .into_iter()
         .filter(|(_, who)| who.len() >= quorum)
-        .fold(None, |best: Option<(&T, Vec<usize>)>, (a, who)| match best {
-            Some(b) if b.1.len() >= who.len() => Some(b),
-            _ => Some((a, who)),
-        })
+        .fold(
+            None,
+            |best: Option<(&T, Vec<usize>)>, (a, who)| match best {
+                Some(b) if b.1.len() >= who.len() => Some(b),
+                _ => Some((a, who)),
+            },
+        )
         .map(|(a, who)| (a.clone(), who))
 }
 
@@ -57,7 +60,12 @@ impl Wait {
         let since = match self.on {
             Some((n, _, _, since)) if n == number => since,
             _ => {
-                tracing::warn!(block = number, agree, asked, "no quorum of providers on the block; waiting");
+                tracing::warn!(
+                    block = number,
+                    agree,
+                    asked,
+                    "no quorum of providers on the block; waiting"
+                );
                 UnixMs::now().0
             }
         };

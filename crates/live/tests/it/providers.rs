@@ -48,7 +48,11 @@ pub(crate) async fn live_with(h: &Harness, providers: String) -> LiveConfig {
 }
 
 /// Blocks paced `every` apart, one match each, `count` of them.
-pub(crate) fn paced(h: &Harness, every: Duration, count: u64) -> tokio::task::JoinHandle<anyhow::Result<u64>> {
+pub(crate) fn paced(
+    h: &Harness,
+    every: Duration,
+    count: u64,
+) -> tokio::task::JoinHandle<anyhow::Result<u64>> {
     h.sim.spawn(
         RunConfig {
             matches_per_block: 1,

@@ -57,7 +57,13 @@ async fn chain_fills(h: &Harness, from: u64) -> BTreeSet<(u64, u32, String)> {
         .await
         .unwrap()
         .into_iter()
-        .map(|l| (l.block_number, l.log_index, pmw_live::chain::hex32(&l.block_hash)))
+        .map(|l| {
+            (
+                l.block_number,
+                l.log_index,
+                pmw_live::chain::hex32(&l.block_hash),
+            )
+        })
         .collect()
 }
 
@@ -145,7 +151,10 @@ async fn with_two_providers_a_lie_stalls_ingest_reported_until_they_agree_again(
     assert_eq!(cursor, Some(lie_at - 1), "ingest waits below the block");
     assert_no_lie_landed(&h, from).await;
     let beat = quorum_beat(&h).await;
-    assert_eq!((beat["quorum"].as_u64(), beat["providers"].as_u64()), (Some(2), Some(2)));
+    assert_eq!(
+        (beat["quorum"].as_u64(), beat["providers"].as_u64()),
+        (Some(2), Some(2))
+    );
     assert!(beat["waits"].as_u64().unwrap() > 0, "{beat}");
     // The provider tells the truth again: a quorum agrees, ingest goes on.
     p.liar.lie_about_block(None);
@@ -199,7 +208,10 @@ async fn a_provider_inflating_its_head_neither_leads_nor_demotes_the_honest_ones
         .unwrap()
         .get(0);
     let chain_head = h.sim.rpc().block_number().await.unwrap() as i64;
-    assert!(head.is_some_and(|n| n <= chain_head), "ingest head {head:?}, chain {chain_head}");
+    assert!(
+        head.is_some_and(|n| n <= chain_head),
+        "ingest head {head:?}, chain {chain_head}"
+    );
     live.stop().await.unwrap();
 }
 
@@ -214,10 +226,13 @@ async fn finalized_is_what_a_quorum_reports_not_the_highest() {
     let anvil = Chain::new(&h.anvil.http_url()).unwrap();
     let c = h.db.connect().await;
     let watermark = || async {
-        c.query_opt("SELECT block_number FROM finalized_cursor WHERE id = 1", &[])
-            .await
-            .unwrap()
-            .map_or(0, |r| r.get::<_, i64>(0) as u64)
+        c.query_opt(
+            "SELECT block_number FROM finalized_cursor WHERE id = 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .map_or(0, |r| r.get::<_, i64>(0) as u64)
     };
     let mut seen = Vec::new();
     for _ in 0..12 {
@@ -226,7 +241,10 @@ async fn finalized_is_what_a_quorum_reports_not_the_highest() {
         let w = watermark().await;
         let honest = anvil.finalized().await.unwrap().map_or(0, |f| f.number);
         seen.push((w, honest));
-        assert!(w <= honest, "finalized watermark {w} above the chain's finalized {honest}");
+        assert!(
+            w <= honest,
+            "finalized watermark {w} above the chain's finalized {honest}"
+        );
     }
     h.wait_caught_up(CATCH_UP).await;
     let honest = anvil.finalized().await.unwrap().unwrap().number;
