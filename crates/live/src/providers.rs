@@ -169,7 +169,7 @@ impl Pool {
         if !ok {
             metrics::counter!(WRONG_CHAIN, "provider" => self.names[i].clone()).increment(1);
         }
-        if g.health[i].wrong_chain != !ok {
+        if g.health[i].wrong_chain == ok {
             g.health[i].wrong_chain = !ok;
             self.judge(&mut g);
         }
