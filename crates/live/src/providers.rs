@@ -255,14 +255,15 @@ impl Pool {
             metrics::gauge!(HEAD_BLOCK, "provider" => name).set(number as f64);
             self.judge(&mut g);
         }
-        // The highest head a quorum of the connected providers reached (none announced yet
-        // counts as 0); with fewer connected than the quorum there is nothing to judge by (and
-        // no block gets a quorum anyway).
+        // The highest head a quorum of the providers that follow the chain reached (one that
+        // announced nothing yet counts as 0; one cut, failing or on another chain does not
+        // count); with fewer than the quorum there is nothing to judge by (and no block gets a
+        // quorum anyway).
         let reached = || {
             let up = g
                 .health
                 .iter()
-                .filter(|h| h.ws_up && !h.failing && !h.wrong_chain);
+                .filter(|h| !h.failing && !h.wrong_chain && (h.ws_up || h.head == 0));
             quorum::nth_largest(up.map(|h| h.head).collect(), self.quorum)
         };
         let believable = self.quorum <= 1 || reached().is_none_or(|r| number <= r + self.max_lag);
