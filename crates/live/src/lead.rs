@@ -180,17 +180,27 @@ async fn start_cursor(
     }
     if ingester.cursor.is_none() {
         if let Some(start) = live.live_start_block.filter(|s| *s > 0) {
-            match chain.block(start - 1).await {
-                Ok(Some(h)) => {
-                    ingester.cursor = Some(BlockRef {
-                        number: h.number,
-                        hash: h.hash,
-                    })
-                }
-                _ => {
-                    return Err(ServiceError::Config(format!(
-                        "start block {start} is not on the chain"
-                    )))
+            let mut backoff = Backoff::new(Policy::RPC);
+            loop {
+                match chain.block(start - 1).await {
+                    Ok(Some(h)) => {
+                        ingester.cursor = Some(BlockRef {
+                            number: h.number,
+                            hash: h.hash,
+                        });
+                        break;
+                    }
+                    // Providers have it but too few agree yet: wait for a quorum.
+                    Ok(None) if chain.pool().waiting_on() == Some(start - 1) => {
+                        if let Next::Stop = sleep_or_stop(&mut backoff, l).await? {
+                            return Ok(Next::Stop);
+                        }
+                    }
+                    _ => {
+                        return Err(ServiceError::Config(format!(
+                            "start block {start} is not on the chain"
+                        )))
+                    }
                 }
             }
         }

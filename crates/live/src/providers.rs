@@ -200,6 +200,11 @@ impl Pool {
         self.lock().wait.met(number);
     }
 
+    /// The block ingest waits on for a quorum, if any.
+    pub fn waiting_on(&self) -> Option<u64> {
+        self.lock().wait.block()
+    }
+
     /// The quorum facts for the heartbeat (`pmwctl status`, `/v1/ready`).
     pub fn quorum_snapshot(&self) -> Value {
         let g = self.lock();

@@ -81,6 +81,11 @@ impl Wait {
         }
     }
 
+    /// The block waited on, if any.
+    pub fn block(&self) -> Option<u64> {
+        self.on.map(|(n, ..)| n)
+    }
+
     pub fn snapshot(&self, quorum: usize, providers: usize) -> Value {
         json!({
             "quorum": quorum,
