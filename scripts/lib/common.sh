@@ -14,6 +14,8 @@ PMW_PG_PORT="${PMW_PG_PORT:-55432}"
 PMW_CH_HTTP_PORT="${PMW_CH_HTTP_PORT:-58123}"
 PMW_CH_TCP_PORT="${PMW_CH_TCP_PORT:-59000}"
 PMW_ANVIL_PORT="${PMW_ANVIL_PORT:-58545}"
+# Polygon's chain id, pmw-live's default PMW_LIVE_CHAIN_ID (test anvils use it too).
+PMW_ANVIL_CHAIN_ID="${PMW_ANVIL_CHAIN_ID:-137}"
 # NATS JetStream (edge mode): three nodes, one cluster; per node a client, a cluster (route)
 # and a monitoring (HTTP, /healthz) port, as space-separated lists of three.
 PMW_NATS_PORTS="${PMW_NATS_PORTS:-54222 54223 54224}"

@@ -1,7 +1,9 @@
 //! The RPC providers' part of `pmwctl status`, from the live leader's heartbeat: per provider
 //! its standing (healthy, or demoted: failing, no subscription, lagging), whether it leads, its
 //! head and how far behind the best, heads won of those announced, lag behind the winner,
-//! errors, "not found" answers, hedges and demotions; a warning for each demoted provider.
+//! errors, "not found" answers, hedges and demotions; a warning for each demoted provider. The
+//! quorum (how many must agree on a block): a warning when one provider alone makes blocks, and
+//! while ingest waits for a quorum on a block.
 
 use pmw_core::exit::ServiceError;
 use serde_json::{json, Value};
@@ -18,6 +20,7 @@ pub async fn collect(c: &tokio_postgres::Client, now: i64) -> Result<Value, Serv
         json!({
             "beat_age_ms": now - r.get::<_, i64>(0),
             "list": r.get::<_, Value>(1),
+            "quorum": r.get::<_, Option<Value>>(2).unwrap_or(Value::Null),
         })
     }))
 }
@@ -26,9 +29,10 @@ fn list(p: &Value) -> &[Value] {
     p["list"].as_array().map(Vec::as_slice).unwrap_or_default()
 }
 
-/// One warning per demoted provider.
+/// One warning per demoted provider, one for a single provider, one while ingest waits for a
+/// quorum.
 pub fn warnings(p: &Value) -> Vec<String> {
-    list(p)
+    let mut out: Vec<String> = list(p)
         .iter()
         .filter(|r| r["standing"] != "healthy")
         .map(|r| {
@@ -38,7 +42,28 @@ pub fn warnings(p: &Value) -> Vec<String> {
                 r["standing"].as_str().unwrap_or("?"),
             )
         })
-        .collect()
+        .collect();
+    out.extend(quorum_warnings(&p["quorum"]));
+    out
+}
+
+/// The quorum's warnings (also `/v1/ready`'s): a single provider, a wait for a quorum.
+pub fn quorum_warnings(q: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    if q["providers"].as_u64() == Some(1) {
+        out.push(
+            "one RPC provider: its word alone makes blocks and fills (configure three with a quorum of 2; README: provider quorum)"
+                .into(),
+        );
+    }
+    let w = &q["waiting"];
+    if !w.is_null() {
+        out.push(format!(
+            "ingest waits for a quorum of RPC providers on block {}: {} of {} agree (quorum {})",
+            w["block"], w["agree"], w["asked"], q["quorum"]
+        ));
+    }
+    out
 }
 
 fn or_dash(v: &Value) -> String {
@@ -61,6 +86,13 @@ pub fn text(p: &Value) -> Vec<String> {
         rows.len(),
         p["beat_age_ms"].as_i64().map_or("-".into(), age),
     )];
+    let q = &p["quorum"];
+    if let Some(n) = q["quorum"].as_u64() {
+        out.push(format!(
+            "  quorum      {n} of {} must agree on a block, {} waits",
+            q["providers"], q["waits"]
+        ));
+    }
     for r in rows {
         out.push(format!(
             "  {:<11} {}, head {} ({} behind), won {} of {} heads, lag p50/p95 {}/{} ms, {} errors, {} not found, {} hedges, {} demotions",
@@ -126,5 +158,29 @@ mod tests {
             text(&Value::Null),
             vec!["providers     unknown (no live heartbeat reports them)"]
         );
+    }
+
+    #[test]
+    fn a_single_provider_and_a_wait_for_a_quorum_warn() {
+        let mut one = sample();
+        one["quorum"] = json!({"quorum": 1, "providers": 1, "waits": 0, "waiting": null});
+        let w = warnings(&one);
+        assert!(w.iter().any(|w| w.starts_with("one RPC provider")), "{w:?}");
+        assert_eq!(
+            text(&one)[1],
+            "  quorum      1 of 1 must agree on a block, 0 waits"
+        );
+        let mut waiting = sample();
+        waiting["quorum"] = json!({"quorum": 2, "providers": 2, "waits": 5,
+            "waiting": {"block": 77, "agree": 1, "asked": 2, "since_ms": 1}});
+        let w = warnings(&waiting);
+        assert!(
+            w.iter().any(|w| {
+                w
+                == "ingest waits for a quorum of RPC providers on block 77: 1 of 2 agree (quorum 2)"
+            }),
+            "{w:?}"
+        );
+        assert!(!w.iter().any(|w| w.starts_with("one RPC provider")));
     }
 }

@@ -6,7 +6,11 @@
 //! found") moves it to the next, and a hedged call (logs of a block by hash, on the ingest path)
 //! also goes to the next once the first has taken longer than its observed p95. The first answer
 //! wins. "Not there" from every provider is `None` (blocks) or [`ChainError::NotFound`] (logs):
-//! never a verdict that the block is not canonical.
+//! never a verdict that the block is not canonical. With a quorum above 1 ([`quorum`]), blocks,
+//! `finalized` and log ranges are what at least the quorum of providers answer alike, and a
+//! block's logs come only from providers that agree on its hash.
+
+mod quorum;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -70,6 +74,23 @@ pub enum ChainError {
     Incomplete(&'static str),
     #[error("no provider has block {0} (yet)")]
     NotFound(String),
+    #[error("no quorum on block {number}: {agree} of {asked} providers agree (quorum {quorum})")]
+    NoQuorum {
+        number: u64,
+        agree: usize,
+        asked: usize,
+        quorum: usize,
+    },
+    #[error(
+        "provider {provider} is on chain {got}, not the configured {want} (PMW_LIVE_CHAIN_ID)"
+    )]
+    WrongChain {
+        provider: String,
+        got: u64,
+        want: u64,
+    },
+    #[error("no provider may be asked (every one is on another chain)")]
+    NoProvider,
 }
 
 /// An `eth_getLogs` error that says the node does not have the block (yet): geth's `unknown
@@ -142,6 +163,8 @@ fn raw_log(l: &Log) -> Result<RawLog, ChainError> {
 pub struct Chain {
     http: Arc<Vec<Provider<Http>>>,
     pool: Arc<Pool>,
+    /// The chain id every provider must report (`None`: not checked).
+    chain_id: Option<u64>,
 }
 
 impl Chain {
@@ -152,20 +175,36 @@ impl Chain {
             ws_url: String::new(),
             http_url: http_url.into(),
         };
-        Chain::with_providers(&[one], 1)
+        Chain::with_providers(&[one], 1, 1)
     }
 
-    /// Every provider of `urls`, demoted when more than `max_lag` blocks behind the best.
-    pub fn with_providers(urls: &[ProviderUrls], max_lag: u64) -> Result<Chain, ChainError> {
+    /// Every provider of `urls`, demoted when more than `max_lag` blocks behind (or ahead of)
+    /// the median head; `quorum` of them must agree on a block.
+    pub fn with_providers(
+        urls: &[ProviderUrls],
+        max_lag: u64,
+        quorum: usize,
+    ) -> Result<Chain, ChainError> {
         let http = urls
             .iter()
             .map(|u| Provider::<Http>::try_from(u.http_url.as_str()).map_err(rpc_error))
             .collect::<Result<Vec<_>, _>>()?;
-        let pool = Pool::new(urls.iter().map(|u| u.name.clone()).collect(), max_lag);
+        let pool = Pool::new(
+            urls.iter().map(|u| u.name.clone()).collect(),
+            max_lag,
+            quorum,
+        );
         Ok(Chain {
             http: Arc::new(http),
             pool: Arc::new(pool),
+            chain_id: None,
         })
+    }
+
+    /// Check every provider's chain id against `id` ([`Chain::check_chain`]).
+    pub fn with_chain_id(mut self, id: u64) -> Chain {
+        self.chain_id = Some(id);
+        self
     }
 
     /// The providers' shared state (health, race, figures).
@@ -185,6 +224,9 @@ impl Chain {
         F: Fn(Provider<Http>) -> Fut,
         Fut: Future<Output = Result<Option<T>, ChainError>>,
     {
+        if order.is_empty() {
+            return Err(ChainError::NoProvider);
+        }
         let launch = |i: usize| {
             let fut = call(self.http[i].clone());
             async move {
@@ -260,6 +302,9 @@ impl Chain {
     /// The newest block the chain calls finalized (the `finalized` tag: Polygon's milestones),
     /// or `None` when no provider reports one yet.
     pub async fn finalized(&self) -> Result<Option<Head>, ChainError> {
+        if self.pool.quorum() > 1 {
+            return self.finalized_by_quorum().await;
+        }
         self.ask(self.pool.order(), None, |p| async move {
             match bounded(p.get_block(BlockNumber::Finalized)).await? {
                 Some(b) => Ok(Some(head_of(&b)?)),
@@ -276,7 +321,13 @@ impl Chain {
     /// only if its parent is the leader's block below it (proven on the leader's branch),
     /// else it is not there yet.
     pub async fn block(&self, number: u64) -> Result<Option<Head>, ChainError> {
+        if self.pool.quorum() > 1 {
+            return self.block_by_quorum(number).await;
+        }
         let order = self.pool.order();
+        if order.is_empty() {
+            return Err(ChainError::NoProvider);
+        }
         let leader = self
             .ask(order[..1].to_vec(), None, |p| block_of(p, number))
             .await;
@@ -301,13 +352,26 @@ impl Chain {
         }
     }
 
-    /// Logs of one block (by hash, so a reorg cannot mix branches), only from `addresses` and
-    /// only with one of `topic0s`: from the provider that announced it first, then the others
-    /// (hedged at the provider's p95). "Unknown block", or `[]` from a node that does not have
-    /// the block, is "not there": the next provider is asked; from none, [`ChainError::NotFound`].
+    /// [`Chain::logs_from`] any provider (one provider's word: tools and benches).
     pub async fn logs(
         &self,
         block_hash: &[u8; 32],
+        addresses: &[Address],
+        topic0s: &[[u8; 32]],
+    ) -> Result<Vec<RawLog>, ChainError> {
+        let all: Vec<usize> = (0..self.pool.len()).collect();
+        self.logs_from(block_hash, &all, addresses, topic0s).await
+    }
+
+    /// Logs of one block (by hash, so a reorg cannot mix branches), only from `addresses` and
+    /// only with one of `topic0s`, only from the providers `among` (those that agree on the
+    /// hash, [`Chain::agreeing`]): from the provider that announced it first, then the others
+    /// (hedged at the provider's p95). "Unknown block", or `[]` from a node that does not have
+    /// the block, is "not there": the next provider is asked; from none, [`ChainError::NotFound`].
+    pub async fn logs_from(
+        &self,
+        block_hash: &[u8; 32],
+        among: &[usize],
         addresses: &[Address],
         topic0s: &[[u8; 32]],
     ) -> Result<Vec<RawLog>, ChainError> {
@@ -317,19 +381,17 @@ impl Chain {
             topic0s,
         );
         let filter = &filter;
-        self.ask(
-            self.pool.order_for(block_hash),
-            Some(Kind::Logs),
-            |p| async move {
-                let logs = bounded(p.get_logs(filter)).await?;
-                // Some nodes answer `[]` for a block hash they do not know: an empty answer
-                // counts only from a node that has the block.
-                if logs.is_empty() && bounded(p.get_block(H256(*block_hash))).await?.is_none() {
-                    return Ok(None);
-                }
-                logs.iter().map(raw_log).collect::<Result<_, _>>().map(Some)
-            },
-        )
+        let mut order = self.pool.order_for(block_hash);
+        order.retain(|i| among.contains(i));
+        self.ask(order, Some(Kind::Logs), |p| async move {
+            let logs = bounded(p.get_logs(filter)).await?;
+            // Some nodes answer `[]` for a block hash they do not know: an empty answer
+            // counts only from a node that has the block.
+            if logs.is_empty() && bounded(p.get_block(H256(*block_hash))).await?.is_none() {
+                return Ok(None);
+            }
+            logs.iter().map(raw_log).collect::<Result<_, _>>().map(Some)
+        })
         .await?
         .ok_or_else(|| ChainError::NotFound(hex32(block_hash)))
     }
@@ -349,6 +411,9 @@ impl Chain {
             topic0s,
         );
         let filter = &filter;
+        if self.pool.quorum() > 1 {
+            return self.range_by_quorum(to, filter).await;
+        }
         self.ask(self.pool.order(), None, |p| async move {
             let logs = bounded(p.get_logs(filter)).await?;
             logs.iter().map(raw_log).collect::<Result<_, _>>().map(Some)

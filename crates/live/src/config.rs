@@ -13,7 +13,10 @@
 //! | `PMW_LIVE_AUDIT_MAX_RPS` | `5` | RPC calls per second the audit makes, at most (two per range: the logs and the range's top block) |
 //! | `PMW_LIVE_AUDIT_INTERVAL_MS` | `30000` | how often an audit that has caught up looks for newly finalized blocks |
 //! | `PMW_LIVE_RPC_PROVIDERS` | unset | several RPC providers, raced ([`crate::providers`]): `name=ws_url\|http_url` entries separated by spaces, e.g. `a=wss://a.example/KEY\|https://a.example/KEY b=wss://…\|https://…`. Unset: one provider `rpc` from `PMW_RPC_WS_URL`/`PMW_RPC_HTTP_URL`. URLs are secrets (logs show the host only) |
-//! | `PMW_LIVE_PROVIDER_MAX_LAG_BLOCKS` | `3` | a provider whose head is more than this many blocks behind the best provider's is demoted until it catches up |
+//! | `PMW_LIVE_PROVIDER_MAX_LAG_BLOCKS` | `3` | a provider whose head is more than this many blocks behind (or ahead of) the providers' median head is demoted until it is back within it |
+//! | `PMW_LIVE_RPC_QUORUM` | `2` with several providers, `1` with one | providers that must agree on a block's hash before its header and logs are ingested (and that must report a block finalized); 1 to the number of providers. A single provider is a warning in `pmwctl status` and `/v1/ready` |
+//! | `PMW_LIVE_CHAIN_ID` | `137` (Polygon) | the chain id every provider must report (`eth_chainId`, at start and at each reconnect); a provider on another chain is not used; a single one stops startup (exit 78) |
+//! | `PMW_LIVE_ALLOW_INSECURE_RPC` | `false` | accept plain `ws://`/`http://` provider URLs to hosts other than loopback (127.0.0.0/8, `::1`, `localhost`) |
 //! | `PMW_LIVE_LEDGER_KEEP_HOURS` | `24` | hot-ledger retention in Postgres: a partition leaves (history then read from ClickHouse) once projected, finalized, audited and older than this (at least 1; keep it above the longest resume you serve from Postgres while ClickHouse is down) |
 //! | `PMW_LIVE_START_BLOCK` | unset | first block to ingest when no watermark exists (default: the first head seen) |
 //! | `PMW_LIVE_METRICS_ADDR` | `127.0.0.1:9461` | private Prometheus `/metrics` address (loopback; a port in use is logged, not fatal) |
@@ -60,6 +63,12 @@ pub struct LiveConfig {
     pub live_rpc_providers: Option<String>,
     #[serde(default = "d::max_lag")]
     pub live_provider_max_lag_blocks: u64,
+    #[serde(default)]
+    pub live_rpc_quorum: Option<usize>,
+    #[serde(default = "d::chain_id")]
+    pub live_chain_id: u64,
+    #[serde(default)]
+    pub live_allow_insecure_rpc: bool,
 }
 
 impl fmt::Debug for LiveConfig {
@@ -86,6 +95,9 @@ impl fmt::Debug for LiveConfig {
                 "live_provider_max_lag_blocks",
                 &self.live_provider_max_lag_blocks,
             )
+            .field("live_rpc_quorum", &self.live_rpc_quorum)
+            .field("live_chain_id", &self.live_chain_id)
+            .field("live_allow_insecure_rpc", &self.live_allow_insecure_rpc)
             .finish()
     }
 }
@@ -120,6 +132,9 @@ mod d {
     }
     pub fn max_lag() -> u64 {
         3
+    }
+    pub fn chain_id() -> u64 {
+        137
     }
     pub fn stall() -> u64 {
         30_000
@@ -163,16 +178,72 @@ impl LiveConfig {
 
     /// The providers to race: `PMW_LIVE_RPC_PROVIDERS` when set, else one named `rpc` from the
     /// core settings' `PMW_RPC_WS_URL`/`PMW_RPC_HTTP_URL` (today's single provider).
+    /// Plain `ws://`/`http://` URLs are refused unless loopback or `PMW_LIVE_ALLOW_INSECURE_RPC`.
     pub fn providers(&self, core: &pmw_core::CoreConfig) -> Result<Vec<ProviderUrls>, ConfigError> {
-        match &self.live_rpc_providers {
-            Some(list) => parse_providers(list),
-            None => Ok(vec![ProviderUrls {
+        let out = match &self.live_rpc_providers {
+            Some(list) => parse_providers(list)?,
+            None => vec![ProviderUrls {
                 name: "rpc".into(),
                 ws_url: core.rpc_ws_url.clone(),
                 http_url: core.rpc_http_url.clone(),
-            }]),
+            }],
+        };
+        if !self.live_allow_insecure_rpc {
+            for p in &out {
+                refuse_insecure(p)?;
+            }
+        }
+        Ok(out)
+    }
+
+    /// The quorum for `providers` providers: `PMW_LIVE_RPC_QUORUM`, else 2 with several, 1
+    /// with one.
+    pub fn quorum(&self, providers: usize) -> Result<usize, ConfigError> {
+        let q = self
+            .live_rpc_quorum
+            .unwrap_or(if providers >= 2 { 2 } else { 1 });
+        if q == 0 || q > providers {
+            return Err(ConfigError::invalid(
+                "PMW_LIVE_RPC_QUORUM",
+                format!("must be 1 to the number of providers ({providers})"),
+            ));
+        }
+        Ok(q)
+    }
+}
+
+/// A plain (`ws://`, `http://`) URL to a host that is not loopback is an error (never quoting
+/// the URL: it may hold a key).
+fn refuse_insecure(p: &ProviderUrls) -> Result<(), ConfigError> {
+    for url in [&p.ws_url, &p.http_url] {
+        let plain = url.starts_with("ws://") || url.starts_with("http://");
+        if plain && !is_loopback(url) {
+            return Err(ConfigError::invalid(
+                "PMW_LIVE_RPC_PROVIDERS",
+                format!(
+                    "provider {}: plain ws:// or http:// to a host that is not loopback \
+                     (use wss:// and https://, or set PMW_LIVE_ALLOW_INSECURE_RPC=true)",
+                    p.name
+                ),
+            ));
         }
     }
+    Ok(())
+}
+
+/// Whether `url`'s host is loopback: 127.0.0.0/8, `::1` or `localhost`.
+pub fn is_loopback(url: &str) -> bool {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = match host_port.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => host_port.split(':').next().unwrap_or(""),
+    };
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// One RPC provider's name and URLs. Its `Debug` shows the URLs' hosts only ([`redact`]).
@@ -300,7 +371,17 @@ impl Validate for LiveConfig {
             ));
         }
         if let Some(list) = &self.live_rpc_providers {
-            parse_providers(list)?;
+            let providers = parse_providers(list)?;
+            self.quorum(providers.len())?;
+            if !self.live_allow_insecure_rpc {
+                providers.iter().try_for_each(refuse_insecure)?;
+            }
+        }
+        if self.live_chain_id == 0 {
+            return Err(ConfigError::invalid(
+                "PMW_LIVE_CHAIN_ID",
+                "must be a chain id (137: Polygon)",
+            ));
         }
         if self.live_provider_max_lag_blocks == 0 {
             return Err(ConfigError::invalid(
@@ -337,10 +418,14 @@ mod tests {
     fn the_list_and_the_lag_are_read_from_the_config_file_keys() {
         use figment::providers::{Format, Toml};
         let file = "live_rpc_providers = \"a=ws://h:1|http://h:1 b=ws://h:2|http://h:2\"\n\
-                    live_provider_max_lag_blocks = 5\n";
+                    live_provider_max_lag_blocks = 5\n\
+                    live_rpc_quorum = 2\n\
+                    live_chain_id = 31337\n\
+                    live_allow_insecure_rpc = true\n";
         let live: LiveConfig =
             pmw_core::config::load_from(figment::Figment::from(Toml::string(file))).unwrap();
         assert_eq!(live.live_provider_max_lag_blocks, 5);
+        assert_eq!((live.live_rpc_quorum, live.live_chain_id), (Some(2), 31337));
         let core: pmw_core::CoreConfig =
             pmw_core::config::load_from(figment::Figment::new()).unwrap();
         let names: Vec<String> = live
@@ -379,6 +464,66 @@ mod tests {
             assert!(e.contains("PMW_LIVE_RPC_PROVIDERS"), "{e}");
             assert!(!e.contains("SECRETKEY"), "{e}");
         }
+    }
+
+    #[test]
+    fn plain_urls_are_refused_unless_loopback_or_allowed() {
+        let core: pmw_core::CoreConfig =
+            pmw_core::config::load_from(figment::Figment::new()).unwrap();
+        let with = |list: &str, allow: bool| LiveConfig {
+            live_rpc_providers: Some(list.into()),
+            live_allow_insecure_rpc: allow,
+            ..LiveConfig::default()
+        };
+        for ok in [
+            "a=ws://127.0.0.1:1|http://127.0.0.1:2",
+            "a=ws://127.9.8.7:1/KEY|http://localhost:2/KEY",
+            "a=ws://[::1]:1|http://user:pw@LOCALHOST:2",
+            "a=wss://h.example/KEY|https://h.example/KEY",
+        ] {
+            let live = with(ok, false);
+            assert!(live.providers(&core).is_ok(), "{ok}");
+            assert!(live.validate().is_ok(), "{ok}");
+        }
+        for bad in [
+            "a=ws://h.example/SECRETKEY|https://h.example/SECRETKEY",
+            "a=wss://h.example/SECRETKEY|http://h.example/SECRETKEY",
+            "a=wss://h/SECRETKEY|https://h/SECRETKEY b=ws://10.0.0.1/SECRETKEY|https://h/SECRETKEY",
+            "a=ws://127.0.0.1.evil.example/SECRETKEY|https://h/SECRETKEY",
+            "a=ws://localhost@evil.example/SECRETKEY|https://h/SECRETKEY",
+        ] {
+            let e = with(bad, false)
+                .providers(&core)
+                .expect_err(bad)
+                .to_string();
+            assert!(e.contains("PMW_LIVE_ALLOW_INSECURE_RPC"), "{e}");
+            assert!(!e.contains("SECRETKEY"), "{e}");
+            assert!(with(bad, false).validate().is_err(), "{bad}");
+            assert!(with(bad, true).providers(&core).is_ok(), "{bad}");
+        }
+        // The single provider from the core URLs too.
+        let mut far = core.clone();
+        far.rpc_ws_url = "ws://rpc.example/KEY".into();
+        assert!(LiveConfig::default().providers(&far).is_err());
+    }
+
+    #[test]
+    fn the_quorum_defaults_to_two_of_several_and_one_of_one() {
+        let live = LiveConfig::default();
+        assert_eq!(live.live_chain_id, 137);
+        assert_eq!(live.quorum(1).unwrap(), 1);
+        assert_eq!(live.quorum(3).unwrap(), 2);
+        let three = LiveConfig {
+            live_rpc_quorum: Some(3),
+            ..LiveConfig::default()
+        };
+        assert_eq!(three.quorum(3).unwrap(), 3);
+        assert!(three.quorum(2).is_err());
+        let zero = LiveConfig {
+            live_rpc_quorum: Some(0),
+            ..LiveConfig::default()
+        };
+        assert!(zero.quorum(2).is_err());
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! first announcement of a block hash, from any provider, is the one ingest gets (it stamps
 //! `t_detect_ms`); later ones are only recorded ([`crate::providers`]). When a WebSocket drops:
 //! `block listener lost`, reconnect under the one RPC backoff (`pmw_core::backoff`); a failing
-//! poll backs off the same way. Both report to the pool, which demotes and promotes.
+//! poll backs off the same way. Both report to the pool, which demotes and promotes. Each
+//! (re)connect first checks the provider's chain id ([`Chain::check_chain`]).
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -103,14 +104,19 @@ impl Follower {
                 flag.store(true, Ordering::Relaxed);
                 pool.subscription(self.provider, true);
             };
-            let follow = chain::follow_heads(
-                &ws_url,
-                self.provider,
-                &self.name,
-                &self.tx,
-                stall,
-                on_connected,
-            );
+            let follow = async {
+                // At every (re)connect: a provider on another chain is not used.
+                self.chain.check_chain(self.provider).await?;
+                chain::follow_heads(
+                    &ws_url,
+                    self.provider,
+                    &self.name,
+                    &self.tx,
+                    stall,
+                    on_connected,
+                )
+                .await
+            };
             let outcome = tokio::select! {
                 r = follow => r,
                 _ = self.stop.cancelled() => Ok(()),

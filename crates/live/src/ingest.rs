@@ -14,7 +14,7 @@ use pmw_core::trade::{self, Allowlist, RawLog};
 use pmw_core::types::Address;
 use pmw_core::UnixMs;
 
-use crate::chain::{Chain, Head, SeenHead};
+use crate::chain::{Chain, ChainError, Head, SeenHead};
 use crate::error::IngestError;
 use crate::latency_writer::LatencyRows;
 use crate::names::Names;
@@ -239,6 +239,18 @@ impl Ingester {
                 }
             };
             if let Err(e) = self.ingest_block(&head, t_detect, backfilled).await {
+                if let IngestError::Chain(ChainError::NoQuorum { .. }) = e {
+                    // Too few providers agree on this header: if a quorum agrees on another
+                    // at its height (a lone provider announced its own), take that one;
+                    // otherwise wait for a quorum (the step is retried).
+                    match self.parts.chain.block(next).await? {
+                        Some(c) if c.hash != head.hash => {
+                            self.book.remove(&next);
+                            continue;
+                        }
+                        _ => return Err(e),
+                    }
+                }
                 if !backfilled && matches!(e, IngestError::Chain(_)) {
                     // A head seen live whose block cannot be fetched may have been reorged
                     // away while it waited (a store outage, an RPC cut): forget it, so the
@@ -270,7 +282,8 @@ impl Ingester {
             .map(|h| (h, UnixMs::now(), true)))
     }
 
-    /// Fetch, decode, store one block, then move the watermark to it and notify. Logs inside
+    /// Check that a quorum of providers agrees on the block, fetch its logs from one that does,
+    /// decode, store, then move the watermark to it and notify. Logs inside
     /// carry the span's `block` and `backfilled`.
     #[tracing::instrument(name = "ingest", skip_all, fields(block = head.number, backfilled))]
     pub async fn ingest_block(
@@ -279,10 +292,12 @@ impl Ingester {
         t_detect: UnixMs,
         backfilled: bool,
     ) -> Result<(), IngestError> {
+        // No lone provider makes a block: its header and logs only on a quorum's word.
+        let among = self.parts.chain.agreeing(head).await?;
         let logs = self
             .parts
             .chain
-            .logs(&head.hash, &self.addresses, &ORDER_FILLED_TOPICS)
+            .logs_from(&head.hash, &among, &self.addresses, &ORDER_FILLED_TOPICS)
             .await?;
         let t_logs = UnixMs::now();
         let stamp = Stamp {

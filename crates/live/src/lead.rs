@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::chain::{Chain, Head, SeenHead};
+use crate::chain::{Chain, ChainError, Head, SeenHead};
 use crate::error::IngestError;
 use crate::ingest::{BlockRef, IngestParts, Ingester};
 use crate::latency_writer::LatencyRows;
@@ -56,8 +56,14 @@ pub async fn lead(
     l: Leader<'_>,
 ) -> Result<(), ServiceError> {
     let providers = live.providers(&cfg)?;
-    let chain = Chain::with_providers(&providers, live.live_provider_max_lag_blocks)
-        .map_err(|e| ServiceError::Config(e.to_string()))?;
+    let quorum = live.quorum(providers.len())?;
+    let chain = Chain::with_providers(&providers, live.live_provider_max_lag_blocks, quorum)
+        .map_err(|e| ServiceError::Config(e.to_string()))?
+        .with_chain_id(live.live_chain_id);
+    check_chains(&chain).await?;
+    if providers.len() == 1 {
+        tracing::warn!("one rpc provider: its word alone makes blocks (configure several, README: provider quorum)");
+    }
     // Tasks below stop with `tasks`, which also fires on our own exit.
     let tasks = l.shutdown.child_token();
     let _stop_tasks = tasks.clone().drop_guard();
@@ -134,6 +140,29 @@ fn spawn_followers(
     })
 }
 
+/// Check every provider's chain id (the head source checks again at each reconnect): one on
+/// another chain is not used; with none left (a single provider), startup stops (exit 78). A
+/// provider that cannot be asked now is checked when it connects.
+async fn check_chains(chain: &Chain) -> Result<(), ServiceError> {
+    let n = chain.pool().len();
+    let mut wrong = 0;
+    for i in 0..n {
+        match chain.check_chain(i).await {
+            Ok(()) => {}
+            Err(e @ ChainError::WrongChain { .. }) => {
+                wrong += 1;
+                if wrong == n {
+                    return Err(ServiceError::Config(e.to_string()));
+                }
+            }
+            Err(e) => {
+                tracing::warn!(provider = chain.pool().name(i), error = %e, "cannot check the provider's chain id yet")
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Load the watermark (retrying until it reads); without one, start below
 /// `PMW_LIVE_START_BLOCK` when set.
 async fn start_cursor(
@@ -151,17 +180,27 @@ async fn start_cursor(
     }
     if ingester.cursor.is_none() {
         if let Some(start) = live.live_start_block.filter(|s| *s > 0) {
-            match chain.block(start - 1).await {
-                Ok(Some(h)) => {
-                    ingester.cursor = Some(BlockRef {
-                        number: h.number,
-                        hash: h.hash,
-                    })
-                }
-                _ => {
-                    return Err(ServiceError::Config(format!(
-                        "start block {start} is not on the chain"
-                    )))
+            let mut backoff = Backoff::new(Policy::RPC);
+            loop {
+                match chain.block(start - 1).await {
+                    Ok(Some(h)) => {
+                        ingester.cursor = Some(BlockRef {
+                            number: h.number,
+                            hash: h.hash,
+                        });
+                        break;
+                    }
+                    // Providers have it but too few agree yet: wait for a quorum.
+                    Ok(None) if chain.pool().waiting_on() == Some(start - 1) => {
+                        if let Next::Stop = sleep_or_stop(&mut backoff, l).await? {
+                            return Ok(Next::Stop);
+                        }
+                    }
+                    _ => {
+                        return Err(ServiceError::Config(format!(
+                            "start block {start} is not on the chain"
+                        )))
+                    }
                 }
             }
         }
@@ -316,6 +355,7 @@ async fn beat(ingester: &Ingester, l: &Leader<'_>, prune: bool) {
         "notify_sent": ingester.parts.notifier.stats.sent.load(Ordering::Relaxed),
         "latency_rows_lost": l.latency.lost.load(Ordering::Relaxed),
         "providers": ingester.parts.chain.pool().snapshot(),
+        "rpc_quorum": ingester.parts.chain.pool().quorum_snapshot(),
     });
     if let Err(e) = l.heartbeat.beat(&state).await {
         tracing::warn!(error = %e, "heartbeat failed");

@@ -1,8 +1,9 @@
 //! Several RPC providers at once: their shared state (no RPC is made here; [`crate::chain`]
 //! makes the calls and [`crate::heads`] follows the heads). Owns the head race ([`race`]),
 //! each provider's health and the leader of the branch rule ([`health`]), the order in which
-//! providers are asked, the hedge delay (a provider's observed p95), and the per-provider
-//! figures for metrics and the heartbeat (`pmwctl status`).
+//! providers are asked, the hedge delay (a provider's observed p95), the quorum and its waits
+//! ([`quorum`]), and the per-provider figures for metrics and the heartbeat (`pmwctl status`).
+//! A provider that reports another chain id is never asked and its heads are ignored.
 //!
 //! | metric | type | meaning |
 //! |---|---|---|
@@ -16,8 +17,12 @@
 //! | `pmw_live_provider_errors_total{provider}` | counter | calls to it that failed or timed out |
 //! | `pmw_live_provider_not_found_total{provider}` | counter | calls it answered "block not found" / `null` (asked the next provider; never read as "not canonical") |
 //! | `pmw_live_provider_hedges_total{provider}` | counter | second requests sent elsewhere because it had not answered within its p95 |
+//! | `pmw_live_provider_wrong_chain_total{provider}` | counter | times it reported another chain id than `PMW_LIVE_CHAIN_ID` (it is not used until it reports the right one) |
+//! | `pmw_live_quorum_waits_total` | counter | ingest steps that waited because fewer than the quorum of providers agreed on a block's hash (or on `finalized`) |
+//! | `pmw_live_quorum_waiting_block` | gauge | the block ingest waits on for a quorum (0 when none) |
 
 pub mod health;
+pub mod quorum;
 pub mod race;
 
 use std::collections::VecDeque;
@@ -39,6 +44,7 @@ pub const DEMOTIONS: &str = "pmw_live_provider_demotions_total";
 pub const ERRORS: &str = "pmw_live_provider_errors_total";
 pub const NOT_FOUND: &str = "pmw_live_provider_not_found_total";
 pub const HEDGES: &str = "pmw_live_provider_hedges_total";
+pub const WRONG_CHAIN: &str = "pmw_live_provider_wrong_chain_total";
 
 /// Samples kept per window (head lags, call times).
 const WINDOW: usize = 256;
@@ -107,34 +113,102 @@ struct Inner {
     stats: Vec<Stats>,
     leader: usize,
     race: Race,
+    wait: quorum::Wait,
 }
 
 /// The shared state of every provider, in configuration order (index = provider).
 pub struct Pool {
     names: Vec<String>,
     max_lag: u64,
+    /// Providers that must agree on a block hash (1: any one's word).
+    quorum: usize,
     inner: Mutex<Inner>,
 }
 
 impl Pool {
-    pub fn new(names: Vec<String>, max_lag: u64) -> Pool {
+    pub fn new(names: Vec<String>, max_lag: u64, quorum: usize) -> Pool {
         let n = names.len();
         for name in &names {
-            for c in [HEADS, HEADS_WON, DEMOTIONS, ERRORS, NOT_FOUND, HEDGES] {
+            for c in [
+                HEADS,
+                HEADS_WON,
+                DEMOTIONS,
+                ERRORS,
+                NOT_FOUND,
+                HEDGES,
+                WRONG_CHAIN,
+            ] {
                 metrics::counter!(c, "provider" => name.clone()).increment(0);
             }
         }
+        metrics::counter!(quorum::WAITS).increment(0);
         Pool {
             names,
             max_lag,
+            quorum: quorum.clamp(1, n.max(1)),
             inner: Mutex::new(Inner {
                 health: vec![Health::default(); n],
                 standing: vec![Standing::NoSubscription; n],
                 stats: vec![Stats::default(); n],
                 leader: 0,
                 race: Race::default(),
+                wait: quorum::Wait::default(),
             }),
         }
+    }
+
+    /// Providers that must agree on a block hash.
+    pub fn quorum(&self) -> usize {
+        self.quorum
+    }
+
+    /// Provider `i` reported the configured chain id (`true`) or another one (not used until
+    /// it reports the right one).
+    pub fn chain_checked(&self, i: usize, ok: bool) {
+        let mut g = self.lock();
+        if !ok {
+            metrics::counter!(WRONG_CHAIN, "provider" => self.names[i].clone()).increment(1);
+        }
+        if g.health[i].wrong_chain == ok {
+            g.health[i].wrong_chain = !ok;
+            self.judge(&mut g);
+        }
+    }
+
+    /// Whether provider `i` may be asked (it is not on another chain).
+    pub fn usable(&self, i: usize) -> bool {
+        !self.lock().health[i].wrong_chain
+    }
+
+    /// The providers that announced `hash` as a head (while it is remembered).
+    pub fn announced(&self, hash: &[u8; 32]) -> Vec<usize> {
+        let g = self.lock();
+        let seen = g.race.seen(hash);
+        (0..self.len())
+            .filter(|&i| seen & (1 << i) != 0 && !g.health[i].wrong_chain)
+            .collect()
+    }
+
+    /// Fewer than the quorum agreed on block `number` (`agree` of `asked`): ingest waits.
+    pub fn no_quorum(&self, number: u64, agree: usize, asked: usize) {
+        let mut g = self.lock();
+        g.wait.waiting(number, agree, asked);
+    }
+
+    /// A quorum agreed on block `number`: a wait on it (or below) is over.
+    pub fn quorum_met(&self, number: u64) {
+        self.lock().wait.met(number);
+    }
+
+    /// The block ingest waits on for a quorum, if any.
+    pub fn waiting_on(&self) -> Option<u64> {
+        self.lock().wait.block()
+    }
+
+    /// The quorum facts for the heartbeat (`pmwctl status`, `/v1/ready`).
+    pub fn quorum_snapshot(&self) -> Value {
+        let g = self.lock();
+        g.wait.snapshot(self.quorum, self.len())
     }
 
     pub fn len(&self) -> usize {
@@ -153,10 +227,16 @@ impl Pool {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Provider `i` announced `hash` (block `number`) at `t_ms`: `true` when it is the first
-    /// announcement of that hash (ingest takes it), `false` when it is only recorded.
+    /// Provider `i` announced `hash` (block `number`) at `t_ms`: `true` when ingest takes it
+    /// (the first announcement of that hash), `false` when it is only recorded. With a quorum
+    /// above 1, an announcement more than the allowed lag above the highest head a quorum of
+    /// providers reached is only recorded, and the hash goes to ingest with the first
+    /// announcement that is not (a lone provider's inflated head never becomes ingest's target).
     pub fn head_arrived(&self, i: usize, hash: [u8; 32], number: u64, t_ms: i64) -> bool {
         let mut g = self.lock();
+        if g.health[i].wrong_chain {
+            return false;
+        }
         let arrival = g.race.arrive(i, hash, number, t_ms);
         let name = self.names[i].clone();
         if arrival != Arrival::Repeat {
@@ -180,7 +260,19 @@ impl Pool {
             metrics::gauge!(HEAD_BLOCK, "provider" => name).set(number as f64);
             self.judge(&mut g);
         }
-        arrival == Arrival::First
+        // The highest head a quorum of the providers that follow the chain reached (one that
+        // announced nothing yet counts as 0; one cut, failing or on another chain does not
+        // count); with fewer than the quorum there is nothing to judge by (and no block gets a
+        // quorum anyway).
+        let reached = || {
+            let up = g
+                .health
+                .iter()
+                .filter(|h| !h.failing && !h.wrong_chain && (h.ws_up || h.head == 0));
+            quorum::nth_largest(up.map(|h| h.head).collect(), self.quorum)
+        };
+        let believable = self.quorum <= 1 || reached().is_none_or(|r| number <= r + self.max_lag);
+        believable && g.race.deliver(&hash)
     }
 
     /// Provider `i`'s head subscription connected (`true`) or was lost.
@@ -250,7 +342,8 @@ impl Pool {
     }
 
     /// Who to ask for canonical blocks, in order: the leader when healthy, the other healthy
-    /// providers, then the demoted ones (a last resort: a single provider is always asked).
+    /// providers, then the demoted ones (a last resort: a single provider is always asked),
+    /// never one on another chain.
     pub fn order(&self) -> Vec<usize> {
         let g = self.lock();
         let healthy = |i: &usize| g.standing[*i] == Standing::Healthy;
@@ -261,6 +354,7 @@ impl Pool {
         let mut seen = vec![false; self.len()];
         out.retain(|&i| !std::mem::replace(&mut seen[i], true));
         out.extend((0..self.len()).filter(|i| !seen[*i]));
+        out.retain(|&i| !g.health[i].wrong_chain);
         out
     }
 
@@ -295,9 +389,9 @@ impl Pool {
 
     /// Re-judge every provider's standing and the leader; log and count changes.
     fn judge(&self, g: &mut Inner) {
-        let best = g.health.iter().map(|h| h.head).max().unwrap_or(0);
+        let median = health::median(&g.health);
         for i in 0..self.len() {
-            let now = health::standing(&g.health[i], best, self.max_lag);
+            let now = health::standing(&g.health[i], median, self.max_lag);
             let was = std::mem::replace(&mut g.standing[i], now);
             if was == now {
                 continue;
@@ -316,7 +410,7 @@ impl Pool {
                     provider,
                     reason = now.name(),
                     head = g.health[i].head,
-                    best,
+                    median,
                     "provider demoted"
                 );
             }
@@ -334,11 +428,11 @@ impl Pool {
     }
 
     /// Per provider, for the heartbeat (`pmwctl status`): standing, head and how far behind
-    /// the best, heads announced and won, lag behind the winner (p50/p95 ms), errors,
+    /// the median, heads announced and won, lag behind the winner (p50/p95 ms), errors,
     /// "not found" answers, hedges, demotions, p95 of its logs calls.
     pub fn snapshot(&self) -> Value {
         let g = self.lock();
-        let best = g.health.iter().map(|h| h.head).max().unwrap_or(0);
+        let best = health::median(&g.health);
         let rows: Vec<Value> = (0..self.len())
             .map(|i| {
                 let (h, s) = (&g.health[i], &g.stats[i]);
@@ -369,7 +463,7 @@ mod tests {
     use super::*;
 
     fn pool(n: usize) -> Pool {
-        let p = Pool::new((0..n).map(|i| format!("p{i}")).collect(), 3);
+        let p = Pool::new((0..n).map(|i| format!("p{i}")).collect(), 3, 1);
         for i in 0..n {
             p.subscription(i, true);
         }
@@ -378,7 +472,7 @@ mod tests {
 
     #[test]
     fn a_single_provider_is_always_asked() {
-        let p = Pool::new(vec!["rpc".into()], 3);
+        let p = Pool::new(vec!["rpc".into()], 3, 1);
         assert_eq!(p.order(), vec![0]);
         p.failed(0);
         assert_eq!(p.order(), vec![0]);
@@ -397,19 +491,48 @@ mod tests {
 
     #[test]
     fn demoted_providers_go_last_and_come_back_when_they_catch_up() {
-        let p = pool(2);
+        let p = pool(3);
         p.head_arrived(0, [1; 32], 10, 0);
         p.head_arrived(1, [1; 32], 10, 5);
+        p.head_arrived(2, [1; 32], 10, 5);
         p.failed(0);
-        assert_eq!(p.order(), vec![1, 0]);
+        assert_eq!(p.order(), vec![1, 2, 0]);
         p.answered(0, Kind::Block, Duration::from_millis(5));
-        // Lagging: the other moved 4 blocks on.
+        // Lagging: the others moved 4 blocks on.
         p.head_arrived(1, [2; 32], 14, 10);
+        p.head_arrived(2, [2; 32], 14, 10);
         assert_eq!(p.snapshot()[0]["standing"], "lagging");
-        assert_eq!(p.order(), vec![1, 0]);
+        assert_eq!(p.order(), vec![1, 2, 0]);
         p.head_arrived(0, [2; 32], 14, 20);
         assert_eq!(p.snapshot()[0]["standing"], "healthy");
         assert_eq!(p.snapshot()[0]["demotions"], 2);
+    }
+
+    #[test]
+    fn a_far_head_neither_demotes_the_others_nor_leads() {
+        let p = pool(3);
+        for i in 0..3 {
+            p.head_arrived(i, [1; 32], 10, 0);
+        }
+        p.head_arrived(2, [7; 32], 1_000_000, 1);
+        let s = p.snapshot();
+        assert_eq!(s[0]["standing"], "healthy");
+        assert_eq!(s[1]["standing"], "healthy");
+        assert_eq!(s[2]["standing"], "ahead");
+        assert_eq!(p.order()[..2], [0, 1]);
+        assert_eq!(s[2]["leader"], false);
+    }
+
+    #[test]
+    fn a_provider_on_another_chain_is_never_asked_and_its_heads_are_ignored() {
+        let p = pool(2);
+        p.chain_checked(1, false);
+        assert_eq!(p.order(), vec![0]);
+        assert!(!p.head_arrived(1, [3; 32], 10, 0));
+        assert!(p.announced(&[3; 32]).is_empty());
+        assert_eq!(p.snapshot()[1]["standing"], "wrong_chain");
+        p.chain_checked(1, true);
+        assert_eq!(p.order().len(), 2);
     }
 
     #[test]
@@ -457,7 +580,7 @@ mod tests {
         assert_eq!(asked, vec![0, 1, 2, 13, 24], "{first:?}");
         // An answer ends the streak.
         p.answered(0, Kind::Logs, Duration::from_millis(3));
-        p.head_arrived(0, [99; 32], 99, 0);
+        p.head_arrived(0, [99; 32], 31, 0);
         assert_eq!(p.order_for(&[99; 32])[0], 0);
     }
 

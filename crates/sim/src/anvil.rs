@@ -46,7 +46,9 @@ impl Anvil {
         Anvil::spawn_with(&[]).await
     }
 
-    /// An anvil with extra arguments, e.g. `["--block-time", "0.5"]`.
+    /// An anvil with extra arguments, e.g. `["--block-time", "0.5"]`. Its chain id is
+    /// Polygon's ([`CHAIN_ID`], pmw-live's default `PMW_LIVE_CHAIN_ID`) unless `--chain-id` is
+    /// among them.
     pub async fn spawn_with(extra_args: &[&str]) -> anyhow::Result<Anvil> {
         let bin = anvil_binary();
         let mut last_err = None;
@@ -60,6 +62,7 @@ impl Anvil {
                     &port.to_string(),
                     "--silent",
                 ])
+                .args(chain_id_unless_given(extra_args))
                 .args(extra_args)
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
@@ -114,6 +117,17 @@ impl Drop for Anvil {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The chain id test anvils report: Polygon's, which pmw-live expects by default.
+pub const CHAIN_ID: u64 = 137;
+
+/// `--chain-id` [`CHAIN_ID`], unless `args` set one.
+fn chain_id_unless_given(args: &[&str]) -> Vec<String> {
+    if args.contains(&"--chain-id") {
+        return Vec::new();
+    }
+    vec!["--chain-id".into(), CHAIN_ID.to_string()]
 }
 
 fn free_port() -> anyhow::Result<u16> {

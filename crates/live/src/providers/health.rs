@@ -1,7 +1,8 @@
-//! Provider health and the branch rule. A provider is demoted while its last call failed, its
-//! head subscription is down, or its head is more than the allowed lag behind the best
-//! provider's; it is promoted again as soon as none of these holds (its poll and subscription
-//! keep retrying under the one RPC backoff).
+//! Provider health and the branch rule. A provider is demoted while it reports another chain id,
+//! its last call failed, its head subscription is down, or its head is more than the allowed lag
+//! behind or ahead of the providers' median head (one provider announcing a head far above the
+//! others neither demotes them nor leads); it is promoted again as soon as none of these holds
+//! (its poll and subscription keep retrying under the one RPC backoff).
 //!
 //! The branch rule: canonical questions ("which block is at height n") go to one provider
 //! first, the leader, which changes only when it is demoted or another healthy provider's head
@@ -22,8 +23,12 @@ pub enum Standing {
     Failing,
     /// Its head subscription is not connected, or has announced no head yet.
     NoSubscription,
-    /// Its head is more than the allowed lag behind the best head.
+    /// Its head is more than the allowed lag behind the median head.
     Lagging,
+    /// Its head is more than the allowed lag above the median head (a head no one else sees).
+    Ahead,
+    /// It reports another chain id than the configured one: never asked.
+    WrongChain,
 }
 
 impl Standing {
@@ -33,6 +38,8 @@ impl Standing {
             Standing::Failing => "failing",
             Standing::NoSubscription => "no_subscription",
             Standing::Lagging => "lagging",
+            Standing::Ahead => "ahead",
+            Standing::WrongChain => "wrong_chain",
         }
     }
 }
@@ -44,19 +51,46 @@ pub struct Health {
     pub head: u64,
     pub ws_up: bool,
     pub failing: bool,
+    pub wrong_chain: bool,
 }
 
-/// A provider's standing, given the best head of all providers.
-pub fn standing(h: &Health, best: u64, max_lag: u64) -> Standing {
-    if h.failing {
+impl Health {
+    /// Whether its head counts toward the median (it is connected, answering, on our chain).
+    pub fn counts(&self) -> bool {
+        !self.wrong_chain && !self.failing && self.ws_up && self.head > 0
+    }
+}
+
+/// A provider's standing, given the median head of the providers ([`median`]).
+pub fn standing(h: &Health, median: u64, max_lag: u64) -> Standing {
+    if h.wrong_chain {
+        Standing::WrongChain
+    } else if h.failing {
         Standing::Failing
     } else if !h.ws_up || h.head == 0 {
         Standing::NoSubscription
-    } else if best.saturating_sub(h.head) > max_lag {
+    } else if median.saturating_sub(h.head) > max_lag {
         Standing::Lagging
+    } else if h.head.saturating_sub(median) > max_lag {
+        Standing::Ahead
     } else {
         Standing::Healthy
     }
+}
+
+/// The median of the heads of the providers that count ([`Health::counts`]), the lower one of
+/// an even count: the highest head at least half of them reached (0 when none counts).
+pub fn median(health: &[Health]) -> u64 {
+    let mut heads: Vec<u64> = health
+        .iter()
+        .filter(|h| h.counts())
+        .map(|h| h.head)
+        .collect();
+    heads.sort_unstable();
+    heads
+        .get(heads.len().saturating_sub(1) / 2)
+        .copied()
+        .unwrap_or(0)
 }
 
 /// How many blocks higher another provider's head must be to take the lead from a healthy one.
@@ -95,7 +129,14 @@ mod tests {
             head,
             ws_up,
             failing,
+            wrong_chain: false,
         };
+        assert_eq!(standing(&h(104, true, false), 100, 3), Standing::Ahead);
+        let wrong = Health {
+            wrong_chain: true,
+            ..h(100, true, false)
+        };
+        assert_eq!(standing(&wrong, 100, 3), Standing::WrongChain);
         assert_eq!(standing(&h(100, true, false), 103, 3), Standing::Healthy);
         assert_eq!(standing(&h(100, true, false), 104, 3), Standing::Lagging);
         assert_eq!(
@@ -108,6 +149,23 @@ mod tests {
             standing(&h(0, true, false), 100, 3),
             Standing::NoSubscription
         );
+    }
+
+    #[test]
+    fn the_median_ignores_one_far_head_and_providers_that_do_not_count() {
+        let h = |head| Health {
+            head,
+            ws_up: true,
+            ..Health::default()
+        };
+        assert_eq!(median(&[h(100), h(101), h(1_000_000)]), 101);
+        assert_eq!(median(&[h(100), h(1_000_000)]), 100);
+        let cut = Health {
+            failing: true,
+            ..h(10)
+        };
+        assert_eq!(median(&[h(40), cut]), 40);
+        assert_eq!(median(&[]), 0);
     }
 
     #[test]

@@ -27,6 +27,8 @@ struct Entry {
     winner: usize,
     /// Bit `i` set: provider `i` announced it.
     seen: u64,
+    /// Handed to ingest ([`Race::deliver`]).
+    delivered: bool,
 }
 
 /// The race table, bounded by [`KEEP_BLOCKS`] and [`MAX_ENTRIES`].
@@ -57,6 +59,7 @@ impl Race {
                         first_ms: t_ms,
                         winner: provider,
                         seen: bit,
+                        delivered: false,
                     },
                 );
                 Arrival::First
@@ -74,6 +77,18 @@ impl Race {
     /// The provider that announced `hash` first, if it is still remembered.
     pub fn winner(&self, hash: &[u8; 32]) -> Option<usize> {
         self.by_hash.get(hash).map(|e| e.winner)
+    }
+
+    /// Mark `hash` handed to ingest: `true` the first time (it is remembered and was not yet).
+    pub fn deliver(&mut self, hash: &[u8; 32]) -> bool {
+        self.by_hash
+            .get_mut(hash)
+            .is_some_and(|e| !std::mem::replace(&mut e.delivered, true))
+    }
+
+    /// Who announced `hash` (bit `i`: provider `i`), 0 when it is not remembered.
+    pub fn seen(&self, hash: &[u8; 32]) -> u64 {
+        self.by_hash.get(hash).map_or(0, |e| e.seen)
     }
 
     fn prune(&mut self) {

@@ -9,4 +9,5 @@ mod ledger;
 mod notifier;
 mod projector;
 mod providers;
+mod quorum;
 mod schema_guard;

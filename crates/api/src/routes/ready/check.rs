@@ -76,6 +76,9 @@ pub struct Checks {
     /// ClickHouse is at most a minute behind the Postgres hot ledger (the projector's lag).
     /// Never gating: delivery does not read ClickHouse.
     pub projector: Check,
+    /// More than one RPC provider, and no wait for a quorum of them on a block (`detail`:
+    /// pmw-live's quorum facts). Never gating: a single provider works, unguarded.
+    pub rpc_providers: Check,
 }
 
 /// The readiness verdict. When not ready, `error` carries the reasons (503).
@@ -101,6 +104,7 @@ impl Readiness {
             &checks.revisions,
             &checks.indexes,
             &checks.projector,
+            &checks.rpc_providers,
         ]
         .iter()
         .filter_map(|c| c.reason.clone())
@@ -154,6 +158,7 @@ mod tests {
             revisions: ok(),
             indexes: ok(),
             projector: ok(),
+            rpc_providers: ok(),
         }
     }
 
@@ -184,6 +189,7 @@ mod tests {
         checks.revisions = Check::fail("two builds".into(), Value::Null);
         checks.indexes = Check::fail("index x invalid".into(), Value::Null);
         checks.projector = Check::fail("clickhouse behind".into(), Value::Null);
+        checks.rpc_providers = Check::fail("one RPC provider".into(), Value::Null);
         let r = Readiness::of(checks);
         assert!(r.ready && r.error.is_none());
         assert_eq!(
@@ -194,7 +200,8 @@ mod tests {
                 "stale stats",
                 "two builds",
                 "index x invalid",
-                "clickhouse behind"
+                "clickhouse behind",
+                "one RPC provider"
             ]
         );
     }

@@ -7,7 +7,8 @@
 //! down). Reported in `warnings` without flipping readiness: ClickHouse unreachable (delivery
 //! reads the Postgres hot ledger), no push standby, a stale pmw-stats, services on different builds, an
 //! index Postgres does not use or maintain (`pg_index.indisvalid`/`indisready` false),
-//! ClickHouse more than a minute behind the Postgres hot ledger (the projector's lag).
+//! ClickHouse more than a minute behind the Postgres hot ledger (the projector's lag), a single
+//! RPC provider or ingest waiting for a quorum of providers ([`providers`]).
 //! Computed at most once per interval on a pool of its own ([`cache`]); the public (proxied)
 //! answer is the status alone, the checks only for callers on the host.
 
@@ -19,6 +20,7 @@ mod latency;
 pub mod metrics;
 mod probe;
 mod projector;
+mod providers;
 mod push;
 mod services;
 mod webhooks;
@@ -109,7 +111,7 @@ pub async fn evaluate(st: &AppState) -> Readiness {
         webhooks,
         stats,
         revisions,
-        (indexes, projector),
+        (indexes, projector, rpc_providers),
     ) = tokio::join!(
         push::postgres_and_push(st, now),
         latency::clickhouse_and_latency(st, now),
@@ -118,7 +120,13 @@ pub async fn evaluate(st: &AppState) -> Readiness {
         webhooks::webhooks(st, now),
         services::stats(st, now, STATS_MAX_AGE_MS),
         services::revisions(st, now, STATS_MAX_AGE_MS),
-        async { tokio::join!(indexes::indexes(st), projector::projector(st, now)) },
+        async {
+            tokio::join!(
+                indexes::indexes(st),
+                projector::projector(st, now),
+                providers::providers(st)
+            )
+        },
     );
     let checks = Checks {
         postgres,
@@ -132,6 +140,7 @@ pub async fn evaluate(st: &AppState) -> Readiness {
         revisions,
         indexes,
         projector,
+        rpc_providers,
     };
     Readiness::of(checks)
 }
