@@ -431,13 +431,13 @@ async fn rpc_websocket_cut_is_logged_and_misses_no_block() {
     f.assert_clean();
 }
 
-/// Two raced RPC providers under pm2 (`PMW_LIVE_RPC_PROVIDERS`), one cut (WebSocket and HTTP)
-/// for 10 s under load: live demotes it, takes every head from the other, promotes it back; no
-/// block missed or backfilled, clients lose nothing.
+/// Three raced RPC providers under pm2 (`PMW_LIVE_RPC_PROVIDERS`, the default quorum of 2), one
+/// cut (WebSocket and HTTP) for 10 s under load: live demotes it, takes every head from the two
+/// others (which agree), promotes it back; no block missed or backfilled, clients lose nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_of_two_rpc_providers_cut_misses_no_block() {
+async fn one_of_three_rpc_providers_cut_misses_no_block() {
     let d = Drill::start_with(Opts {
-        rpc_providers: 2,
+        rpc_providers: 3,
         ..Opts::default()
     })
     .await;

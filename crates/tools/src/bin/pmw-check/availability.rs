@@ -36,7 +36,7 @@ fn budget_of(kind: &str, lease_ms: i64) -> Option<i64> {
         // No extra silence at all: judged by every trade detected while it lasted.
         "clickhouse stop" => 1_000,
         "rpc ws cut" | "live restart" => 3_000,
-        // One of two providers cut or slowed: nothing should go dark; recovery from its end
+        // One of the providers cut or slowed (two others still agree): nothing should go dark; recovery from its end
         // within the RPC budget (and whatever overlaps it is judged from its end).
         "provider cut" | "provider lag" => 3_000,
         "rolling deploy" => 1_000,

@@ -212,8 +212,9 @@ impl fmt::Display for Kind {
     }
 }
 
-/// RPC providers the checker's live races (`Opts::rpc_providers`).
-pub const PROVIDERS: usize = 2;
+/// RPC providers the checker's live races (`Opts::rpc_providers`). Four, with live's default
+/// quorum of 2: two provider faults that overlap still leave two providers to agree on a block.
+pub const PROVIDERS: usize = 4;
 
 #[derive(Clone, Debug)]
 pub struct Fault {
