@@ -46,3 +46,24 @@ impl Heartbeat {
         Ok(())
     }
 }
+
+/// The warnings pmw-live's provider quorum facts (its heartbeat's `rpc_quorum`) warrant, as
+/// `pmwctl status` and `/v1/ready` give them: a single provider, a wait for a quorum. None for
+/// `null` (before live reports them).
+pub fn rpc_quorum_warnings(q: &serde_json::Value) -> Vec<String> {
+    let mut out = Vec::new();
+    if q["providers"].as_u64() == Some(1) {
+        out.push(
+            "one RPC provider: its word alone makes blocks and fills (configure three with a quorum of 2; README: provider quorum)"
+                .into(),
+        );
+    }
+    let w = &q["waiting"];
+    if !w.is_null() {
+        out.push(format!(
+            "ingest waits for a quorum of RPC providers on block {}: {} of {} agree (quorum {})",
+            w["block"], w["agree"], w["asked"], q["quorum"]
+        ));
+    }
+    out
+}

@@ -43,26 +43,7 @@ pub fn warnings(p: &Value) -> Vec<String> {
             )
         })
         .collect();
-    out.extend(quorum_warnings(&p["quorum"]));
-    out
-}
-
-/// The quorum's warnings (also `/v1/ready`'s): a single provider, a wait for a quorum.
-pub fn quorum_warnings(q: &Value) -> Vec<String> {
-    let mut out = Vec::new();
-    if q["providers"].as_u64() == Some(1) {
-        out.push(
-            "one RPC provider: its word alone makes blocks and fills (configure three with a quorum of 2; README: provider quorum)"
-                .into(),
-        );
-    }
-    let w = &q["waiting"];
-    if !w.is_null() {
-        out.push(format!(
-            "ingest waits for a quorum of RPC providers on block {}: {} of {} agree (quorum {})",
-            w["block"], w["agree"], w["asked"], q["quorum"]
-        ));
-    }
+    out.extend(pmw_core::heartbeat::rpc_quorum_warnings(&p["quorum"]));
     out
 }
 

@@ -3,6 +3,7 @@
 //! fills), or ingest waiting for a quorum of providers to agree on a block (the ingest check
 //! gates on the lag that follows).
 
+use pmw_core::heartbeat::rpc_quorum_warnings;
 use serde_json::Value;
 
 use super::probe::probe;
@@ -19,28 +20,12 @@ pub async fn providers(st: &AppState) -> Check {
     let q: Value = row
         .and_then(|r| r.get::<_, Option<Value>>(0))
         .unwrap_or(Value::Null);
-    let reasons = reasons(&q);
+    let reasons = rpc_quorum_warnings(&q);
     if reasons.is_empty() {
         Check::pass(q)
     } else {
         Check::fail(reasons.join("; "), q)
     }
-}
-
-/// Why the quorum facts `q` warrant a warning (none when `null`).
-fn reasons(q: &Value) -> Vec<String> {
-    let mut out = Vec::new();
-    if q["providers"].as_u64() == Some(1) {
-        out.push("one RPC provider: its word alone makes blocks and fills (configure three with a quorum of 2)".into());
-    }
-    let w = &q["waiting"];
-    if !w.is_null() {
-        out.push(format!(
-            "ingest waits for a quorum of RPC providers on block {}: {} of {} agree (quorum {})",
-            w["block"], w["agree"], w["asked"], q["quorum"]
-        ));
-    }
-    out
 }
 
 #[cfg(test)]
@@ -50,15 +35,15 @@ mod tests {
 
     #[test]
     fn one_provider_and_a_wait_warn_a_quorum_does_not() {
-        assert!(reasons(&Value::Null).is_empty());
+        assert!(rpc_quorum_warnings(&Value::Null).is_empty());
         let ok = json!({"quorum": 2, "providers": 3, "waits": 0, "waiting": null});
-        assert!(reasons(&ok).is_empty());
+        assert!(rpc_quorum_warnings(&ok).is_empty());
         let one = json!({"quorum": 1, "providers": 1, "waits": 0, "waiting": null});
-        assert!(reasons(&one)[0].starts_with("one RPC provider"));
+        assert!(rpc_quorum_warnings(&one)[0].starts_with("one RPC provider"));
         let waiting = json!({"quorum": 2, "providers": 2, "waits": 3,
             "waiting": {"block": 9, "agree": 1, "asked": 2, "since_ms": 0}});
         assert_eq!(
-            reasons(&waiting),
+            rpc_quorum_warnings(&waiting),
             ["ingest waits for a quorum of RPC providers on block 9: 1 of 2 agree (quorum 2)"]
         );
     }
