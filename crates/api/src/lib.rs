@@ -70,10 +70,7 @@ pub async fn run_with(
         .map_err(|e| ServiceError::transient(format!("cannot publish plans: {e}")))?;
     pmw_core::metrics::install();
     pmw_core::metrics::build_info(SERVICE);
-    let listener = pmw_core::listen::bind(api.api_listen, bound).await?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| ServiceError::Bug(e.into()))?;
+    let (listener, addr) = pmw_core::listen::bind(api.api_listen, bound).await?;
     let ready_pg = {
         let mut c = cfg.clone();
         c.postgres_pool_size = 2;

@@ -9,11 +9,12 @@ use tokio::sync::oneshot;
 
 use crate::exit::ServiceError;
 
-/// Bind `addr`, log the bound address, and report it to `bound` (tests bind port 0).
+/// Bind `addr`, log the bound address, and report it to `bound` (tests bind port 0). Returns the
+/// listener and its bound address.
 pub async fn bind(
     addr: SocketAddr,
     bound: Option<oneshot::Sender<SocketAddr>>,
-) -> Result<TcpListener, ServiceError> {
+) -> Result<(TcpListener, SocketAddr), ServiceError> {
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|e| bind_error(addr, &e))?;
@@ -24,7 +25,7 @@ pub async fn bind(
     if let Some(b) = bound {
         let _ = b.send(local);
     }
-    Ok(listener)
+    Ok((listener, local))
 }
 
 /// The exit-code policy of a failed bind.
@@ -44,11 +45,12 @@ mod tests {
     #[tokio::test]
     async fn reports_the_bound_port_and_a_port_in_use_is_transient() {
         let (tx, rx) = oneshot::channel();
-        let held = bind("127.0.0.1:0".parse().unwrap(), Some(tx))
+        let (held, local) = bind("127.0.0.1:0".parse().unwrap(), Some(tx))
             .await
             .unwrap();
         let addr = rx.await.unwrap();
         assert_eq!(addr, held.local_addr().unwrap());
+        assert_eq!(addr, local);
         assert_ne!(addr.port(), 0);
         let again = bind(addr, None).await.expect_err("the port is held");
         assert_eq!(again.exit_code(), TEMPFAIL, "{again}");

@@ -61,7 +61,7 @@ pub async fn run_with(
     let recorder = Recorder::spawn(stores.ch.clone(), tasks.clone());
     let stats = Arc::new(FeedStats::default());
     let mut feed = spawn_tasks(&cfg, &edge, &stores, &hub, &stats, follower, &tasks);
-    let listener = pmw_core::listen::bind(edge.edge_listen, bound).await?;
+    let (listener, _) = pmw_core::listen::bind(edge.edge_listen, bound).await?;
     tracing::info!(%at, "feed following; serving sessions");
     let session = SessionState::new(
         stores.pg.clone(),

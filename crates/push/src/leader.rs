@@ -271,7 +271,7 @@ impl Leading<'_> {
         bound: Option<oneshot::Sender<SocketAddr>>,
     ) -> Result<Running, ServiceError> {
         let push = self.push;
-        let listener = pmw_core::listen::bind(push.push_listen, bound).await?;
+        let (listener, _) = pmw_core::listen::bind(push.push_listen, bound).await?;
         let tasks = CancellationToken::new();
         let hub = Hub::new(lead.cursor);
         hub.start_finals(lead.finals.position);

@@ -37,10 +37,7 @@ pub async fn run_with(
     let Some(lock) = wait_for_lock(&cfg, &stats, &heartbeat, &shutdown).await? else {
         return Ok(());
     };
-    let listener = pmw_core::listen::bind(stats.stats_listen, bound).await?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| ServiceError::Bug(e.into()))?;
+    let (listener, addr) = pmw_core::listen::bind(stats.stats_listen, bound).await?;
     let shared = http::Shared::new(stats.stats_interval_ms);
     let mut server = Server::spawn(listener, shared.clone());
     let sampling = shutdown.child_token();
