@@ -351,14 +351,7 @@ pub async fn wallet_trades_between(
         return Ok(Vec::new());
     }
     // The list is inlined (see the statement), so every element must be a lowercase 0x address: anything else is refused.
-    let valid = |w: &String| {
-        w.len() == 42
-            && w.starts_with("0x")
-            && w[2..]
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    };
-    if let Some(bad) = wallets.iter().find(|w| !valid(w)) {
+    if let Some(bad) = wallets.iter().find(|w| !crate::Address::is_lower_hex(w)) {
         return Err(clickhouse::error::Error::Custom(format!(
             "not a lowercase wallet address: {bad:?}"
         )));
