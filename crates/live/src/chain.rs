@@ -352,7 +352,8 @@ impl Chain {
         }
     }
 
-    /// [`Chain::logs_from`] any provider (one provider's word: tools and benches).
+    /// [`Chain::logs_from`] any provider (tools and benches: one provider's word when the chain
+    /// has a quorum of 1, the block's number unknown).
     pub async fn logs(
         &self,
         block_hash: &[u8; 32],
@@ -360,16 +361,19 @@ impl Chain {
         topic0s: &[[u8; 32]],
     ) -> Result<Vec<RawLog>, ChainError> {
         let all: Vec<usize> = (0..self.pool.len()).collect();
-        self.logs_from(block_hash, &all, addresses, topic0s).await
+        self.logs_from(0, block_hash, &all, addresses, topic0s)
+            .await
     }
 
-    /// Logs of one block (by hash, so a reorg cannot mix branches), only from `addresses` and
+    /// Logs of block `number` (by its hash, so a reorg cannot mix branches), only from `addresses` and
     /// only with one of `topic0s`, only from the providers `among` (those that agree on the
-    /// hash, [`Chain::agreeing`]): from the provider that announced it first, then the others
-    /// (hedged at the provider's p95). "Unknown block", or `[]` from a node that does not have
+    /// hash, [`Chain::agreeing`]): with a quorum of 1 from the provider that announced it
+    /// first, then the others (hedged at the provider's p95); above 1, the same logs from at
+    /// least the quorum of them ([`Chain::ask_agreed`]). "Unknown block", or `[]` from a node that does not have
     /// the block, is "not there": the next provider is asked; from none, [`ChainError::NotFound`].
     pub async fn logs_from(
         &self,
+        number: u64,
         block_hash: &[u8; 32],
         among: &[usize],
         addresses: &[Address],
@@ -383,17 +387,26 @@ impl Chain {
         let filter = &filter;
         let mut order = self.pool.order_for(block_hash);
         order.retain(|i| among.contains(i));
-        self.ask(order, Some(Kind::Logs), |p| async move {
+        let call = |p: Provider<Http>| async move {
             let logs = bounded(p.get_logs(filter)).await?;
             // Some nodes answer `[]` for a block hash they do not know: an empty answer
             // counts only from a node that has the block.
             if logs.is_empty() && bounded(p.get_block(H256(*block_hash))).await?.is_none() {
                 return Ok(None);
             }
-            logs.iter().map(raw_log).collect::<Result<_, _>>().map(Some)
-        })
-        .await?
-        .ok_or_else(|| ChainError::NotFound(hex32(block_hash)))
+            logs.iter()
+                .map(raw_log)
+                .collect::<Result<Vec<_>, _>>()
+                .map(Some)
+        };
+        let found = if self.pool.quorum() > 1 {
+            // Agreeing on the hash is not agreeing on what the block holds: a provider could
+            // add a fill to a block everyone agrees on. Its logs too need the quorum's word.
+            self.ask_agreed(number, order, Kind::Logs, call).await?
+        } else {
+            self.ask(order, Some(Kind::Logs), call).await?
+        };
+        found.ok_or_else(|| ChainError::NotFound(hex32(block_hash)))
     }
 
     /// Logs of the canonical blocks `from..=to` (by range: what the completeness audit

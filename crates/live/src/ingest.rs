@@ -297,7 +297,13 @@ impl Ingester {
         let logs = self
             .parts
             .chain
-            .logs_from(&head.hash, &among, &self.addresses, &ORDER_FILLED_TOPICS)
+            .logs_from(
+                head.number,
+                &head.hash,
+                &among,
+                &self.addresses,
+                &ORDER_FILLED_TOPICS,
+            )
             .await?;
         let t_logs = UnixMs::now();
         let stamp = Stamp {

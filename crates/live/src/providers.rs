@@ -19,6 +19,7 @@
 //! | `pmw_live_provider_hedges_total{provider}` | counter | second requests sent elsewhere because it had not answered within its p95 |
 //! | `pmw_live_provider_wrong_chain_total{provider}` | counter | times it reported another chain id than `PMW_LIVE_CHAIN_ID` (it is not used until it reports the right one) |
 //! | `pmw_live_quorum_waits_total` | counter | ingest steps that waited because fewer than the quorum of providers agreed on a block's hash (or on `finalized`) |
+//! | `pmw_live_quorum_dissents_total` | counter | answers of a provider (label `provider`) that differed from what the quorum agreed on (a block's logs): a lying or broken provider |
 //! | `pmw_live_quorum_waiting_block` | gauge | the block ingest waits on for a quorum (0 when none) |
 
 pub mod health;

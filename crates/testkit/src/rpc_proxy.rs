@@ -8,7 +8,8 @@
 //!
 //! It can also lie, as a hijacked provider would: [`RpcProxy::lie_about_block`] gives one block
 //! a hash of its own ([`fake_hash`]; the next block's parent hash follows) with that block's
-//! logs under it plus one fabricated fill; [`RpcProxy::inflate_head`] announces heads higher
+//! logs under it plus one fabricated fill; [`RpcProxy::forge_logs`] keeps a block's true header
+//! and hash but adds one fabricated fill to its logs; [`RpcProxy::inflate_head`] announces heads higher
 //! than they are; [`RpcProxy::report_chain_id`] reports another chain; [`RpcProxy::finalize_latest`]
 //! calls the latest block finalized. Its WebSocket ([`RpcProxy::ws_url`]: `newHeads` from a poll
 //! of the node, other requests answered as over HTTP) tells the same lies.
@@ -49,6 +50,7 @@ struct Inner {
 #[derive(Debug, Default, Clone, Copy)]
 struct Lies {
     block: Option<u64>,
+    forged_logs: Option<u64>,
     inflate: u64,
     chain_id: Option<u64>,
     finalized_latest: bool,
@@ -56,7 +58,11 @@ struct Lies {
 
 impl Lies {
     fn any(&self) -> bool {
-        self.block.is_some() || self.inflate > 0 || self.chain_id.is_some() || self.finalized_latest
+        self.block.is_some()
+            || self.forged_logs.is_some()
+            || self.inflate > 0
+            || self.chain_id.is_some()
+            || self.finalized_latest
     }
 }
 
@@ -136,6 +142,13 @@ impl RpcProxy {
     /// real hash is "unknown" to it. `None`: tell the truth again.
     pub fn lie_about_block(&self, number: Option<u64>) {
         self.set(|l| l.block = number);
+    }
+
+    /// Keep block `number`'s header and hash true but add one fabricated fill to its logs (a
+    /// copy of its first log at log index + 256, with a fake tx hash): a provider that agrees
+    /// on the block and lies about what is in it. `None`: tell the truth again.
+    pub fn forge_logs(&self, number: Option<u64>) {
+        self.set(|l| l.forged_logs = number);
     }
 
     /// Announce heads `by` blocks higher than they are (`eth_blockNumber`, `latest`, `newHeads`).
@@ -319,6 +332,17 @@ impl Inner {
                 self.rewrite_block(&mut answer["result"], lies, false);
                 Some(answer)
             }
+            "eth_getLogs" if lies.block.is_none() => {
+                let n = lies.forged_logs?;
+                let real = self.real_hash(n).await?;
+                let asked = params[0]["blockHash"].as_str()?.to_ascii_lowercase();
+                if asked != real {
+                    return None;
+                }
+                let mut answer = self.upstream(call).await;
+                self.rewrite_logs(&mut answer["result"], &real, false);
+                Some(answer)
+            }
             "eth_getLogs" => {
                 let n = lies.block?;
                 let real = self.real_hash(n).await?;
@@ -333,7 +357,7 @@ impl Inner {
                     None => {}
                 }
                 let mut answer = self.upstream(&c).await;
-                self.rewrite_logs(&mut answer["result"], &real);
+                self.rewrite_logs(&mut answer["result"], &real, true);
                 Some(answer)
             }
             _ => None,
@@ -362,8 +386,9 @@ impl Inner {
         }
     }
 
-    /// Logs under the real hash `real` moved under its fake, plus one fabricated fill.
-    fn rewrite_logs(&self, logs: &mut Value, real: &str) {
+    /// Logs under the real hash `real` plus one fabricated fill, all moved under the fake hash
+    /// when `move_hash`.
+    fn rewrite_logs(&self, logs: &mut Value, real: &str, move_hash: bool) {
         let Some(list) = logs.as_array_mut() else {
             return;
         };
@@ -377,7 +402,9 @@ impl Inner {
             {
                 continue;
             }
-            log["blockHash"] = json!(fake_hash(real));
+            if move_hash {
+                log["blockHash"] = json!(fake_hash(real));
+            }
             if fabricated.is_none() {
                 let mut f = log.clone();
                 let index = number_of(&f["logIndex"]).unwrap_or(0);

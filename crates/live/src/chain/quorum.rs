@@ -1,8 +1,10 @@
 //! The chain calls of a quorum above 1: every usable provider asked at once, and only what at
-//! least the quorum answer alike is taken (a block at a height, `finalized`, a range's logs);
-//! the chain id check of each provider.
+//! least the quorum answer alike is taken (a block at a height, `finalized`, a block's or a
+//! range's logs); the chain id check of each provider.
 
 use std::future::Future;
+
+use futures::stream::{FuturesUnordered, StreamExt};
 
 use ethers_core::types::{BlockNumber, Filter};
 use ethers_providers::{Http, Middleware, Provider};
@@ -10,7 +12,7 @@ use pmw_core::trade::RawLog;
 use tokio::time::Instant;
 
 use super::{block_of, bounded, head_of, raw_log, says_not_found, Chain, ChainError, Head};
-use crate::providers::quorum::{agreed, most, nth_largest};
+use crate::providers::quorum::{agreed, most, nth_largest, DISSENTS};
 use crate::providers::Kind;
 
 impl Chain {
@@ -53,6 +55,117 @@ impl Chain {
             Some(e) if out.is_empty() => Err(e),
             _ if providers.is_empty() => Err(ChainError::NoProvider),
             _ => Ok(out),
+        }
+    }
+
+    /// The answer at least the quorum of `order` give alike to `call`: the first quorum of
+    /// providers asked at once, one more each time those asked can no longer make a quorum
+    /// (an answer failed, was "not there" or differed) or one asked is slower than its p95
+    /// (hedged, counted on it),
+    /// until the quorum agrees (the answer) or every one answered: `None` when none had it,
+    /// else [`ChainError::NoQuorum`] on block `number` (a wait, counted and logged) or the last
+    /// error when none answered. A provider whose answer differs from the quorum's is counted.
+    pub(super) async fn ask_agreed<T, F, Fut>(
+        &self,
+        number: u64,
+        order: Vec<usize>,
+        kind: Kind,
+        call: F,
+    ) -> Result<Option<T>, ChainError>
+    where
+        T: Eq + Clone,
+        F: Fn(Provider<Http>) -> Fut,
+        Fut: Future<Output = Result<Option<T>, ChainError>>,
+    {
+        let q = self.pool.quorum();
+        let launch = |i: usize| {
+            let fut = call(self.http[i].clone());
+            async move {
+                let t0 = Instant::now();
+                (i, fut.await, t0.elapsed())
+            }
+        };
+        let mut running: FuturesUnordered<_> = order.iter().take(q).map(|&i| launch(i)).collect();
+        let mut pending: Vec<usize> = order.iter().take(q).copied().collect();
+        let mut next = pending.len();
+        let hedge_of = |pending: &[usize]| {
+            let slowest = pending
+                .iter()
+                .map(|&i| self.pool.hedge_after(i, kind))
+                .max();
+            Instant::now() + slowest.unwrap_or_default()
+        };
+        let mut hedge_at = hedge_of(&pending);
+        let (mut answers, mut missing, mut last_err) = (Vec::new(), 0, None);
+        loop {
+            let hedging = next < order.len();
+            tokio::select! {
+                done = running.next() => {
+                    let Some((i, r, took)) = done else { break };
+                    pending.retain(|&p| p != i);
+                    match r {
+                        Ok(Some(v)) => {
+                            self.pool.answered(i, kind, took);
+                            answers.push((i, v));
+                            if let Some((v, who)) = agreed(&answers, q) {
+                                self.dissents(&answers, &who);
+                                return Ok(Some(v));
+                            }
+                        }
+                        Ok(None) => {
+                            self.pool.not_found(i, kind);
+                            missing += 1;
+                        }
+                        Err(e) if says_not_found(&e) => {
+                            self.pool.not_found(i, kind);
+                            missing += 1;
+                        }
+                        Err(e) => {
+                            self.pool.failed(i);
+                            tracing::debug!(provider = self.pool.name(i), error = %e, "rpc call failed");
+                            last_err = Some(e);
+                        }
+                    }
+                }
+                _ = tokio::time::sleep_until(hedge_at), if hedging => {
+                    for &i in &pending {
+                        self.pool.hedged(i);
+                    }
+                    running.push(launch(order[next]));
+                    pending.push(order[next]);
+                    next += 1;
+                }
+            }
+            // One more while those still asked could not make a quorum even if all agreed.
+            while most(&answers) + pending.len() < q && next < order.len() {
+                running.push(launch(order[next]));
+                pending.push(order[next]);
+                next += 1;
+            }
+            hedge_at = hedge_of(&pending);
+        }
+        match last_err {
+            Some(e) if answers.is_empty() && missing == 0 => Err(e),
+            _ if answers.is_empty() => Ok(None),
+            _ => {
+                self.pool.no_quorum(number, most(&answers), order.len());
+                Err(ChainError::NoQuorum {
+                    number,
+                    agree: most(&answers),
+                    asked: order.len(),
+                    quorum: q,
+                })
+            }
+        }
+    }
+
+    /// Counts and logs each provider of `answers` not among `who`, those the quorum agreed
+    /// with.
+    fn dissents<T>(&self, answers: &[(usize, T)], who: &[usize]) {
+        for (i, _) in answers.iter().filter(|(i, _)| !who.contains(i)) {
+            let provider = self.pool.name(*i).to_string();
+            tracing::warn!(provider, "answer differs from the quorum's; not used");
+            metrics::counter!(DISSENTS, "provider" => provider).increment(1);
         }
     }
 

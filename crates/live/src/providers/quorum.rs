@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 
 pub const WAITS: &str = "pmw_live_quorum_waits_total";
 pub const WAITING_BLOCK: &str = "pmw_live_quorum_waiting_block";
+pub const DISSENTS: &str = "pmw_live_quorum_dissents_total";
 
 /// The answer at least `quorum` of `answers` (provider, answer) gave, with who gave it; the
 /// one given most (then first) when several reach the quorum.

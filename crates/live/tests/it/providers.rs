@@ -238,17 +238,19 @@ async fn a_provider_delayed_200_ms_loses_the_race_and_detect_follows_the_faster(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_provider_answering_not_found_for_the_newest_blocks_causes_no_false_reorg_or_gap() {
-    lagging_http(false).await;
+    lagging_http(false, None).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_provider_answering_empty_logs_for_blocks_it_lacks_loses_no_fill() {
-    lagging_http(true).await;
+    lagging_http(true, Some(1)).await;
 }
 
 /// A provider whose subscription is the fastest but whose HTTP side lags 3 blocks: "unknown
 /// block" for their logs, or (`empty_logs`) `[]`. The audit is off: nothing repairs a miss.
-async fn lagging_http(empty_logs: bool) {
+/// With a quorum of 1 one other provider; with the default quorum (2) two others, so a block's
+/// logs still have two providers' word while the lagging one lacks it.
+async fn lagging_http(empty_logs: bool, quorum: Option<usize>) {
     let h = Harness::new().await;
     let anvil = format!("127.0.0.1:{}", h.anvil.port()).parse().unwrap();
     let ws = TcpProxy::start(anvil).await;
@@ -259,15 +261,21 @@ async fn lagging_http(empty_logs: bool) {
     // so its HTTP side is asked first for every block, and does not have the newest ones.
     let b = TcpProxy::start(anvil).await;
     b.set_delay(Duration::from_millis(50));
-    let list = format!(
+    let c = TcpProxy::start(anvil).await;
+    c.set_delay(Duration::from_millis(50));
+    let mut list = format!(
         "lagging=ws://{}|{} b=ws://{}|http://{}",
         ws.addr,
         lagging.url(),
         b.addr,
         b.addr
     );
+    if quorum.is_none() {
+        list.push_str(&format!(" c=ws://{c}|http://{c}", c = c.addr));
+    }
     let live = LiveConfig {
         live_audit_enabled: false,
+        live_rpc_quorum: quorum,
         ..live_with(&h, list).await
     };
     let live = h.start_live(h.core(), live);
@@ -343,15 +351,18 @@ async fn a_provider_whose_http_hangs_is_hedged_around() {
     let h = Harness::new().await;
     let anvil = format!("127.0.0.1:{}", h.anvil.port()).parse().unwrap();
     // a announces first (direct subscription), its HTTP goes through a proxy that will hang.
+    // b and c: with the default quorum (2), a block's logs need two providers' word.
     let a_http = TcpProxy::start(anvil).await;
     let b = TcpProxy::start(anvil).await;
     b.set_delay(Duration::from_millis(50));
+    let c = TcpProxy::start(anvil).await;
+    c.set_delay(Duration::from_millis(50));
     let list = format!(
-        "a={}|http://{} b=ws://{}|http://{}",
+        "a={}|http://{} b=ws://{b}|http://{b} c=ws://{c}|http://{c}",
         h.anvil.ws_url(),
         a_http.addr,
-        b.addr,
-        b.addr
+        b = b.addr,
+        c = c.addr,
     );
     let live = h.start_live(h.core(), live_with(&h, list).await);
     tokio::time::sleep(Duration::from_secs(1)).await;

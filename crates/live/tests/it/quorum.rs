@@ -1,5 +1,6 @@
 //! No lone provider makes a fact: providers in front of one real anvil, one of them a testkit
-//! RPC proxy that lies (a block's hash and logs of its own, an inflated head, `finalized` at the
+//! RPC proxy that lies (a block's hash and logs of its own, a fill added to a block all agree
+//! on, an inflated head, `finalized` at the
 //! head, another chain id). Not one fill of a lie reaches the ledger (checked against the
 //! simulator's record and against anvil's own `eth_getLogs`), ingest goes on while a quorum of
 //! honest providers agrees and waits (reported) while none does.
@@ -117,15 +118,32 @@ async fn a_provider_lying_about_a_block_lands_no_fill_while_two_honest_ones_agre
     let p = Providers::start(&h, 2).await;
     let from = h.sim.rpc().block_number().await.unwrap() + 1;
     p.liar.lie_about_block(Some(from + 2));
-    let live = h.start_live(h.core(), live_with(&h, p.list()).await);
+    trades_land_but_no_lie(&h, &p, from).await;
+}
+
+/// The liar agrees on every block's hash but adds a fill to one block's logs: the hash quorum
+/// lets it through, the logs' quorum does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_adding_a_fill_to_a_block_all_agree_on_lands_no_fill() {
+    let h = Harness::new().await;
+    let p = Providers::start(&h, 2).await;
+    let from = h.sim.rpc().block_number().await.unwrap() + 1;
+    p.liar.forge_logs(Some(from + 2));
+    trades_land_but_no_lie(&h, &p, from).await;
+}
+
+/// Live on the three providers while the simulator trades: the liar told its lie, yet the
+/// ledger is exactly what anvil holds.
+async fn trades_land_but_no_lie(h: &Harness, p: &Providers, from: u64) {
+    let live = h.start_live(h.core(), live_with(h, p.list()).await);
     tokio::time::sleep(Duration::from_secs(1)).await;
-    paced(&h, Duration::from_millis(300), 8)
+    paced(h, Duration::from_millis(300), 8)
         .await
         .unwrap()
         .unwrap();
     h.wait_caught_up(CATCH_UP).await;
     assert!(p.liar.lied() > 0, "the liar told its lie");
-    assert_no_lie_landed(&h, from).await;
+    assert_no_lie_landed(h, from).await;
     assert_exactly_emitted(&h.visible().await, &h.sim.canonical());
     live.stop().await.unwrap();
 }
