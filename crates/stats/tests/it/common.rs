@@ -176,6 +176,7 @@ pub async fn plant_samples(db: &TestDb, now: pmw_core::UnixMs) -> PlantedSamples
             push_block: Some(push_block),
             owed,
             live: Some((t - 500, Some(watermark.0 + lead))),
+            ..Observation::default()
         };
         rows.push(sampler.sample(t, Some(&o)));
     }
