@@ -151,10 +151,10 @@ pub fn causes(inc: &Incident, a: &CauseAgg) -> Vec<Cause> {
     if a.samples == 0 {
         return Vec::new();
     }
-    if a.pg_ok == 0 {
+    if a.pg_all_ok == 0 {
         add("postgres", "Postgres not answering".into());
     }
-    if a.ch_ok == 0 {
+    if a.ch_all_ok == 0 {
         add(
             "clickhouse",
             "ClickHouse outage (pmw-stats could not write to it)".into(),
@@ -172,19 +172,19 @@ pub fn causes(inc: &Incident, a: &CauseAgg) -> Vec<Cause> {
     if a.live_instances > 1 {
         add("leader_change", "pmw-live leader change".into());
     }
-    if a.providers_demoted > 0 {
+    if a.demoted_max > 0 {
         add(
             "provider_demoted",
-            format!("{} RPC provider(s) demoted", a.providers_demoted),
+            format!("{} RPC provider(s) demoted", a.demoted_max),
         );
     }
     let until = inc.end_ms.unwrap_or(inc.start_ms + inc.length_ms);
-    let started = a.newest_start_ms;
+    let started = a.started_ms;
     if started > 0 && started >= inc.start_ms - DEPLOY_LEAD_MS && started <= until {
-        let service = if a.newest_start_service.is_empty() {
+        let service = if a.started_service.is_empty() {
             "a pmw service"
         } else {
-            a.newest_start_service.as_str()
+            a.started_service.as_str()
         };
         add(
             "deploy",
@@ -315,23 +315,23 @@ mod tests {
         let inc = &derive(&[run("push", 1_000, 1_059)], 9_999_000, 9_999_500)[0];
         let none = CauseAgg {
             samples: 62,
-            pg_ok: 1,
-            ch_ok: 1,
+            pg_all_ok: 1,
+            ch_all_ok: 1,
             epoch_min: 4,
             epoch_max: 4,
             live_instances: 1,
-            newest_start_ms: 900_000 - DEPLOY_LEAD_MS - 1,
+            started_ms: 900_000 - DEPLOY_LEAD_MS - 1,
             ..CauseAgg::default()
         };
         assert_eq!(causes(inc, &none), []);
         let all = CauseAgg {
-            pg_ok: 0,
-            ch_ok: 0,
+            pg_all_ok: 0,
+            ch_all_ok: 0,
             epoch_max: 5,
             live_instances: 2,
-            providers_demoted: 1,
-            newest_start_ms: 1_000_000 - DEPLOY_LEAD_MS,
-            newest_start_service: "pmw-push".into(),
+            demoted_max: 1,
+            started_ms: 1_000_000 - DEPLOY_LEAD_MS,
+            started_service: "pmw-push".into(),
             ..none.clone()
         };
         let kinds: Vec<String> = causes(inc, &all).into_iter().map(|c| c.kind).collect();

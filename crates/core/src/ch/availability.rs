@@ -88,14 +88,14 @@ pub struct RunRow {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, clickhouse::Row)]
 pub struct CauseAgg {
     pub samples: u64,
-    pub pg_ok: u8,
-    pub ch_ok: u8,
+    pub pg_all_ok: u8,
+    pub ch_all_ok: u8,
     pub epoch_min: i64,
     pub epoch_max: i64,
     pub live_instances: u64,
-    pub providers_demoted: u32,
-    pub newest_start_ms: i64,
-    pub newest_start_service: String,
+    pub demoted_max: u32,
+    pub started_ms: i64,
+    pub started_service: String,
 }
 
 /// Insert samples in one INSERT (the production write path of pmw-stats' sampler).

@@ -2,11 +2,11 @@
 -- Postgres or ClickHouse ever failed, the push epochs and live instances seen (more than one: a
 -- leader change), the most RPC providers demoted, and the latest start of any pmw service, with
 -- the newest sample in range. Binds: from (ms), to (ms).
-SELECT count() AS samples, min(pg_ok) AS pg_ok, min(ch_ok) AS ch_ok,
+SELECT count() AS samples, min(pg_ok) AS pg_all_ok, min(ch_ok) AS ch_all_ok,
     minIf(push_epoch, push_epoch > 0) AS epoch_min, max(push_epoch) AS epoch_max,
     uniqExactIf(live_instance, live_instance != '') AS live_instances,
-    max(providers_demoted) AS providers_demoted,
-    max(newest_start_ms) AS newest_start_ms,
-    argMax(newest_start_service, newest_start_ms) AS newest_start_service
+    max(providers_demoted) AS demoted_max,
+    max(newest_start_ms) AS started_ms,
+    argMax(newest_start_service, newest_start_ms) AS started_service
 FROM availability_samples
 WHERE t_ms >= ? AND t_ms < ?
