@@ -105,7 +105,24 @@ async fn no_samples_is_unknown_never_available() {
         assert!(w["push_max_lag_ms"].is_null(), "{w}");
     }
     let (_, page) = get(&format!("http://{addr}/latency")).await;
-    assert_eq!(page.matches("no samples: unknown").count(), 4, "{page}");
+    assert_eq!(
+        page.matches("nothing measured: unknown").count(),
+        4,
+        "{page}"
+    );
+    // Nothing measured: every daily bar grey, no incident.
+    let a = &json["availability"];
+    assert_eq!(a["days"].as_array().unwrap().len(), 30, "{a}");
+    for d in a["days"].as_array().unwrap() {
+        assert_eq!(
+            (&d["push"]["level"], &d["measured_s"]),
+            (&"none".into(), &0.into()),
+            "{d}"
+        );
+    }
+    assert_eq!(a["incidents"], serde_json::json!([]), "{a}");
+    assert_eq!(page.matches("data-level=\"none\"").count(), 60, "{page}");
+    assert!(page.contains("No incidents recorded."), "{page}");
     svc.stop().await.unwrap();
 }
 
