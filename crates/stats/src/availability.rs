@@ -1,8 +1,9 @@
-//! Published availability: per window, the share of time push and ingest were within their
-//! bounds and the longest gap of each, from the sampler's per-second rows ([`crate::sampler`]).
-//! A second without a sample is unknown: it counts against the available share of the window
-//! and is shown on its own, never as available. Report types, the ClickHouse read and the
-//! page section.
+//! Published availability: per window, the share of the measured time push and ingest were
+//! within their bounds (the headline), the share of the window measured beside it, and the
+//! longest gap of each, from the sampler's per-second rows ([`crate::sampler`]). A second
+//! without a sample is not measured: never available, shown on its own, and counted against
+//! the share of the whole window (also given). Report types, the ClickHouse read and the page
+//! section (the daily bars are [`crate::days`], the incidents [`crate::incidents`]).
 
 use std::fmt::Write;
 
@@ -114,8 +115,9 @@ pub fn definition() -> String {
          for at most {} ms (nothing owed: available). Ingest is available when pmw-live's writer \
          heartbeat is at most {} ms old and the newest block header it received is at most {} \
          blocks above the ingest watermark. Postgres not answering counts as unavailable for \
-         both. A second without a sample (the sampler not running) is unknown: it counts \
-         against the available share of the window and is reported apart. The longest gap is \
+         both. A second without a sample (the sampler not running) is not measured: the headline \
+         share is over the time measured, the share measured is shown beside it, and the share \
+         of the whole window (unmeasured time counted against it) below. The longest gap is \
          the longest run of consecutive unavailable samples inside the window",
         SAMPLE_EVERY.as_millis(),
         PUSH_WITHIN_MS,

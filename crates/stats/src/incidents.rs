@@ -243,9 +243,9 @@ pub fn render(threshold_ms: i64, list: &[Incident], out: &mut String) {
         let _ = write!(
             out,
             "<li class=\"incident\" data-start-ms=\"{ms}\" data-open=\"{open}\" data-late=\"{late}\" \
-             data-causes=\"{kinds}\"><span class=\"inc-state\">{state}</span> since \
-             <time datetime=\"{start}\">{start}</time>, <span class=\"inc-length\">{length}</span>\
-             {so_far}; late: <span class=\"inc-late\">{late_text}</span>; cause: \
+             data-causes=\"{kinds}\"><span class=\"inc-state\">{state}</span>: began \
+             <time datetime=\"{start}\">{start}</time>, {lasted}<span class=\"inc-length\">\
+             {length}</span>{so_far}; late: <span class=\"inc-late\">{late_text}</span>; cause: \
              <span class=\"inc-cause\">{cause}</span></li>",
             ms = i.start_ms,
             open = i.open,
@@ -253,6 +253,7 @@ pub fn render(threshold_ms: i64, list: &[Incident], out: &mut String) {
             kinds = esc(&kinds.join(" ")),
             state = if i.open { "ongoing" } else { "resolved" },
             start = esc(&i.start),
+            lasted = if i.open { "" } else { "lasted " },
             so_far = if i.open { " so far" } else { "" },
             late_text = esc(&i.late_text.join(", ")),
             cause = esc(&cause),

@@ -242,6 +242,8 @@ async function main() {
       if (await svgs.nth(i).isVisible()) report.svg_visible += 1;
     }
     await page.screenshot({ path: shot, fullPage: true });
+    // The availability section alone (the README's picture of the status page).
+    await page.locator('#availability').screenshot({ path: shot.replace(/\.png$/, '-availability.png') });
     const finalCells = [];
     const finalRows = page.locator('tr[data-stage="detect_final"]');
     for (let i = 0; i < (await finalRows.count()); i++) {
