@@ -478,6 +478,43 @@ mod tests {
     }
 
     #[test]
+    fn the_webhook_lane_and_the_cause_facts_are_recorded() {
+        let mut s = Sampler::new();
+        let mut o = seen(103, 10_400, 103, None);
+        // The webhook lane owes block 101, passed before the sampler ran: from its detect time.
+        o.webhook_block = Some(100);
+        o.webhook_owed = Some((101, 10_100));
+        o.push_epoch = Some(4);
+        o.live_instance = Some("live-a".into());
+        o.providers_demoted = 1;
+        o.newest_start = Some((9_000, "pmw-push".into()));
+        let a = s.sample(16_000, Some(&o));
+        assert_eq!((a.push_ok, a.webhook_lag_ms, a.webhook_ok), (1, 5_900, 0));
+        assert_eq!(a.webhook_down_since_ms, 16_000);
+        assert_eq!((a.pg_ok, a.ch_ok, a.push_epoch), (1, 1, 4));
+        assert_eq!(
+            (a.live_instance.as_str(), a.providers_demoted),
+            ("live-a", 1)
+        );
+        assert_eq!(
+            (a.newest_start_ms, a.newest_start_service.as_str()),
+            (9_000, "pmw-push")
+        );
+        // No webhook cursor: not measured, never late.
+        o.webhook_block = None;
+        let b = s.sample(17_000, Some(&o));
+        assert_eq!(
+            (b.webhook_lag_ms, b.webhook_ok, b.webhook_down_since_ms),
+            (-1, 1, 0)
+        );
+        // Postgres not answering, ClickHouse failing: both recorded; the webhook lane is late.
+        s.ch_failing = true;
+        let c = s.sample(18_000, None);
+        assert_eq!((c.pg_ok, c.ch_ok, c.webhook_ok, c.push_epoch), (0, 0, 0, 0));
+        assert_eq!(c.live_instance, "");
+    }
+
+    #[test]
     fn a_watermark_that_goes_back_forgets_what_was_above() {
         let mut s = Sampler::new();
         s.sample(1_000, Some(&seen(100, 900, 100, None)));

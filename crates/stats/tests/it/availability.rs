@@ -227,6 +227,85 @@ async fn the_sampler_reads_postgres_and_writes_what_it_saw() {
     svc.stop().await.unwrap();
 }
 
+/// The facts a sample records for incidents, as read back.
+#[derive(Debug, clickhouse::Row, serde::Deserialize)]
+struct Facts {
+    t_ms: i64,
+    webhook_lag_ms: i64,
+    webhook_ok: u8,
+    pg_ok: u8,
+    ch_ok: u8,
+    push_epoch: i64,
+    live_instance: String,
+    providers_demoted: u32,
+    newest_start_ms: i64,
+    newest_start_service: String,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sampler_records_the_webhook_lane_and_the_facts_that_name_causes() {
+    let db = TestDb::new().await;
+    let pg = db.connect().await;
+    let now = UnixMs::now().0;
+    // Push is through block 105, the webhook lane only through 100 (block 101, with trades,
+    // detected 20 s ago); push epoch 7; live-a ingests with one of two providers lagging;
+    // pmw-push started last (pmw-stats' own start is left out).
+    pg.batch_execute(&format!(
+        "INSERT INTO chain_blocks (block_number, block_hash, parent_hash, block_time_ms, t_detect_ms, backfilled, trade_count) \
+         SELECT b, '0x' || b, '0x' || (b - 1), 0, {t101}, false, CASE WHEN b = 101 THEN 2 ELSE 0 END \
+         FROM generate_series(100, 105) b;
+         INSERT INTO ingest_cursor (id, block_number, block_hash, updated_ms) VALUES (1, 105, '0x105', {now});
+         INSERT INTO push_epoch (slot, epoch, leader, acquired_ms) VALUES (0, 7, 'push-a', {now});
+         INSERT INTO push_cursor (slot, block_number, log_index, epoch, updated_ms) VALUES (0, 105, 0, 7, {now});
+         INSERT INTO webhook_cursor (slot, block_number, log_index, epoch, updated_ms) VALUES (0, 100, 0, 7, {now});
+         INSERT INTO heartbeats (service, instance, pid, started_ms, beat_ms, state) VALUES
+           ('pmw-live', 'live-a', 1, {live_start}, {beat}, jsonb_build_object('state', 'ingesting', 'head', 105,
+              'providers', '[{{\"name\": \"a\", \"standing\": \"healthy\"}}, {{\"name\": \"b\", \"standing\": \"lagging\"}}]'::jsonb)),
+           ('pmw-push', 'push-a', 2, {push_start}, {now}, '{{}}');",
+        t101 = now - 20_000,
+        live_start = now - 50_000,
+        push_start = now - 40_000,
+        beat = now + 600_000,
+    ))
+    .await
+    .unwrap();
+    let (svc, _addr) = start(db.cfg.clone(), stats_config(3_600_000)).await;
+    let found = eventually_every(Duration::from_secs(20), Duration::from_millis(200), || async {
+        let rows: Vec<Facts> = db
+            .ch
+            .query(
+                "SELECT t_ms, webhook_lag_ms, webhook_ok, pg_ok, ch_ok, push_epoch, live_instance, \
+                 providers_demoted, newest_start_ms, newest_start_service FROM availability_samples \
+                 WHERE t_ms > ? ORDER BY t_ms LIMIT 1",
+            )
+            .bind(now)
+            .fetch_all()
+            .await
+            .unwrap();
+        rows.into_iter().next()
+    })
+    .await;
+    let f = found.expect("a sample");
+    assert!(
+        f.webhook_lag_ms >= 20_000 && f.webhook_lag_ms < 60_000,
+        "{f:?}"
+    );
+    assert_eq!((f.webhook_ok, f.pg_ok, f.ch_ok), (0, 1, 1), "{f:?}");
+    assert_eq!(
+        (f.push_epoch, f.live_instance.as_str()),
+        (7, "live-a"),
+        "{f:?}"
+    );
+    assert_eq!(f.providers_demoted, 1, "{f:?}");
+    assert_eq!(
+        (f.newest_start_ms, f.newest_start_service.as_str()),
+        (now - 40_000, "pmw-push"),
+        "{f:?}"
+    );
+    assert!(f.t_ms > now);
+    svc.stop().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retried_webhook_is_eventually_delivered_not_first_attempt() {
     let db = TestDb::new().await;
