@@ -1,8 +1,9 @@
 //! Published availability (issue 28 item 4) on the real stores: samples planted through the
 //! sampler's own state machine and insert give the planned shares, unknown time and longest
 //! gaps in `/latency.json`; the running sampler reads Postgres (watermark, push cursor, owed
-//! blocks, pmw-live's heartbeat) and writes what it saw; the webhook figure is split into
-//! first-attempt and eventually-delivered deliveries.
+//! blocks, pmw-live's heartbeat, the webhook lane and the facts that name causes) and writes
+//! what it saw; an outage still going on is an open incident with its cause; the webhook figure
+//! is split into first-attempt and eventually-delivered deliveries.
 
 use std::time::Duration;
 
@@ -356,4 +357,50 @@ async fn a_retried_webhook_is_eventually_delivered_not_first_attempt() {
     };
     assert_eq!(count(|s| s.detect_push_webhook.count), 15);
     assert_eq!(count(|s| s.detect_push_webhook_first.count), 12);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_still_going_on_is_an_open_incident_with_its_cause() {
+    use pmw_core::ch::availability::insert_samples;
+    use pmw_stats::sampler::{Observation, Sampler};
+    let db = TestDb::new().await;
+    let now = UnixMs::now();
+    // 60 s all well, then 40 s during which Postgres does not answer, up to the last second:
+    // push, ingest and the webhook lane all late; the newest sample is fresh.
+    let base = now.0 - 100_000;
+    let mut sampler = Sampler::new();
+    let ok = |t: i64| Observation {
+        watermark: Some((100, base - 1_000)),
+        push_block: Some(100),
+        live: Some((t - 100, Some(100))),
+        webhook_block: Some(100),
+        ..Observation::default()
+    };
+    let rows: Vec<_> = (0..100i64)
+        .map(|i| {
+            let t = base + i * 1_000;
+            let o = (i < 60).then(|| ok(t));
+            sampler.sample(t, o.as_ref())
+        })
+        .collect();
+    insert_samples(&db.ch, &rows).await.unwrap();
+    let snap = pmw_stats::query::compute(&db.ch, now).await.unwrap();
+    let incidents = &snap.availability.incidents;
+    assert_eq!(incidents.len(), 1, "{incidents:?}");
+    let i = &incidents[0];
+    assert_eq!(i.start_ms, base + 60_000, "{i:?}");
+    assert!(i.open, "{i:?}");
+    assert_eq!((i.end.as_deref(), i.end_ms), (None, None), "{i:?}");
+    assert!(i.length_ms >= 40_000, "{i:?}");
+    assert_eq!(i.late, ["ingest", "push", "webhooks"], "{i:?}");
+    let kinds: Vec<&str> = i.causes.iter().map(|c| c.kind.as_str()).collect();
+    assert_eq!(kinds, ["postgres"], "{i:?}");
+    let mut page = String::new();
+    pmw_stats::availability::render(&snap.availability, &mut page);
+    assert!(page.contains("data-open=\"true\""), "{page}");
+    assert!(
+        page.contains("<span class=\"inc-state\">ongoing</span>"),
+        "{page}"
+    );
+    assert!(page.contains(" so far; late: <span class=\"inc-late\">ingest behind the head, push behind ingest, webhooks behind</span>; cause: <span class=\"inc-cause\">Postgres not answering</span>"), "{page}");
 }
