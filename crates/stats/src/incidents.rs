@@ -117,11 +117,10 @@ pub fn derive(runs: &[RunRow], newest_ms: i64, now_ms: i64) -> Vec<Incident> {
 }
 
 fn incident((from, to, parts, open): (i64, i64, Vec<&str>, bool), now_ms: i64) -> Incident {
-    let mut late: Vec<&str> = ["ingest", "push", "webhook"]
+    let late: Vec<&str> = ["ingest", "push", "webhook"]
         .into_iter()
         .filter(|p| parts.contains(p))
         .collect();
-    late.dedup();
     Incident {
         start: iso(from),
         start_ms: from,
