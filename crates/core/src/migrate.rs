@@ -82,6 +82,11 @@ pub const CLICKHOUSE: &[Migration] = &[
     migration!(1, "init", "clickhouse/0001_init.sql"),
     migration!(2, "audit", "clickhouse/0002_audit.sql"),
     migration!(3, "availability", "clickhouse/0003_availability.sql"),
+    migration!(
+        4,
+        "availability_causes",
+        "clickhouse/0004_availability_causes.sql"
+    ),
 ];
 
 /// Advisory lock key serialising concurrent `pmwctl migrate` runs (per database).

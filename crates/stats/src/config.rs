@@ -7,7 +7,7 @@
 //! | `PMW_STATS_METRICS_ADDR` | `127.0.0.1:9464` | private Prometheus `/metrics` address, served from start (also while waiting for the lock; a port in use is logged, not fatal) |
 //! | `PMW_STATS_INTERVAL_MS` | `60000` | how often the latency snapshot is recomputed |
 //! | `PMW_STATS_LOCK_SEGMENT_MS` | `300000` | one segment of the writer-lock wait (`lock_timeout`) |
-//! | `PMW_STATS_RETENTION_DAYS` | `32` | latency partitions (UTC days) ending more than this many days ago are dropped: the 30-day window plus a margin; at least 31 |
+//! | `PMW_STATS_RETENTION_DAYS` | `32` | latency partitions (UTC days) ending more than this many days ago are dropped: the 30-day window plus a margin; at least 31; at 90 or more the dashboard draws 90 daily availability bars instead of 30 |
 //! | `PMW_STATS_RETENTION_INTERVAL_MS` | `3600000` | how often the retention jobs run (also once at start) |
 //! | `PMW_STATS_WS_CLAIMS_RETENTION_SECS` | `86400` (1 day) | Postgres `ws_claims` rows `delivered` or `voided` longer ago are deleted; at least 60 |
 //! | `PMW_STATS_WEBHOOK_DELIVERIES_RETENTION_SECS` | `604800` (7 days) | Postgres `webhook_deliveries` rows `delivered` or `failed` longer ago are deleted (pending ones never); at least 60 |

@@ -38,7 +38,14 @@ padding:.3rem .5rem;text-align:right}th:first-child,td:first-child{text-align:le
 tr.wrow th{text-align:left;background:#f6f6f6}figure{margin:1.5rem 0}svg{max-width:100%;\
 height:auto}figcaption{color:#555;font-size:.8rem}.warn{background:#fff3cd;border:1px solid \
 #e0c36c;padding:.5rem 1rem}code{font-size:.85rem}.avail-part{margin:.4rem 0}\
-.avail-part .share{font-size:1.3rem;font-weight:bold}";
+.avail-part .share{font-size:1.6rem;font-weight:bold}.avail-part .pname{font-weight:bold}\
+.measured{margin:.3rem 0}.day-row{display:flex;align-items:center;gap:.5rem;margin:.3rem 0}\
+.day-label{width:3.5rem;font-size:.85rem}.day-bars{flex:1;width:100%;height:2rem;max-width:none}\
+.day-axis{display:flex;justify-content:space-between;margin-left:4rem}.day-table td,.day-table th\
+{text-align:left}.incident-list{padding-left:1.2rem}.incident{margin:.4rem 0}.inc-state{font-weight:\
+bold}li.incident[data-open=\"true\"] .inc-state{color:#c62828}.scroll{overflow-x:auto}\
+@media (max-width:600px){body{margin:1rem auto;padding:0 .6rem}.value{font-size:1.6rem}\
+table{font-size:.8rem}th,td{padding:.2rem .3rem}}";
 
 fn head(out: &mut String, title: &str) {
     let _ = write!(
@@ -146,7 +153,7 @@ fn cell(p: &Percentiles, v: Option<i64>) -> String {
 
 fn stage_table(s: &Snapshot, out: &mut String) {
     out.push_str(
-        "<section id=\"stages\"><h2>Per-stage breakdown</h2><table><thead><tr><th>stage</th>\
+        "<section id=\"stages\"><h2>Per-stage breakdown</h2><div class=\"scroll\"><table><thead><tr><th>stage</th>\
          <th>p50</th><th>p95</th><th>p99</th><th>count</th></tr></thead>",
     );
     for w in &s.windows {
@@ -171,7 +178,7 @@ fn stage_table(s: &Snapshot, out: &mut String) {
         }
         out.push_str("</tbody>");
     }
-    out.push_str("</table></section>");
+    out.push_str("</table></div></section>");
 }
 
 fn figure(out: &mut String, id: &str, svg: Result<String, crate::error::StatsError>, cap: &str) {

@@ -78,8 +78,13 @@ fn channel_stage(channel: &str) -> Option<Stage> {
     }
 }
 
-/// Compute the whole snapshot as of `now`.
+/// Compute the whole snapshot as of `now`, with 30 daily availability bars.
 pub async fn compute(ch: &ChClient, now: UnixMs) -> Result<Snapshot, StatsError> {
+    compute_with(ch, now, crate::days::SHORT_DAYS).await
+}
+
+/// Compute the whole snapshot as of `now`, with `days` daily availability bars.
+pub async fn compute_with(ch: &ChClient, now: UnixMs, days: i64) -> Result<Snapshot, StatsError> {
     let mut windows = Vec::new();
     let mut head_lead = Vec::new();
     for nw in model::windows(now) {
@@ -109,7 +114,7 @@ pub async fn compute(ch: &ChClient, now: UnixMs) -> Result<Snapshot, StatsError>
     let last_hour = model::windows(now)[0];
     let histogram_1h = histogram(ch, last_hour).await?;
     let rows_dated_after_now = rows_after(ch, now.0 + 1).await?;
-    let availability = crate::availability::report(ch, &model::windows(now)).await?;
+    let availability = crate::availability::report(ch, &model::windows(now), days, now).await?;
     Ok(Snapshot {
         generated_at: iso(now.0),
         generated_at_ms: now.0,

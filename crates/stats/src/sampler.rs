@@ -17,6 +17,7 @@
 //! Samples wait in a bounded buffer while ClickHouse is away and are written when it is back.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -61,6 +62,15 @@ pub struct Observation {
     pub owed: Option<(u64, i64)>,
     /// pmw-live's writer heartbeat: when it beat and the newest head it had received.
     pub live: Option<(i64, Option<u64>)>,
+    /// The webhook lane's cursor block and the first block it owes (as `owed` for push).
+    pub webhook_block: Option<u64>,
+    pub webhook_owed: Option<(u64, i64)>,
+    /// Cause facts: the push epoch, the live writer's instance, the RPC providers it does not
+    /// count as healthy, the latest start of a pmw service instance (ms, service).
+    pub push_epoch: Option<i64>,
+    pub live_instance: Option<String>,
+    pub providers_demoted: u32,
+    pub newest_start: Option<(i64, String)>,
 }
 
 /// A run of failing samples: where it started and the last sample seen.
@@ -95,6 +105,9 @@ pub struct Sampler {
     moves: VecDeque<(u64, i64)>,
     push: Run,
     ingest: Run,
+    webhook: Run,
+    /// The last write to ClickHouse failed (set by the writer; recorded as `ch_ok = 0`).
+    pub ch_failing: bool,
 }
 
 impl Sampler {
@@ -106,8 +119,14 @@ impl Sampler {
     pub fn sample(&mut self, t_ms: i64, o: Option<&Observation>) -> AvailabilitySample {
         let push_lag = o.and_then(|o| self.push_lag(t_ms, o));
         let ingest_lag = o.and_then(|o| ingest_lag(t_ms, o));
+        let webhook_lag = o.and_then(|o| {
+            o.webhook_block?;
+            lane_lag(&*self, t_ms, o.webhook_owed)
+        });
         let push_ok = push_lag.is_some_and(|l| l <= PUSH_WITHIN_MS);
         let ingest_ok = ingest_lag.is_some_and(|l| l <= INGEST_WITHIN_BLOCKS);
+        // No webhook cursor is not measured (never late); Postgres not answering is late.
+        let webhook_ok = o.is_some() && webhook_lag.is_none_or(|l| l <= PUSH_WITHIN_MS);
         AvailabilitySample {
             t_ms,
             push_lag_ms: push_lag.unwrap_or(-1),
@@ -119,6 +138,18 @@ impl Sampler {
             watermark: o.and_then(|o| o.watermark).map_or(0, |w| w.0),
             head: o.and_then(|o| o.live).and_then(|l| l.1).unwrap_or(0),
             push_block: o.and_then(|o| o.push_block).unwrap_or(0),
+            webhook_lag_ms: webhook_lag.unwrap_or(-1),
+            webhook_ok: u8::from(webhook_ok),
+            webhook_down_since_ms: self.webhook.step(t_ms, webhook_ok),
+            pg_ok: u8::from(o.is_some()),
+            ch_ok: u8::from(!self.ch_failing),
+            push_epoch: o.and_then(|o| o.push_epoch).unwrap_or(0),
+            live_instance: o.and_then(|o| o.live_instance.clone()).unwrap_or_default(),
+            providers_demoted: o.map_or(0, |o| o.providers_demoted),
+            newest_start_ms: o.and_then(|o| o.newest_start.as_ref()).map_or(0, |n| n.0),
+            newest_start_service: o
+                .and_then(|o| o.newest_start.as_ref())
+                .map_or(String::new(), |n| n.1.clone()),
         }
     }
 
@@ -128,11 +159,7 @@ impl Sampler {
         let (wm, moved_ms) = o.watermark?;
         self.remember(wm, moved_ms);
         o.push_block?;
-        let Some((block, t_detect_ms)) = o.owed else {
-            return Some(0);
-        };
-        let since = self.readable_since(block).unwrap_or(t_detect_ms);
-        Some((t_ms - since).max(0))
+        lane_lag(self, t_ms, o.owed)
     }
 
     fn remember(&mut self, wm: u64, moved_ms: i64) {
@@ -158,6 +185,16 @@ impl Sampler {
     }
 }
 
+/// How long the oldest trade a lane owes (`owed`: block, detect time) has been readable (0: none
+/// owed), by the watermark moves `s` remembered.
+fn lane_lag(s: &Sampler, t_ms: i64, owed: Option<(u64, i64)>) -> Option<i64> {
+    let Some((block, t_detect_ms)) = owed else {
+        return Some(0);
+    };
+    let since = s.readable_since(block).unwrap_or(t_detect_ms);
+    Some((t_ms - since).max(0))
+}
+
 /// Newest head received − watermark (0 when the heartbeat's head is older than the watermark);
 /// `None` without a fresh pmw-live writer heartbeat, a head or a watermark.
 fn ingest_lag(t_ms: i64, o: &Observation) -> Option<i64> {
@@ -178,11 +215,18 @@ pub async fn observe(pg: &PgPool) -> Result<Observation, String> {
         .map_err(|e| e.to_string())?;
     let block = |i: usize| r.get::<_, Option<i64>>(i).map(|b| b as u64);
     let ms = |i: usize| r.get::<_, Option<i64>>(i);
+    let text = |i: usize| r.get::<_, Option<String>>(i);
     Ok(Observation {
         watermark: block(0).zip(ms(1)),
         push_block: block(2),
         owed: block(3).zip(ms(4)),
         live: ms(5).map(|beat| (beat, block(6))),
+        webhook_block: block(7),
+        webhook_owed: block(8).zip(ms(9)),
+        push_epoch: ms(10),
+        live_instance: text(11),
+        providers_demoted: ms(12).map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX)),
+        newest_start: ms(13).zip(text(14)),
     })
 }
 
@@ -198,12 +242,18 @@ impl Running {
     /// Start sampling `pg` into `ch` until `stop`.
     pub fn spawn(pg: PgPool, ch: ChClient, stop: CancellationToken) -> Running {
         let buffer: Buffer = Arc::default();
+        let ch_failing = Arc::new(AtomicBool::new(false));
         for outcome in ["written", "dropped", "read_failed"] {
             metrics::counter!(SAMPLES, "outcome" => outcome).increment(0);
         }
         let tasks = vec![
-            tokio::spawn(sample_loop(pg, buffer.clone(), stop.clone())),
-            tokio::spawn(write_loop(ch, buffer, stop)),
+            tokio::spawn(sample_loop(
+                pg,
+                buffer.clone(),
+                ch_failing.clone(),
+                stop.clone(),
+            )),
+            tokio::spawn(write_loop(ch, buffer, ch_failing, stop)),
         ];
         Running { tasks }
     }
@@ -220,7 +270,12 @@ impl Running {
     }
 }
 
-async fn sample_loop(pg: PgPool, buffer: Buffer, stop: CancellationToken) {
+async fn sample_loop(
+    pg: PgPool,
+    buffer: Buffer,
+    ch_failing: Arc<AtomicBool>,
+    stop: CancellationToken,
+) {
     let mut tick = tokio::time::interval(SAMPLE_EVERY);
     tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
     let mut sampler = Sampler::new();
@@ -252,6 +307,7 @@ async fn sample_loop(pg: PgPool, buffer: Buffer, stop: CancellationToken) {
                 None
             }
         };
+        sampler.ch_failing = ch_failing.load(Ordering::Relaxed);
         let row = sampler.sample(t_ms, o.as_ref());
         let mut b = lock(&buffer);
         b.push_back(row);
@@ -259,7 +315,12 @@ async fn sample_loop(pg: PgPool, buffer: Buffer, stop: CancellationToken) {
     }
 }
 
-async fn write_loop(ch: ChClient, buffer: Buffer, stop: CancellationToken) {
+async fn write_loop(
+    ch: ChClient,
+    buffer: Buffer,
+    ch_failing: Arc<AtomicBool>,
+    stop: CancellationToken,
+) {
     let mut backoff = Backoff::new(Policy::STORE);
     let mut wait = SAMPLE_EVERY;
     loop {
@@ -271,6 +332,7 @@ async fn write_loop(ch: ChClient, buffer: Buffer, stop: CancellationToken) {
         if !rows.is_empty() {
             match insert_samples(&ch, &rows).await {
                 Ok(()) => {
+                    ch_failing.store(false, Ordering::Relaxed);
                     metrics::counter!(SAMPLES, "outcome" => "written").increment(rows.len() as u64);
                     if backoff.failures() > 0 {
                         tracing::info!(rows = rows.len(), "availability samples written again");
@@ -279,6 +341,7 @@ async fn write_loop(ch: ChClient, buffer: Buffer, stop: CancellationToken) {
                     wait = SAMPLE_EVERY;
                 }
                 Err(e) => {
+                    ch_failing.store(true, Ordering::Relaxed);
                     if backoff.failures() == 0 {
                         tracing::warn!(error = %e, buffered = rows.len(), "availability samples not written yet");
                     }
@@ -319,6 +382,7 @@ mod tests {
             push_block: Some(push),
             owed,
             live: Some((moved, Some(wm))),
+            ..Observation::default()
         }
     }
 
@@ -411,6 +475,43 @@ mod tests {
         o.push_block = None;
         let e = s.sample(18_000, Some(&o));
         assert_eq!((e.push_ok, e.push_lag_ms, e.ingest_ok), (0, -1, 1));
+    }
+
+    #[test]
+    fn the_webhook_lane_and_the_cause_facts_are_recorded() {
+        let mut s = Sampler::new();
+        let mut o = seen(103, 10_400, 103, None);
+        // The webhook lane owes block 101, passed before the sampler ran: from its detect time.
+        o.webhook_block = Some(100);
+        o.webhook_owed = Some((101, 10_100));
+        o.push_epoch = Some(4);
+        o.live_instance = Some("live-a".into());
+        o.providers_demoted = 1;
+        o.newest_start = Some((9_000, "pmw-push".into()));
+        let a = s.sample(16_000, Some(&o));
+        assert_eq!((a.push_ok, a.webhook_lag_ms, a.webhook_ok), (1, 5_900, 0));
+        assert_eq!(a.webhook_down_since_ms, 16_000);
+        assert_eq!((a.pg_ok, a.ch_ok, a.push_epoch), (1, 1, 4));
+        assert_eq!(
+            (a.live_instance.as_str(), a.providers_demoted),
+            ("live-a", 1)
+        );
+        assert_eq!(
+            (a.newest_start_ms, a.newest_start_service.as_str()),
+            (9_000, "pmw-push")
+        );
+        // No webhook cursor: not measured, never late.
+        o.webhook_block = None;
+        let b = s.sample(17_000, Some(&o));
+        assert_eq!(
+            (b.webhook_lag_ms, b.webhook_ok, b.webhook_down_since_ms),
+            (-1, 1, 0)
+        );
+        // Postgres not answering, ClickHouse failing: both recorded; the webhook lane is late.
+        s.ch_failing = true;
+        let c = s.sample(18_000, None);
+        assert_eq!((c.pg_ok, c.ch_ok, c.webhook_ok, c.push_epoch), (0, 0, 0, 0));
+        assert_eq!(c.live_instance, "");
     }
 
     #[test]

@@ -13,7 +13,8 @@ use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    audit, http, providers, purge, query, retention, sampler, Snapshot, StatsConfig, StatsError,
+    audit, days, http, providers, purge, query, retention, sampler, Snapshot, StatsConfig,
+    StatsError,
 };
 use crate::{REFRESHES, RETENTION_ERRORS, SERVICE, SNAPSHOT_AT};
 
@@ -137,7 +138,7 @@ async fn serve(
             }
             _ = refresh.tick() => {
                 let outcome = tokio::select! {
-                    r = snapshot(s.stores, UnixMs::now()) => r,
+                    r = snapshot(s.stores, UnixMs::now(), days::days_shown(s.stats.stats_retention_days)) => r,
                     _ = shutdown.cancelled() => continue,
                     _ = lost.cancelled() => continue,
                 };
@@ -280,10 +281,11 @@ async fn wait_for_lock(
     }
 }
 
-/// The whole snapshot: latency from ClickHouse, the completeness audit and the RPC providers
+/// The whole snapshot (with `days` daily availability bars): latency from ClickHouse, the
+/// completeness audit and the RPC providers
 /// from Postgres.
-pub async fn snapshot(stores: &Stores, now: UnixMs) -> Result<Snapshot, StatsError> {
-    let mut s = query::compute(&stores.ch, now).await?;
+pub async fn snapshot(stores: &Stores, now: UnixMs, days: i64) -> Result<Snapshot, StatsError> {
+    let mut s = query::compute_with(&stores.ch, now, days).await?;
     s.audit = audit::report(&stores.pg, now).await?;
     s.diagnostics.rpc_providers = providers::current(&stores.pg).await?;
     Ok(s)

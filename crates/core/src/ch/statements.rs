@@ -55,6 +55,14 @@ pub const DELIVERY_LOG_HEALTH: &str = include_str!("sql/delivery_log_health.sql"
 pub const DELIVERY_LOG_LAST_ERROR: &str = include_str!("sql/delivery_log_last_error.sql");
 /// Stats: availability of a window from the per-second samples.
 pub const AVAILABILITY_WINDOW: &str = include_str!("sql/availability_window.sql");
+/// Stats: availability per UTC day (the daily bars).
+pub const AVAILABILITY_DAYS: &str = include_str!("sql/availability_days.sql");
+/// Stats: runs of failing samples at least a threshold long (incidents).
+pub const AVAILABILITY_RUNS: &str = include_str!("sql/availability_runs.sql");
+/// Stats: what the samples of an incident recorded about its cause.
+pub const AVAILABILITY_CAUSES: &str = include_str!("sql/availability_causes.sql");
+/// Stats: the newest sample's time (an open incident).
+pub const AVAILABILITY_NEWEST: &str = include_str!("sql/availability_newest.sql");
 /// API readiness: recent live WebSocket latency.
 pub const RECENT_LATENCY: &str = include_str!("sql/recent_latency.sql");
 
@@ -87,6 +95,10 @@ pub const ALL: &[(&str, &str)] = &[
     ("delivery_log_last_error", DELIVERY_LOG_LAST_ERROR),
     ("recent_latency", RECENT_LATENCY),
     ("availability_window", AVAILABILITY_WINDOW),
+    ("availability_days", AVAILABILITY_DAYS),
+    ("availability_runs", AVAILABILITY_RUNS),
+    ("availability_causes", AVAILABILITY_CAUSES),
+    ("availability_newest", AVAILABILITY_NEWEST),
 ];
 
 /// The fixed fragments of a template, in order: comment lines dropped, whitespace collapsed,

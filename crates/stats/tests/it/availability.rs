@@ -1,8 +1,9 @@
 //! Published availability (issue 28 item 4) on the real stores: samples planted through the
 //! sampler's own state machine and insert give the planned shares, unknown time and longest
 //! gaps in `/latency.json`; the running sampler reads Postgres (watermark, push cursor, owed
-//! blocks, pmw-live's heartbeat) and writes what it saw; the webhook figure is split into
-//! first-attempt and eventually-delivered deliveries.
+//! blocks, pmw-live's heartbeat, the webhook lane and the facts that name causes) and writes
+//! what it saw; an outage still going on is an open incident with its cause; the webhook figure
+//! is split into first-attempt and eventually-delivered deliveries.
 
 use std::time::Duration;
 
@@ -105,7 +106,24 @@ async fn no_samples_is_unknown_never_available() {
         assert!(w["push_max_lag_ms"].is_null(), "{w}");
     }
     let (_, page) = get(&format!("http://{addr}/latency")).await;
-    assert_eq!(page.matches("no samples: unknown").count(), 4, "{page}");
+    assert_eq!(
+        page.matches("nothing measured: unknown").count(),
+        4,
+        "{page}"
+    );
+    // Nothing measured: every daily bar grey, no incident.
+    let a = &json["availability"];
+    assert_eq!(a["days"].as_array().unwrap().len(), 30, "{a}");
+    for d in a["days"].as_array().unwrap() {
+        assert_eq!(
+            (&d["push"]["level"], &d["measured_s"]),
+            (&"none".into(), &0.into()),
+            "{d}"
+        );
+    }
+    assert_eq!(a["incidents"], serde_json::json!([]), "{a}");
+    assert_eq!(page.matches("data-level=\"none\"").count(), 60, "{page}");
+    assert!(page.contains("No incidents recorded."), "{page}");
     svc.stop().await.unwrap();
 }
 
@@ -210,6 +228,85 @@ async fn the_sampler_reads_postgres_and_writes_what_it_saw() {
     svc.stop().await.unwrap();
 }
 
+/// The facts a sample records for incidents, as read back.
+#[derive(Debug, clickhouse::Row, serde::Deserialize)]
+struct Facts {
+    t_ms: i64,
+    webhook_lag_ms: i64,
+    webhook_ok: u8,
+    pg_ok: u8,
+    ch_ok: u8,
+    push_epoch: i64,
+    live_instance: String,
+    providers_demoted: u32,
+    newest_start_ms: i64,
+    newest_start_service: String,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sampler_records_the_webhook_lane_and_the_facts_that_name_causes() {
+    let db = TestDb::new().await;
+    let pg = db.connect().await;
+    let now = UnixMs::now().0;
+    // Push is through block 105, the webhook lane only through 100 (block 101, with trades,
+    // detected 20 s ago); push epoch 7; live-a ingests with one of two providers lagging;
+    // pmw-push started last (pmw-stats' own start is left out).
+    pg.batch_execute(&format!(
+        "INSERT INTO chain_blocks (block_number, block_hash, parent_hash, block_time_ms, t_detect_ms, backfilled, trade_count) \
+         SELECT b, '0x' || b, '0x' || (b - 1), 0, {t101}, false, CASE WHEN b = 101 THEN 2 ELSE 0 END \
+         FROM generate_series(100, 105) b;
+         INSERT INTO ingest_cursor (id, block_number, block_hash, updated_ms) VALUES (1, 105, '0x105', {now});
+         INSERT INTO push_epoch (slot, epoch, leader, acquired_ms) VALUES (0, 7, 'push-a', {now});
+         INSERT INTO push_cursor (slot, block_number, log_index, epoch, updated_ms) VALUES (0, 105, 0, 7, {now});
+         INSERT INTO webhook_cursor (slot, block_number, log_index, epoch, updated_ms) VALUES (0, 100, 0, 7, {now});
+         INSERT INTO heartbeats (service, instance, pid, started_ms, beat_ms, state) VALUES
+           ('pmw-live', 'live-a', 1, {live_start}, {beat}, jsonb_build_object('state', 'ingesting', 'head', 105,
+              'providers', '[{{\"name\": \"a\", \"standing\": \"healthy\"}}, {{\"name\": \"b\", \"standing\": \"lagging\"}}]'::jsonb)),
+           ('pmw-push', 'push-a', 2, {push_start}, {now}, '{{}}');",
+        t101 = now - 20_000,
+        live_start = now - 50_000,
+        push_start = now - 40_000,
+        beat = now + 600_000,
+    ))
+    .await
+    .unwrap();
+    let (svc, _addr) = start(db.cfg.clone(), stats_config(3_600_000)).await;
+    let found = eventually_every(Duration::from_secs(20), Duration::from_millis(200), || async {
+        let rows: Vec<Facts> = db
+            .ch
+            .query(
+                "SELECT t_ms, webhook_lag_ms, webhook_ok, pg_ok, ch_ok, push_epoch, live_instance, \
+                 providers_demoted, newest_start_ms, newest_start_service FROM availability_samples \
+                 WHERE t_ms > ? ORDER BY t_ms LIMIT 1",
+            )
+            .bind(now)
+            .fetch_all()
+            .await
+            .unwrap();
+        rows.into_iter().next()
+    })
+    .await;
+    let f = found.expect("a sample");
+    assert!(
+        f.webhook_lag_ms >= 20_000 && f.webhook_lag_ms < 60_000,
+        "{f:?}"
+    );
+    assert_eq!((f.webhook_ok, f.pg_ok, f.ch_ok), (0, 1, 1), "{f:?}");
+    assert_eq!(
+        (f.push_epoch, f.live_instance.as_str()),
+        (7, "live-a"),
+        "{f:?}"
+    );
+    assert_eq!(f.providers_demoted, 1, "{f:?}");
+    assert_eq!(
+        (f.newest_start_ms, f.newest_start_service.as_str()),
+        (now - 40_000, "pmw-push"),
+        "{f:?}"
+    );
+    assert!(f.t_ms > now);
+    svc.stop().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retried_webhook_is_eventually_delivered_not_first_attempt() {
     let db = TestDb::new().await;
@@ -260,4 +357,50 @@ async fn a_retried_webhook_is_eventually_delivered_not_first_attempt() {
     };
     assert_eq!(count(|s| s.detect_push_webhook.count), 15);
     assert_eq!(count(|s| s.detect_push_webhook_first.count), 12);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_still_going_on_is_an_open_incident_with_its_cause() {
+    use pmw_core::ch::availability::insert_samples;
+    use pmw_stats::sampler::{Observation, Sampler};
+    let db = TestDb::new().await;
+    let now = UnixMs::now();
+    // 60 s all well, then 40 s during which Postgres does not answer, up to the last second:
+    // push, ingest and the webhook lane all late; the newest sample is fresh.
+    let base = now.0 - 100_000;
+    let mut sampler = Sampler::new();
+    let ok = |t: i64| Observation {
+        watermark: Some((100, base - 1_000)),
+        push_block: Some(100),
+        live: Some((t - 100, Some(100))),
+        webhook_block: Some(100),
+        ..Observation::default()
+    };
+    let rows: Vec<_> = (0..100i64)
+        .map(|i| {
+            let t = base + i * 1_000;
+            let o = (i < 60).then(|| ok(t));
+            sampler.sample(t, o.as_ref())
+        })
+        .collect();
+    insert_samples(&db.ch, &rows).await.unwrap();
+    let snap = pmw_stats::query::compute(&db.ch, now).await.unwrap();
+    let incidents = &snap.availability.incidents;
+    assert_eq!(incidents.len(), 1, "{incidents:?}");
+    let i = &incidents[0];
+    assert_eq!(i.start_ms, base + 60_000, "{i:?}");
+    assert!(i.open, "{i:?}");
+    assert_eq!((i.end.as_deref(), i.end_ms), (None, None), "{i:?}");
+    assert!(i.length_ms >= 40_000, "{i:?}");
+    assert_eq!(i.late, ["ingest", "push", "webhooks"], "{i:?}");
+    let kinds: Vec<&str> = i.causes.iter().map(|c| c.kind.as_str()).collect();
+    assert_eq!(kinds, ["postgres"], "{i:?}");
+    let mut page = String::new();
+    pmw_stats::availability::render(&snap.availability, &mut page);
+    assert!(page.contains("data-open=\"true\""), "{page}");
+    assert!(
+        page.contains("<span class=\"inc-state\">ongoing</span>"),
+        "{page}"
+    );
+    assert!(page.contains(" so far; late: <span class=\"inc-late\">ingest behind the head, push behind ingest, webhooks behind</span>; cause: <span class=\"inc-cause\">Postgres not answering</span>"), "{page}");
 }

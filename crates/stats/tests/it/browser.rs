@@ -1,8 +1,11 @@
 //! The dashboard in a real headless Chromium (Debian's `chromium`, driven by `playwright-core`
-//! from tools/node): headline figures, availability (planted samples with a push gap, an ingest
-//! gap and unsampled time), the first-attempt and eventually-delivered webhook rows and the
-//! completeness audit's figures visible and equal to the JSON, charts present, no console error,
-//! no request leaving this machine; a screenshot is saved under `artifacts/`.
+//! from tools/node): headline figures, availability over the time measured (planted samples
+//! with a push outage, an ingest gap and unsampled time), the daily bars and the incident with
+//! its cause, the first-attempt and eventually-delivered webhook rows and the completeness
+//! audit's figures visible and equal to the JSON, charts present, no console error, no request
+//! leaving this machine, the page readable at phone width; and a just-started stack (the
+//! running sampler) whose headline shows the measured-time figure and the share measured.
+//! Screenshots are saved under `artifacts/` (full width and 390 px).
 
 use std::path::Path;
 use std::time::Duration;
@@ -97,28 +100,8 @@ async fn dashboard_renders_in_headless_chromium_with_nothing_from_the_internet()
     let json = json_after(addr, now.0).await;
 
     let shot = root.join("artifacts/stats-dashboard.png");
-    std::fs::create_dir_all(shot.parent().unwrap()).unwrap();
-    let _ = std::fs::remove_file(&shot);
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser/check.cjs");
-    let url = format!("http://{addr}/latency");
-    let out = tokio::time::timeout(
-        Duration::from_secs(180),
-        Command::new("node")
-            .arg(&script)
-            .arg(&url)
-            .arg(&shot)
-            .env("PMW_NODE_MODULES", &modules)
-            .env("PMW_CHROMIUM", CHROMIUM)
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .expect("the browser check finishes within 180 s")
-    .expect("run node");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "browser check failed:\n{stderr}");
-    let report: serde_json::Value =
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("report: {e}\n{stderr}"));
+    let phone = root.join("artifacts/stats-dashboard-390px.png");
+    let report = browser_check(addr, &shot, &phone).await;
 
     assert_eq!(report["status"], 200, "{report}");
     assert_eq!(report["mismatches"], serde_json::json!([]), "{report}");
@@ -187,6 +170,8 @@ async fn dashboard_renders_in_headless_chromium_with_nothing_from_the_internet()
     assert_eq!(windows[0]["max_trail_blocks"], 10);
     assert_eq!(windows[0]["max_trail_ms"], 20_000);
     check_availability(&report, &planted);
+    check_days_and_incident(&report, &json, &planted);
+    check_phone(&report, &phone);
     check_webhook_rows(&report, &json);
     let p50s: Vec<_> = figures.iter().map(|f| f["p50_ms"].clone()).collect();
     assert!(
@@ -246,28 +231,140 @@ fn check_availability(report: &serde_json::Value, planted: &PlantedSamples) {
         );
         assert_eq!(ingest["gap"], "20.0 s", "{c}");
     }
+    // The headline: over the time measured (2 100 s of the hour: 35 min, 58.333 %); the share
+    // of the whole window beside it.
     let h = &cards[0];
-    assert_eq!(h["parts"]["push"]["share"], "57.250 %", "{h}");
-    assert_eq!(h["parts"]["ingest"]["share"], "57.777 %", "{h}");
+    assert_eq!(h["parts"]["push"]["share"], "98.142 %", "{h}");
+    assert_eq!(h["parts"]["ingest"]["share"], "99.047 %", "{h}");
+    assert_eq!(h["parts"]["push"]["window_share"], "57.250 %", "{h}");
+    assert_eq!(h["parts"]["ingest"]["window_share"], "57.777 %", "{h}");
+    assert_eq!(h["measured"], "measured 35 min of 1 h (58.333 %)", "{h}");
+    assert_eq!(h["measured_visible"], true, "{h}");
+    assert_eq!(h["coverage"], "partial", "{h}");
+    assert!(
+        h["partial"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("partial window: measured since ")),
+        "{h}"
+    );
     assert_eq!(h["unknown"], "41.666 %", "{h}");
     assert_eq!(
         h["unknown_s"],
         (3_600 - planted.sampled_s).to_string().as_str()
     );
+    let push = h["parts"]["push"]["text"].as_str().unwrap();
     assert!(
-        h["parts"]["push"]["text"]
-            .as_str()
-            .unwrap()
-            .starts_with("push: 57.250 % of the window available (98.142 % of the time sampled), longest gap 39.0 s; longest wait 44.0 s"),
+        push.starts_with("push 98.142 % available over the time measured")
+            && push
+                .contains("longest gap 39.0 s; longest wait 44.0 s; 57.250 % of the whole window"),
         "{h}"
     );
     assert!(
         h["parts"]["ingest"]["text"]
             .as_str()
             .unwrap()
-            .ends_with("longest gap 20.0 s; most behind 3 blocks"),
+            .contains("longest gap 20.0 s; most behind 3 blocks"),
         "{h}"
     );
+}
+
+/// The daily bars (30, one per UTC day; the planted day orange: 98.142 % of the time measured)
+/// with the day's figures as tooltip and as table row; the one incident (push's 39 s run; the
+/// 20 s ingest gap is below the threshold) with its recorded cause, a push leader change.
+fn check_days_and_incident(
+    report: &serde_json::Value,
+    json: &serde_json::Value,
+    planted: &PlantedSamples,
+) {
+    let a = &json["availability"];
+    assert_eq!(a["incident_threshold_ms"], 30_000, "{a}");
+    let day = pmw_core::UnixMs(planted.push_gap_from_ms).to_rfc3339()[..10].to_string();
+    // The planted samples (the first 606 s before push's gap, the last 2 399 s after the first)
+    // all fall on the gap's day unless the test runs early in a UTC day.
+    let first = planted.push_gap_from_ms - 606_000;
+    let one_day = pmw_core::UnixMs(first).to_rfc3339()[..10]
+        == pmw_core::UnixMs(first + 2_399_000).to_rfc3339()[..10];
+    let rows = report["days"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "push and ingest: {report}");
+    for row in rows {
+        assert_eq!(row["bars"], 30, "{row}");
+        assert_eq!(row["visible"], true, "{row}");
+        let bar = row["measured"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["day"] == day.as_str())
+            .unwrap_or_else(|| panic!("a bar for {day}: {row}"));
+        let title = bar["title"].as_str().unwrap();
+        if row["part"] == "push" {
+            assert!(title.contains("longest gap 39.0 s"), "{bar}");
+            if one_day {
+                assert_eq!(bar["level"], "major", "{bar}");
+                assert!(
+                    title.starts_with(&day)
+                        && title.ends_with(
+                            ": push 98.142 % available over 35 min measured, longest gap 39.0 s"
+                        ),
+                    "{bar}"
+                );
+            }
+        } else if one_day {
+            assert!(title.contains("longest gap 20.0 s"), "{bar}");
+        }
+    }
+    let table = report["day_table"].as_array().unwrap();
+    let row = table
+        .iter()
+        .find(|r| r["day"] == day.as_str())
+        .unwrap_or_else(|| panic!("{day} in the table: {report}"));
+    assert!(
+        row["text"].as_str().unwrap().contains("longest gap 39.0 s"),
+        "{row}"
+    );
+    let incidents = report["incidents"].as_array().unwrap();
+    assert_eq!(incidents.len(), 1, "{report}");
+    let i = &incidents[0];
+    assert_eq!(i["visible"], true, "{i}");
+    assert_eq!(
+        i["start_ms"],
+        planted.push_gap_from_ms.to_string().as_str(),
+        "{i}"
+    );
+    assert_eq!(
+        (&i["open"], &i["state"]),
+        (&"false".into(), &"resolved".into()),
+        "{i}"
+    );
+    assert_eq!(i["length"], "39.0 s", "{i}");
+    assert_eq!(i["late"], "push", "{i}");
+    assert_eq!(i["late_text"], "push behind ingest", "{i}");
+    assert_eq!(i["causes"], "leader_change", "{i}");
+    assert_eq!(i["cause"], "push leader change (epoch 1 → 2)", "{i}");
+    let j = &a["incidents"][0];
+    assert_eq!(j["length_ms"], 39_000, "{j}");
+    assert_eq!(j["open"], false, "{j}");
+    assert_eq!(j["causes"][0]["kind"], "leader_change", "{j}");
+}
+
+/// At 390 px: nothing wider than the screen, the headline, the bars and the incident visible,
+/// the bars drawn across the width; the screenshot saved.
+fn check_phone(report: &serde_json::Value, shot: &Path) {
+    let p = &report["phone"];
+    assert_eq!(p["width"], 390, "{report}");
+    let scroll = p["scroll_width"].as_u64().unwrap();
+    assert!(scroll <= 390, "wider than the phone: {p}");
+    for k in [
+        "headline_visible",
+        "measured_visible",
+        "bars_visible",
+        "incident_visible",
+    ] {
+        assert_eq!(p[k], true, "{k}: {p}");
+    }
+    assert!(p["bars_box"]["width"].as_f64().unwrap() >= 250.0, "{p}");
+    let png = std::fs::read(shot).expect("phone screenshot saved");
+    assert!(png.starts_with(b"\x89PNG"), "a real PNG");
+    println!("phone screenshot: {}", shot.display());
 }
 
 /// The webhook rows: first attempt and eventually delivered in every window, the retried
@@ -294,4 +391,107 @@ fn check_webhook_rows(report: &serde_json::Value, json: &serde_json::Value) {
         assert!(first["p99_ms"].as_i64().unwrap() < 6_000, "{w}");
         assert!(all["p99_ms"].as_i64().unwrap() >= 6_000, "{w}");
     }
+}
+
+/// Run check.cjs against the page at `addr`: screenshots at full width and at 390 px.
+async fn browser_check(addr: std::net::SocketAddr, shot: &Path, phone: &Path) -> serde_json::Value {
+    assert!(
+        Path::new(CHROMIUM).exists(),
+        "{CHROMIUM} is missing: run scripts/install chromium"
+    );
+    let modules = repo_root().join("tools/node/node_modules");
+    std::fs::create_dir_all(shot.parent().unwrap()).unwrap();
+    let _ = std::fs::remove_file(shot);
+    let _ = std::fs::remove_file(phone);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser/check.cjs");
+    let url = format!("http://{addr}/latency");
+    let out = tokio::time::timeout(
+        Duration::from_secs(180),
+        Command::new("node")
+            .arg(&script)
+            .arg(&url)
+            .arg(shot)
+            .arg(phone)
+            .env("PMW_NODE_MODULES", &modules)
+            .env("PMW_CHROMIUM", CHROMIUM)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the browser check finishes within 180 s")
+    .expect("run node");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "browser check failed:\n{stderr}");
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("report: {e}\n{stderr}"))
+}
+
+/// A just-started stack: Postgres holds a watermark, a push cursor and a fresh pmw-live
+/// heartbeat, and the running sampler has measured a few seconds. The headline is the share of
+/// the time measured (all of it available), with "measured N s of 1 h" beside it and the window
+/// said to be partial, never the few seconds' share of the whole hour.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_just_started_stack_leads_with_availability_over_the_time_measured() {
+    let db = TestDb::new().await;
+    let now = UnixMs::now();
+    // The heartbeat is dated 10 minutes ahead so that it stays fresh while the test runs.
+    db.connect()
+        .await
+        .batch_execute(&format!(
+            "INSERT INTO ingest_cursor (id, block_number, block_hash, updated_ms) VALUES (1, 100, '0x1', {0});
+             INSERT INTO push_cursor (slot, block_number, log_index, epoch, updated_ms) VALUES (0, 100, 0, 1, {0});
+             INSERT INTO heartbeats (service, instance, pid, started_ms, beat_ms, state) VALUES
+               ('pmw-live', 'live-a', 1, {0}, {1}, '{{\"state\": \"ingesting\", \"head\": 100}}');",
+            now.0,
+            now.0 + 600_000
+        ))
+        .await
+        .unwrap();
+    let (svc, addr) = start(db.cfg.clone(), stats_config(500)).await;
+    let json = pmw_testkit::eventually_every(
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        || async {
+            let v = json_after(addr, now.0).await;
+            (v["availability"]["windows"][0]["sampled_s"].as_u64()? >= 3).then_some(v)
+        },
+    )
+    .await
+    .expect("the sampler measured 3 s");
+    let w = &json["availability"]["windows"][0];
+    assert_eq!(w["push"]["available_share_of_measured"], 1.0, "{w}");
+    assert!(
+        w["push"]["available_share_of_window"].as_f64().unwrap() < 0.1,
+        "{w}"
+    );
+    assert!(w["sampled_share"].as_f64().unwrap() > 0.0, "{w}");
+    assert_eq!(w["coverage"], "partial", "{w}");
+    let root = repo_root();
+    let report = browser_check(
+        addr,
+        &root.join("artifacts/stats-dashboard-fresh.png"),
+        &root.join("artifacts/stats-dashboard-fresh-390px.png"),
+    )
+    .await;
+    let h = &report["availability"][0];
+    assert_eq!(h["window"], "1h", "{report}");
+    for part in ["push", "ingest"] {
+        assert_eq!(h["parts"][part]["share"], "100.000 %", "{part}: {h}");
+        assert_eq!(h["parts"][part]["visible"], true, "{part}: {h}");
+    }
+    let measured = h["measured"].as_str().unwrap_or_default();
+    assert!(
+        measured.starts_with("measured ") && measured.contains(" s of 1 h ("),
+        "{h}"
+    );
+    assert_eq!(h["measured_visible"], true, "{h}");
+    assert!(
+        h["partial"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("partial window: measured since ")),
+        "{h}"
+    );
+    assert_eq!(report["no_incidents"], "No incidents recorded.", "{report}");
+    assert_eq!(report["phone"]["headline_visible"], true, "{report}");
+    assert_eq!(report["console_errors"], serde_json::json!([]), "{report}");
+    svc.stop().await.unwrap();
 }

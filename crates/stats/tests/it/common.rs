@@ -129,7 +129,8 @@ pub fn window<'a>(json: &'a serde_json::Value, name: &str) -> &'a serde_json::Va
 /// Samples planted by [`plant_samples`], as the test plans them (never read back from the
 /// code): one per second over 2 400 s ending 10 minutes before `now`, except a 300 s hole (the
 /// sampler down); push owes a block for 45 s (over the 5 s bound from its 6th second: 39 s
-/// unavailable, one run); ingest trails by 3 blocks for 20 s (20 s unavailable).
+/// unavailable, one run: an incident, with a push leader change 20 s in); ingest trails by 3
+/// blocks for 20 s (20 s unavailable: below the incident threshold).
 pub struct PlantedSamples {
     pub sampled_s: u64,
     pub push_unavailable_s: u64,
@@ -176,6 +177,9 @@ pub async fn plant_samples(db: &TestDb, now: pmw_core::UnixMs) -> PlantedSamples
             push_block: Some(push_block),
             owed,
             live: Some((t - 500, Some(watermark.0 + lead))),
+            // A new push leader 20 s into push's outage: the incident's recorded cause.
+            push_epoch: Some(if i < push_from + 20 { 1 } else { 2 }),
+            ..Observation::default()
         };
         rows.push(sampler.sample(t, Some(&o)));
     }

@@ -353,6 +353,7 @@ fn samples() -> Vec<AvailabilitySample> {
         push_block: Some(10),
         owed: None,
         live: Some((t - 100, Some(10))),
+        ..Observation::default()
     };
     for i in 0..600i64 {
         if (200..260).contains(&i) {
