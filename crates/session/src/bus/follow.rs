@@ -10,9 +10,10 @@
 //! Nothing is yielded as a frame unless it is signed ([`super::sign`]) by a verify key, bound
 //! to its subject, id, epoch and `Pmw-Prev`, from an epoch no lower than the highest yielded,
 //! and chained at or after the last frame yielded. Anything else (junk, a forgery, an unknown
-//! key, a replay) is [`Event::Refused`]: skipped, never delivered, and it does not move the
-//! chain, so the leader's next frame (whose `Pmw-Prev` is its own last frame) follows without a
-//! gap, and a forgery chained to look like the next frame cannot displace the real one.
+//! key, a replay, a frame chained to a refused message) is [`Event::Refused`]: skipped, never
+//! delivered, and it does not move the chain, so the leader's next frame (whose `Pmw-Prev` is
+//! its own last frame) follows without a gap, and a forgery chained to look like the next frame
+//! cannot displace the real one.
 //!
 //! Why two: a consumer is R1 (on one node, placed at random among the stream's peers by the
 //! cluster's meta leader), and making one needs that meta leader. When the node that dies hosts
@@ -42,6 +43,9 @@ const SILENCE: Duration = Duration::from_millis(1_500);
 /// Deliveries a leg may hold for the follower before it stops reading (then flow control
 /// holds the broker back).
 const QUEUE: usize = 1024;
+/// Refused messages a follower remembers since its last frame (a frame chained to one of them
+/// is misplaced).
+const REFUSED_KEPT: usize = 1024;
 
 /// What a follower yields.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,6 +87,8 @@ pub struct Follower {
     seen: u64,
     /// The highest epoch yielded.
     epoch: i64,
+    /// The messages refused since the last frame yielded (at most [`REFUSED_KEPT`]).
+    refused: Vec<u64>,
     keys: VerifyKeys,
     rx: Option<mpsc::Receiver<Delivery>>,
     tasks: Vec<JoinHandle<()>>,
@@ -133,6 +139,7 @@ impl Follower {
             anchored: after == 0,
             seen: after,
             epoch: 0,
+            refused: Vec::new(),
             keys,
             rx: None,
             tasks: Vec::new(),
@@ -204,6 +211,7 @@ impl Follower {
             };
             self.last = sseq;
             self.anchored = true;
+            self.refused.clear();
             return Ok(event);
         }
     }
@@ -219,12 +227,21 @@ impl Follower {
         if self.anchored && signed.prev < self.last {
             return Err(Refusal::Replayed);
         }
+        if self.refused.contains(&signed.prev) {
+            return Err(Refusal::Misplaced);
+        }
         self.epoch = signed.epoch;
         Ok(frame)
     }
 
-    /// A refusal, logged (the caller counts and alarms it).
-    fn refused(&self, seq: u64, reason: Refusal) -> Event {
+    /// A refusal, remembered and logged (the caller counts and alarms it).
+    fn refused(&mut self, seq: u64, reason: Refusal) -> Event {
+        if seq > 0 {
+            if self.refused.len() == REFUSED_KEPT {
+                self.refused.remove(0);
+            }
+            self.refused.push(seq);
+        }
         tracing::warn!(account = %self.legs.account, seq, %reason, last = self.last, "bus message refused");
         Event::Refused(Refused { seq, reason })
     }

@@ -35,7 +35,7 @@ use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::frame::{EPOCH, PREV};
-use super::sign::{Bound, SigningKey, VerifyKeys, KEY_ID, SIG};
+use super::sign::{Bound, Signed, SigningKey, VerifyKeys, KEY_ID, SIG};
 use super::{stream, Bus, BusError, OutFrame};
 use pmw_core::backoff::{Backoff, Policy};
 
@@ -353,8 +353,10 @@ impl FencedPublisher {
     }
 
     /// A duplicate ack is a leader's frame stored before (this publisher's earlier try, or a
-    /// predecessor's) only if the stored message verifies under the same id; otherwise someone
-    /// took the frame's predictable id first: alarmed, and stored again under a salted id.
+    /// predecessor's) only if the stored message verifies under the same id and is chained to a
+    /// leader's frame (or none); otherwise someone took the frame's predictable id first (or
+    /// the frame was pipelined behind such a message, its `Pmw-Prev` the impostor's: followers
+    /// refuse it as misplaced): alarmed, and stored again under a salted id.
     async fn confirm(
         &mut self,
         out: &Outgoing<'_>,
@@ -364,14 +366,15 @@ impl FencedPublisher {
         if !s.duplicate {
             return Ok(s);
         }
-        let theirs = stream::message(&self.bus, s.seq).await?;
-        let ours = theirs.as_ref().is_some_and(|m| {
-            m.subject.as_str() == out.subject
-                && self
-                    .keys
-                    .verify(out.subject, Some(&m.headers), &m.payload)
-                    .is_ok_and(|v| v.msg_id == out.id)
-        });
+        let prev = match self.leaders(out.subject, s.seq).await? {
+            Some(v) if v.msg_id == out.id => Some(v.prev),
+            _ => None,
+        };
+        let ours = match prev {
+            Some(0) => true,
+            Some(prev) => self.leaders(out.subject, prev).await?.is_some(),
+            None => false,
+        };
         if ours {
             return Ok(s);
         }
@@ -384,6 +387,15 @@ impl FencedPublisher {
             ..*out
         };
         self.store(&again, deadline).await
+    }
+}
+
+impl FencedPublisher {
+    /// What the message at `seq` says of itself if it is on `subject` and a leader signed it.
+    async fn leaders(&self, subject: &str, seq: u64) -> Result<Option<Signed>, BusError> {
+        let m = stream::message(&self.bus, seq).await?;
+        Ok(m.filter(|m| m.subject.as_str() == subject)
+            .and_then(|m| self.keys.verify(subject, Some(&m.headers), &m.payload).ok()))
     }
 }
 

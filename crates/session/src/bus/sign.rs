@@ -44,6 +44,9 @@ pub enum Refusal {
     StaleEpoch,
     /// Validly signed, but chained behind what the follower already has (a replay).
     Replayed,
+    /// Validly signed, but chained to a message the follower refused: a leader's frame
+    /// pipelined behind a message that took its predecessor's id (the leader stores it again).
+    Misplaced,
     /// Validly signed, but its body is not a round part.
     Undecodable,
 }
@@ -57,6 +60,7 @@ impl Refusal {
             Refusal::Malformed => "malformed",
             Refusal::StaleEpoch => "stale_epoch",
             Refusal::Replayed => "replayed",
+            Refusal::Misplaced => "misplaced",
             Refusal::Undecodable => "undecodable",
         }
     }
