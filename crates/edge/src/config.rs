@@ -192,3 +192,30 @@ impl Validate for EdgeConfig {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use figment::providers::Serialized;
+
+    fn load(verify_keys: &str) -> Result<EdgeConfig, ConfigError> {
+        pmw_core::config::load_from(
+            figment::Figment::new()
+                .merge(Serialized::default("edge_nats_urls", "nats://127.0.0.1:1"))
+                .merge(Serialized::default("bus_verify_keys", verify_keys)),
+        )
+    }
+
+    #[test]
+    fn an_edge_without_verify_keys_refuses_to_start() {
+        for bad in ["", "k1", "k1:00"] {
+            match load(bad) {
+                Err(ConfigError::Invalid { key, .. }) => assert_eq!(key, "PMW_BUS_VERIFY_KEYS"),
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+        let (_, public) = pmw_session::bus::sign::generate("k1").unwrap();
+        let c = load(&public).expect("valid");
+        assert!(!c.bus().verify.is_empty());
+    }
+}

@@ -296,3 +296,48 @@ impl PushConfig {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use figment::providers::Serialized;
+
+    fn load(pairs: &[(&str, &str)]) -> Result<PushConfig, ConfigError> {
+        let mut f = figment::Figment::new();
+        for (k, v) in pairs {
+            f = f.merge(Serialized::default(k, v));
+        }
+        pmw_core::config::load_from(f)
+    }
+
+    fn refused_for(pairs: &[(&str, &str)]) -> (&'static str, String) {
+        match load(pairs) {
+            Err(ConfigError::Invalid { key, reason }) => (key, reason),
+            other => panic!("{pairs:?}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_edge_mode_push_needs_a_signing_key_and_never_shows_it() {
+        let urls = ("push_nats_urls", "nats://127.0.0.1:1");
+        assert!(load(&[]).is_ok(), "single-process mode needs no key");
+        assert_eq!(refused_for(&[urls]).0, "PMW_BUS_SIGNING_KEY");
+        let bad = "k1:not-a-seed-but-secret-text";
+        let (key, reason) = refused_for(&[urls, ("bus_signing_key", bad)]);
+        assert_eq!(key, "PMW_BUS_SIGNING_KEY");
+        assert!(!reason.contains("secret-text"), "{reason}");
+        let (secret, _) = pmw_session::bus::sign::generate("k1").unwrap();
+        let c = load(&[urls, ("bus_signing_key", &secret)]).expect("valid");
+        assert!(c.bus().unwrap().signer.is_some());
+        let shown = format!("{c:?} {:?}", c.bus());
+        assert!(
+            !shown.contains(&secret[3..]),
+            "the signing key is shown: {shown}"
+        );
+        let verify = ("bus_verify_keys", "k2:zz");
+        assert_eq!(
+            refused_for(&[urls, ("bus_signing_key", &secret), verify]).0,
+            "PMW_BUS_VERIFY_KEYS"
+        );
+    }
+}
