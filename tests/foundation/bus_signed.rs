@@ -3,7 +3,7 @@
 //! signed with a wrong or unknown key, a leader-signed part of an older epoch) is refused by the
 //! follower and does not break the `Pmw-Prev` chain, and does not depose the leader; an older
 //! epoch cannot claim over a newer one; a frame whose predictable id someone took first is
-//! stored again, not lost.
+//! stored again, not lost; a replayed part is refused.
 
 use async_nats::HeaderMap;
 use bytes::Bytes;
@@ -186,5 +186,63 @@ async fn bus_a_prepublished_frame_id_does_not_lose_the_frame() {
     assert_eq!(seqs(&stored), [(7, false)]);
     assert_eq!(next_refused(&mut f).await, (6, Refusal::Unsigned));
     assert_eq!(next_frame(&mut f).await, (7, 5, 12));
+    drop_stream(&bus).await;
+}
+
+/// A leader-signed part stored again (after the duplicate window, under its own id: the only
+/// way it is stored twice) is refused: behind the chain on its own subject, forged on another.
+#[tokio::test]
+async fn bus_a_replayed_part_is_refused() {
+    let tag = format!("{:08x}", rand::random::<u32>());
+    let mut config = super::bus::signed(pmw_session::bus::BusConfig::new(pmw_testkit::nats_urls()));
+    config.stream = format!("PMW_T_{tag}");
+    config.prefix = format!("pmwt{tag}");
+    config.duplicate_window = std::time::Duration::from_secs(1);
+    let bus = Bus::connect(config, "pmw-test").await.expect("connect");
+    stream::ensure(&bus).await.expect("stream");
+    let mut p = FencedPublisher::claim(bus.clone(), 7).await.expect("claim");
+    let stored = p
+        .publish_round(&[frame("a", 10), frame("a", 11)])
+        .await
+        .expect("publish");
+    assert_eq!(seqs(&stored), [(2, false), (3, false)]);
+    let first = stream::message(&bus, 2).await.unwrap().expect("stored");
+    // Stored again as it is, once the broker no longer knows its id (bounded wait).
+    let replay = |subject: String| {
+        // Its id and signed headers, without the leader's publish guards.
+        let mut h = HeaderMap::new();
+        let id = async_nats::header::NATS_MESSAGE_ID;
+        h.insert(id.clone(), first.headers.get(id).expect("an id").as_str());
+        for name in ["Pmw-Epoch", "Pmw-Prev", "Pmw-Key-Id", "Pmw-Sig"] {
+            h.insert(name, first.headers.get(name).expect(name).as_str());
+        }
+        let body = first.payload.clone();
+        let js = bus.js.clone();
+        async move {
+            let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+            loop {
+                let ack = js
+                    .publish_with_headers(subject.clone(), h.clone(), body.clone())
+                    .await
+                    .expect("publish")
+                    .await
+                    .expect("stored");
+                if !ack.duplicate {
+                    return ack.sequence;
+                }
+                assert!(tokio::time::Instant::now() < deadline, "still a duplicate");
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+        }
+    };
+    let again = replay(bus.config.frames_subject("a").unwrap()).await;
+    let elsewhere = replay(bus.config.frames_subject("b").unwrap()).await;
+
+    let mut a = Follower::start(bus.clone(), "a", 0).unwrap();
+    assert_eq!(next_frame(&mut a).await, (2, 0, 10));
+    assert_eq!(next_frame(&mut a).await, (3, 2, 11));
+    assert_eq!(next_refused(&mut a).await, (again, Refusal::Replayed));
+    let mut b = Follower::start(bus.clone(), "b", 0).unwrap();
+    assert_eq!(next_refused(&mut b).await, (elsewhere, Refusal::Forged));
     drop_stream(&bus).await;
 }
