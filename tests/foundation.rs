@@ -1,10 +1,12 @@
 //! Foundation guarantees on the real servers: times survive the production ClickHouse write path
 //! on a server running in Asia/Shanghai, windows are two-sided, dedicated Postgres sessions
 //! deliver notifications and report their loss, pooled Postgres sessions carry their timeouts
-//! and dedicated ones none; edge mode's bus on real JetStream clusters (`bus`).
+//! and dedicated ones none; edge mode's bus on real JetStream clusters (`bus`), its frames signed (`bus_signed`).
 
 #[path = "foundation/bus.rs"]
 mod bus;
+#[path = "foundation/bus_signed.rs"]
+mod bus_signed;
 
 use std::time::Duration;
 

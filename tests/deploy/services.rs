@@ -55,6 +55,10 @@ impl EdgeStream {
             ("PMW_EDGE_NATS_URLS".into(), self.0.urls.join(",")),
             ("PMW_EDGE_NATS_STREAM".into(), self.0.stream.clone()),
             ("PMW_EDGE_NATS_PREFIX".into(), self.0.prefix.clone()),
+            (
+                "PMW_BUS_VERIFY_KEYS".into(),
+                pmw_session::bus::sign::generate("deploy").unwrap().1,
+            ),
         ]
     }
 }

@@ -1,6 +1,7 @@
 //! pmwctl: the operator's tool. Each subcommand lives in its own module.
 
 mod account;
+mod bus;
 mod conn;
 mod decode_log;
 mod diag;
@@ -52,6 +53,11 @@ pub enum Command {
         #[command(subcommand)]
         cmd: secrets::SecretsCmd,
     },
+    /// Edge mode's broker: keygen (a frame signing key pair).
+    Bus {
+        #[command(subcommand)]
+        cmd: bus::BusCmd,
+    },
     /// Push leader and epoch, ingest and push cursors with their lag, last round, webhook backlog.
     Status(status::StatusArgs),
     /// The latency runbook: push read interval, LISTEN or polling, xmin holders, hot tables.
@@ -62,9 +68,19 @@ pub enum Command {
 
 /// Run the CLI and map the outcome to an exit code (0, 75 transient, 78 config/schema, 1 other).
 pub fn main(cli: Cli) -> ExitCode {
-    if let Command::DecodeLog = cli.command {
-        return decode_log_stdin();
-    }
+    let cli = match cli.command {
+        Command::DecodeLog => return decode_log_stdin(),
+        Command::Bus { cmd } => {
+            return match bus::run(cmd) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("pmwctl: {e}");
+                    ExitCode::from(e.exit_code())
+                }
+            }
+        }
+        command => Cli { command },
+    };
     let cfg = match config::load::<CoreConfig>() {
         Ok(c) => c,
         Err(e) => {
@@ -96,7 +112,7 @@ async fn run(cli: Cli, cfg: CoreConfig) -> Result<(), ServiceError> {
     match cli.command {
         Command::Migrate => migrate::migrate(&cfg).await,
         Command::Schema => migrate::schema(&cfg).await,
-        Command::DecodeLog => unreachable!("handled before loading config"),
+        Command::DecodeLog | Command::Bus { .. } => unreachable!("handled before loading config"),
         Command::Account { cmd } => account::run(&cfg, cmd).await,
         Command::Key { cmd } => key::run(&cfg, cmd).await,
         Command::Secrets { cmd } => secrets::run(&cfg, cmd).await,

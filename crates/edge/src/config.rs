@@ -6,6 +6,7 @@
 //! | `PMW_EDGE_METRICS_ADDR` | `127.0.0.1:9466` | private Prometheus `/metrics` address (a port in use is logged, not fatal) |
 //! | `PMW_EDGE_NATS_URLS` | required | NATS JetStream client URLs, comma-separated (all nodes of the cluster) |
 //! | `PMW_EDGE_NATS_STREAM` / `PMW_EDGE_NATS_PREFIX` | `PMW_FRAMES` / `pmw` | the stream push publishes to and its subjects' first token (as push's `PMW_PUSH_NATS_*`) |
+//! | `PMW_BUS_VERIFY_KEYS` | required | the public keys of push's frame signing keys, `<id>:<64 hex>` comma-separated (two during a rotation; `pmwctl bus keygen` prints a pair): a message on the stream not signed by one of them is refused and skipped (docs/OPERATIONS.md, "Frame signing"); an edge without one refuses to start (78) |
 //! | `PMW_EDGE_INDEX_REFRESH_MS` | `1000` | the subscription index is reloaded on every change notification and at least this often (a revoked key's sessions close within it even if a NOTIFY was lost) |
 //! | `PMW_EDGE_WS_QUEUE` | `1024` | frames queued per session before it is closed as a slow consumer (1013) |
 //! | `PMW_EDGE_WS_HEARTBEAT_MS` | `15000` | heartbeat period per session |
@@ -18,6 +19,7 @@ use std::net::SocketAddr;
 
 use pmw_core::client::TrustedProxies;
 use pmw_core::config::{ConfigError, Validate};
+use pmw_session::bus::sign::VerifyKeys;
 use pmw_session::bus::BusConfig;
 use pmw_session::SessionConfig;
 use serde::Deserialize;
@@ -52,6 +54,8 @@ pub struct EdgeConfig {
     pub edge_ws_auth_failure_burst: u32,
     #[serde(default)]
     pub edge_trusted_proxies: TrustedProxies,
+    #[serde(default)]
+    pub bus_verify_keys: String,
 }
 
 mod d {
@@ -100,24 +104,34 @@ impl EdgeConfig {
         pmw_core::config::load_from(pmw_core::config::figment())
     }
 
-    /// The defaults with the broker at `urls`, serving on a free loopback port (tests).
-    pub fn with_nats(urls: &str) -> EdgeConfig {
-        let given = figment::Figment::new().merge(figment::providers::Serialized::default(
-            "edge_nats_urls",
-            urls,
-        ));
+    /// The defaults with the broker at `urls` and push's verify keys `verify_keys`, serving on
+    /// a free loopback port (tests).
+    pub fn with_nats(urls: &str, verify_keys: &str) -> EdgeConfig {
+        let given = figment::Figment::new()
+            .merge(figment::providers::Serialized::default(
+                "edge_nats_urls",
+                urls,
+            ))
+            .merge(figment::providers::Serialized::default(
+                "bus_verify_keys",
+                verify_keys,
+            ));
         let mut c: EdgeConfig = pmw_core::config::load_from(given).expect("defaults are valid");
         c.edge_listen = ([127, 0, 0, 1], 0).into();
         c.edge_metrics_addr = ([127, 0, 0, 1], 0).into();
         c
     }
 
-    /// The broker settings.
+    /// The broker settings (verify keys that do not parse are none: [`Validate`] refuses them).
     pub fn bus(&self) -> BusConfig {
         BusConfig::named(
             &self.edge_nats_urls,
             &self.edge_nats_stream,
             &self.edge_nats_prefix,
+        )
+        .signed(
+            None,
+            VerifyKeys::parse(&self.bus_verify_keys).unwrap_or_default(),
         )
     }
 
@@ -153,6 +167,16 @@ impl Validate for EdgeConfig {
         self.bus()
             .check()
             .map_err(|e| ConfigError::invalid("PMW_EDGE_NATS_URLS", e.to_string()))?;
+        match VerifyKeys::parse(&self.bus_verify_keys) {
+            Err(e) => return Err(ConfigError::invalid("PMW_BUS_VERIFY_KEYS", e.to_string())),
+            Ok(k) if k.is_empty() => {
+                return Err(ConfigError::invalid(
+                    "PMW_BUS_VERIFY_KEYS",
+                    "required: the public key(s) of push's frame signing key (pmwctl bus keygen); an edge delivers only frames they verify",
+                ))
+            }
+            Ok(_) => {}
+        }
         if self.edge_index_refresh_ms < 100 {
             return Err(ConfigError::invalid(
                 "PMW_EDGE_INDEX_REFRESH_MS",
@@ -166,5 +190,32 @@ impl Validate for EdgeConfig {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use figment::providers::Serialized;
+
+    fn load(verify_keys: &str) -> Result<EdgeConfig, ConfigError> {
+        pmw_core::config::load_from(
+            figment::Figment::new()
+                .merge(Serialized::default("edge_nats_urls", "nats://127.0.0.1:1"))
+                .merge(Serialized::default("bus_verify_keys", verify_keys)),
+        )
+    }
+
+    #[test]
+    fn an_edge_without_verify_keys_refuses_to_start() {
+        for bad in ["", "k1", "k1:00"] {
+            match load(bad) {
+                Err(ConfigError::Invalid { key, .. }) => assert_eq!(key, "PMW_BUS_VERIFY_KEYS"),
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+        let (_, public) = pmw_session::bus::sign::generate("k1").unwrap();
+        let c = load(&public).expect("valid");
+        assert!(!c.bus().verify.is_empty());
     }
 }

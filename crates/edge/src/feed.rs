@@ -7,15 +7,23 @@
 //! beyond it. A hole (a part starting past the hub, or frames the stream no longer has) is
 //! repaired, never skipped: every session is closed with 1012 and resumes from its own position
 //! through the ledger stores (on any edge), and the hub moves on.
+//!
+//! Only frames the leader signed reach the hub (the follower verifies them,
+//! [`pmw_session::bus::sign`]): a refused message (junk, a forgery, an unknown key, a stale epoch,
+//! a replay, or a signed part that does not decode) is skipped, counted
+//! ([`REFUSED_TOTAL`]) and logged, and `/health` says `degraded` for [`DEGRADED_FOR`] after it;
+//! the feed goes on. It never ends the edge.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::Instant;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use pmw_core::ch::TradeRow;
 use pmw_core::pg::PgPool;
 use pmw_core::{Cursor, Position, UnixMs};
 use pmw_session::bus::round::{RoundPart, Stream as BusStream, ALL};
+use pmw_session::bus::sign::Refusal;
 use pmw_session::bus::{stream, Bus, BusError, Event, Follower};
 use pmw_session::hub::{Hub, Stream};
 use pmw_session::items::{final_items, round_items};
@@ -28,6 +36,14 @@ use crate::EdgeError;
 /// part's JSON), `dispatch` (its items queued to the sessions).
 pub const STAGE_SECONDS: &str = "pmw_edge_feed_stage_seconds";
 
+/// `pmw_edge_frames_refused_total{reason}` (counter): messages on the frames subject the feed
+/// refused and skipped: `unsigned`, `forged`, `unknown_key`, `malformed`, `stale_epoch`,
+/// `replayed`, `undecodable` (docs/OPERATIONS.md, "Frame signing").
+pub const REFUSED_TOTAL: &str = "pmw_edge_frames_refused_total";
+
+/// How long after a refusal `/health` says `degraded`.
+pub const DEGRADED_FOR: Duration = Duration::from_secs(600);
+
 /// What the feed has done, for `/health` and the heartbeat.
 #[derive(Debug, Default)]
 pub struct FeedStats {
@@ -39,6 +55,31 @@ pub struct FeedStats {
     pub repairs: AtomicU64,
     /// When the last part was dispatched (ms).
     pub last_part_ms: AtomicI64,
+    /// Messages refused, by reason.
+    pub refused: Mutex<BTreeMap<&'static str, u64>>,
+    /// When the last message was refused (ms; 0: never).
+    pub last_refused_ms: AtomicI64,
+}
+
+impl FeedStats {
+    /// Count a refused message.
+    pub fn refuse(&self, reason: Refusal) {
+        *self
+            .refused
+            .lock()
+            .expect("refused")
+            .entry(reason.reason())
+            .or_default() += 1;
+        self.last_refused_ms
+            .store(UnixMs::now().0, Ordering::Relaxed);
+        metrics::counter!(REFUSED_TOTAL, "reason" => reason.reason()).increment(1);
+    }
+
+    /// Whether a message was refused within [`DEGRADED_FOR`] of `now_ms`.
+    pub fn degraded(&self, now_ms: i64) -> bool {
+        let at = self.last_refused_ms.load(Ordering::Relaxed);
+        at > 0 && now_ms - at < DEGRADED_FOR.as_millis() as i64
+    }
 }
 
 /// Where the hub's two streams start, and the follower that continues from there: after the
@@ -55,16 +96,23 @@ pub struct Start {
 pub async fn start(bus: &Bus, pool: &PgPool, slot: i16) -> Result<Start, EdgeError> {
     stream::ensure(bus).await?;
     let last_seq = stream::last_seq(bus).await?;
-    let last = stream::last_frame(bus, ALL).await?;
+    // The last part the leader signed (junk stored after it is passed over).
+    let last = stream::last_frame(bus, ALL, &bus.config.keys()).await?;
     let ledger = cursor_of(pool, "push_cursor", slot).await?;
     let finals = cursor_of(pool, "final_cursor", slot).await?;
     let mut at = Start {
         ledger,
         finals,
-        follower: Follower::start(bus.clone(), ALL, last_seq)?,
+        follower: Follower::after_seq(bus.clone(), ALL, last_seq)?,
     };
-    if let Some((seq, body)) = last {
-        let part = RoundPart::from_body(&body)?;
+    let last = last.and_then(|(seq, body)| match RoundPart::from_body(&body) {
+        Ok(part) => Some((seq, part)),
+        Err(e) => {
+            tracing::warn!(seq, error = %e, "the stream's last signed part does not decode; starting at push's cursors");
+            None
+        }
+    });
+    if let Some((seq, part)) = last {
         match part.stream {
             BusStream::Ledger => at.ledger = part.through,
             BusStream::Final => at.finals = part.through,
@@ -110,6 +158,10 @@ pub async fn run(
         };
         let frame = match event {
             Event::Frame(frame) => frame,
+            Event::Refused(r) => {
+                stats.refuse(r.reason);
+                continue;
+            }
             Event::Gap(gap) => {
                 tracing::warn!(
                     after = gap.after,
@@ -124,7 +176,14 @@ pub async fn run(
             }
         };
         let received = Received::now();
-        let part = RoundPart::from_body(&frame.body)?;
+        let part = match RoundPart::from_body(&frame.body) {
+            Ok(part) => part,
+            Err(e) => {
+                tracing::warn!(seq = frame.seq, error = %e, "feed part refused: undecodable");
+                stats.refuse(Refusal::Undecodable);
+                continue;
+            }
+        };
         let decoded = Instant::now();
         let newest = TradeRow::newest_live_detect_ms(part.rows.iter().map(|r| &r.row));
         apply(&hub, &stats, part);

@@ -150,9 +150,14 @@ fn serve(
 /// The edge's state: what `/health` says, in a heartbeat row every second (`pmwctl status`
 /// lists it with the other services).
 fn state(hub: &Hub, f: &FeedStats) -> serde_json::Value {
+    let degraded = f.degraded(pmw_core::UnixMs::now().0);
+    let refused = f.refused.lock().expect("refused").clone();
     serde_json::json!({
         "role": "edge",
         "ready": true,
+        "status": if degraded { "degraded" } else { "ok" },
+        "refused": refused,
+        "last_refused_ms": f.last_refused_ms.load(Ordering::Relaxed),
         "sessions": hub.sessions(),
         "dispatched": hub.dispatched().to_string(),
         "parts": f.parts.load(Ordering::Relaxed),
@@ -175,7 +180,8 @@ async fn beat(heartbeat: Heartbeat, hub: Hub, stats: Arc<FeedStats>, stop: Cance
     }
 }
 
-/// 200 while the feed follows the stream: sessions, and where the hub stands.
+/// 200 while the feed follows the stream: sessions, and where the hub stands; `status` is
+/// `degraded` for a while after the feed refused a message (`refused`: counts by reason).
 async fn health(State(st): State<AppState>) -> Json<serde_json::Value> {
     let mut v = state(&st.session.hub, &st.feed);
     v["revision"] = pmw_core::build_info::REVISION.into();
@@ -206,5 +212,11 @@ mod tests {
             (v["repairs"].as_u64(), v["overlap"].as_u64()),
             (Some(1), Some(0))
         );
+        assert_eq!(v["status"], "ok");
+        f.refuse(pmw_session::bus::sign::Refusal::Forged);
+        f.refuse(pmw_session::bus::sign::Refusal::Forged);
+        let v = state(&hub, &f);
+        assert_eq!(v["status"], "degraded");
+        assert_eq!(v["refused"]["forged"], 2);
     }
 }

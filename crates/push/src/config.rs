@@ -21,6 +21,8 @@
 //! | `PMW_PUSH_LEASE_MS` | `10000` | the standby terminates the lock session of a leader whose heartbeat is older than this (a frozen leader keeps its lock otherwise) |
 //! | `PMW_PUSH_NATS_URLS` | unset | edge mode: NATS JetStream client URLs (comma-separated, all nodes of the cluster); the leader stores each WebSocket round on the stream before its cursor moves (unset: single-process mode, nothing published) |
 //! | `PMW_PUSH_NATS_STREAM` / `PMW_PUSH_NATS_PREFIX` | `PMW_FRAMES` / `pmw` | the stream and its subjects' first token (`<prefix>.frames.all`, `<prefix>.epoch`) |
+//! | `PMW_BUS_SIGNING_KEY` | required in edge mode | the leader's frame signing key, `<id>:<64 hex of the Ed25519 seed>` (`pmwctl bus keygen`; a secret: keep it in the sealed env file, never logged): every message push stores on the stream is signed with it, and without it an edge-mode push refuses to start (78) |
+//! | `PMW_BUS_VERIFY_KEYS` | none | the public keys of the other signing keys of the slot's leaders (`<id>:<64 hex>`, comma-separated; a rotation's old and new): a stream moved under push's guard deposes it only when an epoch marker signed by one of these (or its own key) names a newer epoch |
 //! | `PMW_PUSH_STALL_EXIT_MS` | the ready max age | a leader that completes no round for this long (rounds failing, or one round hanging) exits 75 so the standby takes over |
 
 use std::net::SocketAddr;
@@ -28,6 +30,8 @@ use std::time::Duration;
 
 use pmw_core::client::TrustedProxies;
 use pmw_core::config::{ConfigError, Validate};
+use pmw_session::bus::sign::{SigningKey, VerifyKeys};
+use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
 #[derive(Debug, Clone, Deserialize)]
@@ -78,6 +82,10 @@ pub struct PushConfig {
     pub push_nats_stream: String,
     #[serde(default = "d::nats_prefix")]
     pub push_nats_prefix: String,
+    #[serde(default)]
+    pub bus_signing_key: Option<SecretString>,
+    #[serde(default)]
+    pub bus_verify_keys: String,
 }
 
 mod d {
@@ -193,11 +201,17 @@ impl PushConfig {
     /// Edge mode's broker settings, when `PMW_PUSH_NATS_URLS` names any node.
     pub fn bus(&self) -> Option<pmw_session::bus::BusConfig> {
         let urls = self.push_nats_urls.as_deref().unwrap_or("");
+        let signer = self
+            .bus_signing_key
+            .as_ref()
+            .and_then(|k| SigningKey::parse(k.expose_secret()).ok());
+        let verify = VerifyKeys::parse(&self.bus_verify_keys).unwrap_or_default();
         let c = pmw_session::bus::BusConfig::named(
             urls,
             &self.push_nats_stream,
             &self.push_nats_prefix,
-        );
+        )
+        .signed(signer, verify);
         (!c.urls.is_empty()).then_some(c)
     }
 
@@ -253,6 +267,77 @@ impl Validate for PushConfig {
         if let Some(Err(e)) = self.bus().map(|b| b.check()) {
             return Err(ConfigError::invalid("PMW_PUSH_NATS_URLS", e.to_string()));
         }
+        self.check_keys()?;
         Ok(())
+    }
+}
+
+impl PushConfig {
+    /// In edge mode the signing key is required; keys given must parse (the error never shows
+    /// the key).
+    fn check_keys(&self) -> Result<(), ConfigError> {
+        if let Err(e) = VerifyKeys::parse(&self.bus_verify_keys) {
+            return Err(ConfigError::invalid("PMW_BUS_VERIFY_KEYS", e.to_string()));
+        }
+        match &self.bus_signing_key {
+            Some(k) => SigningKey::parse(k.expose_secret())
+                .map(|_| ())
+                .map_err(|_| {
+                    ConfigError::invalid(
+                        "PMW_BUS_SIGNING_KEY",
+                        "expected <id>:<64 hex digits of an Ed25519 seed> (pmwctl bus keygen)",
+                    )
+                }),
+            None if self.bus().is_some() => Err(ConfigError::invalid(
+                "PMW_BUS_SIGNING_KEY",
+                "required in edge mode (PMW_PUSH_NATS_URLS set): edges deliver only signed frames (pmwctl bus keygen)",
+            )),
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use figment::providers::Serialized;
+
+    fn load(pairs: &[(&str, &str)]) -> Result<PushConfig, ConfigError> {
+        let mut f = figment::Figment::new();
+        for (k, v) in pairs {
+            f = f.merge(Serialized::default(k, v));
+        }
+        pmw_core::config::load_from(f)
+    }
+
+    fn refused_for(pairs: &[(&str, &str)]) -> (&'static str, String) {
+        match load(pairs) {
+            Err(ConfigError::Invalid { key, reason }) => (key, reason),
+            other => panic!("{pairs:?}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_edge_mode_push_needs_a_signing_key_and_never_shows_it() {
+        let urls = ("push_nats_urls", "nats://127.0.0.1:1");
+        assert!(load(&[]).is_ok(), "single-process mode needs no key");
+        assert_eq!(refused_for(&[urls]).0, "PMW_BUS_SIGNING_KEY");
+        let bad = "k1:not-a-seed-but-secret-text";
+        let (key, reason) = refused_for(&[urls, ("bus_signing_key", bad)]);
+        assert_eq!(key, "PMW_BUS_SIGNING_KEY");
+        assert!(!reason.contains("secret-text"), "{reason}");
+        let (secret, _) = pmw_session::bus::sign::generate("k1").unwrap();
+        let c = load(&[urls, ("bus_signing_key", &secret)]).expect("valid");
+        assert!(c.bus().unwrap().signer.is_some());
+        let shown = format!("{c:?} {:?}", c.bus());
+        assert!(
+            !shown.contains(&secret[3..]),
+            "the signing key is shown: {shown}"
+        );
+        let verify = ("bus_verify_keys", "k2:zz");
+        assert_eq!(
+            refused_for(&[urls, ("bus_signing_key", &secret), verify]).0,
+            "PMW_BUS_VERIFY_KEYS"
+        );
     }
 }

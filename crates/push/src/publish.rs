@@ -75,7 +75,7 @@ impl Publisher {
         let p = self.claimed.as_mut().expect("claimed above");
         match p.publish_round(&frames).await {
             Ok(_) => Ok(()),
-            Err(e @ BusError::Fenced { .. }) => {
+            Err(e @ (BusError::Fenced { .. } | BusError::Superseded { .. })) => {
                 tracing::error!(epoch = self.epoch, error = %e, "deposed on the bus: another leader claimed the stream");
                 Err(RoundError::Fenced)
             }
@@ -88,7 +88,7 @@ impl Publisher {
 
 fn bus_error(e: BusError) -> RoundError {
     match e {
-        BusError::Fenced { .. } => RoundError::Fenced,
+        BusError::Fenced { .. } | BusError::Superseded { .. } => RoundError::Fenced,
         e => RoundError::Bus(e.to_string()),
     }
 }

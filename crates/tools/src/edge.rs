@@ -10,6 +10,8 @@ pub struct Edges {
     pub stream: String,
     prefix: String,
     urls: String,
+    /// The drill's frame signing key pair: (push's signing key, the edges' verify key).
+    keys: (String, String),
 }
 
 impl Edges {
@@ -21,6 +23,7 @@ impl Edges {
             stream: format!("PMW_T_{tag}"),
             prefix: format!("pmwt{tag}"),
             urls: urls.to_string(),
+            keys: pmw_session::bus::sign::generate("drill").expect("system randomness"),
         }
     }
 
@@ -39,6 +42,10 @@ impl Edges {
             ("PMW_EDGE_NATS_STREAM".into(), self.stream.clone()),
             ("PMW_EDGE_NATS_PREFIX".into(), self.prefix.clone()),
             ("PMW_EDGE_WS_HEARTBEAT_MS".into(), "1000".into()),
+            // pm2 gives every app the same environment: the edges get the signing key too
+            // here (a drill's throwaway key); production env files keep it push's alone.
+            ("PMW_BUS_SIGNING_KEY".into(), self.keys.0.clone()),
+            ("PMW_BUS_VERIFY_KEYS".into(), self.keys.1.clone()),
         ];
         for (i, p) in self.ports.iter().enumerate() {
             env.push((format!("PMW_EDGE_{}_PORT", i + 1), p.to_string()));

@@ -14,7 +14,7 @@ use std::time::Duration;
 use pmw_core::Cursor;
 use pmw_push::config::PushConfig;
 use pmw_session::bus::round::{RoundPart, ALL};
-use pmw_session::bus::{stream, Bus, BusConfig, Event, FencedPublisher, Follower};
+use pmw_session::bus::{sign, stream, Bus, BusConfig, Event, FencedPublisher, Follower};
 use pmw_sim::demo_wallets;
 use pmw_testkit::hooks::{Receiver, Step};
 use pmw_testkit::{assert_eventually, bound_within, PrivateStack, ServiceHandle};
@@ -38,19 +38,30 @@ fn hooked(hooks: &Receiver) -> Vec<Cursor> {
     v
 }
 
-/// A stream and prefix no other test uses, on the cluster at `urls`.
-fn bus_config(urls: &str) -> BusConfig {
+/// The frame signing key pair of this binary's push leaders: (signing key, verify key).
+pub(super) fn keys() -> &'static (String, String) {
+    static KEYS: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
+    KEYS.get_or_init(|| sign::generate("e2e").expect("keygen"))
+}
+
+/// A stream and prefix no other test uses, on the cluster at `urls`, with [`keys`].
+pub(super) fn bus_config(urls: &str) -> BusConfig {
     let tag = format!("{:08x}", rand::random::<u32>());
-    let mut c = BusConfig::new(urls);
+    let (secret, public) = keys();
+    let mut c = BusConfig::new(urls).signed(
+        Some(sign::SigningKey::parse(secret).unwrap()),
+        sign::VerifyKeys::parse(public).unwrap(),
+    );
     c.stream = format!("PMW_T_{tag}");
     c.prefix = format!("pmwt{tag}");
     c
 }
 
 /// Push in edge mode on `bus`; it never hands over for a stall within a test.
-fn edge_push(h: &Harness, bus: &BusConfig) -> PushConfig {
+pub(super) fn edge_push(h: &Harness, bus: &BusConfig) -> PushConfig {
     PushConfig {
         push_nats_urls: Some(bus.urls.join(",")),
+        bus_signing_key: Some(keys().0.clone().into()),
         push_nats_stream: bus.stream.clone(),
         push_nats_prefix: bus.prefix.clone(),
         push_stall_exit_ms: Some(300_000),
@@ -79,6 +90,7 @@ async fn read_rounds(config: &BusConfig) -> Read {
         let frame = match event.expect("follow") {
             Event::Frame(frame) => frame,
             Event::Gap(g) => panic!("the stream lost frames after seq {}", g.after),
+            Event::Refused(r) => panic!("a message refused: {r:?}"),
         };
         let part = RoundPart::from_body(&frame.body).expect("a round part");
         read.parts += 1;
@@ -253,7 +265,7 @@ async fn a_leader_deposed_on_the_bus_stops_without_moving_its_cursor() {
     drop_stream(&bus).await;
 }
 
-async fn drop_stream(config: &BusConfig) {
+pub(super) async fn drop_stream(config: &BusConfig) {
     if let Ok(bus) = Bus::connect(config.clone(), "pmw-test").await {
         let _ = stream::ensure(&bus).await;
         let _ = bus.js.delete_stream(&config.stream).await;
@@ -261,7 +273,10 @@ async fn drop_stream(config: &BusConfig) {
 }
 
 /// Run pmw-edge in-process on `bus`; its handle and address once it follows and listens.
-async fn start_edge(h: &Harness, bus: &BusConfig) -> (ServiceHandle, std::net::SocketAddr) {
+pub(super) async fn start_edge(
+    h: &Harness,
+    bus: &BusConfig,
+) -> (ServiceHandle, std::net::SocketAddr) {
     start_edge_with(h, bus, |_| {}).await
 }
 
@@ -270,7 +285,7 @@ async fn start_edge_with(
     bus: &BusConfig,
     tweak: impl FnOnce(&mut pmw_edge::EdgeConfig),
 ) -> (ServiceHandle, std::net::SocketAddr) {
-    let mut cfg = pmw_edge::EdgeConfig::with_nats(&bus.urls.join(","));
+    let mut cfg = pmw_edge::EdgeConfig::with_nats(&bus.urls.join(","), &keys().1);
     tweak(&mut cfg);
     cfg.edge_nats_stream = bus.stream.clone();
     cfg.edge_nats_prefix = bus.prefix.clone();
@@ -294,7 +309,7 @@ async fn edge_sessions(pg: &tokio_postgres::Client) -> Option<i32> {
 }
 
 /// The trades `c` receives until it holds `want` of them (or the wait ends).
-async fn trades_until(c: &mut Client, want: usize) -> Vec<Cursor> {
+pub(super) async fn trades_until(c: &mut Client, want: usize) -> Vec<Cursor> {
     let mut got = Vec::new();
     while got.len() < want {
         match tokio::time::timeout(WITHIN, c.events.recv()).await {

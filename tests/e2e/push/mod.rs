@@ -4,6 +4,7 @@ mod admission;
 mod catchup;
 mod change_flood;
 mod edge;
+mod edge_signed;
 mod finality;
 mod index;
 mod leadership;

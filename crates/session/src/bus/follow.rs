@@ -7,6 +7,14 @@
 //! past the resume window, deleted) comes out as a [`Gap`] for the edge to repair from the
 //! ledger, never as a silent skip.
 //!
+//! Nothing is yielded as a frame unless it is signed ([`super::sign`]) by a verify key, bound
+//! to its subject, id, epoch and `Pmw-Prev`, from an epoch no lower than the highest yielded,
+//! and chained at or after the last frame yielded. Anything else (junk, a forgery, an unknown
+//! key, a replay, a frame chained to a refused message) is [`Event::Refused`]: skipped, never
+//! delivered, and it does not move the chain, so the leader's next frame (whose `Pmw-Prev` is
+//! its own last frame) follows without a gap, and a forgery chained to look like the next frame
+//! cannot displace the real one.
+//!
 //! Why two: a consumer is R1 (on one node, placed at random among the stream's peers by the
 //! cluster's meta leader), and making one needs that meta leader. When the node that dies hosts
 //! both the consumer and the meta leader, no consumer can be made until the survivors elect a
@@ -19,12 +27,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::{push, AckPolicy, DeliverPolicy};
-use async_nats::{HeaderMap, Message, StatusCode, Subscriber};
+use async_nats::{Message, StatusCode, Subscriber};
 use futures::StreamExt;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::frame::{header_u64, msg_id, EPOCH, PREV};
+use super::sign::{Refusal, Signed, VerifyKeys};
 use super::{stream, Bus, BusError, Frame, FrameId};
 use pmw_core::backoff::{Backoff, Policy};
 
@@ -35,6 +43,9 @@ const SILENCE: Duration = Duration::from_millis(1_500);
 /// Deliveries a leg may hold for the follower before it stops reading (then flow control
 /// holds the broker back).
 const QUEUE: usize = 1024;
+/// Refused messages a follower remembers since its last frame (a frame chained to one of them
+/// is misplaced).
+const REFUSED_KEPT: usize = 1024;
 
 /// What a follower yields.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,6 +56,16 @@ pub enum Event {
     /// and before `frame.seq` never arrived (the last of them is `frame.prev`). Repair that
     /// range, then deliver `frame`; the follower goes on after it.
     Gap(Gap),
+    /// A message on the subject that is not a leader's next frame: skipped (alarm it).
+    Refused(Refused),
+}
+
+/// A message the follower refused and skipped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    /// Its stream sequence (0: a delivery without one).
+    pub seq: u64,
+    pub reason: Refusal,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,6 +80,16 @@ pub struct Follower {
     legs: Arc<Legs>,
     /// The sequence of the last frame yielded (the chain's end).
     last: u64,
+    /// Whether `last` is a frame's sequence (a frame chained below it is a replay), not only
+    /// where following began.
+    anchored: bool,
+    /// The sequence of the last message read, refused ones included.
+    seen: u64,
+    /// The highest epoch yielded.
+    epoch: i64,
+    /// The messages refused since the last frame yielded (at most [`REFUSED_KEPT`]).
+    refused: Vec<u64>,
+    keys: VerifyKeys,
     rx: Option<mpsc::Receiver<Delivery>>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -84,7 +115,16 @@ impl Follower {
     ///
     /// [`next`]: Follower::next
     pub fn start(bus: Bus, account: &str, after: u64) -> Result<Follower, BusError> {
+        let mut f = Follower::after_seq(bus, account, after)?;
+        f.anchored = true;
+        Ok(f)
+    }
+
+    /// Follow `account`'s frames stored after the stream sequence `after`, which need not be
+    /// one of its frames (the first frame yielded is then a [`Gap`] unless it chains to it).
+    pub fn after_seq(bus: Bus, account: &str, after: u64) -> Result<Follower, BusError> {
         let subject = bus.config.frames_subject(account)?;
+        let keys = bus.config.keys();
         // One leg per node the stream has, two at most.
         let legs = bus.config.replicas.clamp(1, 2);
         Ok(Follower {
@@ -96,6 +136,11 @@ impl Follower {
                 nodes: Mutex::new(vec![None; legs]),
             }),
             last: after,
+            anchored: after == 0,
+            seen: after,
+            epoch: 0,
+            refused: Vec::new(),
+            keys,
             rx: None,
             tasks: Vec::new(),
         })
@@ -103,7 +148,7 @@ impl Follower {
 
     /// Follow what is stored from now on: after the account's last stored frame.
     pub async fn live(bus: Bus, account: &str) -> Result<Follower, BusError> {
-        let after = stream::last_frame_seq(&bus, account).await?;
+        let after = stream::last_frame_seq(&bus, account, &bus.config.keys()).await?;
         Follower::start(bus, account, after)
     }
 
@@ -136,12 +181,23 @@ impl Follower {
                     self.legs.account
                 )));
             };
-            let (sseq, stored_ns, msg) = delivery?;
-            // The other leg's copy of a frame yielded already.
-            if sseq <= self.last {
+            let (sseq, stored_ns, msg) = match delivery {
+                Ok(d) => d,
+                Err(e) => {
+                    tracing::warn!(account = %self.legs.account, error = %e, "bus message refused");
+                    return Ok(self.refused(0, Refusal::Malformed));
+                }
+            };
+            // The other leg's copy of a message read already.
+            if sseq <= self.seen {
                 continue;
             }
-            let mut frame = frame(sseq, msg.headers.as_ref(), msg.payload)?;
+            self.seen = sseq;
+            self.legs.from.store(sseq + 1, Ordering::Relaxed);
+            let mut frame = match self.check(sseq, &msg) {
+                Ok(frame) => frame,
+                Err(reason) => return Ok(self.refused(sseq, reason)),
+            };
             frame.stored_ms = (stored_ns / 1_000_000) as i64;
             let event = if frame.prev == self.last {
                 Event::Frame(frame)
@@ -154,9 +210,40 @@ impl Follower {
                 })
             };
             self.last = sseq;
-            self.legs.from.store(sseq + 1, Ordering::Relaxed);
+            self.anchored = true;
+            self.refused.clear();
             return Ok(event);
         }
+    }
+
+    /// The frame `msg` (stored at `seq`) carries, if a leader signed it and it comes next.
+    fn check(&mut self, seq: u64, msg: &Message) -> Result<Frame, Refusal> {
+        let h = msg.headers.as_ref();
+        let signed = self.keys.verify(msg.subject.as_str(), h, &msg.payload)?;
+        let frame = frame(seq, &signed, msg.payload.clone()).map_err(|_| Refusal::Malformed)?;
+        if signed.epoch < self.epoch {
+            return Err(Refusal::StaleEpoch);
+        }
+        if self.anchored && signed.prev < self.last {
+            return Err(Refusal::Replayed);
+        }
+        if self.refused.contains(&signed.prev) {
+            return Err(Refusal::Misplaced);
+        }
+        self.epoch = signed.epoch;
+        Ok(frame)
+    }
+
+    /// A refusal, remembered and logged (the caller counts and alarms it).
+    fn refused(&mut self, seq: u64, reason: Refusal) -> Event {
+        if seq > 0 {
+            if self.refused.len() == REFUSED_KEPT {
+                self.refused.remove(0);
+            }
+            self.refused.push(seq);
+        }
+        tracing::warn!(account = %self.legs.account, seq, %reason, last = self.last, "bus message refused");
+        Event::Refused(Refused { seq, reason })
     }
 }
 
@@ -346,16 +433,17 @@ impl Consumer {
         None
     }
 }
-/// A received frame from its stream sequence, headers and body.
-fn frame(seq: u64, h: Option<&HeaderMap>, body: bytes::Bytes) -> Result<Frame, BusError> {
-    let id: FrameId = msg_id(h)
-        .ok_or_else(|| BusError::Invalid(format!("frame {seq} has no message id")))?
-        .parse()?;
+/// A received frame from its stream sequence, what its signature vouches for and its body. A
+/// salted id (`<frame id>~<salt>`: stored again because another message took the frame's id)
+/// names the frame before its `~`.
+fn frame(seq: u64, signed: &Signed, body: bytes::Bytes) -> Result<Frame, BusError> {
+    let id = signed.msg_id.split('~').next().unwrap_or_default();
+    let id: FrameId = id.parse()?;
     Ok(Frame {
         seq,
         stored_ms: 0,
-        prev: header_u64(h, PREV)?,
-        epoch: header_u64(h, EPOCH)? as i64,
+        prev: signed.prev,
+        epoch: signed.epoch,
         id,
         body,
     })

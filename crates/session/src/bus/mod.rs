@@ -8,6 +8,7 @@ pub mod follow;
 mod frame;
 pub mod publish;
 pub mod round;
+pub mod sign;
 pub mod stream;
 
 use std::time::Duration;
@@ -16,7 +17,7 @@ use async_nats::jetstream;
 
 use pmw_core::backoff::{Backoff, Policy};
 
-pub use follow::{Event, Follower, Gap};
+pub use follow::{Event, Follower, Gap, Refused};
 pub use frame::{Frame, FrameId, OutFrame};
 pub use publish::{FencedPublisher, Stored};
 
@@ -30,6 +31,10 @@ pub enum BusError {
     /// The publisher is deposed and must not publish again until it claims anew under the lock.
     #[error("fenced: the stream's last sequence is {actual}, this publisher expected {expected}")]
     Fenced { expected: u64, actual: u64 },
+    /// The stream's latest epoch marker, signed, is of a newer epoch than this claimant's: an
+    /// older leader never claims over a newer one (it must not publish).
+    #[error("superseded: epoch {theirs} claimed the stream, this publisher's epoch is {ours}")]
+    Superseded { ours: i64, theirs: i64 },
     /// A frame or configuration the bus refuses (a subject token with `.`, `*`, `>`, …).
     #[error("invalid: {0}")]
     Invalid(String),
@@ -62,6 +67,12 @@ pub struct BusConfig {
     /// How long a round's publish keeps retrying before it reports the broker unavailable (the
     /// caller's cursor waits meanwhile and it retries the whole round).
     pub give_up: Duration,
+    /// The key a publisher signs every message with (`PMW_BUS_SIGNING_KEY`; a publisher
+    /// refuses to claim without one).
+    pub signer: Option<sign::SigningKey>,
+    /// The public keys a reader accepts (`PMW_BUS_VERIFY_KEYS`; a publisher also accepts its
+    /// own key's).
+    pub verify: sign::VerifyKeys,
 }
 
 impl BusConfig {
@@ -82,6 +93,8 @@ impl BusConfig {
             ack_timeout: Duration::from_secs(2),
             api_timeout: Duration::from_secs(2),
             give_up: Duration::from_secs(10),
+            signer: None,
+            verify: sign::VerifyKeys::default(),
         }
     }
 
@@ -106,6 +119,23 @@ impl BusConfig {
         }
         check_token(&self.stream)?;
         check_token(&self.prefix)
+    }
+
+    /// These settings with the signing key `signer` and the verify keys `verify`.
+    pub fn signed(self, signer: Option<sign::SigningKey>, verify: sign::VerifyKeys) -> BusConfig {
+        BusConfig {
+            signer,
+            verify,
+            ..self
+        }
+    }
+
+    /// The keys messages are verified with: the verify keys and the signing key's public half.
+    pub fn keys(&self) -> sign::VerifyKeys {
+        match &self.signer {
+            Some(k) => self.verify.clone().with(k),
+            None => self.verify.clone(),
+        }
     }
 
     /// The subject of one account's frames.

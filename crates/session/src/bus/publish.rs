@@ -14,6 +14,17 @@
 //! Each frame also carries `Pmw-Prev`, the sequence of the account's previous frame, the chain
 //! a follower checks. The per-subject guard (`Nats-Expected-Last-Subject-Sequence`) is not used:
 //! it has replica bugs on 2.9.10.
+//!
+//! Every message is signed ([`super::sign`]: `Pmw-Key-Id`, `Pmw-Sig`), and what others stored
+//! counts only when signed:
+//! - the claim is ordered by epoch: a claimant whose epoch is below the stream's latest signed
+//!   epoch marker is [`BusError::Superseded`] and stores nothing;
+//! - a guard refused because the stream moved is [`BusError::Fenced`] only when a newer epoch
+//!   signed a marker since; messages nobody newer signed (junk, forgeries: only possible with
+//!   an unlocked broker or a leaked publish credential) are alarmed and claimed over;
+//! - a duplicate ack whose stored message this publisher's keys do not verify (someone stored
+//!   junk under the frame's predictable id first) is alarmed and the frame stored again under
+//!   a salted id (`<frame id>~<epoch>.<seq>`), so the part is never lost.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -24,6 +35,7 @@ use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::frame::{EPOCH, PREV};
+use super::sign::{Bound, Signed, SigningKey, VerifyKeys, KEY_ID, SIG};
 use super::{stream, Bus, BusError, OutFrame};
 use pmw_core::backoff::{Backoff, Policy};
 
@@ -44,6 +56,9 @@ pub struct FencedPublisher {
     last: u64,
     /// Per account: the sequence of its last frame (the next frame's `Pmw-Prev`).
     prev: HashMap<String, u64>,
+    signer: SigningKey,
+    /// What it accepts as signed by a leader: the verify keys and its own.
+    keys: VerifyKeys,
 }
 
 /// One message to store: subject, id, headers, body.
@@ -60,11 +75,34 @@ impl FencedPublisher {
     /// lock is what makes the claimant the rightful one; the marker is what fences the others
     /// out of the stream). A publish that raced in between makes the claim read again.
     pub async fn claim(bus: Bus, epoch: i64) -> Result<FencedPublisher, BusError> {
+        let signer = bus.config.signer.clone().ok_or_else(|| {
+            BusError::Invalid("no signing key (PMW_BUS_SIGNING_KEY): frames must be signed".into())
+        })?;
+        let keys = bus.config.keys();
         let deadline = Instant::now() + bus.config.give_up;
         let subject = bus.config.epoch_subject();
         let id = format!("epoch:{epoch}");
         let mut backoff = Backoff::new(Policy::STORE);
         loop {
+            let newest = newest_epoch(&bus, &keys).await;
+            match newest {
+                Ok(Some(theirs)) if theirs > epoch => {
+                    tracing::error!(
+                        epoch,
+                        theirs,
+                        "bus claim refused: a newer epoch holds the stream"
+                    );
+                    return Err(BusError::Superseded {
+                        ours: epoch,
+                        theirs,
+                    });
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    wait_or_give_up(&mut backoff, deadline, &e).await?;
+                    continue;
+                }
+            }
             let last = match stream::last_seq(&bus).await {
                 Ok(last) => last,
                 Err(e) => {
@@ -77,6 +115,8 @@ impl FencedPublisher {
                 epoch,
                 last,
                 prev: HashMap::new(),
+                signer: signer.clone(),
+                keys: keys.clone(),
             };
             let marker = Outgoing {
                 subject: &subject,
@@ -84,7 +124,11 @@ impl FencedPublisher {
                 prev: None,
                 body: Bytes::from(epoch.to_string()),
             };
-            match p.store(&marker, deadline).await {
+            let stored = match p.store(&marker, deadline).await {
+                Ok(s) => p.confirm(&marker, s, deadline).await,
+                Err(e) => Err(e),
+            };
+            match stored {
                 Ok(s) => {
                     tracing::info!(epoch, seq = s.seq, dup = s.duplicate, "bus claimed");
                     return Ok(p);
@@ -134,6 +178,7 @@ impl FencedPublisher {
                 body: f.body.clone(),
             };
             let s = self.store(&out, deadline).await?;
+            let s = self.confirm(&out, s, deadline).await?;
             self.stored(&f.id.account, s.seq);
             stored.push(s);
         }
@@ -154,16 +199,17 @@ impl FencedPublisher {
             let account = f.id.account.as_str();
             let p = *prev.entry(account).or_insert(self.prev[account]);
             let id = f.id.to_string();
-            let mut msg = PublishMessage::build()
-                .payload(f.body.clone())
-                .message_id(&id)
-                .expected_last_sequence(base + k as u64)
-                .header(EPOCH, self.epoch.to_string().as_str())
-                .header(PREV, p.to_string().as_str());
+            let subject = self.bus.config.frames_subject(account)?;
+            let out = Outgoing {
+                subject: &subject,
+                id: &id,
+                prev: Some(p),
+                body: f.body.clone(),
+            };
+            let mut msg = self.message(&out).expected_last_sequence(base + k as u64);
             if let Some(b) = &before {
                 msg = msg.expected_last_message_id(b);
             }
-            let subject = self.bus.config.frames_subject(account)?;
             match self.bus.js.send_publish(subject, msg).await {
                 Ok(ack) => acks.push(ack),
                 Err(_) => break,
@@ -179,9 +225,13 @@ impl FencedPublisher {
                 duplicate: ack.duplicate,
             };
             self.last = self.last.max(s.seq);
+            if s.duplicate {
+                // Stored one by one, where a duplicate is confirmed to be a leader's.
+                break;
+            }
             self.stored(&frames[k].id.account, s.seq);
             stored.push(s);
-            if s.duplicate || s.seq != base + k as u64 + 1 {
+            if s.seq != base + k as u64 + 1 {
                 // The frames after it were chained to a frame not stored now.
                 break;
             }
@@ -203,7 +253,7 @@ impl FencedPublisher {
         }
         let mut backoff = Backoff::new(Policy::STORE);
         let p = loop {
-            match stream::last_frame_seq(&self.bus, account).await {
+            match stream::last_frame_seq(&self.bus, account, &self.keys).await {
                 Ok(p) => break p,
                 Err(e @ BusError::Invalid(_)) => return Err(e),
                 Err(e) => wait_or_give_up(&mut backoff, deadline, &e).await?,
@@ -218,14 +268,7 @@ impl FencedPublisher {
     async fn store(&mut self, out: &Outgoing<'_>, deadline: Instant) -> Result<Stored, BusError> {
         let mut backoff = Backoff::new(Policy::STORE);
         loop {
-            let mut msg = PublishMessage::build()
-                .payload(out.body.clone())
-                .message_id(out.id)
-                .expected_last_sequence(self.last)
-                .header(EPOCH, self.epoch.to_string().as_str());
-            if let Some(prev) = out.prev {
-                msg = msg.header(PREV, prev.to_string().as_str());
-            }
+            let msg = self.message(out).expected_last_sequence(self.last);
             let sent = self.bus.js.send_publish(out.subject.to_string(), msg).await;
             let acked = match sent {
                 Ok(ack) => ack.await,
@@ -242,21 +285,124 @@ impl FencedPublisher {
                 }
                 Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => {
                     let actual = wrong_last_seq(&e.to_string());
-                    tracing::warn!(
-                        epoch = self.epoch,
-                        expected = self.last,
-                        actual,
-                        "bus fenced"
-                    );
-                    return Err(BusError::Fenced {
-                        expected: self.last,
-                        actual,
-                    });
+                    self.moved(actual).await?;
+                    if Instant::now() > deadline {
+                        return Err(BusError::Unavailable("the stream keeps moving".into()));
+                    }
                 }
                 Err(e) => wait_or_give_up(&mut backoff, deadline, &e).await?,
             }
         }
     }
+}
+
+impl FencedPublisher {
+    /// One message as stored: id, epoch, `Pmw-Prev` (frames) and signature headers.
+    fn message(&self, out: &Outgoing<'_>) -> PublishMessage {
+        let prev = out.prev.unwrap_or(0);
+        let bound = Bound {
+            epoch: self.epoch,
+            subject: out.subject,
+            msg_id: out.id,
+            prev,
+        };
+        let sig = self.signer.sign(&bound, &out.body);
+        let mut msg = PublishMessage::build()
+            .payload(out.body.clone())
+            .message_id(out.id)
+            .header(EPOCH, self.epoch.to_string().as_str())
+            .header(KEY_ID, self.signer.id())
+            .header(SIG, sig.as_str());
+        if out.prev.is_some() {
+            msg = msg.header(PREV, prev.to_string().as_str());
+        }
+        msg
+    }
+
+    /// The stream moved past this publisher's guard (to `actual`, 0: unknown): deposed
+    /// ([`BusError::Fenced`]) when a newer epoch signed a marker since; otherwise what moved it
+    /// is no leader's (junk or forgeries), alarmed, and the guard moves on to claim over it.
+    async fn moved(&mut self, actual: u64) -> Result<(), BusError> {
+        let newest = newest_epoch(&self.bus, &self.keys).await?;
+        if newest.is_some_and(|theirs| theirs > self.epoch) {
+            tracing::warn!(
+                epoch = self.epoch,
+                expected = self.last,
+                actual,
+                newest,
+                "bus fenced"
+            );
+            return Err(BusError::Fenced {
+                expected: self.last,
+                actual,
+            });
+        }
+        let actual = match actual {
+            0 => stream::last_seq(&self.bus).await?,
+            n => n,
+        };
+        metrics::counter!(stream::REFUSED_TOTAL, "reason" => "fence").increment(1);
+        tracing::warn!(
+            epoch = self.epoch,
+            expected = self.last,
+            actual,
+            "bus moved by messages no newer leader signed; claiming over them"
+        );
+        self.last = self.last.max(actual);
+        Ok(())
+    }
+
+    /// A duplicate ack is a leader's frame stored before (this publisher's earlier try, or a
+    /// predecessor's) only if the stored message verifies under the same id and is chained to a
+    /// leader's frame (or none); otherwise someone took the frame's predictable id first (or
+    /// the frame was pipelined behind such a message, its `Pmw-Prev` the impostor's: followers
+    /// refuse it as misplaced): alarmed, and stored again under a salted id.
+    async fn confirm(
+        &mut self,
+        out: &Outgoing<'_>,
+        s: Stored,
+        deadline: Instant,
+    ) -> Result<Stored, BusError> {
+        if !s.duplicate {
+            return Ok(s);
+        }
+        let prev = match self.leaders(out.subject, s.seq).await? {
+            Some(v) if v.msg_id == out.id => Some(v.prev),
+            _ => None,
+        };
+        let ours = match prev {
+            Some(0) => true,
+            Some(prev) => self.leaders(out.subject, prev).await?.is_some(),
+            None => false,
+        };
+        if ours {
+            return Ok(s);
+        }
+        metrics::counter!(stream::REFUSED_TOTAL, "reason" => "prepublished").increment(1);
+        let salted = format!("{}~{}.{}", out.id, self.epoch, s.seq);
+        tracing::warn!(epoch = self.epoch, id = out.id, seq = s.seq, %salted, "bus frame id taken by a message no leader signed; storing it again under a salted id");
+        let again = Outgoing {
+            id: &salted,
+            body: out.body.clone(),
+            ..*out
+        };
+        self.store(&again, deadline).await
+    }
+}
+
+impl FencedPublisher {
+    /// What the message at `seq` says of itself if it is on `subject` and a leader signed it.
+    async fn leaders(&self, subject: &str, seq: u64) -> Result<Option<Signed>, BusError> {
+        let m = stream::message(&self.bus, seq).await?;
+        Ok(m.filter(|m| m.subject.as_str() == subject)
+            .and_then(|m| self.keys.verify(subject, Some(&m.headers), &m.payload).ok()))
+    }
+}
+
+/// The epoch of the stream's latest signed epoch marker (`None`: none).
+async fn newest_epoch(bus: &Bus, keys: &VerifyKeys) -> Result<Option<i64>, BusError> {
+    let marker = stream::last_signed(bus, &bus.config.epoch_subject(), keys).await?;
+    Ok(marker.map(|(_, signed)| signed.epoch))
 }
 
 /// Sleep the policy's next wait, or report the broker unavailable if that passes `deadline`.

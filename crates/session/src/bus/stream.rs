@@ -1,16 +1,24 @@
 //! The stream definition: one stream holding every account's frames (`<prefix>.frames.*`) and the
 //! leaders' epoch claims (`<prefix>.epoch`), on file storage with 3 replicas, limits retention
 //! by age (the resume window) and a duplicate window; and the two reads the publisher and the
-//! follower need (the stream's last sequence, an account's last frame).
+//! follower need (the stream's last sequence, a subject's last signed message).
 
 use async_nats::jetstream::context::{GetStreamError, GetStreamErrorKind};
+use async_nats::jetstream::message::StreamMessage;
 use async_nats::jetstream::stream::{
     Config, DiscardPolicy, LastRawMessageErrorKind, RetentionPolicy, StorageType,
 };
 use async_nats::jetstream::ErrorCode;
 use bytes::Bytes;
 
+use super::sign::{Signed, VerifyKeys};
 use super::{Bus, BusError};
+
+/// `pmw_bus_refused_total{reason}`: messages on the stream a reader refused (unsigned, forged,
+/// unknown key, …; [`super::sign::Refusal`]) or a publisher alarmed on (`fence`: the stream
+/// moved under messages no newer leader signed; `prepublished`: a frame's id was taken by a
+/// message it did not sign).
+pub const REFUSED_TOTAL: &str = "pmw_bus_refused_total";
 
 /// The stream's configuration from the bus configuration.
 pub fn config(bus: &Bus) -> Config {
@@ -82,25 +90,87 @@ pub async fn last_seq(bus: &Bus) -> Result<u64, BusError> {
     Ok(info.state.last_sequence)
 }
 
-/// The stream sequence of the account's last stored frame (0: none stored, or all expired).
-pub async fn last_frame_seq(bus: &Bus, account: &str) -> Result<u64, BusError> {
-    Ok(last_frame(bus, account).await?.map_or(0, |(seq, _)| seq))
+/// The stream sequence of the account's last stored frame signed by one of `keys` (0: none
+/// stored, or all expired; see [`last_signed`]).
+pub async fn last_frame_seq(bus: &Bus, account: &str, keys: &VerifyKeys) -> Result<u64, BusError> {
+    Ok(last_frame(bus, account, keys)
+        .await?
+        .map_or(0, |(seq, _)| seq))
 }
 
-/// The account's last stored frame: its stream sequence and body (`None`: none stored, or all
-/// expired).
-pub async fn last_frame(bus: &Bus, account: &str) -> Result<Option<(u64, Bytes)>, BusError> {
+/// The account's last stored frame signed by one of `keys`: its stream sequence and body
+/// (`None`: none stored, or all expired; see [`last_signed`]).
+pub async fn last_frame(
+    bus: &Bus,
+    account: &str,
+    keys: &VerifyKeys,
+) -> Result<Option<(u64, Bytes)>, BusError> {
     let subject = bus.config.frames_subject(account)?;
+    Ok(last_signed(bus, &subject, keys)
+        .await?
+        .map(|(m, _)| (m.sequence, m.payload)))
+}
+
+/// How many messages [`last_signed`] looks at below the subject's last before it gives up.
+pub const WALK_BACK: u64 = 256;
+
+/// The last message on `subject` that `keys` verify, and what it says: the subject's last,
+/// or (when that one is refused: junk or a forgery, alarmed) the nearest signed one below it,
+/// looked for through at most [`WALK_BACK`] stream sequences (`None`: none within them).
+pub async fn last_signed(
+    bus: &Bus,
+    subject: &str,
+    keys: &VerifyKeys,
+) -> Result<Option<(StreamMessage, Signed)>, BusError> {
     let name = &bus.config.stream;
     let stream = bus
         .api(&format!("stream {name}"), bus.js.get_stream_no_info(name))
         .await?;
-    let what = format!("last frame of {subject}");
-    match bus
-        .answered(&what, stream.get_last_raw_message_by_subject(&subject))
+    let what = format!("last message of {subject}");
+    let last = match bus
+        .answered(&what, stream.get_last_raw_message_by_subject(subject))
         .await?
     {
-        Ok(m) => Ok(Some((m.sequence, m.payload))),
+        Ok(m) => m,
+        Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => return Ok(None),
+        Err(e) => return Err(BusError::Unavailable(format!("{what}: {e}"))),
+    };
+    let mut at = last.sequence;
+    let mut next = Some(last);
+    let floor = at.saturating_sub(WALK_BACK);
+    loop {
+        if let Some(m) = next.take().filter(|m| m.subject.as_str() == subject) {
+            match keys.verify(subject, Some(&m.headers), &m.payload) {
+                Ok(signed) => return Ok(Some((m, signed))),
+                Err(why) => {
+                    metrics::counter!(REFUSED_TOTAL, "reason" => why.reason()).increment(1);
+                    tracing::warn!(seq = m.sequence, %subject, reason = %why, "bus message refused; looking below it");
+                }
+            }
+        }
+        if at <= floor.max(1) {
+            tracing::warn!(%subject, below = at, "bus: no signed message found");
+            return Ok(None);
+        }
+        at -= 1;
+        let what = format!("message {at}");
+        next = match bus.answered(&what, stream.get_raw_message(at)).await? {
+            Ok(m) => Some(m),
+            Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => None,
+            Err(e) => return Err(BusError::Unavailable(format!("{what}: {e}"))),
+        };
+    }
+}
+
+/// The stored message at `seq` (`None`: none, deleted or expired).
+pub async fn message(bus: &Bus, seq: u64) -> Result<Option<StreamMessage>, BusError> {
+    let name = &bus.config.stream;
+    let stream = bus
+        .api(&format!("stream {name}"), bus.js.get_stream_no_info(name))
+        .await?;
+    let what = format!("message {seq}");
+    match bus.answered(&what, stream.get_raw_message(seq)).await? {
+        Ok(m) => Ok(Some(m)),
         Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(None),
         Err(e) => Err(BusError::Unavailable(format!("{what}: {e}"))),
     }

@@ -40,10 +40,14 @@ impl PrivateStream {
             }
             eprintln!("  warning: {e}; creating the stream again");
         }
+        // A frame signing key pair of the bench's own (push signs, the edges verify).
+        let (secret, public) = pmw_session::bus::sign::generate("bench")?;
         let env = vec![
             ("PMW_PUSH_NATS_URLS".to_string(), urls),
             ("PMW_PUSH_NATS_STREAM".into(), stream),
             ("PMW_PUSH_NATS_PREFIX".into(), prefix),
+            ("PMW_BUS_SIGNING_KEY".into(), secret),
+            ("PMW_BUS_VERIFY_KEYS".into(), public),
         ];
         Ok(PrivateStream { bus, env })
     }

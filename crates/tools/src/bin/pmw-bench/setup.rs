@@ -262,7 +262,10 @@ impl Bench {
         env.push(("PMW_EDGE_WS_CONNECTS_PER_SEC".into(), "1000000".into()));
         env.push(("PMW_EDGE_WS_CONNECT_BURST".into(), "1000000".into()));
         for (k, v) in bus {
-            env.push((k.replace("PMW_PUSH_", "PMW_EDGE_"), v.clone()));
+            // The signing key is push's alone; the edges get the verify key.
+            if k != "PMW_BUS_SIGNING_KEY" {
+                env.push((k.replace("PMW_PUSH_", "PMW_EDGE_"), v.clone()));
+            }
         }
         self.serve(&name, "pmw-edge", env, port).await
     }
