@@ -80,12 +80,12 @@ async fn no_secret_is_stored_in_plain_text_and_sealed_secrets_still_sign() {
     {
         let current: String = r.get(0);
         assert!(
-            current.starts_with("pmwsealed:v1:new:") && !current.contains("whsec_"),
+            current.starts_with("pmwsealed:v2:new:") && !current.contains("whsec_"),
             "{current}"
         );
         if let Some(p) = r.get::<_, Option<String>>(1) {
             assert!(
-                p.starts_with("pmwsealed:v1:") && !p.contains("whsec_"),
+                p.starts_with("pmwsealed:v2:") && !p.contains("whsec_"),
                 "{p}"
             );
         }
