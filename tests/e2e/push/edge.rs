@@ -39,7 +39,7 @@ fn hooked(hooks: &Receiver) -> Vec<Cursor> {
 }
 
 /// A stream and prefix no other test uses, on the cluster at `urls`.
-fn bus_config(urls: &str) -> BusConfig {
+pub(super) fn bus_config(urls: &str) -> BusConfig {
     let tag = format!("{:08x}", rand::random::<u32>());
     let mut c = BusConfig::new(urls);
     c.stream = format!("PMW_T_{tag}");
@@ -48,7 +48,7 @@ fn bus_config(urls: &str) -> BusConfig {
 }
 
 /// Push in edge mode on `bus`; it never hands over for a stall within a test.
-fn edge_push(h: &Harness, bus: &BusConfig) -> PushConfig {
+pub(super) fn edge_push(h: &Harness, bus: &BusConfig) -> PushConfig {
     PushConfig {
         push_nats_urls: Some(bus.urls.join(",")),
         push_nats_stream: bus.stream.clone(),
@@ -253,7 +253,7 @@ async fn a_leader_deposed_on_the_bus_stops_without_moving_its_cursor() {
     drop_stream(&bus).await;
 }
 
-async fn drop_stream(config: &BusConfig) {
+pub(super) async fn drop_stream(config: &BusConfig) {
     if let Ok(bus) = Bus::connect(config.clone(), "pmw-test").await {
         let _ = stream::ensure(&bus).await;
         let _ = bus.js.delete_stream(&config.stream).await;
@@ -265,7 +265,7 @@ async fn start_edge(h: &Harness, bus: &BusConfig) -> (ServiceHandle, std::net::S
     start_edge_with(h, bus, |_| {}).await
 }
 
-async fn start_edge_with(
+pub(super) async fn start_edge_with(
     h: &Harness,
     bus: &BusConfig,
     tweak: impl FnOnce(&mut pmw_edge::EdgeConfig),

@@ -7,6 +7,7 @@ mod edge;
 mod finality;
 mod index;
 mod leadership;
+mod limits;
 mod liveness;
 mod observed;
 mod stream;
