@@ -83,7 +83,7 @@ pub async fn anonymous_limit(
         let ip = crate::client_ip::client_ip(&parts, &st.cfg.api_trusted_proxies);
         if let Err(wait) = st.anonymous.take(ip) {
             let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
-            return ApiError::address_limited(secs, "too many requests without an API key")
+            return ApiError::address_limited(secs, "too many unauthenticated requests")
                 .into_response();
         }
         return next
