@@ -87,7 +87,7 @@ pub async fn upgrade(
         // The address's budget is the fleet's: failures at other servers count too.
         let key = fleet::address_key(ip);
         let rate = st.cfg.failure_rate();
-        if let Err(r) = shared(st.fleet.take(fleet::AUTH_FAILURES, &key, rate).await, WHAT) {
+        if let Some(r) = shared(st.fleet.take(fleet::AUTH_FAILURES, &key, rate).await, WHAT) {
             return r;
         }
     }
@@ -101,7 +101,7 @@ pub async fn upgrade(
             return too_many(wait, WHAT);
         }
         let (key, rate) = (p.account_id.to_string(), st.cfg.connect_rate());
-        if let Err(r) = shared(st.fleet.take(fleet::CONNECTS, &key, rate).await, WHAT) {
+        if let Some(r) = shared(st.fleet.take(fleet::CONNECTS, &key, rate).await, WHAT) {
             return r;
         }
     }
@@ -114,17 +114,17 @@ pub async fn upgrade(
         .on_upgrade(move |socket| session(st, socket, who, since, opts))
 }
 
-/// A fleet limit's answer as the connect's: 429 over it, 503 when its store did not answer
-/// (nothing is admitted then: fail closed).
-fn shared(taken: Result<(), FleetError>, what: &str) -> Result<(), Response> {
+/// A fleet limit's refusal as the connect's answer: 429 over it, 503 when its store did not
+/// answer (nothing is admitted then: fail closed); `None` when admitted.
+fn shared(taken: Result<(), FleetError>, what: &str) -> Option<Response> {
     match taken {
-        Ok(()) => Ok(()),
-        Err(FleetError::Limited(wait)) => Err(too_many(wait, what)),
+        Ok(()) => None,
+        Err(FleetError::Limited(wait)) => Some(too_many(wait, what)),
         Err(e) => {
             tracing::warn!(error = %e, "ws connect refused: limits store unavailable");
             let body = json!({"error": {"code": "unavailable", "message": "try again later"}});
             let headers = [(header::RETRY_AFTER, "1".to_string())];
-            Err((StatusCode::SERVICE_UNAVAILABLE, headers, axum::Json(body)).into_response())
+            Some((StatusCode::SERVICE_UNAVAILABLE, headers, axum::Json(body)).into_response())
         }
     }
 }
