@@ -128,13 +128,19 @@ async fn the_failed_authentication_budget_holds_across_two_edges() {
     let (a, addr_a) = edge_on(h.core(), &bus, budget).await;
     let (b, addr_b) = edge_on(h.core(), &bus, budget).await;
 
-    // One address, bad keys, alternating between the edges: each edge alone would let BURST
+    // One address, guessed keys (of the right shape: looked up), alternating between the edges:
+    // each edge alone would let BURST
     // through (2 × BURST in all); the fleet lets BURST through (one more if a second passed).
     let mut admitted = 0;
     let mut refused = Vec::new();
     for i in 0..3 * BURST {
         let addr = if i % 2 == 0 { addr_a } else { addr_b };
-        match upgrade(addr, &format!("pmw_{:032x}", rand::random::<u128>())).await {
+        let guess = format!(
+            "pmw_{:032x}{:032x}",
+            rand::random::<u128>(),
+            rand::random::<u128>()
+        );
+        match upgrade(addr, &guess).await {
             Ok(()) => admitted += 1,
             Err(r) => refused.push(r),
         }

@@ -71,6 +71,13 @@ pub async fn upgrade(
         Ok(a) => a,
         Err(wait) => return too_many(wait, "too many failed authentications from this address"),
     };
+    // A credential of the right shape is looked up: only such failures can be guesses, and only
+    // they cost the fleet's budget a write (a malformed or missing one is refused locally).
+    let looked_up = match (&bearer, q.get("ticket")) {
+        (Some(key), _) => auth::plausible(key, auth::KEY_PREFIX),
+        (None, Some(t)) => auth::plausible(t, auth::TICKET_PREFIX),
+        (None, None) => false,
+    };
     let who = match (bearer, q.get("ticket")) {
         (Some(key), _) => auth::account_for_key(&st.pool, &key).await,
         (None, Some(t)) => auth::redeem_ticket(&st.pool, t).await,
@@ -84,11 +91,13 @@ pub async fn upgrade(
         if let Err(wait) = st.failures.failed(ip, admission) {
             return too_many(wait, WHAT);
         }
-        // The address's budget is the fleet's: failures at other servers count too.
-        let key = fleet::address_key(ip);
-        let rate = st.cfg.failure_rate();
-        if let Some(r) = shared(st.fleet.take(fleet::AUTH_FAILURES, &key, rate).await, WHAT) {
-            return r;
+        // The address's budget is the fleet's: failed lookups at other servers count too.
+        if looked_up {
+            let (key, rate) = (fleet::address_key(ip), st.cfg.failure_rate());
+            let taken = st.fleet.take(fleet::AUTH_FAILURES, &key, rate).await;
+            if let Some(r) = shared(taken, WHAT) {
+                return r;
+            }
         }
     }
     // Connects per account are rate limited before the upgrade: one account's reconnect storm
