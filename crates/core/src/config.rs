@@ -26,7 +26,7 @@
 //! | `PMW_LOG_FORMAT` | `text` | `text` or `json` |
 //! | `PMW_LOG` | `info` | tracing filter directives (`info,pmw_push=debug`) |
 //! | `PMW_SECRET_KEYS` | unset | operator keys sealing webhook signing secrets at rest (secret; environment only, not the TOML file): `id:base64 of 32 bytes[,id:…]`, the first seals, all open ([`crate::sealed`]; rotation with `pmwctl secrets reseal`). Unset: new secrets are stored unsealed (development only: `/v1/ready` and `pmwctl status` warn, and production refuses to start) |
-//! | `PMW_ENV` | `development` | `development` or `production`. The shipped systemd units and the pm2 ecosystem set `production`; `scripts/dev` and the tests leave the default. Production refuses to start (exit 78) without `PMW_SECRET_KEYS` |
+//! | `PMW_ENV` | `development` | `development` or `production`. The shipped systemd units and the pm2 ecosystem set `production`; `scripts/dev` and the tests leave the default. In production every service refuses to start (exit 78) without `PMW_SECRET_KEYS` (pmwctl runs, so it can make the first key) |
 //! | `PMW_ALLOW_UNSEALED_SECRETS` | `false` | production only: start without `PMW_SECRET_KEYS` anyway (secrets stored unsealed; the warnings stay) |
 //!
 //! The three timeouts apply to pooled sessions only. Dedicated sessions (advisory locks, LISTEN;
@@ -252,17 +252,21 @@ impl Validate for CoreConfig {
         tracing_subscriber::EnvFilter::try_new(&self.log_filter)
             .map_err(|e| ConfigError::invalid("PMW_LOG", e.to_string()))?;
         // Read from the environment by `sealed::keyring`; checked here so a bad value exits 78.
-        let keys = std::env::var(crate::sealed::ENV).unwrap_or_default();
-        if !keys.trim().is_empty() {
-            crate::sealed::Keyring::parse(&keys)
-                .map_err(|e| ConfigError::invalid("PMW_SECRET_KEYS", e.to_string()))?;
+        // Whether production may run without keys is the services' check
+        // ([`CoreConfig::check_secrets`], in `service::main`): pmwctl makes the first key.
+        if let Ok(spec) = std::env::var(crate::sealed::ENV) {
+            if !spec.trim().is_empty() {
+                crate::sealed::Keyring::parse(&spec)
+                    .map_err(|e| ConfigError::invalid("PMW_SECRET_KEYS", e.to_string()))?;
+            }
         }
-        self.check_secrets(!keys.trim().is_empty())
+        Ok(())
     }
 }
 
 impl CoreConfig {
-    /// Production needs operator keys for secrets at rest, unless explicitly overridden.
+    /// Production needs operator keys for secrets at rest, unless explicitly overridden: every
+    /// service checks it at start (`service::main`, exit 78); pmwctl does not (it makes keys).
     pub fn check_secrets(&self, keys_set: bool) -> Result<(), ConfigError> {
         if self.env == Deployment::Production && !keys_set && !self.allow_unsealed_secrets {
             return Err(ConfigError::invalid(

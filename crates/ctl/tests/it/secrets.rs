@@ -84,3 +84,17 @@ async fn reseal_binds_first_format_secrets_to_their_endpoint() {
     assert_eq!(code, 0);
     assert!(err.contains("sealed 0 of 2"), "{err}");
 }
+
+/// pmwctl runs in production without keys (the service check is not its): it makes the first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generate_key_runs_in_production_without_keys() {
+    let db = TestDb::new().await;
+    let mut env = db.env();
+    env.retain(|(k, _)| k != pmw_core::sealed::ENV);
+    env.push((pmw_core::sealed::ENV.into(), String::new()));
+    env.push(("PMW_ENV".into(), "production".into()));
+    let args = ["secrets", "generate-key", "--id", "first"];
+    let (code, out, err) = run_bin(Path::new(BIN), &env, &args, Duration::from_secs(60)).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(Keyring::parse(out.trim()).is_ok(), "{out}");
+}
