@@ -2,7 +2,8 @@
 //!
 //! The WebSocket session layer, one implementation for every process that serves `/v1/ws`
 //! (push's leader in single-process mode, `pmw-edge` in edge mode): authentication (key or
-//! ticket, failure throttle, connect quota), the session hub and its fan-out ([`hub`]), the
+//! ticket, failure throttle, connect quota; the session cap, connect rate and failure budget held
+//! fleet-wide in Postgres, and the stale-view bound: [`fleet`]), the session hub and its fan-out ([`hub`]), the
 //! subscription index and grants ([`subs`]), resume from the ledger stores ([`resume`],
 //! [`ws`]'s replay), heartbeats, the slow-consumer policy (with the connections' small send buffers,
 //! [`listen`]), and the latency facts ([`recorder`]).
