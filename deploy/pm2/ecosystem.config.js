@@ -32,6 +32,10 @@
 const bin = process.env.PMW_BIN_DIR || '/usr/local/lib/pmw/bin';
 const port = (name, dflt) => process.env[name] || String(dflt);
 
+// PMW_ENV: production by default (refuses to start without PMW_SECRET_KEYS unless
+// PMW_ALLOW_UNSEALED_SECRETS=true; crates/core/src/config.rs); scripts/dev exports development.
+const deployment = { PMW_ENV: process.env.PMW_ENV || 'production' };
+
 const common = {
   interpreter: 'none',
   autorestart: true,
@@ -50,6 +54,7 @@ const edges = Array.from({ length: Number(process.env.PMW_EDGES || 0) }, (_, k) 
   name: `pmw-edge-${k + 1}`,
   script: `${bin}/pmw-edge`,
   env: {
+    ...deployment,
     PMW_INSTANCE: `edge-${k + 1}`,
     PMW_EDGE_LISTEN: `127.0.0.1:${port(`PMW_EDGE_${k + 1}_PORT`, 8101 + k)}`,
     PMW_EDGE_METRICS_ADDR: `127.0.0.1:${port(`PMW_EDGE_${k + 1}_METRICS_PORT`, 9470 + k)}`,
@@ -62,13 +67,14 @@ module.exports = {
       ...common,
       name: 'pmw-live',
       script: `${bin}/pmw-live`,
-      env: { PMW_INSTANCE: 'live', PMW_LIVE_METRICS_ADDR: `127.0.0.1:${port('PMW_LIVE_METRICS_PORT', 9461)}` },
+      env: { ...deployment, PMW_INSTANCE: 'live', PMW_LIVE_METRICS_ADDR: `127.0.0.1:${port('PMW_LIVE_METRICS_PORT', 9461)}` },
     },
     {
       ...common,
       name: 'pmw-push-a',
       script: `${bin}/pmw-push`,
       env: {
+        ...deployment,
         PMW_INSTANCE: 'push-a',
         PMW_PUSH_LISTEN: `127.0.0.1:${port('PMW_PUSH_A_PORT', 8081)}`,
         PMW_PUSH_METRICS_ADDR: `127.0.0.1:${port('PMW_PUSH_A_METRICS_PORT', 9462)}`,
@@ -79,6 +85,7 @@ module.exports = {
       name: 'pmw-push-b',
       script: `${bin}/pmw-push`,
       env: {
+        ...deployment,
         PMW_INSTANCE: 'push-b',
         PMW_PUSH_LISTEN: `127.0.0.1:${port('PMW_PUSH_B_PORT', 8091)}`,
         PMW_PUSH_METRICS_ADDR: `127.0.0.1:${port('PMW_PUSH_B_METRICS_PORT', 9463)}`,
@@ -88,13 +95,14 @@ module.exports = {
       ...common,
       name: 'pmw-api',
       script: `${bin}/pmw-api`,
-      env: { PMW_INSTANCE: 'api', PMW_API_LISTEN: `127.0.0.1:${port('PMW_API_PORT', 8080)}` },
+      env: { ...deployment, PMW_INSTANCE: 'api', PMW_API_LISTEN: `127.0.0.1:${port('PMW_API_PORT', 8080)}` },
     },
     {
       ...common,
       name: 'pmw-stats',
       script: `${bin}/pmw-stats`,
       env: {
+        ...deployment,
         PMW_INSTANCE: 'stats',
         PMW_STATS_LISTEN: `127.0.0.1:${port('PMW_STATS_PORT', 8082)}`,
         PMW_STATS_METRICS_ADDR: `127.0.0.1:${port('PMW_STATS_METRICS_PORT', 9464)}`,

@@ -5,8 +5,9 @@
 //! authentications (no key, a malformed, unknown or revoked one) are limited per client address
 //! at the same rate ([`pmw_core::client::FailureThrottle`], checked before the lookup): past it
 //! an address gets 429 without a database lookup; a malformed key is refused without one
-//! ([`pmw_core::auth::plausible`]). The client address is core's rule: `X-Forwarded-For` only
-//! from `PMW_API_TRUSTED_PROXIES`.
+//! ([`pmw_core::auth::plausible`]). Requests without any key are limited per client address
+//! before any other work ([`anonymous_limit`]). The client address is core's rule:
+//! `X-Forwarded-For` only from `PMW_API_TRUSTED_PROXIES`.
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -56,7 +57,40 @@ pub fn failure_limiter(cfg: &ApiConfig) -> Arc<FailureThrottle> {
 
 /// 429 with `Retry-After` for an address over its failures.
 fn throttled(wait: Duration) -> ApiError {
-    ApiError::rate_limited(wait.as_secs_f64().ceil().max(1.0) as u64)
+    let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
+    ApiError::address_limited(secs, "too many failed authentications")
+}
+
+/// Requests without a key per client address, at `PMW_API_ANON_RATE_PER_SEC` and its burst.
+pub fn anonymous_limiter(cfg: &ApiConfig) -> Arc<FailureThrottle> {
+    let rate = NonZeroU32::new(cfg.api_anon_rate_per_sec).unwrap_or(NonZeroU32::MIN);
+    let burst = NonZeroU32::new(cfg.api_anon_rate_burst).unwrap_or(rate);
+    Arc::new(FailureThrottle::new(rate, burst))
+}
+
+/// Every request that carries no `Authorization` header is counted against its client
+/// address before any other work (routing, body, store): past the limit, 429 saying the limit
+/// is the address's. One address flooding `/v1/ready` or unknown routes then costs a paying
+/// client's requests nothing but the 429s.
+pub async fn anonymous_limit(
+    axum::extract::State(st): axum::extract::State<AppState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    if !req.headers().contains_key(AUTHORIZATION) {
+        let (parts, body) = req.into_parts();
+        let ip = crate::client_ip::client_ip(&parts, &st.cfg.api_trusted_proxies);
+        if let Err(wait) = st.anonymous.take(ip) {
+            let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
+            return ApiError::address_limited(secs, "too many unauthenticated requests")
+                .into_response();
+        }
+        return next
+            .run(axum::extract::Request::from_parts(parts, body))
+            .await;
+    }
+    next.run(req).await
 }
 
 /// 429 with `Retry-After`: the limiter refused until `not_until`.

@@ -7,6 +7,7 @@
 //! | `PMW_API_MAX_BODY_BYTES` | `65536` | request body limit (413 beyond) |
 //! | `PMW_API_RATE_PER_SEC` | `20` | per-account sustained request rate (all its keys together) (429 + `Retry-After` beyond) |
 //! | `PMW_API_RATE_BURST` | `40` | per-account burst |
+//! | `PMW_API_ANON_RATE_PER_SEC` / `PMW_API_ANON_RATE_BURST` | `20` / `100` | requests without an `Authorization` header (any path: `/v1/ready`, an unknown route's 404, sign-up…) per client address, counted in-process before any other work (429 + `Retry-After` beyond, saying the limit is the address's); requests with a key are limited per account instead |
 //! | `PMW_API_WS_TICKET_TTL_SECS` | `60` | lifetime of a browser WebSocket ticket |
 //! | `PMW_API_IDEMPOTENCY_TTL_SECS` | `86400` | how long a POST's `Idempotency-Key` and its stored response are kept (60..=604800) |
 //! | `PMW_API_WEBHOOK_TEST_PER_MIN` | `6` | `POST /v1/webhooks/{id}/test` per account per minute (429 + `Retry-After` beyond) |
@@ -43,6 +44,10 @@ pub struct ApiConfig {
     pub api_rate_per_sec: u32,
     #[serde(default = "defaults::burst")]
     pub api_rate_burst: u32,
+    #[serde(default = "defaults::anon_rate")]
+    pub api_anon_rate_per_sec: u32,
+    #[serde(default = "defaults::anon_burst")]
+    pub api_anon_rate_burst: u32,
     #[serde(default = "defaults::ticket_ttl")]
     pub api_ws_ticket_ttl_secs: u64,
     #[serde(default = "defaults::idempotency_ttl")]
@@ -104,6 +109,12 @@ impl Validate for ApiConfig {
         if self.api_rate_per_sec == 0 || self.api_rate_burst == 0 {
             return Err(ConfigError::invalid(
                 "PMW_API_RATE_PER_SEC",
+                "rate and burst must be positive",
+            ));
+        }
+        if self.api_anon_rate_per_sec == 0 || self.api_anon_rate_burst == 0 {
+            return Err(ConfigError::invalid(
+                "PMW_API_ANON_RATE_PER_SEC",
                 "rate and burst must be positive",
             ));
         }
@@ -179,6 +190,12 @@ mod defaults {
     }
     pub fn burst() -> u32 {
         40
+    }
+    pub fn anon_rate() -> u32 {
+        20
+    }
+    pub fn anon_burst() -> u32 {
+        100
     }
     pub fn ticket_ttl() -> u64 {
         60

@@ -70,6 +70,19 @@ impl ApiError {
         ApiError::new(StatusCode::FORBIDDEN, "plan_limit", message)
     }
 
+    /// An address over its limit (a request without a valid key: none, or failed ones): says
+    /// so, never "for this API key".
+    pub fn address_limited(retry_after_secs: u64, what: &str) -> ApiError {
+        ApiError {
+            retry_after: Some(retry_after_secs.max(1)),
+            ..ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                format!("{what} from this address; retry after the Retry-After delay"),
+            )
+        }
+    }
+
     pub fn rate_limited(retry_after_secs: u64) -> ApiError {
         ApiError {
             retry_after: Some(retry_after_secs.max(1)),

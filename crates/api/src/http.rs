@@ -1,7 +1,8 @@
 //! The HTTP stack around the routes: the whole request body read first (so no rejection ever
 //! leaves an unread body on a kept-alive connection, which a proxy would then reuse poisoned),
 //! body size limit (413 in the error shape, connection closed), request metrics, panic → 500,
-//! and the error shape for every non-JSON error response.
+//! and the error shape for every non-JSON error response; requests without a key are limited per
+//! client address right after the body is read ([`crate::auth::anonymous_limit`]).
 
 use std::time::{Duration, Instant};
 
@@ -40,6 +41,11 @@ pub fn app(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(limit))
         .layer(CatchPanicLayer::new())
         .layer(middleware::map_response(error_shape))
+        // After the body is read (a refusal leaves nothing unread on the connection).
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::auth::anonymous_limit,
+        ))
         .layer(middleware::from_fn_with_state(state.clone(), read_body))
         .layer(middleware::from_fn(track))
         .with_state(state)

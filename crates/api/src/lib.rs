@@ -40,6 +40,8 @@ pub struct AppState {
     pub limiter: Arc<auth::Limiter>,
     /// Failed authentications per client address, checked before the key lookup (bounded).
     pub failures: Arc<pmw_core::client::FailureThrottle>,
+    /// Requests without a key per client address, before any other work (bounded).
+    pub anonymous: Arc<pmw_core::client::FailureThrottle>,
     /// `POST /v1/webhooks/{id}/test` per account.
     pub test_limiter: Arc<auth::Limiter>,
     /// The SSRF-guarded client of test events.
@@ -85,6 +87,7 @@ pub async fn run_with(
         ch: stores.ch.clone(),
         limiter: auth::limiter(&api),
         failures: auth::failure_limiter(&api),
+        anonymous: auth::anonymous_limiter(&api),
         test_limiter: auth::test_limiter(&api),
         hooks: hook_client::HookClient::new(api.api_allow_private_webhooks)
             .map_err(|e| ServiceError::Bug(e.into()))?,

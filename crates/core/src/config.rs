@@ -25,7 +25,9 @@
 //! | `PMW_INSTANCE` | the service name | instance name shown in status/heartbeats (`push-a`, `push-b`) |
 //! | `PMW_LOG_FORMAT` | `text` | `text` or `json` |
 //! | `PMW_LOG` | `info` | tracing filter directives (`info,pmw_push=debug`) |
-//! | `PMW_SECRET_KEYS` | unset | operator keys sealing webhook signing secrets at rest (secret; environment only, not the TOML file): `id:base64 of 32 bytes[,id:…]`, the first seals, all open ([`crate::sealed`]; rotation with `pmwctl secrets reseal`). Unset: new secrets are stored unsealed (development only) |
+//! | `PMW_SECRET_KEYS` | unset | operator keys sealing webhook signing secrets at rest (secret; environment only, not the TOML file): `id:base64 of 32 bytes[,id:…]`, the first seals, all open ([`crate::sealed`]; rotation with `pmwctl secrets reseal`). Unset: new secrets are stored unsealed (development only: `/v1/ready` and `pmwctl status` warn, and production refuses to start) |
+//! | `PMW_ENV` | `development` | `development` or `production`. The shipped systemd units and the pm2 ecosystem set `production`; `scripts/dev` and the tests leave the default. In production every service refuses to start (exit 78) without `PMW_SECRET_KEYS` (pmwctl runs, so it can make the first key) |
+//! | `PMW_ALLOW_UNSEALED_SECRETS` | `false` | production only: start without `PMW_SECRET_KEYS` anyway (secrets stored unsealed; the warnings stay) |
 //!
 //! The three timeouts apply to pooled sessions only. Dedicated sessions (advisory locks, LISTEN;
 //! [`crate::pg::dedicated`]) get none of them: a lock wait is a long statement by design and sets
@@ -130,6 +132,20 @@ pub struct CoreConfig {
     pub log_format: LogFormat,
     #[serde(default = "defaults::log", rename = "log")]
     pub log_filter: String,
+    /// `PMW_ENV`: what the deployment is (production refuses unsafe defaults).
+    #[serde(default)]
+    pub env: Deployment,
+    #[serde(default)]
+    pub allow_unsealed_secrets: bool,
+}
+
+/// `PMW_ENV`: a development box (the default) or production.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Deployment {
+    #[default]
+    Development,
+    Production,
 }
 
 impl CoreConfig {
@@ -177,6 +193,8 @@ impl fmt::Debug for CoreConfig {
             .field("instance", &self.instance)
             .field("log_format", &self.log_format)
             .field("log", &self.log_filter)
+            .field("env", &self.env)
+            .field("allow_unsealed_secrets", &self.allow_unsealed_secrets)
             .finish()
     }
 }
@@ -234,11 +252,27 @@ impl Validate for CoreConfig {
         tracing_subscriber::EnvFilter::try_new(&self.log_filter)
             .map_err(|e| ConfigError::invalid("PMW_LOG", e.to_string()))?;
         // Read from the environment by `sealed::keyring`; checked here so a bad value exits 78.
+        // Whether production may run without keys is the services' check
+        // ([`CoreConfig::check_secrets`], in `service::main`): pmwctl makes the first key.
         if let Ok(spec) = std::env::var(crate::sealed::ENV) {
             if !spec.trim().is_empty() {
                 crate::sealed::Keyring::parse(&spec)
                     .map_err(|e| ConfigError::invalid("PMW_SECRET_KEYS", e.to_string()))?;
             }
+        }
+        Ok(())
+    }
+}
+
+impl CoreConfig {
+    /// Production needs operator keys for secrets at rest, unless explicitly overridden: every
+    /// service checks it at start (`service::main`, exit 78); pmwctl does not (it makes keys).
+    pub fn check_secrets(&self, keys_set: bool) -> Result<(), ConfigError> {
+        if self.env == Deployment::Production && !keys_set && !self.allow_unsealed_secrets {
+            return Err(ConfigError::invalid(
+                "PMW_SECRET_KEYS",
+                "required with PMW_ENV=production (webhook signing secrets would be stored unsealed); generate one with `pmwctl secrets generate-key`, or set PMW_ALLOW_UNSEALED_SECRETS=true to start anyway",
+            ));
         }
         Ok(())
     }
@@ -352,6 +386,31 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(err.contains("PMW_POSTGRES_STATEMENT_TIMEOUT_MS"), "{err}");
+    }
+
+    #[test]
+    fn production_refuses_to_start_without_secret_keys_unless_overridden() {
+        let prod: CoreConfig = load_from(
+            with(&[("env", "production")])
+                .merge(Serialized::default("allow_unsealed_secrets", true)),
+        )
+        .unwrap();
+        assert_eq!(prod.env, Deployment::Production);
+        let strict = CoreConfig {
+            allow_unsealed_secrets: false,
+            ..prod.clone()
+        };
+        let err = strict.check_secrets(false).unwrap_err().to_string();
+        assert!(
+            err.contains("PMW_SECRET_KEYS") && err.contains("PMW_ENV=production"),
+            "{err}"
+        );
+        assert!(strict.check_secrets(true).is_ok());
+        assert!(prod.check_secrets(false).is_ok(), "explicitly overridden");
+        let dev: CoreConfig = load_from(Figment::new()).unwrap();
+        assert_eq!(dev.env, Deployment::Development);
+        assert!(dev.check_secrets(false).is_ok());
+        assert!(load_from::<CoreConfig>(with(&[("env", "staging")])).is_err());
     }
 
     #[test]

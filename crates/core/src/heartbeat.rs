@@ -23,11 +23,14 @@ impl Heartbeat {
     }
 
     /// Upsert this instance's row with a fresh beat and `state` (plus `revision`: the build's
-    /// git revision, [`crate::build_info::REVISION`]).
+    /// git revision, [`crate::build_info::REVISION`]; and `secret_keys`: whether it runs with
+    /// `PMW_SECRET_KEYS`, which `pmwctl status` warns about).
     pub async fn beat(&self, state: &serde_json::Value) -> Result<(), crate::pg::PgError> {
         let mut state = state.clone();
         if let Some(o) = state.as_object_mut() {
             o.insert("revision".into(), crate::build_info::REVISION.into());
+            let keys = crate::sealed::keyring().is_some();
+            o.insert("secret_keys".into(), keys.into());
         }
         let client = self.pool.get().await?;
         client

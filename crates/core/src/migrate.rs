@@ -75,6 +75,7 @@ pub const POSTGRES: &[Migration] = &[
     migration!(15, "replay_quota", "postgres/0015_replay_quota.sql"),
     migration!(16, "hot_ledger", "postgres/0016_hot_ledger.sql"),
     migration!(17, "ledger_visible", "postgres/0017_ledger_visible.sql"),
+    migration!(18, "fleet_limits", "postgres/0018_fleet_limits.sql"),
 ];
 
 /// ClickHouse migrations, in order. Every file in `migrations/clickhouse` must be listed (tested).

@@ -239,7 +239,7 @@ mod tests {
             id: 1,
             account_id: 1,
             url: "https://hooks.example/in/SECRET?token=SECRET".into(),
-            signing: crate::webhook::Signing::parse("whsec_SECRET", None, None),
+            signing: crate::webhook::Signing::parse(1, "whsec_SECRET", None, None),
             failing_since_ms: None,
         };
         for shown in [format!("{key:?}"), format!("{target:?}")] {

@@ -1,7 +1,10 @@
 //! Secrets at rest: webhook signing secrets are stored sealed with an operator key
 //! (XChaCha20-Poly1305 from RustCrypto's `chacha20poly1305`, a random 24-byte nonce per seal),
-//! as `pmwsealed:v1:<key id>:<base64 of nonce and ciphertext>`; the key id beside the
-//! ciphertext names the key that opens it, and is authenticated with it.
+//! as `pmwsealed:v2:<key id>:<base64 of nonce and ciphertext>`, bound to their endpoint: the
+//! associated data is the prefix, the key id and the endpoint id, so a sealed value copied to
+//! another endpoint's row (or relabelled with another key id) does not open. Values of the first
+//! format (`pmwsealed:v1:…`, key id only, no endpoint) still open; `pmwctl secrets reseal`
+//! upgrades them to v2.
 //!
 //! The keys come from `PMW_SECRET_KEYS` (environment only; validated by
 //! [`crate::config::CoreConfig`] so a broken value stops a service with exit 78):
@@ -10,7 +13,8 @@
 //! `pmwctl secrets reseal` (seals every stored secret with the first key), then drop the old
 //! keys. A stored value that is not sealed (`whsec_…`, from before a key was configured) is read
 //! as it is, and sealed by `reseal`. Without `PMW_SECRET_KEYS`, new secrets are stored as they
-//! are (a warning at start-up): development without `scripts/stack`'s generated key only.
+//! are: `/v1/ready` and `pmwctl status` warn ([`UNSET_WARNING`]), and a production
+//! configuration (`PMW_ENV=production`) refuses to start unless `PMW_ALLOW_UNSEALED_SECRETS`.
 
 use std::fmt;
 use std::sync::OnceLock;
@@ -22,8 +26,14 @@ use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 
 /// The environment variable holding the keys.
 pub const ENV: &str = "PMW_SECRET_KEYS";
-/// Start of a sealed value.
-pub const PREFIX: &str = "pmwsealed:v1:";
+/// Start of a sealed value of the first format (no endpoint binding; opened, never written).
+pub const PREFIX_V1: &str = "pmwsealed:v1:";
+/// Start of a sealed value bound to its endpoint (what [`Keyring::seal`] writes).
+pub const PREFIX: &str = "pmwsealed:v2:";
+/// What every sealed value starts with, whatever its format.
+pub const SEALED: &str = "pmwsealed:";
+/// The warning `/v1/ready` and `pmwctl status` give when a service runs without keys.
+pub const UNSET_WARNING: &str = "PMW_SECRET_KEYS is unset: new webhook signing secrets are stored unsealed (set it, restart, then run pmwctl secrets reseal; see docs/OPERATIONS.md, secrets at rest)";
 const KEY_BYTES: usize = 32;
 const NONCE_BYTES: usize = 24;
 
@@ -105,11 +115,11 @@ impl Keyring {
         &self.keys[0].0
     }
 
-    /// Seal `plain` with the first key.
-    pub fn seal(&self, plain: &str) -> String {
+    /// Seal `plain`, the secret of endpoint `endpoint`, with the first key.
+    pub fn seal(&self, plain: &str, endpoint: i64) -> String {
         let (id, cipher) = &self.keys[0];
         let nonce = XChaCha20Poly1305::generate_nonce(&mut OsRng);
-        let aad = format!("{PREFIX}{id}");
+        let aad = format!("{PREFIX}{id}:endpoint:{endpoint}");
         let ct = cipher
             .encrypt(
                 &nonce,
@@ -121,13 +131,17 @@ impl Keyring {
             .expect("XChaCha20-Poly1305 seals any length we store");
         let mut blob = nonce.to_vec();
         blob.extend_from_slice(&ct);
-        format!("{aad}:{}", STANDARD.encode(blob))
+        format!("{PREFIX}{id}:{}", STANDARD.encode(blob))
     }
 
-    /// Open a stored value: a sealed one with the key it names, anything else as it is.
-    pub fn open(&self, stored: &str) -> Result<String, SealError> {
-        let Some(rest) = stored.strip_prefix(PREFIX) else {
-            return Ok(stored.to_string());
+    /// Open a value stored in endpoint `endpoint`'s row: a sealed one with the key it names
+    /// (a v2 value only in the row it was sealed for), anything else as it is.
+    pub fn open(&self, stored: &str, endpoint: i64) -> Result<String, SealError> {
+        let (prefix, rest) = match (stored.strip_prefix(PREFIX), stored.strip_prefix(PREFIX_V1)) {
+            (Some(rest), _) => (PREFIX, rest),
+            (None, Some(rest)) => (PREFIX_V1, rest),
+            (None, None) if stored.starts_with(SEALED) => return Err(SealError::Malformed),
+            (None, None) => return Ok(stored.to_string()),
         };
         let (id, b64) = rest.split_once(':').ok_or(SealError::Malformed)?;
         let cipher = self
@@ -141,7 +155,10 @@ impl Keyring {
             return Err(SealError::Malformed);
         }
         let (nonce, ct) = blob.split_at(NONCE_BYTES);
-        let aad = format!("{PREFIX}{id}");
+        let aad = match prefix {
+            PREFIX => format!("{PREFIX}{id}:endpoint:{endpoint}"),
+            _ => format!("{PREFIX_V1}{id}"),
+        };
         let plain = cipher
             .decrypt(
                 XNonce::from_slice(nonce),
@@ -154,7 +171,8 @@ impl Keyring {
         String::from_utf8(plain).map_err(|_| SealError::Malformed)
     }
 
-    /// Whether `stored` is sealed with the current key (what `reseal` leaves alone).
+    /// Whether `stored` is sealed with the current key in the current format (what `reseal`
+    /// leaves alone).
     pub fn is_current(&self, stored: &str) -> bool {
         stored
             .strip_prefix(PREFIX)
@@ -174,22 +192,28 @@ pub fn keyring() -> Option<&'static Keyring> {
     .as_ref()
 }
 
-/// What to store for a new secret: sealed when keys are configured.
-pub fn seal(plain: &str) -> String {
+/// What to store for endpoint `endpoint`'s new secret: sealed (bound to the endpoint) when keys
+/// are configured.
+pub fn seal(plain: &str, endpoint: i64) -> String {
     match keyring() {
-        Some(k) => k.seal(plain),
+        Some(k) => k.seal(plain, endpoint),
         None => plain.to_string(),
     }
 }
 
-/// The secret a stored value holds (unsealed with the process's keys; unsealed values as
-/// they are).
-pub fn open(stored: &str) -> Result<String, SealError> {
+/// The secret a value stored in endpoint `endpoint`'s row holds (unsealed with the process's
+/// keys; unsealed values as they are).
+pub fn open(stored: &str, endpoint: i64) -> Result<String, SealError> {
     match keyring() {
-        Some(k) => k.open(stored),
-        None if stored.starts_with(PREFIX) => Err(SealError::NoKeys),
+        Some(k) => k.open(stored, endpoint),
+        None if stored.starts_with(SEALED) => Err(SealError::NoKeys),
         None => Ok(stored.to_string()),
     }
+}
+
+/// The warning for a process running without keys ([`UNSET_WARNING`]), if it does.
+pub fn unset_warning() -> Option<&'static str> {
+    keyring().is_none().then_some(UNSET_WARNING)
 }
 
 #[cfg(test)]
@@ -200,48 +224,97 @@ mod tests {
         Keyring::parse(spec).unwrap()
     }
 
+    /// A value sealed as the first format did (no endpoint in the associated data).
+    fn seal_v1(spec: &str, plain: &str) -> String {
+        let (id, b64) = spec.split_once(':').unwrap();
+        let cipher = XChaCha20Poly1305::new_from_slice(&STANDARD.decode(b64).unwrap()).unwrap();
+        let nonce = XChaCha20Poly1305::generate_nonce(&mut OsRng);
+        let aad = format!("{PREFIX_V1}{id}");
+        let payload = Payload {
+            msg: plain.as_bytes(),
+            aad: aad.as_bytes(),
+        };
+        let mut blob = nonce.to_vec();
+        blob.extend_from_slice(&cipher.encrypt(&nonce, payload).unwrap());
+        format!("{aad}:{}", STANDARD.encode(blob))
+    }
+
     #[test]
     fn sealed_values_hide_the_secret_and_open_with_any_listed_key() {
         let old = Keyring::generate_entry("k1");
         let new = Keyring::generate_entry("k2");
         let before = ring(&old);
-        let sealed = before.seal("whsec_abc");
-        assert!(sealed.starts_with("pmwsealed:v1:k1:") && !sealed.contains("whsec_"));
-        assert_ne!(sealed, before.seal("whsec_abc"), "a fresh nonce per seal");
-        assert_eq!(before.open(&sealed).unwrap(), "whsec_abc");
+        let sealed = before.seal("whsec_abc", 7);
+        assert!(sealed.starts_with("pmwsealed:v2:k1:") && !sealed.contains("whsec_"));
+        assert_ne!(
+            sealed,
+            before.seal("whsec_abc", 7),
+            "a fresh nonce per seal"
+        );
+        assert_eq!(before.open(&sealed, 7).unwrap(), "whsec_abc");
         // Rotation: the new key seals, the old one still opens.
         let after = ring(&format!("{new},{old}"));
-        assert_eq!(after.open(&sealed).unwrap(), "whsec_abc");
+        assert_eq!(after.open(&sealed, 7).unwrap(), "whsec_abc");
         assert!(!after.is_current(&sealed));
-        let resealed = after.seal(&after.open(&sealed).unwrap());
+        let resealed = after.seal(&after.open(&sealed, 7).unwrap(), 7);
         assert!(after.is_current(&resealed));
         // Dropping the old key: its values no longer open; plain values pass through.
         assert_eq!(
-            ring(&new).open(&sealed).unwrap_err(),
+            ring(&new).open(&sealed, 7).unwrap_err(),
             SealError::UnknownKey("k1".into())
         );
-        assert_eq!(ring(&new).open("whsec_plain").unwrap(), "whsec_plain");
+        assert_eq!(ring(&new).open("whsec_plain", 7).unwrap(), "whsec_plain");
+    }
+
+    #[test]
+    fn a_sealed_value_opens_only_in_the_endpoint_row_it_was_sealed_for() {
+        let r = ring(&Keyring::generate_entry("k"));
+        let sealed = r.seal("whsec_mine", 41);
+        assert_eq!(r.open(&sealed, 41).unwrap(), "whsec_mine");
+        assert_eq!(
+            r.open(&sealed, 42).unwrap_err(),
+            SealError::Open("k".into())
+        );
+    }
+
+    #[test]
+    fn first_format_values_still_open_and_are_not_current() {
+        let spec = Keyring::generate_entry("k");
+        let r = ring(&spec);
+        let v1 = seal_v1(&spec, "whsec_old");
+        assert!(v1.starts_with(PREFIX_V1));
+        // Unbound: they open in any row, until `reseal` binds them.
+        assert_eq!(r.open(&v1, 1).unwrap(), "whsec_old");
+        assert_eq!(r.open(&v1, 2).unwrap(), "whsec_old");
+        assert!(!r.is_current(&v1), "reseal upgrades them");
+        assert_eq!(
+            r.open("pmwsealed:v9:k:AAAA", 1).unwrap_err(),
+            SealError::Malformed
+        );
     }
 
     #[test]
     fn an_altered_value_or_a_relabelled_key_does_not_open() {
         let a = Keyring::generate_entry("a");
         let r = ring(&a);
-        let sealed = r.seal("whsec_x");
+        let sealed = r.seal("whsec_x", 1);
         let mut bytes = sealed.clone().into_bytes();
         let last = bytes.len() - 3;
         bytes[last] = if bytes[last] == b'A' { b'B' } else { b'A' };
         let altered = String::from_utf8(bytes).unwrap();
-        assert!(r.open(&altered).is_err());
+        assert!(r.open(&altered, 1).is_err());
         // The same key under another id: the id is authenticated.
         let key = a.split_once(':').unwrap().1;
         let relabelled = ring(&format!("b:{key}"));
         let moved = sealed.replacen(":a:", ":b:", 1);
         assert_eq!(
-            relabelled.open(&moved).unwrap_err(),
+            relabelled.open(&moved, 1).unwrap_err(),
             SealError::Open("b".into())
         );
-        assert_eq!(r.open("pmwsealed:v1:a").unwrap_err(), SealError::Malformed);
+        assert_eq!(
+            r.open("pmwsealed:v2:a", 1).unwrap_err(),
+            SealError::Malformed
+        );
     }
 
     #[test]

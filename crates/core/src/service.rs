@@ -15,7 +15,11 @@ where
     F: FnOnce(CoreConfig, CancellationToken) -> Fut,
     Fut: Future<Output = Result<(), ServiceError>>,
 {
-    let cfg = match config::load::<CoreConfig>() {
+    // A service (not pmwctl, which must run to make the first key) in production needs keys.
+    let cfg = match config::load::<CoreConfig>().and_then(|c| {
+        c.check_secrets(crate::sealed::keyring().is_some())
+            .map(|()| c)
+    }) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("{service}: {e}");

@@ -1,7 +1,8 @@
 //! `pmwctl secrets`: the operator keys that seal webhook signing secrets at rest
 //! (`pmw_core::sealed`, `PMW_SECRET_KEYS`). `generate-key` prints a new key entry; `reseal` seals
-//! every stored secret with the first key (after a rotation, or for secrets stored before keys
-//! were configured), in one transaction.
+//! every stored secret with the first key in the current format, bound to its endpoint (after a
+//! rotation, for secrets stored before keys were configured, or sealed in the first format,
+//! `pmwsealed:v1`, which named no endpoint), in one transaction.
 
 use clap::Subcommand;
 use pmw_core::config::CoreConfig;
@@ -55,9 +56,9 @@ async fn reseal(cfg: &CoreConfig) -> Result<(), ServiceError> {
         }
         let again = |s: &str| -> Result<String, ServiceError> {
             let plain = keys
-                .open(s)
+                .open(s, id)
                 .map_err(|e| ServiceError::Config(format!("endpoint {id}: {e}")))?;
-            Ok(keys.seal(&plain))
+            Ok(keys.seal(&plain, id))
         };
         let previous = previous.as_deref().map(again).transpose()?;
         tx.execute(

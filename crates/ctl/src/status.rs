@@ -183,12 +183,14 @@ async fn instances(c: &tokio_postgres::Client, now: i64) -> Result<Vec<Value>, S
                 "service": r.get::<_, String>(0), "instance": r.get::<_, String>(1), "pid": r.get::<_, i32>(2),
                 "up_ms": now - r.get::<_, i64>(3), "beat_age_ms": now - r.get::<_, i64>(4),
                 "role": r.get::<_, Option<String>>(5), "revision": r.get::<_, Option<String>>(6),
+                "secret_keys": r.get::<_, Option<String>>(7).map(|k| k == "true"),
             })
         })
         .collect())
 }
 
-/// What an operator should act on: no fresh push standby; instances on different builds.
+/// What an operator should act on: no fresh push standby; instances on different builds;
+/// instances running without `PMW_SECRET_KEYS`.
 fn warnings(standbys: &[Value], instances: &[Value]) -> Vec<String> {
     let mut warnings = Vec::new();
     if !standbys.iter().any(|s| s["fresh"] == true) {
@@ -214,7 +216,35 @@ fn warnings(standbys: &[Value], instances: &[Value]) -> Vec<String> {
             revisions.join(", ")
         ));
     }
+    warnings.extend(secret_keys_warning(instances));
     warnings
+}
+
+/// Fresh instances that run without `PMW_SECRET_KEYS` (their heartbeat says so), named.
+fn secret_keys_warning(instances: &[Value]) -> Option<String> {
+    let unset: Vec<String> = instances
+        .iter()
+        .filter(|i| {
+            i["beat_age_ms"]
+                .as_i64()
+                .is_some_and(|a| a <= STALE_FOR_REVISIONS_MS)
+        })
+        .filter(|i| i["secret_keys"] == false)
+        .map(|i| {
+            format!(
+                "{}/{}",
+                i["service"].as_str().unwrap_or("?"),
+                i["instance"].as_str().unwrap_or("?")
+            )
+        })
+        .collect();
+    (!unset.is_empty()).then(|| {
+        format!(
+            "{} (in {})",
+            pmw_core::sealed::UNSET_WARNING,
+            unset.join(", ")
+        )
+    })
 }
 
 /// The webhook backlog: pending, due, failed, the oldest pending, and pending by age.

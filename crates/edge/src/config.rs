@@ -8,11 +8,12 @@
 //! | `PMW_EDGE_NATS_STREAM` / `PMW_EDGE_NATS_PREFIX` | `PMW_FRAMES` / `pmw` | the stream push publishes to and its subjects' first token (as push's `PMW_PUSH_NATS_*`) |
 //! | `PMW_BUS_VERIFY_KEYS` | required | the public keys of push's frame signing keys, `<id>:<64 hex>` comma-separated (two during a rotation; `pmwctl bus keygen` prints a pair): a message on the stream not signed by one of them is refused and skipped (docs/OPERATIONS.md, "Frame signing"); an edge without one refuses to start (78) |
 //! | `PMW_EDGE_INDEX_REFRESH_MS` | `1000` | the subscription index is reloaded on every change notification and at least this often (a revoked key's sessions close within it even if a NOTIFY was lost) |
+//! | `PMW_EDGE_VIEW_STALE_MS` | `30000` | an edge that could not refresh its view of keys and subscriptions for longer closes every session with 1013 (try again later), admits none and reports `/health` unhealthy (503) until a refresh succeeds: a revoked key never keeps streaming from an edge cut from Postgres |
 //! | `PMW_EDGE_WS_QUEUE` | `1024` | frames queued per session before it is closed as a slow consumer (1013) |
 //! | `PMW_EDGE_WS_HEARTBEAT_MS` | `15000` | heartbeat period per session |
 //! | `PMW_EDGE_RESUME_MAX_TRADES` | `10000` | most trades replayed on `since=`; beyond, the client is told to backfill over REST |
-//! | `PMW_EDGE_WS_CONNECTS_PER_SEC` / `PMW_EDGE_WS_CONNECT_BURST` | `5` / `60` | WebSocket connects per account (429 with `Retry-After` beyond) |
-//! | `PMW_EDGE_WS_AUTH_FAILURES_PER_SEC` / `PMW_EDGE_WS_AUTH_FAILURE_BURST` | `5` / `20` | failed authentications per client address |
+//! | `PMW_EDGE_WS_CONNECTS_PER_SEC` / `PMW_EDGE_WS_CONNECT_BURST` | `5` / `60` | WebSocket connects per account (429 with `Retry-After` beyond), fleet-wide (shared in Postgres by every edge and push: set the same values everywhere) |
+//! | `PMW_EDGE_WS_AUTH_FAILURES_PER_SEC` / `PMW_EDGE_WS_AUTH_FAILURE_BURST` | `5` / `20` | failed authentications per client address, fleet-wide as above |
 //! | `PMW_EDGE_TRUSTED_PROXIES` | `127.0.0.0/8,::1` | peers whose `X-Forwarded-For` is believed (Caddy's) |
 
 use std::net::SocketAddr;
@@ -38,6 +39,8 @@ pub struct EdgeConfig {
     pub edge_nats_prefix: String,
     #[serde(default = "d::refresh")]
     pub edge_index_refresh_ms: u64,
+    #[serde(default = "d::view_stale")]
+    pub edge_view_stale_ms: u64,
     #[serde(default = "d::queue")]
     pub edge_ws_queue: usize,
     #[serde(default = "d::heartbeat")]
@@ -74,6 +77,9 @@ mod d {
     }
     pub fn refresh() -> u64 {
         1_000
+    }
+    pub fn view_stale() -> u64 {
+        30_000
     }
     pub fn queue() -> usize {
         1_024
@@ -146,6 +152,7 @@ impl EdgeConfig {
             connect_burst: self.edge_ws_connect_burst,
             auth_failures_per_sec: self.edge_ws_auth_failures_per_sec,
             auth_failure_burst: self.edge_ws_auth_failure_burst,
+            view_stale_ms: self.edge_view_stale_ms,
         }
     }
 }
@@ -181,6 +188,12 @@ impl Validate for EdgeConfig {
             return Err(ConfigError::invalid(
                 "PMW_EDGE_INDEX_REFRESH_MS",
                 "must be ≥ 100 ms",
+            ));
+        }
+        if self.edge_view_stale_ms < 2 * self.edge_index_refresh_ms {
+            return Err(ConfigError::invalid(
+                "PMW_EDGE_VIEW_STALE_MS",
+                "must be at least twice PMW_EDGE_INDEX_REFRESH_MS",
             ));
         }
         if self.edge_ws_queue < 8 || self.edge_resume_max_trades == 0 {

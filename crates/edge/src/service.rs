@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
+use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
 use pmw_core::heartbeat::Heartbeat;
@@ -71,6 +72,7 @@ pub async fn run_with(
         recorder.clone(),
         0,
     );
+    session.spawn_upkeep(tasks.clone());
     let server_stop = CancellationToken::new();
     let mut server = serve(
         listener,
@@ -118,7 +120,14 @@ fn spawn_tasks(
         tasks.clone(),
     ));
     let heartbeat = Heartbeat::new(stores.pg.clone(), SERVICE, &cfg.instance_or(SERVICE));
-    tokio::spawn(beat(heartbeat, hub.clone(), stats.clone(), tasks.clone()));
+    let view_bound = Duration::from_millis(edge.edge_view_stale_ms);
+    tokio::spawn(beat(
+        heartbeat,
+        hub.clone(),
+        stats.clone(),
+        view_bound,
+        tasks.clone(),
+    ));
     tokio::spawn(feed::run(
         hub.clone(),
         follower,
@@ -149,12 +158,15 @@ fn serve(
 
 /// The edge's state: what `/health` says, in a heartbeat row every second (`pmwctl status`
 /// lists it with the other services).
-fn state(hub: &Hub, f: &FeedStats) -> serde_json::Value {
+fn state(hub: &Hub, f: &FeedStats, view_bound: Duration) -> serde_json::Value {
     let degraded = f.degraded(pmw_core::UnixMs::now().0);
     let refused = f.refused.lock().expect("refused").clone();
+    let view_age_ms = hub.view_age().as_millis() as u64;
     serde_json::json!({
         "role": "edge",
-        "ready": true,
+        // A stale view of keys and subscriptions: every session closed, none admitted.
+        "ready": !hub.is_stale(view_bound),
+        "view_age_ms": view_age_ms,
         "status": if degraded { "degraded" } else { "ok" },
         "refused": refused,
         "last_refused_ms": f.last_refused_ms.load(Ordering::Relaxed),
@@ -168,9 +180,15 @@ fn state(hub: &Hub, f: &FeedStats) -> serde_json::Value {
     })
 }
 
-async fn beat(heartbeat: Heartbeat, hub: Hub, stats: Arc<FeedStats>, stop: CancellationToken) {
+async fn beat(
+    heartbeat: Heartbeat,
+    hub: Hub,
+    stats: Arc<FeedStats>,
+    view_bound: Duration,
+    stop: CancellationToken,
+) {
     loop {
-        if let Err(e) = heartbeat.beat(&state(&hub, &stats)).await {
+        if let Err(e) = heartbeat.beat(&state(&hub, &stats, view_bound)).await {
             tracing::warn!(error = %e, "heartbeat failed");
         }
         tokio::select! {
@@ -180,12 +198,17 @@ async fn beat(heartbeat: Heartbeat, hub: Hub, stats: Arc<FeedStats>, stop: Cance
     }
 }
 
-/// 200 while the feed follows the stream: sessions, and where the hub stands; `status` is
+/// 200 while the feed follows the stream and the view of keys is current (503 once it is
+/// older than `PMW_EDGE_VIEW_STALE_MS`): sessions, and where the hub stands; `status` is
 /// `degraded` for a while after the feed refused a message (`refused`: counts by reason).
-async fn health(State(st): State<AppState>) -> Json<serde_json::Value> {
-    let mut v = state(&st.session.hub, &st.feed);
+async fn health(State(st): State<AppState>) -> (StatusCode, Json<serde_json::Value>) {
+    let mut v = state(&st.session.hub, &st.feed, st.session.cfg.view_bound());
     v["revision"] = pmw_core::build_info::REVISION.into();
-    Json(v)
+    let status = match v["ready"].as_bool() {
+        Some(true) => StatusCode::OK,
+        _ => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    (status, Json(v))
 }
 
 #[cfg(test)]
@@ -200,8 +223,9 @@ mod tests {
         f.parts.store(3, Ordering::Relaxed);
         f.trades.store(11, Ordering::Relaxed);
         f.repairs.store(1, Ordering::Relaxed);
-        let v = state(&hub, &f);
+        let v = state(&hub, &f, Duration::from_secs(30));
         assert_eq!(v["role"], "edge");
+        assert_eq!(v["ready"], true);
         assert_eq!(v["sessions"], 0);
         assert_eq!(v["dispatched"], at.to_string());
         assert_eq!(
@@ -215,7 +239,7 @@ mod tests {
         assert_eq!(v["status"], "ok");
         f.refuse(pmw_session::bus::sign::Refusal::Forged);
         f.refuse(pmw_session::bus::sign::Refusal::Forged);
-        let v = state(&hub, &f);
+        let v = state(&hub, &f, Duration::from_secs(30));
         assert_eq!(v["status"], "degraded");
         assert_eq!(v["refused"]["forged"], 2);
     }

@@ -12,8 +12,9 @@
 //! | `PMW_PUSH_CATCHUP_SPAN_BLOCKS` | `1000` | a round far behind the watermark reads at most this many blocks (when their trade counts are recorded), and moves past them only if every block returned its recorded count |
 //! | `PMW_PUSH_ROUND_DEADLINE_MS` | `10000` | on SIGTERM, how long the current round may take before exiting with the lock held |
 //! | `PMW_PUSH_WS_QUEUE` | `1024` | frames queued per WebSocket session before it is closed as a slow consumer (1013) |
-//! | `PMW_PUSH_WS_CONNECTS_PER_SEC` / `PMW_PUSH_WS_CONNECT_BURST` | `5` / `60` | WebSocket connects per account (429 with `Retry-After` beyond); the burst covers a whole plan's sessions reconnecting after a failover |
-//! | `PMW_PUSH_WS_AUTH_FAILURES_PER_SEC` / `PMW_PUSH_WS_AUTH_FAILURE_BURST` | `5` / `20` | failed WebSocket authentications (bad key or ticket) per client address; beyond, 429 with `Retry-After` before any lookup |
+//! | `PMW_PUSH_WS_CONNECTS_PER_SEC` / `PMW_PUSH_WS_CONNECT_BURST` | `5` / `60` | WebSocket connects per account (429 with `Retry-After` beyond); the burst covers a whole plan's sessions reconnecting after a failover. Fleet-wide: shared in Postgres with every edge (set the same values everywhere) |
+//! | `PMW_PUSH_WS_AUTH_FAILURES_PER_SEC` / `PMW_PUSH_WS_AUTH_FAILURE_BURST` | `5` / `20` | failed WebSocket authentications (bad key or ticket) per client address; beyond, 429 with `Retry-After` before any lookup. Fleet-wide as above |
+//! | `PMW_PUSH_VIEW_STALE_MS` | `30000` | a leader that could not confirm its view of keys and subscriptions for longer closes every WebSocket session with 1013 and admits none until it can |
 //! | `PMW_PUSH_TRUSTED_PROXIES` | `127.0.0.0/8,::1` | addresses (or CIDR blocks, comma-separated) whose `X-Forwarded-For` is believed: Caddy's; from any other peer the peer is the client (core's rule, as the API's `PMW_API_TRUSTED_PROXIES`); `""` trusts none |
 //! | `PMW_PUSH_WS_HEARTBEAT_MS` | `15000` | heartbeat period per session |
 //! | `PMW_PUSH_RESUME_MAX_TRADES` | `10000` | most trades replayed on `since=`; beyond, the client is told to backfill over REST |
@@ -62,6 +63,8 @@ pub struct PushConfig {
     pub push_ws_auth_failures_per_sec: u32,
     #[serde(default = "d::auth_failure_burst")]
     pub push_ws_auth_failure_burst: u32,
+    #[serde(default = "d::view_stale")]
+    pub push_view_stale_ms: u64,
     #[serde(default)]
     pub push_trusted_proxies: TrustedProxies,
     #[serde(default = "d::heartbeat")]
@@ -132,6 +135,9 @@ mod d {
     pub fn auth_failure_burst() -> u32 {
         20
     }
+    pub fn view_stale() -> u64 {
+        30_000
+    }
     pub fn heartbeat() -> u64 {
         15_000
     }
@@ -195,6 +201,7 @@ impl PushConfig {
             connect_burst: self.push_ws_connect_burst,
             auth_failures_per_sec: self.push_ws_auth_failures_per_sec,
             auth_failure_burst: self.push_ws_auth_failure_burst,
+            view_stale_ms: self.push_view_stale_ms,
         }
     }
 

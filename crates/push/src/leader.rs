@@ -297,6 +297,7 @@ impl Leading<'_> {
             cfg: Arc::new(push.clone()),
             health: health.clone(),
         };
+        state.session.spawn_upkeep(tasks.clone());
         let server_stop = CancellationToken::new();
         let server = server::spawn(listener, state, server_stop.clone());
         Ok(Running {

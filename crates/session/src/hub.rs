@@ -304,6 +304,8 @@ pub const SHARDS: usize = 16;
 pub struct Hub {
     shards: Arc<[Mutex<Inner>]>,
     head: Arc<AtomicU64>,
+    /// When the view of keys and subscriptions was last confirmed current ([`view`]).
+    viewed_ms: Arc<std::sync::atomic::AtomicI64>,
     next_id: Arc<AtomicU64>,
     pub stats: Arc<HubStats>,
 }
@@ -354,6 +356,7 @@ impl Hub {
         Hub {
             shards: shards.into(),
             head: Arc::default(),
+            viewed_ms: Arc::new(pmw_core::UnixMs::now().0.into()),
             next_id: Arc::default(),
             stats: Arc::default(),
         }
@@ -414,6 +417,7 @@ impl Hub {
     /// set is newer than `idx`; close (1008) the sessions whose key `idx` no longer lists
     /// (revoked, or the account disabled). Returns how many were closed.
     pub fn apply(&self, idx: &Index) -> usize {
+        self.viewed();
         let mut revoked = 0;
         let none = Vec::new();
         let no_filters = Filters::new();
@@ -581,9 +585,11 @@ impl Hub {
             }
             inner.by_account.clear();
             inner.by_wallet.clear();
+            inner.by_former.clear();
         }
     }
 }
 
 #[cfg(test)]
 mod tests;
+pub mod view;

@@ -2,12 +2,14 @@
 //!
 //! The WebSocket session layer, one implementation for every process that serves `/v1/ws`
 //! (push's leader in single-process mode, `pmw-edge` in edge mode): authentication (key or
-//! ticket, failure throttle, connect quota), the session hub and its fan-out ([`hub`]), the
+//! ticket, failure throttle, connect quota; the session cap, connect rate and failure budget held
+//! fleet-wide in Postgres, and the stale-view bound: [`fleet`]), the session hub and its fan-out ([`hub`]), the
 //! subscription index and grants ([`subs`]), resume from the ledger stores ([`resume`],
 //! [`ws`]'s replay), heartbeats, the slow-consumer policy (with the connections' small send buffers,
 //! [`listen`]), and the latency facts ([`recorder`]).
 
 pub mod bus;
+pub mod fleet;
 pub mod hub;
 pub mod items;
 pub mod listen;
@@ -41,6 +43,31 @@ pub struct SessionConfig {
     /// Failed authentications per client address per second, and the burst.
     pub auth_failures_per_sec: u32,
     pub auth_failure_burst: u32,
+    /// A view of keys and subscriptions older than this closes every session (1013) and admits
+    /// none until it is current again.
+    pub view_stale_ms: u64,
+}
+
+impl SessionConfig {
+    /// An account's connects, fleet-wide.
+    pub fn connect_rate(&self) -> fleet::Rate {
+        fleet::Rate {
+            per_sec: self.connects_per_sec,
+            burst: self.connect_burst,
+        }
+    }
+
+    /// An address's failed authentications, fleet-wide.
+    pub fn failure_rate(&self) -> fleet::Rate {
+        fleet::Rate {
+            per_sec: self.auth_failures_per_sec,
+            burst: self.auth_failure_burst,
+        }
+    }
+
+    pub fn view_bound(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.view_stale_ms)
+    }
 }
 
 fn at_least_one(v: u32) -> NonZeroU32 {
@@ -64,6 +91,7 @@ impl SessionState {
             at_least_one(cfg.auth_failure_burst),
         );
         SessionState {
+            fleet: fleet::Fleet::new(pool.clone()),
             pool,
             ch,
             hub,
@@ -91,4 +119,17 @@ pub struct SessionState {
     pub connects: Arc<governor::DefaultKeyedRateLimiter<i64>>,
     /// Failed WebSocket authentications per client address, checked before the lookup.
     pub failures: Arc<FailureThrottle>,
+    /// The fleet-wide limits: session leases, connects per account, failures per address.
+    pub fleet: fleet::Fleet,
+}
+
+impl SessionState {
+    /// The fleet upkeep of this server's sessions until `stop` ([`fleet::Fleet::upkeep`]).
+    pub fn spawn_upkeep(
+        &self,
+        stop: tokio_util::sync::CancellationToken,
+    ) -> tokio::task::JoinHandle<()> {
+        let fleet = self.fleet.clone();
+        tokio::spawn(fleet.upkeep(self.hub.clone(), self.cfg.view_bound(), stop))
+    }
 }

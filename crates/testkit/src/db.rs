@@ -125,7 +125,9 @@ impl TestDb {
         (cfg, proxy)
     }
 
-    /// Environment variables that point a child process at these databases.
+    /// Environment variables that point a child process at these databases, with the stack's
+    /// dev operator key (`PMW_SECRET_KEYS`): the shipped units and the pm2 ecosystem run with
+    /// `PMW_ENV=production`, which refuses to start without one.
     pub fn env(&self) -> Vec<(String, String)> {
         let env = &self.stack;
         let base = self.admin_url.rsplit_once('/').expect("url").0;
@@ -140,6 +142,10 @@ impl TestDb {
             (
                 "PMW_RPC_HTTP_URL".into(),
                 env.get("PMW_RPC_HTTP_URL").into(),
+            ),
+            (
+                pmw_core::sealed::ENV.into(),
+                env.get(pmw_core::sealed::ENV).into(),
             ),
         ]
     }

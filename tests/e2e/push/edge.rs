@@ -280,7 +280,7 @@ pub(super) async fn start_edge(
     start_edge_with(h, bus, |_| {}).await
 }
 
-async fn start_edge_with(
+pub(super) async fn start_edge_with(
     h: &Harness,
     bus: &BusConfig,
     tweak: impl FnOnce(&mut pmw_edge::EdgeConfig),

@@ -8,6 +8,7 @@ mod edge_signed;
 mod finality;
 mod index;
 mod leadership;
+mod limits;
 mod liveness;
 mod observed;
 mod stream;

@@ -72,7 +72,7 @@ pub async fn test(
         .map_err(crate::auth::limited)?;
     let url: String = row.get(0);
     let now = UnixMs::now().0;
-    let signing = Signing::parse(&row.get::<_, String>(1), row.get(2), row.get(3));
+    let signing = Signing::parse(id, &row.get::<_, String>(1), row.get(2), row.get(3));
     let secrets = signing.at(now).map_err(|e| {
         let e = e.cause();
         ApiError::unavailable("postgres", format!("stored secret of endpoint {id}: {e}"))

@@ -154,16 +154,21 @@ pub async fn create(
             "the plan allows {max} webhook endpoints and {count} exist; delete one or upgrade"
         )));
     }
+    let id: i64 = tx
+        .query_one(include_str!("sql/next_endpoint_id.sql"), &[])
+        .await?
+        .get(0);
     let row = tx
         .query_one(
             &format!(include_str!("sql/create_endpoint.sql"), COLUMNS = COLUMNS),
             &[
                 &who.account_id,
                 &url.as_str(),
-                &pmw_core::sealed::seal(&secret),
+                &pmw_core::sealed::seal(&secret, id),
                 &now,
                 &events,
                 &super::filters::stored(filter.as_ref()),
+                &id,
             ],
         )
         .await?;
@@ -325,7 +330,7 @@ pub async fn rotate_secret(
             &[
                 &id,
                 &who.account_id,
-                &pmw_core::sealed::seal(&secret),
+                &pmw_core::sealed::seal(&secret, id),
                 &expires,
                 &now,
             ],

@@ -31,6 +31,8 @@ pub fn test_config() -> ApiConfig {
         api_listen: "127.0.0.1:0".parse().unwrap(),
         api_rate_per_sec: 1_000,
         api_rate_burst: 1_000,
+        api_anon_rate_per_sec: 1_000,
+        api_anon_rate_burst: 1_000,
         ..ApiConfig::default()
     }
 }

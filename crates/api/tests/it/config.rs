@@ -35,3 +35,27 @@ async fn api_binary_exits_78_naming_the_broken_key() {
         );
     }
 }
+
+/// Issue 42 item 5: in production (`PMW_ENV=production`, what the shipped units and pm2
+/// ecosystem set) a service without `PMW_SECRET_KEYS` refuses to start (78, saying why).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_production_service_without_secret_keys_exits_78() {
+    let db = TestDb::new().await;
+    let mut env = db.env();
+    env.retain(|(k, _)| k != pmw_core::sealed::ENV);
+    // Empty is unset (and hides a value this test process may have inherited).
+    env.push((pmw_core::sealed::ENV.into(), String::new()));
+    env.push(("PMW_ENV".into(), "production".into()));
+    let (code, _, err) = run_bin(
+        Path::new(env!("CARGO_BIN_EXE_pmw-api")),
+        &env,
+        &[],
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(code, 78, "{err}");
+    assert!(
+        err.contains("PMW_SECRET_KEYS") && err.contains("PMW_ENV=production"),
+        "{err}"
+    );
+}

@@ -2,7 +2,8 @@
 //! exceed the cap, parallel replays never exceed the hourly quota, more keys buy no more
 //! requests), a `GET /v1/trades` page scans a bounded block span of a busy wallet and continues
 //! by cursor, and a write that changes nothing leaves `subs_version` (push's reload trigger)
-//! where it was while a real change moves it.
+//! where it was while a real change moves it. Issue 42 item 4: requests without a key are
+//! limited per client address (429 saying so), and a client with a key is not throttled by them.
 
 use futures::future::join_all;
 use pmw_api::ApiConfig;
@@ -222,4 +223,61 @@ async fn writes_that_change_nothing_leave_subs_version() {
     .await
     .unwrap();
     assert!(version(&api).await > v2);
+}
+
+/// One address flooding anonymous paths (`/v1/ready`, an unknown route's 404) gets 429 past
+/// its burst, told that the limit is the address's (it carried no key); a client with a key,
+/// and another address behind the trusted proxy, are not throttled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_anonymous_flood_gets_429_for_its_address_and_keyed_clients_are_not_throttled() {
+    const BURST: usize = 20;
+    let api = Api::start_with(ApiConfig {
+        api_anon_rate_per_sec: 1,
+        api_anon_rate_burst: BURST as u32,
+        ..test_config()
+    })
+    .await;
+    let (_, key) = api.account("pro").await;
+    let mut statuses = Vec::new();
+    let mut refused = None;
+    for i in 0..3 * BURST {
+        let path = if i % 2 == 0 {
+            "/v1/ready"
+        } else {
+            "/no/such/route"
+        };
+        let r = api.call(Method::GET, path, None, None).await;
+        if r.status == StatusCode::TOO_MANY_REQUESTS {
+            refused = Some((r.body.clone(), r.text.clone(), r.headers.clone()));
+        }
+        statuses.push(r.status);
+    }
+    let throttled = count(&statuses, 429);
+    println!("anonymous flood: {throttled} of {} refused", statuses.len());
+    assert!(
+        throttled >= 2 * BURST - 2
+            && !statuses[..BURST - 1].contains(&StatusCode::TOO_MANY_REQUESTS),
+        "{statuses:?}"
+    );
+    let (body, text, headers) = refused.expect("a 429");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("from this address") && !message.contains("API key"),
+        "{text}"
+    );
+    assert!(headers.contains_key("retry-after"), "{headers:?}");
+
+    // The paying client, from the same address: never throttled by the flood.
+    for _ in 0..BURST {
+        api.get("/v1/me", &key).await.expect(200, None);
+    }
+    // Another client address forwarded by the trusted proxy (loopback) has its own budget.
+    let other = api
+        .http
+        .get(format!("{}/v1/ready", api.base))
+        .header("x-forwarded-for", "203.0.113.9")
+        .send()
+        .await
+        .unwrap();
+    assert_ne!(other.status(), StatusCode::TOO_MANY_REQUESTS);
 }

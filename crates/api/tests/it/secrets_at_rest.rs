@@ -80,12 +80,12 @@ async fn no_secret_is_stored_in_plain_text_and_sealed_secrets_still_sign() {
     {
         let current: String = r.get(0);
         assert!(
-            current.starts_with("pmwsealed:v1:new:") && !current.contains("whsec_"),
+            current.starts_with("pmwsealed:v2:new:") && !current.contains("whsec_"),
             "{current}"
         );
         if let Some(p) = r.get::<_, Option<String>>(1) {
             assert!(
-                p.starts_with("pmwsealed:v1:") && !p.contains("whsec_"),
+                p.starts_with("pmwsealed:v2:") && !p.contains("whsec_"),
                 "{p}"
             );
         }
@@ -117,4 +117,76 @@ async fn no_secret_is_stored_in_plain_text_and_sealed_secrets_still_sign() {
     let hit = &hook.hits()[0];
     let expected = python_signature_of(&secret, hit).await;
     assert_eq!(hit.signature, expected, "signed with the sealed secret");
+}
+
+/// Issue 42 item 5: a sealed secret is bound to its endpoint. Copied into another endpoint's
+/// row (a database write by someone who cannot read the keys), it does not open there: that
+/// endpoint cannot sign (its test event is refused), while the original still signs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sealed_secret_copied_to_another_endpoint_does_not_open() {
+    std::env::set_var(sealed::ENV, Keyring::generate_entry("k"));
+    let api = Api::start_with(ApiConfig {
+        api_allow_private_webhooks: true,
+        ..test_config()
+    })
+    .await;
+    let (_, key) = api.account("pro").await;
+    let hook = Receiver::start(vec![Step::status(204)]).await;
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let r = api
+            .post("/v1/webhooks", &key, json!({"url": hook.url()}))
+            .await;
+        r.expect(201, None);
+        ids.push(r.body["id"].as_i64().unwrap());
+    }
+    let (mine, other) = (ids[0], ids[1]);
+    let c = api.db.pg.get().await.unwrap();
+    c.execute(
+        "UPDATE webhook_endpoints SET secret = (SELECT secret FROM webhook_endpoints WHERE id = $1) WHERE id = $2",
+        &[&mine, &other],
+    )
+    .await
+    .unwrap();
+    let (path_of_mine, path_of_other) = (
+        format!("/v1/webhooks/{mine}/test"),
+        format!("/v1/webhooks/{other}/test"),
+    );
+    let copied = api.post(&path_of_other, &key, json!(null)).await;
+    assert!(
+        copied.status.as_u16() >= 500 && copied.body["delivered"] != true,
+        "the copied secret signed for another endpoint: {}",
+        copied.text
+    );
+    let original = api.post(&path_of_mine, &key, json!(null)).await;
+    original.expect(200, None);
+    assert_eq!(original.body["delivered"], true, "{}", original.text);
+    assert_eq!(
+        hook.hits().len(),
+        1,
+        "only the original endpoint's event was sent"
+    );
+}
+
+/// Issue 42 item 5: without `PMW_SECRET_KEYS`, `/v1/ready` carries a warning (not gating).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_warns_when_secret_keys_are_unset() {
+    std::env::remove_var(sealed::ENV);
+    let api = Api::start_with(ApiConfig {
+        api_ready_interval_ms: 100,
+        ..test_config()
+    })
+    .await;
+    let r = api
+        .call(reqwest::Method::GET, "/v1/ready", None, None)
+        .await;
+    let warnings = r.body["warnings"].as_array().cloned().unwrap_or_default();
+    assert!(
+        warnings
+            .iter()
+            .filter_map(|w| w.as_str())
+            .any(|w| w.starts_with("PMW_SECRET_KEYS is unset")),
+        "{}",
+        r.text
+    );
 }

@@ -109,7 +109,7 @@ async fn endpoint_lifecycle_with_secret_rotation() {
         .map(|r| (r.get(0), r.get(1)))
         .unwrap();
     // Stored sealed when this process has operator keys (PMW_SECRET_KEYS), as it is otherwise.
-    let opened = pmw_core::sealed::open(&stored).expect("the stored secret opens");
+    let opened = pmw_core::sealed::open(&stored, ep).expect("the stored secret opens");
     assert_eq!((owner, opened.as_str()), (id, secret.as_str()));
 
     // Listed and fetched without the secret.
@@ -216,7 +216,7 @@ async fn endpoint_lifecycle_with_secret_rotation() {
         .query_one("SELECT secret, previous_secret, previous_expires_ms FROM webhook_endpoints WHERE id = $1", &[&ep])
         .await
         .unwrap();
-    let open = |v: String| pmw_core::sealed::open(&v).expect("the stored secret opens");
+    let open = |v: String| pmw_core::sealed::open(&v, ep).expect("the stored secret opens");
     assert_eq!(open(row.get(0)), new_secret);
     let previous = row.get::<_, Option<String>>(1).map(open);
     assert_eq!(previous.as_deref(), Some(secret.as_str()));

@@ -6,4 +6,4 @@ pub mod addr;
 pub mod throttle;
 
 pub use addr::{client_addr, TrustedProxies};
-pub use throttle::{Admission, FailureThrottle};
+pub use throttle::{unit as address_unit, Admission, FailureThrottle};

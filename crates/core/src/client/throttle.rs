@@ -41,7 +41,7 @@ pub struct FailureThrottle {
 }
 
 /// The unit an address is counted by: an IPv4 address, or an IPv6 /64.
-fn unit(ip: IpAddr) -> IpAddr {
+pub fn unit(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
             Some(v4) => IpAddr::V4(v4),
@@ -115,6 +115,13 @@ impl FailureThrottle {
         e.failures
             .check()
             .map_err(|not_until| not_until.wait_time_from(self.clock.now()))
+    }
+
+    /// Count one attempt of `ip` whatever its outcome (a plain per-address rate limit, e.g. of
+    /// unauthenticated requests): `Err(wait)` past the limit.
+    pub fn take(&self, ip: IpAddr) -> Result<(), Duration> {
+        let admission = self.admit(ip)?;
+        self.failed(ip, admission)
     }
 
     /// Addresses remembered now.

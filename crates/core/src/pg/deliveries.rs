@@ -239,7 +239,7 @@ fn endpoints(row: &Row) -> HashMap<i64, Arc<EndpointTarget>> {
                     id,
                     account_id,
                     url,
-                    signing: Signing::parse(&secret, prev.as_deref(), expires),
+                    signing: Signing::parse(id, &secret, prev.as_deref(), expires),
                     failing_since_ms: f,
                 };
                 (id, Arc::new(e))
@@ -306,7 +306,7 @@ mod tests {
             id,
             account_id: 10 + id,
             url: format!("https://e{id}.example/"),
-            signing: Signing::parse("whsec_x", None, None),
+            signing: Signing::parse(1, "whsec_x", None, None),
             failing_since_ms: None,
         })
     }

@@ -64,9 +64,10 @@ impl Secret {
         Secret::from_bytes(key)
     }
 
-    /// A secret as stored in `webhook_endpoints` (sealed at rest: [`crate::sealed`]).
-    pub fn from_stored(stored: &str) -> Result<Secret, SecretError> {
-        Secret::parse(&crate::sealed::open(stored)?)
+    /// A secret as stored in endpoint `endpoint`'s row of `webhook_endpoints` (sealed at rest
+    /// and bound to that row: [`crate::sealed`]).
+    pub fn from_stored(stored: &str, endpoint: i64) -> Result<Secret, SecretError> {
+        Secret::parse(&crate::sealed::open(stored, endpoint)?)
     }
 
     /// A secret from raw key bytes (24..=64 of them).
@@ -111,18 +112,19 @@ pub struct Signing {
 }
 
 impl Signing {
-    /// From the stored `secret`, `previous_secret` and `previous_expires_ms` (a previous secret
-    /// without an expiry never signs).
+    /// From endpoint `endpoint`'s stored `secret`, `previous_secret` and `previous_expires_ms`
+    /// (a previous secret without an expiry never signs).
     pub fn parse(
+        endpoint: i64,
         current: &str,
         previous: Option<&str>,
         previous_expires_ms: Option<i64>,
     ) -> Signing {
         Signing {
-            current: Secret::from_stored(current),
+            current: Secret::from_stored(current, endpoint),
             previous: previous
                 .zip(previous_expires_ms)
-                .map(|(p, until)| (Secret::from_stored(p), until)),
+                .map(|(p, until)| (Secret::from_stored(p, endpoint), until)),
         }
     }
 
@@ -248,22 +250,22 @@ mod tests {
     fn webhook_signing_uses_the_previous_secret_until_it_expires() {
         let current = Secret::generate();
         let previous = Secret::parse(KEY).unwrap();
-        let s = Signing::parse(&current.expose(), Some(KEY), Some(1_000));
+        let s = Signing::parse(1, &current.expose(), Some(KEY), Some(1_000));
         assert_eq!(s.at(999).unwrap(), vec![&current, &previous]);
         assert_eq!(s.at(1_000).unwrap(), vec![&current]);
         // No expiry: the previous secret never signs.
-        let s = Signing::parse(&current.expose(), Some(KEY), None);
+        let s = Signing::parse(1, &current.expose(), Some(KEY), None);
         assert_eq!(s.at(0).unwrap(), vec![&current]);
         // A broken current secret fails every attempt; a broken previous one only during
         // its overlap.
-        let e = Signing::parse("nope", None, None).at(0).unwrap_err();
+        let e = Signing::parse(1, "nope", None, None).at(0).unwrap_err();
         assert_eq!(e, SigningError::Current(SecretError::Prefix));
         assert_eq!(e.cause(), &SecretError::Prefix);
         assert_eq!(
             e.to_string(),
             "endpoint secret: webhook secret must start with \"whsec_\""
         );
-        let s = Signing::parse(&current.expose(), Some("whsec_not*base64!"), Some(1_000));
+        let s = Signing::parse(1, &current.expose(), Some("whsec_not*base64!"), Some(1_000));
         let e = s.at(999).unwrap_err();
         assert_eq!(e, SigningError::Previous(SecretError::Base64));
         assert!(
@@ -272,7 +274,7 @@ mod tests {
         );
         assert_eq!(s.at(1_000).unwrap(), vec![&current]);
         // Its Debug names no key material.
-        let shown = format!("{:?}", Signing::parse(KEY, Some(KEY), Some(1)));
+        let shown = format!("{:?}", Signing::parse(1, KEY, Some(KEY), Some(1)));
         assert!(!shown.contains(&KEY[6..]), "{shown}");
         assert!(!shown.contains("MfKQ"), "{shown}");
     }

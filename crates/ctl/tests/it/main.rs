@@ -4,4 +4,5 @@
 mod accounts;
 mod decode_log;
 mod migrate;
+mod secrets;
 mod status;

@@ -74,3 +74,30 @@ async fn status_reports_an_invalid_index() {
         "{text}"
     );
 }
+
+/// Issue 42 item 5: a service running without `PMW_SECRET_KEYS` (its heartbeat says so) is
+/// named in a warning of `pmwctl status`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_warns_of_a_service_running_without_secret_keys() {
+    // This process is the service: no keys (before anything reads them).
+    std::env::remove_var(pmw_core::sealed::ENV);
+    let db = TestDb::new().await;
+    let warned = |v: &serde_json::Value| {
+        v["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|w| w.as_str())
+            .any(|w| w.starts_with("PMW_SECRET_KEYS is unset") && w.contains("pmw-api/api"))
+    };
+    let v: serde_json::Value =
+        serde_json::from_str(&status(&db, &["status", "--json"]).await).unwrap();
+    assert!(!warned(&v), "no service, no warning: {v}");
+    let hb = pmw_core::heartbeat::Heartbeat::new(db.pg.clone(), "pmw-api", "api");
+    hb.beat(&serde_json::json!({"role": "api"})).await.unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(&status(&db, &["status", "--json"]).await).unwrap();
+    assert!(warned(&v), "{}", v["warnings"]);
+    let text = status(&db, &["status"]).await;
+    assert!(text.contains("PMW_SECRET_KEYS is unset"), "{text}");
+}

@@ -81,6 +81,7 @@ impl WsLane {
             if reloaded {
                 self.closed_by_last_apply = self.hub.apply(&idx);
             }
+            self.hub.viewed();
             Ok(if idx.version != before {
                 self.closed_by_last_apply
             } else {
@@ -158,6 +159,8 @@ impl Lane for WsLane {
         if read.reloaded {
             self.closed_by_last_apply = self.hub.apply(&read.index);
         }
+        // The round read the current `subs_version`: the sessions' view is confirmed.
+        self.hub.viewed();
         self.watermark = read.watermark;
         if let Some(wm) = read.watermark {
             self.hub.set_head(wm);

@@ -364,7 +364,7 @@ mod tests {
             id: 3,
             account_id: 9,
             url: "https://hooks.example/in".into(),
-            signing: Signing::parse("whsec_x", None, None),
+            signing: Signing::parse(1, "whsec_x", None, None),
             failing_since_ms,
         }
     }

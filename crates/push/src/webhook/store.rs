@@ -162,7 +162,7 @@ fn claimed_of(rows: &[Row]) -> Result<Vec<Claimed>, WebhookError> {
                 id: endpoint_id,
                 account_id: r.get(4),
                 url: r.get(11),
-                signing: Signing::parse(&secret, previous.as_deref(), r.get(14)),
+                signing: Signing::parse(endpoint_id, &secret, previous.as_deref(), r.get(14)),
                 failing_since_ms: r.get(15),
             })
         });

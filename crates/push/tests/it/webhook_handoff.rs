@@ -59,7 +59,7 @@ async fn webhook_handed_trades_are_sent_once_without_a_claim_and_retracts_wait_f
     let mut want: Vec<&str> = trades.iter().map(|t| t.id.as_str()).collect();
     want.sort();
     assert_eq!(handed, want, "every new trade delivery is handed over");
-    let signing = Signing::parse(&secret, None, None);
+    let signing = Signing::parse(ep, &secret, None, None);
     assert!(q.handed.iter().all(|h| h.endpoint.url == rx.url()
         && h.endpoint.signing == signing
         && h.endpoint.account_id == env.account

@@ -1,6 +1,6 @@
 //! The `/v1/ws` endpoint: authenticate (API key header or browser ticket), register with the hub,
 //! replay what the client missed since its cursor, then stream live frames in ledger order with
-//! heartbeats. Close codes: 1008 auth/policy, 1012 restart, 1013 slow consumer or a store that did
+//! heartbeats. Close codes: 1008 auth/policy, 1012 restart, 1013 slow consumer, a stale view of keys (see [`crate::fleet`]) or a store that did
 //! not answer (try again later).
 //!
 //! `events` chooses the streams: `trade` (default: trades and retracts as ingested), `final`
@@ -32,6 +32,8 @@ use pmw_core::{Cursor, Position, UnixMs};
 use serde_json::json;
 use tokio::sync::mpsc;
 
+use crate::fleet::{self, FleetError};
+use crate::hub::view::STALE_VIEW;
 use crate::hub::{Frame, Registered, Registration, TooMany};
 use crate::recorder::Fact;
 use crate::{subs, SessionState};
@@ -39,6 +41,8 @@ use replay::{latency_row, Render, Viewer, Written};
 use sent::{At, Sent};
 
 const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+/// Why a server whose view of keys is stale lets its sessions go (1013).
+const STALE_REASON: &str = "this server cannot confirm credentials now: reconnect and resume";
 /// The largest frame or message a client may send (1009 above it): the protocol needs none
 /// (clients send only pings, pongs and a close), so no client can make the server buffer more.
 const CLIENT_MESSAGE_MAX: usize = 4 * 1024;
@@ -67,6 +71,13 @@ pub async fn upgrade(
         Ok(a) => a,
         Err(wait) => return too_many(wait, "too many failed authentications from this address"),
     };
+    // A credential of the right shape is looked up: only such failures can be guesses, and only
+    // they cost the fleet's budget a write (a malformed or missing one is refused locally).
+    let looked_up = match (&bearer, q.get("ticket")) {
+        (Some(key), _) => auth::plausible(key, auth::KEY_PREFIX),
+        (None, Some(t)) => auth::plausible(t, auth::TICKET_PREFIX),
+        (None, None) => false,
+    };
     let who = match (bearer, q.get("ticket")) {
         (Some(key), _) => auth::account_for_key(&st.pool, &key).await,
         (None, Some(t)) => auth::redeem_ticket(&st.pool, t).await,
@@ -76,16 +87,31 @@ pub async fn upgrade(
         who,
         Err(auth::AuthError::Missing | auth::AuthError::Invalid)
     ) {
+        const WHAT: &str = "too many failed authentications from this address";
         if let Err(wait) = st.failures.failed(ip, admission) {
-            return too_many(wait, "too many failed authentications from this address");
+            return too_many(wait, WHAT);
+        }
+        // The address's budget is the fleet's: failed lookups at other servers count too.
+        if looked_up {
+            let (key, rate) = (fleet::address_key(ip), st.cfg.failure_rate());
+            let taken = st.fleet.take(fleet::AUTH_FAILURES, &key, rate).await;
+            if let Some(r) = shared(taken, WHAT) {
+                return r;
+            }
         }
     }
     // Connects per account are rate limited before the upgrade: one account's reconnect storm
-    // costs the others nothing.
+    // costs the others nothing. This server's own limiter first (no store asked), then the
+    // fleet's.
     if let Ok(p) = &who {
+        const WHAT: &str = "too many WebSocket connects for this account";
         if let Err(not_until) = st.connects.check_key(&p.account_id) {
             let wait = not_until.wait_time_from(DefaultClock::default().now());
-            return too_many(wait, "too many WebSocket connects for this account");
+            return too_many(wait, WHAT);
+        }
+        let (key, rate) = (p.account_id.to_string(), st.cfg.connect_rate());
+        if let Some(r) = shared(st.fleet.take(fleet::CONNECTS, &key, rate).await, WHAT) {
+            return r;
         }
     }
     let since = q.get("since").map(|s| s.parse::<Position>());
@@ -95,6 +121,21 @@ pub async fn upgrade(
         .max_frame_size(CLIENT_MESSAGE_MAX)
         .max_message_size(CLIENT_MESSAGE_MAX)
         .on_upgrade(move |socket| session(st, socket, who, since, opts))
+}
+
+/// A fleet limit's refusal as the connect's answer: 429 over it, 503 when its store did not
+/// answer (nothing is admitted then: fail closed); `None` when admitted.
+fn shared(taken: Result<(), FleetError>, what: &str) -> Option<Response> {
+    match taken {
+        Ok(()) => None,
+        Err(FleetError::Limited(wait)) => Some(too_many(wait, what)),
+        Err(e) => {
+            tracing::warn!(error = %e, "ws connect refused: limits store unavailable");
+            let body = json!({"error": {"code": "unavailable", "message": "try again later"}});
+            let headers = [(header::RETRY_AFTER, "1".to_string())];
+            Some((StatusCode::SERVICE_UNAVAILABLE, headers, axum::Json(body)).into_response())
+        }
+    }
 }
 
 /// 429 with `Retry-After` (whole seconds, at least 1) and the reason.
@@ -161,6 +202,10 @@ async fn session(
         Err((code, reason)) => return close(&mut socket, code, &reason).await,
     };
     let account = who.account_id;
+    if st.hub.is_stale(st.cfg.view_bound()) {
+        // This server cannot see revocations now: it admits nobody until it can.
+        return close(&mut socket, 1013, STALE_REASON).await;
+    }
     // The wallets this session follows, read now: fresher than any index a round may still use.
     let grant = match subs::grant(&st.pool, account, who.key_id).await {
         Ok(g) => g,
@@ -175,6 +220,15 @@ async fn session(
         let reason = "credentials revoked or account disabled";
         return close(&mut socket, 1008, reason).await;
     }
+    // The account's sessions across the fleet: this one holds a lease while it is open.
+    let _lease = match st.fleet.lease(account, grant.max_sessions).await {
+        Ok(lease) => lease,
+        Err(e @ FleetError::Full(_)) => return close(&mut socket, 1008, &e.to_string()).await,
+        Err(e) => {
+            tracing::warn!(error = %e, "ws session refused: limits store unavailable");
+            return close(&mut socket, 1013, "try again later").await;
+        }
+    };
     let (wallets, filters) = (grant.wallets.clone(), grant.filters.clone());
     let (tx, mut rx) = mpsc::channel::<Frame>(st.cfg.ws_queue);
     let code = Arc::new(AtomicU16::new(1013));
@@ -240,12 +294,13 @@ fn admit(
 async fn end(socket: &mut WebSocket, id: u64, outcome: Result<(), Ended>, hub_code: u16) {
     match outcome {
         Ok(()) => {
-            let reason = match hub_code {
-                1012 => "service restart",
-                1008 => "credentials revoked or account disabled",
-                _ => "slow consumer: resume with since",
+            let (code, reason) = match hub_code {
+                1012 => (1012, "service restart"),
+                1008 => (1008, "credentials revoked or account disabled"),
+                STALE_VIEW => (1013, STALE_REASON),
+                code => (code, "slow consumer: resume with since"),
             };
-            close(socket, hub_code, reason).await;
+            close(socket, code, reason).await;
         }
         Err(Ended::Client) => {}
         Err(Ended::Policy(reason)) => close(socket, 1008, &reason).await,

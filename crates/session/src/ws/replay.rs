@@ -1,7 +1,8 @@
 //! A session's replay of what it missed: `(after, through]` of its wallets, page by page from
 //! the ledger store (bounded memory per session), in ledger order, skipping what its filters keep
-//! out (as live frames do), rendered as its streams need. Past `push_resume_max_trades` messages
-//! the client gets a `resync` naming the last one sent and backfills over REST.
+//! out (as live frames do), rendered as its streams need. Past `push_resume_max_trades` rows
+//! READ (sent or filtered out: the window bounds the work) the client gets a `resync` naming the
+//! last one sent and backfills over REST.
 
 use std::collections::HashMap;
 
@@ -72,11 +73,13 @@ pub(super) async fn replay(
     mut sent_one: impl FnMut(Position),
 ) -> Result<(), Ended> {
     let max = st.cfg.resume_max_trades;
-    let mut sent = 0u64;
+    // Rows read, sent or filtered out alike: the window bounds the work, not only the output
+    // (a filter that keeps nothing out of millions of rows would otherwise read them all).
+    let mut scanned = 0u64;
     // Where the next page starts: past filtered-out trades too.
     let mut read = *after;
     loop {
-        let page = REPLAY_PAGE.min(max - sent + 1);
+        let page = REPLAY_PAGE.min(max - scanned + 1);
         let rows = {
             let c = st
                 .pool
@@ -98,12 +101,13 @@ pub(super) async fn replay(
         read = rows.last().map_or(read, |r| r.cursor());
         let names = names(st, &rows).await?;
         for row in rows {
+            if scanned == max {
+                return resync(socket, *after).await;
+            }
+            scanned += 1;
             let market = names.get(&row.token_id);
             if !subs::wants(who.filters, &row.maker, &Facts::of_row(&row, market)) {
                 continue;
-            }
-            if sent == max {
-                return resync(socket, *after).await;
             }
             let now = UnixMs::now().0;
             let (kind, body, channel) = render.message(&row, market);
@@ -120,7 +124,6 @@ pub(super) async fn replay(
                 .record(Fact::Latency(latency_row(written, who.account, st.epoch)));
             *after = row_at;
             sent_one(Position::of(row_at, &row.block_hash));
-            sent += 1;
         }
         if !full {
             return Ok(());

@@ -142,5 +142,9 @@ pub async fn evaluate(st: &AppState) -> Readiness {
         projector,
         rpc_providers,
     };
-    Readiness::of(checks)
+    let mut r = Readiness::of(checks);
+    // This process seals new webhook secrets: without keys it stores them as they are.
+    r.warnings
+        .extend(pmw_core::sealed::unset_warning().map(String::from));
+    r
 }

@@ -161,6 +161,9 @@ async fn setup(args: &Args, run: &Run) -> anyhow::Result<(World, CancellationTok
             ("PMW_PUSH_ALLOW_PRIVATE_WEBHOOKS", "true"),
             ("PMW_API_RATE_PER_SEC", "1000"),
             ("PMW_API_RATE_BURST", "1000"),
+            // Every client of the checker is one address behind Caddy.
+            ("PMW_API_ANON_RATE_PER_SEC", "1000"),
+            ("PMW_API_ANON_RATE_BURST", "1000"),
         ],
         clients: Some(0),
         edges: args.edges,
