@@ -6,6 +6,9 @@
 //! | `PMW_EDGE_METRICS_ADDR` | `127.0.0.1:9466` | private Prometheus `/metrics` address (a port in use is logged, not fatal) |
 //! | `PMW_EDGE_NATS_URLS` | required | NATS JetStream client URLs, comma-separated (all nodes of the cluster) |
 //! | `PMW_EDGE_NATS_STREAM` / `PMW_EDGE_NATS_PREFIX` | `PMW_FRAMES` / `pmw` | the stream push publishes to and its subjects' first token (as push's `PMW_PUSH_NATS_*`) |
+//! | `PMW_EDGE_NATS_USER` / `PMW_EDGE_NATS_PASSWORD` | unset | the edges' identity on the locked broker (user `edge` in deploy/nats/nats.conf: reads the stream, publishes nothing; the password is a secret: never logged); both or neither (a URL's user and password are refused: the client would not send them) |
+//! | `PMW_EDGE_NATS_CA` | unset | CA file the servers' TLS certificates are checked against; set, TLS is required (`tls://` URLs require it too) |
+//! | `PMW_EDGE_NATS_ALLOW_INSECURE` | `false` | accept plain `nats://` (no CA, no `tls://`) to hosts other than loopback (127.0.0.0/8, `::1`, `localhost`) |
 //! | `PMW_EDGE_INDEX_REFRESH_MS` | `1000` | the subscription index is reloaded on every change notification and at least this often (a revoked key's sessions close within it even if a NOTIFY was lost) |
 //! | `PMW_EDGE_WS_QUEUE` | `1024` | frames queued per session before it is closed as a slow consumer (1013) |
 //! | `PMW_EDGE_WS_HEARTBEAT_MS` | `15000` | heartbeat period per session |
@@ -15,11 +18,13 @@
 //! | `PMW_EDGE_TRUSTED_PROXIES` | `127.0.0.0/8,::1` | peers whose `X-Forwarded-For` is believed (Caddy's) |
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use pmw_core::client::TrustedProxies;
 use pmw_core::config::{ConfigError, Validate};
-use pmw_session::bus::BusConfig;
+use pmw_session::bus::{BusAccess, BusConfig};
 use pmw_session::SessionConfig;
+use secrecy::SecretString;
 use serde::Deserialize;
 
 #[derive(Debug, Clone, Deserialize)]
@@ -34,6 +39,14 @@ pub struct EdgeConfig {
     pub edge_nats_stream: String,
     #[serde(default = "d::prefix")]
     pub edge_nats_prefix: String,
+    #[serde(default)]
+    pub edge_nats_user: Option<String>,
+    #[serde(default)]
+    pub edge_nats_password: Option<SecretString>,
+    #[serde(default)]
+    pub edge_nats_ca: Option<PathBuf>,
+    #[serde(default)]
+    pub edge_nats_allow_insecure: bool,
     #[serde(default = "d::refresh")]
     pub edge_index_refresh_ms: u64,
     #[serde(default = "d::queue")]
@@ -119,6 +132,12 @@ impl EdgeConfig {
             &self.edge_nats_stream,
             &self.edge_nats_prefix,
         )
+        .with_access(BusAccess {
+            user: self.edge_nats_user.clone(),
+            password: self.edge_nats_password.clone(),
+            ca: self.edge_nats_ca.clone(),
+            allow_insecure: self.edge_nats_allow_insecure,
+        })
     }
 
     /// The session layer's settings.

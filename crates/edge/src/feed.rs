@@ -53,7 +53,7 @@ pub struct Start {
 }
 
 pub async fn start(bus: &Bus, pool: &PgPool, slot: i16) -> Result<Start, EdgeError> {
-    stream::ensure(bus).await?;
+    stream::expect(bus).await?;
     let last_seq = stream::last_seq(bus).await?;
     let last = stream::last_frame(bus, ALL).await?;
     let ledger = cursor_of(pool, "push_cursor", slot).await?;

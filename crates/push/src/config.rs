@@ -21,13 +21,21 @@
 //! | `PMW_PUSH_LEASE_MS` | `10000` | the standby terminates the lock session of a leader whose heartbeat is older than this (a frozen leader keeps its lock otherwise) |
 //! | `PMW_PUSH_NATS_URLS` | unset | edge mode: NATS JetStream client URLs (comma-separated, all nodes of the cluster); the leader stores each WebSocket round on the stream before its cursor moves (unset: single-process mode, nothing published) |
 //! | `PMW_PUSH_NATS_STREAM` / `PMW_PUSH_NATS_PREFIX` | `PMW_FRAMES` / `pmw` | the stream and its subjects' first token (`<prefix>.frames.all`, `<prefix>.epoch`) |
+//! | `PMW_PUSH_NATS_USER` / `PMW_PUSH_NATS_PASSWORD` | unset | push's identity on the locked broker (user `push` in deploy/nats/nats.conf; the password is a secret: never logged); both or neither (a URL's user and password are refused: the client would not send them) |
+//! | `PMW_PUSH_NATS_CA` | unset | CA file the servers' TLS certificates are checked against; set, TLS is required (`tls://` URLs require it too) |
+//! | `PMW_PUSH_NATS_ALLOW_INSECURE` | `false` | accept plain `nats://` (no CA, no `tls://`) to hosts other than loopback (127.0.0.0/8, `::1`, `localhost`) |
+//! | `PMW_PUSH_NATS_MAX_BYTES` | `1073741824` (1 GiB) | the stream's `max_bytes`: the most it keeps (oldest frames dropped beyond) |
+//! | `PMW_PUSH_NATS_MAX_MSG_SIZE` | `1048576` (1 MiB) | the stream's `max_msg_size` (at most the servers' `max_payload`, 1 MB in deploy/nats/nats.conf) |
 //! | `PMW_PUSH_STALL_EXIT_MS` | the ready max age | a leader that completes no round for this long (rounds failing, or one round hanging) exits 75 so the standby takes over |
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use pmw_core::client::TrustedProxies;
 use pmw_core::config::{ConfigError, Validate};
+use pmw_session::bus::BusAccess;
+use secrecy::SecretString;
 use serde::Deserialize;
 
 #[derive(Debug, Clone, Deserialize)]
@@ -78,6 +86,18 @@ pub struct PushConfig {
     pub push_nats_stream: String,
     #[serde(default = "d::nats_prefix")]
     pub push_nats_prefix: String,
+    #[serde(default)]
+    pub push_nats_user: Option<String>,
+    #[serde(default)]
+    pub push_nats_password: Option<SecretString>,
+    #[serde(default)]
+    pub push_nats_ca: Option<PathBuf>,
+    #[serde(default)]
+    pub push_nats_allow_insecure: bool,
+    #[serde(default = "d::nats_max_bytes")]
+    pub push_nats_max_bytes: i64,
+    #[serde(default = "d::nats_max_msg_size")]
+    pub push_nats_max_msg_size: i32,
 }
 
 mod d {
@@ -139,6 +159,12 @@ mod d {
     pub fn nats_prefix() -> String {
         "pmw".into()
     }
+    pub fn nats_max_bytes() -> i64 {
+        1 << 30
+    }
+    pub fn nats_max_msg_size() -> i32 {
+        1 << 20
+    }
 }
 
 /// The defaults, for in-process runs (tests): the same as an empty environment, except that
@@ -193,11 +219,19 @@ impl PushConfig {
     /// Edge mode's broker settings, when `PMW_PUSH_NATS_URLS` names any node.
     pub fn bus(&self) -> Option<pmw_session::bus::BusConfig> {
         let urls = self.push_nats_urls.as_deref().unwrap_or("");
-        let c = pmw_session::bus::BusConfig::named(
+        let mut c = pmw_session::bus::BusConfig::named(
             urls,
             &self.push_nats_stream,
             &self.push_nats_prefix,
         );
+        c.access = BusAccess {
+            user: self.push_nats_user.clone(),
+            password: self.push_nats_password.clone(),
+            ca: self.push_nats_ca.clone(),
+            allow_insecure: self.push_nats_allow_insecure,
+        };
+        c.max_bytes = self.push_nats_max_bytes;
+        c.max_msg_size = self.push_nats_max_msg_size;
         (!c.urls.is_empty()).then_some(c)
     }
 
