@@ -2,7 +2,7 @@
 //! ports of their own, push and the edges on the stack's NATS cluster with a stream no other
 //! drill uses, and Caddy sending `/v1/ws` to the edges (`PMW_WS_MODE=edge`).
 
-use pmw_testkit::free_port;
+use pmw_testkit::{free_port, NatsRole, StackEnv};
 
 /// What a drill adds for `n` edges.
 pub struct Edges {
@@ -10,17 +10,23 @@ pub struct Edges {
     pub stream: String,
     prefix: String,
     urls: String,
+    /// Push's and the edges' identities on the locked cluster.
+    push: NatsRole,
+    edge: NatsRole,
 }
 
 impl Edges {
-    /// `n` edges on the NATS cluster at `urls` (comma-separated client URLs).
-    pub fn new(n: usize, urls: &str) -> Edges {
+    /// `n` edges on the NATS cluster of `stack` (its `PMW_NATS_URLS`), push and the edges
+    /// each with its own identity.
+    pub fn new(n: usize, stack: &StackEnv) -> Edges {
         let tag = format!("{:08x}", rand::random::<u32>());
         Edges {
             ports: (0..n).map(|_| free_port()).collect(),
             stream: format!("PMW_T_{tag}"),
             prefix: format!("pmwt{tag}"),
-            urls: urls.to_string(),
+            urls: stack.get("PMW_NATS_URLS").to_string(),
+            push: stack.nats_role("push"),
+            edge: stack.nats_role("edge"),
         }
     }
 
@@ -40,6 +46,8 @@ impl Edges {
             ("PMW_EDGE_NATS_PREFIX".into(), self.prefix.clone()),
             ("PMW_EDGE_WS_HEARTBEAT_MS".into(), "1000".into()),
         ];
+        env.extend(self.push.env("PUSH"));
+        env.extend(self.edge.env("EDGE"));
         for (i, p) in self.ports.iter().enumerate() {
             env.push((format!("PMW_EDGE_{}_PORT", i + 1), p.to_string()));
             env.push((

@@ -14,10 +14,12 @@ use std::time::Duration;
 use pmw_core::Cursor;
 use pmw_push::config::PushConfig;
 use pmw_session::bus::round::{RoundPart, ALL};
-use pmw_session::bus::{stream, Bus, BusConfig, Event, FencedPublisher, Follower};
+use pmw_session::bus::{stream, Bus, BusAccess, BusConfig, Event, FencedPublisher, Follower};
 use pmw_sim::demo_wallets;
 use pmw_testkit::hooks::{Receiver, Step};
-use pmw_testkit::{assert_eventually, bound_within, PrivateStack, ServiceHandle};
+use pmw_testkit::{
+    assert_eventually, bound_within, NatsRole, PrivateStack, ServiceHandle, StackEnv,
+};
 
 use super::WITHIN;
 use crate::harness::{
@@ -38,19 +40,60 @@ fn hooked(hooks: &Receiver) -> Vec<Cursor> {
     v
 }
 
-/// A stream and prefix no other test uses, on the cluster at `urls`.
-fn bus_config(urls: &str) -> BusConfig {
+/// A stream and prefix no other test uses on a cluster (as its operator), and the cluster's
+/// identities for push and the edges.
+#[derive(Clone)]
+struct TestBus {
+    config: BusConfig,
+    push: NatsRole,
+    edge: NatsRole,
+}
+
+impl std::ops::Deref for TestBus {
+    type Target = BusConfig;
+    fn deref(&self) -> &BusConfig {
+        &self.config
+    }
+}
+
+impl std::ops::DerefMut for TestBus {
+    fn deref_mut(&mut self) -> &mut BusConfig {
+        &mut self.config
+    }
+}
+
+/// `role`'s access to the locked broker.
+fn access(role: &NatsRole) -> BusAccess {
+    BusAccess::new(&role.user, &role.password, role.ca.clone())
+}
+
+/// A [`TestBus`] on the cluster of the stack `env`.
+fn bus_config(env: &StackEnv) -> TestBus {
     let tag = format!("{:08x}", rand::random::<u32>());
-    let mut c = BusConfig::new(urls);
+    let mut c =
+        BusConfig::new(env.get("PMW_NATS_URLS")).with_access(access(&env.nats_role("operator")));
     c.stream = format!("PMW_T_{tag}");
     c.prefix = format!("pmwt{tag}");
-    c
+    TestBus {
+        config: c,
+        push: env.nats_role("push"),
+        edge: env.nats_role("edge"),
+    }
+}
+
+/// A [`TestBus`] on the shared stack's cluster.
+fn shared_bus() -> TestBus {
+    pmw_testkit::nats_urls();
+    bus_config(pmw_testkit::stack_env())
 }
 
 /// Push in edge mode on `bus`; it never hands over for a stall within a test.
-fn edge_push(h: &Harness, bus: &BusConfig) -> PushConfig {
+fn edge_push(h: &Harness, bus: &TestBus) -> PushConfig {
     PushConfig {
         push_nats_urls: Some(bus.urls.join(",")),
+        push_nats_user: Some(bus.push.user.clone()),
+        push_nats_password: Some(bus.push.password.clone().into()),
+        push_nats_ca: bus.push.ca.clone(),
         push_nats_stream: bus.stream.clone(),
         push_nats_prefix: bus.prefix.clone(),
         push_stall_exit_ms: Some(300_000),
@@ -71,8 +114,9 @@ struct Read {
 }
 
 /// Read every round on `config`'s stream until it has been silent for 3 s.
-async fn read_rounds(config: &BusConfig) -> Read {
-    let bus = Bus::connect(config.clone(), "pmw-test").await.expect("bus");
+async fn read_rounds(config: &TestBus) -> Read {
+    let as_edge = config.config.clone().with_access(access(&config.edge));
+    let bus = Bus::connect(as_edge, "pmw-test").await.expect("bus");
     let mut f = Follower::start(bus, ALL, 0).expect("follow");
     let mut read = Read::default();
     while let Ok(event) = tokio::time::timeout(Duration::from_secs(3), f.next()).await {
@@ -141,7 +185,7 @@ async fn judge(h: &Harness, start: u64, read: &Read, what: &str) {
 async fn edge_mode_stores_every_round_on_the_stream() {
     let h = Harness::new().await;
     let start = h.sim.rpc().latest_block().await.unwrap().number.0;
-    let bus = bus_config(pmw_testkit::nats_urls());
+    let bus = shared_bus();
     let (push, _) = h.start_push("push-a", edge_push(&h, &bus));
     h.trade(2, Duration::from_millis(100), 30).await;
     h.wait_pushed(WITHIN).await;
@@ -160,7 +204,7 @@ async fn edge_mode_cursor_waits_while_the_broker_cannot_store() {
     let (account, _) = h.account(&mine).await;
     let hooks = Receiver::start(vec![Step::status(204)]).await;
     h.endpoint(account, &hooks.url()).await;
-    let mut bus = bus_config(nats.nats_urls());
+    let mut bus = bus_config(&nats.env);
     bus.give_up = Duration::from_secs(3);
     // No fallback tick: only blocks and the WebSocket lane's rounds wake the webhook lane.
     let cfg = PushConfig {
@@ -231,14 +275,15 @@ async fn edge_mode_cursor_waits_while_the_broker_cannot_store() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_deposed_on_the_bus_stops_without_moving_its_cursor() {
     let h = Harness::new().await;
-    let bus = bus_config(pmw_testkit::nats_urls());
+    let bus = shared_bus();
     let (push, _) = h.start_push("push-a", edge_push(&h, &bus));
     h.trade(2, Duration::from_millis(100), 5).await;
     h.wait_pushed(WITHIN).await;
     let before = h.pushed_block().await;
 
     // Another leader claims the stream (a successor whose lock the deposed one has not noticed).
-    let other = Bus::connect(bus.clone(), "pmw-test").await.unwrap();
+    let successor = bus.config.clone().with_access(access(&bus.push));
+    let other = Bus::connect(successor, "pmw-test").await.unwrap();
     FencedPublisher::claim(other, 1_000).await.expect("claim");
     h.trade(2, Duration::from_millis(100), 5).await;
     assert_eventually!(WITHIN, push.is_finished(), "the deposed leader goes on");
@@ -253,27 +298,30 @@ async fn a_leader_deposed_on_the_bus_stops_without_moving_its_cursor() {
     drop_stream(&bus).await;
 }
 
-async fn drop_stream(config: &BusConfig) {
-    if let Ok(bus) = Bus::connect(config.clone(), "pmw-test").await {
+async fn drop_stream(config: &TestBus) {
+    if let Ok(bus) = Bus::connect(config.config.clone(), "pmw-test").await {
         let _ = stream::ensure(&bus).await;
         let _ = bus.js.delete_stream(&config.stream).await;
     }
 }
 
 /// Run pmw-edge in-process on `bus`; its handle and address once it follows and listens.
-async fn start_edge(h: &Harness, bus: &BusConfig) -> (ServiceHandle, std::net::SocketAddr) {
+async fn start_edge(h: &Harness, bus: &TestBus) -> (ServiceHandle, std::net::SocketAddr) {
     start_edge_with(h, bus, |_| {}).await
 }
 
 async fn start_edge_with(
     h: &Harness,
-    bus: &BusConfig,
+    bus: &TestBus,
     tweak: impl FnOnce(&mut pmw_edge::EdgeConfig),
 ) -> (ServiceHandle, std::net::SocketAddr) {
     let mut cfg = pmw_edge::EdgeConfig::with_nats(&bus.urls.join(","));
     tweak(&mut cfg);
     cfg.edge_nats_stream = bus.stream.clone();
     cfg.edge_nats_prefix = bus.prefix.clone();
+    cfg.edge_nats_user = Some(bus.edge.user.clone());
+    cfg.edge_nats_password = Some(bus.edge.password.clone().into());
+    cfg.edge_nats_ca = bus.edge.ca.clone();
     cfg.edge_ws_heartbeat_ms = 1_000;
     let core = h.core();
     let (edge, rx) = ServiceHandle::spawn_bound(move |stop, bound| {
@@ -316,7 +364,7 @@ async fn an_edge_closes_a_slow_consumer_and_others_are_unaffected() {
     let h = Harness::new().await;
     let mine = demo_wallets(6);
     let (_, key) = h.account(&mine).await;
-    let bus = bus_config(pmw_testkit::nats_urls());
+    let bus = shared_bus();
     let (push, _) = h.start_push("push-a", edge_push(&h, &bus));
     // Far smaller than the whole run. Blocks come paced, so no round is a burst the fast
     // client must take at once (an edge dispatches a catch-up's parts back to back, its
@@ -354,7 +402,7 @@ async fn an_edge_serves_every_trade_and_a_push_failover_closes_none_of_its_socke
     let wallets = demo_wallets(6);
     let mine = &wallets[..3];
     let (_, key) = h.account(mine).await;
-    let bus = bus_config(pmw_testkit::nats_urls());
+    let bus = shared_bus();
     let (push_a, _) = h.start_push("push-a", edge_push(&h, &bus));
     h.trade(1, Duration::from_millis(50), 2).await;
     h.wait_pushed(WITHIN).await;
@@ -438,7 +486,7 @@ async fn an_edge_serves_finals_after_their_trades() {
     let wallets = demo_wallets(6);
     let mine = &wallets[..3];
     let (_, key) = h.account(mine).await;
-    let bus = bus_config(pmw_testkit::nats_urls());
+    let bus = shared_bus();
     let (push, _) = h.start_push("push-a", edge_push(&h, &bus));
     h.trade(1, Duration::from_millis(50), 2).await;
     h.wait_pushed(WITHIN).await;
@@ -503,7 +551,7 @@ async fn an_edge_closes_a_revoked_keys_session_and_survives_the_kill_of_the_stre
     let mine = &wallets[..3];
     let (account, key) = h.account(mine).await;
     let (_, other_key) = h.account(mine).await;
-    let bus = bus_config(nats.nats_urls());
+    let bus = bus_config(&nats.env);
     let (push, _) = h.start_push("push-a", edge_push(&h, &bus));
     h.trade(1, Duration::from_millis(50), 2).await;
     h.wait_pushed(WITHIN).await;
@@ -531,7 +579,7 @@ async fn an_edge_closes_a_revoked_keys_session_and_survives_the_kill_of_the_stre
 
     // The node leading the stream dies while trades flow; it comes back later.
     h.trade(2, Duration::from_millis(100), 10).await;
-    let js = Bus::connect(bus.clone(), "pmw-test").await.unwrap();
+    let js = Bus::connect(bus.config.clone(), "pmw-test").await.unwrap();
     let info = js
         .js
         .get_stream(&bus.stream)
