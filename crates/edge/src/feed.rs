@@ -43,9 +43,8 @@ pub struct FeedStats {
 
 /// Where the hub's two streams start, and the follower that continues from there: after the
 /// stream's last round part (its stream stands at the part's end), else at push's cursors of
-/// `slot` (every round up to a cursor was stored before it moved), following what is stored
-/// after the stream's last sequence, read first. A part stored just before its cursor moved is
-/// then a hole, and repaired.
+/// `slot` (every round up to a cursor was stored before it moved), following every round stored
+/// (a part stored between the reads comes again, and what the hub passed is skipped).
 pub struct Start {
     pub ledger: Position,
     pub finals: Position,
@@ -61,7 +60,9 @@ pub async fn start(bus: &Bus, pool: &PgPool, slot: i16) -> Result<Start, EdgeErr
     let mut at = Start {
         ledger,
         finals,
-        follower: Follower::start(bus.clone(), ALL, last_seq)?,
+        // No round on the stream: the first one chains to none (its `Pmw-Prev` is 0), whatever
+        // the stream's last message is (push's epoch claim, made at its first round).
+        follower: Follower::start(bus.clone(), ALL, 0)?,
     };
     if let Some((seq, body)) = last {
         let part = RoundPart::from_body(&body)?;

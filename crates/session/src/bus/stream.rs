@@ -57,7 +57,7 @@ pub async fn ensure(bus: &Bus) -> Result<(), BusError> {
     Ok(())
 }
 
-/// Wait until the stream exists (an edge: its identity may read the stream but not create or
+/// Wait until the stream exists and has a leader (an edge: its identity may read the stream but not create or
 /// change it; push creates it at its first claim). A stream that differs from [`config`] is
 /// followed as it is, with a warning (push brings it to its configuration).
 pub async fn expect(bus: &Bus) -> Result<(), BusError> {
@@ -67,12 +67,14 @@ pub async fn expect(bus: &Bus) -> Result<(), BusError> {
     let mut backoff = Backoff::new(Policy::STORE);
     loop {
         let why = match bus.answered(&what, bus.js.get_stream(name)).await {
-            Ok(Ok(s)) => {
+            Ok(Ok(s)) if led(s.cached_info()) => {
                 if !as_configured(&s.cached_info().config, &want) {
                     tracing::warn!(stream = %name, "bus stream differs from its configuration (push corrects it)");
                 }
                 return Ok(());
             }
+            // Just made: its replicas elect a leader, which answers the reads that follow.
+            Ok(Ok(_)) => "without a leader yet".to_string(),
             Ok(Err(e)) if not_found(&e) => "missing (push creates it)".to_string(),
             Ok(Err(e)) => e.to_string(),
             Err(e) => e.to_string(),
@@ -95,6 +97,11 @@ fn as_configured(have: &Config, want: &Config) -> bool {
         && have.discard == want.discard
         && have.max_bytes == want.max_bytes
         && have.max_message_size == want.max_message_size
+}
+
+/// Whether the stream's replicas have a leader (a stream without cluster information: one node).
+fn led(info: &async_nats::jetstream::stream::Info) -> bool {
+    info.cluster.as_ref().is_none_or(|c| c.leader.is_some())
 }
 
 fn not_found(e: &GetStreamError) -> bool {
