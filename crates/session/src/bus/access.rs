@@ -51,9 +51,9 @@ impl BusAccess {
         self.ca.is_some() || addrs.iter().any(ServerAddr::tls_required)
     }
 
-    /// A user has a password and the other way round; no URL carries credentials (they would
-    /// not be sent, and would be logged); no plain connection to a host that is not loopback
-    /// unless allowed. Never quotes a URL.
+    /// A user has a password and the other way round; the CA file can be read; no URL carries
+    /// credentials (they would not be sent, and would be logged); no plain connection to a host
+    /// that is not loopback unless allowed. Never quotes a URL.
     pub fn check(&self, addrs: &[ServerAddr]) -> Result<(), BusError> {
         let empty = |s: Option<&str>| s.is_none_or(str::is_empty);
         let password = self.password.as_ref().map(|p| p.expose_secret());
@@ -61,6 +61,14 @@ impl BusAccess {
             return Err(BusError::Invalid(
                 "a NATS user needs its password, and a password its user".into(),
             ));
+        }
+        if let Some(ca) = &self.ca {
+            if std::fs::File::open(ca).is_err() {
+                return Err(BusError::Invalid(format!(
+                    "the NATS CA file {} cannot be read",
+                    ca.display()
+                )));
+            }
         }
         if addrs.iter().any(|a| a.has_user_pass()) {
             return Err(BusError::Invalid(
@@ -122,12 +130,17 @@ mod tests {
         let e = open.check(&remote).unwrap_err().to_string();
         assert!(e.contains("10.0.0.7") && e.contains("not loopback"), "{e}");
         assert!(open.check(&addrs(&["tls://10.0.0.7:4222"])).is_ok());
+        let ca = std::env::temp_dir().join(format!("pmw-ca-{}.pem", std::process::id()));
+        std::fs::write(&ca, "not read here").unwrap();
         let with_ca = BusAccess {
-            ca: Some("/etc/pmw/nats-ca.pem".into()),
+            ca: Some(ca.clone()),
             ..BusAccess::default()
         };
         assert!(with_ca.check(&remote).is_ok());
         assert!(with_ca.tls(&remote));
+        std::fs::remove_file(&ca).unwrap();
+        let e = with_ca.check(&remote).unwrap_err().to_string();
+        assert!(e.contains("cannot be read"), "{e}");
         let allowed = BusAccess {
             allow_insecure: true,
             ..BusAccess::default()
