@@ -187,3 +187,39 @@ impl Validate for EdgeConfig {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use secrecy::ExposeSecret;
+
+    #[test]
+    #[allow(clippy::result_large_err)] // figment's own Jail API returns its Error by value
+    fn the_edges_identity_comes_from_the_env_and_its_password_is_never_shown() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("PMW_EDGE_NATS_URLS", "tls://10.0.0.7:4222");
+            jail.set_env("PMW_EDGE_NATS_USER", "edge");
+            jail.set_env("PMW_EDGE_NATS_PASSWORD", "s3cret-edge-pw");
+            let c = EdgeConfig::load().map_err(|e| e.to_string())?;
+            let access = c.bus().access;
+            assert_eq!(access.user.as_deref(), Some("edge"));
+            assert_eq!(
+                access.password.as_ref().map(|p| p.expose_secret()),
+                Some("s3cret-edge-pw")
+            );
+            for shown in [format!("{c:?}"), format!("{:?}", c.bus())] {
+                assert!(!shown.contains("s3cret"), "{shown}");
+            }
+            // Plain nats:// to a host that is not loopback: refused unless allowed.
+            jail.set_env("PMW_EDGE_NATS_URLS", "nats://10.0.0.7:4222");
+            let e = EdgeConfig::load().map_err(|e| e.to_string());
+            assert!(
+                e.as_ref().is_err_and(|e| e.contains("not loopback")),
+                "{e:?}"
+            );
+            jail.set_env("PMW_EDGE_NATS_ALLOW_INSECURE", "true");
+            assert!(EdgeConfig::load().is_ok());
+            Ok(())
+        });
+    }
+}
