@@ -14,13 +14,12 @@ use std::time::Duration;
 use pmw_core::Cursor;
 use pmw_push::config::PushConfig;
 use pmw_session::bus::round::{RoundPart, ALL};
-use pmw_session::bus::{stream, Bus, BusAccess, BusConfig, Event, FencedPublisher, Follower};
+use pmw_session::bus::{stream, Bus, Event, FencedPublisher, Follower};
 use pmw_sim::demo_wallets;
 use pmw_testkit::hooks::{Receiver, Step};
-use pmw_testkit::{
-    assert_eventually, bound_within, NatsRole, PrivateStack, ServiceHandle, StackEnv,
-};
+use pmw_testkit::{assert_eventually, bound_within, PrivateStack, ServiceHandle};
 
+use super::nats::{access, bus_config, shared_bus, TestBus};
 use super::WITHIN;
 use crate::harness::{
     canonical, change_as_api, closed_with, connect, connect_url, hello_cursor, key_id,
@@ -38,53 +37,6 @@ fn hooked(hooks: &Receiver) -> Vec<Cursor> {
         .collect();
     v.sort();
     v
-}
-
-/// A stream and prefix no other test uses on a cluster (as its operator), and the cluster's
-/// identities for push and the edges.
-#[derive(Clone)]
-struct TestBus {
-    config: BusConfig,
-    push: NatsRole,
-    edge: NatsRole,
-}
-
-impl std::ops::Deref for TestBus {
-    type Target = BusConfig;
-    fn deref(&self) -> &BusConfig {
-        &self.config
-    }
-}
-
-impl std::ops::DerefMut for TestBus {
-    fn deref_mut(&mut self) -> &mut BusConfig {
-        &mut self.config
-    }
-}
-
-/// `role`'s access to the locked broker.
-fn access(role: &NatsRole) -> BusAccess {
-    BusAccess::new(&role.user, &role.password, role.ca.clone())
-}
-
-/// A [`TestBus`] on the cluster of the stack `env`.
-fn bus_config(env: &StackEnv) -> TestBus {
-    let tag = format!("{:08x}", rand::random::<u32>());
-    let mut c =
-        BusConfig::new(env.get("PMW_NATS_URLS")).with_access(access(&env.nats_role("operator")));
-    c.stream = format!("PMW_T_{tag}");
-    c.prefix = format!("pmwt{tag}");
-    TestBus {
-        config: c,
-        push: env.nats_role("push"),
-        edge: env.nats_role("edge"),
-    }
-}
-
-/// A [`TestBus`] on the shared stack's cluster.
-fn shared_bus() -> TestBus {
-    pmw_testkit::nats_urls();
-    bus_config(pmw_testkit::stack_env())
 }
 
 /// Push in edge mode on `bus`; it never hands over for a stall within a test.

@@ -8,6 +8,7 @@ mod finality;
 mod index;
 mod leadership;
 mod liveness;
+mod nats;
 mod observed;
 mod stream;
 
