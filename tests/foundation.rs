@@ -3,6 +3,8 @@
 //! deliver notifications and report their loss, pooled Postgres sessions carry their timeouts
 //! and dedicated ones none; edge mode's bus on real JetStream clusters (`bus`), its frames signed (`bus_signed`).
 
+#[path = "foundation/broker.rs"]
+mod broker;
 #[path = "foundation/bus.rs"]
 mod bus;
 #[path = "foundation/bus_signed.rs"]

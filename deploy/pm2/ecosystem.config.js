@@ -26,7 +26,9 @@
 // serves /metrics on its own port).
 // Edge mode (docs/OPERATIONS.md, "Edge mode"): PMW_EDGES=N adds pmw-edge-1..N, edge i listening
 // on 8100 + i (PMW_EDGE_<i>_PORT), metrics on 9469 + i (PMW_EDGE_<i>_METRICS_PORT); push
-// and the edges then need PMW_PUSH_NATS_URLS / PMW_EDGE_NATS_URLS (and Caddy PMW_WS_MODE=edge).
+// and the edges then need PMW_PUSH_NATS_URLS / PMW_EDGE_NATS_URLS (and Caddy PMW_WS_MODE=edge),
+// and on the locked broker their identities and its CA: PMW_PUSH_NATS_USER / _PASSWORD / _CA,
+// PMW_EDGE_NATS_USER / _PASSWORD / _CA (docs/OPERATIONS.md, "Broker security").
 // Binaries come from PMW_BIN_DIR; database and chain settings from the environment of
 // `pm2 start` (PMW_POSTGRES_URL, PMW_CLICKHOUSE_URL, …; see crates/core/src/config.rs).
 const bin = process.env.PMW_BIN_DIR || '/usr/local/lib/pmw/bin';

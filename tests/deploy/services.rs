@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use pmw_core::UnixMs;
-use pmw_session::bus::{Bus, BusConfig};
+use pmw_session::bus::{Bus, BusAccess, BusConfig};
 use pmw_sim::anvil::Anvil;
 use pmw_testkit::{eventually, eventually_every, free_port, TestDb};
 
@@ -37,21 +37,29 @@ pub struct Host {
 }
 
 /// The edge's stream on the shared NATS cluster, no other test's (push here does not publish:
-/// the edge follows an empty stream, which is enough to serve), deleted on drop.
+/// the edge follows an empty stream, which is enough to serve), made here as push would make it
+/// (an edge may not create a stream) and deleted on drop (by the operator).
 struct EdgeStream(BusConfig);
 
 impl EdgeStream {
     fn new() -> EdgeStream {
         let tag = format!("{:08x}", rand::random::<u32>());
-        EdgeStream(BusConfig::named(
+        let op = pmw_testkit::nats_role("operator");
+        let config = BusConfig::named(
             pmw_testkit::nats_urls(),
             &format!("PMW_SD_{tag}"),
             &format!("pmwsd{tag}"),
-        ))
+        )
+        .with_access(BusAccess::new(&op.user, &op.password, op.ca.clone()));
+        let made = on_the_side(config.clone(), |bus| async move {
+            pmw_session::bus::stream::ensure(&bus).await
+        });
+        assert!(matches!(made, Some(Ok(()))), "the edge's stream: {made:?}");
+        EdgeStream(config)
     }
 
     fn env(&self) -> Vec<(String, String)> {
-        vec![
+        let mut env = vec![
             ("PMW_EDGE_NATS_URLS".into(), self.0.urls.join(",")),
             ("PMW_EDGE_NATS_STREAM".into(), self.0.stream.clone()),
             ("PMW_EDGE_NATS_PREFIX".into(), self.0.prefix.clone()),
@@ -59,26 +67,39 @@ impl EdgeStream {
                 "PMW_BUS_VERIFY_KEYS".into(),
                 pmw_session::bus::sign::generate("deploy").unwrap().1,
             ),
-        ]
+        ];
+        env.extend(pmw_testkit::nats_role("edge").env("EDGE"));
+        env
     }
+}
+
+/// `f` on a bus connected with `config`, on a runtime of its own in a thread of its own (a
+/// runtime cannot be blocked on from inside the test's); `None` if it cannot connect.
+fn on_the_side<F, T>(config: BusConfig, f: impl FnOnce(Bus) -> F + Send + 'static) -> Option<T>
+where
+    F: std::future::Future<Output = T>,
+    T: Send + 'static,
+{
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let bus = Bus::connect(config, "pmw-test").await.ok()?;
+            Some(f(bus).await)
+        })
+    })
+    .join()
+    .expect("thread")
 }
 
 impl Drop for EdgeStream {
     fn drop(&mut self) {
-        // A thread of its own: a runtime cannot be blocked on from inside the test's.
-        let config = self.0.clone();
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async {
-                if let Ok(bus) = Bus::connect(config.clone(), "pmw-test").await {
-                    let _ = bus.js.delete_stream(&config.stream).await;
-                }
-            });
-        })
-        .join();
+        let stream = self.0.stream.clone();
+        let _ = on_the_side(self.0.clone(), |bus| async move {
+            let _ = bus.js.delete_stream(&stream).await;
+        });
     }
 }
 
@@ -91,6 +112,16 @@ impl Host {
         let anvil = Anvil::spawn_with(&["--block-time", "1"]).await.unwrap();
         let (api, stats, edge) = (free_port(), free_port(), free_port());
         let stream = EdgeStream::new();
+        // The broker's CA, where the edge's sandbox (PrivateTmp=) can read it: in production
+        // it is a file under /etc/pmw.
+        if let Some(ca) = pmw_testkit::nats_role("edge").ca {
+            sd.drop_in(
+                "pmw-edge@.service",
+                "20-nats-ca",
+                &format!("[Service]\nBindReadOnlyPaths={}\n", ca.display()),
+            );
+            sd.ok(&["daemon-reload"]);
+        }
         let mut env = db.env();
         env.retain(|(k, _)| !k.starts_with("PMW_RPC"));
         env.extend([

@@ -9,14 +9,14 @@ use futures::StreamExt;
 
 use pmw_core::Cursor;
 use pmw_session::bus::{
-    sign, stream, Bus, BusConfig, BusError, Event, FencedPublisher, Follower, FrameId, OutFrame,
-    Stored,
+    sign, stream, Bus, BusAccess, BusConfig, BusError, Event, FencedPublisher, Follower, FrameId,
+    OutFrame, Stored,
 };
-use pmw_testkit::PrivateStack;
+use pmw_testkit::{NatsRole, PrivateStack};
 
-/// A bus on `urls` with a stream and subject prefix no other test uses.
-async fn bus(urls: &str) -> Bus {
-    bus_giving_up_after(urls, Duration::from_secs(45)).await
+/// `role`'s access to the locked broker.
+pub fn access(role: &NatsRole) -> BusAccess {
+    BusAccess::new(&role.user, &role.password, role.ca.clone())
 }
 
 /// The frame signing key pair of this test binary's leaders: (signing key, verify key).
@@ -34,9 +34,19 @@ pub fn signed(config: BusConfig) -> BusConfig {
     )
 }
 
-pub async fn bus_giving_up_after(urls: &str, give_up: Duration) -> Bus {
+/// A bus on `urls` as `role` with a stream and subject prefix no other test uses.
+pub async fn bus(urls: &str, role: &NatsRole) -> Bus {
+    bus_giving_up_after(urls, role, Duration::from_secs(45)).await
+}
+
+/// The operator on the private stack `stack`.
+fn operator(stack: &PrivateStack) -> NatsRole {
+    stack.env.nats_role("operator")
+}
+
+pub async fn bus_giving_up_after(urls: &str, role: &NatsRole, give_up: Duration) -> Bus {
     let tag = format!("{:08x}", rand::random::<u32>());
-    let mut config = signed(BusConfig::new(urls));
+    let mut config = signed(BusConfig::new(urls).with_access(access(role)));
     config.stream = format!("PMW_T_{tag}");
     config.prefix = format!("pmwt{tag}");
     config.give_up = give_up;
@@ -48,7 +58,11 @@ pub async fn bus_giving_up_after(urls: &str, give_up: Duration) -> Bus {
 /// A bus on the shared stack's cluster; first drops test streams older than 10 minutes (left by
 /// a failed run: every stream slows a node's restart until it is current).
 pub async fn shared_bus() -> Bus {
-    let bus = bus(pmw_testkit::nats_urls()).await;
+    let bus = bus(
+        pmw_testkit::nats_urls(),
+        &pmw_testkit::nats_role("operator"),
+    )
+    .await;
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -398,7 +412,7 @@ async fn publish_and_follow_through(
     stack: &PrivateStack,
     pick: impl Fn(usize) -> usize,
 ) -> (usize, usize) {
-    let bus = bus(stack.nats_urls()).await;
+    let bus = bus(stack.nats_urls(), &operator(stack)).await;
     let mut p = FencedPublisher::claim(bus.clone(), 1).await.expect("claim");
     let mut f = Follower::start(bus.clone(), "a", 0).unwrap();
     let follower = tokio::spawn(async move {
@@ -469,7 +483,8 @@ async fn bus_survives_the_kill_of_the_stream_leader() {
 #[tokio::test]
 async fn bus_without_quorum_refuses_then_resumes_where_it_was() {
     let stack = PrivateStack::start_nats();
-    let bus = bus_giving_up_after(stack.nats_urls(), Duration::from_secs(3)).await;
+    let bus =
+        bus_giving_up_after(stack.nats_urls(), &operator(&stack), Duration::from_secs(3)).await;
     let mut p = FencedPublisher::claim(bus.clone(), 1).await.expect("claim");
     let stored = p.publish_round(&[frame("a", 70)]).await.expect("publish");
     assert_eq!(seqs(&stored), [(2, false)]);
@@ -503,7 +518,8 @@ async fn bus_without_quorum_refuses_then_resumes_where_it_was() {
 async fn bus_follower_goes_on_through_a_node_death_on_its_other_consumer() {
     let stack = PrivateStack::start_nats();
     let tag = format!("{:08x}", rand::random::<u32>());
-    let mut config = signed(BusConfig::new(stack.nats_urls()));
+    let mut config =
+        signed(BusConfig::new(stack.nats_urls()).with_access(access(&operator(&stack))));
     config.stream = format!("PMW_T_{tag}");
     config.prefix = format!("pmwt{tag}");
     let bus = Bus::connect(config, "pmw-test").await.expect("connect");

@@ -194,7 +194,10 @@ async fn bus_a_prepublished_frame_id_does_not_lose_the_frame() {
 #[tokio::test]
 async fn bus_a_replayed_part_is_refused() {
     let tag = format!("{:08x}", rand::random::<u32>());
-    let mut config = super::bus::signed(pmw_session::bus::BusConfig::new(pmw_testkit::nats_urls()));
+    let operator = super::bus::access(&pmw_testkit::nats_role("operator"));
+    let mut config = super::bus::signed(
+        pmw_session::bus::BusConfig::new(pmw_testkit::nats_urls()).with_access(operator),
+    );
     config.stream = format!("PMW_T_{tag}");
     config.prefix = format!("pmwt{tag}");
     config.duplicate_window = std::time::Duration::from_secs(1);

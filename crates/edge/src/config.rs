@@ -7,6 +7,9 @@
 //! | `PMW_EDGE_NATS_URLS` | required | NATS JetStream client URLs, comma-separated (all nodes of the cluster) |
 //! | `PMW_EDGE_NATS_STREAM` / `PMW_EDGE_NATS_PREFIX` | `PMW_FRAMES` / `pmw` | the stream push publishes to and its subjects' first token (as push's `PMW_PUSH_NATS_*`) |
 //! | `PMW_BUS_VERIFY_KEYS` | required | the public keys of push's frame signing keys, `<id>:<64 hex>` comma-separated (two during a rotation; `pmwctl bus keygen` prints a pair): a message on the stream not signed by one of them is refused and skipped (docs/OPERATIONS.md, "Frame signing"); an edge without one refuses to start (78) |
+//! | `PMW_EDGE_NATS_USER` / `PMW_EDGE_NATS_PASSWORD` | unset | the edges' identity on the locked broker (user `edge` in deploy/nats/nats.conf: reads the stream, publishes nothing; the password is a secret: never logged); both or neither (a URL's user and password are refused: the client would not send them) |
+//! | `PMW_EDGE_NATS_CA` | unset | CA file the servers' TLS certificates are checked against; set, TLS is required (`tls://` URLs require it too) |
+//! | `PMW_EDGE_NATS_ALLOW_INSECURE` | `false` | accept plain `nats://` (no CA, no `tls://`) to hosts other than loopback (127.0.0.0/8, `::1`, `localhost`) |
 //! | `PMW_EDGE_INDEX_REFRESH_MS` | `1000` | the subscription index is reloaded on every change notification and at least this often (a revoked key's sessions close within it even if a NOTIFY was lost) |
 //! | `PMW_EDGE_VIEW_STALE_MS` | `30000` | an edge that could not refresh its view of keys and subscriptions for longer closes every session with 1013 (try again later), admits none and reports `/health` unhealthy (503) until a refresh succeeds: a revoked key never keeps streaming from an edge cut from Postgres |
 //! | `PMW_EDGE_WS_QUEUE` | `1024` | frames queued per session before it is closed as a slow consumer (1013) |
@@ -17,12 +20,14 @@
 //! | `PMW_EDGE_TRUSTED_PROXIES` | `127.0.0.0/8,::1` | peers whose `X-Forwarded-For` is believed (Caddy's) |
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use pmw_core::client::TrustedProxies;
 use pmw_core::config::{ConfigError, Validate};
 use pmw_session::bus::sign::VerifyKeys;
-use pmw_session::bus::BusConfig;
+use pmw_session::bus::{BusAccess, BusConfig};
 use pmw_session::SessionConfig;
+use secrecy::SecretString;
 use serde::Deserialize;
 
 #[derive(Debug, Clone, Deserialize)]
@@ -37,6 +42,14 @@ pub struct EdgeConfig {
     pub edge_nats_stream: String,
     #[serde(default = "d::prefix")]
     pub edge_nats_prefix: String,
+    #[serde(default)]
+    pub edge_nats_user: Option<String>,
+    #[serde(default)]
+    pub edge_nats_password: Option<SecretString>,
+    #[serde(default)]
+    pub edge_nats_ca: Option<PathBuf>,
+    #[serde(default)]
+    pub edge_nats_allow_insecure: bool,
     #[serde(default = "d::refresh")]
     pub edge_index_refresh_ms: u64,
     #[serde(default = "d::view_stale")]
@@ -139,6 +152,12 @@ impl EdgeConfig {
             None,
             VerifyKeys::parse(&self.bus_verify_keys).unwrap_or_default(),
         )
+        .with_access(BusAccess {
+            user: self.edge_nats_user.clone(),
+            password: self.edge_nats_password.clone(),
+            ca: self.edge_nats_ca.clone(),
+            allow_insecure: self.edge_nats_allow_insecure,
+        })
     }
 
     /// The session layer's settings.
@@ -230,5 +249,39 @@ mod tests {
         let (_, public) = pmw_session::bus::sign::generate("k1").unwrap();
         let c = load(&public).expect("valid");
         assert!(!c.bus().verify.is_empty());
+    }
+
+    use secrecy::ExposeSecret;
+
+    #[test]
+    #[allow(clippy::result_large_err)] // figment's own Jail API returns its Error by value
+    fn the_edges_identity_comes_from_the_env_and_its_password_is_never_shown() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("PMW_EDGE_NATS_URLS", "tls://10.0.0.7:4222");
+            jail.set_env("PMW_EDGE_NATS_USER", "edge");
+            jail.set_env("PMW_EDGE_NATS_PASSWORD", "s3cret-edge-pw");
+            let (_, public) = pmw_session::bus::sign::generate("k1").unwrap();
+            jail.set_env("PMW_BUS_VERIFY_KEYS", public);
+            let c = EdgeConfig::load().map_err(|e| e.to_string())?;
+            let access = c.bus().access;
+            assert_eq!(access.user.as_deref(), Some("edge"));
+            assert_eq!(
+                access.password.as_ref().map(|p| p.expose_secret()),
+                Some("s3cret-edge-pw")
+            );
+            for shown in [format!("{c:?}"), format!("{:?}", c.bus())] {
+                assert!(!shown.contains("s3cret"), "{shown}");
+            }
+            // Plain nats:// to a host that is not loopback: refused unless allowed.
+            jail.set_env("PMW_EDGE_NATS_URLS", "nats://10.0.0.7:4222");
+            let e = EdgeConfig::load().map_err(|e| e.to_string());
+            assert!(
+                e.as_ref().is_err_and(|e| e.contains("not loopback")),
+                "{e:?}"
+            );
+            jail.set_env("PMW_EDGE_NATS_ALLOW_INSECURE", "true");
+            assert!(EdgeConfig::load().is_ok());
+            Ok(())
+        });
     }
 }

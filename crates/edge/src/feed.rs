@@ -84,9 +84,8 @@ impl FeedStats {
 
 /// Where the hub's two streams start, and the follower that continues from there: after the
 /// stream's last round part (its stream stands at the part's end), else at push's cursors of
-/// `slot` (every round up to a cursor was stored before it moved), following what is stored
-/// after the stream's last sequence, read first. A part stored just before its cursor moved is
-/// then a hole, and repaired.
+/// `slot` (every round up to a cursor was stored before it moved), following every round stored
+/// (a part stored between the reads comes again, and what the hub passed is skipped).
 pub struct Start {
     pub ledger: Position,
     pub finals: Position,
@@ -94,7 +93,7 @@ pub struct Start {
 }
 
 pub async fn start(bus: &Bus, pool: &PgPool, slot: i16) -> Result<Start, EdgeError> {
-    stream::ensure(bus).await?;
+    stream::expect(bus).await?;
     let last_seq = stream::last_seq(bus).await?;
     // The last part the leader signed (junk stored after it is passed over).
     let last = stream::last_frame(bus, ALL, &bus.config.keys()).await?;
@@ -103,7 +102,9 @@ pub async fn start(bus: &Bus, pool: &PgPool, slot: i16) -> Result<Start, EdgeErr
     let mut at = Start {
         ledger,
         finals,
-        follower: Follower::after_seq(bus.clone(), ALL, last_seq)?,
+        // No round on the stream: the first one chains to none (its `Pmw-Prev` is 0), whatever
+        // the stream's last message is (push's epoch claim, made at its first round).
+        follower: Follower::start(bus.clone(), ALL, 0)?,
     };
     let last = last.and_then(|(seq, body)| match RoundPart::from_body(&body) {
         Ok(part) => Some((seq, part)),

@@ -54,7 +54,10 @@ pub async fn run_with(
         ledger: at,
         finals,
         follower,
-    } = feed::start(&bus, &stores.pg, 0).await?;
+    } = tokio::select! {
+        start = feed::start(&bus, &stores.pg, 0) => start?,
+        _ = shutdown.cancelled() => return Ok(()),
+    };
     let tasks = shutdown.child_token();
     let _stop_tasks = tasks.clone().drop_guard();
     let hub = Hub::new(at);

@@ -24,14 +24,21 @@
 //! | `PMW_PUSH_NATS_STREAM` / `PMW_PUSH_NATS_PREFIX` | `PMW_FRAMES` / `pmw` | the stream and its subjects' first token (`<prefix>.frames.all`, `<prefix>.epoch`) |
 //! | `PMW_BUS_SIGNING_KEY` | required in edge mode | the leader's frame signing key, `<id>:<64 hex of the Ed25519 seed>` (`pmwctl bus keygen`; a secret: keep it in the sealed env file, never logged): every message push stores on the stream is signed with it, and without it an edge-mode push refuses to start (78) |
 //! | `PMW_BUS_VERIFY_KEYS` | none | the public keys of the other signing keys of the slot's leaders (`<id>:<64 hex>`, comma-separated; a rotation's old and new): a stream moved under push's guard deposes it only when an epoch marker signed by one of these (or its own key) names a newer epoch |
+//! | `PMW_PUSH_NATS_USER` / `PMW_PUSH_NATS_PASSWORD` | unset | push's identity on the locked broker (user `push` in deploy/nats/nats.conf; the password is a secret: never logged); both or neither (a URL's user and password are refused: the client would not send them) |
+//! | `PMW_PUSH_NATS_CA` | unset | CA file the servers' TLS certificates are checked against; set, TLS is required (`tls://` URLs require it too) |
+//! | `PMW_PUSH_NATS_ALLOW_INSECURE` | `false` | accept plain `nats://` (no CA, no `tls://`) to hosts other than loopback (127.0.0.0/8, `::1`, `localhost`) |
+//! | `PMW_PUSH_NATS_MAX_BYTES` | `1073741824` (1 GiB) | the stream's `max_bytes`: the most it keeps (oldest frames dropped beyond) |
+//! | `PMW_PUSH_NATS_MAX_MSG_SIZE` | `1048576` (1 MiB) | the stream's `max_msg_size` (at most the servers' `max_payload`, 1 MB in deploy/nats/nats.conf) |
 //! | `PMW_PUSH_STALL_EXIT_MS` | the ready max age | a leader that completes no round for this long (rounds failing, or one round hanging) exits 75 so the standby takes over |
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use pmw_core::client::TrustedProxies;
 use pmw_core::config::{ConfigError, Validate};
 use pmw_session::bus::sign::{SigningKey, VerifyKeys};
+use pmw_session::bus::BusAccess;
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
@@ -89,6 +96,18 @@ pub struct PushConfig {
     pub bus_signing_key: Option<SecretString>,
     #[serde(default)]
     pub bus_verify_keys: String,
+    #[serde(default)]
+    pub push_nats_user: Option<String>,
+    #[serde(default)]
+    pub push_nats_password: Option<SecretString>,
+    #[serde(default)]
+    pub push_nats_ca: Option<PathBuf>,
+    #[serde(default)]
+    pub push_nats_allow_insecure: bool,
+    #[serde(default = "d::nats_max_bytes")]
+    pub push_nats_max_bytes: i64,
+    #[serde(default = "d::nats_max_msg_size")]
+    pub push_nats_max_msg_size: i32,
 }
 
 mod d {
@@ -153,6 +172,12 @@ mod d {
     pub fn nats_prefix() -> String {
         "pmw".into()
     }
+    pub fn nats_max_bytes() -> i64 {
+        1 << 30
+    }
+    pub fn nats_max_msg_size() -> i32 {
+        1 << 20
+    }
 }
 
 /// The defaults, for in-process runs (tests): the same as an empty environment, except that
@@ -213,12 +238,20 @@ impl PushConfig {
             .as_ref()
             .and_then(|k| SigningKey::parse(k.expose_secret()).ok());
         let verify = VerifyKeys::parse(&self.bus_verify_keys).unwrap_or_default();
-        let c = pmw_session::bus::BusConfig::named(
+        let mut c = pmw_session::bus::BusConfig::named(
             urls,
             &self.push_nats_stream,
             &self.push_nats_prefix,
         )
         .signed(signer, verify);
+        c.access = BusAccess {
+            user: self.push_nats_user.clone(),
+            password: self.push_nats_password.clone(),
+            ca: self.push_nats_ca.clone(),
+            allow_insecure: self.push_nats_allow_insecure,
+        };
+        c.max_bytes = self.push_nats_max_bytes;
+        c.max_msg_size = self.push_nats_max_msg_size;
         (!c.urls.is_empty()).then_some(c)
     }
 

@@ -26,11 +26,54 @@ impl StackEnv {
         StackEnv { vars }
     }
 
+    /// `role`'s (`push`, `edge`, `operator`) identity on this stack's locked NATS cluster.
+    pub fn nats_role(&self, role: &str) -> NatsRole {
+        let up = role.to_ascii_uppercase();
+        NatsRole {
+            user: self.get(&format!("PMW_NATS_{up}_USER")).to_string(),
+            password: self.get(&format!("PMW_NATS_{up}_PASSWORD")).to_string(),
+            ca: Some(self.get("PMW_NATS_CA"))
+                .filter(|ca| !ca.is_empty())
+                .map(PathBuf::from),
+        }
+    }
+
     pub fn get(&self, key: &str) -> &str {
         self.vars
             .get(key)
             .map(String::as_str)
             .unwrap_or_else(|| panic!("scripts/stack env did not print {key}"))
+    }
+}
+
+/// A role's user and password on the stack's NATS cluster (deploy/nats/nats.conf) and the CA
+/// its servers' certificates are checked against.
+#[derive(Debug, Clone)]
+pub struct NatsRole {
+    pub user: String,
+    pub password: String,
+    /// `None`: a cluster without TLS.
+    pub ca: Option<PathBuf>,
+}
+
+impl NatsRole {
+    /// A service's settings for this identity: `PMW_<SERVICE>_NATS_USER`, `_PASSWORD`, `_CA`
+    /// (`service`: `PUSH`, `EDGE`).
+    pub fn env(&self, service: &str) -> Vec<(String, String)> {
+        let mut env = vec![
+            (format!("PMW_{service}_NATS_USER"), self.user.clone()),
+            (
+                format!("PMW_{service}_NATS_PASSWORD"),
+                self.password.clone(),
+            ),
+        ];
+        if let Some(ca) = &self.ca {
+            env.push((
+                format!("PMW_{service}_NATS_CA"),
+                ca.to_string_lossy().into_owned(),
+            ));
+        }
+        env
     }
 }
 
@@ -88,6 +131,12 @@ fn read_env() -> StackEnv {
         String::from_utf8_lossy(&out.stderr)
     );
     StackEnv::parse(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// `role`'s identity on the shared stack's NATS cluster ([`nats_urls`]).
+pub fn nats_role(role: &str) -> NatsRole {
+    nats_urls();
+    stack_env().nats_role(role)
 }
 
 fn reachable(url_host_port: &str) -> bool {

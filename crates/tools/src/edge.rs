@@ -2,7 +2,7 @@
 //! ports of their own, push and the edges on the stack's NATS cluster with a stream no other
 //! drill uses, and Caddy sending `/v1/ws` to the edges (`PMW_WS_MODE=edge`).
 
-use pmw_testkit::free_port;
+use pmw_testkit::{free_port, NatsRole, StackEnv};
 
 /// What a drill adds for `n` edges.
 pub struct Edges {
@@ -12,18 +12,23 @@ pub struct Edges {
     urls: String,
     /// The drill's frame signing key pair: (push's signing key, the edges' verify key).
     keys: (String, String),
+    /// Push's and the edges' identities on the locked cluster.
+    push: NatsRole,
+    edge: NatsRole,
 }
 
 impl Edges {
-    /// `n` edges on the NATS cluster at `urls` (comma-separated client URLs).
-    pub fn new(n: usize, urls: &str) -> Edges {
+    /// `n` edges on the NATS cluster of `stack` (its `PMW_NATS_URLS`), push and the edges
+    /// each with its own identity.
+    pub fn new(n: usize, stack: &StackEnv) -> Edges {
         let tag = format!("{:08x}", rand::random::<u32>());
         Edges {
             ports: (0..n).map(|_| free_port()).collect(),
             stream: format!("PMW_T_{tag}"),
             prefix: format!("pmwt{tag}"),
-            urls: urls.to_string(),
-            keys: pmw_session::bus::sign::generate("drill").expect("system randomness"),
+            urls: stack.get("PMW_NATS_URLS").to_string(),
+            push: stack.nats_role("push"),
+            edge: stack.nats_role("edge"),
         }
     }
 
@@ -47,6 +52,8 @@ impl Edges {
             ("PMW_BUS_SIGNING_KEY".into(), self.keys.0.clone()),
             ("PMW_BUS_VERIFY_KEYS".into(), self.keys.1.clone()),
         ];
+        env.extend(self.push.env("PUSH"));
+        env.extend(self.edge.env("EDGE"));
         for (i, p) in self.ports.iter().enumerate() {
             env.push((format!("PMW_EDGE_{}_PORT", i + 1), p.to_string()));
             env.push((

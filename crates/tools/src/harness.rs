@@ -100,7 +100,7 @@ impl Drill {
         let head = chain.head().await;
         let (rpc_proxy, providers) = proxies(&chain, &opts).await;
         let ports = Ports::free();
-        let edges = Edges::new(opts.edges, stack.get("PMW_NATS_URLS"));
+        let edges = Edges::new(opts.edges, &stack);
         let mut env = chain.db.env();
         env.retain(|(k, _)| !k.starts_with("PMW_RPC"));
         let rpc_ws = match &rpc_proxy {

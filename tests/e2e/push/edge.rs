@@ -14,11 +14,12 @@ use std::time::Duration;
 use pmw_core::Cursor;
 use pmw_push::config::PushConfig;
 use pmw_session::bus::round::{RoundPart, ALL};
-use pmw_session::bus::{sign, stream, Bus, BusConfig, Event, FencedPublisher, Follower};
+use pmw_session::bus::{stream, Bus, Event, FencedPublisher, Follower};
 use pmw_sim::demo_wallets;
 use pmw_testkit::hooks::{Receiver, Step};
 use pmw_testkit::{assert_eventually, bound_within, PrivateStack, ServiceHandle};
 
+use super::nats::{access, bus_config, keys, shared_bus, TestBus};
 use super::WITHIN;
 use crate::harness::{
     canonical, change_as_api, closed_with, connect, connect_url, hello_cursor, key_id,
@@ -38,30 +39,14 @@ fn hooked(hooks: &Receiver) -> Vec<Cursor> {
     v
 }
 
-/// The frame signing key pair of this binary's push leaders: (signing key, verify key).
-pub(super) fn keys() -> &'static (String, String) {
-    static KEYS: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
-    KEYS.get_or_init(|| sign::generate("e2e").expect("keygen"))
-}
-
-/// A stream and prefix no other test uses, on the cluster at `urls`, with [`keys`].
-pub(super) fn bus_config(urls: &str) -> BusConfig {
-    let tag = format!("{:08x}", rand::random::<u32>());
-    let (secret, public) = keys();
-    let mut c = BusConfig::new(urls).signed(
-        Some(sign::SigningKey::parse(secret).unwrap()),
-        sign::VerifyKeys::parse(public).unwrap(),
-    );
-    c.stream = format!("PMW_T_{tag}");
-    c.prefix = format!("pmwt{tag}");
-    c
-}
-
 /// Push in edge mode on `bus`; it never hands over for a stall within a test.
-pub(super) fn edge_push(h: &Harness, bus: &BusConfig) -> PushConfig {
+pub(super) fn edge_push(h: &Harness, bus: &TestBus) -> PushConfig {
     PushConfig {
         push_nats_urls: Some(bus.urls.join(",")),
         bus_signing_key: Some(keys().0.clone().into()),
+        push_nats_user: Some(bus.push.user.clone()),
+        push_nats_password: Some(bus.push.password.clone().into()),
+        push_nats_ca: bus.push.ca.clone(),
         push_nats_stream: bus.stream.clone(),
         push_nats_prefix: bus.prefix.clone(),
         push_stall_exit_ms: Some(300_000),
@@ -82,8 +67,9 @@ struct Read {
 }
 
 /// Read every round on `config`'s stream until it has been silent for 3 s.
-async fn read_rounds(config: &BusConfig) -> Read {
-    let bus = Bus::connect(config.clone(), "pmw-test").await.expect("bus");
+async fn read_rounds(config: &TestBus) -> Read {
+    let as_edge = config.config.clone().with_access(access(&config.edge));
+    let bus = Bus::connect(as_edge, "pmw-test").await.expect("bus");
     let mut f = Follower::start(bus, ALL, 0).expect("follow");
     let mut read = Read::default();
     while let Ok(event) = tokio::time::timeout(Duration::from_secs(3), f.next()).await {
@@ -153,7 +139,7 @@ async fn judge(h: &Harness, start: u64, read: &Read, what: &str) {
 async fn edge_mode_stores_every_round_on_the_stream() {
     let h = Harness::new().await;
     let start = h.sim.rpc().latest_block().await.unwrap().number.0;
-    let bus = bus_config(pmw_testkit::nats_urls());
+    let bus = shared_bus();
     let (push, _) = h.start_push("push-a", edge_push(&h, &bus));
     h.trade(2, Duration::from_millis(100), 30).await;
     h.wait_pushed(WITHIN).await;
@@ -172,7 +158,7 @@ async fn edge_mode_cursor_waits_while_the_broker_cannot_store() {
     let (account, _) = h.account(&mine).await;
     let hooks = Receiver::start(vec![Step::status(204)]).await;
     h.endpoint(account, &hooks.url()).await;
-    let mut bus = bus_config(nats.nats_urls());
+    let mut bus = bus_config(&nats.env);
     bus.give_up = Duration::from_secs(3);
     // No fallback tick: only blocks and the WebSocket lane's rounds wake the webhook lane.
     let cfg = PushConfig {
@@ -243,14 +229,15 @@ async fn edge_mode_cursor_waits_while_the_broker_cannot_store() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_deposed_on_the_bus_stops_without_moving_its_cursor() {
     let h = Harness::new().await;
-    let bus = bus_config(pmw_testkit::nats_urls());
+    let bus = shared_bus();
     let (push, _) = h.start_push("push-a", edge_push(&h, &bus));
     h.trade(2, Duration::from_millis(100), 5).await;
     h.wait_pushed(WITHIN).await;
     let before = h.pushed_block().await;
 
     // Another leader claims the stream (a successor whose lock the deposed one has not noticed).
-    let other = Bus::connect(bus.clone(), "pmw-test").await.unwrap();
+    let successor = bus.config.clone().with_access(access(&bus.push));
+    let other = Bus::connect(successor, "pmw-test").await.unwrap();
     FencedPublisher::claim(other, 1_000).await.expect("claim");
     h.trade(2, Duration::from_millis(100), 5).await;
     assert_eventually!(WITHIN, push.is_finished(), "the deposed leader goes on");
@@ -265,8 +252,8 @@ async fn a_leader_deposed_on_the_bus_stops_without_moving_its_cursor() {
     drop_stream(&bus).await;
 }
 
-pub(super) async fn drop_stream(config: &BusConfig) {
-    if let Ok(bus) = Bus::connect(config.clone(), "pmw-test").await {
+pub(super) async fn drop_stream(config: &TestBus) {
+    if let Ok(bus) = Bus::connect(config.config.clone(), "pmw-test").await {
         let _ = stream::ensure(&bus).await;
         let _ = bus.js.delete_stream(&config.stream).await;
     }
@@ -275,20 +262,23 @@ pub(super) async fn drop_stream(config: &BusConfig) {
 /// Run pmw-edge in-process on `bus`; its handle and address once it follows and listens.
 pub(super) async fn start_edge(
     h: &Harness,
-    bus: &BusConfig,
+    bus: &TestBus,
 ) -> (ServiceHandle, std::net::SocketAddr) {
     start_edge_with(h, bus, |_| {}).await
 }
 
 pub(super) async fn start_edge_with(
     h: &Harness,
-    bus: &BusConfig,
+    bus: &TestBus,
     tweak: impl FnOnce(&mut pmw_edge::EdgeConfig),
 ) -> (ServiceHandle, std::net::SocketAddr) {
     let mut cfg = pmw_edge::EdgeConfig::with_nats(&bus.urls.join(","), &keys().1);
     tweak(&mut cfg);
     cfg.edge_nats_stream = bus.stream.clone();
     cfg.edge_nats_prefix = bus.prefix.clone();
+    cfg.edge_nats_user = Some(bus.edge.user.clone());
+    cfg.edge_nats_password = Some(bus.edge.password.clone().into());
+    cfg.edge_nats_ca = bus.edge.ca.clone();
     cfg.edge_ws_heartbeat_ms = 1_000;
     let core = h.core();
     let (edge, rx) = ServiceHandle::spawn_bound(move |stop, bound| {
@@ -331,7 +321,7 @@ async fn an_edge_closes_a_slow_consumer_and_others_are_unaffected() {
     let h = Harness::new().await;
     let mine = demo_wallets(6);
     let (_, key) = h.account(&mine).await;
-    let bus = bus_config(pmw_testkit::nats_urls());
+    let bus = shared_bus();
     let (push, _) = h.start_push("push-a", edge_push(&h, &bus));
     // Far smaller than the whole run. Blocks come paced, so no round is a burst the fast
     // client must take at once (an edge dispatches a catch-up's parts back to back, its
@@ -369,7 +359,7 @@ async fn an_edge_serves_every_trade_and_a_push_failover_closes_none_of_its_socke
     let wallets = demo_wallets(6);
     let mine = &wallets[..3];
     let (_, key) = h.account(mine).await;
-    let bus = bus_config(pmw_testkit::nats_urls());
+    let bus = shared_bus();
     let (push_a, _) = h.start_push("push-a", edge_push(&h, &bus));
     h.trade(1, Duration::from_millis(50), 2).await;
     h.wait_pushed(WITHIN).await;
@@ -453,7 +443,7 @@ async fn an_edge_serves_finals_after_their_trades() {
     let wallets = demo_wallets(6);
     let mine = &wallets[..3];
     let (_, key) = h.account(mine).await;
-    let bus = bus_config(pmw_testkit::nats_urls());
+    let bus = shared_bus();
     let (push, _) = h.start_push("push-a", edge_push(&h, &bus));
     h.trade(1, Duration::from_millis(50), 2).await;
     h.wait_pushed(WITHIN).await;
@@ -518,7 +508,7 @@ async fn an_edge_closes_a_revoked_keys_session_and_survives_the_kill_of_the_stre
     let mine = &wallets[..3];
     let (account, key) = h.account(mine).await;
     let (_, other_key) = h.account(mine).await;
-    let bus = bus_config(nats.nats_urls());
+    let bus = bus_config(&nats.env);
     let (push, _) = h.start_push("push-a", edge_push(&h, &bus));
     h.trade(1, Duration::from_millis(50), 2).await;
     h.wait_pushed(WITHIN).await;
@@ -546,7 +536,7 @@ async fn an_edge_closes_a_revoked_keys_session_and_survives_the_kill_of_the_stre
 
     // The node leading the stream dies while trades flow; it comes back later.
     h.trade(2, Duration::from_millis(100), 10).await;
-    let js = Bus::connect(bus.clone(), "pmw-test").await.unwrap();
+    let js = Bus::connect(bus.config.clone(), "pmw-test").await.unwrap();
     let info = js
         .js
         .get_stream(&bus.stream)

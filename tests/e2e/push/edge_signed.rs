@@ -16,7 +16,8 @@ use pmw_session::bus::{stream, Bus};
 use pmw_sim::demo_wallets;
 use serde_json::Value;
 
-use super::edge::{bus_config, drop_stream, edge_push, start_edge, trades_until};
+use super::edge::{drop_stream, edge_push, start_edge, trades_until};
+use super::nats::{access, shared_bus};
 use super::WITHIN;
 use crate::harness::{connect, hello_cursor, Harness};
 
@@ -121,7 +122,7 @@ async fn edges_refuse_junk_and_a_forged_part_and_keep_serving() {
     let wallets = demo_wallets(6);
     let mine = &wallets[..3];
     let (_, key) = h.account(mine).await;
-    let bus = bus_config(pmw_testkit::nats_urls());
+    let bus = shared_bus();
     let (push, _) = h.start_push("push-a", edge_push(&h, &bus));
     h.trade(1, Duration::from_millis(50), 2).await;
     h.wait_pushed(WITHIN).await;
@@ -132,7 +133,9 @@ async fn edges_refuse_junk_and_a_forged_part_and_keep_serving() {
     let mut c_2 = connect(addr_2, &key, Some(from)).await;
     assert_eq!(health(addr_1).await["status"], "ok");
 
-    let attacker = Bus::connect(bus.clone(), "pmw-test").await.unwrap();
+    // The attacker holds push's identity on the broker, not its signing key.
+    let as_push = bus.config.clone().with_access(access(&bus.push));
+    let attacker = Bus::connect(as_push, "pmw-test").await.unwrap();
     forge(&attacker, &mine[0].to_lower_hex()).await;
     let subject = bus.frames_subject(ALL).unwrap();
     store(&attacker, &subject, HeaderMap::new(), "junk".into()).await;

@@ -10,12 +10,12 @@ use std::time::Duration;
 
 use pmw_core::{CoreConfig, Cursor};
 use pmw_push::config::PushConfig;
-use pmw_session::bus::BusConfig;
 use pmw_sim::demo_wallets;
 use pmw_testkit::{assert_eventually, bound_within, ServiceHandle};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
-use super::edge::{bus_config, drop_stream, edge_push};
+use super::edge::{drop_stream, edge_push};
+use super::nats::{keys, shared_bus, TestBus};
 use super::WITHIN;
 use crate::harness::{
     change_as_api, closed_with, connect, hello_cursor, key_id, Harness, LEADS_WITHIN,
@@ -24,12 +24,15 @@ use crate::harness::{
 /// pmw-edge in-process on `bus` with `core`'s stores, settings tweaked; its handle and address.
 async fn edge_on(
     core: CoreConfig,
-    bus: &BusConfig,
+    bus: &TestBus,
     tweak: impl FnOnce(&mut pmw_edge::EdgeConfig),
 ) -> (ServiceHandle, std::net::SocketAddr) {
-    let mut cfg = pmw_edge::EdgeConfig::with_nats(&bus.urls.join(","));
+    let mut cfg = pmw_edge::EdgeConfig::with_nats(&bus.urls.join(","), &keys().1);
     cfg.edge_nats_stream = bus.stream.clone();
     cfg.edge_nats_prefix = bus.prefix.clone();
+    cfg.edge_nats_user = Some(bus.edge.user.clone());
+    cfg.edge_nats_password = Some(bus.edge.password.clone().into());
+    cfg.edge_nats_ca = bus.edge.ca.clone();
     cfg.edge_ws_heartbeat_ms = 1_000;
     tweak(&mut cfg);
     let (edge, rx) = ServiceHandle::spawn_bound(move |stop, bound| {
@@ -39,8 +42,8 @@ async fn edge_on(
 }
 
 /// Push in edge mode on a fresh stream with a few rounds on it (an edge starts from them).
-async fn fleet_push(h: &Harness) -> (ServiceHandle, BusConfig) {
-    let bus = bus_config(pmw_testkit::nats_urls());
+async fn fleet_push(h: &Harness) -> (ServiceHandle, TestBus) {
+    let bus = shared_bus();
     let (push, _) = h.start_push("push-a", edge_push(h, &bus));
     h.trade(1, Duration::from_millis(50), 2).await;
     h.wait_pushed(WITHIN).await;

@@ -10,6 +10,7 @@ mod index;
 mod leadership;
 mod limits;
 mod liveness;
+mod nats;
 mod observed;
 mod stream;
 

@@ -59,8 +59,13 @@ impl WsLane {
         self.fence.epoch
     }
 
-    /// One round (see [`super::round`]).
+    /// One round (see [`super::round`]). In edge mode the stream is claimed first, at the
+    /// leadership's first round, trades or not: it is also what creates the stream the edges
+    /// wait for (their identity may not create it).
     pub async fn round(&mut self) -> Result<RoundOutcome, RoundError> {
+        if let Some(p) = &self.publisher {
+            p.lock().await.claim().await?;
+        }
         super::round(self, None).await
     }
 

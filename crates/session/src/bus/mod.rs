@@ -4,6 +4,7 @@
 //! ([`follow`]). Everything here runs on nats-server 2.9.10 (Debian bookworm): docs/OPERATIONS.md
 //! ("Edge mode") lists the JetStream features used and the release each came in.
 
+mod access;
 pub mod follow;
 mod frame;
 pub mod publish;
@@ -17,6 +18,7 @@ use async_nats::jetstream;
 
 use pmw_core::backoff::{Backoff, Policy};
 
+pub use access::BusAccess;
 pub use follow::{Event, Follower, Gap, Refused};
 pub use frame::{Frame, FrameId, OutFrame};
 pub use publish::{FencedPublisher, Stored};
@@ -45,6 +47,8 @@ pub enum BusError {
 pub struct BusConfig {
     /// Client URLs of the cluster's nodes (`PMW_NATS_URLS`, comma-separated).
     pub urls: Vec<String>,
+    /// The role's credentials and TLS settings (the broker is locked: deploy/nats/nats.conf).
+    pub access: BusAccess,
     /// The stream's name.
     pub stream: String,
     /// First subject token: frames go to `<prefix>.frames.<account>`, epoch claims to
@@ -58,6 +62,11 @@ pub struct BusConfig {
     /// How long JetStream remembers a message id: a successor's republish within it is a
     /// duplicate, stored once. Must exceed the longest failover.
     pub duplicate_window: Duration,
+    /// The most bytes the stream keeps (its oldest frames are dropped beyond): a bound on the
+    /// broker's disk whatever is published.
+    pub max_bytes: i64,
+    /// The largest message the stream accepts (at most the servers' `max_payload`).
+    pub max_msg_size: i32,
     /// How long one publish waits for the broker's ack before it is tried again.
     pub ack_timeout: Duration,
     /// How long one JetStream API request (stream info, last message, consumer create) waits
@@ -85,11 +94,14 @@ impl BusConfig {
                 .filter(|u| !u.is_empty())
                 .map(String::from)
                 .collect(),
+            access: BusAccess::default(),
             stream: "PMW_FRAMES".into(),
             prefix: "pmw".into(),
             replicas: 3,
             max_age: Duration::from_secs(3600),
             duplicate_window: Duration::from_secs(120),
+            max_bytes: 1 << 30,
+            max_msg_size: 1 << 20,
             ack_timeout: Duration::from_secs(2),
             api_timeout: Duration::from_secs(2),
             give_up: Duration::from_secs(10),
@@ -108,14 +120,19 @@ impl BusConfig {
         }
     }
 
-    /// Every URL parses and the stream name and prefix are one subject token each.
+    /// The same, presenting `access` to the broker.
+    pub fn with_access(self, access: BusAccess) -> BusConfig {
+        BusConfig { access, ..self }
+    }
+
+    /// Every URL parses, the access settings hold ([`BusAccess::check`]), the stream name and
+    /// prefix are one subject token each and the limits are positive.
     pub fn check(&self) -> Result<(), BusError> {
-        if self.urls.is_empty() {
-            return Err(BusError::Invalid("no NATS URL".into()));
-        }
-        for u in &self.urls {
-            u.parse::<async_nats::ServerAddr>()
-                .map_err(|e| BusError::Invalid(format!("{u:?} is not a NATS URL: {e}")))?;
+        self.access.check(&self.addrs()?)?;
+        if self.max_bytes <= 0 || self.max_msg_size <= 0 {
+            return Err(BusError::Invalid(
+                "the stream's max bytes and max message size must be positive".into(),
+            ));
         }
         check_token(&self.stream)?;
         check_token(&self.prefix)
@@ -136,6 +153,22 @@ impl BusConfig {
             Some(k) => self.verify.clone().with(k),
             None => self.verify.clone(),
         }
+    }
+
+    /// The URLs parsed (at least one). An unparsable URL is not quoted: it may hold a secret.
+    fn addrs(&self) -> Result<Vec<async_nats::ServerAddr>, BusError> {
+        if self.urls.is_empty() {
+            return Err(BusError::Invalid("no NATS URL".into()));
+        }
+        self.urls
+            .iter()
+            .enumerate()
+            .map(|(i, u)| {
+                u.parse::<async_nats::ServerAddr>().map_err(|e| {
+                    BusError::Invalid(format!("NATS URL {} does not parse: {e}", i + 1))
+                })
+            })
+            .collect()
     }
 
     /// The subject of one account's frames.
@@ -174,22 +207,28 @@ pub struct Bus {
 }
 
 impl Bus {
-    /// Connect to any of the configured nodes. The client reconnects on its own, to any node,
-    /// waiting per the store policy ([`Policy::STORE`]) between tries.
+    /// Connect to any of the configured nodes, as the configured role ([`BusAccess`]). The
+    /// client reconnects on its own, to any node, waiting per the store policy
+    /// ([`Policy::STORE`]) between tries.
     pub async fn connect(config: BusConfig, name: &str) -> Result<Bus, BusError> {
-        let addrs = config
-            .urls
-            .iter()
-            .map(|u| u.parse::<async_nats::ServerAddr>())
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| BusError::Invalid(format!("PMW_NATS_URLS: {e}")))?;
-        if addrs.is_empty() {
-            return Err(BusError::Invalid("PMW_NATS_URLS is empty".into()));
-        }
-        let client = async_nats::ConnectOptions::new()
+        Bus::connect_with(config, name, async_nats::ConnectOptions::new()).await
+    }
+
+    /// [`Bus::connect`] from the client options `opts` (e.g. with an event callback).
+    pub async fn connect_with(
+        config: BusConfig,
+        name: &str,
+        opts: async_nats::ConnectOptions,
+    ) -> Result<Bus, BusError> {
+        let addrs = config.addrs()?;
+        config.access.check(&addrs)?;
+        let opts = opts
             .name(name)
             .connection_timeout(Duration::from_secs(2))
-            .reconnect_delay_callback(reconnect_wait)
+            .reconnect_delay_callback(reconnect_wait);
+        let client = config
+            .access
+            .apply(opts, &addrs)
             .connect(addrs)
             .await
             .map_err(|e| BusError::Unavailable(format!("connect: {e}")))?;

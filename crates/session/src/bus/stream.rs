@@ -13,6 +13,7 @@ use bytes::Bytes;
 
 use super::sign::{Signed, VerifyKeys};
 use super::{Bus, BusError};
+use pmw_core::backoff::{Backoff, Policy};
 
 /// `pmw_bus_refused_total{reason}`: messages on the stream a reader refused (unsigned, forged,
 /// unknown key, …; [`super::sign::Refusal`]) or a publisher alarmed on (`fence`: the stream
@@ -32,6 +33,8 @@ pub fn config(bus: &Bus) -> Config {
         max_age: c.max_age,
         duplicate_window: c.duplicate_window,
         discard: DiscardPolicy::Old,
+        max_bytes: c.max_bytes,
+        max_message_size: c.max_msg_size,
         ..Default::default()
     }
 }
@@ -62,6 +65,34 @@ pub async fn ensure(bus: &Bus) -> Result<(), BusError> {
     Ok(())
 }
 
+/// Wait until the stream exists and has a leader (an edge: its identity may read the stream but not create or
+/// change it; push creates it at its first claim). A stream that differs from [`config`] is
+/// followed as it is, with a warning (push brings it to its configuration).
+pub async fn expect(bus: &Bus) -> Result<(), BusError> {
+    let want = config(bus);
+    let name = &bus.config.stream;
+    let what = format!("stream {name}");
+    let mut backoff = Backoff::new(Policy::STORE);
+    loop {
+        let why = match bus.answered(&what, bus.js.get_stream(name)).await {
+            Ok(Ok(s)) if led(s.cached_info()) => {
+                if !as_configured(&s.cached_info().config, &want) {
+                    tracing::warn!(stream = %name, "bus stream differs from its configuration (push corrects it)");
+                }
+                return Ok(());
+            }
+            // Just made: its replicas elect a leader, which answers the reads that follow.
+            Ok(Ok(_)) => "without a leader yet".to_string(),
+            Ok(Err(e)) if not_found(&e) => "missing (push creates it)".to_string(),
+            Ok(Err(e)) => e.to_string(),
+            Err(e) => e.to_string(),
+        };
+        let wait = backoff.next_wait();
+        tracing::info!(stream = %name, why, wait_ms = wait.as_millis() as u64, "bus waiting for the stream");
+        tokio::time::sleep(wait).await;
+    }
+}
+
 /// Whether a stream's configuration has everything [`config`] sets (the server fills in the
 /// rest).
 fn as_configured(have: &Config, want: &Config) -> bool {
@@ -72,6 +103,13 @@ fn as_configured(have: &Config, want: &Config) -> bool {
         && have.max_age == want.max_age
         && have.duplicate_window == want.duplicate_window
         && have.discard == want.discard
+        && have.max_bytes == want.max_bytes
+        && have.max_message_size == want.max_message_size
+}
+
+/// Whether the stream's replicas have a leader (a stream without cluster information: one node).
+fn led(info: &async_nats::jetstream::stream::Info) -> bool {
+    info.cluster.as_ref().is_none_or(|c| c.leader.is_some())
 }
 
 fn not_found(e: &GetStreamError) -> bool {

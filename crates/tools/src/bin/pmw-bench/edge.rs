@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pmw_session::bus::{Bus, BusConfig};
+use pmw_session::bus::{Bus, BusAccess, BusConfig};
 
 use crate::clients::Collector;
 use crate::phases::{step, Census, Step};
@@ -22,8 +22,10 @@ use crate::Plan;
 /// deleted at the end.
 pub struct PrivateStream {
     bus: Bus,
-    /// Push's settings for it (an edge takes the same as `PMW_EDGE_*`).
+    /// Push's settings for it (`PMW_PUSH_NATS_*`, push's identity).
     pub env: Vec<(String, String)>,
+    /// An edge's (`PMW_EDGE_NATS_*`, the edges' identity).
+    pub edge_env: Vec<(String, String)>,
 }
 
 impl PrivateStream {
@@ -31,7 +33,14 @@ impl PrivateStream {
         let tag = format!("{:08x}", rand::random::<u32>());
         let (stream, prefix) = (format!("PMW_BENCH_{tag}"), format!("pmwbench{tag}"));
         let urls = pmw_testkit::nats_urls().to_string();
-        let bus = Bus::connect(BusConfig::named(&urls, &stream, &prefix), "pmw-bench").await?;
+        let role = pmw_testkit::nats_role;
+        let op = role("operator");
+        let config = BusConfig::named(&urls, &stream, &prefix).with_access(BusAccess::new(
+            &op.user,
+            &op.password,
+            op.ca.clone(),
+        ));
+        let bus = Bus::connect(config, "pmw-bench").await?;
         let mut tries = 0;
         while let Err(e) = pmw_session::bus::stream::ensure(&bus).await {
             tries += 1;
@@ -42,14 +51,20 @@ impl PrivateStream {
         }
         // A frame signing key pair of the bench's own (push signs, the edges verify).
         let (secret, public) = pmw_session::bus::sign::generate("bench")?;
-        let env = vec![
-            ("PMW_PUSH_NATS_URLS".to_string(), urls),
-            ("PMW_PUSH_NATS_STREAM".into(), stream),
-            ("PMW_PUSH_NATS_PREFIX".into(), prefix),
-            ("PMW_BUS_SIGNING_KEY".into(), secret),
-            ("PMW_BUS_VERIFY_KEYS".into(), public),
-        ];
-        Ok(PrivateStream { bus, env })
+        let at = |service: &str| {
+            vec![
+                (format!("PMW_{service}_NATS_URLS"), urls.clone()),
+                (format!("PMW_{service}_NATS_STREAM"), stream.clone()),
+                (format!("PMW_{service}_NATS_PREFIX"), prefix.clone()),
+                ("PMW_BUS_VERIFY_KEYS".to_string(), public.clone()),
+            ]
+        };
+        let mut env = at("PUSH");
+        env.extend(role("push").env("PUSH"));
+        env.push(("PMW_BUS_SIGNING_KEY".into(), secret));
+        let mut edge_env = at("EDGE");
+        edge_env.extend(role("edge").env("EDGE"));
+        Ok(PrivateStream { bus, env, edge_env })
     }
 
     /// Delete the stream (its services stopped first); a failure is a warning.
@@ -73,7 +88,7 @@ impl Cluster {
         let push = b.start_push_with(None, stream.env.clone()).await?;
         let mut edges = Vec::with_capacity(n);
         for _ in 0..n {
-            edges.push(start_edge(b, &stream.env).await?);
+            edges.push(start_edge(b, &stream.edge_env).await?);
         }
         Ok(Cluster {
             push,

@@ -91,7 +91,7 @@ pub async fn latency(
         Serve::Edge => {
             let stream = crate::edge::PrivateStream::create().await?;
             let push = b.start_push_with(None, stream.env.clone()).await?;
-            let edge = b.start_edge(&stream.env).await?;
+            let edge = b.start_edge(&stream.edge_env).await?;
             (push, Some(edge), Some(stream))
         }
     };

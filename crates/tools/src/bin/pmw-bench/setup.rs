@@ -248,7 +248,7 @@ impl Bench {
         self.serve(&name, "pmw-push", env, port).await
     }
 
-    /// A pmw-edge on the stream of `bus` (push's `PMW_PUSH_NATS_*` settings), ready.
+    /// A pmw-edge on the stream of `bus` (its `PMW_EDGE_NATS_*` settings), ready.
     pub async fn start_edge(&mut self, bus: &[(String, String)]) -> anyhow::Result<Push> {
         self.pushes += 1;
         let port = pmw_testkit::free_port();
@@ -261,12 +261,7 @@ impl Bench {
         ));
         env.push(("PMW_EDGE_WS_CONNECTS_PER_SEC".into(), "1000000".into()));
         env.push(("PMW_EDGE_WS_CONNECT_BURST".into(), "1000000".into()));
-        for (k, v) in bus {
-            // The signing key is push's alone; the edges get the verify key.
-            if k != "PMW_BUS_SIGNING_KEY" {
-                env.push((k.replace("PMW_PUSH_", "PMW_EDGE_"), v.clone()));
-            }
-        }
+        env.extend(bus.iter().cloned());
         self.serve(&name, "pmw-edge", env, port).await
     }
 

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use pmw_session::bus::{Bus, BusConfig};
+use pmw_session::bus::{Bus, BusAccess, BusConfig};
 use pmw_testkit::repo_root;
 
 use crate::faults::{kill, Marks, World};
@@ -41,11 +41,13 @@ impl World {
 
     /// The stream's replicas as JetStream reports them: (leader node, every replica current).
     async fn stream_state(&self) -> anyhow::Result<(usize, bool)> {
+        let op = self.stack.env.nats_role("operator");
         let cfg = BusConfig::named(
             self.stack.nats_urls(),
             &self.env_var("PMW_PUSH_NATS_STREAM")?,
             &self.env_var("PMW_PUSH_NATS_PREFIX")?,
-        );
+        )
+        .with_access(BusAccess::new(&op.user, &op.password, op.ca.clone()));
         let bus = tokio::time::timeout(Duration::from_secs(5), Bus::connect(cfg, "pmw-check"))
             .await
             .context("connect to NATS")??;
