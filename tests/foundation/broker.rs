@@ -14,16 +14,17 @@ use tokio::sync::mpsc;
 use pmw_session::bus::{stream, Bus, BusAccess, BusConfig, Event, FencedPublisher, Follower};
 use pmw_testkit::NatsRole;
 
-use crate::bus::{access, frame};
+use crate::bus::{access, frame, signed};
 
 /// The shared cluster's URLs and `role`'s identity on it.
 fn shared(role: &str) -> (&'static str, NatsRole) {
     (pmw_testkit::nats_urls(), pmw_testkit::nats_role(role))
 }
 
-/// A stream and prefix no other test uses on the shared cluster, as `role`.
+/// A stream and prefix no other test uses on the shared cluster, as `role`, with the binary's
+/// frame keys.
 fn config(tag: &str, role: &NatsRole) -> BusConfig {
-    let mut c = BusConfig::new(pmw_testkit::nats_urls()).with_access(access(role));
+    let mut c = signed(BusConfig::new(pmw_testkit::nats_urls()).with_access(access(role)));
     c.stream = format!("PMW_T_{tag}");
     c.prefix = format!("pmwt{tag}");
     c

@@ -27,6 +27,7 @@ impl Edges {
             stream: format!("PMW_T_{tag}"),
             prefix: format!("pmwt{tag}"),
             urls: stack.get("PMW_NATS_URLS").to_string(),
+            keys: pmw_session::bus::sign::generate("drill").expect("system randomness"),
             push: stack.nats_role("push"),
             edge: stack.nats_role("edge"),
         }
