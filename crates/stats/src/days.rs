@@ -10,8 +10,8 @@ use pmw_core::ch::availability::{self, DayAgg};
 use pmw_core::ch::ChClient;
 use serde::{Deserialize, Serialize};
 
-use crate::availability::{gap, pct, share, span};
 use crate::error::StatsError;
+use crate::figures::{gap, pct, share, span};
 use crate::html::esc;
 use crate::model::{iso, Bounds, SeriesSpec, DAY_MS};
 

@@ -12,8 +12,8 @@ use pmw_core::ch::{ChClient, Window};
 use pmw_core::UnixMs;
 use serde::{Deserialize, Serialize};
 
-use crate::availability::gap;
 use crate::error::StatsError;
+use crate::figures::gap;
 use crate::html::esc;
 use crate::model::iso;
 
@@ -77,34 +77,45 @@ fn part_key(part: &str) -> &'static str {
     }
 }
 
+/// A run of failing samples long enough to count, or several merged: `[from_ms, to_ms)`, the
+/// parts that were late, and whether it is still going on.
+struct Run<'a> {
+    from_ms: i64,
+    to_ms: i64,
+    parts: Vec<&'a str>,
+    open: bool,
+}
+
 /// Incidents (without causes) from the runs of failing samples, newest first. `newest_ms`: the
 /// newest sample's time (0: none), `now_ms`: the snapshot's time.
 pub fn derive(runs: &[RunRow], newest_ms: i64, now_ms: i64) -> Vec<Incident> {
-    let mut spans: Vec<(i64, i64, &str, bool)> = runs
+    let mut spans: Vec<Run<'_>> = runs
         .iter()
-        .map(|r| (r.since_ms, r.last_ms + 1_000, r.part.as_str(), r.last_ms))
-        .filter(|(from, to, _, _)| to - from >= INCIDENT_MIN_MS)
-        .map(|(from, to, part, last)| {
-            let open =
-                newest_ms > 0 && last >= newest_ms && now_ms - newest_ms <= OPEN_WHILE_FRESH_MS;
-            (from, to, part, open)
+        .filter(|r| r.last_ms + 1_000 - r.since_ms >= INCIDENT_MIN_MS)
+        .map(|r| Run {
+            from_ms: r.since_ms,
+            to_ms: r.last_ms + 1_000,
+            parts: vec![r.part.as_str()],
+            open: newest_ms > 0
+                && r.last_ms >= newest_ms
+                && now_ms - newest_ms <= OPEN_WHILE_FRESH_MS,
         })
         .collect();
-    spans.sort_by_key(|s| s.0);
+    spans.sort_by_key(|s| s.from_ms);
     let mut out: Vec<Incident> = Vec::new();
-    let mut cur: Option<(i64, i64, Vec<&str>, bool)> = None;
-    for (from, to, part, open) in spans {
+    let mut cur: Option<Run<'_>> = None;
+    for run in spans {
         match &mut cur {
-            Some(c) if from <= c.1 + MERGE_WITHIN_MS => {
-                c.1 = c.1.max(to);
-                c.2.push(part);
-                c.3 |= open;
+            Some(c) if run.from_ms <= c.to_ms + MERGE_WITHIN_MS => {
+                c.to_ms = c.to_ms.max(run.to_ms);
+                c.parts.extend(run.parts);
+                c.open |= run.open;
             }
             _ => {
                 if let Some(c) = cur.take() {
                     out.push(incident(c, now_ms));
                 }
-                cur = Some((from, to, vec![part], open));
+                cur = Some(run);
             }
         }
     }
@@ -116,7 +127,13 @@ pub fn derive(runs: &[RunRow], newest_ms: i64, now_ms: i64) -> Vec<Incident> {
     out
 }
 
-fn incident((from, to, parts, open): (i64, i64, Vec<&str>, bool), now_ms: i64) -> Incident {
+fn incident(run: Run<'_>, now_ms: i64) -> Incident {
+    let Run {
+        from_ms: from,
+        to_ms: to,
+        parts,
+        open,
+    } = run;
     let late: Vec<&str> = ["ingest", "push", "webhook"]
         .into_iter()
         .filter(|p| parts.contains(p))

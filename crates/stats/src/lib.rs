@@ -11,6 +11,7 @@ pub mod charts;
 pub mod config;
 pub mod days;
 pub mod error;
+pub mod figures;
 pub mod html;
 pub mod http;
 pub mod incidents;

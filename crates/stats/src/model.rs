@@ -164,6 +164,25 @@ pub fn iso(ms: i64) -> String {
     UnixMs(ms).to_rfc3339()
 }
 
+/// Whether the recorded history covers a window: `none` (no rows at all), `partial` (the first row
+/// comes later than 1 % of the window's length after its start) or `full`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Coverage {
+    Full,
+    Partial,
+    None,
+}
+
+/// Coverage of `[from_ms, to_ms)` given the earliest row inside it.
+pub fn coverage(from_ms: i64, to_ms: i64, first_ms: Option<i64>) -> Coverage {
+    match first_ms {
+        None => Coverage::None,
+        Some(first) if first - from_ms > (to_ms - from_ms) / 100 => Coverage::Partial,
+        Some(_) => Coverage::Full,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,8 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::model::Bounds;
 use crate::model::Stage;
+pub use crate::model::{coverage, Bounds, Coverage};
 
 /// How percentiles are taken, stated in the JSON and on the page.
 pub const PERCENTILE_DEFINITION: &str =
@@ -124,16 +124,6 @@ impl<T> Stages<T> {
             Stage::DetectFinal => &mut self.detect_final,
         }
     }
-}
-
-/// Whether the recorded history covers a window: `none` (no rows at all), `partial` (the first row
-/// comes later than 1 % of the window's length after its start) or `full`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Coverage {
-    Full,
-    Partial,
-    None,
 }
 
 /// One dashboard window.
@@ -304,15 +294,6 @@ impl Snapshot {
     /// The report of window `name`.
     pub fn window(&self, name: &str) -> Option<&WindowReport> {
         self.windows.iter().find(|w| w.window == name)
-    }
-}
-
-/// Coverage of `[from_ms, to_ms)` given the earliest row inside it.
-pub fn coverage(from_ms: i64, to_ms: i64, first_ms: Option<i64>) -> Coverage {
-    match first_ms {
-        None => Coverage::None,
-        Some(first) if first - from_ms > (to_ms - from_ms) / 100 => Coverage::Partial,
-        Some(_) => Coverage::Full,
     }
 }
 

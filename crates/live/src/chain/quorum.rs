@@ -3,6 +3,7 @@
 //! range's logs); the chain id check of each provider.
 
 use std::future::Future;
+use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt};
 
@@ -14,6 +15,24 @@ use tokio::time::Instant;
 use super::{block_of, bounded, head_of, raw_log, says_not_found, Chain, ChainError, Head};
 use crate::providers::quorum::{agreed, most, nth_largest, DISSENTS};
 use crate::providers::Kind;
+
+/// The answers to one question asked of several providers so far.
+struct Tally<T> {
+    answers: Vec<(usize, T)>,
+    /// Providers that did not have it.
+    missing: usize,
+    last_err: Option<ChainError>,
+}
+
+impl<T> Default for Tally<T> {
+    fn default() -> Self {
+        Tally {
+            answers: Vec::new(),
+            missing: 0,
+            last_err: None,
+        }
+    }
+}
 
 impl Chain {
     /// The answers of `providers` to `call`, asked at once ("not there", an error or a timeout
@@ -61,8 +80,7 @@ impl Chain {
     /// The answer at least the quorum of `order` give alike to `call`: the first quorum of
     /// providers asked at once, one more each time those asked can no longer make a quorum
     /// (an answer failed, was "not there" or differed) or one asked is slower than its p95
-    /// (hedged, counted on it),
-    /// until the quorum agrees (the answer) or every one answered: `None` when none had it,
+    /// (hedged, counted on it), until the quorum agrees (the answer) or every one answered: `None` when none had it,
     /// else [`ChainError::NoQuorum`] on block `number` (a wait, counted and logged) or the last
     /// error when none answered. A provider whose answer differs from the quorum's is counted.
     pub(super) async fn ask_agreed<T, F, Fut>(
@@ -96,35 +114,15 @@ impl Chain {
             Instant::now() + slowest.unwrap_or_default()
         };
         let mut hedge_at = hedge_of(&pending);
-        let (mut answers, mut missing, mut last_err) = (Vec::new(), 0, None);
+        let mut tally = Tally::default();
         loop {
             let hedging = next < order.len();
             tokio::select! {
                 done = running.next() => {
                     let Some((i, r, took)) = done else { break };
                     pending.retain(|&p| p != i);
-                    match r {
-                        Ok(Some(v)) => {
-                            self.pool.answered(i, kind, took);
-                            answers.push((i, v));
-                            if let Some((v, who)) = agreed(&answers, q) {
-                                self.dissents(&answers, &who);
-                                return Ok(Some(v));
-                            }
-                        }
-                        Ok(None) => {
-                            self.pool.not_found(i, kind);
-                            missing += 1;
-                        }
-                        Err(e) if says_not_found(&e) => {
-                            self.pool.not_found(i, kind);
-                            missing += 1;
-                        }
-                        Err(e) => {
-                            self.pool.failed(i);
-                            tracing::debug!(provider = self.pool.name(i), error = %e, "rpc call failed");
-                            last_err = Some(e);
-                        }
+                    if let Some(v) = self.count(&mut tally, i, kind, r.map(|v| (v, took))) {
+                        return Ok(Some(v));
                     }
                 }
                 _ = tokio::time::sleep_until(hedge_at), if hedging => {
@@ -137,26 +135,61 @@ impl Chain {
                 }
             }
             // One more while those still asked could not make a quorum even if all agreed.
-            while most(&answers) + pending.len() < q && next < order.len() {
+            while most(&tally.answers) + pending.len() < q && next < order.len() {
                 running.push(launch(order[next]));
                 pending.push(order[next]);
                 next += 1;
             }
             hedge_at = hedge_of(&pending);
         }
-        match last_err {
-            Some(e) if answers.is_empty() && missing == 0 => Err(e),
-            _ if answers.is_empty() => Ok(None),
+        let agree = most(&tally.answers);
+        match tally.last_err {
+            Some(e) if tally.answers.is_empty() && tally.missing == 0 => Err(e),
+            _ if tally.answers.is_empty() => Ok(None),
             _ => {
-                self.pool.no_quorum(number, most(&answers), order.len());
+                self.pool.no_quorum(number, agree, order.len());
                 Err(ChainError::NoQuorum {
                     number,
-                    agree: most(&answers),
+                    agree,
                     asked: order.len(),
                     quorum: q,
                 })
             }
         }
+    }
+
+    /// Provider `i`'s answer `r` (with how long it took) counted into `tally`: the quorum's
+    /// answer once it agrees (the providers that differ from it counted as dissents).
+    fn count<T: Eq + Clone>(
+        &self,
+        tally: &mut Tally<T>,
+        i: usize,
+        kind: Kind,
+        r: Result<(Option<T>, Duration), ChainError>,
+    ) -> Option<T> {
+        match r {
+            Ok((Some(v), took)) => {
+                self.pool.answered(i, kind, took);
+                tally.answers.push((i, v));
+                let (v, who) = agreed(&tally.answers, self.pool.quorum())?;
+                self.dissents(&tally.answers, &who);
+                return Some(v);
+            }
+            Ok((None, _)) => {
+                self.pool.not_found(i, kind);
+                tally.missing += 1;
+            }
+            Err(e) if says_not_found(&e) => {
+                self.pool.not_found(i, kind);
+                tally.missing += 1;
+            }
+            Err(e) => {
+                self.pool.failed(i);
+                tracing::debug!(provider = self.pool.name(i), error = %e, "rpc call failed");
+                tally.last_err = Some(e);
+            }
+        }
+        None
     }
 
     /// Counts and logs each provider of `answers` not among `who`, those the quorum agreed
