@@ -7,7 +7,7 @@
 -- the watermark) has been readable (0: none owed; -1: no webhook cursor, not measured).
 -- pg_ok: 0 when Postgres did not answer the sample's read. ch_ok: 0 when the sampler's last
 -- write to ClickHouse had failed (the sample waited in its buffer). push_epoch: the push leader's
--- epoch (0: unknown); live_instance: the pmw-live instance whose writer heartbeat was read (the
+-- epoch (0: not read); live_instance: the pmw-live instance whose writer heartbeat was read (the
 -- live leader); providers_demoted: RPC providers that leader did not count as healthy;
 -- newest_start_ms and newest_start_service: the latest start of any pmw service instance
 -- (heartbeats.started_ms, pmw-stats left out): a deploy or a restart.
