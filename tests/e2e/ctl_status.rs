@@ -221,6 +221,19 @@ async fn diag_runs_the_runbook() {
     push.stop().await.unwrap();
 }
 
+/// The warnings of a `pmwctl status --json` about push standbys (the test's services run
+/// without `PMW_SECRET_KEYS`, which is a warning of its own).
+fn standby_warnings(s: &Value) -> Vec<String> {
+    s["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .filter(|w| w.contains("standby"))
+        .map(String::from)
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_shows_the_standby_and_warns_when_there_is_none() {
     let db = TestDb::new().await;
@@ -230,12 +243,9 @@ async fn status_shows_the_standby_and_warns_when_there_is_none() {
     assert_eq!(code, 0, "{err}");
     let s: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(s["standbys"], serde_json::json!([]), "{s}");
-    let warnings = s["warnings"].as_array().unwrap();
+    let warnings = standby_warnings(&s);
     assert_eq!(warnings.len(), 1, "{s}");
-    assert!(
-        warnings[0].as_str().unwrap().contains("no push standby"),
-        "{s}"
-    );
+    assert!(warnings[0].contains("no push standby"), "{s}");
     let (_, out, _) = ctl(&db, &["status"]).await;
     assert!(out.contains("push standby  none"), "{out}");
     assert!(out.contains("WARNING       no push standby"), "{out}");
@@ -266,7 +276,7 @@ async fn status_shows_the_standby_and_warns_when_there_is_none() {
     let s = shown.unwrap_or_else(|s| panic!("no standby shown: {s}"));
     assert_eq!(s["standbys"][0]["instance"], "push-b", "{s}");
     assert_eq!(s["standbys"][0]["pid"], std::process::id(), "{s}");
-    assert_eq!(s["warnings"], serde_json::json!([]), "{s}");
+    assert_eq!(standby_warnings(&s), Vec::<String>::new(), "{s}");
     // It beats while it waits, not once: once it has waited 4 s, its heartbeat is recent.
     let recent = eventually_every(Duration::from_secs(24), every, || async {
         let (_, out, _) = ctl(&db, &["status", "--json"]).await;
