@@ -1,11 +1,13 @@
 //! Polymarket trades from chain logs: exchange knowledge and allowlist ([`exchange`]), the raw
 //! log input ([`raw_log`]), the `OrderFilled` decoder ([`decode()`]) and exact amount/price
-//! rendering ([`amount`]). A wallet's trades are the [`Fill`]s whose `maker` is that wallet.
+//! rendering ([`amount`]), and settlement calldata seen before it is mined ([`settle`]).
+//! A wallet's trades are the [`Fill`]s whose `maker` is that wallet.
 
 pub mod amount;
 pub mod decode;
 pub mod exchange;
 pub mod raw_log;
+pub mod settle;
 
 #[cfg(test)]
 mod tests;

@@ -7,6 +7,7 @@ use super::*;
 
 mod accept;
 mod reject;
+mod settle;
 
 const V1_CTF: &str = "4bfb41d5b3570defd03c39a9a4d8de6bd8b8982e";
 const V1_NEG_RISK: &str = "c5d563a36ae78145c45a50134d48a1215220f80a";
