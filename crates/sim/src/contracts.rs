@@ -168,7 +168,7 @@ struct RawCompiler {
 }
 
 impl Artifact {
-    fn parse(json: &str) -> Artifact {
+    pub(crate) fn parse(json: &str) -> Artifact {
         let raw: RawArtifact = serde_json::from_str(json).expect("embedded artifact is valid JSON");
         let code = raw.deployed_bytecode.trim_start_matches("0x");
         Artifact {
@@ -212,7 +212,7 @@ impl Artifact {
 
 /// Parses a `0x`-prefixed 40-digit hex address at compile time (case is not checked here;
 /// a unit test checks the EIP-55 checksums).
-const fn addr(s: &str) -> Address {
+pub(crate) const fn addr(s: &str) -> Address {
     let b = s.as_bytes();
     assert!(b.len() == 42 && b[0] == b'0' && b[1] == b'x');
     let mut out = [0u8; 20];

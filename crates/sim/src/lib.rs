@@ -10,6 +10,8 @@
 //!   `scripts/build-contracts`), exchange addresses, event signatures.
 //! - [`Sim`]: install the emitters, run matches (or [`Sim::spawn`] a paced run), read the
 //!   record ([`Sim::emitted`]), reorganise the chain ([`Sim::reorg`]).
+//! - [`settlement`]: stand-ins that take the real V1/V2 settlement calls (the pending tier's
+//!   source) and emit the exchange events for them.
 //! - [`markets::serve`]: the Gamma-compatible metadata server.
 //! - [`anvil::Anvil`]: a private anvil on a free port for tests.
 //!
@@ -31,6 +33,7 @@ pub mod markets;
 pub mod plan;
 mod reorg;
 pub mod rpc;
+pub mod settlement;
 mod sim;
 pub mod types;
 

@@ -153,6 +153,23 @@ impl Rpc {
             .map(drop)
     }
 
+    /// `anvil_setStorageAt`: writes one 32-byte storage word of a contract.
+    pub async fn set_storage(
+        &self,
+        address: &Address,
+        slot: u64,
+        value: B256,
+    ) -> anyhow::Result<()> {
+        let slot = B256({
+            let mut w = [0u8; 32];
+            w[24..].copy_from_slice(&slot.to_be_bytes());
+            w
+        });
+        self.call::<Value>("anvil_setStorageAt", json!([address, slot, value]))
+            .await
+            .map(drop)
+    }
+
     pub async fn automine(&self) -> anyhow::Result<bool> {
         self.call("anvil_getAutomine", json!([])).await
     }

@@ -1,5 +1,5 @@
-//! pmw-sim's integration tests on a private anvil: the emitted events, reorgs, the metadata server
-//! and the CLI.
+//! pmw-sim's integration tests on a private anvil: the emitted events, reorgs, the settlement
+//! stand-ins, the metadata server and the CLI.
 
 mod cli;
 mod common;
@@ -7,3 +7,4 @@ mod emit;
 mod events;
 mod markets;
 mod reorg;
+mod settle;

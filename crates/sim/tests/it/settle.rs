@@ -1,0 +1,272 @@
+//! The settlement stand-ins on a private anvil: the real V1/V2 settlement calls (calldata built
+//! with the ABI encoder) are accepted, the logs they emit carry the order hashes the Solidity
+//! contracts compute, and pmw's settlement decoder (pmw_core::trade::settle) predicts those
+//! hashes and the fills from the calldata alone. The compiler's method identifiers are a second,
+//! independent derivation of the selectors pmw decodes.
+
+use std::time::Duration;
+
+use ethabi::Token;
+use pmw_core::trade::settle::{self, Call, Domain, PlannedFill, Role};
+use pmw_core::trade::{self, Allowlist, RawLog, Side, U256};
+use pmw_core::Address;
+use pmw_sim::anvil::Anvil;
+use pmw_sim::contracts::{V1_CTF_EXCHANGE, V2_CTF_EXCHANGE};
+use pmw_sim::rpc::{Bytes, Quantity, Receipt, Rpc, TxRequest};
+use pmw_sim::settlement::{self as standin, Contract, V1_FEE_MODULE};
+
+const TOKEN: u64 = 0x00c0_ffee;
+const MAKER_A: &str = "a253d75c2dfb2c6650291d5e8d54076d2fb40181";
+const MAKER_B: &str = "1111111111111111111111111111111111111111";
+const TAKER: &str = "9d84ce0306f8551e02efef1680475fc0f1dc1344";
+
+fn u(v: u64) -> Token {
+    Token::Uint(U256::from(v))
+}
+
+fn who(hex_addr: &str) -> Token {
+    Token::Address(ethabi::Address::from_slice(&hex::decode(hex_addr).unwrap()))
+}
+
+fn v1_order(maker: &str, side: u64, making: u64, taking: u64, salt: u64) -> Token {
+    let zero = "0000000000000000000000000000000000000000";
+    Token::Tuple(vec![
+        u(salt),
+        who(maker),
+        who(maker),
+        who(zero),
+        u(TOKEN),
+        u(making),
+        u(taking),
+        u(0),
+        u(7),
+        u(100),
+        u(side),
+        u(1),
+        Token::Bytes(vec![0xab; 65]),
+    ])
+}
+
+fn v2_order(maker: &str, side: u64, making: u64, taking: u64, salt: u64) -> Token {
+    Token::Tuple(vec![
+        u(salt),
+        who(maker),
+        who(maker),
+        u(TOKEN),
+        u(making),
+        u(taking),
+        u(side),
+        u(2),
+        u(1_780_000_000),
+        Token::FixedBytes(vec![0x4d; 32]),
+        Token::FixedBytes(vec![0xb1; 32]),
+        Token::Bytes(vec![0xcd; 65]),
+    ])
+}
+
+fn list(values: &[u64]) -> Token {
+    Token::Array(values.iter().map(|v| u(*v)).collect())
+}
+
+fn calldata(call: Call, args: &[Token]) -> Vec<u8> {
+    let mut input = call.selector().to_vec();
+    input.extend(ethabi::encode(args));
+    input
+}
+
+struct Chain {
+    _anvil: Anvil,
+    rpc: Rpc,
+    operator: Address,
+    chain_id: u64,
+}
+
+async fn chain() -> Chain {
+    let anvil = Anvil::spawn().await.expect("anvil");
+    let rpc = Rpc::new(&anvil.http_url()).unwrap();
+    standin::install(&rpc).await.expect("install the stand-ins");
+    let operator = rpc.accounts().await.unwrap()[0];
+    let chain_id = rpc.chain_id().await.unwrap();
+    Chain {
+        _anvil: anvil,
+        rpc,
+        operator,
+        chain_id,
+    }
+}
+
+impl Chain {
+    async fn send(&self, to: Address, input: &[u8]) -> Receipt {
+        let tx = TxRequest {
+            from: self.operator,
+            to,
+            data: Bytes(input.to_vec()),
+            gas: Quantity(3_000_000),
+        };
+        let hash = self.rpc.send_transaction(&tx).await.expect("send");
+        self.rpc
+            .wait_receipt(&hash, Duration::from_secs(20))
+            .await
+            .expect("receipt")
+    }
+}
+
+/// The receipt's fills through pmw's production log decoder, in log order.
+fn mined_fills(receipt: &Receipt) -> Vec<trade::Fill> {
+    receipt
+        .logs
+        .iter()
+        .filter_map(|l| {
+            let raw = RawLog {
+                address: l.address,
+                topics: l.topics.iter().map(|t| t.0).collect(),
+                data: l.data.0.clone(),
+                block_number: l.block_number.0,
+                block_hash: l.block_hash.0,
+                tx_hash: l.transaction_hash.0,
+                log_index: l.log_index.0 as u32,
+            };
+            trade::decode(&raw, &Allowlist::polymarket()).expect("decodes")
+        })
+        .collect()
+}
+
+/// Each planned fill is the mined fill at its position: same order hash (computed in Solidity
+/// on chain, in Rust from the calldata), owner, side, token and amounts.
+fn assert_planned_as_mined(planned: &[PlannedFill], mined: &[trade::Fill]) {
+    assert_eq!(
+        planned.len(),
+        mined.len(),
+        "one mined fill per planned fill"
+    );
+    for (p, m) in planned.iter().zip(mined) {
+        assert_eq!(
+            hex::encode(p.order.hash),
+            hex::encode(m.order_hash),
+            "order hash"
+        );
+        assert_eq!(p.order.maker, m.maker);
+        assert_eq!(p.order.side, m.side);
+        assert_eq!(p.order.token_id, m.token_id);
+        assert_eq!(
+            (p.shares(), p.collateral()),
+            (m.shares, m.collateral),
+            "{p:?}"
+        );
+    }
+}
+
+#[test]
+fn the_compiler_derives_the_same_selectors_as_the_decoder() {
+    let contract = |call: Call| match call {
+        Call::V1FeeModuleMatchOrders => Contract::FeeModuleV1,
+        Call::V2MatchOrders => Contract::SettlementV2,
+        _ => Contract::SettlementV1,
+    };
+    for call in Call::ALL {
+        let ids = &contract(call).artifact().method_identifiers;
+        assert_eq!(
+            ids.get(&call.signature()).map(String::as_str),
+            Some(hex::encode(call.selector()).as_str()),
+            "{call:?}: solc's identifiers {ids:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_fee_module_settlement_mines_the_fills_its_calldata_predicts() {
+    let c = chain().await;
+    // The taker BUYs 30 shares paying up to 0.5; two makers SELL 10 at 0.40 and 20 at 0.45.
+    let input = calldata(
+        Call::V1FeeModuleMatchOrders,
+        &[
+            v1_order(TAKER, 0, 15_000_000, 30_000_000, 1),
+            Token::Array(vec![
+                v1_order(MAKER_A, 1, 10_000_000, 4_000_000, 2),
+                v1_order(MAKER_B, 1, 20_000_000, 9_000_000, 3),
+            ]),
+            u(15_000_000),
+            u(30_000_000),
+            list(&[10_000_000, 20_000_000]),
+            u(0),
+            list(&[0, 0]),
+        ],
+    );
+    let domain = Domain {
+        chain_id: c.chain_id,
+        exchange: V1_CTF_EXCHANGE,
+    };
+    let planned = settle::decode(&input, &domain).expect("decodes").fills;
+    let receipt = c.send(V1_FEE_MODULE, &input).await;
+    assert_eq!(receipt.status.map(|s| s.0), Some(1), "mined: {receipt:?}");
+    let mined = mined_fills(&receipt);
+    assert_planned_as_mined(&planned, &mined);
+    assert!(mined.iter().all(|m| m.exchange == V1_CTF_EXCHANGE));
+    assert_eq!(planned.last().map(|f| f.role), Some(Role::Taker));
+
+    // The same settlement again over-fills every order: it reverts, as on the real exchange.
+    let again = c.send(V1_FEE_MODULE, &input).await;
+    assert_eq!(again.status.map(|s| s.0), Some(0), "{again:?}");
+    assert!(again.logs.is_empty());
+}
+
+#[tokio::test]
+async fn a_v2_match_and_v1_direct_fills_mine_what_their_calldata_predicts() {
+    let c = chain().await;
+    let condition = Token::FixedBytes(vec![0xc0; 32]);
+    let v2 = calldata(
+        Call::V2MatchOrders,
+        &[
+            condition,
+            v2_order(TAKER, 1, 12_000_000, 6_000_000, 11),
+            Token::Array(vec![v2_order(MAKER_A, 0, 6_600_000, 12_000_000, 12)]),
+            u(12_000_000),
+            list(&[6_600_000]),
+            u(30_000),
+            list(&[20_000]),
+        ],
+    );
+    let domain = Domain {
+        chain_id: c.chain_id,
+        exchange: V2_CTF_EXCHANGE,
+    };
+    let planned = settle::decode(&v2, &domain).expect("decodes");
+    let receipt = c.send(V2_CTF_EXCHANGE, &v2).await;
+    assert_eq!(receipt.status.map(|s| s.0), Some(1), "{receipt:?}");
+    let mined = mined_fills(&receipt);
+    // The taker SELLs 12 shares at 0.5 or better and receives the maker's 6.6: the calldata's
+    // estimate (its limit price) is below what the log says, the difference pmw counts.
+    let [maker, taker] = &planned.fills[..] else {
+        panic!("{planned:?}")
+    };
+    assert_planned_as_mined(std::slice::from_ref(maker), &mined[..1]);
+    assert_eq!(
+        hex::encode(taker.order.hash),
+        hex::encode(mined[1].order_hash)
+    );
+    assert_eq!(
+        (taker.order.side, taker.collateral()),
+        (Side::Sell, 6_000_000.into())
+    );
+    assert_eq!(mined[1].collateral, U256::from(6_600_000u64));
+    assert_eq!((mined[0].fee, mined[1].fee), (20_000.into(), 30_000.into()));
+
+    let direct = calldata(
+        Call::V1FillOrders,
+        &[
+            Token::Array(vec![
+                v1_order(MAKER_A, 0, 3_000_000, 7_000_000, 21),
+                v1_order(MAKER_B, 1, 5_000_000, 2_500_000, 22),
+            ]),
+            list(&[1_000_000, 5_000_000]),
+        ],
+    );
+    let domain = Domain {
+        chain_id: c.chain_id,
+        exchange: V1_CTF_EXCHANGE,
+    };
+    let planned = settle::decode(&direct, &domain).expect("decodes").fills;
+    let receipt = c.send(V1_CTF_EXCHANGE, &direct).await;
+    assert_eq!(receipt.status.map(|s| s.0), Some(1), "{receipt:?}");
+    assert_planned_as_mined(&planned, &mined_fills(&receipt));
+}
