@@ -109,9 +109,7 @@ contract SettlementV1 {
         uint256 received = 0;
         for (uint256 i = 0; i < makerOrders.length; ++i) {
             uint256 taking = _fill(makerOrders[i], makerFillAmounts[i], takerOrder.maker);
-            // Opposite sides: the taker receives what the maker gives. Same side (a mint or a
-            // merge): what the maker pays for its fill goes to the taker's side of the pair.
-            received += makerOrders[i].side != takerOrder.side ? makerFillAmounts[i] : taking;
+            received += _received(takerOrder.side, makerOrders[i].side, makerFillAmounts[i], taking);
         }
         require(received >= _taking(takerOrder, takerFillAmount), "TooLittleTokensReceived");
         _emitTaker(takerHash, takerOrder, takerFillAmount, received);
@@ -142,6 +140,19 @@ contract SettlementV1 {
         (uint256 makerAssetId, uint256 takerAssetId) = _assets(order);
         uint256 fee = _fee(order, taking);
         emit OrderFilled(orderHash, order.maker, counterparty, makerAssetId, takerAssetId, making, taking, fee);
+    }
+
+    /// @dev What the taker receives from one maker's fill. Opposite sides: what the maker gives.
+    /// Both BUY (a mint of complementary tokens): one share per pair, the maker's shares. Both
+    /// SELL (a merge): one unit of collateral per pair, less what the maker is paid.
+    function _received(uint8 takerSide, uint8 makerSide, uint256 making, uint256 taking)
+        internal
+        pure
+        returns (uint256)
+    {
+        if (takerSide != makerSide) return making;
+        if (takerSide == 0) return taking;
+        return making - taking;
     }
 
     function _take(bytes32 orderHash, Order memory order, uint256 making) internal {

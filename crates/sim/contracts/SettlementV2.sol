@@ -106,7 +106,7 @@ contract SettlementV2 {
         uint256 received = 0;
         for (uint256 i = 0; i < makerOrders.length; ++i) {
             uint256 taking = _fill(makerOrders[i], makerFillAmounts[i], makerFeeAmounts[i], takerOrder.maker);
-            received += makerOrders[i].side != takerOrder.side ? makerFillAmounts[i] : taking;
+            received += _received(takerOrder.side, makerOrders[i].side, makerFillAmounts[i], taking);
         }
         require(received >= _taking(takerOrder, takerFillAmount), "TooLittleTokensReceived");
         _emitTaker(takerHash, takerOrder, takerFillAmount, received, takerFeeAmount);
@@ -153,6 +153,19 @@ contract SettlementV2 {
         emit OrderFilled(
             orderHash, order.maker, counterparty, order.side, order.tokenId, making, taking, fee, order.builder, order.metadata
         );
+    }
+
+    /// @dev What the taker receives from one maker's fill. Opposite sides: what the maker gives.
+    /// Both BUY (a mint of complementary tokens): one share per pair, the maker's shares. Both
+    /// SELL (a merge): one unit of collateral per pair, less what the maker is paid.
+    function _received(uint8 takerSide, uint8 makerSide, uint256 making, uint256 taking)
+        internal
+        pure
+        returns (uint256)
+    {
+        if (takerSide != makerSide) return making;
+        if (takerSide == 0) return taking;
+        return making - taking;
     }
 
     function _take(bytes32 orderHash, Order memory order, uint256 making) internal {
