@@ -113,6 +113,11 @@ pub struct SimConfig {
     /// Account that sends the transactions (must be unlocked in anvil). Default: the last of
     /// `eth_accounts`.
     pub sender: Option<Address>,
+    /// Send each match as the real settlement call (V1 through its fee module, V2 to the
+    /// exchange) to the settlement stand-ins, instead of `emitMatch` to the emitters: the
+    /// mempool then carries real-shaped settlements (docs/SETTLEMENT.md).
+    #[serde(default)]
+    pub settle: bool,
 }
 
 impl Default for SimConfig {
@@ -127,6 +132,7 @@ impl Default for SimConfig {
             max_order_shares: 500,
             max_fee_bps: 20,
             sender: None,
+            settle: false,
         }
     }
 }

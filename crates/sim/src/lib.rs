@@ -33,6 +33,7 @@ pub mod markets;
 pub mod plan;
 mod reorg;
 pub mod rpc;
+pub mod settle_call;
 pub mod settlement;
 mod sim;
 pub mod types;

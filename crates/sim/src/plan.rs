@@ -35,6 +35,9 @@ pub struct PlannedFill {
     pub price_cents: u32,
     pub fee: u64,
     pub fee_asset: FeeAsset,
+    /// The order's fee rate: `fee` is this rate of what the order receives (V1's exchange
+    /// computes it so; the settlement call carries the rate).
+    pub fee_rate_bps: u32,
     pub builder: B256,
     pub metadata: B256,
 }
@@ -234,6 +237,7 @@ fn draw_makers(rng: &mut StdRng, cfg: &SimConfig, t: &Terms) -> (Address, Vec<Pl
             price_cents: t.maker_price,
             fee: 0,
             fee_asset: fee_asset(t.version, t.maker_side),
+            fee_rate_bps: 0,
             builder: B256::ZERO,
             metadata: B256::ZERO,
         });
@@ -252,7 +256,7 @@ fn draw_taker(
     let shares: u64 = makers.iter().map(|m| m.shares).sum();
     let taker_collateral = collateral(shares, t.price);
     let fee_asset = fee_asset(t.version, t.taker_side);
-    let fee_bps = rng.gen_range(0..=cfg.max_fee_bps) as u64;
+    let fee_bps = rng.gen_range(0..=cfg.max_fee_bps);
     let fee_base = match fee_asset {
         FeeAsset::Collateral => taker_collateral,
         FeeAsset::Shares => shares,
@@ -271,8 +275,9 @@ fn draw_taker(
         shares,
         collateral: taker_collateral,
         price_cents: t.price,
-        fee: fee_base * fee_bps / 10_000,
+        fee: fee_base * fee_bps as u64 / 10_000,
         fee_asset,
+        fee_rate_bps: fee_bps,
         builder,
         metadata,
     }

@@ -110,7 +110,7 @@ impl Sim {
                     .hash,
             );
         }
-        let txs = self.branch_txs(&mut state, &plan, ancestor);
+        let txs = self.branch_txs(&mut state, &plan, ancestor)?;
         rpc.anvil_reorg(plan.depth, &txs)
             .await
             .context("anvil_reorg")?;
@@ -143,16 +143,14 @@ impl Sim {
         state: &mut ChainState,
         plan: &ReorgPlan,
         ancestor: u64,
-    ) -> Vec<(TxRequest, u64)> {
+    ) -> anyhow::Result<Vec<(TxRequest, u64)>> {
         let mut txs: Vec<(TxRequest, u64)> = Vec::new();
         for offset in 0..plan.depth {
             for _ in 0..plan.new_matches_per_block {
-                let m = state.planner.plan(&self.inner.config);
-                state.match_ids.insert(keccak256(m.calldata()), m.id);
-                txs.push((
-                    self.tx_request(m.exchange.address, m.calldata(), m.makers.len() + 1),
-                    offset,
-                ));
+                let mut m = state.planner.plan(&self.inner.config);
+                let (to, input) = self.wire(&mut m)?;
+                state.match_ids.insert(keccak256(&input), m.id);
+                txs.push((self.tx_request(to, input, m.makers.len() + 1), offset));
             }
         }
         if plan.replay_orphaned {
@@ -173,7 +171,7 @@ impl Sim {
             }
         }
         txs.sort_by_key(|(_, offset)| *offset);
-        txs
+        Ok(txs)
     }
 
     /// Mark the fills of blocks no longer canonical (above `ancestor`, up to the new head)
@@ -234,7 +232,7 @@ impl Sim {
                 .await?
                 .context("new branch block vanished")?;
             for tx in block.transactions {
-                let Some(exchange) = exchange_of(tx.to) else {
+                let (Some(to), Some(_)) = (tx.to, exchange_of(tx.to)) else {
                     continue;
                 };
                 if tx.from != self.inner.sender || known.contains(&(tx.hash, block.hash)) {
@@ -253,7 +251,7 @@ impl Sim {
                 state.sent.insert(
                     tx.hash,
                     SentTx {
-                        to: exchange.address,
+                        to,
                         input: tx.input.0,
                         block_number: n,
                         block_hash: block.hash,

@@ -19,6 +19,8 @@ use crate::contracts::{Exchange, EXCHANGES};
 use crate::emitted::{decode_order_filled, DecodedFill, Emitted, Report};
 use crate::plan::{PlannedFill, PlannedMatch, Planner};
 use crate::rpc::{Bytes, Quantity, Receipt, Rpc, TxRequest};
+use crate::settle_call::settlement_call;
+use crate::settlement::{self, FEE_MODULES};
 use crate::types::{Role, B256};
 
 /// How long to wait for a sent transaction's receipt.
@@ -37,6 +39,8 @@ pub(crate) struct Inner {
     pub(crate) rpc: Rpc,
     pub(crate) config: SimConfig,
     pub(crate) sender: Address,
+    /// The chain's id: the exchanges hash orders for it (settle mode).
+    pub(crate) chain_id: u64,
     pub(crate) chain: Mutex<ChainState>,
     pub(crate) emitted: StdMutex<Vec<Emitted>>,
     pub(crate) report: StdMutex<Option<Report>>,
@@ -87,11 +91,13 @@ impl Sim {
                 .ok_or_else(|| anyhow!("the node has no unlocked accounts"))?,
         };
         let planner = Planner::new(config.seed);
+        let chain_id = rpc.chain_id().await.context("eth_chainId")?;
         Ok(Sim {
             inner: Arc::new(Inner {
                 rpc,
                 config,
                 sender,
+                chain_id,
                 chain: Mutex::new(ChainState {
                     planner,
                     sent: HashMap::new(),
@@ -126,6 +132,11 @@ impl Sim {
     /// checks it is there. Idempotent.
     pub async fn install_emitters(&self) -> anyhow::Result<()> {
         let rpc = &self.inner.rpc;
+        if self.inner.config.settle {
+            settlement::install(rpc).await?;
+            tracing::info!("settlement stand-ins installed at the exchanges and fee modules");
+            return Ok(());
+        }
         for ex in EXCHANGES {
             let code = &ex.version.artifact().runtime_code;
             rpc.set_code(&ex.address, code)
@@ -167,20 +178,24 @@ impl Sim {
     /// straddles a block boundary is recorded as mined).
     pub async fn run_block(&self, n: u32) -> anyhow::Result<Vec<Emitted>> {
         let mut state = self.inner.chain.lock().await;
-        let matches: Vec<PlannedMatch> = (0..n)
+        let mut matches: Vec<PlannedMatch> = (0..n)
             .map(|_| state.planner.plan(&self.inner.config))
             .collect();
-        let hashes = self.send_all(&matches).await?;
+        let wires = matches
+            .iter_mut()
+            .map(|m| self.wire(m))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let hashes = self.send_all(&matches, &wires).await?;
         let mut out = Vec::new();
-        for (m, hash) in matches.iter().zip(&hashes) {
+        for ((m, (to, input)), hash) in matches.iter().zip(wires).zip(&hashes) {
             let receipt = self.inner.rpc.wait_receipt(hash, RECEIPT_TIMEOUT).await?;
             let records = check_receipt(m, &receipt)?;
-            state.match_ids.insert(keccak256(m.calldata()), m.id);
+            state.match_ids.insert(keccak256(&input), m.id);
             state.sent.insert(
                 *hash,
                 SentTx {
-                    to: m.exchange.address,
-                    input: m.calldata(),
+                    to,
+                    input,
                     block_number: receipt.block_number.0,
                     block_hash: receipt.block_hash,
                 },
@@ -191,7 +206,21 @@ impl Sim {
         Ok(out)
     }
 
-    async fn send_all(&self, matches: &[PlannedMatch]) -> anyhow::Result<Vec<B256>> {
+    /// What a planned match is sent as, and where: `emitMatch` to its exchange's emitter, or
+    /// in settle mode the real settlement call (which also fixes the fills' order hashes).
+    pub(crate) fn wire(&self, m: &mut PlannedMatch) -> anyhow::Result<(Address, Vec<u8>)> {
+        if !self.inner.config.settle {
+            return Ok((m.exchange.address, m.calldata()));
+        }
+        let call = settlement_call(m, &self.inner.config, self.inner.chain_id)?;
+        Ok((call.to, call.input))
+    }
+
+    async fn send_all(
+        &self,
+        matches: &[PlannedMatch],
+        wires: &[(Address, Vec<u8>)],
+    ) -> anyhow::Result<Vec<B256>> {
         let rpc = &self.inner.rpc;
         let batch_mine = matches.len() > 1 && rpc.automine().await.unwrap_or(false);
         if batch_mine {
@@ -199,13 +228,9 @@ impl Sim {
         }
         let mut hashes = Vec::with_capacity(matches.len());
         let mut result = Ok(());
-        for m in matches {
+        for (m, (to, input)) in matches.iter().zip(wires) {
             match rpc
-                .send_transaction(&self.tx_request(
-                    m.exchange.address,
-                    m.calldata(),
-                    m.makers.len() + 1,
-                ))
+                .send_transaction(&self.tx_request(*to, input.clone(), m.makers.len() + 1))
                 .await
             {
                 Ok(h) => hashes.push(h),
@@ -224,11 +249,17 @@ impl Sim {
     }
 
     pub(crate) fn tx_request(&self, to: Address, input: Vec<u8>, fills: usize) -> TxRequest {
+        // A settlement hashes and records every order (a fresh storage slot each).
+        let (base, per_fill) = if self.inner.config.settle {
+            (120_000, 80_000)
+        } else {
+            (60_000, 20_000)
+        };
         TxRequest {
             from: self.inner.sender,
             to,
             data: Bytes(input),
-            gas: Quantity(60_000 + 20_000 * fills as u64),
+            gas: Quantity(base + per_fill * fills as u64),
         }
     }
 
@@ -350,7 +381,12 @@ fn check_fill(m: &PlannedMatch, got: &DecodedFill, want: &PlannedFill) -> anyhow
     Ok(())
 }
 
-/// The exchange a transaction calls, if it is one of the four.
+/// The exchange a transaction settles on, if it calls one of the four or a fee module.
 pub(crate) fn exchange_of(to: Option<Address>) -> Option<Exchange> {
-    to.as_ref().and_then(Exchange::at)
+    let to = to?;
+    let to = FEE_MODULES
+        .iter()
+        .find(|f| f.address == to)
+        .map_or(to, |f| f.exchange);
+    Exchange::at(&to)
 }

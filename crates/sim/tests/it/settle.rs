@@ -4,6 +4,7 @@
 //! hashes and the fills from the calldata alone. The compiler's method identifiers are a second,
 //! independent derivation of the selectors pmw decodes.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use ethabi::Token;
@@ -13,7 +14,8 @@ use pmw_core::Address;
 use pmw_sim::anvil::Anvil;
 use pmw_sim::contracts::{V1_CTF_EXCHANGE, V2_CTF_EXCHANGE};
 use pmw_sim::rpc::{Bytes, Quantity, Receipt, Rpc, TxRequest};
-use pmw_sim::settlement::{self as standin, Contract, V1_FEE_MODULE};
+use pmw_sim::settlement::{self as standin, Contract, FEE_MODULES, V1_FEE_MODULE};
+use pmw_sim::{Emitted, ReorgPlan, Sim, SimConfig};
 
 const TOKEN: u64 = 0x00c0_ffee;
 const MAKER_A: &str = "a253d75c2dfb2c6650291d5e8d54076d2fb40181";
@@ -269,4 +271,71 @@ async fn a_v2_match_and_v1_direct_fills_mine_what_their_calldata_predicts() {
     let receipt = c.send(V1_CTF_EXCHANGE, &direct).await;
     assert_eq!(receipt.status.map(|s| s.0), Some(1), "{receipt:?}");
     assert_planned_as_mined(&planned, &mined_fills(&receipt));
+}
+
+/// The simulator in settle mode: every match goes out as the real settlement call (V1 through
+/// its fee module, V2 to the exchange), the receipts carry the planned fills with the order
+/// hashes the stand-ins computed, each transaction's calldata alone predicts its mined fills,
+/// and a reorg re-mines the orphaned settlements.
+#[tokio::test]
+async fn the_simulator_in_settle_mode_sends_real_settlements_a_reorg_replays() {
+    let anvil = Anvil::spawn().await.expect("anvil");
+    let cfg = SimConfig {
+        seed: 5,
+        max_makers: 3,
+        settle: true,
+        ..SimConfig::default()
+    };
+    let sim = Sim::connect_with(&anvil.http_url(), cfg).await.unwrap();
+    sim.install_emitters().await.unwrap();
+    let mut fills = sim.run_matches(12).await.unwrap();
+    fills.extend(sim.run_block(3).await.unwrap());
+    assert_eq!(fills, sim.emitted());
+    let chain_id = sim.rpc().chain_id().await.unwrap();
+    let head = sim.rpc().block_number().await.unwrap();
+    let mut calls = BTreeMap::<&str, usize>::new();
+    for n in 1..=head {
+        let block = sim.rpc().block_with_txs(n).await.unwrap().unwrap();
+        for tx in block.transactions.iter().filter(|t| t.from == sim.sender()) {
+            let to = tx.to.expect("a call");
+            let input = &tx.input.0;
+            let call = Call::of_selector(input[..4].try_into().unwrap()).expect("a settlement");
+            let exchange = FEE_MODULES
+                .iter()
+                .find(|f| f.address == to)
+                .map_or(to, |f| f.exchange);
+            let planned = settle::decode(input, &Domain { chain_id, exchange }).unwrap();
+            let receipt = sim.rpc().receipt(&tx.hash).await.unwrap().unwrap();
+            assert_planned_as_mined(&planned.fills, &mined_fills(&receipt));
+            *calls
+                .entry(match call {
+                    Call::V1FeeModuleMatchOrders => "v1 fee module",
+                    Call::V2MatchOrders => "v2",
+                    other => panic!("the simulator sent {other:?}"),
+                })
+                .or_default() += 1;
+        }
+    }
+    assert_eq!(calls.values().sum::<usize>(), 15, "{calls:?}");
+    assert_eq!(calls.len(), 2, "both versions settled: {calls:?}");
+
+    let plan = ReorgPlan {
+        depth: 2,
+        new_matches_per_block: 1,
+        replay_orphaned: true,
+        ..ReorgPlan::new(2)
+    };
+    let out = sim.reorg_with(plan).await.unwrap();
+    let key = |e: &Emitted| (e.match_id, e.order_hash, e.maker, e.shares, e.collateral);
+    let added: Vec<_> = out.added.iter().map(key).collect();
+    assert!(!out.orphaned.is_empty());
+    assert!(
+        out.orphaned.iter().all(|o| added.contains(&key(o))),
+        "orphaned re-mined"
+    );
+    assert!(
+        out.added.len() > out.orphaned.len(),
+        "and the new branch's own matches"
+    );
+    sim.run_matches(2).await.unwrap();
 }
