@@ -118,6 +118,20 @@ pub struct SimConfig {
     /// mempool then carries real-shaped settlements (docs/SETTLEMENT.md).
     #[serde(default)]
     pub settle: bool,
+    /// Settle mode: share of matches sent doomed (the taker's limit one unit above what it
+    /// receives), so they mine with status 0.
+    pub revert_share: f64,
+    /// Settle mode: share of matches replaced in the pool by a higher-fee transaction with the
+    /// same nonce (a plain transfer), so they never mine.
+    pub replace_share: f64,
+    /// Settle mode: share of matches dropped from the pool (`anvil_dropTransaction`).
+    pub drop_share: f64,
+    /// Settle mode: share of multi-maker V2 matches whose taker order names a worse limit than
+    /// it gets, so the calldata's estimate differs from the logs.
+    pub estimate_gap_share: f64,
+    /// Settle mode: how long a doomed-to-vanish transaction stays in the pool before it is
+    /// replaced or dropped (for a mempool watcher to see it).
+    pub linger_ms: u64,
 }
 
 impl Default for SimConfig {
@@ -133,6 +147,11 @@ impl Default for SimConfig {
             max_fee_bps: 20,
             sender: None,
             settle: false,
+            revert_share: 0.0,
+            replace_share: 0.0,
+            drop_share: 0.0,
+            estimate_gap_share: 0.0,
+            linger_ms: 300,
         }
     }
 }
@@ -175,7 +194,27 @@ impl SimConfig {
             self.max_fee_bps <= 1_000,
             "max_fee_bps must be at most 1000 (10%)"
         );
+        let fates = [self.revert_share, self.replace_share, self.drop_share];
+        for share in fates.iter().chain([&self.estimate_gap_share]) {
+            ensure!(
+                (0.0..=1.0).contains(share),
+                "mempool shares must be in [0, 1]"
+            );
+        }
+        ensure!(
+            fates.iter().sum::<f64>() <= 1.0,
+            "revert_share + replace_share + drop_share must be at most 1"
+        );
+        ensure!(
+            self.settle || self.mempool_shares() == 0.0,
+            "revert/replace/drop/estimate-gap shares need settle mode"
+        );
         Ok(())
+    }
+
+    /// The sum of the mempool behaviours' shares (0: every match settles plainly).
+    pub fn mempool_shares(&self) -> f64 {
+        self.revert_share + self.replace_share + self.drop_share + self.estimate_gap_share
     }
 
     /// The market holding `token`, with the token's outcome index.

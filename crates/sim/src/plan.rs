@@ -61,6 +61,21 @@ pub struct PlannedMatch {
     pub exchange: Exchange,
     pub taker: PlannedFill,
     pub makers: Vec<PlannedFill>,
+    /// What the settlement is meant to become (settle mode; always `Mine` otherwise).
+    pub fate: Fate,
+    /// How much less than it receives the taker order's limit names (settle mode, V2
+    /// multi-maker matches): the calldata's estimate is off by this much.
+    pub limit_gap: u64,
+}
+
+/// What a planned settlement is meant to become.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Fate {
+    Mine,
+    Revert,
+    Replace,
+    Drop,
 }
 
 impl PlannedMatch {
@@ -142,12 +157,51 @@ impl Planner {
         let terms = self.terms(cfg);
         let (aggressor, makers) = draw_makers(&mut self.rng, cfg, &terms);
         let taker = draw_taker(&mut self.rng, cfg, &terms, aggressor, &makers);
+        let (fate, limit_gap) = self.mempool(cfg, &terms, &taker, makers.len());
         PlannedMatch {
             id,
             exchange: terms.exchange,
             taker,
             makers,
+            fate,
+            limit_gap,
         }
+    }
+
+    /// The match's mempool behaviour; draws nothing when none is configured, so plans without
+    /// them are the same as before they existed.
+    fn mempool(
+        &mut self,
+        cfg: &SimConfig,
+        t: &Terms,
+        taker: &PlannedFill,
+        makers: usize,
+    ) -> (Fate, u64) {
+        if cfg.mempool_shares() == 0.0 {
+            return (Fate::Mine, 0);
+        }
+        let roll: f64 = self.rng.gen();
+        let fate = if roll < cfg.revert_share {
+            Fate::Revert
+        } else if roll < cfg.revert_share + cfg.replace_share {
+            Fate::Replace
+        } else if roll < cfg.revert_share + cfg.replace_share + cfg.drop_share {
+            Fate::Drop
+        } else {
+            Fate::Mine
+        };
+        let gap = fate == Fate::Mine
+            && t.version == Version::V2
+            && makers > 1
+            && self.rng.gen_bool(cfg.estimate_gap_share);
+        // Up to 3% of what the taker receives, at least one base unit.
+        let (_, taking) = taker.amounts();
+        let limit_gap = if gap {
+            (taking / 100 * self.rng.gen_range(1..=3)).max(1)
+        } else {
+            0
+        };
+        (fate, limit_gap)
     }
 
     /// The market, exchange, token, price and sides of the next match.

@@ -135,6 +135,25 @@ impl Rpc {
         self.call("eth_sendTransaction", json!([tx])).await
     }
 
+    /// The next nonce of `account`, counting its transactions in the pool.
+    pub async fn pending_nonce(&self, account: &Address) -> anyhow::Result<u64> {
+        let n: Quantity = self
+            .call("eth_getTransactionCount", json!([account, "pending"]))
+            .await?;
+        Ok(n.0)
+    }
+
+    pub async fn gas_price(&self) -> anyhow::Result<u64> {
+        Ok(self.call::<Quantity>("eth_gasPrice", json!([])).await?.0)
+    }
+
+    /// `anvil_dropTransaction`: removes a transaction from the pool (it is never mined).
+    pub async fn drop_transaction(&self, tx: &B256) -> anyhow::Result<()> {
+        self.call::<Value>("anvil_dropTransaction", json!([tx]))
+            .await
+            .map(drop)
+    }
+
     /// `eth_getLogs` with a raw filter object.
     pub async fn logs(&self, filter: Value) -> anyhow::Result<Vec<Log>> {
         self.call("eth_getLogs", json!([filter])).await
@@ -204,6 +223,11 @@ pub struct TxRequest {
     #[serde(rename = "input")]
     pub data: Bytes,
     pub gas: Quantity,
+    /// Set to replace a pending transaction (same nonce, higher gas price).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nonce: Option<Quantity>,
+    #[serde(rename = "gasPrice", skip_serializing_if = "Option::is_none")]
+    pub gas_price: Option<Quantity>,
 }
 
 /// A block header with its transaction hashes.

@@ -11,7 +11,7 @@ use pmw_core::Address;
 use primitive_types::U256;
 
 use crate::config::SimConfig;
-use crate::plan::{PlannedFill, PlannedMatch};
+use crate::plan::{Fate, PlannedFill, PlannedMatch};
 use crate::settlement::FEE_MODULES;
 use crate::types::{Version, B256};
 
@@ -28,13 +28,20 @@ pub fn settlement_call(
     cfg: &SimConfig,
     chain_id: u64,
 ) -> anyhow::Result<SettlementCall> {
+    let version = m.exchange.version;
     let makers: Vec<Token> = m
         .makers
         .iter()
-        .map(|f| order(m.exchange.version, f))
+        .map(|f| order(version, f, f.amounts().1))
         .collect();
-    let taker = order(m.exchange.version, &m.taker);
     let (taker_making, taker_taking) = m.taker.amounts();
+    // The taker's limit: what it receives, one unit more for a doomed settlement (the exchange
+    // refuses it), or less by the planned gap (the calldata then underestimates the fill).
+    let limit = match m.fate {
+        Fate::Revert => taker_taking + 1,
+        _ => taker_taking - m.limit_gap.min(taker_taking.saturating_sub(1)),
+    };
+    let taker = order(version, &m.taker, limit);
     let maker_making = Token::Array(m.makers.iter().map(|f| uint(f.amounts().0)).collect());
     let maker_fees = Token::Array(m.makers.iter().map(|f| uint(f.fee)).collect());
     let (call, to, args) = match m.exchange.version {
@@ -88,10 +95,11 @@ pub fn settlement_call(
     Ok(SettlementCall { to, input })
 }
 
-/// The order of one planned fill: its amounts are the fill's (filled whole), its salt the
-/// plan's random order hash, so every order is distinct.
-fn order(version: Version, f: &PlannedFill) -> Token {
-    let (making, taking) = f.amounts();
+/// The order of one planned fill: its maker amount is the fill's (filled whole), its taker
+/// amount `taking` (the limit), its salt the plan's random order hash, so every order is
+/// distinct.
+fn order(version: Version, f: &PlannedFill, taking: u64) -> Token {
+    let (making, _) = f.amounts();
     let owner = Token::Address(ethabi::Address::from_slice(f.owner.as_bytes()));
     let salt = Token::Uint(U256::from_big_endian(&f.order_hash.0));
     let token = Token::Uint(f.token_id.0);

@@ -17,6 +17,7 @@ use crate::abi::keccak256;
 use crate::config::{RunConfig, SimConfig};
 use crate::contracts::{Exchange, EXCHANGES};
 use crate::emitted::{decode_order_filled, DecodedFill, Emitted, Report};
+use crate::mempool::Settlement;
 use crate::plan::{PlannedFill, PlannedMatch, Planner};
 use crate::rpc::{Bytes, Quantity, Receipt, Rpc, TxRequest};
 use crate::settle_call::settlement_call;
@@ -39,10 +40,15 @@ pub(crate) struct Inner {
     pub(crate) rpc: Rpc,
     pub(crate) config: SimConfig,
     pub(crate) sender: Address,
+    /// Every unlocked account of the node (settle mode sends replaced settlements from the
+    /// others).
+    pub(crate) accounts: Vec<Address>,
     /// The chain's id: the exchanges hash orders for it (settle mode).
     pub(crate) chain_id: u64,
     pub(crate) chain: Mutex<ChainState>,
     pub(crate) emitted: StdMutex<Vec<Emitted>>,
+    /// Settle mode: every settlement sent and what it became.
+    pub(crate) settlements: StdMutex<Vec<Settlement>>,
     pub(crate) report: StdMutex<Option<Report>>,
 }
 
@@ -97,6 +103,7 @@ impl Sim {
                 rpc,
                 config,
                 sender,
+                accounts,
                 chain_id,
                 chain: Mutex::new(ChainState {
                     planner,
@@ -104,6 +111,7 @@ impl Sim {
                     match_ids: HashMap::new(),
                 }),
                 emitted: StdMutex::new(Vec::new()),
+                settlements: StdMutex::new(Vec::new()),
                 report: StdMutex::new(None),
             }),
         })
@@ -158,6 +166,16 @@ impl Sim {
         self.inner.emitted.lock().expect("emitted lock").clone()
     }
 
+    /// Settle mode: the settlements sent so far (with mempool behaviours configured) and what
+    /// each became.
+    pub fn settlements(&self) -> Vec<Settlement> {
+        self.inner
+            .settlements
+            .lock()
+            .expect("settlements lock")
+            .clone()
+    }
+
     /// The recorded fills that are on the canonical chain (not orphaned).
     pub fn canonical(&self) -> Vec<Emitted> {
         self.emitted().into_iter().filter(|e| !e.orphaned).collect()
@@ -178,6 +196,9 @@ impl Sim {
     /// straddles a block boundary is recorded as mined).
     pub async fn run_block(&self, n: u32) -> anyhow::Result<Vec<Emitted>> {
         let mut state = self.inner.chain.lock().await;
+        if self.inner.config.mempool_shares() > 0.0 {
+            return self.run_settle_batch(&mut state, n).await;
+        }
         let mut matches: Vec<PlannedMatch> = (0..n)
             .map(|_| state.planner.plan(&self.inner.config))
             .collect();
@@ -260,6 +281,8 @@ impl Sim {
             to,
             data: Bytes(input),
             gas: Quantity(base + per_fill * fills as u64),
+            nonce: None,
+            gas_price: None,
         }
     }
 

@@ -15,7 +15,7 @@ use pmw_sim::anvil::Anvil;
 use pmw_sim::contracts::{V1_CTF_EXCHANGE, V2_CTF_EXCHANGE};
 use pmw_sim::rpc::{Bytes, Quantity, Receipt, Rpc, TxRequest};
 use pmw_sim::settlement::{self as standin, Contract, FEE_MODULES, V1_FEE_MODULE};
-use pmw_sim::{Emitted, ReorgPlan, Sim, SimConfig};
+use pmw_sim::{Emitted, Fate, Outcome, ReorgPlan, Sim, SimConfig};
 
 const TOKEN: u64 = 0x00c0_ffee;
 const MAKER_A: &str = "a253d75c2dfb2c6650291d5e8d54076d2fb40181";
@@ -104,6 +104,8 @@ impl Chain {
             to,
             data: Bytes(input.to_vec()),
             gas: Quantity(3_000_000),
+            nonce: None,
+            gas_price: None,
         };
         let hash = self.rpc.send_transaction(&tx).await.expect("send");
         self.rpc
@@ -338,4 +340,101 @@ async fn the_simulator_in_settle_mode_sends_real_settlements_a_reorg_replays() {
         "and the new branch's own matches"
     );
     sim.run_matches(2).await.unwrap();
+}
+
+/// Settle mode's mempool behaviours: doomed settlements mine with status 0, replaced ones are
+/// superseded by a higher-fee transaction with their nonce, dropped ones never mine, the rest
+/// mine their planned fills; and some V2 calldata underestimates what its taker receives. Each
+/// outcome is read back from the chain.
+#[tokio::test]
+async fn settle_mode_reverts_replaces_drops_and_misestimates_as_planned() {
+    let anvil = Anvil::spawn().await.expect("anvil");
+    let cfg = SimConfig {
+        seed: 9,
+        max_makers: 3,
+        settle: true,
+        revert_share: 0.15,
+        replace_share: 0.15,
+        drop_share: 0.15,
+        estimate_gap_share: 0.6,
+        linger_ms: 20,
+        v2_share: 0.7,
+        ..SimConfig::default()
+    };
+    let sim = Sim::connect_with(&anvil.http_url(), cfg).await.unwrap();
+    sim.install_emitters().await.unwrap();
+    let mut fills = Vec::new();
+    for _ in 0..8 {
+        fills.extend(sim.run_block(5).await.unwrap());
+    }
+    let settlements = sim.settlements();
+    assert_eq!(settlements.len(), 40);
+    let mut by_outcome = BTreeMap::<String, usize>::new();
+    for s in &settlements {
+        let expected = match s.fate {
+            Fate::Mine => Outcome::Mined,
+            Fate::Revert => Outcome::Reverted,
+            Fate::Replace => Outcome::Replaced,
+            Fate::Drop => Outcome::Dropped,
+        };
+        assert_eq!(s.outcome, expected, "{s:?}");
+        *by_outcome.entry(format!("{:?}", s.outcome)).or_default() += 1;
+        let receipt = sim.rpc().receipt(&s.tx_hash).await.unwrap();
+        match s.outcome {
+            Outcome::Mined => assert_eq!(receipt.unwrap().status.map(|q| q.0), Some(1)),
+            Outcome::Reverted => assert_eq!(receipt.unwrap().status.map(|q| q.0), Some(0)),
+            Outcome::Replaced | Outcome::Dropped => assert!(receipt.is_none(), "{s:?} mined"),
+        }
+    }
+    assert_eq!(
+        by_outcome.len(),
+        4,
+        "every outcome happened: {by_outcome:?}"
+    );
+    let mined: usize = settlements
+        .iter()
+        .filter(|s| s.outcome == Outcome::Mined)
+        .map(|s| s.fills)
+        .sum();
+    assert_eq!(
+        mined,
+        fills.len(),
+        "the record holds exactly the mined settlements' fills"
+    );
+
+    // Every mined settlement's calldata predicts its makers exactly; some takers' estimates
+    // (their limit) fall short of what the logs say they received.
+    let chain_id = sim.rpc().chain_id().await.unwrap();
+    let mut gaps = 0;
+    for s in settlements.iter().filter(|s| s.outcome == Outcome::Mined) {
+        let receipt = sim.rpc().receipt(&s.tx_hash).await.unwrap().unwrap();
+        let block = sim
+            .rpc()
+            .block_with_txs(receipt.block_number.0)
+            .await
+            .unwrap()
+            .unwrap();
+        let tx = block
+            .transactions
+            .iter()
+            .find(|t| t.hash == s.tx_hash)
+            .unwrap();
+        let to = tx.to.unwrap();
+        let exchange = FEE_MODULES
+            .iter()
+            .find(|f| f.address == to)
+            .map_or(to, |f| f.exchange);
+        let planned = settle::decode(&tx.input.0, &Domain { chain_id, exchange })
+            .unwrap()
+            .fills;
+        let mined = mined_fills(&receipt);
+        let n = planned.len();
+        assert_planned_as_mined(&planned[..n - 1], &mined[..n - 1]);
+        let (p, m) = (&planned[n - 1], &mined[n - 1]);
+        assert_eq!(hex::encode(p.order.hash), hex::encode(m.order_hash));
+        if (p.shares(), p.collateral()) != (m.shares, m.collateral) {
+            gaps += 1;
+        }
+    }
+    assert!(gaps > 0, "no settlement's estimate differed from its logs");
 }
