@@ -10,6 +10,7 @@
 //! `finalized` and log ranges are what at least the quorum of providers answer alike, and a
 //! block's logs come only from providers that agree on its hash.
 
+pub mod pending;
 mod quorum;
 
 use std::future::Future;

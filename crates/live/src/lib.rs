@@ -13,6 +13,7 @@ pub mod heads;
 pub mod ingest;
 pub mod latency_writer;
 mod lead;
+pub mod mempool;
 pub mod names;
 pub mod notifier;
 pub mod projector;

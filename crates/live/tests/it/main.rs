@@ -6,6 +6,7 @@ mod common;
 mod finality;
 mod ingest;
 mod ledger;
+mod mempool;
 mod notifier;
 mod projector;
 mod providers;
