@@ -10,6 +10,8 @@
 //!   `scripts/build-contracts`), exchange addresses, event signatures.
 //! - [`Sim`]: install the emitters, run matches (or [`Sim::spawn`] a paced run), read the
 //!   record ([`Sim::emitted`]), reorganise the chain ([`Sim::reorg`]).
+//! - [`Sim::emit_unlisted`]: a look-alike match from an emitter at an address that is not an
+//!   exchange ([`unlisted`]), for pmw's unlisted-emitter watch.
 //! - [`markets::serve`]: the Gamma-compatible metadata server.
 //! - [`anvil::Anvil`]: a private anvil on a free port for tests.
 //!
@@ -33,6 +35,7 @@ mod reorg;
 pub mod rpc;
 mod sim;
 pub mod types;
+pub mod unlisted;
 
 pub use config::{demo_markets, demo_wallets, Market, RunConfig, SimConfig};
 pub use contracts::{Exchange, EXCHANGES};
@@ -40,4 +43,5 @@ pub use emitted::{read_report, Emitted};
 pub use reorg::{BlockRef, ReorgOutcome, ReorgPlan, ReplayOrder};
 pub use sim::Sim;
 pub use tokio_util::sync::CancellationToken;
+pub use unlisted::{UnlistedFill, UnlistedMatch};
 pub use types::{FeeAsset, Role, Side, TokenId, Version, B256};
