@@ -43,5 +43,5 @@ pub use emitted::{read_report, Emitted};
 pub use reorg::{BlockRef, ReorgOutcome, ReorgPlan, ReplayOrder};
 pub use sim::Sim;
 pub use tokio_util::sync::CancellationToken;
-pub use unlisted::{UnlistedFill, UnlistedMatch};
 pub use types::{FeeAsset, Role, Side, TokenId, Version, B256};
+pub use unlisted::{UnlistedFill, UnlistedMatch};

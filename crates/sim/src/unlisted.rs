@@ -46,7 +46,11 @@ impl Sim {
     /// Install the `version` emitter at `at` (`anvil_setCode`, idempotent) and send one planned
     /// match to it; what it emitted, read back from the receipt. `at` must not be one of the
     /// four exchanges.
-    pub async fn emit_unlisted(&self, at: Address, version: Version) -> anyhow::Result<UnlistedMatch> {
+    pub async fn emit_unlisted(
+        &self,
+        at: Address,
+        version: Version,
+    ) -> anyhow::Result<UnlistedMatch> {
         ensure!(
             Exchange::at(&at).is_none(),
             "{at} is an exchange address, not an unlisted one"
@@ -67,7 +71,9 @@ impl Sim {
         };
         let req = self.tx_request(at, m.calldata(), m.makers.len() + 1);
         let hash = rpc.send_transaction(&req).await?;
-        let receipt = rpc.wait_receipt(&hash, std::time::Duration::from_secs(60)).await?;
+        let receipt = rpc
+            .wait_receipt(&hash, std::time::Duration::from_secs(60))
+            .await?;
         drop(state);
         let planned: Vec<_> = m.fills_in_log_order().cloned().collect();
         read_back(at, version, &receipt, &planned)

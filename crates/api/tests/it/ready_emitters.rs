@@ -38,7 +38,9 @@ async fn an_unlisted_emitter_is_a_warning_of_ready_until_listed() {
             first_tx: format!("0x{}", "ab".repeat(32)),
         },
     )]);
-    record(&c, &seen, Source::Ingest, UnixMs::now().0).await.unwrap();
+    record(&c, &seen, Source::Ingest, UnixMs::now().0)
+        .await
+        .unwrap();
     let r = api
         .until("/v1/ready", within, "an unlisted emitter", |r| {
             r.body["checks"]["unlisted_emitters"]["ok"] == false
@@ -48,16 +50,32 @@ async fn an_unlisted_emitter_is_a_warning_of_ready_until_listed() {
     assert_eq!(check["detail"]["count"], 1, "{}", r.text);
     let e = &check["detail"]["emitters"][0];
     assert_eq!(e["address"], emitter.to_lower_hex());
-    assert_eq!((e["first_block"].as_i64(), e["events"].as_i64()), (Some(120), Some(4)));
+    assert_eq!(
+        (e["first_block"].as_i64(), e["events"].as_i64()),
+        (Some(120), Some(4))
+    );
     let reason = check["reason"].as_str().unwrap();
-    assert!(reason.contains(&format!("{} (from block 120, 4 events", emitter.to_lower_hex())), "{reason}");
     assert!(
-        r.body["warnings"].as_array().unwrap().iter().any(|w| w == reason),
+        reason.contains(&format!(
+            "{} (from block 120, 4 events",
+            emitter.to_lower_hex()
+        )),
+        "{reason}"
+    );
+    assert!(
+        r.body["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w == reason),
         "{}",
         r.text
     );
     assert!(
-        !r.body["error"]["message"].as_str().unwrap_or("").contains("unlisted"),
+        !r.body["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("unlisted"),
         "never gating: {}",
         r.text
     );

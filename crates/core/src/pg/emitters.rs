@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio_postgres::GenericClient;
 
 use crate::types::Address;
@@ -89,7 +89,7 @@ pub async fn mark_listed(
 }
 
 /// One unlisted emitter as recorded.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UnlistedEmitter {
     pub address: String,
     pub first_block: i64,

@@ -51,31 +51,49 @@ async fn an_unlisted_emitter_is_recorded_never_stored_found_by_the_audit_and_ing
     // 1. Live with the built-in list: a real match, a look-alike one, a real one.
     let live = start(&h, audit_fast(h.live_config().await, false));
     h.sim.run_matches(1).await.unwrap();
-    let fake = h.sim.emit_unlisted(DEFAULT_ADDRESS, Version::V2).await.unwrap();
+    let fake = h
+        .sim
+        .emit_unlisted(DEFAULT_ADDRESS, Version::V2)
+        .await
+        .unwrap();
     h.sim.run_matches(1).await.unwrap();
     h.wait_caught_up(WITHIN).await;
-    assert!(fake.fills.len() >= 2 && fake.events == fake.fills.len() + 1, "premise: {fake:?}");
+    assert!(
+        fake.fills.len() >= 2 && fake.events == fake.fills.len() + 1,
+        "premise: {fake:?}"
+    );
     let r = record_when(&h, &addr, |e| e.events > 0).await;
     assert_eq!(r.first_block, fake.block_number as i64);
     assert_eq!(r.last_block, fake.block_number as i64);
-    assert_eq!(r.events, fake.events as i64, "every fill and the match event");
+    assert_eq!(
+        r.events, fake.events as i64,
+        "every fill and the match event"
+    );
     assert_eq!(r.first_tx, fake.tx_hash.to_string());
     // Never stored (so never delivered): the ledger is exactly the real exchanges' fills.
     let visible = h.visible().await;
-    assert!(visible.iter().all(|t| t.exchange != addr), "a look-alike fill was stored");
+    assert!(
+        visible.iter().all(|t| t.exchange != addr),
+        "a look-alike fill was stored"
+    );
     assert_exactly_emitted(&visible, &h.sim.canonical());
     live.stop().await.unwrap();
 
     // 2. The ingest record is lost (say live ran a build without the watch): the audit of
     // finalized blocks finds the emitter again.
     let c = h.db.connect().await;
-    c.execute("DELETE FROM unlisted_emitters", &[]).await.unwrap();
+    c.execute("DELETE FROM unlisted_emitters", &[])
+        .await
+        .unwrap();
     let live = start(&h, audit_fast(h.live_config().await, true));
     wait_audited(&h, fake.block_number).await;
     let r = record_when(&h, &addr, |e| e.audit_events > 0).await;
     assert_eq!((r.events, r.audit_events), (0, fake.events as i64));
     assert_eq!(r.first_block, fake.block_number as i64);
-    assert!(h.visible().await.iter().all(|t| t.exchange != addr), "the audit stored no look-alike fill");
+    assert!(
+        h.visible().await.iter().all(|t| t.exchange != addr),
+        "the audit stored no look-alike fill"
+    );
     live.stop().await.unwrap();
 
     // 3. The operator lists it: the warning stops, and its later fills are ingested.
@@ -84,7 +102,11 @@ async fn an_unlisted_emitter_is_recorded_never_stored_found_by_the_audit_and_ing
     let live = start(&h, listed);
     let still = eventually(WITHIN, || async { open(&c, 100).await.unwrap().1 == 0 }).await;
     assert!(still, "the listed emitter still warns");
-    let later = h.sim.emit_unlisted(DEFAULT_ADDRESS, Version::V2).await.unwrap();
+    let later = h
+        .sim
+        .emit_unlisted(DEFAULT_ADDRESS, Version::V2)
+        .await
+        .unwrap();
     h.wait_caught_up(WITHIN).await;
     let visible = h.visible().await;
     let mut got: Vec<(u64, u32, String)> = visible
@@ -96,8 +118,17 @@ async fn an_unlisted_emitter_is_recorded_never_stored_found_by_the_audit_and_ing
     let want: Vec<(u64, u32, String)> = later
         .fills
         .iter()
-        .map(|f| (later.block_number, f.log_index as u32, f.maker.to_lower_hex()))
+        .map(|f| {
+            (
+                later.block_number,
+                f.log_index as u32,
+                f.maker.to_lower_hex(),
+            )
+        })
         .collect();
-    assert_eq!(got, want, "exactly the listed emitter's later fills are stored");
+    assert_eq!(
+        got, want,
+        "exactly the listed emitter's later fills are stored"
+    );
     live.stop().await.unwrap();
 }
