@@ -57,18 +57,16 @@ pub async fn record(
     if sightings.is_empty() {
         return Ok(());
     }
-    let mut cols: (Vec<String>, Vec<i64>, Vec<i64>, Vec<i64>, Vec<String>) = Default::default();
-    for (a, s) in sightings {
-        cols.0.push(a.to_lower_hex());
-        cols.1.push(s.first_block as i64);
-        cols.2.push(s.last_block as i64);
-        cols.3.push(s.events as i64);
-        cols.4.push(s.first_tx.clone());
-    }
+    let addresses: Vec<String> = sightings.keys().map(Address::to_lower_hex).collect();
+    let column = |f: fn(&Sighting) -> i64| sightings.values().map(f).collect::<Vec<i64>>();
+    let first = column(|s| s.first_block as i64);
+    let last = column(|s| s.last_block as i64);
+    let events = column(|s| s.events as i64);
+    let txs: Vec<&str> = sightings.values().map(|s| s.first_tx.as_str()).collect();
     let audit = source == Source::Audit;
     c.execute(
         include_str!("sql/unlisted_record.sql"),
-        &[&cols.0, &cols.1, &cols.2, &cols.3, &cols.4, &now_ms, &audit],
+        &[&addresses, &first, &last, &events, &txs, &now_ms, &audit],
     )
     .await?;
     Ok(())
