@@ -64,20 +64,23 @@ pub fn split(logs: Vec<RawLog>, allow: &Allowlist) -> (Vec<RawLog>, Sightings) {
     (listed, seen)
 }
 
-/// The label an address is counted under: its own for the first [`LABELLED`] seen by this
-/// process, `other` after.
-fn label(address: &Address) -> String {
+/// The label an address is counted under (its own for the first [`LABELLED`] seen by this
+/// process, `other` after) and whether this is its first sighting here (logged at `warn` once,
+/// later ones at `debug`: an attacker's emitters cannot flood the log either).
+fn label(address: &Address) -> (String, bool) {
     static NAMED: OnceLock<Mutex<BTreeSet<Address>>> = OnceLock::new();
     let mut named = NAMED
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|e| e.into_inner());
-    if named.contains(address) || named.len() < LABELLED {
-        named.insert(*address);
-        address.to_lower_hex()
-    } else {
-        "other".into()
+    if named.contains(address) {
+        return (address.to_lower_hex(), false);
     }
+    if named.len() < LABELLED {
+        named.insert(*address);
+        return (address.to_lower_hex(), true);
+    }
+    ("other".into(), false)
 }
 
 /// The sender's end: counts, logs and hands sightings over (never blocks, never fails).
@@ -97,17 +100,15 @@ impl Sink {
             Source::Audit => "audit",
         };
         for (address, s) in &sightings {
-            metrics::counter!(EVENTS, "address" => label(address), "source" => by)
-                .increment(s.events);
-            tracing::warn!(emitter = %address, block = s.first_block, events = s.events, source = by, "unlisted contract emitted polymarket fill/match events: not delivered");
+            let (label, first) = label(address);
+            metrics::counter!(EVENTS, "address" => label, "source" => by).increment(s.events);
+            if first {
+                tracing::warn!(emitter = %address, block = s.first_block, events = s.events, source = by, "unlisted contract emitted polymarket fill/match events: not delivered");
+            } else {
+                tracing::debug!(emitter = %address, block = s.first_block, events = s.events, source = by, "unlisted emitter again");
+            }
         }
         let _ = self.tx.send((source, sightings));
-    }
-
-    /// A sink whose sightings go nowhere (counted and logged only).
-    pub fn detached() -> Sink {
-        let (tx, _) = mpsc::unbounded_channel();
-        Sink { tx }
     }
 }
 
@@ -256,8 +257,15 @@ mod tests {
 
     #[test]
     fn labels_are_bounded() {
-        let labels: BTreeSet<String> = (0..200u8).map(|i| label(&Address([i; 20]))).collect();
+        let labels: BTreeSet<String> = (0..200u8).map(|i| label(&Address([i; 20])).0).collect();
         assert!(labels.len() <= LABELLED + 1, "{}", labels.len());
         assert!(labels.contains("other"));
+        let named = labels.iter().find(|l| *l != "other").unwrap();
+        let again = label(&named.parse().unwrap());
+        assert_eq!(
+            again,
+            (named.clone(), false),
+            "a labelled address keeps its label, logged once"
+        );
     }
 }
