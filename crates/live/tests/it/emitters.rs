@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use pmw_core::pg::emitters::{open, UnlistedEmitter};
+use pmw_core::pg::emitters::{open, warning, UnlistedEmitter};
 use pmw_live::LiveConfig;
 use pmw_sim::unlisted::DEFAULT_ADDRESS;
 use pmw_sim::Version;
@@ -70,6 +70,14 @@ async fn an_unlisted_emitter_is_recorded_never_stored_found_by_the_audit_and_ing
         "every fill and the match event"
     );
     assert_eq!(r.first_tx, fake.tx_hash.to_string());
+    // What `pmwctl status` and `/v1/ready` show (core's one query and warning).
+    let (list, total) = open(&h.db.connect().await, 5).await.unwrap();
+    let w = warning(&list, total).expect("a warning");
+    let names = format!(
+        "{addr} (from block {}, {} events",
+        fake.block_number, fake.events
+    );
+    assert!(w.contains(&names), "{w}");
     // Never stored (so never delivered): the ledger is exactly the real exchanges' fills.
     let visible = h.visible().await;
     assert!(
