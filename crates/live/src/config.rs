@@ -569,4 +569,17 @@ mod tests {
         let p = live.providers(&core).unwrap();
         assert!(!format!("{p:?}").contains("SECRETKEY"));
     }
+
+    #[test]
+    fn extra_exchanges_extend_the_list_and_a_bad_one_names_the_variable() {
+        let extra = |v: &str| LiveConfig {
+            live_extra_exchanges: Some(v.into()),
+            ..LiveConfig::default()
+        };
+        assert_eq!(LiveConfig::default().exchanges().unwrap().len(), 4);
+        let one = extra("0x7e57000000000000000000000000000000000e11=2");
+        assert_eq!(one.exchanges().unwrap().len(), 5);
+        let err = extra("0x7e57=2").validate().unwrap_err().to_string();
+        assert!(err.contains("PMW_LIVE_EXTRA_EXCHANGES"), "{err}");
+    }
 }
