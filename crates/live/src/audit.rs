@@ -1,8 +1,9 @@
 //! The completeness audit: a task behind the live writer lock that re-reads every finalized
 //! block range with `eth_getLogs` by block range (every fill and match topic of both ABIs from
 //! any address: the allowlisted exchanges' fills, and unlisted emitters' logs, reported as
-//! sightings and never stored as trades, [`crate::emitters`]), decodes the fills independently of the ingest path and compares the set of
-//! (block hash, log index) with the stored, non-retracted trades of those blocks.
+//! sightings and never stored as trades, [`crate::emitters`]), decodes the fills independently
+//! of the ingest path and compares the set of (block hash, log index) with the stored,
+//! non-retracted trades of those blocks.
 //!
 //! A fill missing from the store is backfilled (flagged `audit`, and `backfilled`: its
 //! `t_detect_ms` is the audit's time, so latency figures leave it out); a stored fill the chain
