@@ -17,3 +17,4 @@ mod providers;
 mod push;
 mod reorg;
 mod reorg_live;
+mod unlisted;

@@ -10,6 +10,7 @@ mod migrate;
 mod secrets;
 mod status;
 mod status_audit;
+mod status_emitters;
 mod status_indexes;
 mod status_ledger;
 mod status_providers;

@@ -314,6 +314,8 @@ pub async fn collect(cfg: &CoreConfig) -> Result<Value, ServiceError> {
     warnings.extend(crate::status_providers::warnings(&providers));
     let ledger = crate::status_ledger::collect(&c, now).await?;
     warnings.extend(crate::status_ledger::warnings(&ledger));
+    let emitters = crate::status_emitters::collect(&c).await?;
+    warnings.extend(crate::status_emitters::warnings(&emitters));
     let waiting = match (k.ingest, k.push) {
         (Some((wm, _)), Some((b, l, _, _))) => trades_waiting(&c, b, l, wm).await,
         _ => None,
@@ -325,6 +327,7 @@ pub async fn collect(cfg: &CoreConfig) -> Result<Value, ServiceError> {
         "ledger": ledger,
         "audit": audit,
         "providers": providers,
+        "unlisted_emitters": emitters,
         "leader": leader,
         "standbys": standbys,
         "warnings": warnings,

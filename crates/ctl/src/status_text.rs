@@ -1,5 +1,5 @@
 //! `pmwctl status` as text: one labelled line per part of the JSON `status`
-//! collects (leader, standbys, cursors and lags, RPC providers, audit, webhooks, indexes, instances, warnings).
+//! collects (leader, standbys, cursors and lags, RPC providers, audit, webhooks, indexes, unlisted emitters, instances, warnings).
 
 use pmw_core::UnixMs;
 use serde_json::Value;
@@ -24,6 +24,7 @@ pub fn text(s: &Value) -> String {
     lines.push(webhook_line(&s["webhooks"]));
     lines.push(crate::status_indexes::text(&s["indexes"]));
     lines.push(crate::status_ledger::text(&s["ledger"]));
+    lines.extend(crate::status_emitters::text(&s["unlisted_emitters"]));
     lines.extend(instance_lines(s));
     let mut out = String::new();
     for l in lines {

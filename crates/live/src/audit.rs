@@ -1,7 +1,9 @@
 //! The completeness audit: a task behind the live writer lock that re-reads every finalized
-//! block range with `eth_getLogs` by block range (the allowlisted exchanges, both `OrderFilled`
-//! topics), decodes the fills independently of the ingest path and compares the set of
-//! (block hash, log index) with the stored, non-retracted trades of those blocks.
+//! block range with `eth_getLogs` by block range (every fill and match topic of both ABIs from
+//! any address: the allowlisted exchanges' fills, and unlisted emitters' logs, reported as
+//! sightings and never stored as trades, [`crate::emitters`]), decodes the fills independently
+//! of the ingest path and compares the set of (block hash, log index) with the stored,
+//! non-retracted trades of those blocks.
 //!
 //! A fill missing from the store is backfilled (flagged `audit`, and `backfilled`: its
 //! `t_detect_ms` is the audit's time, so latency figures leave it out); a stored fill the chain
@@ -24,10 +26,10 @@ use std::time::Duration;
 use pmw_core::ch::ChClient;
 use pmw_core::ch::TradeRow;
 use pmw_core::lock::{fence_sql, keys};
+use pmw_core::pg::emitters::Source;
 use pmw_core::pg::PgPool;
-use pmw_core::trade::exchange::ORDER_FILLED_TOPICS;
+use pmw_core::trade::exchange::WATCHED_TOPICS;
 use pmw_core::trade::{self, Allowlist, Fill, RawLog};
-use pmw_core::types::Address;
 use pmw_core::UnixMs;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -106,12 +108,19 @@ impl Pacer {
     }
 }
 
+/// What the audit trusts (the exchange list) and where it reports the others (unlisted
+/// emitters it finds in finalized blocks, [`crate::emitters`]).
+pub struct Watch {
+    pub allow: Allowlist,
+    pub emitters: crate::emitters::Sink,
+}
+
 pub struct Audit {
     chain: Chain,
     pg: PgPool,
     ch: ChClient,
     allow: Allowlist,
-    addresses: Vec<Address>,
+    emitters: crate::emitters::Sink,
     lock_pid: i32,
     settings: AuditSettings,
     notifier: BlockNotifier,
@@ -126,7 +135,7 @@ impl Audit {
         chain: Chain,
         pg: PgPool,
         ch: ChClient,
-        allow: Allowlist,
+        watch: Watch,
         lock_pid: i32,
         settings: AuditSettings,
         notifier: BlockNotifier,
@@ -138,8 +147,8 @@ impl Audit {
             chain,
             pg,
             ch,
-            addresses: allow.addresses().collect(),
-            allow,
+            allow: watch.allow,
+            emitters: watch.emitters,
             lock_pid,
             settings,
             notifier,
@@ -263,6 +272,7 @@ impl Audit {
         head: u64,
     ) -> Result<RangeReport, AuditError> {
         let logs = self.chain_logs(from, to, recorded).await?;
+        let (logs, sightings) = crate::emitters::split(logs, &self.allow);
         let on_chain = decode_on_chain(&logs, recorded, &self.allow)?;
         let stored = {
             let c = self.pg.get().await?;
@@ -296,6 +306,7 @@ impl Audit {
         self.record(&report, recorded, &findings.counts, &rows, now)
             .await?;
         log_findings(&findings, &on_chain, &stored);
+        self.emitters.saw(Source::Audit, sightings);
         if !findings.recount.is_empty() {
             tracing::warn!(blocks = ?report.recounted, ancestor = report.recounted[0].saturating_sub(1), "audit: trade counts corrected; push rewinds");
             self.notifier.notify(head);
@@ -319,7 +330,8 @@ impl Audit {
         Ok(report)
     }
 
-    /// The exchanges' logs of blocks `from..=to`, once the chain's block `to` is the recorded
+    /// The fill and match logs of blocks `from..=to` from any address (the exchanges' and
+    /// unlisted emitters'), once the chain's block `to` is the recorded
     /// one: every block below it is then canonical too (ingest stored them linked by parent
     /// hash). Two paced RPC calls.
     async fn chain_logs(
@@ -331,7 +343,7 @@ impl Audit {
         self.pacer.wait().await;
         let logs = self
             .chain
-            .logs_in_range(from, to, &self.addresses, &ORDER_FILLED_TOPICS)
+            .logs_in_range(from, to, &[], &WATCHED_TOPICS)
             .await?;
         self.pacer.wait().await;
         let top = self

@@ -366,7 +366,7 @@ impl Chain {
             .await
     }
 
-    /// Logs of block `number` (by its hash, so a reorg cannot mix branches), only from `addresses` and
+    /// Logs of block `number` (by its hash, so a reorg cannot mix branches), only from `addresses` (any when empty) and
     /// only with one of `topic0s`, only from the providers `among` (those that agree on the
     /// hash, [`Chain::agreeing`]): with a quorum of 1 from the provider that announced it
     /// first, then the others (hedged at the provider's p95); above 1, the same logs from at
@@ -451,16 +451,19 @@ async fn latest_of(p: &Provider<Http>) -> Result<Head, ChainError> {
     head_of(&b)
 }
 
-/// `filter` narrowed to logs from `addresses` with one of `topic0s`.
+/// `filter` narrowed to logs with one of `topic0s`, from `addresses` (from any address when
+/// empty: how ingest and the audit also see unlisted emitters, [`crate::emitters`]).
 fn where_(filter: Filter, addresses: &[Address], topic0s: &[[u8; 32]]) -> Filter {
-    filter
-        .address(
-            addresses
-                .iter()
-                .map(|a| ethers_core::types::H160(a.0))
-                .collect::<Vec<_>>(),
-        )
-        .topic0(topic0s.iter().map(|t| H256(*t)).collect::<Vec<_>>())
+    let filter = filter.topic0(topic0s.iter().map(|t| H256(*t)).collect::<Vec<_>>());
+    if addresses.is_empty() {
+        return filter;
+    }
+    filter.address(
+        addresses
+            .iter()
+            .map(|a| ethers_core::types::H160(a.0))
+            .collect::<Vec<_>>(),
+    )
 }
 
 /// Follow new heads of provider `index` over one WebSocket connection until it ends, sending

@@ -18,6 +18,7 @@
 //! | `PMW_LIVE_CHAIN_ID` | `137` (Polygon) | the chain id every provider must report (`eth_chainId`, at start and at each reconnect); a provider on another chain is not used; a single one stops startup (exit 78) |
 //! | `PMW_LIVE_ALLOW_INSECURE_RPC` | `false` | accept plain `ws://`/`http://` provider URLs to hosts other than loopback (127.0.0.0/8, `::1`, `localhost`) |
 //! | `PMW_LIVE_LEDGER_KEEP_HOURS` | `24` | hot-ledger retention in Postgres: a partition leaves (history then read from ClickHouse) once projected, finalized, audited and older than this (at least 1; keep it above the longest resume you serve from Postgres while ClickHouse is down) |
+//! | `PMW_LIVE_EXTRA_EXCHANGES` | unset | exchange contracts trusted besides the four built-in Polymarket ones: `0x<address>=<ABI version 1\|2>` entries separated by spaces or commas. Only after checking the contract (docs/OPERATIONS.md, "Unlisted emitters"; docs/EXCHANGES.md): every fill it emits is delivered |
 //! | `PMW_LIVE_START_BLOCK` | unset | first block to ingest when no watermark exists (default: the first head seen) |
 //! | `PMW_LIVE_METRICS_ADDR` | `127.0.0.1:9461` | private Prometheus `/metrics` address (loopback; a port in use is logged, not fatal) |
 //! | `PMW_GAMMA_URL` | `https://gamma-api.polymarket.com` | Gamma-compatible market metadata API |
@@ -55,6 +56,8 @@ pub struct LiveConfig {
     pub live_ledger_keep_hours: u64,
     #[serde(default)]
     pub live_start_block: Option<u64>,
+    #[serde(default)]
+    pub live_extra_exchanges: Option<String>,
     #[serde(default = "d::gamma")]
     pub gamma_url: String,
     #[serde(default = "d::metrics")]
@@ -85,6 +88,7 @@ impl fmt::Debug for LiveConfig {
             .field("live_audit_interval_ms", &self.live_audit_interval_ms)
             .field("live_ledger_keep_hours", &self.live_ledger_keep_hours)
             .field("live_start_block", &self.live_start_block)
+            .field("live_extra_exchanges", &self.live_extra_exchanges)
             .field("gamma_url", &redact::Url(&self.gamma_url))
             .field("live_metrics_addr", &self.live_metrics_addr)
             .field(
@@ -169,6 +173,17 @@ impl LiveConfig {
             range_blocks: self.live_audit_range_blocks,
             max_rps: self.live_audit_max_rps,
             interval: Duration::from_millis(self.live_audit_interval_ms),
+        }
+    }
+
+    /// The exchange list: the four Polymarket exchanges plus `PMW_LIVE_EXTRA_EXCHANGES`.
+    pub fn exchanges(&self) -> Result<pmw_core::trade::Allowlist, ConfigError> {
+        let base = pmw_core::trade::Allowlist::polymarket();
+        match &self.live_extra_exchanges {
+            Some(extra) => base
+                .with_extra(extra)
+                .map_err(|e| ConfigError::invalid("PMW_LIVE_EXTRA_EXCHANGES", e.to_string())),
+            None => Ok(base),
         }
     }
 
@@ -377,6 +392,7 @@ impl Validate for LiveConfig {
                 providers.iter().try_for_each(refuse_insecure)?;
             }
         }
+        self.exchanges()?;
         if self.live_chain_id == 0 {
             return Err(ConfigError::invalid(
                 "PMW_LIVE_CHAIN_ID",
@@ -552,5 +568,18 @@ mod tests {
             pmw_core::config::load_from(figment::Figment::new()).unwrap();
         let p = live.providers(&core).unwrap();
         assert!(!format!("{p:?}").contains("SECRETKEY"));
+    }
+
+    #[test]
+    fn extra_exchanges_extend_the_list_and_a_bad_one_names_the_variable() {
+        let extra = |v: &str| LiveConfig {
+            live_extra_exchanges: Some(v.into()),
+            ..LiveConfig::default()
+        };
+        assert_eq!(LiveConfig::default().exchanges().unwrap().len(), 4);
+        let one = extra("0x7e57000000000000000000000000000000000e11=2");
+        assert_eq!(one.exchanges().unwrap().len(), 5);
+        let err = extra("0x7e57=2").validate().unwrap_err().to_string();
+        assert!(err.contains("PMW_LIVE_EXTRA_EXCHANGES"), "{err}");
     }
 }

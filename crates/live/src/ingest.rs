@@ -8,10 +8,10 @@ use std::collections::BTreeMap;
 use pmw_core::ch::ChClient;
 use pmw_core::ch::{IngestLatencyRow, TradeRow};
 use pmw_core::lock::{fence_sql, keys};
+use pmw_core::pg::emitters::Source;
 use pmw_core::pg::PgPool;
-use pmw_core::trade::exchange::ORDER_FILLED_TOPICS;
+use pmw_core::trade::exchange::WATCHED_TOPICS;
 use pmw_core::trade::{self, Allowlist, RawLog};
-use pmw_core::types::Address;
 use pmw_core::UnixMs;
 
 use crate::chain::{Chain, ChainError, Head, SeenHead};
@@ -63,6 +63,8 @@ pub struct IngestParts {
     pub names: Names,
     pub lock_pid: i32,
     pub max_reorg_depth: u64,
+    /// Where unlisted emitters' sightings go (after the commit).
+    pub emitters: crate::emitters::Sink,
 }
 
 pub struct Ingester {
@@ -72,7 +74,6 @@ pub struct Ingester {
     pub head: u64,
     pub stats: IngestStats,
     book: BTreeMap<u64, SeenHead>,
-    addresses: Vec<Address>,
     advance_sql: String,
     commit_sql: String,
     /// Versions written from now on are above this (retractions must never tie a re-insert).
@@ -135,7 +136,6 @@ fn owed_head(book: &BTreeMap<u64, SeenHead>, cursor: Option<BlockRef>) -> Option
 
 impl Ingester {
     pub fn new(parts: IngestParts) -> Ingester {
-        let addresses = parts.allow.addresses().collect();
         let advance_sql =
             include_str!("sql/advance_cursor.sql").replace("{fence}", &fence_sql(keys::LIVE, "$4"));
         let commit_sql = include_str!("sql/commit_block.sql")
@@ -150,7 +150,6 @@ impl Ingester {
             head: 0,
             stats: IngestStats::default(),
             book: BTreeMap::new(),
-            addresses,
             advance_sql,
             commit_sql,
             versions: VersionFloor::default(),
@@ -284,7 +283,9 @@ impl Ingester {
 
     /// Check that a quorum of providers agrees on the block, fetch its logs from one that does,
     /// decode, store, then move the watermark to it and notify. Logs inside
-    /// carry the span's `block` and `backfilled`.
+    /// carry the span's `block` and `backfilled`. The one `eth_getLogs` asks for every fill and
+    /// match topic from any address (under the same quorum): the allowlisted exchanges' fills
+    /// are decoded; other emitters' logs are only sightings, handed over after the commit.
     #[tracing::instrument(name = "ingest", skip_all, fields(block = head.number, backfilled))]
     pub async fn ingest_block(
         &mut self,
@@ -297,14 +298,9 @@ impl Ingester {
         let logs = self
             .parts
             .chain
-            .logs_from(
-                head.number,
-                &head.hash,
-                &among,
-                &self.addresses,
-                &ORDER_FILLED_TOPICS,
-            )
+            .logs_from(head.number, &head.hash, &among, &[], &WATCHED_TOPICS)
             .await?;
+        let (logs, sightings) = crate::emitters::split(logs, &self.parts.allow);
         let t_logs = UnixMs::now();
         let stamp = Stamp {
             block_time_ms: head.timestamp as i64 * 1000,
@@ -326,6 +322,7 @@ impl Ingester {
             stored: t_stored,
         };
         self.committed(head, &rows, stamp, times);
+        self.parts.emitters.saw(Source::Ingest, sightings);
         Ok(())
     }
 
@@ -434,6 +431,8 @@ fn parse_hash(s: &str) -> [u8; 32] {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pmw_core::trade::exchange::ORDER_FILLED_TOPICS;
+    use pmw_core::types::Address;
 
     const HASH: [u8; 32] = [7; 32];
 

@@ -33,6 +33,7 @@ pub struct Leader<'a> {
     pub heartbeat: &'a Heartbeat,
     pub lock: WriterLock,
     pub latency: LatencyRows,
+    pub emitters: crate::emitters::Sink,
     pub shutdown: &'a CancellationToken,
 }
 
@@ -116,11 +117,15 @@ fn spawn_followers(
     );
     tokio::spawn(projector.run(tasks.clone()));
     if live.live_audit_enabled {
+        let watch = audit::Watch {
+            allow: allow.clone(),
+            emitters: l.emitters.clone(),
+        };
         let audit = audit::Audit::new(
             chain.clone(),
             pg.clone(),
             l.stores.ch.clone(),
-            allow.clone(),
+            watch,
             l.lock.pid(),
             live.audit(),
             notifier.clone(),
@@ -137,6 +142,7 @@ fn spawn_followers(
         names,
         lock_pid: l.lock.pid(),
         max_reorg_depth: live.live_reorg_max_depth,
+        emitters: l.emitters.clone(),
     })
 }
 

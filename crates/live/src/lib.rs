@@ -6,6 +6,7 @@
 pub mod audit;
 pub mod chain;
 pub mod config;
+pub mod emitters;
 pub mod error;
 pub mod failpoint;
 pub mod finality;
@@ -36,7 +37,8 @@ pub const SERVICE: &str = "pmw-live";
 /// Run with settings from the environment until `shutdown`.
 pub async fn run(cfg: CoreConfig, shutdown: CancellationToken) -> Result<(), ServiceError> {
     let live: LiveConfig = pmw_core::config::load()?;
-    run_with(cfg, live, Allowlist::polymarket(), shutdown).await
+    let allow = live.exchanges()?;
+    run_with(cfg, live, allow, shutdown).await
 }
 
 /// Run with explicit settings (tests run it in-process).
@@ -66,16 +68,38 @@ pub async fn run_with(
     .await
     .map_err(|e| ServiceError::transient(format!("cannot take the live lock: {e}")))?;
     let Some(lock) = lock else { return Ok(()) };
+    listed(&stores, &allow).await;
     let (latency, writer) = latency_writer::LatencyWriter::spawn(stores.ch.clone());
+    let (emitters, recorder) = emitters::Recorder::spawn(stores.pg.clone());
     let leader = lead::Leader {
         stores: &stores,
         heartbeat: &heartbeat,
         lock,
         latency,
+        emitters,
         shutdown: &shutdown,
     };
     let result = lead::lead(cfg, live, allow, leader).await;
-    // The ingester (the writer's only sender) is gone: the last latency rows are written now.
+    // The ingester and the audit (the writers' only senders) are gone: the last latency rows
+    // and emitter sightings are written now.
     writer.close().await;
+    recorder.close().await;
     result
+}
+
+/// The exchanges of `allow` recorded as unlisted emitters are listed now: their warning stops
+/// (a failure is logged: the warning stays until the next start).
+async fn listed(stores: &Stores, allow: &Allowlist) {
+    let addresses: Vec<_> = allow.addresses().collect();
+    let done = match stores.pg.get().await {
+        Ok(c) => pmw_core::pg::emitters::mark_listed(&**c, &addresses, pmw_core::UnixMs::now().0)
+            .await
+            .map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    match done {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(emitters = n, "unlisted emitters now in the exchange list"),
+        Err(e) => tracing::warn!(error = %e, "cannot mark listed emitters"),
+    }
 }

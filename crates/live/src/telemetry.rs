@@ -23,6 +23,7 @@
 //! | `pmw_live_audit_disagreements_total` | counter | of those, a finalized block whose chain hash is not the recorded one (an alarm: nothing corrected) |
 //! | `pmw_live_audit_block` | gauge | the audited watermark (every block up to it compared) |
 //! | `pmw_live_audit_trail_blocks` | gauge | ingest watermark − audited watermark, at the last audited range |
+//! | `pmw_live_unlisted_emitter_events_total{address,source}` | counter | fill/match events from contracts outside the exchange list (`source` = `ingest` or `audit`; the first 16 addresses by name, later ones as `other`): never delivered ([`crate::emitters`]) |
 //! | `pmw_live_head_lead_ms` | gauge | detect time − block timestamp of the last block seen live (clock offset plus propagation) |
 //!
 //! Per RPC provider (`pmw_live_provider_*{provider}`: heads announced and won, lag behind the

@@ -12,6 +12,8 @@
 //!   record ([`Sim::emitted`]), reorganise the chain ([`Sim::reorg`]).
 //! - [`settlement`]: stand-ins that take the real V1/V2 settlement calls (the pending tier's
 //!   source) and emit the exchange events for them.
+//! - [`Sim::emit_unlisted`]: a look-alike match from an emitter at an address that is not an
+//!   exchange ([`unlisted`]), for pmw's unlisted-emitter watch.
 //! - [`markets::serve`]: the Gamma-compatible metadata server.
 //! - [`anvil::Anvil`]: a private anvil on a free port for tests.
 //!
@@ -38,6 +40,7 @@ pub mod settle_call;
 pub mod settlement;
 mod sim;
 pub mod types;
+pub mod unlisted;
 
 pub use config::{demo_markets, demo_wallets, Market, RunConfig, SimConfig};
 pub use contracts::{Exchange, EXCHANGES};
@@ -48,3 +51,4 @@ pub use reorg::{BlockRef, ReorgOutcome, ReorgPlan, ReplayOrder};
 pub use sim::Sim;
 pub use tokio_util::sync::CancellationToken;
 pub use types::{FeeAsset, Role, Side, TokenId, Version, B256};
+pub use unlisted::{UnlistedFill, UnlistedMatch};

@@ -1,6 +1,7 @@
 //! `pmw-sim`: command line for the trade simulator (see the library docs). Subcommands:
 //! `run` (install emitters, optionally serve markets, emit matches), `install`, `markets`
-//! (metadata server only), `reorg`, `config` (print the effective world as JSON).
+//! (metadata server only), `reorg`, `unlisted` (a look-alike emitter at an address that is not
+//! an exchange), `config` (print the effective world as JSON).
 //! Exit codes: 0 done, 78 bad configuration, 1 anything else.
 
 use std::net::SocketAddr;
@@ -11,7 +12,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use pmw_core::Address;
-use pmw_sim::{markets, CancellationToken, ReorgPlan, RunConfig, Sim, SimConfig};
+use pmw_sim::{markets, CancellationToken, ReorgPlan, RunConfig, Sim, SimConfig, Version};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -57,6 +58,22 @@ enum Cmd {
         /// Fresh matches in each new block.
         #[arg(long, default_value_t = 1)]
         matches_per_block: u32,
+    },
+    /// Install the emitter at an address that is not an exchange (an unlisted emitter) and
+    /// send it look-alike matches (real `OrderFilled`/`OrdersMatched` logs that pmw must record
+    /// and never deliver); prints each match as JSON.
+    Unlisted {
+        #[command(flatten)]
+        world: WorldArgs,
+        /// Where the emitter goes.
+        #[arg(long, default_value_t = pmw_sim::unlisted::DEFAULT_ADDRESS)]
+        address: Address,
+        /// The ABI it emits: 1 or 2.
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=2))]
+        abi: u8,
+        /// Matches to send.
+        #[arg(long, default_value_t = 1)]
+        count: u32,
     },
     /// Print the effective world configuration as JSON (a starting point for --config).
     Config {
@@ -222,6 +239,19 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             };
             let out = sim.reorg_with(plan).await?;
             println!("{}", serde_json::to_string_pretty(&out)?);
+        }
+        Cmd::Unlisted {
+            world: w,
+            address,
+            abi,
+            count,
+        } => {
+            let sim = Sim::connect_with(&cli.rpc_url, world(&w)?).await?;
+            let version = if abi == 1 { Version::V1 } else { Version::V2 };
+            for _ in 0..count {
+                let m = sim.emit_unlisted(address, version).await?;
+                println!("{}", serde_json::to_string(&m)?);
+            }
         }
         Cmd::Run(args) => run_sim(&cli.rpc_url, args, world).await?,
     }

@@ -16,8 +16,8 @@ use crate::snapshot::{AuditReport, AuditWindow, Bounds};
 
 /// What the audit compares, stated in the JSON and on the page.
 pub const AUDIT_DEFINITION: &str = "pmw-live re-reads every finalized block range with \
-eth_getLogs (the allowlisted exchanges, both OrderFilled topics), independently of ingest, and \
-compares the fills (block hash, log index) with the stored, non-retracted trades of those blocks: \
+eth_getLogs (every OrderFilled and OrdersMatched topic from any address: the exchange list's fills \
+are compared, other emitters are only recorded), independently of ingest, and compares the fills (block hash, log index) with the stored, non-retracted trades of those blocks: \
 a fill missing from the store is backfilled and delivered, a stored fill the chain does not have \
 is retracted. A window counts the ranges audited in it";
 

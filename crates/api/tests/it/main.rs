@@ -12,6 +12,7 @@ mod filters;
 mod hook_test;
 mod limits;
 mod openapi;
+mod ready_emitters;
 mod ready_indexes;
 mod ready_projector;
 mod schema_guard;

@@ -109,6 +109,21 @@ pub const ORDERS_MATCHED_V2: [u8; 32] =
 /// The topic0 values to request from `eth_getLogs` (both `OrderFilled` versions).
 pub const ORDER_FILLED_TOPICS: [[u8; 32]; 2] = [ORDER_FILLED_V1, ORDER_FILLED_V2];
 
+/// Every fill and match topic0 of both ABIs (`OrderFilled` and `OrdersMatched`, V1 and V2):
+/// what ingest asks `eth_getLogs` for, from any address, so a contract outside the allowlist
+/// that emits one is seen (an unlisted emitter: recorded, never decoded into a trade).
+pub const WATCHED_TOPICS: [[u8; 32]; 4] = [
+    ORDER_FILLED_V1,
+    ORDER_FILLED_V2,
+    ORDERS_MATCHED_V1,
+    ORDERS_MATCHED_V2,
+];
+
+/// Whether `topic` is one of [`WATCHED_TOPICS`].
+pub fn is_watched_topic(topic: &[u8; 32]) -> bool {
+    WATCHED_TOPICS.contains(topic)
+}
+
 /// One Polymarket exchange contract on Polygon.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct Exchange {
@@ -160,6 +175,8 @@ pub const POLYMARKET_EXCHANGES: [Exchange; 4] = [
 pub enum AllowlistError {
     #[error("exchange ABI version must be 1 or 2, got {0}")]
     UnknownVersion(u8),
+    #[error("exchange list entry {0:?}: expected `0x<40 hex digits>=<1|2>`")]
+    BadEntry(String),
     #[error("exchange {address} is listed as both {first} and {second}")]
     Conflict {
         address: Address,
@@ -223,6 +240,29 @@ impl Allowlist {
     /// [`Allowlist::new`] from configuration entries.
     pub fn from_entries(entries: &[AllowlistEntry]) -> Result<Allowlist, AllowlistError> {
         Allowlist::new(entries.iter().map(|e| (e.address, e.version)))
+    }
+
+    /// This list plus `extra` (`0x<address>=<version>` entries separated by whitespace or
+    /// commas, e.g. `PMW_LIVE_EXTRA_EXCHANGES`): how an operator adds an exchange after
+    /// checking it. An address already listed must keep its version.
+    pub fn with_extra(&self, extra: &str) -> Result<Allowlist, AllowlistError> {
+        let mut entries: Vec<(Address, AbiVersion)> = self.iter().collect();
+        for entry in extra
+            .split([' ', ',', '\n', '\t'])
+            .filter(|e| !e.is_empty())
+        {
+            let bad = || AllowlistError::BadEntry(entry.to_string());
+            let (address, version) = entry.split_once('=').ok_or_else(bad)?;
+            let address: Address = address.parse().map_err(|_| bad())?;
+            let version: u8 = version.parse().map_err(|_| bad())?;
+            entries.push((address, AbiVersion::try_from(version)?));
+        }
+        Allowlist::new(entries)
+    }
+
+    /// Whether `address` is an allowlisted exchange.
+    pub fn contains(&self, address: &Address) -> bool {
+        self.by_address.contains_key(address)
     }
 
     /// The ABI version of `address`, or `None` when it is not an allowlisted exchange.
@@ -335,6 +375,37 @@ mod tests {
             Some(AbiVersion::V2)
         );
         assert_eq!(AbiVersion::of_order_filled_topic(&ORDERS_MATCHED_V1), None);
+    }
+
+    #[test]
+    fn extra_exchanges_extend_the_list_and_bad_entries_are_refused() {
+        let base = Allowlist::polymarket();
+        let a = base
+            .with_extra(" 0x5fbdb2315678afecb367f032d93f642f64180aa3=2,0xe3333700ca9d93003f00f0f71f8515005f6c00aa=2 ")
+            .unwrap();
+        assert_eq!(a.len(), 6);
+        let added: Address = "0x5fbdb2315678afecb367f032d93f642f64180aa3"
+            .parse()
+            .unwrap();
+        assert_eq!(a.version_of(&added), Some(AbiVersion::V2));
+        assert!(a.contains(&CTF_EXCHANGE_V1.address));
+        assert_eq!(base.with_extra("").unwrap(), base);
+        for bad in [
+            "0x5fbdb2315678afecb367f032d93f642f64180aa3",
+            "0x12=2",
+            "0x5fbdb2315678afecb367f032d93f642f64180aa3=x",
+        ] {
+            assert!(
+                matches!(base.with_extra(bad), Err(AllowlistError::BadEntry(_))),
+                "{bad}"
+            );
+        }
+        let clash = format!("{}=2", CTF_EXCHANGE_V1.address);
+        assert!(matches!(
+            base.with_extra(&clash),
+            Err(AllowlistError::Conflict { .. })
+        ));
+        assert!(is_watched_topic(&ORDERS_MATCHED_V2) && !is_watched_topic(&[0; 32]));
     }
 
     #[test]

@@ -101,3 +101,76 @@ async fn status_warns_of_a_service_running_without_secret_keys() {
     let text = status(&db, &["status"]).await;
     assert!(text.contains("PMW_SECRET_KEYS is unset"), "{text}");
 }
+
+/// Issue 45 item 4: an unlisted emitter pmw-live recorded is listed in `unlisted_emitters`
+/// and warned about (JSON and text) until live lists it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_reports_an_unlisted_emitter_until_listed() {
+    use pmw_core::pg::emitters::{mark_listed, record, Sighting, Sightings, Source};
+    let db = TestDb::new().await;
+    let v: serde_json::Value =
+        serde_json::from_str(&status(&db, &["status", "--json"]).await).unwrap();
+    assert_eq!(v["unlisted_emitters"]["count"], 0, "{v}");
+    assert!(status(&db, &["status"])
+        .await
+        .contains("emitters      no unlisted emitter\n"));
+
+    let c = db.connect().await;
+    let emitter = pmw_core::types::Address([0x7e; 20]);
+    let hex = emitter.to_lower_hex();
+    let seen = Sightings::from([(
+        emitter,
+        Sighting {
+            first_block: 300,
+            last_block: 302,
+            events: 5,
+            first_tx: format!("0x{}", "cd".repeat(32)),
+        },
+    )]);
+    record(&c, &seen, Source::Ingest, UnixMs::now().0)
+        .await
+        .unwrap();
+    record(&c, &seen, Source::Audit, UnixMs::now().0)
+        .await
+        .unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(&status(&db, &["status", "--json"]).await).unwrap();
+    let e = &v["unlisted_emitters"]["emitters"][0];
+    assert_eq!(v["unlisted_emitters"]["count"], 1, "{v}");
+    assert_eq!(e["address"], hex.as_str());
+    assert_eq!(
+        (
+            e["first_block"].as_i64(),
+            e["events"].as_i64(),
+            e["audit_events"].as_i64()
+        ),
+        (Some(300), Some(5), Some(5))
+    );
+    let warned = v["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|w| w.as_str())
+        .filter(|w| {
+            w.contains(&format!(
+                "{hex} (from block 300, 5 events, 5 in audited blocks)"
+            ))
+        })
+        .count();
+    assert_eq!(warned, 1, "{v}");
+    let text = status(&db, &["status"]).await;
+    assert!(text.contains("emitters      1 unlisted"), "{text}");
+    assert!(
+        text.contains(&format!("  {hex} blocks 300-302, 5 events at ingest")),
+        "{text}"
+    );
+    assert!(
+        text.contains("WARNING       1 unlisted contract(s)"),
+        "{text}"
+    );
+
+    mark_listed(&c, &[emitter], UnixMs::now().0).await.unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(&status(&db, &["status", "--json"]).await).unwrap();
+    assert_eq!(v["unlisted_emitters"]["count"], 0, "listed: {v}");
+}

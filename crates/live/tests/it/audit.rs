@@ -16,10 +16,10 @@ use pmw_testkit::{eventually_every, ServiceHandle};
 use crate::common::{assert_exactly_emitted, Harness};
 
 const WITHIN: Duration = Duration::from_secs(60);
-const ANVIL_FINALITY: &[&str] = &["--slots-in-an-epoch", "2"];
+pub(crate) const ANVIL_FINALITY: &[&str] = &["--slots-in-an-epoch", "2"];
 
 /// Live settings with fast finality and a fast audit of small ranges.
-fn audit_fast(mut live: LiveConfig, audit: bool) -> LiveConfig {
+pub(crate) fn audit_fast(mut live: LiveConfig, audit: bool) -> LiveConfig {
     live.live_finalized_poll_ms = 100;
     live.live_audit_enabled = audit;
     live.live_audit_range_blocks = 5;
@@ -42,7 +42,7 @@ async fn audit_cursor(h: &Harness) -> Option<u64> {
 }
 
 /// Mine empty blocks (so `finalized` moves on) until the audit has passed `block`.
-async fn wait_audited(h: &Harness, block: u64) -> u64 {
+pub(crate) async fn wait_audited(h: &Harness, block: u64) -> u64 {
     let polled = eventually_every(WITHIN, Duration::from_millis(100), || async {
         let at = audit_cursor(h).await;
         match at.filter(|a| *a >= block) {

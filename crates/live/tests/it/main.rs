@@ -3,6 +3,7 @@
 
 mod audit;
 mod common;
+mod emitters;
 mod finality;
 mod ingest;
 mod ledger;

@@ -79,6 +79,10 @@ pub struct Checks {
     /// More than one RPC provider, and no wait for a quorum of them on a block (`detail`:
     /// pmw-live's quorum facts). Never gating: a single provider works, unguarded.
     pub rpc_providers: Check,
+    /// No contract outside pmw-live's exchange list emitted Polymarket fill or match events
+    /// (`detail`: the count and the most recently seen). Never gating: their logs are never
+    /// delivered; an operator checks each and lists a real exchange.
+    pub unlisted_emitters: Check,
 }
 
 /// The readiness verdict. When not ready, `error` carries the reasons (503).
@@ -105,6 +109,7 @@ impl Readiness {
             &checks.indexes,
             &checks.projector,
             &checks.rpc_providers,
+            &checks.unlisted_emitters,
         ]
         .iter()
         .filter_map(|c| c.reason.clone())
@@ -159,6 +164,7 @@ mod tests {
             indexes: ok(),
             projector: ok(),
             rpc_providers: ok(),
+            unlisted_emitters: ok(),
         }
     }
 
@@ -190,6 +196,7 @@ mod tests {
         checks.indexes = Check::fail("index x invalid".into(), Value::Null);
         checks.projector = Check::fail("clickhouse behind".into(), Value::Null);
         checks.rpc_providers = Check::fail("one RPC provider".into(), Value::Null);
+        checks.unlisted_emitters = Check::fail("1 unlisted contract".into(), Value::Null);
         let r = Readiness::of(checks);
         assert!(r.ready && r.error.is_none());
         assert_eq!(
@@ -201,7 +208,8 @@ mod tests {
                 "two builds",
                 "index x invalid",
                 "clickhouse behind",
-                "one RPC provider"
+                "one RPC provider",
+                "1 unlisted contract"
             ]
         );
     }

@@ -8,12 +8,14 @@
 //! reads the Postgres hot ledger), no push standby, a stale pmw-stats, services on different builds, an
 //! index Postgres does not use or maintain (`pg_index.indisvalid`/`indisready` false),
 //! ClickHouse more than a minute behind the Postgres hot ledger (the projector's lag), a single
-//! RPC provider or ingest waiting for a quorum of providers ([`providers`]).
+//! RPC provider or ingest waiting for a quorum of providers ([`providers`]), a contract outside
+//! pmw-live's exchange list that emitted Polymarket fill or match events ([`emitters`]).
 //! Computed at most once per interval on a pool of its own ([`cache`]); the public (proxied)
 //! answer is the status alone, the checks only for callers on the host.
 
 mod cache;
 mod check;
+mod emitters;
 mod indexes;
 mod ingest;
 mod latency;
@@ -111,7 +113,7 @@ pub async fn evaluate(st: &AppState) -> Readiness {
         webhooks,
         stats,
         revisions,
-        (indexes, projector, rpc_providers),
+        (indexes, projector, rpc_providers, unlisted_emitters),
     ) = tokio::join!(
         push::postgres_and_push(st, now),
         latency::clickhouse_and_latency(st, now),
@@ -124,7 +126,8 @@ pub async fn evaluate(st: &AppState) -> Readiness {
             tokio::join!(
                 indexes::indexes(st),
                 projector::projector(st, now),
-                providers::providers(st)
+                providers::providers(st),
+                emitters::unlisted_emitters(st)
             )
         },
     );
@@ -141,6 +144,7 @@ pub async fn evaluate(st: &AppState) -> Readiness {
         indexes,
         projector,
         rpc_providers,
+        unlisted_emitters,
     };
     let mut r = Readiness::of(checks);
     // This process seals new webhook secrets: without keys it stores them as they are.
