@@ -4,6 +4,7 @@
 pub mod accounts;
 mod conn;
 pub mod deliveries;
+pub mod follow;
 pub mod indexes;
 pub mod ledger;
 mod shared;
