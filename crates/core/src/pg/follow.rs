@@ -81,7 +81,7 @@ pub async fn drive(
             }
             Step::Message(_) => {}
             Step::Failed(e) => {
-                tracing::warn!(session = %name, error = %e, "postgres session lost");
+                tracing::warn!(session = %name, error = %super::describe(&e), "postgres session lost");
                 return dropped(Ended::Failed);
             }
             Step::Closed => {
