@@ -38,9 +38,8 @@ pub enum Ended {
     ReadOnly,
 }
 
-/// One step of a driven connection.
-enum Step {
-    Message(AsyncMessage),
+/// How a driven connection stops.
+enum Stop {
     Failed(tokio_postgres::Error),
     Closed,
     ReadOnly,
@@ -54,44 +53,41 @@ pub async fn drive(
     name: String,
     notifications: Option<mpsc::UnboundedSender<Notification>>,
 ) -> Ended {
-    loop {
-        let step = std::future::poll_fn(|cx| {
-            let polled = conn.poll_message(cx);
-            // Checked after every read: a ParameterStatus is handled inside `poll_message`.
-            if read_only_node(&conn) {
-                return Poll::Ready(Step::ReadOnly);
-            }
-            match polled {
-                Poll::Ready(Some(Ok(m))) => Poll::Ready(Step::Message(m)),
-                Poll::Ready(Some(Err(e))) => Poll::Ready(Step::Failed(e)),
-                Poll::Ready(None) => Poll::Ready(Step::Closed),
-                Poll::Pending => Poll::Pending,
-            }
-        })
-        .await;
-        match step {
-            Step::Message(AsyncMessage::Notification(n)) => {
+    let stop = std::future::poll_fn(|cx| loop {
+        let polled = conn.poll_message(cx);
+        // Checked after every read: a ParameterStatus is handled inside `poll_message`.
+        if read_only_node(&conn) {
+            return Poll::Ready(Stop::ReadOnly);
+        }
+        match polled {
+            Poll::Ready(Some(Ok(AsyncMessage::Notification(n)))) => {
                 if let Some(tx) = &notifications {
                     // The receiver may be gone (nobody listens): that is fine.
                     let _ = tx.send(n);
                 }
             }
-            Step::Message(AsyncMessage::Notice(n)) => {
+            Poll::Ready(Some(Ok(AsyncMessage::Notice(n)))) => {
                 tracing::debug!(session = %name, notice = %n.message(), "postgres notice");
             }
-            Step::Message(_) => {}
-            Step::Failed(e) => {
-                tracing::warn!(session = %name, error = %super::describe(&e), "postgres session lost");
-                return dropped(Ended::Failed);
-            }
-            Step::Closed => {
-                tracing::info!(session = %name, "postgres session closed");
-                return Ended::Closed;
-            }
-            Step::ReadOnly => {
-                tracing::warn!(session = %name, "postgres node is read-only: session dropped");
-                return dropped(Ended::ReadOnly);
-            }
+            Poll::Ready(Some(Ok(_))) => {}
+            Poll::Ready(Some(Err(e))) => return Poll::Ready(Stop::Failed(e)),
+            Poll::Ready(None) => return Poll::Ready(Stop::Closed),
+            Poll::Pending => return Poll::Pending,
+        }
+    })
+    .await;
+    match stop {
+        Stop::Failed(e) => {
+            tracing::warn!(session = %name, error = %super::describe(&e), "postgres session lost");
+            dropped(Ended::Failed)
+        }
+        Stop::Closed => {
+            tracing::info!(session = %name, "postgres session closed");
+            Ended::Closed
+        }
+        Stop::ReadOnly => {
+            tracing::warn!(session = %name, "postgres node is read-only: session dropped");
+            dropped(Ended::ReadOnly)
         }
     }
 }
