@@ -96,6 +96,24 @@ impl Ha {
         Vec::new()
     }
 
+    /// The sum over the members that answer of Patroni's `/metrics` gauge `name` (what
+    /// Prometheus' job `patroni` scrapes; a dead member answers nothing).
+    pub async fn metric_sum(&self, name: &str) -> f64 {
+        let mut sum = 0.0;
+        for port in &self.rest_ports {
+            let Ok(r) = reqwest::get(format!("http://127.0.0.1:{port}/metrics")).await else {
+                continue;
+            };
+            let text = r.text().await.unwrap_or_default();
+            sum += text
+                .lines()
+                .filter(|l| l.starts_with(&format!("{name}{{")))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum::<f64>();
+        }
+        sum
+    }
+
     /// Ask Patroni to hand the primary role from member `from` to member `to` (returns once
     /// Patroni answered; the new primary may still be promoting).
     pub async fn switchover(&self, from: usize, to: usize) {
