@@ -315,8 +315,12 @@ async fn ha_sync_standby_lost_the_primary_writes_alone_then_the_standby_catches_
             .await
             .iter()
             .any(|(_, role)| role == "sync_standby"),
-        "no member is a sync standby (what PmwPostgresNoSyncStandby alerts on)"
+        "no member is a sync standby"
     );
+    // What PmwPostgresNoSyncStandby reads: a primary, and no sync standby.
+    let primaries = ha.metric_sum("patroni_primary").await;
+    let syncs = ha.metric_sum("patroni_sync_standby").await;
+    assert_eq!((primaries, syncs), (1.0, 0.0), "patroni /metrics");
     for id in 22..=30 {
         write(&db.pg, id)
             .await

@@ -153,13 +153,14 @@ impl Ha {
     }
 }
 
-/// One acknowledged write through `pool`: insert `id` into `acked`, and the port of the server
-/// that took it.
+/// One acknowledged write through `pool`: insert `id` into `acked` (again is fine: an attempt
+/// given up may have landed), and the port of the server that took it.
 pub async fn write(pool: &PgPool, id: i64) -> Result<u16, String> {
     let c = pool.get().await.map_err(|e| e.to_string())?;
     let row = c
         .query_one(
-            "INSERT INTO acked (id) VALUES ($1) RETURNING inet_server_port()",
+            "INSERT INTO acked (id) VALUES ($1) \
+             ON CONFLICT (id) DO UPDATE SET id = EXCLUDED.id RETURNING inet_server_port()",
             &[&id],
         )
         .await
@@ -168,9 +169,15 @@ pub async fn write(pool: &PgPool, id: i64) -> Result<u16, String> {
 }
 
 /// Write `id` through `pool` until it is acknowledged: the port that took it and the time from
-/// `since` (the fault) to that acknowledgement, the time to writable.
+/// `since` (the fault) to that acknowledgement, the time to writable. An attempt that hangs (a
+/// commit waiting for a standby that is gone) is given up after 5 s and counts as refused.
 pub async fn write_until_acknowledged(pool: &PgPool, id: i64, since: Instant) -> (u16, Duration) {
-    let port = eventually(FAILOVER_WITHIN, || write(pool, id))
+    let attempt = || async {
+        tokio::time::timeout(Duration::from_secs(5), write(pool, id))
+            .await
+            .unwrap_or_else(|_| Err("no answer within 5 s".to_string()))
+    };
+    let port = eventually(FAILOVER_WITHIN, attempt)
         .await
         .unwrap_or_else(|e| panic!("no write acknowledged within {FAILOVER_WITHIN:?}: {e}"));
     (port, since.elapsed())
