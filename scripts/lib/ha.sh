@@ -207,7 +207,7 @@ ha_cmd() {
   local cmd="$1"
   case "$cmd" in
     env) ha_print_env; return ;;
-    status) ha_status_line; return ;;
+    status) ha_status_line || return 3; return ;;
     wait) wait_for "ha cluster" "$(ha_log patroni1)" "$WAIT_TIMEOUT" ha_ready; return ;;
   esac
   mkdir -p "$PMW_HA_DIR"
