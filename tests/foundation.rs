@@ -1,8 +1,9 @@
 //! Foundation guarantees on the real servers: times survive the production ClickHouse write path
 //! on a server running in Asia/Shanghai, windows are two-sided, dedicated Postgres sessions
 //! deliver notifications and report their loss, pooled Postgres sessions carry their timeouts
-//! and dedicated ones none; edge mode's bus on real JetStream clusters (`bus`), its frames signed (`bus_signed`); whole hosts
-//! killed, frozen and partitioned by the multi-host harness (`hosts`).
+//! and dedicated ones none; edge mode's bus on real JetStream clusters (`bus`), its frames signed
+//! (`bus_signed`); every session following the Postgres primary on the Patroni HA stack (`ha`,
+//! `ha_cluster`); whole hosts killed, frozen and partitioned by the multi-host harness (`hosts`).
 
 #[path = "foundation/broker.rs"]
 mod broker;
@@ -10,6 +11,10 @@ mod broker;
 mod bus;
 #[path = "foundation/bus_signed.rs"]
 mod bus_signed;
+#[path = "foundation/ha.rs"]
+mod ha;
+#[path = "foundation/ha_cluster.rs"]
+mod ha_cluster;
 #[path = "foundation/hosts.rs"]
 mod hosts;
 

@@ -11,7 +11,7 @@
 //! | variable | default | meaning |
 //! |---|---|---|
 //! | `PMW_CONFIG` | unset | path of a TOML file with any of the keys below |
-//! | `PMW_POSTGRES_URL` | `postgres://pmw@127.0.0.1:55432/pmw` | Postgres (secret: never logged). Lock and LISTEN sessions connect directly, never through PgBouncer transaction pooling |
+//! | `PMW_POSTGRES_URL` | `postgres://pmw@127.0.0.1:55432/pmw` | Postgres (secret: never logged). Lock and LISTEN sessions connect directly, never through PgBouncer transaction pooling. Postgres HA: several hosts, tried in order (`postgres://pmw@h1:5432,h2:5432/pmw`); every session connects read-write only (`target_session_attrs=read-write` is implied; `read-only` is refused) and follows the primary ([`crate::pg::follow`]) |
 //! | `PMW_POSTGRES_POOL_SIZE` | `16` | pooled connections per process |
 //! | `PMW_POSTGRES_STATEMENT_TIMEOUT_MS` | `30000` | `statement_timeout` of pooled sessions (a longer statement fails with SQLSTATE 57014); `0` = none |
 //! | `PMW_POSTGRES_LOCK_TIMEOUT_MS` | `10000` | `lock_timeout` of pooled sessions (a longer lock wait fails with SQLSTATE 55P03); `0` = none |
@@ -45,6 +45,7 @@ use figment::Figment;
 use secrecy::{ExposeSecret, SecretString};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
+use tokio_postgres::config::TargetSessionAttrs;
 
 use crate::redact;
 
@@ -153,11 +154,14 @@ impl CoreConfig {
         load()
     }
 
-    /// The Postgres connection settings parsed from the secret URL.
+    /// The Postgres connection settings parsed from the secret URL, read-write only: with several
+    /// hosts (Postgres HA) a session connects to the first one that takes writes, the primary.
     pub fn postgres(&self) -> tokio_postgres::Config {
         // Validated at load.
-        tokio_postgres::Config::from_str(self.postgres_url.expose_secret())
-            .expect("postgres_url validated at load")
+        let mut pg = tokio_postgres::Config::from_str(self.postgres_url.expose_secret())
+            .expect("postgres_url validated at load");
+        pg.target_session_attrs(TargetSessionAttrs::ReadWrite);
+        pg
     }
 
     /// The instance name, defaulting to the service name.
@@ -205,6 +209,12 @@ impl Validate for CoreConfig {
             .map_err(|e| ConfigError::invalid("PMW_POSTGRES_URL", e.to_string()))?;
         if pg.get_hosts().is_empty() {
             return Err(ConfigError::invalid("PMW_POSTGRES_URL", "no host"));
+        }
+        if pg.get_target_session_attrs() == TargetSessionAttrs::ReadOnly {
+            return Err(ConfigError::invalid(
+                "PMW_POSTGRES_URL",
+                "target_session_attrs=read-only: pmw writes (read-write is implied)",
+            ));
         }
         if self.postgres_pool_size == 0 {
             return Err(ConfigError::invalid(
@@ -363,6 +373,24 @@ mod tests {
             ),
             (30_000, 10_000, 60_000)
         );
+    }
+
+    #[test]
+    fn multi_host_urls_connect_read_write_only() {
+        let url = "postgres://pmw@127.0.0.1:55442,127.0.0.1:55443/pmw";
+        let core: CoreConfig = load_from(with(&[("postgres_url", url)])).unwrap();
+        let pg = core.postgres();
+        assert_eq!(pg.get_ports(), &[55442, 55443]);
+        assert_eq!(pg.get_hosts().len(), 2);
+        assert_eq!(pg.get_target_session_attrs(), TargetSessionAttrs::ReadWrite);
+        let explicit = format!("{url}?target_session_attrs=read-write");
+        let core: CoreConfig = load_from(with(&[("postgres_url", &explicit)])).unwrap();
+        assert_eq!(core.postgres().get_ports(), &[55442, 55443]);
+        let ro = format!("{url}?target_session_attrs=read-only");
+        let err = load_from::<CoreConfig>(with(&[("postgres_url", &ro)]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("PMW_POSTGRES_URL"), "{err}");
     }
 
     #[test]

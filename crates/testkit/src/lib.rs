@@ -33,5 +33,7 @@ pub use proc::{run_bin, ChildService};
 pub use proxy::TcpProxy;
 pub use rpc_proxy::RpcProxy;
 pub use service::{bound_within, ServiceHandle};
-pub use stack::{nats_role, nats_urls, repo_root, stack_env, workspace_bin, NatsRole, StackEnv};
+pub use stack::{
+    ha_stack_env, nats_role, nats_urls, repo_root, stack_env, workspace_bin, NatsRole, StackEnv,
+};
 pub use wait::{eventually, eventually_blocking, eventually_every, observe_for, Settled};

@@ -193,3 +193,22 @@ pub fn nats_urls() -> &'static str {
         urls
     })
 }
+
+/// The opt-in Postgres HA stack's environment (`scripts/stack env ha`: `PMW_POSTGRES_URL` lists
+/// both Patroni members), after `scripts/stack up ha` made sure every member runs and the
+/// primary has a synchronous standby again (a previous test may have killed one). The HA stack
+/// has ports and a state dir of its own; the shared stack's ClickHouse and anvil are started too.
+pub fn ha_stack_env() -> StackEnv {
+    stack_env();
+    let status = Command::new(stack_script())
+        .args(["up", "ha"])
+        .status()
+        .expect("run scripts/stack up ha");
+    assert!(status.success(), "scripts/stack up ha failed");
+    let out = Command::new(stack_script())
+        .args(["env", "ha"])
+        .output()
+        .expect("run scripts/stack env ha");
+    assert!(out.status.success(), "scripts/stack env ha failed");
+    StackEnv::parse(&String::from_utf8_lossy(&out.stdout))
+}

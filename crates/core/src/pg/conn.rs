@@ -4,11 +4,11 @@
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use futures::StreamExt;
 use tokio::sync::mpsc;
-use tokio_postgres::{AsyncMessage, Client, NoTls, Notification};
+use tokio_postgres::{Client, NoTls, Notification};
 use tokio_util::sync::CancellationToken;
 
+use super::follow;
 use crate::config::CoreConfig;
 
 pub use deadpool_postgres::{Object as PooledClient, Pool as PgPool};
@@ -97,9 +97,14 @@ pub fn pool(cfg: &CoreConfig, application_name: &str) -> Result<Pool, PgError> {
     pg.options(options);
     pg.application_name(application_name);
     pg.connect_timeout(Duration::from_secs(5));
-    let mgr = Manager::from_config(
+    keepalives(&mut pg);
+    // Fast recycling discards a closed client; `PrimaryOnly` closes one whose node turned
+    // read-only, and a dead node is noticed by the keepalives.
+    let mgr = Manager::from_connect(
         pg,
-        NoTls,
+        follow::PrimaryOnly {
+            application_name: application_name.to_string(),
+        },
         ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         },
@@ -113,8 +118,19 @@ pub fn pool(cfg: &CoreConfig, application_name: &str) -> Result<Pool, PgError> {
         .map_err(|e| PgError::Build(e.to_string()))
 }
 
+/// TCP keepalives (idle 10 s, interval 2 s, 3 probes) and a TCP user timeout of 20 s: a dead or
+/// partitioned node is noticed in seconds, not hours, by pooled and dedicated sessions alike.
+fn keepalives(pg: &mut tokio_postgres::Config) {
+    pg.keepalives(true)
+        .keepalives_idle(Duration::from_secs(10))
+        .keepalives_interval(Duration::from_secs(2))
+        .keepalives_retries(3)
+        .tcp_user_timeout(Duration::from_secs(20));
+}
+
 /// A dedicated session: its own TCP connection, driven by `poll_message` so notifications reach
-/// [`Session::notifications`]. `lost` is cancelled the moment the connection ends.
+/// [`Session::notifications`]. `lost` is cancelled the moment the connection ends, or its node
+/// turns read-only ([`follow::drive`]).
 pub struct Session {
     pub client: Client,
     pub notifications: mpsc::UnboundedReceiver<Notification>,
@@ -157,39 +173,15 @@ pub async fn dedicated(cfg: &CoreConfig, application_name: &str) -> Result<Sessi
     let options = dedicated_session_options(pg.get_options());
     pg.options(options)
         .application_name(application_name)
-        .connect_timeout(Duration::from_secs(5))
-        .keepalives(true)
-        .keepalives_idle(Duration::from_secs(10))
-        .keepalives_interval(Duration::from_secs(2))
-        .keepalives_retries(3)
-        .tcp_user_timeout(Duration::from_secs(20));
-    let (client, mut conn) = pg.connect(NoTls).await?;
+        .connect_timeout(Duration::from_secs(5));
+    keepalives(&mut pg);
+    let (client, conn) = pg.connect(NoTls).await?;
     let (tx, rx) = mpsc::unbounded_channel();
     let lost = CancellationToken::new();
     let lost_tx = lost.clone();
     let name = application_name.to_string();
     tokio::spawn(async move {
-        let mut messages = futures::stream::poll_fn(move |cx| conn.poll_message(cx));
-        loop {
-            match messages.next().await {
-                Some(Ok(AsyncMessage::Notification(n))) => {
-                    // The receiver may be gone (nobody listens): that is fine.
-                    let _ = tx.send(n);
-                }
-                Some(Ok(AsyncMessage::Notice(n))) => {
-                    tracing::debug!(session = %name, notice = %n.message(), "postgres notice");
-                }
-                Some(Ok(_)) => {}
-                Some(Err(e)) => {
-                    tracing::warn!(session = %name, error = %e, "postgres session lost");
-                    break;
-                }
-                None => {
-                    tracing::info!(session = %name, "postgres session closed");
-                    break;
-                }
-            }
-        }
+        follow::drive(conn, name, Some(tx)).await;
         lost_tx.cancel();
     });
     Ok(Session {

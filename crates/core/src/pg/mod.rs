@@ -5,6 +5,7 @@ pub mod accounts;
 mod conn;
 pub mod deliveries;
 pub mod emitters;
+pub mod follow;
 pub mod indexes;
 pub mod ledger;
 mod shared;

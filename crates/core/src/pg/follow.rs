@@ -1,0 +1,126 @@
+//! Following the primary (Postgres HA, docs/OPERATIONS.md): every session pmw opens connects
+//! read-write only (`target_session_attrs=read-write`, tried host by host), and every connection,
+//! pooled or dedicated, is driven here so that one which meets a read-only node ends at once: the
+//! pool never hands it out again (deadpool discards a closed client) and a lock or LISTEN
+//! session reports its loss. Postgres ≥ 14 reports `in_hot_standby` and
+//! `default_transaction_read_only` to the client whenever they change, so this costs no query.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
+
+use deadpool_postgres::Connect;
+use futures::future::BoxFuture;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_postgres::tls::NoTlsStream;
+use tokio_postgres::{AsyncMessage, Client, Connection, NoTls, Notification, Socket};
+
+/// `pmw_pg_sessions_dropped_total{reason}`: connections ended because their node turned
+/// read-only (`read_only`) or the connection failed (`error`).
+pub const SESSIONS_DROPPED: &str = "pmw_pg_sessions_dropped_total";
+
+/// The node behind `conn` no longer takes writes: a standby (`in_hot_standby`), or a primary
+/// fenced with `default_transaction_read_only`.
+pub fn read_only_node(conn: &Connection<Socket, NoTlsStream>) -> bool {
+    conn.parameter("in_hot_standby") == Some("on")
+        || conn.parameter("default_transaction_read_only") == Some("on")
+}
+
+/// How a driven connection ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// The server closed it.
+    Closed,
+    /// A connection error.
+    Failed,
+    /// Its node turned read-only: dropped by us.
+    ReadOnly,
+}
+
+/// How a driven connection stops.
+enum Stop {
+    Failed(tokio_postgres::Error),
+    Closed,
+    ReadOnly,
+}
+
+/// Drive `conn` until it ends or its node turns read-only, forwarding notifications to
+/// `notifications` (when given). Dropping the connection closes the client's side: queries in
+/// flight fail and `Client::is_closed` turns true.
+pub async fn drive(
+    mut conn: Connection<Socket, NoTlsStream>,
+    name: String,
+    notifications: Option<mpsc::UnboundedSender<Notification>>,
+) -> Ended {
+    let stop = std::future::poll_fn(|cx| loop {
+        let polled = conn.poll_message(cx);
+        // Checked after every read: a ParameterStatus is handled inside `poll_message`.
+        if read_only_node(&conn) {
+            return Poll::Ready(Stop::ReadOnly);
+        }
+        match polled {
+            Poll::Ready(Some(Ok(AsyncMessage::Notification(n)))) => {
+                if let Some(tx) = &notifications {
+                    // The receiver may be gone (nobody listens): that is fine.
+                    let _ = tx.send(n);
+                }
+            }
+            Poll::Ready(Some(Ok(AsyncMessage::Notice(n)))) => {
+                tracing::debug!(session = %name, notice = %n.message(), "postgres notice");
+            }
+            Poll::Ready(Some(Ok(_))) => {}
+            Poll::Ready(Some(Err(e))) => return Poll::Ready(Stop::Failed(e)),
+            Poll::Ready(None) => return Poll::Ready(Stop::Closed),
+            Poll::Pending => return Poll::Pending,
+        }
+    })
+    .await;
+    match stop {
+        Stop::Failed(e) => {
+            tracing::warn!(session = %name, error = %super::describe(&e), "postgres session lost");
+            dropped(Ended::Failed)
+        }
+        Stop::Closed => {
+            tracing::info!(session = %name, "postgres session closed");
+            Ended::Closed
+        }
+        Stop::ReadOnly => {
+            tracing::warn!(session = %name, "postgres node is read-only: session dropped");
+            dropped(Ended::ReadOnly)
+        }
+    }
+}
+
+fn dropped(how: Ended) -> Ended {
+    let reason = match how {
+        Ended::ReadOnly => "read_only",
+        _ => "error",
+    };
+    metrics::counter!(SESSIONS_DROPPED, "reason" => reason).increment(1);
+    how
+}
+
+/// The pool's connector: connects like deadpool's own, then drives the connection with
+/// [`drive`], so a pooled client whose node turns read-only is closed and never reused.
+#[derive(Debug, Clone)]
+pub struct PrimaryOnly {
+    pub application_name: String,
+}
+
+impl Connect for PrimaryOnly {
+    fn connect(
+        &self,
+        pg_config: &tokio_postgres::Config,
+    ) -> BoxFuture<'_, Result<(Client, JoinHandle<()>), tokio_postgres::Error>> {
+        let pg_config = pg_config.clone();
+        let name = self.application_name.clone();
+        Box::pin(async move {
+            let (client, conn) = pg_config.connect(NoTls).await?;
+            let task: Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(async move {
+                drive(conn, name, None).await;
+            });
+            Ok((client, tokio::spawn(task)))
+        })
+    }
+}
