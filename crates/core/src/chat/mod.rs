@@ -156,10 +156,14 @@ impl ChatTarget {
         serde_json::from_str(plain.strip_prefix(STORED_PREFIX)?).ok()
     }
 
-    /// What the API shows as the endpoint's `url`: `scheme://host` of the URL (Discord, Slack)
-    /// or of the operator's Telegram API base.
-    pub fn shown_url(&self, telegram_api: &str) -> String {
-        crate::redact::url(self.url.as_deref().unwrap_or(telegram_api))
+    /// What the endpoint's `url` column holds and the API shows: `scheme://host` of the URL
+    /// (Discord, Slack: the path is the secret), or `telegram:<chat id>`.
+    pub fn shown_url(&self) -> String {
+        match (&self.url, &self.chat_id) {
+            (Some(url), _) => crate::redact::url(url),
+            (None, Some(chat)) => format!("telegram:{chat}"),
+            _ => String::new(),
+        }
     }
 
     /// Where a message is posted: the URL itself, or `<api>/bot<token>/sendMessage`.

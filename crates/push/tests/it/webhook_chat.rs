@@ -30,7 +30,7 @@ async fn chat_endpoint(env: &Env, service: Service, rx: &ChatReceiver) -> i64 {
     }
     .unwrap();
     let c = env.db.connect().await;
-    let shown = target.shown_url(&rx.api());
+    let shown = target.shown_url();
     let id = pmw_testkit::seed::Endpoint::new(env.account, &shown, &target.stored_text())
         .insert(&c)
         .await;
