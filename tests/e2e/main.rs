@@ -15,5 +15,6 @@ mod filters;
 mod harness;
 mod providers;
 mod push;
+mod readable;
 mod reorg;
 mod reorg_live;
