@@ -258,3 +258,97 @@ async fn chat_dead_destination_disables_the_endpoint() {
         }
     }
 }
+
+/// What the process logs, through the production redacting writer.
+#[derive(Clone, Default)]
+struct Logs(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logs {
+    fn capture() -> Logs {
+        let logs = Logs::default();
+        let sink = logs.clone();
+        tracing_subscriber::fmt()
+            // Everything at debug but tokio_postgres' statement dumps, which would show this
+            // test's own plain-text seeding (push never writes a destination).
+            .with_env_filter("debug,tokio_postgres=info")
+            .with_writer(move || pmw_core::redact::Writer(sink.clone()))
+            .try_init()
+            .expect("the only subscriber of this test process");
+        logs
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_secrets_never_reach_logs_or_stored_errors() {
+    let logs = Logs::capture();
+    for service in [Service::Discord, Service::Slack, Service::Telegram] {
+        let env = Env::new().await;
+        // Rate-limited, then gone: every path that logs or stores an error.
+        let rx = ChatReceiver::start(service, vec![Play::Limit(1.0), Play::Gone]).await;
+        let ep = chat_endpoint(&env, service, &rx).await;
+        let d = env.dispatcher(1, cfg_for(&rx));
+        let ids = trades(&env, ep, &[800, 801], true).await;
+        assert!(
+            eventually(Duration::from_secs(20), || async {
+                !env.endpoint_state(ep).await.0
+            })
+            .await,
+            "{service:?}: disabled"
+        );
+        d.stop().await.unwrap();
+        let mut stored = vec![env.endpoint_state(ep).await.1.unwrap()];
+        for id in &ids {
+            stored.extend(env.delivery(id).await.last_error);
+        }
+        let c = env.db.connect().await;
+        let url: String = c
+            .query_one("SELECT url FROM webhook_endpoints WHERE id = $1", &[&ep])
+            .await
+            .unwrap()
+            .get(0);
+        stored.push(url);
+        for s in &stored {
+            for secret in [
+                "discordSecretPath",
+                "slackSecretPath",
+                "AAHsecretToken",
+                "T0TESTTEAM",
+            ] {
+                assert!(!s.contains(secret), "{service:?}: {secret} stored in {s}");
+            }
+        }
+    }
+    let text = logs.text();
+    assert!(
+        text.contains("chat endpoint rate limited"),
+        "logs captured: {text}"
+    );
+    assert!(
+        text.contains("webhook endpoint disabled"),
+        "logs captured: {text}"
+    );
+    for secret in [
+        "discordSecretPath",
+        "slackSecretPath",
+        "AAHsecretToken",
+        "T0TESTTEAM",
+        "1234567890/",
+    ] {
+        assert!(!text.contains(secret), "{secret} logged:\n{text}");
+    }
+}
