@@ -210,7 +210,10 @@ fn check_path(kind: ChatKind, raw: &str) -> Result<(), ChatError> {
                 && parts[0] == "services"
                 && parts[1].starts_with('T')
                 && parts[2].starts_with('B')
-                && parts[1..].iter().all(|p| token_like(p))
+                && parts[1..3]
+                    .iter()
+                    .all(|p| p.len() >= 2 && p.chars().all(|c| c.is_ascii_alphanumeric()))
+                && token_like(parts[3])
         }
         ChatKind::Telegram => false,
     };

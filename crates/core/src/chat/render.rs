@@ -195,7 +195,7 @@ impl Markup {
             ChatKind::Discord => {
                 let mut out = String::with_capacity(s.len());
                 for c in s.chars() {
-                    if matches!(c, '*' | '_' | '~' | '`' | '|' | '[' | ']' | '>' | '#' | '@') {
+                    if matches!(c, '*' | '_' | '~' | '`' | '|' | '[' | ']') {
                         out.push('\\');
                     }
                     out.push(c);
