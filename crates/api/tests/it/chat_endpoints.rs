@@ -125,6 +125,9 @@ async fn chat_endpoints_are_checked_sealed_and_never_shown() {
     )
     .await
     .expect(422, Some("chat_endpoint"));
+    api.post(&format!("/v1/webhooks/{id}/test"), &key, json!(null))
+        .await
+        .expect(422, Some("chat_endpoint"));
     let list = api.get("/v1/webhooks", &key).await;
     list.expect(200, None);
     let kinds: Vec<&str> = list.body["endpoints"]

@@ -61,7 +61,7 @@ pub(crate) async fn attempt(ctx: Arc<Ctx>, c: Claimed) -> Result<Attempted, Webh
     let disabled = written.as_ref().ok().and_then(|w| w.disabled.as_deref());
     ctx.facts.record(Fact::Attempt(done.log_row(&c, disabled)));
     let written = written?;
-    account(&ctx, &c, &done, &written);
+    account(&ctx, &c, &done, &written, true);
     Ok(Attempted {
         disabled: written.disabled.is_some(),
         settled: next == Next::Delivered,
@@ -262,15 +262,16 @@ pub(super) async fn write(
     .await
 }
 
-/// The attempt's counters, latency fact and logs, once its result is written.
-pub(super) fn account(ctx: &Ctx, c: &Claimed, done: &Done, written: &Finished) {
+/// The attempt's counters, latency fact and logs, once its result is written. A chat message is
+/// no `push_latency` sample (`latency: false`): a digest waits for the service's rate limit.
+pub(super) fn account(ctx: &Ctx, c: &Claimed, done: &Done, written: &Finished, latency: bool) {
     let (s, d) = (&ctx.stats, &c.delivery);
     match done.next {
         Next::Delivered => WebhookStats::add(&s.delivered, 1),
         _ => WebhookStats::add(&s.failed_attempts, 1),
     }
     match done.next {
-        Next::Delivered if written.landed => ctx
+        Next::Delivered if written.landed && latency => ctx
             .facts
             .record(Fact::Latency(done.latency_row(c, ctx.epoch))),
         Next::Failed | Next::Disable => {

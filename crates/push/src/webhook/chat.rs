@@ -7,7 +7,8 @@
 //! all go out as one digest when it may send again. Each delivery a message carries records
 //! the message's id (`webhook_deliveries.message_id`) and gets its own result and
 //! `delivery_log` row, as a signed attempt does: retries, the failure run and auto-disable are
-//! the same; a destination the service says is gone disables the endpoint like a 410.
+//! the same; a destination the service says is gone disables the endpoint like a 410. Chat
+//! messages add no `push_latency` row (a digest's wait is the service's, not pmw's latency).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -151,7 +152,7 @@ async fn settle(
         let disabled = written.as_ref().ok().and_then(|w| w.disabled.as_deref());
         ctx.facts.record(Fact::Attempt(done.log_row(c, disabled)));
         let written = written?;
-        account(ctx, c, &done, &written);
+        account(ctx, c, &done, &written, false);
         out.disabled |= written.disabled.is_some();
     }
     Ok(out)
