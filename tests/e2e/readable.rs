@@ -1,9 +1,10 @@
 //! Readable alerts (issue 45, items 2 and 3) on real traffic: pmw-sim trades on anvil, pmw-live
 //! ingests and resolves names from the simulator's Gamma-compatible server, which knows only the
 //! first market; pmw-push sends every fill of the followed wallets over the WebSocket, a signed
-//! webhook and a Discord-shaped chat endpoint. A fill in the known market carries its title,
-//! outcome, event slug (and price) everywhere and reads as a card in Discord; a fill in a market
-//! never resolved goes out at once without them ("market pending" in Discord), never waiting.
+//! webhook and a Discord, a Slack and a Telegram chat endpoint (local receivers that check each
+//! service's request shape). A fill in the known market carries its title, outcome, event slug
+//! (and price) everywhere and reads as a card in the chats; a fill in a market never resolved
+//! goes out at once without them ("market pending" in the chats), never waiting.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -11,7 +12,7 @@ use std::time::Duration;
 use pmw_core::chat::{ChatKind, ChatTarget};
 use pmw_core::trade::Allowlist;
 use pmw_push::webhook::WebhookConfig;
-use pmw_testkit::hooks::{ChatReceiver, Play, Receiver, Service, Step};
+use pmw_testkit::hooks::{ChatReceiver, Play, Receiver, Service, Step, TELEGRAM_TOKEN};
 use pmw_testkit::{eventually, eventually_every, ServiceHandle};
 use serde_json::Value;
 
@@ -67,20 +68,36 @@ async fn fills_carry_market_names_when_known_and_go_out_without_them_when_not() 
     let hooks = Receiver::start(vec![Step::status(204)]).await;
     h.endpoint(account, &hooks.url()).await;
     let discord = ChatReceiver::start(Service::Discord, vec![Play::Ok]).await;
-    let target = ChatTarget::new(ChatKind::Discord, Some(&discord.url()), None, None).unwrap();
-    let id = pmw_testkit::seed::Endpoint::new(account, &target.shown_url(), &target.stored_text())
-        .insert(&pg)
-        .await;
-    pg.execute(
-        "UPDATE webhook_endpoints SET kind = 'discord' WHERE id = $1",
-        &[&id],
-    )
-    .await
-    .unwrap();
+    let slack = ChatReceiver::start(Service::Slack, vec![Play::Ok]).await;
+    let telegram = ChatReceiver::start(Service::Telegram, vec![Play::Ok]).await;
+    let targets = [
+        ChatTarget::new(ChatKind::Discord, Some(&discord.url()), None, None),
+        ChatTarget::new(ChatKind::Slack, Some(&slack.url()), None, None),
+        ChatTarget::new(
+            ChatKind::Telegram,
+            None,
+            Some(TELEGRAM_TOKEN),
+            Some("-100777"),
+        ),
+    ];
+    for target in targets {
+        let target = target.unwrap();
+        let id =
+            pmw_testkit::seed::Endpoint::new(account, &target.shown_url(), &target.stored_text())
+                .insert(&pg)
+                .await;
+        pg.execute(
+            "UPDATE webhook_endpoints SET kind = $2 WHERE id = $1",
+            &[&id, &target.kind.as_str()],
+        )
+        .await
+        .unwrap();
+    }
     h.notify().await;
     let hooks_cfg = WebhookConfig {
         allow_private_destinations: true,
         poll_interval: Duration::from_millis(200),
+        telegram_api: telegram.api(),
         ..WebhookConfig::default()
     };
     let (_push, addr) =
@@ -148,27 +165,34 @@ async fn fills_carry_market_names_when_known_and_go_out_without_them_when_not() 
     for hit in hooks.hits() {
         check("webhook", &hit.json());
     }
+    // Each chat service gets every fill, readable: one line of a card or of a digest each.
     let lines = |d: &ChatReceiver| -> usize {
         d.hits()
             .iter()
             .map(|m| m.text.matches(" shares of ").count() + m.text.matches("\n• ").count())
             .sum()
     };
-    assert!(
-        eventually(WITHIN, || async { lines(&discord) >= n }).await,
-        "every fill reached Discord"
-    );
-    let hits = discord.hits();
-    assert!(hits.iter().all(|m| m.violations.is_empty()));
-    let text: String = hits
-        .iter()
-        .map(|m| m.text.as_str())
-        .collect::<Vec<_>>()
-        .join("\n");
-    assert!(text.contains(&known.question), "{text}");
-    assert!(text.contains("market pending"), "{text}");
-    assert!(
-        text.contains(&format!("https://polymarket.com/event/{}", known.slug)),
-        "{text}"
-    );
+    for (name, rx) in [
+        ("discord", &discord),
+        ("slack", &slack),
+        ("telegram", &telegram),
+    ] {
+        assert!(
+            eventually(WITHIN, || async { lines(rx) >= n }).await,
+            "every fill reached {name}"
+        );
+        let hits = rx.hits();
+        assert!(hits.iter().all(|m| m.violations.is_empty()), "{name}");
+        let text: String = hits
+            .iter()
+            .map(|m| m.text.as_str())
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(text.contains(&known.question), "{name}: {text}");
+        assert!(text.contains("market pending"), "{name}: {text}");
+        assert!(
+            text.contains(&format!("https://polymarket.com/event/{}", known.slug)),
+            "{name}: {text}"
+        );
+    }
 }
