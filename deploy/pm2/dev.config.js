@@ -6,6 +6,9 @@
 //   pmw-caddy     `caddy run` with the production Caddyfile, its addresses from the environment
 //   pmw-webhooks  a local webhook receiver: verifies every delivery with the official
 //                 standardwebhooks library (tools/python/.venv) and logs one JSON line each
+//   pmw-discord   a local Discord-shaped receiver for the demo's chat endpoint: checks each
+//                 execute-webhook request (POST /api/webhooks/<id>/<token>, JSON `content`) and
+//                 logs the readable message
 //   pmw-prometheus  Debian's Prometheus with the config scripts/dev writes in
 //                 $PMW_DEV_DIR/prometheus (every service's metrics, deploy/prometheus rules)
 //
@@ -30,6 +33,39 @@ const common = {
   merge_logs: true,
   time: true,
 };
+
+// The Discord-shaped receiver: 204 for a well-formed execute-webhook request, 400 otherwise (as
+// Discord answers); each message is logged as its text, a line per line.
+const discord = `
+import json, os, re, sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+port = int(os.environ["PMW_DEV_DISCORD_PORT"])
+class H(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_POST(self):
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        try:
+            if not re.fullmatch(r"/api/webhooks/[0-9]+/[A-Za-z0-9_-]+", self.path):
+                raise ValueError("not an execute-webhook path")
+            if not (self.headers.get("Content-Type") or "").startswith("application/json"):
+                raise ValueError("not json")
+            content = json.loads(raw)["content"]
+            if not content or len(content) > 2000:
+                raise ValueError("content missing or too long")
+            sys.stdout.write("discord> " + content.replace("\\n", "\\n         ") + "\\n")
+            sys.stdout.flush()
+            self.send_response(204)
+            self.end_headers()
+        except Exception as e:
+            body = str(e).encode()
+            self.send_response(400)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+ThreadingHTTPServer(("127.0.0.1", port), H).serve_forever()
+`;
 
 // The receiver: POST anywhere, 204 when the signature verifies (401 otherwise, so pmw retries).
 const receiver = `
@@ -120,6 +156,13 @@ module.exports = {
       script: path.join(root, 'tools', 'python', '.venv', 'bin', 'python'),
       args: ['-u', '-c', receiver],
       env: { PMW_DEV_WEBHOOK_PORT: get('PMW_DEV_WEBHOOK_PORT', 18099) },
+    },
+    {
+      ...common,
+      name: 'pmw-discord',
+      script: path.join(root, 'tools', 'python', '.venv', 'bin', 'python'),
+      args: ['-u', '-c', discord],
+      env: { PMW_DEV_DISCORD_PORT: get('PMW_DEV_DISCORD_PORT', 18098) },
     },
   ],
 };

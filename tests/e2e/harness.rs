@@ -213,6 +213,11 @@ pub struct Client {
 }
 
 impl Client {
+    /// Every frame seen so far.
+    pub fn frames(&self) -> Vec<Value> {
+        self.so_far.lock().unwrap().frames.clone()
+    }
+
     /// Wait until what this client has seen so far satisfies `cond` (frames do not have to be
     /// taken from `events`); panics after `within` saying what it waited for and what it saw.
     pub async fn wait_seen(&self, within: Duration, what: &str, cond: impl Fn(&Seen) -> bool) {

@@ -15,6 +15,7 @@ mod filters;
 mod harness;
 mod providers;
 mod push;
+mod readable;
 mod reorg;
 mod reorg_live;
 mod unlisted;

@@ -6,6 +6,7 @@ pub mod backoff;
 pub mod build_info;
 pub mod ch;
 pub mod channels;
+pub mod chat;
 pub mod client;
 pub mod config;
 pub mod exit;

@@ -46,13 +46,32 @@ impl Trade {
     }
 }
 
-/// Market metadata, when the background resolver has it (Gamma API, cached in `market_names`).
+/// Market metadata, when the background resolver has it (Gamma API, cached in `market_names`):
+/// enough to render a readable line (title, outcome, price from `trade.price`, a link to
+/// `https://polymarket.com/event/<event_slug>`). Absent while the market is not resolved yet
+/// (nothing waits for it); a field Gamma did not give is absent too.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Market {
+    /// The market's title (Gamma's `question`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(example = "Will it rain in Paris on Friday?")
+    )]
     pub question: Option<String>,
+    /// The name of the traded outcome (`Yes`, `No`, a candidate…).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(example = "Yes"))]
     pub outcome: Option<String>,
+    /// The market's slug.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slug: Option<String>,
+    /// The slug of the market's event (`https://polymarket.com/event/<event_slug>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(example = "paris-weather"))]
+    pub event_slug: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub condition_id: Option<String>,
 }
 
@@ -82,6 +101,9 @@ pub struct TradeMessage {
     #[serde(default)]
     pub audit: bool,
     pub trade: Trade,
+    /// The market's names, when the background resolver has them; absent while it has not
+    /// (a fill never waits for its names).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub market: Option<Market>,
 }
 
@@ -382,6 +404,7 @@ mod tests {
             question: Some("Will it rain?".into()),
             outcome: Some("Yes".into()),
             slug: None,
+            event_slug: Some("rain".into()),
             condition_id: None,
         };
         let m = TradeMessage::from_row(&row(), Some(&market));
@@ -393,6 +416,17 @@ mod tests {
         assert_eq!(wire["backfilled"], true);
         assert_eq!(wire["audit"], false);
         assert_eq!(wire["market"]["question"], "Will it rain?");
+        assert_eq!(wire["market"]["event_slug"], "rain");
+        assert!(
+            wire["market"].get("slug").is_none(),
+            "a name not known is absent"
+        );
+        let unnamed: Value =
+            serde_json::from_str(&TradeMessage::from_row(&row(), None).to_json()).unwrap();
+        assert!(
+            unnamed.get("market").is_none(),
+            "no names yet: no market field"
+        );
         let back: TradeMessage = serde_json::from_value(wire.clone()).unwrap();
         assert_eq!(back, m);
         // A body without `audit` (sent before the audit existed) reads as not found by it.

@@ -241,6 +241,12 @@ mod tests {
             url: "https://hooks.example/in/SECRET?token=SECRET".into(),
             signing: crate::webhook::Signing::parse(1, "whsec_SECRET", None, None),
             failing_since_ms: None,
+            chat: Some(crate::chat::ChatTarget {
+                kind: crate::chat::ChatKind::Telegram,
+                url: Some("https://api.example/SECRET".into()),
+                token: Some("1:SECRET".into()),
+                chat_id: Some("-100".into()),
+            }),
         };
         for shown in [format!("{key:?}"), format!("{target:?}")] {
             assert!(!shown.contains("SECRET"), "{shown}");

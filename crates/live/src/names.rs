@@ -122,6 +122,15 @@ pub struct GammaMarket {
     pub outcomes: Option<String>,
     pub clob_token_ids: Option<String>,
     pub neg_risk: Option<bool>,
+    /// The events the market belongs to (Gamma lists one); its slug names the event's page.
+    #[serde(default)]
+    pub events: Option<Vec<GammaEvent>>,
+}
+
+/// A Gamma market's event, with the field pmw uses.
+#[derive(Debug, Deserialize)]
+pub struct GammaEvent {
+    pub slug: Option<String>,
 }
 
 /// A resolved token: its market and outcome.
@@ -131,6 +140,7 @@ pub struct Resolved {
     pub question: Option<String>,
     pub condition_id: Option<String>,
     pub slug: Option<String>,
+    pub event_slug: Option<String>,
     pub outcome: Option<String>,
     pub outcome_index: i32,
     pub neg_risk: Option<bool>,
@@ -156,6 +166,11 @@ pub fn tokens_of(markets: &[GammaMarket]) -> Vec<Resolved> {
                 question: m.question.clone(),
                 condition_id: m.condition_id.clone(),
                 slug: m.slug.clone(),
+                event_slug: m
+                    .events
+                    .as_ref()
+                    .and_then(|e| e.first())
+                    .and_then(|e| e.slug.clone()),
                 outcome: outcomes.get(i).cloned(),
                 outcome_index: i as i32,
                 neg_risk: m.neg_risk,
@@ -233,6 +248,7 @@ async fn resolve_due(
                         &r.outcome_index,
                         &r.neg_risk,
                         &now,
+                        &r.event_slug,
                     ],
                 )
                 .await?;

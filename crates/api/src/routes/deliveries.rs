@@ -40,9 +40,20 @@ pub struct Attempt {
     pub error: String,
 }
 
+/// One attempt, with the chat message that carried its delivery.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LoggedAttempt {
+    #[serde(flatten)]
+    pub attempt: Attempt,
+    /// Chat endpoints: the message that last carried this delivery (`webhook_deliveries`); the
+    /// deliveries one digest carried share it. Absent for signed webhooks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message_id: Option<String>,
+}
+
 #[derive(Debug, Serialize, ToSchema)]
 pub struct AttemptPage {
-    pub attempts: Vec<Attempt>,
+    pub attempts: Vec<LoggedAttempt>,
     /// Pass as `cursor` for the next (older) page; absent on the last page.
     pub next: Option<String>,
 }
@@ -117,10 +128,21 @@ pub async fn log(
                 .map(|r| format!("{}.{}.{}", r.t_attempt_ms, r.attempt, r.delivery_id))
         })
         .flatten();
-    Ok(Json(AttemptPage {
-        attempts: rows,
-        next,
-    }))
+    let ids: Vec<&str> = rows.iter().map(|r| r.delivery_id.as_str()).collect();
+    let carried: std::collections::HashMap<String, String> = c
+        .query(include_str!("sql/message_ids.sql"), &[&ids])
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let attempts = rows
+        .into_iter()
+        .map(|attempt| LoggedAttempt {
+            message_id: carried.get(&attempt.delivery_id).cloned(),
+            attempt,
+        })
+        .collect();
+    Ok(Json(AttemptPage { attempts, next }))
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use crate::error::ApiError;
 
 /// The columns [`Endpoint::from_row`] reads, in order.
 pub const COLUMNS: &str =
-    "id, url, enabled, disabled_reason, previous_expires_ms, created_ms, updated_ms, filter::text, events";
+    "id, url, enabled, disabled_reason, previous_expires_ms, created_ms, updated_ms, filter::text, events, kind";
 
 /// An event type an endpoint (or a WebSocket session, `events=`) receives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -49,6 +49,10 @@ pub fn event_names(events: &[EventType]) -> Result<Vec<&'static str>, ApiError> 
 #[derive(Serialize, ToSchema)]
 pub struct Endpoint {
     pub id: i64,
+    /// `webhook` (signed JSON) or a chat service: `discord`, `slack`, `telegram`.
+    pub kind: super::chat_dest::EndpointKind,
+    /// Where it posts. A chat endpoint shows only `scheme://host` (its webhook path is its
+    /// secret) or `telegram:<chat id>`.
     pub url: String,
     pub enabled: bool,
     /// Why it was disabled: by the account, by a 410 from the receiver, or by the dispatcher
@@ -69,6 +73,7 @@ impl std::fmt::Debug for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Endpoint")
             .field("id", &self.id)
+            .field("kind", &self.kind)
             .field("url", &pmw_core::redact::Url(&self.url))
             .field("enabled", &self.enabled)
             .field("disabled_reason", &self.disabled_reason)
@@ -86,6 +91,7 @@ impl Endpoint {
         let now = UnixMs::now().0;
         Endpoint {
             id: r.get(0),
+            kind: super::chat_dest::EndpointKind::stored(r.get(9)),
             url: r.get(1),
             enabled: r.get(2),
             disabled_reason: r.get(3),

@@ -71,6 +71,12 @@ pub async fn test(
         .check_key(&who.account_id)
         .map_err(crate::auth::limited)?;
     let url: String = row.get(0);
+    if row.get::<_, String>(4) != "webhook" {
+        return Err(ApiError::unprocessable(
+            "chat_endpoint",
+            "test events are signed JSON: send a trade to see a chat endpoint's messages",
+        ));
+    }
     let now = UnixMs::now().0;
     let signing = Signing::parse(id, &row.get::<_, String>(1), row.get(2), row.get(3));
     let secrets = signing.at(now).map_err(|e| {

@@ -2,6 +2,7 @@
 //! the document at `/v1/openapi.json` is generated from the code that serves the routes.
 
 mod account;
+mod chat_dest;
 mod contract;
 mod deliveries;
 mod endpoint;

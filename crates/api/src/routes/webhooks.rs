@@ -11,12 +11,12 @@ use axum::http::StatusCode;
 use axum::Json;
 use pmw_core::filter::FilterSpec;
 use pmw_core::pg::deliveries::expire_pending;
-use pmw_core::ssrf;
 use pmw_core::webhook::Secret;
 use pmw_core::UnixMs;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::chat_dest::{self, EndpointKind};
 use super::endpoint::{event_names, owned, Endpoint, EventType, COLUMNS};
 use super::endpoint_health::{self, EndpointHealth};
 use crate::auth::Auth;
@@ -36,9 +36,10 @@ pub struct EndpointWithSecret {
     #[serde(flatten)]
     pub endpoint: Endpoint,
     /// `whsec_…`: verify `webhook-signature` with it (Standard Webhooks). Absent from an
-    /// `Idempotency-Key` replay (never stored).
+    /// `Idempotency-Key` replay (never stored) and for chat endpoints (nothing is signed).
     #[schema(required = false)]
-    pub secret: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
 }
 
 impl std::fmt::Debug for EndpointWithSecret {
@@ -56,13 +57,27 @@ pub struct EndpointList {
     pub limit: u32,
 }
 
-/// A new endpoint. Its `Debug` shows the URL's host only.
+/// A new endpoint. Its `Debug` shows the URL's host only, never the bot token.
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateEndpoint {
-    /// `http` or `https`; must reach a public address.
+    /// `webhook` (signed JSON, the default), `discord`, `slack` or `telegram`.
+    #[serde(default)]
+    pub kind: Option<EndpointKind>,
+    /// `http` or `https`; must reach a public address. For `discord`, the channel webhook's
+    /// URL (path `/api/webhooks/<id>/<token>`); for `slack`, the incoming webhook's
+    /// (`/services/T…/B…/…`); none for `telegram`. A chat URL's path is its secret: sealed at
+    /// rest, shown afterwards as `scheme://host` only.
     #[schema(example = "https://example.com/hooks/pmw")]
-    pub url: String,
+    #[serde(default)]
+    pub url: Option<String>,
+    /// `telegram`: the bot's token from @BotFather (`<bot id>:<secret>`). Sealed at rest, never
+    /// shown again.
+    #[serde(default)]
+    pub bot_token: Option<String>,
+    /// `telegram`: the chat to post to (a number such as `-1001234567890`, or `@channel`).
+    #[serde(default)]
+    pub chat_id: Option<String>,
     /// Narrow what this endpoint gets (absent, `null` or `{}`: every trade of the followed
     /// wallets that passes their own filters).
     #[serde(default)]
@@ -75,17 +90,33 @@ pub struct CreateEndpoint {
 impl std::fmt::Debug for CreateEndpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CreateEndpoint")
-            .field("url", &pmw_core::redact::Url(&self.url))
+            .field("kind", &self.kind)
+            .field("url", &self.url.as_deref().map(pmw_core::redact::Url))
+            .field(
+                "bot_token",
+                &self.bot_token.as_ref().map(|_| pmw_core::redact::HIDDEN),
+            )
+            .field("chat_id", &self.chat_id)
             .field("filter", &self.filter)
             .field("events", &self.events)
             .finish()
     }
 }
 
-/// Change an endpoint: only the fields present change (`{}` changes nothing).
-#[derive(Debug, Deserialize, ToSchema)]
+/// Change an endpoint: only the fields present change (`{}` changes nothing). Its `Debug` never
+/// shows a chat destination's URL path or bot token.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateEndpoint {
+    /// A chat endpoint's new webhook URL (`discord`, `slack`).
+    #[serde(default)]
+    pub url: Option<String>,
+    /// A `telegram` endpoint's new bot token.
+    #[serde(default)]
+    pub bot_token: Option<String>,
+    /// A `telegram` endpoint's new chat id.
+    #[serde(default)]
+    pub chat_id: Option<String>,
     /// Enable or disable (absent or `null`: unchanged).
     #[serde(default)]
     pub enabled: Option<bool>,
@@ -98,6 +129,22 @@ pub struct UpdateEndpoint {
     #[serde(default)]
     #[schema(min_items = 1)]
     pub events: Option<Vec<EventType>>,
+}
+
+impl std::fmt::Debug for UpdateEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpdateEndpoint")
+            .field("url", &self.url.as_deref().map(pmw_core::redact::Url))
+            .field(
+                "bot_token",
+                &self.bot_token.as_ref().map(|_| pmw_core::redact::HIDDEN),
+            )
+            .field("chat_id", &self.chat_id)
+            .field("enabled", &self.enabled)
+            .field("filter", &self.filter)
+            .field("events", &self.events)
+            .finish()
+    }
 }
 
 #[derive(Debug, Default, Deserialize, ToSchema)]
@@ -135,12 +182,19 @@ pub async fn create(
     who: Auth,
     ApiJson(body): ApiJson<CreateEndpoint>,
 ) -> Result<(StatusCode, Json<EndpointWithSecret>), ApiError> {
-    let url = ssrf::validate_url(&body.url, st.cfg.api_allow_private_webhooks)
-        .map_err(|e| ApiError::unprocessable("invalid_url", e.to_string()))?;
-    let events = event_names(body.events.as_deref().unwrap_or(&[EventType::Trade]))?;
+    let kind = body.kind.unwrap_or_default();
+    let dest = chat_dest::new_dest(
+        kind,
+        body.url.as_deref(),
+        body.bot_token.as_deref(),
+        body.chat_id.as_deref(),
+        st.cfg.api_allow_private_webhooks,
+    )?;
+    let asked = body.events.as_deref().unwrap_or(&[EventType::Trade]);
+    chat_dest::check_events(kind, asked)?;
+    let events = event_names(asked)?;
     let filter = super::filters::parse(body.filter.as_ref())?;
     let max = st.cfg.plan(&who.plan).1.max_webhook_endpoints;
-    let secret = Secret::generate().expose();
     let now = UnixMs::now().0;
     let mut c = st.pg.get().await?;
     let tx = c.transaction().await?;
@@ -163,12 +217,13 @@ pub async fn create(
             &format!(include_str!("sql/create_endpoint.sql"), COLUMNS = COLUMNS),
             &[
                 &who.account_id,
-                &url.as_str(),
-                &pmw_core::sealed::seal(&secret, id),
+                &dest.url,
+                &pmw_core::sealed::seal(&dest.secret, id),
                 &now,
                 &events,
                 &super::filters::stored(filter.as_ref()),
                 &id,
+                &kind.as_str(),
             ],
         )
         .await?;
@@ -178,8 +233,10 @@ pub async fn create(
     tracing::info!(
         account = who.account_id,
         endpoint = endpoint.id,
+        kind = kind.as_str(),
         "webhook endpoint created"
     );
+    let secret = dest.shown_secret;
     Ok((
         StatusCode::CREATED,
         Json(EndpointWithSecret { endpoint, secret }),
@@ -231,14 +288,38 @@ pub async fn update(
     let mut c = st.pg.get().await?;
     let tx = c.transaction().await?;
     // The row lock comes first (as in the dispatcher when it disables), then the deliveries.
-    let was: bool = tx
+    let locked = tx
         .query_opt(
             include_str!("sql/lock_endpoint.sql"),
             &[&id, &who.account_id],
         )
         .await?
-        .ok_or_else(|| ApiError::not_found(format!("no webhook endpoint {id}")))?
-        .get(0);
+        .ok_or_else(|| ApiError::not_found(format!("no webhook endpoint {id}")))?;
+    let was: bool = locked.get(0);
+    let kind = EndpointKind::stored(locked.get(1));
+    if let Some(asked) = body.events.as_deref() {
+        chat_dest::check_events(kind, asked)?;
+    }
+    if body.url.is_some() || body.bot_token.is_some() || body.chat_id.is_some() {
+        let current = pmw_core::chat::ChatTarget::from_stored(locked.get(2), id).ok_or_else(|| {
+            ApiError::unprocessable(
+                "invalid_destination",
+                "url, bot_token and chat_id change only on chat endpoints (create a new webhook endpoint for a new url)",
+            )
+        })?;
+        let dest = chat_dest::changed_dest(
+            &current,
+            body.url.as_deref(),
+            body.bot_token.as_deref(),
+            body.chat_id.as_deref(),
+            st.cfg.api_allow_private_webhooks,
+        )?;
+        tx.execute(
+            include_str!("sql/set_destination.sql"),
+            &[&id, &dest.url, &pmw_core::sealed::seal(&dest.secret, id)],
+        )
+        .await?;
+    }
     let row = tx
         .query_one(
             &format!(include_str!("sql/update_endpoint.sql"), COLUMNS = COLUMNS),
@@ -323,6 +404,12 @@ pub async fn rotate_secret(
     let expires = (overlap > 0).then(|| now + overlap as i64 * 1_000);
     let secret = Secret::generate().expose();
     let mut c = st.pg.get().await?;
+    if owned(&c, who.account_id, id).await?.kind != EndpointKind::Webhook {
+        return Err(ApiError::unprocessable(
+            "chat_endpoint",
+            "chat endpoints sign nothing: change their url or bot_token with PATCH instead",
+        ));
+    }
     let tx = c.transaction().await?;
     let row = tx
         .query_opt(
@@ -347,6 +434,6 @@ pub async fn rotate_secret(
     );
     Ok(Json(EndpointWithSecret {
         endpoint: Endpoint::from_row(&row),
-        secret,
+        secret: Some(secret),
     }))
 }

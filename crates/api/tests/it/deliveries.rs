@@ -289,3 +289,54 @@ async fn replay_enqueues_the_accounts_trades_after_the_cursor() {
         0
     );
 }
+
+/// A chat endpoint's log names the message that carried each delivery: the deliveries one
+/// digest carried share it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delivery_log_names_the_chat_message_that_carried_each_delivery() {
+    let api = Api::start().await;
+    let (_, key) = api.account("pro").await;
+    let ep = api
+        .post(
+            "/v1/webhooks",
+            &key,
+            json!({"kind": "discord", "url": "https://discord.com/api/webhooks/1/secretsecret"}),
+        )
+        .await
+        .body["id"]
+        .as_i64()
+        .unwrap();
+    let rows: Vec<DeliveryLogRow> = (0..3).map(|i| attempt(ep as u64, i * 2, 1_000)).collect();
+    insert_all(&api.db.ch, "delivery_log", &rows).await.unwrap();
+    let c = api.db.pg.get().await.unwrap();
+    for (r, message) in rows.iter().zip(["chat_a", "chat_a", "chat_b"]) {
+        c.execute(
+            "INSERT INTO webhook_deliveries (id, endpoint_id, kind, block_number, log_index, payload, \
+             state, attempts, next_attempt_ms, t_detect_ms, created_ms, message_id) \
+             VALUES ($1, $2, 'trade', $3, $4, '{}', 'delivered', 1, 0, 0, 0, $5)",
+            &[&r.delivery_id, &ep, &(r.block_number as i64), &(r.log_index as i32), &message],
+        )
+        .await
+        .unwrap();
+    }
+    let r = api
+        .get(&format!("/v1/webhooks/{ep}/deliveries"), &key)
+        .await;
+    r.expect(200, None);
+    let carried: BTreeSet<(String, String)> = r.body["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["message_id"].as_str().unwrap().to_string(),
+                a["delivery_id"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let want: BTreeSet<(String, String)> = [("chat_a", 0), ("chat_a", 2), ("chat_b", 4)]
+        .into_iter()
+        .map(|(m, i)| (m.to_string(), format!("msg_{i:04}")))
+        .collect();
+    assert_eq!(carried, want);
+}

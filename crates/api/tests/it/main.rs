@@ -4,6 +4,7 @@
 mod account;
 mod bulk;
 mod caddy;
+mod chat_endpoints;
 mod common;
 mod config;
 mod contract;

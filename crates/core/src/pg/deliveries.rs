@@ -71,6 +71,9 @@ pub struct EndpointTarget {
     pub signing: Signing,
     /// When the endpoint's current run of failed attempts began, if any.
     pub failing_since_ms: Option<i64>,
+    /// A chat destination (Discord, Slack, Telegram) instead of signed JSON: its sealed secret
+    /// opened ([`crate::chat::ChatTarget::from_stored`]).
+    pub chat: Option<crate::chat::ChatTarget>,
 }
 
 impl std::fmt::Debug for EndpointTarget {
@@ -81,6 +84,7 @@ impl std::fmt::Debug for EndpointTarget {
             .field("url", &crate::redact::Url(&self.url))
             .field("signing", &self.signing)
             .field("failing_since_ms", &self.failing_since_ms)
+            .field("chat", &self.chat)
             .finish()
     }
 }
@@ -241,6 +245,7 @@ fn endpoints(row: &Row) -> HashMap<i64, Arc<EndpointTarget>> {
                     url,
                     signing: Signing::parse(id, &secret, prev.as_deref(), expires),
                     failing_since_ms: f,
+                    chat: crate::chat::ChatTarget::from_stored(&secret, id),
                 };
                 (id, Arc::new(e))
             },
@@ -308,6 +313,7 @@ mod tests {
             url: format!("https://e{id}.example/"),
             signing: Signing::parse(1, "whsec_x", None, None),
             failing_since_ms: None,
+            chat: None,
         })
     }
 

@@ -62,6 +62,7 @@ pub async fn market_names(
                     outcome: r.get(2),
                     slug: r.get(3),
                     condition_id: r.get(4),
+                    event_slug: r.get(5),
                 },
             )
         })

@@ -104,14 +104,29 @@ impl GuardedClient {
         headers: &SignedHeaders,
         body: Vec<u8>,
     ) -> Result<HttpResponse, SendError> {
+        self.post_with(url, &headers.pairs(), body).await
+    }
+
+    /// POST a JSON body with no signature headers (chat destinations: the URL or the bot token
+    /// is the credential), through the same guard, timeout and classification.
+    pub async fn post_unsigned(&self, url: &str, body: Vec<u8>) -> Result<HttpResponse, SendError> {
+        self.post_with(url, &[], body).await
+    }
+
+    async fn post_with(
+        &self,
+        url: &str,
+        headers: &[(&'static str, &str)],
+        body: Vec<u8>,
+    ) -> Result<HttpResponse, SendError> {
         let url = validate_url(url, self.allow_private)?;
         let mut req = self
             .http
             .post(url)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body);
-        for (name, value) in headers.pairs() {
-            req = req.header(name, value);
+        for (name, value) in headers {
+            req = req.header(*name, *value);
         }
         let mut resp = req.send().await.map_err(classify)?;
         let received_ms = UnixMs::now().as_i64();

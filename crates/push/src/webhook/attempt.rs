@@ -61,7 +61,7 @@ pub(crate) async fn attempt(ctx: Arc<Ctx>, c: Claimed) -> Result<Attempted, Webh
     let disabled = written.as_ref().ok().and_then(|w| w.disabled.as_deref());
     ctx.facts.record(Fact::Attempt(done.log_row(&c, disabled)));
     let written = written?;
-    account(&ctx, &c, &done, &written);
+    account(&ctx, &c, &done, &written, true);
     Ok(Attempted {
         disabled: written.disabled.is_some(),
         settled: next == Next::Delivered,
@@ -90,21 +90,21 @@ async fn send(client: &GuardedClient, c: &Claimed, t_attempt: i64) -> Sent {
 
 /// What one attempt came to on the wire.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Sent {
-    outcome: Outcome,
+pub(super) struct Sent {
+    pub outcome: Outcome,
     /// The response status, when one arrived.
-    status: Option<u16>,
+    pub status: Option<u16>,
     /// The `Retry-After` it asked for, if any (parsed).
-    retry_after: Option<Duration>,
+    pub retry_after: Option<Duration>,
     /// When the response head arrived.
-    received_ms: Option<i64>,
+    pub received_ms: Option<i64>,
     /// Empty when delivered.
-    error: String,
+    pub error: String,
 }
 
 impl Sent {
     /// Nothing was sent: the delivery could not be signed or its body built.
-    fn invalid(error: String) -> Sent {
+    pub(super) fn invalid(error: String) -> Sent {
         Sent {
             outcome: Outcome::Invalid,
             status: None,
@@ -115,7 +115,7 @@ impl Sent {
     }
 
     /// A response arrived: its outcome, and for anything but a 2xx `http <status>: <snippet>`.
-    fn response(r: &HttpResponse) -> Sent {
+    pub(super) fn response(r: &HttpResponse) -> Sent {
         let outcome = Outcome::from_status(r.status);
         let error = match outcome {
             Outcome::Delivered => String::new(),
@@ -136,7 +136,7 @@ impl Sent {
     }
 
     /// No response: refused by the SSRF guard, timed out, or a network failure.
-    fn failed(e: &SendError) -> Sent {
+    pub(super) fn failed(e: &SendError) -> Sent {
         let outcome = match e {
             SendError::Url(_) | SendError::Resolve(_) => Outcome::Refused,
             SendError::Timeout(_) => Outcome::Timeout,
@@ -156,19 +156,19 @@ impl Sent {
 /// An attempt made (`number`, sent at `t_attempt`, over at `now`) and the plan for its
 /// delivery.
 #[derive(Debug, Clone)]
-struct Done {
-    number: i32,
-    t_attempt: i64,
-    duration_ms: i64,
-    now: i64,
-    sent: Sent,
-    next: Next,
+pub(super) struct Done {
+    pub number: i32,
+    pub t_attempt: i64,
+    pub duration_ms: i64,
+    pub now: i64,
+    pub sent: Sent,
+    pub next: Next,
 }
 
 impl Done {
     /// The result written back to the row: the delivery's state, when it is next due, what
     /// the endpoint's run of failures does and whether the endpoint is disabled.
-    fn finish(&self, cfg: &WebhookConfig, endpoint: &EndpointTarget) -> Finish {
+    pub(super) fn finish(&self, cfg: &WebhookConfig, endpoint: &EndpointTarget) -> Finish {
         let now = self.now;
         let (state, next_attempt_ms, done_ms) = match self.next {
             Next::Delivered => ("delivered", now, Some(now)),
@@ -189,7 +189,7 @@ impl Done {
     }
 
     /// The attempt's `delivery_log` row; `disabled`: the reason, when it disabled the endpoint.
-    fn log_row(&self, c: &Claimed, disabled: Option<&str>) -> DeliveryLogRow {
+    pub(super) fn log_row(&self, c: &Claimed, disabled: Option<&str>) -> DeliveryLogRow {
         let d = &c.delivery;
         DeliveryLogRow {
             delivery_id: d.id.clone(),
@@ -232,7 +232,7 @@ impl Done {
 
 /// Write the result: a plain delivery into the shared batch, anything else (a retry, a failure,
 /// a health transition, a disabling) in the row's own statement or transaction.
-async fn write(
+pub(super) async fn write(
     ctx: &Ctx,
     c: &Claimed,
     done: &Done,
@@ -262,15 +262,16 @@ async fn write(
     .await
 }
 
-/// The attempt's counters, latency fact and logs, once its result is written.
-fn account(ctx: &Ctx, c: &Claimed, done: &Done, written: &Finished) {
+/// The attempt's counters, latency fact and logs, once its result is written. A chat message is
+/// no `push_latency` sample (`latency: false`): a digest waits for the service's rate limit.
+pub(super) fn account(ctx: &Ctx, c: &Claimed, done: &Done, written: &Finished, latency: bool) {
     let (s, d) = (&ctx.stats, &c.delivery);
     match done.next {
         Next::Delivered => WebhookStats::add(&s.delivered, 1),
         _ => WebhookStats::add(&s.failed_attempts, 1),
     }
     match done.next {
-        Next::Delivered if written.landed => ctx
+        Next::Delivered if written.landed && latency => ctx
             .facts
             .record(Fact::Latency(done.latency_row(c, ctx.epoch))),
         Next::Failed | Next::Disable => {
@@ -366,6 +367,7 @@ mod tests {
             url: "https://hooks.example/in".into(),
             signing: Signing::parse(1, "whsec_x", None, None),
             failing_since_ms,
+            chat: None,
         }
     }
 

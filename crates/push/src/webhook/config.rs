@@ -22,6 +22,9 @@ pub struct WebhookConfig {
     pub slot: i16,
     /// Disable an endpoint whose every attempt has failed for this long (`None` = never).
     pub disable_failing_after: Option<Duration>,
+    /// The Telegram Bot API base chat endpoints of kind `telegram` post to
+    /// (`<base>/bot<token>/sendMessage`).
+    pub telegram_api: String,
 }
 
 impl Default for WebhookConfig {
@@ -33,6 +36,7 @@ impl Default for WebhookConfig {
             poll_interval: Duration::from_millis(d::poll()),
             slot: 0,
             disable_failing_after: Some(Duration::from_millis(d::disable_after())),
+            telegram_api: d::telegram_api(),
         }
     }
 }
@@ -60,6 +64,7 @@ impl WebhookConfig {
             slot: s.push_slot,
             disable_failing_after: (s.push_webhook_disable_after_ms > 0)
                 .then(|| Duration::from_millis(s.push_webhook_disable_after_ms)),
+            telegram_api: s.push_telegram_api,
         })
     }
 }
@@ -79,6 +84,8 @@ struct WebhookSettings {
     push_slot: i16,
     #[serde(default = "d::disable_after")]
     push_webhook_disable_after_ms: u64,
+    #[serde(default = "d::telegram_api")]
+    push_telegram_api: String,
 }
 
 impl Validate for WebhookSettings {
@@ -107,6 +114,14 @@ impl Validate for WebhookSettings {
                 "must be 0 (never) or at least 1000",
             ));
         }
+        if !(self.push_telegram_api.starts_with("https://")
+            || self.push_telegram_api.starts_with("http://"))
+        {
+            return Err(ConfigError::invalid(
+                "PMW_PUSH_TELEGRAM_API",
+                "must be an http(s) URL",
+            ));
+        }
         Ok(())
     }
 }
@@ -123,6 +138,9 @@ mod d {
     }
     pub fn disable_after() -> u64 {
         5 * 24 * 3_600_000
+    }
+    pub fn telegram_api() -> String {
+        "https://api.telegram.org".into()
     }
 }
 

@@ -26,6 +26,9 @@ pub(crate) struct Ctx {
     /// How often the dispatcher was woken (new deliveries queued): a running queue whose last
     /// claim was short claims again when this moved.
     pub wakes: AtomicU64,
+    /// Chat endpoints rate-limited by their service, and until when (ms): what is claimed for
+    /// them meanwhile waits for one digest (`super::chat`).
+    pub held: std::sync::Mutex<std::collections::HashMap<i64, i64>>,
 }
 
 impl Ctx {

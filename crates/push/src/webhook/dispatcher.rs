@@ -220,6 +220,7 @@ async fn run(launch: Launch) -> Result<(), WebhookError> {
         cfg,
         epoch,
         wakes: AtomicU64::new(0),
+        held: Default::default(),
     });
     tracing::info!(slot = ctx.cfg.slot, epoch, "webhook dispatcher started");
     let result = coordinate(&ctx, &stop, &wake, &mut handed).await;

@@ -25,6 +25,7 @@
 //! | `PMW_PUSH_WEBHOOK_POLL_MS` | `1000` | how often due retries are looked for without a wake-up |
 //! | `PMW_PUSH_SLOT` | `0` | push slot whose epoch fences claims and updates |
 //! | `PMW_PUSH_WEBHOOK_DISABLE_AFTER_MS` | `432000000` (5 days) | an endpoint whose every attempt has failed for this long is disabled; `0` = never |
+//! | `PMW_PUSH_TELEGRAM_API` | `https://api.telegram.org` | Telegram Bot API base for `telegram` endpoints (`<base>/bot<token>/sendMessage`); tests point it at 127.0.0.1 |
 //!
 //! Disabling (a 410, the rule below, or the account through the API) expires the endpoint's
 //! pending deliveries in the same transaction: they become `failed` with `last_error`
@@ -43,6 +44,7 @@
 mod attempt;
 mod body;
 mod build;
+mod chat;
 pub mod client;
 mod config;
 mod context;

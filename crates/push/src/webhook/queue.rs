@@ -14,6 +14,7 @@ use tokio::task::{JoinError, JoinSet};
 use tokio_util::sync::CancellationToken;
 
 use super::attempt::{attempt, Attempted};
+use super::chat;
 use super::config::WebhookConfig;
 use super::context::Ctx;
 use super::error::WebhookError;
@@ -147,12 +148,22 @@ impl Queue {
         Ok(claims.rows)
     }
 
-    /// Fill the free slots from what is ahead.
+    /// Fill the free slots from what is ahead. A chat endpoint sends one message at a time,
+    /// carrying everything ahead (up to a digest's size): see [`chat`].
     fn start_attempts(&mut self) {
         while !self.stopping && self.inflight.len() < self.max {
             let Some(row) = self.ahead.pop_front() else {
                 break;
             };
+            if row.endpoint.chat.is_some() {
+                if self.inflight.is_empty() {
+                    let rows = chat::batch(row, &mut self.ahead);
+                    self.inflight.spawn(chat::attempt(self.ctx.clone(), rows));
+                } else {
+                    self.ahead.push_front(row);
+                }
+                break;
+            }
             self.inflight.spawn(attempt(self.ctx.clone(), row));
         }
     }

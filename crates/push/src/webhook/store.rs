@@ -164,6 +164,7 @@ fn claimed_of(rows: &[Row]) -> Result<Vec<Claimed>, WebhookError> {
                 url: r.get(11),
                 signing: Signing::parse(endpoint_id, &secret, previous.as_deref(), r.get(14)),
                 failing_since_ms: r.get(15),
+                chat: pmw_core::chat::ChatTarget::from_stored(&secret, endpoint_id),
             })
         });
         let kind: String = r.get(5);

@@ -4,6 +4,7 @@
 mod ledger;
 mod schema_guard;
 mod visibility;
+mod webhook_chat;
 mod webhook_fence;
 mod webhook_handoff;
 mod webhook_isolation;

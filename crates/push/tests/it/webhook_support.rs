@@ -181,5 +181,6 @@ pub fn config() -> WebhookConfig {
         poll_interval: Duration::from_millis(200),
         slot: 0,
         disable_failing_after: Some(Duration::from_secs(5 * 24 * 3600)),
+        telegram_api: "http://127.0.0.1:9".into(),
     }
 }

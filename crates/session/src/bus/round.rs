@@ -325,6 +325,7 @@ mod tests {
             )),
             outcome: Some("Yes".into()),
             slug: Some(format!("will-outcome-{}-happen", i % 6)),
+            event_slug: Some(format!("outcome-{}", i % 6)),
             condition_id: Some(hash(4_000 + i % 3)),
         });
         r

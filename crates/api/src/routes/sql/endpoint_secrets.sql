@@ -1,2 +1,2 @@
-SELECT url, secret, previous_secret, previous_expires_ms FROM webhook_endpoints
+SELECT url, secret, previous_secret, previous_expires_ms, kind FROM webhook_endpoints
 WHERE id = $1 AND account_id = $2
