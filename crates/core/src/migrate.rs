@@ -76,6 +76,11 @@ pub const POSTGRES: &[Migration] = &[
     migration!(16, "hot_ledger", "postgres/0016_hot_ledger.sql"),
     migration!(17, "ledger_visible", "postgres/0017_ledger_visible.sql"),
     migration!(18, "fleet_limits", "postgres/0018_fleet_limits.sql"),
+    migration!(
+        19,
+        "market_subscriptions",
+        "postgres/0019_market_subscriptions.sql"
+    ),
 ];
 
 /// ClickHouse migrations, in order. Every file in `migrations/clickhouse` must be listed (tested).

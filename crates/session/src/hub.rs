@@ -25,7 +25,7 @@ use pmw_core::message::{Events, Kind};
 use pmw_core::{Cursor, Position};
 use tokio::sync::mpsc;
 
-use crate::subs::{wants, Filters, Index};
+use crate::subs::{market_wants, wants, Filters, Index, MarketFilters};
 
 /// A trade or retraction ready for any session: body rendered once.
 #[derive(Debug)]
@@ -146,7 +146,9 @@ struct Session {
     wallets: Vec<String>,
     /// The filters of `wallets` (same version).
     filters: Filters,
-    /// `subs_version` of `wallets`.
+    /// The followed markets' tokens and their filters (same version).
+    markets: MarketFilters,
+    /// `subs_version` of `wallets` (sorted: [`Inner::dispatch`] searches them).
     version: i64,
     /// Wallets this session stopped following while open, with their filters then: a trade it
     /// was sent may still be orphaned by a reorg, and its `retract` is still the session's
@@ -182,6 +184,8 @@ impl Session {
 struct Inner {
     sessions: HashMap<u64, Session>,
     by_wallet: HashMap<String, Vec<u64>>,
+    /// Sessions by an outcome token of a market they follow.
+    by_token: HashMap<String, Vec<u64>>,
     /// Sessions by a wallet they stopped following (retracts only).
     by_former: HashMap<String, Vec<u64>>,
     by_account: HashMap<i64, Vec<u64>>,
@@ -197,6 +201,9 @@ impl Inner {
         for w in &s.wallets {
             self.by_wallet.entry(w.clone()).or_default().push(id);
         }
+        for t in s.markets.keys() {
+            self.by_token.entry(t.clone()).or_default().push(id);
+        }
         for (w, _) in &s.former {
             self.by_former.entry(w.clone()).or_default().push(id);
         }
@@ -208,6 +215,9 @@ impl Inner {
         for w in &s.wallets {
             drop_id(&mut self.by_wallet, w, id);
         }
+        for t in s.markets.keys() {
+            drop_id(&mut self.by_token, t, id);
+        }
         for (w, _) in &s.former {
             drop_id(&mut self.by_former, w, id);
         }
@@ -215,8 +225,8 @@ impl Inner {
         Some(s)
     }
 
-    /// Queue `items` to this shard's followers of each item's wallet, then move the shard's
-    /// dispatched position. A full queue closes that session (slow consumer). Returns the
+    /// Queue `items` to this shard's followers of each item's wallet or market (once each),
+    /// then move the shard's dispatched position. A full queue closes that session (slow consumer). Returns the
     /// frames queued and the sessions closed.
     fn dispatch(
         &mut self,
@@ -234,24 +244,36 @@ impl Inner {
                 Kind::Retract => self.by_former.get(&item.wallet).unwrap_or(&none),
                 _ => &none,
             };
-            for (id, was) in followers
+            // Then the followers of the fill's market that are not reached above: each session
+            // is decided once, by its wallet's filter (or a former wallet's, for a retract) or
+            // its market's, whichever lets the message through.
+            let by_market = self.by_token.get(&item.facts.token_id).unwrap_or(&none);
+            let retract = item.kind == Kind::Retract;
+            for (id, via) in followers
                 .iter()
-                .map(|i| (i, false))
-                .chain(former.iter().map(|i| (i, true)))
+                .map(|i| (i, Via::Wallet))
+                .chain(former.iter().map(|i| (i, Via::Former)))
+                .chain(by_market.iter().map(|i| (i, Via::Market)))
             {
                 let s = &self.sessions[id];
-                let filters = if was {
-                    match s.former.iter().find(|(w, _)| *w == item.wallet) {
-                        Some((_, f)) => f,
+                let (w, facts) = (&item.wallet, &item.facts);
+                let wanted = match via {
+                    Via::Wallet => wants(&s.filters, w, facts) || market_wants(&s.markets, facts),
+                    Via::Former => match s.former.iter().find(|(f, _)| f == w) {
+                        Some((_, f)) => wants(f, w, facts) || market_wants(&s.markets, facts),
                         None => continue,
+                    },
+                    Via::Market => {
+                        // Reached above already (its wallet, or a former wallet's retract).
+                        if s.wallets.binary_search(w).is_ok()
+                            || (retract && s.former.iter().any(|(f, _)| f == w))
+                        {
+                            continue;
+                        }
+                        market_wants(&s.markets, facts)
                     }
-                } else {
-                    &s.filters
                 };
-                if slow.contains(id)
-                    || !stream.wants(s.events, item.kind)
-                    || !wants(filters, &item.wallet, &item.facts)
-                {
+                if slow.contains(id) || !stream.wants(s.events, item.kind) || !wanted {
                     continue;
                 }
                 match s.tx.try_send(Frame::Item(item.clone())) {
@@ -277,6 +299,15 @@ impl Inner {
         }
         (queued, closed)
     }
+}
+
+/// How [`Inner::dispatch`] reached a session.
+#[derive(Clone, Copy)]
+enum Via {
+    Wallet,
+    /// A wallet it stopped following (retracts only).
+    Former,
+    Market,
 }
 
 fn drop_id<K: std::hash::Hash + Eq + Clone>(map: &mut HashMap<K, Vec<u64>>, key: &K, id: u64) {
@@ -328,6 +359,7 @@ pub struct Registration {
     pub max_sessions: Option<u32>,
     pub wallets: Vec<String>,
     pub filters: Filters,
+    pub markets: MarketFilters,
     pub version: i64,
     pub events: Events,
     pub tx: mpsc::Sender<Frame>,
@@ -390,6 +422,7 @@ impl Hub {
                 key_id: r.key_id,
                 wallets: r.wallets,
                 filters: r.filters,
+                markets: r.markets,
                 version: r.version,
                 former: Vec::new(),
                 events: r.events,
@@ -421,6 +454,7 @@ impl Hub {
         let mut revoked = 0;
         let none = Vec::new();
         let no_filters = Filters::new();
+        let no_markets = MarketFilters::new();
         for mut inner in self.each() {
             let stale: Vec<u64> = inner
                 .sessions
@@ -435,9 +469,16 @@ impl Hub {
                     .filters_by_account
                     .get(&s.account_id)
                     .unwrap_or(&no_filters);
-                if idx.live_keys.contains(&s.key_id) && *wallets == s.wallets {
-                    // Same wallets: no relinking, only the filters may have changed.
+                let markets = idx
+                    .markets_by_account
+                    .get(&s.account_id)
+                    .unwrap_or(&no_markets);
+                let same_tokens = markets.len() == s.markets.len()
+                    && markets.keys().all(|t| s.markets.contains_key(t));
+                if idx.live_keys.contains(&s.key_id) && *wallets == s.wallets && same_tokens {
+                    // Same wallets and markets: no relinking, only the filters may have changed.
                     s.filters.clone_from(filters);
+                    s.markets.clone_from(markets);
                     s.version = idx.version; // unchanged: no relinking
                     continue;
                 }
@@ -465,6 +506,11 @@ impl Hub {
                 s.wallets = wallets;
                 s.filters = idx
                     .filters_by_account
+                    .get(&s.account_id)
+                    .cloned()
+                    .unwrap_or_default();
+                s.markets = idx
+                    .markets_by_account
                     .get(&s.account_id)
                     .cloned()
                     .unwrap_or_default();
@@ -585,6 +631,7 @@ impl Hub {
             }
             inner.by_account.clear();
             inner.by_wallet.clear();
+            inner.by_token.clear();
             inner.by_former.clear();
         }
     }
