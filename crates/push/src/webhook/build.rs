@@ -103,7 +103,7 @@ mod tests {
         // Account 1 (endpoint 10) follows the maker; account 2 (endpoint 20) stopped.
         idx.endpoints_by_account.insert(1, vec![10]);
         idx.endpoints_by_account.insert(2, vec![20]);
-        idx.accounts_by_wallet.insert("0xab".into(), vec![1]);
+        idx.accounts_by_wallet.insert(row.maker.clone(), vec![1]);
         let facts = Facts::of_row(&row, None);
         let to = |kind| {
             let mut v: Vec<i64> = deliveries_of(&idx, kind, &row, &facts, "{}", 1)
