@@ -3,7 +3,8 @@
 //! detect→push for WebSocket and webhooks, for pmw and for the seed's polling design as a
 //! baseline; the floor (bare hop costs on this machine); fan-out capacity and memory per session;
 //! sustained throughput; edge mode (the broker hop, fan-out across several pmw-edge processes,
-//! throughput beside single-process mode); pmw-live's ingest stages. It writes the markdown report and exits
+//! throughput beside single-process mode); market subscriptions (sessions following the busiest
+//! markets with a size floor); pmw-live's ingest stages. It writes the markdown report and exits
 //! non-zero when the run produced no numbers or delivered nothing.
 
 mod clients;
@@ -14,6 +15,7 @@ mod floor;
 mod hooks;
 mod ingest;
 mod machine;
+mod markets;
 mod phases;
 mod procs;
 mod report;
@@ -86,6 +88,9 @@ struct Args {
     edge_steps: Option<Vec<usize>>,
     #[arg(long)]
     floor_reps: Option<usize>,
+    /// Sessions of the market step (each follows the 10 busiest markets with a size floor).
+    #[arg(long)]
+    market_sessions: Option<usize>,
     #[arg(long, default_value_t = 500)]
     legacy_poll_ms: u64,
     #[arg(long, default_value_t = 250.0)]
@@ -125,6 +130,9 @@ pub struct Plan {
     pub rate_window: Duration,
     pub edges: usize,
     pub edge_steps: Vec<usize>,
+    /// The market step: sessions, and how many of the busiest markets each follows.
+    pub market_sessions: usize,
+    pub market_count: usize,
     pub deadline: Duration,
 }
 
@@ -172,6 +180,8 @@ impl Plan {
                     vec![10_000, 25_000, 50_000]
                 }
             }),
+            market_sessions: a.market_sessions.unwrap_or(if s { 20 } else { 1_000 }),
+            market_count: 10,
             deadline: Duration::from_secs(if s { 240 } else { 3_000 }),
         }
     }
@@ -260,6 +270,7 @@ async fn run(args: Args, plan: Plan) -> anyhow::Result<()> {
         edge: m.edge,
         floor: m.floor,
         fanout: m.fanout,
+        markets: m.markets,
         rates: m.rates,
         edge_fanout: m.edge_fanout,
         edge_rates: m.edge_rates,
@@ -320,6 +331,7 @@ struct Measured {
     edge: phases::Latency,
     base: phases::Latency,
     fanout: phases::FanOut,
+    markets: markets::MarketStep,
     rates: Vec<throughput::RateStep>,
     edge_fanout: edge::EdgeFanOut,
     edge_rates: Vec<throughput::RateStep>,
@@ -350,6 +362,11 @@ async fn measure(
     let base = phases::latency(b, plan, legacy, plan.ws_clients, ws, hooks).await?;
     eprintln!("fan-out: steps {:?}", plan.fanout_steps);
     let fanout = phases::fanout(b, plan, ws).await?;
+    eprintln!(
+        "markets: {} sessions following the {} busiest markets with a size floor",
+        plan.market_sessions, plan.market_count
+    );
+    let markets = markets::step(b, plan).await?;
     eprintln!("throughput: matches per block {:?}", plan.rates);
     let rates = throughput::throughput(b, plan, ws, hooks, 0).await?;
     eprintln!(
@@ -369,6 +386,7 @@ async fn measure(
         edge,
         base,
         fanout,
+        markets,
         rates,
         edge_fanout,
         edge_rates,
@@ -399,6 +417,9 @@ fn check_figures(r: &report::Report, delivered: [usize; 5]) -> anyhow::Result<()
         || r.stages[0].blocks == 0
     {
         bail!("the run produced no fan-out, throughput (either mode) or ingest figures");
+    }
+    if r.markets.delivered == 0 {
+        bail!("the market step delivered nothing");
     }
     if r.edge_fanout.steps.iter().any(|s| s.step.delivered == 0) {
         bail!("an edge-mode fan-out step delivered nothing");
