@@ -302,9 +302,11 @@ async fn a_market_follower_gets_any_wallets_fills_above_its_floor_once_live_repl
         .await
         .expect(201, None);
     let hooks = Receiver::start(vec![Step::status(204)]).await;
-    api.post("/v1/webhooks", &key, json!({"url": hooks.url()}))
-        .await
-        .expect(201, None);
+    let endpoint = api
+        .post("/v1/webhooks", &key, json!({"url": hooks.url()}))
+        .await;
+    endpoint.expect(201, None);
+    let endpoint = endpoint.body["id"].as_i64().unwrap();
 
     let (push, push_addr) = crate::harness::start_push(
         core.clone(),
@@ -400,5 +402,18 @@ async fn a_market_follower_gets_any_wallets_fills_above_its_floor_once_live_repl
         "each delivered once: {received:?}"
     );
     assert_eq!(unique, want, "the endpoint's trades");
+
+    // A webhook replay from before the trades queues the same fills again, each once.
+    let after = start.split(':').next().unwrap();
+    let r = api
+        .post(
+            &format!("/v1/webhooks/{endpoint}/replay"),
+            &key,
+            json!({"after": after}),
+        )
+        .await;
+    r.expect(202, None);
+    assert_eq!(r.body["trades"], json!(want.len()), "{}", r.text);
+    assert_eq!(r.body["enqueued"], json!(want.len()), "{}", r.text);
     push.stop().await.unwrap();
 }

@@ -25,7 +25,8 @@ use pmw_core::message::{Events, Kind};
 use pmw_core::{Cursor, Position};
 use tokio::sync::mpsc;
 
-use crate::subs::{market_wants, wants, Filters, Index, MarketFilters};
+use crate::subs::{Filters, Index, MarketFilters};
+use session::{Session, Via};
 
 /// A trade or retraction ready for any session: body rendered once.
 #[derive(Debug)]
@@ -140,46 +141,6 @@ impl Item {
 /// Close code of a session the hub let go: 1013 (try again later) by default.
 pub type CloseCode = Arc<std::sync::atomic::AtomicU16>;
 
-struct Session {
-    account_id: i64,
-    key_id: i64,
-    wallets: Vec<String>,
-    /// The filters of `wallets` (same version).
-    filters: Filters,
-    /// The followed markets' tokens and their filters (same version).
-    markets: MarketFilters,
-    /// `subs_version` of `wallets` (sorted: [`Inner::dispatch`] searches them).
-    version: i64,
-    /// Wallets this session stopped following while open, with their filters then: a trade it
-    /// was sent may still be orphaned by a reorg, and its `retract` is still the session's
-    /// (retracts only, the newest [`FORMER_MAX`]).
-    former: Vec<(String, Filters)>,
-    events: Events,
-    tx: mpsc::Sender<Frame>,
-    close: CloseCode,
-}
-
-/// How many wallets a session stopped following are kept for their retracts.
-const FORMER_MAX: usize = 64;
-
-impl Session {
-    /// Before taking `wallets`: remember the ones dropped (with their filters), forget the ones
-    /// followed again, keep the newest [`FORMER_MAX`].
-    fn remember_former(&mut self, wallets: &[String]) {
-        self.former.retain(|(w, _)| !wallets.contains(w));
-        for w in self.wallets.iter().filter(|w| !wallets.contains(w)) {
-            let mut f = Filters::new();
-            if let Some(x) = self.filters.get(w) {
-                f.insert(w.clone(), x.clone());
-            }
-            self.former.retain(|(o, _)| o != w);
-            self.former.push((w.clone(), f));
-        }
-        let excess = self.former.len().saturating_sub(FORMER_MAX);
-        self.former.drain(..excess);
-    }
-}
-
 #[derive(Default)]
 struct Inner {
     sessions: HashMap<u64, Session>,
@@ -188,6 +149,8 @@ struct Inner {
     by_token: HashMap<String, Vec<u64>>,
     /// Sessions by a wallet they stopped following (retracts only).
     by_former: HashMap<String, Vec<u64>>,
+    /// Sessions by a market token they stopped following (retracts only).
+    by_former_token: HashMap<String, Vec<u64>>,
     by_account: HashMap<i64, Vec<u64>>,
     /// What this shard's sessions were given up to: a session registering here replays up to it.
     dispatched: Position,
@@ -207,6 +170,9 @@ impl Inner {
         for (w, _) in &s.former {
             self.by_former.entry(w.clone()).or_default().push(id);
         }
+        for t in s.former_markets.keys() {
+            self.by_former_token.entry(t.clone()).or_default().push(id);
+        }
         self.by_account.entry(s.account_id).or_default().push(id);
     }
 
@@ -221,13 +187,16 @@ impl Inner {
         for (w, _) in &s.former {
             drop_id(&mut self.by_former, w, id);
         }
+        for t in s.former_markets.keys() {
+            drop_id(&mut self.by_former_token, t, id);
+        }
         drop_id(&mut self.by_account, &s.account_id, id);
         Some(s)
     }
 
     /// Queue `items` to this shard's followers of each item's wallet or market (once each),
-    /// then move the shard's dispatched position. A full queue closes that session (slow consumer). Returns the
-    /// frames queued and the sessions closed.
+    /// then move the shard's dispatched position. A full queue closes that session (slow
+    /// consumer). Returns the frames queued and the sessions closed.
     fn dispatch(
         &mut self,
         items: &[Arc<Item>],
@@ -236,44 +205,34 @@ impl Inner {
     ) -> (usize, usize) {
         let mut slow: Vec<u64> = Vec::new();
         let mut queued = 0;
-        let none = Vec::new();
         for item in items {
-            let followers = self.by_wallet.get(&item.wallet).unwrap_or(&none);
-            // A retract also reaches the sessions that stopped following its wallet.
-            let former = match item.kind {
-                Kind::Retract => self.by_former.get(&item.wallet).unwrap_or(&none),
-                _ => &none,
-            };
-            // Then the followers of the fill's market that are not reached above: each session
-            // is decided once, by its wallet's filter (or a former wallet's, for a retract) or
-            // its market's, whichever lets the message through.
-            let by_market = self.by_token.get(&item.facts.token_id).unwrap_or(&none);
+            // The followers of the item's wallet, then of its market, and for a retract those
+            // that stopped following either: each session is decided once, where it is first
+            // reached ([`Session::wants`]).
             let retract = item.kind == Kind::Retract;
-            for (id, via) in followers
+            let token = &item.facts.token_id;
+            let lists = [
+                (ids_of(&self.by_wallet, &item.wallet, true), Via::Wallet),
+                (
+                    ids_of(&self.by_former, &item.wallet, retract),
+                    Via::FormerWallet,
+                ),
+                (ids_of(&self.by_token, token, true), Via::Market),
+                (
+                    ids_of(&self.by_former_token, token, retract),
+                    Via::FormerMarket,
+                ),
+            ];
+            for (id, via) in lists
                 .iter()
-                .map(|i| (i, Via::Wallet))
-                .chain(former.iter().map(|i| (i, Via::Former)))
-                .chain(by_market.iter().map(|i| (i, Via::Market)))
+                .flat_map(|(ids, via)| ids.iter().map(move |i| (i, *via)))
             {
                 let s = &self.sessions[id];
-                let (w, facts) = (&item.wallet, &item.facts);
-                let wanted = match via {
-                    Via::Wallet => wants(&s.filters, w, facts) || market_wants(&s.markets, facts),
-                    Via::Former => match s.former.iter().find(|(f, _)| f == w) {
-                        Some((_, f)) => wants(f, w, facts) || market_wants(&s.markets, facts),
-                        None => continue,
-                    },
-                    Via::Market => {
-                        // Reached above already (its wallet, or a former wallet's retract).
-                        if s.wallets.binary_search(w).is_ok()
-                            || (retract && s.former.iter().any(|(f, _)| f == w))
-                        {
-                            continue;
-                        }
-                        market_wants(&s.markets, facts)
-                    }
-                };
-                if slow.contains(id) || !stream.wants(s.events, item.kind) || !wanted {
+                if slow.contains(id)
+                    || !stream.wants(s.events, item.kind)
+                    || s.reached_before(item, via)
+                    || !s.wants(item)
+                {
                     continue;
                 }
                 match s.tx.try_send(Frame::Item(item.clone())) {
@@ -301,13 +260,9 @@ impl Inner {
     }
 }
 
-/// How [`Inner::dispatch`] reached a session.
-#[derive(Clone, Copy)]
-enum Via {
-    Wallet,
-    /// A wallet it stopped following (retracts only).
-    Former,
-    Market,
+/// The sessions `m` lists under `k` (none unless `on`).
+fn ids_of<'a>(m: &'a HashMap<String, Vec<u64>>, k: &str, on: bool) -> &'a [u64] {
+    m.get(k).filter(|_| on).map_or(&[], Vec::as_slice)
 }
 
 fn drop_id<K: std::hash::Hash + Eq + Clone>(map: &mut HashMap<K, Vec<u64>>, key: &K, id: u64) {
@@ -425,6 +380,7 @@ impl Hub {
                 markets: r.markets,
                 version: r.version,
                 former: Vec::new(),
+                former_markets: MarketFilters::new(),
                 events: r.events,
                 tx: r.tx,
                 close: r.close,
@@ -502,18 +458,19 @@ impl Hub {
                     .get(&s.account_id)
                     .cloned()
                     .unwrap_or_default();
-                s.remember_former(&wallets);
+                let markets = idx
+                    .markets_by_account
+                    .get(&s.account_id)
+                    .cloned()
+                    .unwrap_or_default();
+                s.remember_former(&wallets, &markets);
                 s.wallets = wallets;
                 s.filters = idx
                     .filters_by_account
                     .get(&s.account_id)
                     .cloned()
                     .unwrap_or_default();
-                s.markets = idx
-                    .markets_by_account
-                    .get(&s.account_id)
-                    .cloned()
-                    .unwrap_or_default();
+                s.markets = markets;
                 s.version = idx.version;
                 inner.sessions.insert(id, s);
                 inner.link(id);
@@ -633,10 +590,12 @@ impl Hub {
             inner.by_wallet.clear();
             inner.by_token.clear();
             inner.by_former.clear();
+            inner.by_former_token.clear();
         }
     }
 }
 
+mod session;
 #[cfg(test)]
 mod tests;
 pub mod view;

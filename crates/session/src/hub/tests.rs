@@ -340,7 +340,7 @@ fn market_followers_get_any_wallets_fills_once_and_filtered() {
         side: Some(Side::Sell),
         ..Filter::default()
     };
-    let mut follow = |account: i64, wallets: Vec<String>, market: Filter| {
+    let follow = |account: i64, wallets: Vec<String>, market: Filter| {
         let (tx, rx) = mpsc::channel(16);
         hub.register(Registration {
             account_id: account,
@@ -391,4 +391,49 @@ fn market_followers_get_any_wallets_fills_once_and_filtered() {
     hub.dispatch(&round(Kind::Trade), Position::default());
     assert_eq!(drain(&mut both), vec![1, 5], "the wallet only");
     assert_eq!(drain(&mut sellers), Vec::<u32>::new(), "no market left");
+}
+
+/// A session that stops following a market still gets the `retract` of a trade it was sent
+/// through it (filtered as the trade was), and no new trade of it.
+#[test]
+fn a_market_no_longer_followed_still_gets_its_retracts_and_no_trades() {
+    let hub = Hub::new(Position::default());
+    let (tx, mut rx) = mpsc::channel(16);
+    hub.register(Registration {
+        account_id: 7,
+        key_id: 70,
+        max_sessions: None,
+        wallets: Vec::new(),
+        filters: Filters::new(),
+        markets: [("1".to_string(), vec![buys()])].into(),
+        version: 1,
+        events: Events::TRADE,
+        tx,
+        close: Arc::new(AtomicU16::new(1013)),
+    })
+    .unwrap();
+    let idx = Index {
+        version: 2,
+        live_keys: [70].into(),
+        ..Index::default()
+    };
+    hub.apply(&idx);
+    let round = |k: Kind| {
+        vec![
+            item_of(k, "0xc", 1, Side::Buy),
+            item_of(k, "0xc", 2, Side::Sell),
+        ]
+    };
+    hub.dispatch(&round(Kind::Trade), Position::default());
+    assert_eq!(
+        drain(&mut rx),
+        Vec::<u32>::new(),
+        "no trades of it any more"
+    );
+    hub.dispatch(&round(Kind::Retract), Position::default());
+    assert_eq!(
+        drain(&mut rx),
+        vec![1],
+        "the retract its filter let through"
+    );
 }

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 pub mod resolve;
-mod store;
+pub(super) mod store;
 
 use crate::auth::Auth;
 use crate::error::{ApiError, ErrorBody};

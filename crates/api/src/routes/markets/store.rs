@@ -1,6 +1,9 @@
 //! The `market_subscriptions` table (migration 0019) as the market routes read and write it.
 //! Statements are in `sql/`.
 
+use std::collections::HashMap;
+
+use pmw_core::filter::Filter;
 use tokio_postgres::{GenericClient, Row};
 
 use super::resolve::{MarketRef, Resolved};
@@ -93,4 +96,26 @@ pub async fn remove(
         &[&account, &m.kind(), &m.name()],
     )
     .await
+}
+
+/// The account's followed markets as push matches them: token id → the filters of the
+/// subscriptions naming it ([`Filter::default`] for none; a fill passes when any does).
+pub async fn filters_of(
+    c: &impl GenericClient,
+    account: i64,
+) -> Result<HashMap<String, Vec<Filter>>, tokio_postgres::Error> {
+    let mut out: HashMap<String, Vec<Filter>> = HashMap::new();
+    for r in c
+        .query(include_str!("sql/filters.sql"), &[&account])
+        .await?
+    {
+        let f = r
+            .get::<_, Option<&str>>(1)
+            .and_then(Filter::from_stored)
+            .unwrap_or_default();
+        for t in r.get::<_, Vec<String>>(0) {
+            out.entry(t).or_default().push(f.clone());
+        }
+    }
+    Ok(out)
 }
