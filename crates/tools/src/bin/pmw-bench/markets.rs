@@ -197,7 +197,7 @@ pub fn render(o: &mut String, r: &crate::report::Report) {
     let m = &r.markets;
     let pl = &r.plan;
     let _ = writeln!(o, "## Market subscriptions (one push process)\n");
-    let _ = writeln!(o, "{} sessions (one account each, no wallets) each follow the {} busiest markets of the run so far (by fills) with `filter.min_collateral` = {} USDC (the median fill's collateral so far), on a fresh pmw-push; {} matches per block for {:?}. A frame is owed per fill in those markets at or above the floor, per open session. Beside it, sessions following wallets ({} each) at the same rate: the fan-out step with as many sessions (latency) and the throughput step at {} matches per block (CPU).\n", m.sessions, m.markets, m.floor, pl.matches_per_block, pl.fanout_window, pl.per_account, pl.matches_per_block);
+    let _ = writeln!(o, "{} sessions (one account each, no wallets) each follow the {} busiest markets of the run so far (by fills) with `filter.min_collateral` = {} USDC (the median fill's collateral so far), on a fresh pmw-push; {} matches per block for {:?}. A frame is owed per fill in those markets at or above the floor, per open session. Beside it, sessions following wallets ({} each) at the same rate: the pmw latency window, the fan-out step with as many sessions (latency) and the throughput step at {} matches per block (CPU), where the run has them.\n", m.sessions, m.markets, m.floor, pl.matches_per_block, pl.fanout_window, pl.per_account, pl.matches_per_block);
     let _ = writeln!(o, "| sessions follow | sessions open | fills matched / in the window | delivered / owed | p50 | p99 | push CPU | push µs per frame |\n|---|---|---|---|---|---|---|---|");
     let _ = writeln!(
         o,
@@ -217,6 +217,18 @@ pub fn render(o: &mut String, r: &crate::report::Report) {
         m.cpu.push,
         m.push_us_per_frame()
             .map_or("–".into(), |v| format!("{v:.0}"))
+    );
+    let w = &r.pmw;
+    let _ = writeln!(
+        o,
+        "| {} wallets (the pmw latency window, webhooks attached) | {} | {} fills | {} / {} | {} | {} | | |",
+        pl.per_account,
+        w.clients,
+        w.fills,
+        w.ws.as_ref().map_or(0, |s| s.n),
+        w.ws_expected,
+        ms(p(&w.ws, |s| s.p50)),
+        ms(p(&w.ws, |s| s.p99)),
     );
     if let Some(s) = r.fanout.steps.iter().find(|s| s.sessions == m.sessions) {
         let _ = writeln!(
