@@ -403,8 +403,22 @@ async fn a_market_follower_gets_any_wallets_fills_above_its_floor_once_live_repl
     );
     assert_eq!(unique, want, "the endpoint's trades");
 
-    // A webhook replay from before the trades queues the same fills again, each once.
+    // The REST backfill lists the same, each once.
     let after = start.split(':').next().unwrap();
+    let page = api
+        .get(&format!("/v1/trades?after={after}&limit=1000"), &key)
+        .await;
+    page.expect(200, None);
+    let listed: Vec<Cursor> = page.body["trades"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(cursor_of)
+        .filter(|c| c.block <= last_block)
+        .collect();
+    assert_eq!(listed, expected, "GET /v1/trades");
+
+    // A webhook replay from before the trades queues the same fills again, each once.
     let r = api
         .post(
             &format!("/v1/webhooks/{endpoint}/replay"),

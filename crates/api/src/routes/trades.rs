@@ -3,8 +3,10 @@
 //! `(block, log_index)`, never by offset, and never past the ingest watermark (so a page never
 //! skips a trade that becomes visible later). Trades have the shape of the pushed `trade`
 //! messages (without `type` and `t_push_ms`). By default a page holds what the WebSocket sends:
-//! each followed wallet's subscription filter applies (after the page is read, so a page can
-//! hold fewer than `limit` trades while `more` is true); `unfiltered=true` lists every trade.
+//! each followed wallet's subscription filter applies, and without `wallet` the followed markets'
+//! fills passing their filters are listed too, each trade once (after the page is read, so a
+//! page can hold fewer than `limit` trades while `more` is true); `unfiltered=true` lists every
+//! trade of them.
 //! One page scans at most [`super::ledger::MAX_BLOCK_SPAN`] blocks from the first block after its cursor that
 //! holds a trade of its wallets: a page that reached that bound has `more` true and `next` at
 //! the bound's end, where the next page continues (the keyset contract is unchanged).
@@ -87,6 +89,17 @@ pub async fn list(
         Some(w) => vec![parse_wallet(w)?.to_lower_hex()],
         None => followed(&c, who.account_id).await?,
     };
+    // Without `wallet`: the followed markets' fills too, as push sends them.
+    let market_filters = match &q.wallet {
+        Some(_) => Default::default(),
+        None => super::markets::store::filters_of(&**c, who.account_id).await?,
+    };
+    let mut tokens: Vec<String> = market_filters.keys().cloned().collect();
+    tokens.sort();
+    let whose = one::Whose {
+        wallets: &wallets,
+        tokens: &tokens,
+    };
     let finalized = finalized(&c).await?;
     let through = match watermark(&c).await? {
         Some(w) if q.final_only == Some(true) => finalized.map(|f| w.min(pg::watermark_cursor(f))),
@@ -102,11 +115,11 @@ pub async fn list(
     let Some(through) = through else {
         return Ok(empty());
     };
-    let Some(bound) = scan_through(&c, &st.ch, &wallets, after, through).await? else {
+    let Some(bound) = scan_through(&c, &st.ch, whose, after, through).await? else {
         return Ok(empty());
     };
     let mut rows =
-        one::wallet_trades_between(&**c, &st.ch, &wallets, after, bound, u64::from(limit) + 1)
+        one::followed_trades_between(&**c, &st.ch, whose, after, bound, u64::from(limit) + 1)
             .await?;
     let full = rows.len() > limit as usize;
     rows.truncate(limit as usize);
@@ -118,7 +131,8 @@ pub async fn list(
     }
     .to_string();
     let names = markets(&c, &rows).await?;
-    let filters = if q.unfiltered == Some(true) {
+    let unfiltered = q.unfiltered == Some(true);
+    let filters = if unfiltered {
         Default::default()
     } else {
         super::filters::of_account(&c, who.account_id).await?
@@ -128,7 +142,13 @@ pub async fn list(
             .iter()
             .filter(|r| {
                 let facts = Facts::of_row(r, names.get(&r.token_id));
-                filter::passes(filters.get(&r.maker), &facts)
+                // Through a followed wallet or a followed market (each row once).
+                let by_wallet =
+                    wallets.contains(&r.maker) && filter::passes(filters.get(&r.maker), &facts);
+                let by_market = market_filters
+                    .get(&r.token_id)
+                    .is_some_and(|fs| unfiltered || fs.iter().any(|f| f.matches(&facts)));
+                by_wallet || by_market
             })
             .map(|r| {
                 TradeMessage::from_row(r, names.get(&r.token_id))
