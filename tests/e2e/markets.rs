@@ -190,6 +190,9 @@ async fn market_subscriptions_resolve_slugs_conditions_and_tokens_within_the_pla
     )
     .await
     .expect(422, Some("min_collateral_floor"));
+    let me = api.get("/v1/me", &key).await;
+    assert_eq!(me.body["usage"]["markets"], 3, "{}", me.text);
+    assert_eq!(me.body["plan"]["max_markets"], 3, "{}", me.text);
     let list = api.get("/v1/markets", &key).await;
     list.expect(200, None);
     assert_eq!(list.body["limit"], 3);

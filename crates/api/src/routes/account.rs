@@ -44,6 +44,8 @@ pub struct PlanOut {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Usage {
     pub wallets: i64,
+    /// Distinct markets followed (what `max_markets` counts).
+    pub markets: i64,
     pub webhook_endpoints: i64,
     pub active_keys: i64,
 }
@@ -77,6 +79,7 @@ pub async fn me(State(st): State<AppState>, who: Auth) -> Result<Json<Me>, ApiEr
         },
         usage: Usage {
             wallets: r.get(6),
+            markets: r.get(9),
             webhook_endpoints: r.get(7),
             active_keys: r.get(8),
         },
