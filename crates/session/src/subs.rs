@@ -220,21 +220,7 @@ impl Subscriptions {
         for w in idx.wallets_by_account.values_mut() {
             w.sort();
         }
-        for r in tx
-            .query(include_str!("sql/market_follows.sql"), &[])
-            .await?
-        {
-            let account: i64 = r.get(0);
-            let filter = market_filter(r.get(2));
-            let markets = idx.markets_by_account.entry(account).or_default();
-            for token in r.get::<_, Vec<String>>(1) {
-                let followers = idx.accounts_by_token.entry(token.clone()).or_default();
-                if followers.last() != Some(&account) {
-                    followers.push(account); // rows come ordered by account
-                }
-                markets.entry(token).or_default().push(filter.clone());
-            }
-        }
+        load_markets(&tx, &mut idx).await?;
         for r in tx
             .query("SELECT e.account_id, e.id, e.filter::text, e.events FROM webhook_endpoints e JOIN accounts a ON a.id = e.account_id WHERE e.enabled AND a.disabled_ms IS NULL", &[])
             .await?
@@ -272,6 +258,29 @@ impl Subscriptions {
         *self.inner.write().await = idx.clone();
         Ok(idx)
     }
+}
+
+/// The followed markets of enabled accounts into `idx` (same snapshot as the rest).
+async fn load_markets(
+    tx: &tokio_postgres::Transaction<'_>,
+    idx: &mut Index,
+) -> Result<(), PgError> {
+    for r in tx
+        .query(include_str!("sql/market_follows.sql"), &[])
+        .await?
+    {
+        let account: i64 = r.get(0);
+        let filter = market_filter(r.get(2));
+        let markets = idx.markets_by_account.entry(account).or_default();
+        for token in r.get::<_, Vec<String>>(1) {
+            let followers = idx.accounts_by_token.entry(token.clone()).or_default();
+            if followers.last() != Some(&account) {
+                followers.push(account); // rows come ordered by account
+            }
+            markets.entry(token).or_default().push(filter.clone());
+        }
+    }
+    Ok(())
 }
 
 /// A market subscription's stored filter (none: everything passes).

@@ -14,7 +14,9 @@
 use axum::extract::State;
 use axum::Json;
 use pmw_core::ch::TradeRow;
-use pmw_core::filter::{self, Facts};
+use std::collections::HashMap;
+
+use pmw_core::filter::{self, Facts, Filter};
 use pmw_core::message::TradeMessage;
 use pmw_core::pg::ledger as one;
 use pmw_core::{pg, Cursor};
@@ -68,6 +70,17 @@ pub struct TradeQuery {
     pub unfiltered: Option<bool>,
 }
 
+/// The account's followed markets (token → filters) and their tokens, sorted.
+async fn followed_markets(
+    c: &super::txn::Client,
+    account: i64,
+) -> Result<(HashMap<String, Vec<Filter>>, Vec<String>), ApiError> {
+    let filters = super::markets::store::filters_of(&***c, account).await?;
+    let mut tokens: Vec<String> = filters.keys().cloned().collect();
+    tokens.sort();
+    Ok((filters, tokens))
+}
+
 /// Trades of one wallet (or of every followed wallet) after a cursor, in ledger order; each says
 /// whether its block is finalized, and `final_only` keeps to those.
 #[utoipa::path(get, path = "/v1/trades", tag = "trades", security(("api_key" = [])),
@@ -90,12 +103,10 @@ pub async fn list(
         None => followed(&c, who.account_id).await?,
     };
     // Without `wallet`: the followed markets' fills too, as push sends them.
-    let market_filters = match &q.wallet {
+    let (market_filters, tokens) = match &q.wallet {
         Some(_) => Default::default(),
-        None => super::markets::store::filters_of(&**c, who.account_id).await?,
+        None => followed_markets(&c, who.account_id).await?,
     };
-    let mut tokens: Vec<String> = market_filters.keys().cloned().collect();
-    tokens.sort();
     let whose = one::Whose {
         wallets: &wallets,
         tokens: &tokens,
@@ -132,10 +143,9 @@ pub async fn list(
     .to_string();
     let names = markets(&c, &rows).await?;
     let unfiltered = q.unfiltered == Some(true);
-    let filters = if unfiltered {
-        Default::default()
-    } else {
-        super::filters::of_account(&c, who.account_id).await?
+    let filters = match unfiltered {
+        true => Default::default(),
+        false => super::filters::of_account(&c, who.account_id).await?,
     };
     Ok(Json(TradePage {
         trades: rows
@@ -143,12 +153,10 @@ pub async fn list(
             .filter(|r| {
                 let facts = Facts::of_row(r, names.get(&r.token_id));
                 // Through a followed wallet or a followed market (each row once).
-                let by_wallet =
-                    wallets.contains(&r.maker) && filter::passes(filters.get(&r.maker), &facts);
-                let by_market = market_filters
-                    .get(&r.token_id)
-                    .is_some_and(|fs| unfiltered || fs.iter().any(|f| f.matches(&facts)));
-                by_wallet || by_market
+                (wallets.contains(&r.maker) && filter::passes(filters.get(&r.maker), &facts))
+                    || market_filters
+                        .get(&r.token_id)
+                        .is_some_and(|fs| unfiltered || fs.iter().any(|f| f.matches(&facts)))
             })
             .map(|r| {
                 TradeMessage::from_row(r, names.get(&r.token_id))
