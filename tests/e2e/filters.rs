@@ -27,10 +27,10 @@ use tokio_tungstenite::tungstenite::Message;
 
 use crate::api::{push_config, test_config, Api};
 
-const WITHIN: Duration = Duration::from_secs(90);
+pub(crate) const WITHIN: Duration = Duration::from_secs(90);
 
 /// Every frame of a WebSocket session (`since`: resume point), until it closes.
-async fn listen(
+pub(crate) async fn listen(
     addr: SocketAddr,
     key: &str,
     since: Option<&str>,
@@ -56,18 +56,18 @@ async fn listen(
     rx
 }
 
-async fn next(rx: &mut mpsc::UnboundedReceiver<Value>) -> Value {
+pub(crate) async fn next(rx: &mut mpsc::UnboundedReceiver<Value>) -> Value {
     tokio::time::timeout(WITHIN, rx.recv())
         .await
         .expect("a frame in time")
         .expect("session open")
 }
 
-fn cursor_of(v: &Value) -> Cursor {
+pub(crate) fn cursor_of(v: &Value) -> Cursor {
     v["cursor"].as_str().unwrap().parse().unwrap()
 }
 
-fn key_of(e: &Emitted) -> Cursor {
+pub(crate) fn key_of(e: &Emitted) -> Cursor {
     Cursor {
         block: e.block_number,
         log_index: e.log_index as u32,
@@ -75,11 +75,11 @@ fn key_of(e: &Emitted) -> Cursor {
 }
 
 /// Base units (6 decimals) as an exact decimal string.
-fn decimal(units: u64) -> String {
+pub(crate) fn decimal(units: u64) -> String {
     format!("{}.{:06}", units / 1_000_000, units % 1_000_000)
 }
 
-fn median(mut v: Vec<u64>) -> u64 {
+pub(crate) fn median(mut v: Vec<u64>) -> u64 {
     v.sort_unstable();
     v[v.len() / 2]
 }

@@ -13,6 +13,7 @@ mod ctl_watch;
 mod examples;
 mod filters;
 mod harness;
+mod markets;
 mod providers;
 mod push;
 mod readable;

@@ -398,3 +398,108 @@ async fn reorg_retract_never_overtakes_its_trade_on_a_webhook() {
     // does not hold back the endpoint's later ones, so retried trades arrive late by design.)
     assert_eq!((counts.0, counts.1, counts.2), (0, 0, 0));
 }
+
+/// Market subscriptions across a reorg (issue 45): an account follows a market with a fill the
+/// reorg orphans, and a wallet too (a fill of both reaches it once); what its
+/// connected session and its webhook endpoint hold converges on the canonical chain's fills of
+/// the wallet or in the market (every orphan retracted, nothing duplicated).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reorg_retracts_reach_market_followers_once() {
+    let depth = 2;
+    let h = Harness::new().await;
+    let (push, addr) = h.leader("push-a").await;
+    let start = h.sim.rpc().latest_block().await.unwrap().number.0;
+    // The account follows the sim's first market and its first wallet, with an endpoint, before
+    // any trade.
+    let market = h.sim.config().markets[0].clone();
+    let wallet = h.sim.config().wallets[0];
+    let tokens: Vec<String> = market.token_ids.iter().map(|t| t.to_string()).collect();
+    let (account, key) = h.account_unnotified(&[wallet]).await;
+    let c = h.db.connect().await;
+    c.execute(
+        "INSERT INTO market_subscriptions (account_id, kind, market, conditions, tokens, created_ms, updated_ms) \
+         VALUES ($1, 'condition', $2, ARRAY[$2], $3, 0, 0)",
+        &[&account, &market.condition_id.to_string(), &tokens],
+    )
+    .await
+    .unwrap();
+    let hooks = Hooks::default();
+    h.endpoint(account, &hooks.start().await).await;
+    let url = format!("ws://{addr}/v1/ws?since={start:012}-999999");
+    let mut stays = connect_url(&url, Some(&key)).await;
+    first_of(&mut stays, "heartbeat").await;
+    // Trade until one of the `depth` newest blocks (those the reorg replaces) holds a fill in
+    // the market.
+    let in_market = |e: &pmw_sim::Emitted| tokens.contains(&e.token_id.to_string());
+    let mut tail_has_market = false;
+    for _ in 0..10 {
+        h.sim.run_matches(depth + 1).await.unwrap();
+        let fills = h.sim.canonical();
+        let newest = fills.iter().map(|e| e.block_number).max().expect("fills");
+        tail_has_market = fills
+            .iter()
+            .any(|e| e.block_number + depth > newest && in_market(e));
+        if tail_has_market {
+            break;
+        }
+    }
+    assert!(
+        tail_has_market,
+        "a fill in the market among the newest blocks"
+    );
+    h.wait_pushed(WITHIN).await;
+
+    let plan = ReorgPlan {
+        depth,
+        new_matches_per_block: 1,
+        replay_orphaned: true,
+        replay_order: ReplayOrder::default(),
+    };
+    let outcome = h.sim.reorg_with(plan).await.unwrap();
+    assert!(outcome.orphaned.iter().any(in_market));
+    h.sim.run_matches(2).await.unwrap();
+    h.wait_pushed(WITHIN).await;
+    deliveries_settle(&h).await;
+    let owed: BTreeSet<Fill> = h
+        .sim
+        .canonical()
+        .iter()
+        .filter(|e| e.block_number > start)
+        .filter(|e| e.maker == wallet || in_market(e))
+        .map(|e| {
+            (
+                e.block_number,
+                e.log_index,
+                e.block_hash.to_string().to_lowercase(),
+            )
+        })
+        .collect();
+    assert!(
+        owed.len()
+            > canonical(&h.anvil.http_url(), start, &[wallet.to_lower_hex()])
+                .await
+                .len(),
+        "the market adds fills of other wallets"
+    );
+    stays
+        .wait_seen(WITHIN, "the canonical view", |s| {
+            View::of(&s.frames).holds(&owed)
+        })
+        .await;
+    push.stop().await.unwrap();
+    let stays = stays.done.await.unwrap();
+    for (who, view) in [
+        ("connected", View::of(&stays.frames)),
+        ("webhook", View::of(&hooks.messages())),
+    ] {
+        let mut counts = view.check(&format!("market {who}"), &owed);
+        if who == "webhook" {
+            counts.3 = 0; // arrival order is not ledger order (see reorg_case)
+        }
+        assert_eq!(
+            counts,
+            (0, 0, 0, 0),
+            "market {who}: lost, phantom, duplicated, out of order"
+        );
+    }
+}

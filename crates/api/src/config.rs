@@ -12,7 +12,8 @@
 //! | `PMW_API_IDEMPOTENCY_TTL_SECS` | `86400` | how long a POST's `Idempotency-Key` and its stored response are kept (60..=604800) |
 //! | `PMW_API_WEBHOOK_TEST_PER_MIN` | `6` | `POST /v1/webhooks/{id}/test` per account per minute (429 + `Retry-After` beyond) |
 //! | `PMW_API_DEFAULT_PLAN` | `free` | plan given to new accounts; must name a plan |
-//! | `PMW_API_PLANS` | free and pro | plans as a table (TOML file) or JSON in the variable: `{"free":{"max_wallets":10,"max_webhook_endpoints":1,"max_ws_sessions":2}}` |
+//! | `PMW_API_PLANS` | free and pro | plans as a table (TOML file) or JSON in the variable: `{"free":{"max_wallets":10,"max_webhook_endpoints":1,"max_ws_sessions":2,"max_markets":5,"market_min_collateral":"1000"}}` (`max_markets`, default 10: markets an account may follow; `market_min_collateral`, default `"100"` USDC: the least `filter.min_collateral` of a market subscription, `"0"` for none) |
+//! | `PMW_GAMMA_URL` | `https://gamma-api.polymarket.com` | the Gamma-compatible markets API (shared with pmw-live) that `/v1/markets` resolves condition ids, token ids and event slugs with, when a market subscription is created or changed (503 when it does not answer) |
 //! | `PMW_API_ALLOW_PRIVATE_WEBHOOKS` | `false` | accept webhook URLs on loopback/private/link-local addresses and local names (tests, on-prem); push has its own `PMW_PUSH_ALLOW_PRIVATE_WEBHOOKS` |
 //! | `PMW_API_TRUSTED_PROXIES` | `127.0.0.0/8,::1` | addresses (or CIDR blocks, comma-separated) whose `X-Forwarded-For` is believed: Caddy's. From any other peer the header is ignored and the peer is the client (the per-address failure throttle keys by it); `""` trusts none |
 //! | `PMW_API_READY_INTERVAL_MS` | `1000` | `/v1/ready` (and `/metrics`' readiness gauges) evaluate the checks at most this often, shared by every caller (100..=60000) |
@@ -62,6 +63,9 @@ pub struct ApiConfig {
         deserialize_with = "plans::plans_from_table_or_json"
     )]
     pub api_plans: BTreeMap<String, Plan>,
+    /// The markets API market subscriptions are resolved with (`PMW_GAMMA_URL`, as pmw-live's).
+    #[serde(default = "defaults::gamma_url")]
+    pub gamma_url: String,
     #[serde(default)]
     pub api_allow_private_webhooks: bool,
     #[serde(default)]
@@ -106,6 +110,12 @@ impl Validate for ApiConfig {
             ));
         }
         plans::validate(&self.api_default_plan, &self.api_plans)?;
+        if !(self.gamma_url.starts_with("http://") || self.gamma_url.starts_with("https://")) {
+            return Err(ConfigError::invalid(
+                "PMW_GAMMA_URL",
+                "must be an http:// or https:// URL",
+            ));
+        }
         if self.api_rate_per_sec == 0 || self.api_rate_burst == 0 {
             return Err(ConfigError::invalid(
                 "PMW_API_RATE_PER_SEC",
@@ -178,6 +188,10 @@ impl Validate for ApiConfig {
 
 mod defaults {
     use super::*;
+
+    pub fn gamma_url() -> String {
+        "https://gamma-api.polymarket.com".into()
+    }
 
     pub fn api_listen() -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], 8080))

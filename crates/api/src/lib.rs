@@ -46,6 +46,8 @@ pub struct AppState {
     pub test_limiter: Arc<auth::Limiter>,
     /// The SSRF-guarded client of test events.
     pub hooks: hook_client::HookClient,
+    /// The markets API market subscriptions are resolved with (`PMW_GAMMA_URL`).
+    pub markets: routes::markets::MarketsApi,
     /// Readiness's own pool (2 connections): its checks never take a request's connection.
     pub ready_pg: PgPool,
     /// The readiness verdict, evaluated at most once per `PMW_API_READY_INTERVAL_MS`.
@@ -90,6 +92,8 @@ pub async fn run_with(
         anonymous: auth::anonymous_limiter(&api),
         test_limiter: auth::test_limiter(&api),
         hooks: hook_client::HookClient::new(api.api_allow_private_webhooks)
+            .map_err(|e| ServiceError::Bug(e.into()))?,
+        markets: routes::markets::MarketsApi::new(&api.gamma_url)
             .map_err(|e| ServiceError::Bug(e.into()))?,
         cfg: Arc::new(api),
     };

@@ -77,6 +77,11 @@ pub const POSTGRES: &[Migration] = &[
     migration!(17, "ledger_visible", "postgres/0017_ledger_visible.sql"),
     migration!(18, "fleet_limits", "postgres/0018_fleet_limits.sql"),
     migration!(
+        19,
+        "market_subscriptions",
+        "postgres/0019_market_subscriptions.sql"
+    ),
+    migration!(
         20,
         "chat_destinations",
         "postgres/0020_chat_destinations.sql"

@@ -15,6 +15,36 @@ pub struct Plan {
     pub max_wallets: u32,
     pub max_webhook_endpoints: u32,
     pub max_ws_sessions: u32,
+    /// Markets an account may follow (distinct condition ids over its market subscriptions;
+    /// an event counts each of its markets). Absent: [`DEFAULT_MAX_MARKETS`].
+    #[serde(default = "default_max_markets")]
+    pub max_markets: u32,
+    /// The least `filter.min_collateral` (USDC, an exact decimal like `"100"`) a market
+    /// subscription may have: a busy market without a floor is a firehose. `"0"`: no floor.
+    /// Absent: [`DEFAULT_MARKET_MIN_COLLATERAL`].
+    #[serde(default = "default_market_min_collateral")]
+    pub market_min_collateral: String,
+}
+
+/// Markets a plan that does not say lets an account follow.
+pub const DEFAULT_MAX_MARKETS: u32 = 10;
+/// The `min_collateral` floor of market subscriptions on a plan that does not say (USDC).
+pub const DEFAULT_MARKET_MIN_COLLATERAL: &str = "100";
+
+fn default_max_markets() -> u32 {
+    DEFAULT_MAX_MARKETS
+}
+
+fn default_market_min_collateral() -> String {
+    DEFAULT_MARKET_MIN_COLLATERAL.into()
+}
+
+impl Plan {
+    /// The plan's `min_collateral` floor for market subscriptions, in micro-units (validated
+    /// at load: [`validate`]).
+    pub fn market_floor(&self) -> u128 {
+        crate::filter::parse_micro(&self.market_min_collateral).unwrap_or(0)
+    }
 }
 
 /// The configured plans and the one new accounts get.
@@ -67,6 +97,18 @@ pub fn validate(default: &str, plans: &BTreeMap<String, Plan>) -> Result<(), Con
             "at least one plan is required",
         ));
     }
+    if let Some((name, p)) = plans
+        .iter()
+        .find(|(_, p)| crate::filter::parse_micro(&p.market_min_collateral).is_none())
+    {
+        return Err(ConfigError::invalid(
+            "PMW_API_PLANS",
+            format!(
+                "plan {name:?}: market_min_collateral must be an exact decimal like \"100\", got {:?}",
+                p.market_min_collateral
+            ),
+        ));
+    }
     if !plans.contains_key(default) {
         return Err(ConfigError::invalid(
             "PMW_API_DEFAULT_PLAN",
@@ -107,6 +149,8 @@ pub fn default_plans() -> BTreeMap<String, Plan> {
                 max_wallets: 10,
                 max_webhook_endpoints: 1,
                 max_ws_sessions: 2,
+                max_markets: 5,
+                market_min_collateral: "1000".into(),
             },
         ),
         (
@@ -115,6 +159,8 @@ pub fn default_plans() -> BTreeMap<String, Plan> {
                 max_wallets: 500,
                 max_webhook_endpoints: 10,
                 max_ws_sessions: 50,
+                max_markets: 100,
+                market_min_collateral: "100".into(),
             },
         ),
     ])

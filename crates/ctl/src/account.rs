@@ -74,19 +74,20 @@ async fn list(cfg: &CoreConfig, json: bool) -> Result<(), ServiceError> {
         usage
             .iter()
             .find(|r| r.get::<_, i64>(0) == id)
-            .map_or((0, 0, 0), |r| {
-                (r.get::<_, i64>(1), r.get::<_, i64>(2), r.get::<_, i64>(3))
+            .map_or((0, 0, 0, 0), |r| {
+                let n = |i| r.get::<_, i64>(i);
+                (n(1), n(2), n(3), n(4))
             })
     };
     if json {
         let rows: Vec<serde_json::Value> = all
             .iter()
             .map(|a| {
-                let (k, w, e) = counts(a.id);
+                let (k, w, e, m) = counts(a.id);
                 serde_json::json!({
                     "id": a.id, "name": a.name, "email": a.email, "plan": a.plan,
                     "created_ms": a.created_ms, "disabled_ms": a.disabled_ms,
-                    "active_keys": k, "wallets": w, "webhook_endpoints": e,
+                    "active_keys": k, "wallets": w, "webhook_endpoints": e, "markets": m,
                 })
             })
             .collect();
@@ -94,24 +95,25 @@ async fn list(cfg: &CoreConfig, json: bool) -> Result<(), ServiceError> {
         return Ok(());
     }
     println!(
-        "{:>6}  {:<24} {:<28} {:<8} {:>4} {:>7} {:>8}  created",
-        "id", "name", "email", "plan", "keys", "wallets", "webhooks"
+        "{:>6}  {:<24} {:<28} {:<8} {:>4} {:>7} {:>7} {:>8}  created",
+        "id", "name", "email", "plan", "keys", "wallets", "markets", "webhooks"
     );
     for a in &all {
-        let (k, w, e) = counts(a.id);
+        let (k, w, e, m) = counts(a.id);
         let name = if a.disabled_ms.is_some() {
             format!("{} (disabled)", a.name)
         } else {
             a.name.clone()
         };
         println!(
-            "{:>6}  {:<24} {:<28} {:<8} {:>4} {:>7} {:>8}  {}",
+            "{:>6}  {:<24} {:<28} {:<8} {:>4} {:>7} {:>7} {:>8}  {}",
             a.id,
             name,
             a.email.as_deref().unwrap_or("-"),
             a.plan,
             k,
             w,
+            m,
             e,
             UnixMs(a.created_ms).to_rfc3339()
         );

@@ -25,7 +25,8 @@ use pmw_core::message::{Events, Kind};
 use pmw_core::{Cursor, Position};
 use tokio::sync::mpsc;
 
-use crate::subs::{wants, Filters, Index};
+use crate::subs::{Filters, Index, MarketFilters};
+use session::{Session, Via};
 
 /// A trade or retraction ready for any session: body rendered once.
 #[derive(Debug)]
@@ -140,50 +141,16 @@ impl Item {
 /// Close code of a session the hub let go: 1013 (try again later) by default.
 pub type CloseCode = Arc<std::sync::atomic::AtomicU16>;
 
-struct Session {
-    account_id: i64,
-    key_id: i64,
-    wallets: Vec<String>,
-    /// The filters of `wallets` (same version).
-    filters: Filters,
-    /// `subs_version` of `wallets`.
-    version: i64,
-    /// Wallets this session stopped following while open, with their filters then: a trade it
-    /// was sent may still be orphaned by a reorg, and its `retract` is still the session's
-    /// (retracts only, the newest [`FORMER_MAX`]).
-    former: Vec<(String, Filters)>,
-    events: Events,
-    tx: mpsc::Sender<Frame>,
-    close: CloseCode,
-}
-
-/// How many wallets a session stopped following are kept for their retracts.
-const FORMER_MAX: usize = 64;
-
-impl Session {
-    /// Before taking `wallets`: remember the ones dropped (with their filters), forget the ones
-    /// followed again, keep the newest [`FORMER_MAX`].
-    fn remember_former(&mut self, wallets: &[String]) {
-        self.former.retain(|(w, _)| !wallets.contains(w));
-        for w in self.wallets.iter().filter(|w| !wallets.contains(w)) {
-            let mut f = Filters::new();
-            if let Some(x) = self.filters.get(w) {
-                f.insert(w.clone(), x.clone());
-            }
-            self.former.retain(|(o, _)| o != w);
-            self.former.push((w.clone(), f));
-        }
-        let excess = self.former.len().saturating_sub(FORMER_MAX);
-        self.former.drain(..excess);
-    }
-}
-
 #[derive(Default)]
 struct Inner {
     sessions: HashMap<u64, Session>,
     by_wallet: HashMap<String, Vec<u64>>,
+    /// Sessions by an outcome token of a market they follow.
+    by_token: HashMap<String, Vec<u64>>,
     /// Sessions by a wallet they stopped following (retracts only).
     by_former: HashMap<String, Vec<u64>>,
+    /// Sessions by a market token they stopped following (retracts only).
+    by_former_token: HashMap<String, Vec<u64>>,
     by_account: HashMap<i64, Vec<u64>>,
     /// What this shard's sessions were given up to: a session registering here replays up to it.
     dispatched: Position,
@@ -197,8 +164,14 @@ impl Inner {
         for w in &s.wallets {
             self.by_wallet.entry(w.clone()).or_default().push(id);
         }
+        for t in s.markets.keys() {
+            self.by_token.entry(t.clone()).or_default().push(id);
+        }
         for (w, _) in &s.former {
             self.by_former.entry(w.clone()).or_default().push(id);
+        }
+        for t in s.former_markets.keys() {
+            self.by_former_token.entry(t.clone()).or_default().push(id);
         }
         self.by_account.entry(s.account_id).or_default().push(id);
     }
@@ -208,16 +181,22 @@ impl Inner {
         for w in &s.wallets {
             drop_id(&mut self.by_wallet, w, id);
         }
+        for t in s.markets.keys() {
+            drop_id(&mut self.by_token, t, id);
+        }
         for (w, _) in &s.former {
             drop_id(&mut self.by_former, w, id);
+        }
+        for t in s.former_markets.keys() {
+            drop_id(&mut self.by_former_token, t, id);
         }
         drop_id(&mut self.by_account, &s.account_id, id);
         Some(s)
     }
 
-    /// Queue `items` to this shard's followers of each item's wallet, then move the shard's
-    /// dispatched position. A full queue closes that session (slow consumer). Returns the
-    /// frames queued and the sessions closed.
+    /// Queue `items` to this shard's followers of each item's wallet or market (once each),
+    /// then move the shard's dispatched position. A full queue closes that session (slow
+    /// consumer). Returns the frames queued and the sessions closed.
     fn dispatch(
         &mut self,
         items: &[Arc<Item>],
@@ -226,31 +205,33 @@ impl Inner {
     ) -> (usize, usize) {
         let mut slow: Vec<u64> = Vec::new();
         let mut queued = 0;
-        let none = Vec::new();
         for item in items {
-            let followers = self.by_wallet.get(&item.wallet).unwrap_or(&none);
-            // A retract also reaches the sessions that stopped following its wallet.
-            let former = match item.kind {
-                Kind::Retract => self.by_former.get(&item.wallet).unwrap_or(&none),
-                _ => &none,
-            };
-            for (id, was) in followers
+            // The followers of the item's wallet, then of its market, and for a retract those
+            // that stopped following either: each session is decided once, where it is first
+            // reached ([`Session::wants`]).
+            let retract = item.kind == Kind::Retract;
+            let token = &item.facts.token_id;
+            let lists = [
+                (ids_of(&self.by_wallet, &item.wallet, true), Via::Wallet),
+                (
+                    ids_of(&self.by_former, &item.wallet, retract),
+                    Via::FormerWallet,
+                ),
+                (ids_of(&self.by_token, token, true), Via::Market),
+                (
+                    ids_of(&self.by_former_token, token, retract),
+                    Via::FormerMarket,
+                ),
+            ];
+            for (id, via) in lists
                 .iter()
-                .map(|i| (i, false))
-                .chain(former.iter().map(|i| (i, true)))
+                .flat_map(|(ids, via)| ids.iter().map(move |i| (i, *via)))
             {
                 let s = &self.sessions[id];
-                let filters = if was {
-                    match s.former.iter().find(|(w, _)| *w == item.wallet) {
-                        Some((_, f)) => f,
-                        None => continue,
-                    }
-                } else {
-                    &s.filters
-                };
                 if slow.contains(id)
                     || !stream.wants(s.events, item.kind)
-                    || !wants(filters, &item.wallet, &item.facts)
+                    || s.reached_before(item, via)
+                    || !s.wants(item)
                 {
                     continue;
                 }
@@ -277,6 +258,11 @@ impl Inner {
         }
         (queued, closed)
     }
+}
+
+/// The sessions `m` lists under `k` (none unless `on`).
+fn ids_of<'a>(m: &'a HashMap<String, Vec<u64>>, k: &str, on: bool) -> &'a [u64] {
+    m.get(k).filter(|_| on).map_or(&[], Vec::as_slice)
 }
 
 fn drop_id<K: std::hash::Hash + Eq + Clone>(map: &mut HashMap<K, Vec<u64>>, key: &K, id: u64) {
@@ -328,6 +314,7 @@ pub struct Registration {
     pub max_sessions: Option<u32>,
     pub wallets: Vec<String>,
     pub filters: Filters,
+    pub markets: MarketFilters,
     pub version: i64,
     pub events: Events,
     pub tx: mpsc::Sender<Frame>,
@@ -390,8 +377,10 @@ impl Hub {
                 key_id: r.key_id,
                 wallets: r.wallets,
                 filters: r.filters,
+                markets: r.markets,
                 version: r.version,
                 former: Vec::new(),
+                former_markets: MarketFilters::new(),
                 events: r.events,
                 tx: r.tx,
                 close: r.close,
@@ -421,6 +410,7 @@ impl Hub {
         let mut revoked = 0;
         let none = Vec::new();
         let no_filters = Filters::new();
+        let no_markets = MarketFilters::new();
         for mut inner in self.each() {
             let stale: Vec<u64> = inner
                 .sessions
@@ -435,9 +425,16 @@ impl Hub {
                     .filters_by_account
                     .get(&s.account_id)
                     .unwrap_or(&no_filters);
-                if idx.live_keys.contains(&s.key_id) && *wallets == s.wallets {
-                    // Same wallets: no relinking, only the filters may have changed.
+                let markets = idx
+                    .markets_by_account
+                    .get(&s.account_id)
+                    .unwrap_or(&no_markets);
+                let same_tokens = markets.len() == s.markets.len()
+                    && markets.keys().all(|t| s.markets.contains_key(t));
+                if idx.live_keys.contains(&s.key_id) && *wallets == s.wallets && same_tokens {
+                    // Same wallets and markets: no relinking, only the filters may have changed.
                     s.filters.clone_from(filters);
+                    s.markets.clone_from(markets);
                     s.version = idx.version; // unchanged: no relinking
                     continue;
                 }
@@ -461,13 +458,19 @@ impl Hub {
                     .get(&s.account_id)
                     .cloned()
                     .unwrap_or_default();
-                s.remember_former(&wallets);
+                let markets = idx
+                    .markets_by_account
+                    .get(&s.account_id)
+                    .cloned()
+                    .unwrap_or_default();
+                s.remember_former(&wallets, &markets);
                 s.wallets = wallets;
                 s.filters = idx
                     .filters_by_account
                     .get(&s.account_id)
                     .cloned()
                     .unwrap_or_default();
+                s.markets = markets;
                 s.version = idx.version;
                 inner.sessions.insert(id, s);
                 inner.link(id);
@@ -585,11 +588,14 @@ impl Hub {
             }
             inner.by_account.clear();
             inner.by_wallet.clear();
+            inner.by_token.clear();
             inner.by_former.clear();
+            inner.by_former_token.clear();
         }
     }
 }
 
+mod session;
 #[cfg(test)]
 mod tests;
 pub mod view;

@@ -49,16 +49,18 @@ fn ahead(since: Position, watermark: Option<u64>) -> Option<ResumeError> {
 pub struct Start {
     /// Replay after this position.
     pub from: Position,
-    /// Orphaned trades of the session's wallets the client may hold (retract them first).
+    /// Orphaned trades of the session's wallets and markets the client may hold (retract them first).
     pub retract: Vec<TradeRow>,
 }
 
-/// Decide where a session resuming at `since` starts (`wallets`: what it follows).
+/// Decide where a session resuming at `since` starts (`wallets` and the followed markets'
+/// `tokens`: what it follows).
 pub async fn start(
     pool: &PgPool,
     ch: &ChClient,
     since: Position,
     wallets: &[String],
+    tokens: &[String],
 ) -> Result<Start, ResumeError> {
     let c = pool
         .get()
@@ -71,7 +73,7 @@ pub async fn start(
         return Err(e);
     }
     drop(c);
-    judge(pool, ch, since, wallets)
+    judge(pool, ch, since, wallets, tokens)
         .await
         .map_err(ResumeError::Store)
 }
@@ -82,6 +84,7 @@ async fn judge(
     ch: &ChClient,
     since: Position,
     wallets: &[String],
+    tokens: &[String],
 ) -> Result<Start, String> {
     let keep = Start {
         from: since,
@@ -132,7 +135,7 @@ async fn judge(
         .into_iter()
         .filter(|r| {
             r.cursor() <= since.cursor
-                && wallets.contains(&r.maker)
+                && (wallets.contains(&r.maker) || tokens.contains(&r.token_id))
                 && ingested.is_none_or(|t| r.version as i64 >= t)
         })
         .collect();

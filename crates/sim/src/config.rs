@@ -23,6 +23,10 @@ pub struct Market {
     pub neg_risk: bool,
     #[serde(default)]
     pub closed: bool,
+    /// The slug of the event the market belongs to (`GET /events?slug=`); none: an event of
+    /// its own, with the market's slug.
+    #[serde(default)]
+    pub event: Option<String>,
 }
 
 impl Market {
@@ -38,7 +42,19 @@ impl Market {
             token_ids: outcomes.iter().map(|o| token(o)).collect(),
             neg_risk,
             closed: false,
+            event: None,
         }
+    }
+
+    /// The same market in event `slug`.
+    pub fn in_event(mut self, slug: &str) -> Market {
+        self.event = Some(slug.to_string());
+        self
+    }
+
+    /// The slug of the market's event.
+    pub fn event_slug(&self) -> &str {
+        self.event.as_deref().unwrap_or(&self.slug)
     }
 
     /// Index of `token` in this market's tokens.
@@ -77,13 +93,15 @@ pub fn demo_markets() -> Vec<Market> {
             "pmw-demo-cup-team-alpha",
             ["Yes", "No"],
             true,
-        ),
+        )
+        .in_event("pmw-demo-cup"),
         Market::demo(
             "Will Team Beta win the pmw demo cup?",
             "pmw-demo-cup-team-beta",
             ["Yes", "No"],
             true,
-        ),
+        )
+        .in_event("pmw-demo-cup"),
     ]
 }
 

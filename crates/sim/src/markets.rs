@@ -1,7 +1,9 @@
 //! A Gamma-compatible market metadata server for the simulator's markets:
 //! `GET /markets?clob_token_ids=<id>&clob_token_ids=<id2>` answers a JSON array of the markets
 //! holding those tokens (unknown ids are simply absent; no filter = every market), with
-//! `outcomes` and `clobTokenIds` as JSON-encoded strings, as Gamma does.
+//! `outcomes` and `clobTokenIds` as JSON-encoded strings, as Gamma does; `condition_ids=` filters
+//! by condition id the same way. `GET /events?slug=<slug>` answers the events with that slug,
+//! each with its markets (Gamma's shape), as `/v1/markets` resolves an event subscription.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -63,6 +65,7 @@ pub async fn serve_with(
 pub fn router(markets: Vec<Market>, opts: ServeOptions) -> Router {
     Router::new()
         .route("/markets", get(list_markets))
+        .route("/events", get(list_events))
         .with_state(Arc::new(AppState { markets, opts }))
 }
 
@@ -73,7 +76,9 @@ async fn list_markets(
     if !app.opts.delay.is_zero() {
         tokio::time::sleep(app.opts.delay).await;
     }
-    let wanted = token_filter(query.as_deref().unwrap_or(""));
+    let query = query.as_deref().unwrap_or("");
+    let wanted = token_filter(query);
+    let conditions = values_of(query, "condition_ids");
     let out = app
         .markets
         .iter()
@@ -82,9 +87,52 @@ async fn list_markets(
             None => true,
             Some(ids) => m.token_ids.iter().any(|t| ids.contains(t)),
         })
+        .filter(|(_, m)| {
+            conditions.as_ref().is_none_or(|cs| {
+                let c = m.condition_id.to_string();
+                cs.iter().any(|x| x.eq_ignore_ascii_case(&c))
+            })
+        })
         .map(|(i, m)| gamma_market(FIRST_MARKET_ID + i, m))
         .collect();
     Json(out)
+}
+
+/// `GET /events?slug=`: the events with that slug (none without one), each with its markets.
+async fn list_events(
+    State(app): State<Arc<AppState>>,
+    RawQuery(query): RawQuery,
+) -> Json<Vec<Value>> {
+    let slugs = values_of(query.as_deref().unwrap_or(""), "slug").unwrap_or_default();
+    let out = slugs
+        .iter()
+        .filter_map(|slug| {
+            let markets: Vec<Value> = app
+                .markets
+                .iter()
+                .enumerate()
+                .filter(|(_, m)| m.event_slug() == slug)
+                .map(|(i, m)| gamma_market(FIRST_MARKET_ID + i, m))
+                .collect();
+            (!markets.is_empty()).then(|| json!({"slug": slug, "title": slug, "markets": markets}))
+        })
+        .collect();
+    Json(out)
+}
+
+/// The values of `key` in a query string (repeated keys and comma lists), or None when absent.
+fn values_of(query: &str, key: &str) -> Option<Vec<String>> {
+    let mut found = false;
+    let mut out = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        if percent_decode(k) != key {
+            continue;
+        }
+        found = true;
+        out.extend(percent_decode(v).split(',').map(|s| s.trim().to_string()));
+    }
+    found.then_some(out)
 }
 
 /// The `clob_token_ids` values of a query string (repeated keys and comma lists), or None when

@@ -33,12 +33,19 @@ pub struct PlanOut {
     pub max_wallets: u32,
     pub max_webhook_endpoints: u32,
     pub max_ws_sessions: u32,
+    /// Markets the account may follow (`/v1/markets`).
+    pub max_markets: u32,
+    /// The least `filter.min_collateral` a market subscription may have (USDC).
+    #[schema(example = "100")]
+    pub market_min_collateral: String,
 }
 
 /// What the account uses now.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Usage {
     pub wallets: i64,
+    /// Distinct markets followed (what `max_markets` counts).
+    pub markets: i64,
     pub webhook_endpoints: i64,
     pub active_keys: i64,
 }
@@ -67,9 +74,12 @@ pub async fn me(State(st): State<AppState>, who: Auth) -> Result<Json<Me>, ApiEr
             max_wallets: plan.max_wallets,
             max_webhook_endpoints: plan.max_webhook_endpoints,
             max_ws_sessions: plan.max_ws_sessions,
+            max_markets: plan.max_markets,
+            market_min_collateral: plan.market_min_collateral.clone(),
         },
         usage: Usage {
             wallets: r.get(6),
+            markets: r.get(9),
             webhook_endpoints: r.get(7),
             active_keys: r.get(8),
         },

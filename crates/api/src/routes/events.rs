@@ -97,7 +97,7 @@ pub fn webhooks() -> Value {
     let mut final_op = op("final", FINAL_WHAT);
     final_op["post"]["requestBody"]["content"]["application/json"]["schema"] = final_schema();
     json!({
-        "trade": op("trade", "A fill of a followed wallet on the canonical chain (endpoints with `trade` in `events`)."),
+        "trade": op("trade", "A fill of a followed wallet, or any wallet's fill in a followed market (`/v1/markets`), on the canonical chain, once even when both match (endpoints with `trade` in `events`)."),
         "retract": op("retract", "A fill a reorg removed, with the body it was delivered with."),
         "final": final_op,
         "test": test_op,
@@ -113,7 +113,7 @@ pub fn asyncapi() -> &'static Value {
         };
         let messages = json!({
             "hello": msg("hello", "first frame: where the session starts and the ingested head", typed("Control", "hello")),
-            "trade": msg("trade", "a fill of a followed wallet", typed("PushedMessage", "trade")),
+            "trade": msg("trade", "a fill of a followed wallet, or any wallet's fill in a followed market (once when both match)", typed("PushedMessage", "trade")),
             "retract": msg("retract", "a fill a reorg removed (the body it was delivered with)", typed("PushedMessage", "retract")),
             "final": msg("final", "a fill's block is finalized (with `events=final` or `events=trade,final`)", final_schema()),
             "heartbeat": msg("heartbeat", "every PMW_PUSH_WS_HEARTBEAT_MS: alive, and where the session stands", typed("Control", "heartbeat")),
@@ -136,8 +136,8 @@ pub fn asyncapi() -> &'static Value {
             "info": {
                 "title": "pmw live trades",
                 "version": "1",
-                "description": "Live Polymarket trades of the wallets an account follows, over a \
-                    WebSocket served by pmw-push behind the same site as the REST API. \
+                "description": "Live Polymarket trades of the wallets and markets an account follows, \
+                    over a WebSocket served by pmw-push behind the same site as the REST API. \
                     Authenticate with `Authorization: Bearer pmw_…` (scheme in any case) or a \
                     one-time `?ticket=` from `POST /v1/ws-ticket`. Reconnect with \
                     `?since=<resume>` (the last `resume` received) to get what was missed; a \

@@ -47,22 +47,27 @@ pub const MAX_BLOCK_SPAN: u64 = 100_000;
 const END_OF_BLOCK: u32 = 999_999;
 
 /// Where a page after `after` stops scanning: `through`, or the end of [`MAX_BLOCK_SPAN`] blocks
-/// from the first block holding a trade of `wallets` when that comes first. `None` when no
-/// trade of the wallets lies in the range. `wallets` are lowercase `0x…` addresses.
+/// from the first block holding a trade of `whose` wallets when that comes first (from `after`
+/// when it follows markets too: any block may hold one of their fills). `None` when nothing is
+/// followed or no trade of the wallets lies in the range. Wallets are lowercase `0x…` addresses.
 pub async fn scan_through(
     c: &super::txn::Client,
     ch: &pmw_core::ch::ChClient,
-    wallets: &[String],
+    whose: pg::ledger::Whose<'_>,
     after: Cursor,
     through: Cursor,
 ) -> Result<Option<Cursor>, ApiError> {
-    if wallets.is_empty() || through <= after {
+    let wallets = whose.wallets;
+    if (wallets.is_empty() && whose.tokens.is_empty()) || through <= after {
         return Ok(None);
     }
     // From the hot ledger's floor on, the page reads Postgres (bounded by its limit): no scan.
     let seam = pg::ledger::seam(&***c).await?;
     if seam.below().is_none_or(|b| after >= b) {
         return Ok(Some(through));
+    }
+    if !whose.tokens.is_empty() {
+        return Ok(span_end(after.block, through));
     }
     if let Some(bad) = wallets.iter().find(|w| !Address::is_lower_hex(w)) {
         return Err(ApiError::unprocessable(

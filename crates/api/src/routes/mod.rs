@@ -12,6 +12,7 @@ mod filters;
 mod hook_test;
 mod ledger;
 pub use ledger::MAX_BLOCK_SPAN;
+pub mod markets;
 mod ops;
 mod params;
 pub use ops::metrics;
@@ -38,7 +39,7 @@ use crate::AppState;
 #[openapi(
     info(
         title = "pmw API",
-        description = "Live Polymarket trades of the wallets you follow: subscriptions, signed \
+        description = "Live Polymarket trades of the wallets and markets you follow: subscriptions, signed \
             webhooks, keyset backfill, delivery log, readiness. Errors are \
             `{\"error\":{\"code\",\"message\"}}`. Authenticate with `Authorization: Bearer pmw_…`. \
             Live trades are pushed over the WebSocket `/v1/ws` (served by pmw-push).",
@@ -49,6 +50,7 @@ use crate::AppState;
     tags(
         (name = "account", description = "the caller's account, API keys, WebSocket tickets"),
         (name = "subscriptions", description = "followed wallets"),
+        (name = "markets", description = "followed markets: every fill in them, whatever the wallet"),
         (name = "webhooks", description = "webhook endpoints, secrets, delivery log, replay"),
         (name = "trades", description = "keyset backfill of trades"),
         (name = "ops", description = "readiness, health, metrics, this document")
@@ -83,6 +85,8 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(subscriptions::list, subscriptions::add))
         .routes(routes!(subscriptions::update, subscriptions::remove))
         .routes(routes!(subscriptions::bulk::bulk))
+        .routes(routes!(markets::list, markets::add))
+        .routes(routes!(markets::update, markets::remove))
         .routes(routes!(webhooks::list, webhooks::create))
         .routes(routes!(
             webhooks::get_one,

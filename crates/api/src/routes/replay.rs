@@ -51,7 +51,7 @@ pub struct Replay {
 pub struct ReplayOutcome {
     /// Deliveries queued (new, or finished ones queued again).
     pub enqueued: u64,
-    /// Trades found for the account's wallets in the range that pass the filters (the
+    /// Trades found for the account's wallets and markets in the range that pass the filters (the
     /// subscription's and the endpoint's), i.e. replayed.
     pub trades: usize,
     /// Call again with `after = next` for the rest when `more`.
@@ -112,8 +112,11 @@ struct Queue<'a> {
     finals_through: Cursor,
     /// The endpoint's own filter.
     own: Option<Filter>,
-    /// The subscription filters of the account's wallets (lowercase `0x…`).
+    /// The account's wallets (lowercase `0x…`) and their subscription filters.
+    wallets: &'a [String],
     filters: &'a HashMap<String, Filter>,
+    /// The account's followed markets: token id → the filters of the subscriptions naming it.
+    markets: &'a HashMap<String, Vec<Filter>>,
     /// Market names of the rows' tokens.
     names: &'a HashMap<String, Market>,
     now: i64,
@@ -127,9 +130,14 @@ impl Queue<'_> {
         for r in rows {
             let market = self.names.get(&r.token_id);
             let facts = Facts::of_row(r, market);
-            if !(filter::passes(self.filters.get(&r.maker), &facts)
-                && filter::passes(self.own.as_ref(), &facts))
-            {
+            // Through a followed wallet or a followed market, once (as push decides).
+            let by_wallet = self.wallets.contains(&r.maker)
+                && filter::passes(self.filters.get(&r.maker), &facts);
+            let by_market = self
+                .markets
+                .get(&r.token_id)
+                .is_some_and(|fs| fs.iter().any(|f| f.matches(&facts)));
+            if !((by_wallet || by_market) && filter::passes(self.own.as_ref(), &facts)) {
                 continue;
             }
             let finalized = r.cursor() <= self.finals_through;
@@ -216,8 +224,15 @@ pub async fn replay(
     charge(&c, who.account_id, UnixMs::now().0).await?;
     let wallets = followed(&c, who.account_id).await?;
     let (through, finals_through) = bounds(&c).await?;
+    let market_filters = super::markets::store::filters_of(&**c, who.account_id).await?;
+    let mut tokens: Vec<String> = market_filters.keys().cloned().collect();
+    tokens.sort();
+    let whose = one::Whose {
+        wallets: &wallets,
+        tokens: &tokens,
+    };
     let mut rows =
-        one::wallet_trades_between(&**c, &st.ch, &wallets, after, through, u64::from(limit) + 1)
+        one::followed_trades_between(&**c, &st.ch, whose, after, through, u64::from(limit) + 1)
             .await?;
     let more = rows.len() > limit as usize;
     rows.truncate(limit as usize);
@@ -228,7 +243,9 @@ pub async fn replay(
         finals: endpoint.events.contains(&EventType::Final),
         finals_through,
         own: own_filter(&endpoint),
+        wallets: &wallets,
         filters: &super::filters::of_account(&c, who.account_id).await?,
+        markets: &market_filters,
         names: &markets(&c, &rows).await?,
         now: UnixMs::now().0,
     };
@@ -264,6 +281,12 @@ mod tests {
         }
     }
 
+    /// The followed wallet of every test row.
+    static WALLETS: std::sync::LazyLock<Vec<String>> =
+        std::sync::LazyLock::new(|| vec!["0x11".to_string()]);
+    static NO_MARKETS: std::sync::LazyLock<HashMap<String, Vec<Filter>>> =
+        std::sync::LazyLock::new(HashMap::new);
+
     fn queue<'a>(
         trades: bool,
         finals: bool,
@@ -279,7 +302,9 @@ mod tests {
                 log_index: 1,
             },
             own: None,
+            wallets: &WALLETS,
             filters,
+            markets: &NO_MARKETS,
             names,
             now: 1_000,
         }

@@ -3,8 +3,10 @@
 //! `(block, log_index)`, never by offset, and never past the ingest watermark (so a page never
 //! skips a trade that becomes visible later). Trades have the shape of the pushed `trade`
 //! messages (without `type` and `t_push_ms`). By default a page holds what the WebSocket sends:
-//! each followed wallet's subscription filter applies (after the page is read, so a page can
-//! hold fewer than `limit` trades while `more` is true); `unfiltered=true` lists every trade.
+//! each followed wallet's subscription filter applies, and without `wallet` the followed markets'
+//! fills passing their filters are listed too, each trade once (after the page is read, so a
+//! page can hold fewer than `limit` trades while `more` is true); `unfiltered=true` lists every
+//! trade of them.
 //! One page scans at most [`super::ledger::MAX_BLOCK_SPAN`] blocks from the first block after its cursor that
 //! holds a trade of its wallets: a page that reached that bound has `more` true and `next` at
 //! the bound's end, where the next page continues (the keyset contract is unchanged).
@@ -12,7 +14,9 @@
 use axum::extract::State;
 use axum::Json;
 use pmw_core::ch::TradeRow;
-use pmw_core::filter::{self, Facts};
+use std::collections::HashMap;
+
+use pmw_core::filter::{self, Facts, Filter};
 use pmw_core::message::TradeMessage;
 use pmw_core::pg::ledger as one;
 use pmw_core::{pg, Cursor};
@@ -66,6 +70,17 @@ pub struct TradeQuery {
     pub unfiltered: Option<bool>,
 }
 
+/// The account's followed markets (token → filters) and their tokens, sorted.
+async fn followed_markets(
+    c: &super::txn::Client,
+    account: i64,
+) -> Result<(HashMap<String, Vec<Filter>>, Vec<String>), ApiError> {
+    let filters = super::markets::store::filters_of(&***c, account).await?;
+    let mut tokens: Vec<String> = filters.keys().cloned().collect();
+    tokens.sort();
+    Ok((filters, tokens))
+}
+
 /// Trades of one wallet (or of every followed wallet) after a cursor, in ledger order; each says
 /// whether its block is finalized, and `final_only` keeps to those.
 #[utoipa::path(get, path = "/v1/trades", tag = "trades", security(("api_key" = [])),
@@ -87,6 +102,15 @@ pub async fn list(
         Some(w) => vec![parse_wallet(w)?.to_lower_hex()],
         None => followed(&c, who.account_id).await?,
     };
+    // Without `wallet`: the followed markets' fills too, as push sends them.
+    let (market_filters, tokens) = match &q.wallet {
+        Some(_) => Default::default(),
+        None => followed_markets(&c, who.account_id).await?,
+    };
+    let whose = one::Whose {
+        wallets: &wallets,
+        tokens: &tokens,
+    };
     let finalized = finalized(&c).await?;
     let through = match watermark(&c).await? {
         Some(w) if q.final_only == Some(true) => finalized.map(|f| w.min(pg::watermark_cursor(f))),
@@ -102,11 +126,11 @@ pub async fn list(
     let Some(through) = through else {
         return Ok(empty());
     };
-    let Some(bound) = scan_through(&c, &st.ch, &wallets, after, through).await? else {
+    let Some(bound) = scan_through(&c, &st.ch, whose, after, through).await? else {
         return Ok(empty());
     };
     let mut rows =
-        one::wallet_trades_between(&**c, &st.ch, &wallets, after, bound, u64::from(limit) + 1)
+        one::followed_trades_between(&**c, &st.ch, whose, after, bound, u64::from(limit) + 1)
             .await?;
     let full = rows.len() > limit as usize;
     rows.truncate(limit as usize);
@@ -118,17 +142,21 @@ pub async fn list(
     }
     .to_string();
     let names = markets(&c, &rows).await?;
-    let filters = if q.unfiltered == Some(true) {
-        Default::default()
-    } else {
-        super::filters::of_account(&c, who.account_id).await?
+    let unfiltered = q.unfiltered == Some(true);
+    let filters = match unfiltered {
+        true => Default::default(),
+        false => super::filters::of_account(&c, who.account_id).await?,
     };
     Ok(Json(TradePage {
         trades: rows
             .iter()
             .filter(|r| {
                 let facts = Facts::of_row(r, names.get(&r.token_id));
-                filter::passes(filters.get(&r.maker), &facts)
+                // Through a followed wallet or a followed market (each row once).
+                (wallets.contains(&r.maker) && filter::passes(filters.get(&r.maker), &facts))
+                    || market_filters
+                        .get(&r.token_id)
+                        .is_some_and(|fs| unfiltered || fs.iter().any(|f| f.matches(&facts)))
             })
             .map(|r| {
                 TradeMessage::from_row(r, names.get(&r.token_id))

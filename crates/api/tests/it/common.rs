@@ -25,10 +25,13 @@ impl Deref for Api {
     }
 }
 
-/// API settings for tests: port 0, private webhooks refused, generous rate limits.
+/// API settings for tests: port 0, private webhooks refused, generous rate limits, and a
+/// markets API on a closed loopback port (no request leaves the machine; `/v1/markets` answers
+/// 503 unless a test gives it pmw-sim's).
 pub fn test_config() -> ApiConfig {
     ApiConfig {
         api_listen: "127.0.0.1:0".parse().unwrap(),
+        gamma_url: "http://127.0.0.1:9".into(),
         api_rate_per_sec: 1_000,
         api_rate_burst: 1_000,
         api_anon_rate_per_sec: 1_000,

@@ -18,6 +18,8 @@ fn served() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
         ("/v1/subscriptions", &["get", "post"]),
         ("/v1/subscriptions/{wallet}", &["patch", "delete"]),
         ("/v1/subscriptions/bulk", &["post"]),
+        ("/v1/markets", &["get", "post"]),
+        ("/v1/markets/{market}", &["patch", "delete"]),
         ("/v1/webhooks", &["get", "post"]),
         ("/v1/webhooks/{id}", &["get", "patch", "delete"]),
         ("/v1/webhooks/{id}/rotate-secret", &["post"]),

@@ -214,6 +214,8 @@ async fn plan_limit_on_wallets_is_403_and_stores_nothing() {
             max_wallets: 2,
             max_webhook_endpoints: 0,
             max_ws_sessions: 1,
+            max_markets: 1,
+            market_min_collateral: "0".into(),
         },
     );
     let api = Api::start_with(cfg).await;

@@ -23,6 +23,8 @@ pub const RETRACTED_BETWEEN: &str = include_str!("sql/retracted_between.sql");
 pub const LATEST_BETWEEN: &str = include_str!("sql/latest_between.sql");
 /// Per-wallet trades in a cursor range (API, resumes). Holes: `{COLUMNS}`, `{list}`.
 pub const WALLET_TRADES_BETWEEN: &str = include_str!("sql/wallet_trades_between.sql");
+/// Trades of followed markets' tokens in a cursor range (resumes). Holes: `{COLUMNS}`, `{list}`.
+pub const TOKEN_TRADES_BETWEEN: &str = include_str!("sql/token_trades_between.sql");
 /// When a trade was ingested (resume check).
 pub const INGESTED_VERSION: &str = include_str!("sql/ingested_version.sql");
 /// Trades push has still to deliver (`pmwctl status`).
@@ -78,6 +80,7 @@ pub const ALL: &[(&str, &str)] = &[
     ("retracted_between", RETRACTED_BETWEEN),
     ("latest_between", LATEST_BETWEEN),
     ("wallet_trades_between", WALLET_TRADES_BETWEEN),
+    ("token_trades_between", TOKEN_TRADES_BETWEEN),
     ("ingested_version", INGESTED_VERSION),
     ("trades_waiting", TRADES_WAITING),
     ("ingest_in_window", INGEST_IN_WINDOW),

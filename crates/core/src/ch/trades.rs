@@ -376,6 +376,46 @@ pub async fn wallet_trades_between(
         .await
 }
 
+/// Visible trades of outcome `tokens` (followed markets, any wallet's fills) in `(after,
+/// through]`, ledger order, at most `limit`.
+pub async fn token_trades_between(
+    ch: &ChClient,
+    tokens: &[String],
+    after: Cursor,
+    through: Cursor,
+    limit: u64,
+) -> Result<Vec<TradeRow>, clickhouse::error::Error> {
+    if tokens.is_empty() || through <= after {
+        return Ok(Vec::new());
+    }
+    // The list is inlined (see the statement): every element must be a decimal token id.
+    let decimal =
+        |t: &String| !t.is_empty() && t.len() <= 78 && t.bytes().all(|b| b.is_ascii_digit());
+    if let Some(bad) = tokens.iter().find(|t| !decimal(t)) {
+        return Err(clickhouse::error::Error::Custom(format!(
+            "not a decimal token id: {bad:?}"
+        )));
+    }
+    let list = tokens
+        .iter()
+        .map(|t| format!("'{t}'"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let sql = sql::TOKEN_TRADES_BETWEEN
+        .replace("{COLUMNS}", TradeRow::COLUMNS)
+        .replace("{list}", &list);
+    ch.query(&sql)
+        .bind(after.block)
+        .bind(through.block)
+        .bind(after.block)
+        .bind(after.log_index)
+        .bind(through.block)
+        .bind(through.log_index)
+        .bind(limit)
+        .fetch_all()
+        .await
+}
+
 /// When the trade at `cursor` in the block whose hash starts with `hash_prefix` (hex, no `0x`)
 /// was ingested: the newest version of its not-retracted row, in ms. `None` if never stored.
 pub async fn ingested_ms(

@@ -15,6 +15,9 @@ use crate::ch::{trades, ChClient, TradeRow};
 use crate::types::cursor::MAX_LOG_INDEX;
 use crate::{Cursor, UnixMs};
 
+mod followed;
+pub use followed::{followed_trades_between, token_trades_between, Whose};
+
 /// Blocks per hot-ledger partition (about 5.5 h of Polygon; the retention window keeps several).
 pub const PARTITION_BLOCKS: u64 = 10_000;
 

@@ -88,8 +88,8 @@ impl FinalLane {
         let mut deliveries = Vec::new();
         for (item, row) in items.iter().zip(rows) {
             // The same filters decide as for its trade (same row, same market).
-            if let Some(accounts) = idx.accounts_by_wallet.get(&row.maker) {
-                deliveries.extend(webhook::finals_of(idx, Some(accounts), row, item, now));
+            if idx.follows(&row.maker, &row.token_id) {
+                deliveries.extend(webhook::finals_of(idx, row, item, now));
             }
         }
         (items, deliveries)

@@ -59,16 +59,13 @@ impl HookLane {
         let mut out = Vec::new();
         for (kind, row) in retracts.chain(trades) {
             // A retract is owed to whoever got its trade, followers now or not.
-            let accounts = idx.accounts_by_wallet.get(&row.maker);
-            if accounts.is_none() && kind != Kind::Retract {
+            if !idx.follows(&row.maker, &row.token_id) && kind != Kind::Retract {
                 continue;
             }
             let market = self.ledger.market(&row.token_id);
             let body = TradeMessage::from_row(row, market).to_json();
             let facts = Facts::of_row(row, market);
-            out.extend(webhook::deliveries_of(
-                idx, accounts, kind, row, &facts, &body, now,
-            ));
+            out.extend(webhook::deliveries_of(idx, kind, row, &facts, &body, now));
         }
         out
     }

@@ -1,5 +1,5 @@
 //! A round's webhook deliveries: one per enabled endpoint of every account that follows the
-//! message's wallet, wants its kind of event and whose filters let it through, with the body
+//! message's wallet or market (once, when it follows both), wants its kind of event and whose filters let it through, with the body
 //! stamped once for the round.
 
 use pmw_core::ch::TradeRow;
@@ -10,14 +10,13 @@ use super::{webhook_id, NewDelivery};
 use pmw_session::hub::Item;
 use pmw_session::subs::Index;
 
-/// The deliveries of one `trade` or `retract` about `row` to the endpoints of `accounts` (the
-/// followers of its wallet in `idx`) that receive trades, body `body` stamped `now`. A trade
+/// The deliveries of one `trade` or `retract` about `row` to the endpoints of the followers of
+/// its wallet or market in `idx` that receive trades, body `body` stamped `now`. A trade
 /// goes to the endpoints whose subscription and endpoint filters pass `facts`; a retract to
 /// every endpoint (the enqueue keeps only those that got, or still get, its trade, whether or
 /// not their account still follows the wallet).
 pub fn deliveries_of(
     idx: &Index,
-    accounts: Option<&Vec<i64>>,
     kind: Kind,
     row: &TradeRow,
     facts: &Facts,
@@ -32,7 +31,7 @@ pub fn deliveries_of(
         // corrections), so the wider candidate list costs little.
         idx.all_endpoints()
     } else {
-        idx.endpoints_for(accounts.map_or(&[], Vec::as_slice), &row.maker, facts)
+        idx.endpoints_for(&row.maker, &row.token_id, facts)
     };
     let endpoints: Vec<i64> = candidates
         .into_iter()
@@ -61,17 +60,11 @@ fn delivery(row: &TradeRow, endpoint: i64, kind: Kind, payload: &str) -> NewDeli
 }
 
 /// The finality lane's deliveries of `item` (a `final` or a `retract` about `row`) to the
-/// endpoints of `accounts` that receive `final`s and whose filters pass the item's facts (as for
+/// endpoints of the followers of its wallet or market that receive `final`s and whose filters pass the item's facts (as for
 /// its trade): a `final` with the small body (`brief`) to endpoints that also get trades, with the
 /// full body to `final`-only ones; a `retract` goes to `final`-only endpoints alone (the others
 /// get theirs from the webhook lane; the enqueue keeps only those that got its `final`).
-pub fn finals_of(
-    idx: &Index,
-    accounts: Option<&Vec<i64>>,
-    row: &TradeRow,
-    item: &Item,
-    now: i64,
-) -> Vec<NewDelivery> {
+pub fn finals_of(idx: &Index, row: &TradeRow, item: &Item, now: i64) -> Vec<NewDelivery> {
     let (kind, facts) = (item.kind, &item.facts);
     let (full, brief) = (
         item.body.as_str(),
@@ -80,7 +73,7 @@ pub fn finals_of(
     let mut out = Vec::new();
     let (mut full_payload, mut brief_payload) = (None, None);
     let facts = (kind == Kind::Final).then_some(facts);
-    let endpoints = idx.endpoints_for(accounts.map_or(&[], Vec::as_slice), &row.maker, facts);
+    let endpoints = idx.endpoints_for(&row.maker, &row.token_id, facts);
     for endpoint in endpoints {
         let events = idx.events_of(endpoint);
         let payload = match (kind, events.final_only()) {
@@ -110,20 +103,20 @@ mod tests {
         // Account 1 (endpoint 10) follows the maker; account 2 (endpoint 20) stopped.
         idx.endpoints_by_account.insert(1, vec![10]);
         idx.endpoints_by_account.insert(2, vec![20]);
-        let followers = vec![1];
+        idx.accounts_by_wallet.insert(row.maker.clone(), vec![1]);
         let facts = Facts::of_row(&row, None);
         let to = |kind| {
-            let mut v: Vec<i64> =
-                deliveries_of(&idx, Some(&followers), kind, &row, &facts, "{}", 1)
-                    .into_iter()
-                    .map(|d| d.endpoint_id)
-                    .collect();
+            let mut v: Vec<i64> = deliveries_of(&idx, kind, &row, &facts, "{}", 1)
+                .into_iter()
+                .map(|d| d.endpoint_id)
+                .collect();
             v.sort_unstable();
             v
         };
         assert_eq!(to(Kind::Trade), vec![10]);
         assert_eq!(to(Kind::Retract), vec![10, 20]);
-        let none = deliveries_of(&idx, None, Kind::Retract, &row, &facts, "{}", 1);
+        idx.accounts_by_wallet.clear();
+        let none = deliveries_of(&idx, Kind::Retract, &row, &facts, "{}", 1);
         assert_eq!(none.len(), 2, "no follower left: still offered");
     }
 }

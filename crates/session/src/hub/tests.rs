@@ -2,7 +2,7 @@
 //! alike, newer indexes followed), the two streams.
 
 use super::*;
-use pmw_core::filter::Side;
+use pmw_core::filter::{Filter, Side};
 
 use crate::subs::tests::buys;
 use std::sync::atomic::AtomicU16;
@@ -32,6 +32,7 @@ fn register(
         max_sessions,
         wallets: wallets.iter().map(|w| w.to_string()).collect(),
         filters: Filters::new(),
+        markets: Default::default(),
         version,
         events: Events::TRADE,
         tx,
@@ -64,6 +65,7 @@ fn join(hub: &Hub, account: i64, events: Events) -> (mpsc::Receiver<Frame>, Regi
             max_sessions: None,
             wallets: vec!["0xa".into()],
             filters: Filters::new(),
+            markets: Default::default(),
             version: 1,
             events,
             tx,
@@ -239,6 +241,7 @@ fn a_filter_decides_trades_and_retracts_alike_and_follows_newer_indexes() {
         max_sessions: None,
         wallets: vec!["0xa".into(), "0xb".into()],
         filters: [("0xa".to_string(), buys.clone())].into(),
+        markets: Default::default(),
         version: 1,
         events: pmw_core::message::Events::TRADE,
         tx,
@@ -285,6 +288,7 @@ fn a_wallet_no_longer_followed_still_gets_its_retracts_and_no_trades() {
         max_sessions: None,
         wallets: vec!["0xa".into(), "0xb".into()],
         filters: [("0xa".to_string(), buys())].into(),
+        markets: Default::default(),
         version: 1,
         events: pmw_core::message::Events::TRADE,
         tx,
@@ -324,4 +328,112 @@ fn a_wallet_no_longer_followed_still_gets_its_retracts_and_no_trades() {
     hub.apply(&idx);
     hub.dispatch(&round(Kind::Retract), Position::default());
     assert_eq!(drain(&mut rx), vec![1, 2, 3]);
+}
+
+/// A session following a market gets any wallet's fill in it that one of the market's filters
+/// lets through, trades and retracts alike; a fill of a followed wallet in a followed market is
+/// queued once; a newer index without the market stops its trades.
+#[test]
+fn market_followers_get_any_wallets_fills_once_and_filtered() {
+    let hub = Hub::new(Position::default());
+    let sells = Filter {
+        side: Some(Side::Sell),
+        ..Filter::default()
+    };
+    let follow = |account: i64, wallets: Vec<String>, market: Filter| {
+        let (tx, rx) = mpsc::channel(16);
+        hub.register(Registration {
+            account_id: account,
+            key_id: account * 10,
+            max_sessions: None,
+            wallets,
+            filters: Filters::new(),
+            markets: [("1".to_string(), vec![market])].into(),
+            version: 1,
+            events: Events::TRADE,
+            tx,
+            close: Arc::new(AtomicU16::new(1013)),
+        })
+        .unwrap();
+        rx
+    };
+    // Account 7 follows wallet 0xa and the market unfiltered; account 8 the market's sells.
+    let mut both = follow(7, vec!["0xa".into()], Filter::default());
+    let mut sellers = follow(8, Vec::new(), sells);
+    let in_market = |k: Kind, wallet: &str, log_index: u32, side: Side, token: &str| {
+        let mut i = Item::test(k, wallet, Position::default(), side);
+        i.cursor.log_index = log_index;
+        i.position.cursor.log_index = log_index;
+        i.facts.token_id = token.into();
+        Arc::new(i)
+    };
+    let round = |k: Kind| {
+        vec![
+            in_market(k, "0xa", 1, Side::Sell, "1"),
+            in_market(k, "0xc", 2, Side::Sell, "1"),
+            in_market(k, "0xc", 3, Side::Buy, "1"),
+            in_market(k, "0xc", 4, Side::Sell, "2"),
+            in_market(k, "0xa", 5, Side::Buy, "2"),
+        ]
+    };
+    for kind in [Kind::Trade, Kind::Retract] {
+        hub.dispatch(&round(kind), Position::default());
+        assert_eq!(drain(&mut both), vec![1, 2, 3, 5], "{kind:?}");
+        assert_eq!(drain(&mut sellers), vec![1, 2], "{kind:?}");
+    }
+    let mut idx = Index {
+        version: 2,
+        live_keys: [70, 80].into(),
+        ..Index::default()
+    };
+    idx.wallets_by_account.insert(7, vec!["0xa".into()]);
+    hub.apply(&idx);
+    hub.dispatch(&round(Kind::Trade), Position::default());
+    assert_eq!(drain(&mut both), vec![1, 5], "the wallet only");
+    assert_eq!(drain(&mut sellers), Vec::<u32>::new(), "no market left");
+}
+
+/// A session that stops following a market still gets the `retract` of a trade it was sent
+/// through it (filtered as the trade was), and no new trade of it.
+#[test]
+fn a_market_no_longer_followed_still_gets_its_retracts_and_no_trades() {
+    let hub = Hub::new(Position::default());
+    let (tx, mut rx) = mpsc::channel(16);
+    hub.register(Registration {
+        account_id: 7,
+        key_id: 70,
+        max_sessions: None,
+        wallets: Vec::new(),
+        filters: Filters::new(),
+        markets: [("1".to_string(), vec![buys()])].into(),
+        version: 1,
+        events: Events::TRADE,
+        tx,
+        close: Arc::new(AtomicU16::new(1013)),
+    })
+    .unwrap();
+    let idx = Index {
+        version: 2,
+        live_keys: [70].into(),
+        ..Index::default()
+    };
+    hub.apply(&idx);
+    let round = |k: Kind| {
+        vec![
+            item_of(k, "0xc", 1, Side::Buy),
+            item_of(k, "0xc", 2, Side::Sell),
+        ]
+    };
+    hub.dispatch(&round(Kind::Trade), Position::default());
+    assert_eq!(
+        drain(&mut rx),
+        Vec::<u32>::new(),
+        "no trades of it any more"
+    );
+    hub.dispatch(&round(Kind::Retract), Position::default());
+    assert_eq!(
+        drain(&mut rx),
+        vec![1],
+        "the retract its filter let through"
+    );
 }

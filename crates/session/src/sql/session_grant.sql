@@ -4,6 +4,8 @@
 -- all), the wallets' filters (as text, in the wallets' order; NULL: none), and whether the key
 -- is still live (not revoked, account not disabled) at that version: a key revoked after the
 -- connect's key check but before this snapshot has no index change left to close its session.
+-- Then its market subscriptions (migration 0019): each one's token ids joined by commas, and
+-- its filter (as text; NULL: none), in the same order.
 SELECT (SELECT seq FROM subs_version WHERE id = 1),
        ARRAY(SELECT s.wallet FROM subscriptions s JOIN accounts a ON a.id = s.account_id
              WHERE s.account_id = $1 AND a.disabled_ms IS NULL ORDER BY s.wallet),
@@ -14,4 +16,10 @@ SELECT (SELECT seq FROM subs_version WHERE id = 1),
              WHERE s.account_id = $1 AND a.disabled_ms IS NULL ORDER BY s.wallet),
        EXISTS (SELECT 1 FROM api_keys k JOIN accounts a ON a.id = k.account_id
                WHERE k.id = $2 AND k.account_id = $1 AND k.revoked_ms IS NULL
-                 AND a.disabled_ms IS NULL)
+                 AND a.disabled_ms IS NULL),
+       ARRAY(SELECT array_to_string(m.tokens, ',') FROM market_subscriptions m
+             JOIN accounts a ON a.id = m.account_id
+             WHERE m.account_id = $1 AND a.disabled_ms IS NULL ORDER BY m.kind, m.market),
+       ARRAY(SELECT m.filter::text FROM market_subscriptions m
+             JOIN accounts a ON a.id = m.account_id
+             WHERE m.account_id = $1 AND a.disabled_ms IS NULL ORDER BY m.kind, m.market)

@@ -230,6 +230,13 @@ async fn session(
         }
     };
     let (wallets, filters) = (grant.wallets.clone(), grant.filters.clone());
+    let markets = grant.markets.clone();
+    let tokens = subs::Follows {
+        wallets: &wallets,
+        filters: &filters,
+        markets: &markets,
+    }
+    .tokens();
     let (tx, mut rx) = mpsc::channel::<Frame>(st.cfg.ws_queue);
     let code = Arc::new(AtomicU16::new(1013));
     let registered = st.hub.register(Registration {
@@ -238,6 +245,7 @@ async fn session(
         max_sessions: grant.max_sessions,
         wallets: grant.wallets,
         filters: grant.filters,
+        markets: grant.markets,
         version: grant.version,
         events: opts.events,
         tx,
@@ -255,6 +263,8 @@ async fn session(
         account,
         wallets: &wallets,
         filters: &filters,
+        markets: &markets,
+        tokens: &tokens,
     };
     let s = Session {
         st: &st,
@@ -381,12 +391,18 @@ impl Session<'_> {
             false => reg.dispatched,
         };
         let start = match since {
-            Some(since) => crate::resume::start(&st.pool, &st.ch, since, self.viewer.wallets)
-                .await
-                .map_err(|e| match e {
-                    crate::resume::ResumeError::Ahead { .. } => Ended::Policy(e.to_string()),
-                    crate::resume::ResumeError::Store(e) => Ended::Failed(e),
-                })?,
+            Some(since) => crate::resume::start(
+                &st.pool,
+                &st.ch,
+                since,
+                self.viewer.wallets,
+                self.viewer.tokens,
+            )
+            .await
+            .map_err(|e| match e {
+                crate::resume::ResumeError::Ahead { .. } => Ended::Policy(e.to_string()),
+                crate::resume::ResumeError::Store(e) => Ended::Failed(e),
+            })?,
             None => crate::resume::Start {
                 from: dispatched,
                 retract: Vec::new(),
@@ -469,7 +485,11 @@ impl Session<'_> {
         let names = replay::names(self.st, rows).await?;
         for row in rows {
             let market = names.get(&row.token_id);
-            if !subs::wants(self.viewer.filters, &row.maker, &Facts::of_row(row, market)) {
+            if !self
+                .viewer
+                .follows()
+                .wants(&row.maker, &Facts::of_row(row, market))
+            {
                 continue; // filtered out: never sent to this client
             }
             let body = TradeMessage::from_row(row, market).to_json();

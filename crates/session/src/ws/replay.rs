@@ -1,4 +1,4 @@
-//! A session's replay of what it missed: `(after, through]` of its wallets, page by page from
+//! A session's replay of what it missed: `(after, through]` of its wallets and markets, page by page from
 //! the ledger store (bounded memory per session), in ledger order, skipping what its filters keep
 //! out (as live frames do), rendered as its streams need. Past `push_resume_max_trades` rows
 //! READ (sent or filtered out: the window bounds the work) the client gets a `resync` naming the
@@ -14,7 +14,7 @@ use pmw_core::{pg, Cursor, Position, UnixMs};
 
 use super::{send, Ended};
 use crate::recorder::Fact;
-use crate::subs::{self, Filters};
+use crate::subs::{Filters, Follows, MarketFilters};
 use crate::SessionState;
 
 /// Trades read per replay page.
@@ -59,6 +59,20 @@ pub(super) struct Viewer<'a> {
     pub account: i64,
     pub wallets: &'a [String],
     pub filters: &'a Filters,
+    pub markets: &'a MarketFilters,
+    /// The followed markets' token ids (sorted), read besides the wallets.
+    pub tokens: &'a [String],
+}
+
+impl<'a> Viewer<'a> {
+    /// What the viewer follows, to decide a message once (wallet or market).
+    pub fn follows(&self) -> Follows<'a> {
+        Follows {
+            wallets: self.wallets,
+            filters: self.filters,
+            markets: self.markets,
+        }
+    }
 }
 
 /// Replay `(after, through]` for `who`, rendered as `render`; `sent_one` sees each position
@@ -86,10 +100,13 @@ pub(super) async fn replay(
                 .get()
                 .await
                 .map_err(|e| Ended::Failed(e.to_string()))?;
-            pmw_core::pg::ledger::wallet_trades_between(
+            pmw_core::pg::ledger::followed_trades_between(
                 &**c,
                 &st.ch,
-                who.wallets,
+                pmw_core::pg::ledger::Whose {
+                    wallets: who.wallets,
+                    tokens: who.tokens,
+                },
                 read,
                 through,
                 page,
@@ -106,7 +123,10 @@ pub(super) async fn replay(
             }
             scanned += 1;
             let market = names.get(&row.token_id);
-            if !subs::wants(who.filters, &row.maker, &Facts::of_row(&row, market)) {
+            if !who
+                .follows()
+                .wants(&row.maker, &Facts::of_row(&row, market))
+            {
                 continue;
             }
             let now = UnixMs::now().0;

@@ -20,7 +20,7 @@ use crate::auth::Auth;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiJson, ApiPath};
 use crate::AppState;
-use model::check_label;
+pub(super) use model::check_label;
 pub use model::{AddSubscription, Subscription};
 
 /// The caller's subscriptions and the plan's limit.

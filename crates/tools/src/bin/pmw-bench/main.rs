@@ -3,7 +3,8 @@
 //! detect→push for WebSocket and webhooks, for pmw and for the seed's polling design as a
 //! baseline; the floor (bare hop costs on this machine); fan-out capacity and memory per session;
 //! sustained throughput; edge mode (the broker hop, fan-out across several pmw-edge processes,
-//! throughput beside single-process mode); pmw-live's ingest stages. It writes the markdown report and exits
+//! throughput beside single-process mode); market subscriptions (sessions following the busiest
+//! markets with a size floor); pmw-live's ingest stages. It writes the markdown report and exits
 //! non-zero when the run produced no numbers or delivered nothing.
 
 mod clients;
@@ -14,6 +15,7 @@ mod floor;
 mod hooks;
 mod ingest;
 mod machine;
+mod markets;
 mod phases;
 mod procs;
 mod report;
@@ -41,6 +43,7 @@ pub const HOW: &[&str] = &[
     "**Edge mode**: pmw-push with `PMW_PUSH_NATS_*` set publishes each round to a fresh private JetStream stream on the local stack's NATS cluster; each pmw-edge (`PMW_EDGE_NATS_*` on the same stream) is a child process like push, on its own loopback port, and the clients connect to the edges directly, round-robin; the fan-out's clients run in one client process per edge (this binary as a worker, streaming each sample to this process's collector), so no process needs more than about one edge's share of sockets. Memory per session is the edges' `VmRSS` summed (from `/proc/<pid>/status`, sessions open and idle) ÷ open sessions; the client side's memory is not included. The broker hop is the edge-mode latency window's client-observed p50 minus single-process mode's, same sessions and load. Throughput in edge mode: the same steps and rule as single-process mode; the CPU figures of those steps are not reported (push = the leader only).",
     "**Throughput**: matched trades are fills owned by a followed wallet (every wallet of the simulated world is followed), counted from the simulator's record of what it emitted, per second of the run.",
     "**CPU**: user + system clock ticks of `/proc/<pid>/stat` for pmw-push and pmw-live (child processes), this process (the load generators: WebSocket clients, webhook receivers, simulator, in their own process, apart from the services) and, by command name, every Postgres, ClickHouse and anvil process (reaped children through `cutime`/`cstime`), sampled at a throughput step's start and after its deliveries settled. Where push's time goes inside the process: `scripts/profile` (perf + inferno flamegraph), see docs/PROFILE.md.",
+    "**Market subscriptions**: accounts written straight to Postgres as the API stores them (one `market_subscriptions` row per market: its tokens and `filter.min_collateral`), one session each and no wallets, on a fresh pmw-push with no webhook endpoint of theirs; the busiest markets and the floor (the median fill's collateral) are taken from the fills emitted so far. Latency is client-observed as above; CPU as for the throughput steps, from before the step's run until its deliveries settled; the accounts are disabled afterwards.",
     "**Ingest stages**: pmw-live's own `ingest_latency` rows for the blocks detected in the window: `t_logs_ms − t_detect_ms` and `t_stored_ms − t_detect_ms` (stored = the block's trades and watermark committed to Postgres in one statement; ClickHouse is filled from there, off the path).",
 ];
 
@@ -86,6 +89,9 @@ struct Args {
     edge_steps: Option<Vec<usize>>,
     #[arg(long)]
     floor_reps: Option<usize>,
+    /// Sessions of the market step (each follows the 10 busiest markets with a size floor).
+    #[arg(long)]
+    market_sessions: Option<usize>,
     #[arg(long, default_value_t = 500)]
     legacy_poll_ms: u64,
     #[arg(long, default_value_t = 250.0)]
@@ -125,6 +131,9 @@ pub struct Plan {
     pub rate_window: Duration,
     pub edges: usize,
     pub edge_steps: Vec<usize>,
+    /// The market step: sessions, and how many of the busiest markets each follows.
+    pub market_sessions: usize,
+    pub market_count: usize,
     pub deadline: Duration,
 }
 
@@ -172,6 +181,8 @@ impl Plan {
                     vec![10_000, 25_000, 50_000]
                 }
             }),
+            market_sessions: a.market_sessions.unwrap_or(if s { 20 } else { 1_000 }),
+            market_count: 10,
             deadline: Duration::from_secs(if s { 240 } else { 3_000 }),
         }
     }
@@ -260,6 +271,7 @@ async fn run(args: Args, plan: Plan) -> anyhow::Result<()> {
         edge: m.edge,
         floor: m.floor,
         fanout: m.fanout,
+        markets: m.markets,
         rates: m.rates,
         edge_fanout: m.edge_fanout,
         edge_rates: m.edge_rates,
@@ -320,6 +332,7 @@ struct Measured {
     edge: phases::Latency,
     base: phases::Latency,
     fanout: phases::FanOut,
+    markets: markets::MarketStep,
     rates: Vec<throughput::RateStep>,
     edge_fanout: edge::EdgeFanOut,
     edge_rates: Vec<throughput::RateStep>,
@@ -350,6 +363,11 @@ async fn measure(
     let base = phases::latency(b, plan, legacy, plan.ws_clients, ws, hooks).await?;
     eprintln!("fan-out: steps {:?}", plan.fanout_steps);
     let fanout = phases::fanout(b, plan, ws).await?;
+    eprintln!(
+        "markets: {} sessions following the {} busiest markets with a size floor",
+        plan.market_sessions, plan.market_count
+    );
+    let markets = markets::step(b, plan).await?;
     eprintln!("throughput: matches per block {:?}", plan.rates);
     let rates = throughput::throughput(b, plan, ws, hooks, 0).await?;
     eprintln!(
@@ -369,6 +387,7 @@ async fn measure(
         edge,
         base,
         fanout,
+        markets,
         rates,
         edge_fanout,
         edge_rates,
@@ -399,6 +418,9 @@ fn check_figures(r: &report::Report, delivered: [usize; 5]) -> anyhow::Result<()
         || r.stages[0].blocks == 0
     {
         bail!("the run produced no fan-out, throughput (either mode) or ingest figures");
+    }
+    if r.markets.delivered == 0 {
+        bail!("the market step delivered nothing");
     }
     if r.edge_fanout.steps.iter().any(|s| s.step.delivered == 0) {
         bail!("an edge-mode fan-out step delivered nothing");

@@ -24,6 +24,8 @@ pub struct Report {
     pub edge: Latency,
     pub floor: Floor,
     pub fanout: FanOut,
+    /// Sessions following the busiest markets with a size floor.
+    pub markets: crate::markets::MarketStep,
     pub rates: Vec<RateStep>,
     /// Edge mode: the fan-out across `plan.edges` edges, and the throughput steps.
     pub edge_fanout: EdgeFanOut,
@@ -58,6 +60,7 @@ pub fn render(r: &Report) -> String {
     render_parts(&mut o, r);
     render_floor(&mut o, r);
     render_fanout(&mut o, r);
+    crate::markets::render(&mut o, r);
     render_rates(&mut o, r);
     crate::edge_report::render(&mut o, r);
     render_stages(&mut o, r);

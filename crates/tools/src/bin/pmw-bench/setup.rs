@@ -67,10 +67,52 @@ pub struct Bench {
     pub hook_accounts: Vec<Account>,
     pub live: Option<Service>,
     pub logs: PathBuf,
-    pg: tokio_postgres::Client,
+    pub pg: tokio_postgres::Client,
     pushes: u32,
     /// The simulator's Gamma-compatible market server (pmw-live resolves names from it).
     gamma: (SocketAddr, JoinHandle<()>),
+}
+
+/// The bench world's markets: pmw-sim's demo markets and more plain ones, so the market step
+/// can follow the 10 busiest of a dozen.
+fn bench_markets() -> Vec<pmw_sim::Market> {
+    let mut m = pmw_sim::demo_markets();
+    m.extend((1..=8).map(|i| {
+        pmw_sim::Market::demo(
+            &format!("Will pmw bench market {i} resolve Yes?"),
+            &format!("pmw-bench-market-{i}"),
+            ["Yes", "No"],
+            false,
+        )
+    }));
+    m
+}
+
+/// A `pro` account named `name` with one API key (returned).
+pub async fn account_with_key(
+    tx: &tokio_postgres::Transaction<'_>,
+    name: &str,
+    now: i64,
+) -> anyhow::Result<(i64, String)> {
+    let id: i64 = tx
+        .query_one(
+            "INSERT INTO accounts (name, plan, created_ms) VALUES ($1, 'pro', $2) RETURNING id",
+            &[&name, &now],
+        )
+        .await?
+        .get(0);
+    let (key, prefix) = pmw_core::auth::generate(pmw_core::auth::KEY_PREFIX);
+    tx.execute(
+        "INSERT INTO api_keys (account_id, prefix, key_hash, created_ms) VALUES ($1, $2, $3, $4)",
+        &[
+            &id,
+            &prefix,
+            &pmw_core::auth::hash_secret(&key).as_slice(),
+            &now,
+        ],
+    )
+    .await?;
+    Ok((id, key))
 }
 
 impl Drop for Bench {
@@ -89,6 +131,7 @@ impl Bench {
         let wallets = demo_wallets(plan.wallets);
         let sim_cfg = SimConfig {
             wallets: wallets.clone(),
+            markets: bench_markets(),
             ..SimConfig::default()
         };
         let sim = Sim::connect_with(&anvil.http_url(), sim_cfg).await?;
@@ -127,19 +170,7 @@ impl Bench {
         let mut out = Vec::with_capacity(n);
         for i in 0..n {
             let k = offset + i;
-            let id: i64 = tx
-                .query_one(
-                    "INSERT INTO accounts (name, plan, created_ms) VALUES ($1, 'pro', $2) RETURNING id",
-                    &[&format!("bench {k}"), &now],
-                )
-                .await?
-                .get(0);
-            let (key, prefix) = pmw_core::auth::generate(pmw_core::auth::KEY_PREFIX);
-            tx.execute(
-                "INSERT INTO api_keys (account_id, prefix, key_hash, created_ms) VALUES ($1, $2, $3, $4)",
-                &[&id, &prefix, &pmw_core::auth::hash_secret(&key).as_slice(), &now],
-            )
-            .await?;
+            let (id, key) = account_with_key(&tx, &format!("bench {k}"), now).await?;
             let wallets: Vec<Address> = (0..plan.per_account)
                 .map(|j| self.wallets[(k * plan.per_account + j) % self.wallets.len()])
                 .collect();
