@@ -300,27 +300,37 @@ async fn ha_sync_standby_lost_the_primary_writes_alone_then_the_standby_catches_
         standby + 1
     );
     assert_eq!(port, ha.pg_ports[primary]);
+    // Patroni drops the lost standby from synchronous_standby_names, its cluster view and its
+    // metrics in separate steps: each is awaited (bounded), never assumed at once.
     let admin = ha.admin(primary).await.unwrap();
-    let names: String = admin
-        .query_one("SHOW synchronous_standby_names", &[])
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(
-        names, "",
+    let names_cleared = eventually(FAILOVER_WITHIN, || async {
+        admin
+            .query_one("SHOW synchronous_standby_names", &[])
+            .await
+            .map(|r| r.get::<_, String>(0).is_empty())
+            .unwrap_or(false)
+    })
+    .await;
+    assert!(
+        names_cleared,
         "Patroni dropped the lost standby from synchronous_standby_names"
     );
-    assert!(
+    let no_sync = eventually(FAILOVER_WITHIN, || async {
         !ha.roles()
             .await
             .iter()
-            .any(|(_, role)| role == "sync_standby"),
-        "no member is a sync standby"
-    );
+            .any(|(_, role)| role == "sync_standby")
+    })
+    .await;
+    assert!(no_sync, "no member is a sync standby");
     // What PmwPostgresNoSyncStandby reads: a primary, and no sync standby.
-    let primaries = ha.metric_sum("patroni_primary").await;
-    let syncs = ha.metric_sum("patroni_sync_standby").await;
-    assert_eq!((primaries, syncs), (1.0, 0.0), "patroni /metrics");
+    let metrics = eventually(FAILOVER_WITHIN, || async {
+        let primaries = ha.metric_sum("patroni_primary").await;
+        let syncs = ha.metric_sum("patroni_sync_standby").await;
+        (primaries, syncs) == (1.0, 0.0)
+    })
+    .await;
+    assert!(metrics, "patroni /metrics: one primary, no sync standby");
     for id in 22..=30 {
         write(&db.pg, id)
             .await

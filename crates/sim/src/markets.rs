@@ -187,8 +187,8 @@ pub fn gamma_market(id: usize, m: &Market) -> Value {
         "question": m.question,
         "conditionId": m.condition_id.to_string(),
         "slug": m.slug,
-        // One event per simulated market, named like it.
-        "events": [{"slug": m.slug, "title": m.question}],
+        // The market's event (its own, named like it, unless it belongs to a larger one).
+        "events": [{"slug": m.event_slug(), "title": m.question}],
         "outcomes": json_string_list(m.outcomes.iter().map(String::as_str)),
         "clobTokenIds": json_string_list(m.token_ids.iter().map(|t| t.to_string())),
         "negRisk": m.neg_risk,
