@@ -164,6 +164,16 @@ async fn scenario(ch: &ChClient) -> Vec<(&'static str, String)> {
         let page = trades::wallet_trades_between(ch, w, origin, through, 4).await;
         rec(name, format!("{page:?}"));
     }
+    // Followed markets: every fill of a token, whatever the wallet (all of this world's fills
+    // trade one token; an unknown token finds none).
+    let token = trade(101, 0, 0xaa, W1).token_id;
+    for (name, tokens) in [
+        ("token", vec![token]),
+        ("token none", vec!["1".to_string()]),
+    ] {
+        let page = trades::token_trades_between(ch, &tokens, origin, through, 4).await;
+        rec(name, format!("{page:?}"));
+    }
     let c = Cursor {
         block: 101,
         log_index: 2,
