@@ -347,33 +347,13 @@ pub async fn wallet_trades_between(
     through: Cursor,
     limit: u64,
 ) -> Result<Vec<TradeRow>, clickhouse::error::Error> {
-    if wallets.is_empty() || through <= after {
-        return Ok(Vec::new());
-    }
-    // The list is inlined (see the statement), so every element must be a lowercase 0x address: anything else is refused.
-    if let Some(bad) = wallets.iter().find(|w| !crate::Address::is_lower_hex(w)) {
-        return Err(clickhouse::error::Error::Custom(format!(
-            "not a lowercase wallet address: {bad:?}"
-        )));
-    }
-    let list = wallets
-        .iter()
-        .map(|w| format!("'{w}'"))
-        .collect::<Vec<_>>()
-        .join(",");
-    let sql = sql::WALLET_TRADES_BETWEEN
-        .replace("{COLUMNS}", TradeRow::COLUMNS)
-        .replace("{list}", &list);
-    ch.query(&sql)
-        .bind(after.block)
-        .bind(through.block)
-        .bind(after.block)
-        .bind(after.log_index)
-        .bind(through.block)
-        .bind(through.log_index)
-        .bind(limit)
-        .fetch_all()
-        .await
+    let list = Inlined {
+        sql: sql::WALLET_TRADES_BETWEEN,
+        items: wallets,
+        valid: |w| crate::Address::is_lower_hex(w),
+        what: "lowercase wallet address",
+    };
+    list.between(ch, after, through, limit).await
 }
 
 /// Visible trades of outcome `tokens` (followed markets, any wallet's fills) in `(after,
@@ -385,35 +365,62 @@ pub async fn token_trades_between(
     through: Cursor,
     limit: u64,
 ) -> Result<Vec<TradeRow>, clickhouse::error::Error> {
-    if tokens.is_empty() || through <= after {
-        return Ok(Vec::new());
+    let list = Inlined {
+        sql: sql::TOKEN_TRADES_BETWEEN,
+        items: tokens,
+        valid: |t| !t.is_empty() && t.len() <= 78 && t.bytes().all(|b| b.is_ascii_digit()),
+        what: "decimal token id",
+    };
+    list.between(ch, after, through, limit).await
+}
+
+/// A statement whose `{list}` is inlined (ClickHouse 18.16 binds no arrays): every item must
+/// pass `valid`, so nothing but a wallet address or a token id ever reaches the SQL text.
+struct Inlined<'a> {
+    sql: &'static str,
+    items: &'a [String],
+    valid: fn(&str) -> bool,
+    what: &'static str,
+}
+
+impl Inlined<'_> {
+    async fn between(
+        &self,
+        ch: &ChClient,
+        after: Cursor,
+        through: Cursor,
+        limit: u64,
+    ) -> Result<Vec<TradeRow>, clickhouse::error::Error> {
+        if self.items.is_empty() || through <= after {
+            return Ok(Vec::new());
+        }
+        if let Some(bad) = self.items.iter().find(|i| !(self.valid)(i)) {
+            return Err(clickhouse::error::Error::Custom(format!(
+                "not a {}: {bad:?}",
+                self.what
+            )));
+        }
+        let list = self
+            .items
+            .iter()
+            .map(|i| format!("'{i}'"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let sql = self
+            .sql
+            .replace("{COLUMNS}", TradeRow::COLUMNS)
+            .replace("{list}", &list);
+        ch.query(&sql)
+            .bind(after.block)
+            .bind(through.block)
+            .bind(after.block)
+            .bind(after.log_index)
+            .bind(through.block)
+            .bind(through.log_index)
+            .bind(limit)
+            .fetch_all()
+            .await
     }
-    // The list is inlined (see the statement): every element must be a decimal token id.
-    let decimal =
-        |t: &String| !t.is_empty() && t.len() <= 78 && t.bytes().all(|b| b.is_ascii_digit());
-    if let Some(bad) = tokens.iter().find(|t| !decimal(t)) {
-        return Err(clickhouse::error::Error::Custom(format!(
-            "not a decimal token id: {bad:?}"
-        )));
-    }
-    let list = tokens
-        .iter()
-        .map(|t| format!("'{t}'"))
-        .collect::<Vec<_>>()
-        .join(",");
-    let sql = sql::TOKEN_TRADES_BETWEEN
-        .replace("{COLUMNS}", TradeRow::COLUMNS)
-        .replace("{list}", &list);
-    ch.query(&sql)
-        .bind(after.block)
-        .bind(through.block)
-        .bind(after.block)
-        .bind(after.log_index)
-        .bind(through.block)
-        .bind(through.log_index)
-        .bind(limit)
-        .fetch_all()
-        .await
 }
 
 /// When the trade at `cursor` in the block whose hash starts with `hash_prefix` (hex, no `0x`)
