@@ -186,7 +186,10 @@ fn pm2_ecosystem_encodes_the_same_policy() {
             &["PMW_INSTANCE", "PMW_STATS_METRICS_ADDR", "PMW_STATS_LISTEN"][..],
         ),
     ] {
-        assert_eq!(apps[a]["script"], apps[b]["script"], "a pair runs one binary");
+        assert_eq!(
+            apps[a]["script"], apps[b]["script"],
+            "a pair runs one binary"
+        );
         for k in apart {
             let (x, y) = (&apps[a]["env"][k], &apps[b]["env"][k]);
             assert!(x.is_string() && x != y, "{k}: {x} vs {y}");

@@ -206,14 +206,21 @@ mod tests {
         let fence = flat(&fence_sql(key, "$4"));
         for sql in [&holder, &fence] {
             assert!(!sql.contains('{'), "a hole left unfilled: {sql}");
-            assert!(sql.contains("classid = 3 AND l.objid = 7001 AND") || sql.contains("classid = 3 AND objid = 7001 AND"), "{sql}");
+            assert!(
+                sql.contains("classid = 3 AND l.objid = 7001 AND")
+                    || sql.contains("classid = 3 AND objid = 7001 AND"),
+                "{sql}"
+            );
         }
         assert!(
             fence.starts_with("EXISTS (") && fence.ends_with("))"),
             "{fence}"
         );
         assert!(fence.contains(" w.epoch = $4 AND "), "{fence}");
-        assert!(fence.contains(&format!("w.lock_key = {key} AND")), "{fence}");
+        assert!(
+            fence.contains(&format!("w.lock_key = {key} AND")),
+            "{fence}"
+        );
         assert!(!fence_sql(key, "$4").contains('\n'), "{fence}");
     }
 }

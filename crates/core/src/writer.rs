@@ -112,7 +112,15 @@ pub async fn depose_if_silent(pool: &PgPool, key: i64, lease: Duration) -> Resul
             .await?
             .get(0);
         n += u32::from(done);
-        tracing::warn!(key, holder, holder_pid = pid, silent_ms = age, lease_ms = lease.as_millis() as u64, terminated = done, "writer lease expired: terminating the holder's lock session");
+        tracing::warn!(
+            key,
+            holder,
+            holder_pid = pid,
+            silent_ms = age,
+            lease_ms = lease.as_millis() as u64,
+            terminated = done,
+            "writer lease expired: terminating the holder's lock session"
+        );
     }
     Ok(n)
 }
@@ -130,7 +138,10 @@ pub async fn renew(pool: PgPool, key: i64, epoch: i64, deposed: CancellationToke
         let now = UnixMs::now().0;
         let outcome = match pool.get().await {
             Ok(c) => c
-                .query_opt(include_str!("sql/writer_epoch_renew.sql"), &[&key, &epoch, &now])
+                .query_opt(
+                    include_str!("sql/writer_epoch_renew.sql"),
+                    &[&key, &epoch, &now],
+                )
                 .await
                 .map_err(PgError::from),
             Err(e) => Err(PgError::from(e)),

@@ -72,7 +72,8 @@ pub async fn run_with(
     // when this function returns.
     let deposed = CancellationToken::new();
     let _stop_renewing = deposed.clone().drop_guard();
-    let renewal = pmw_core::writer::renew(stores.pg.clone(), keys::LIVE, lock.epoch(), deposed.clone());
+    let renewal =
+        pmw_core::writer::renew(stores.pg.clone(), keys::LIVE, lock.epoch(), deposed.clone());
     tokio::spawn(renewal);
     listed(&stores, &allow).await;
     let (latency, writer) = latency_writer::LatencyWriter::spawn(stores.ch.clone());

@@ -42,7 +42,12 @@ pub async fn run_with(
     // Fired by the renewal when a newer epoch holds the lock (this one was deposed).
     let deposed = CancellationToken::new();
     let _stop_renewing = deposed.clone().drop_guard();
-    let renewal = writer::renew(stores.pg.clone(), keys::STATS, lock.epoch(), deposed.clone());
+    let renewal = writer::renew(
+        stores.pg.clone(),
+        keys::STATS,
+        lock.epoch(),
+        deposed.clone(),
+    );
     tokio::spawn(renewal);
     let (listener, addr) = pmw_core::listen::bind(stats.stats_listen, bound).await?;
     let shared = http::Shared::new(stats.stats_interval_ms);

@@ -17,12 +17,11 @@ const WITHIN: Duration = Duration::from_secs(60);
 
 /// The environment of a pmw-live child named `instance` on this harness's chain.
 fn env(h: &Harness, instance: &str, start: u64) -> Vec<(String, String)> {
-    let mut env: Vec<(String, String)> = h
-        .db
-        .env()
-        .into_iter()
-        .filter(|(k, _)| !k.starts_with("PMW_RPC_"))
-        .collect();
+    let mut env: Vec<(String, String)> =
+        h.db.env()
+            .into_iter()
+            .filter(|(k, _)| !k.starts_with("PMW_RPC_"))
+            .collect();
     for (k, v) in [
         ("PMW_RPC_WS_URL", h.anvil.ws_url()),
         ("PMW_RPC_HTTP_URL", h.anvil.http_url()),
@@ -89,7 +88,10 @@ async fn standby(c: &tokio_postgres::Client, instance: &str) {
         role.as_deref() == Some("standby") && waiters == 1
     })
     .await;
-    assert!(waiting, "{instance} never waited on the lock as the standby");
+    assert!(
+        waiting,
+        "{instance} never waited on the lock as the standby"
+    );
 }
 
 /// Whether a write fenced by `epoch` would pass now.
@@ -101,7 +103,8 @@ async fn fence_passes(c: &tokio_postgres::Client, epoch: i64) -> bool {
 /// Every `OrderFilled` of the exchanges on the chain from `from`, by (block, log index).
 async fn chain_fills(h: &Harness, from: u64) -> BTreeSet<(u64, u32)> {
     let addresses: Vec<String> = EXCHANGES.iter().map(|e| e.address.to_string()).collect();
-    let filter = json!({"fromBlock": format!("0x{from:x}"), "toBlock": "latest", "address": addresses});
+    let filter =
+        json!({"fromBlock": format!("0x{from:x}"), "toBlock": "latest", "address": addresses});
     let logs = h.sim.rpc().logs(filter).await.unwrap();
     logs.iter()
         .filter(|l| {
@@ -117,10 +120,17 @@ async fn chain_fills(h: &Harness, from: u64) -> BTreeSet<(u64, u32)> {
 async fn ledger_is_the_chain(h: &Harness, from: u64) {
     h.wait_caught_up(WITHIN).await;
     let visible = h.visible().await;
-    let keys: Vec<(u64, u32)> = visible.iter().map(|r| (r.block_number, r.log_index)).collect();
+    let keys: Vec<(u64, u32)> = visible
+        .iter()
+        .map(|r| (r.block_number, r.log_index))
+        .collect();
     let once: BTreeSet<(u64, u32)> = keys.iter().copied().collect();
     assert_eq!(once.len(), keys.len(), "a fill is in the ledger twice");
-    assert_eq!(once, chain_fills(h, from).await, "the ledger is not the chain's fills");
+    assert_eq!(
+        once,
+        chain_fills(h, from).await,
+        "the ledger is not the chain's fills"
+    );
     assert_exactly_emitted(&visible, &h.sim.canonical());
 }
 
@@ -143,7 +153,9 @@ async fn a_live_pair_survives_a_killed_and_a_frozen_leader_and_fences_the_frozen
     let e_b = holds(&c, "live-b").await;
     let killed = t0.elapsed();
     assert!(e_b > e_a, "epochs rise: {e_a} then {e_b}");
-    let _ = tokio::time::timeout(WITHIN, a.child.wait()).await.expect("killed");
+    let _ = tokio::time::timeout(WITHIN, a.child.wait())
+        .await
+        .expect("killed");
     ledger_is_the_chain(&h, from).await;
 
     // Frozen: the leader keeps its session (and lock); its lease runs out, the standby

@@ -170,12 +170,18 @@ fn child(db: &TestDb, instance: &str) -> ChildService {
 
 /// Wait until `instance` leads (holds the epoch and beats as the leader); its epoch and address.
 async fn leads(client: &tokio_postgres::Client, instance: &str) -> (i64, std::net::SocketAddr) {
-    let got = eventually_every(Duration::from_secs(60), Duration::from_millis(50), || async {
-        let epoch = writer(client).await.filter(|(h, _)| h == instance)?.1;
-        let state = beat(client, instance).await?;
-        let listen = state["listen"].as_str().filter(|_| state["role"] == "leader")?;
-        Some((epoch, listen.parse().unwrap()))
-    })
+    let got = eventually_every(
+        Duration::from_secs(60),
+        Duration::from_millis(50),
+        || async {
+            let epoch = writer(client).await.filter(|(h, _)| h == instance)?.1;
+            let state = beat(client, instance).await?;
+            let listen = state["listen"]
+                .as_str()
+                .filter(|_| state["role"] == "leader")?;
+            Some((epoch, listen.parse().unwrap()))
+        },
+    )
     .await;
     got.unwrap_or_else(|| panic!("{instance} never led"))
 }
@@ -188,10 +194,14 @@ async fn a_frozen_stats_leader_is_deposed_by_its_standby_whose_dashboard_serves(
     let (e_a, addr_a) = leads(&client, "stats-a").await;
     json_after(addr_a, 0).await;
     let mut b = child(&db, "stats-b");
-    let standby = eventually_every(Duration::from_secs(60), Duration::from_millis(100), || async {
-        let state = beat(&client, "stats-b").await;
-        state.is_some_and(|s| s["role"] == "standby")
-    })
+    let standby = eventually_every(
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        || async {
+            let state = beat(&client, "stats-b").await;
+            state.is_some_and(|s| s["role"] == "standby")
+        },
+    )
     .await;
     assert!(standby, "stats-b never beat as the standby");
     assert!(b.is_running(), "the standby waits, it does not exit");
