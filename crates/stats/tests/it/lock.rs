@@ -205,6 +205,35 @@ async fn a_frozen_stats_leader_is_deposed_by_its_standby_whose_dashboard_serves(
     .await;
     assert!(standby, "stats-b never beat as the standby");
     assert!(b.is_running(), "the standby waits, it does not exit");
+    // Segmented: the waiting session's transaction (and so any snapshot, its backend_xmin)
+    // is a new one each segment, never one long wait pinning xmin. (Measuring backend_xmin
+    // itself needs the cluster to itself: push's exclusive_ test does, on the same
+    // WriterLock::acquire.)
+    let starts = std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let renewed = eventually_every(
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+        || async {
+            let row = client
+            .query_opt(
+                "SELECT xact_start::text FROM pg_stat_activity WHERE datname = current_database() \
+                 AND application_name = 'pmw-stats:lock' AND wait_event_type = 'Lock'",
+                &[],
+            )
+            .await
+            .unwrap();
+            let mut seen = starts.lock().unwrap();
+            if let Some(Some(t)) = row.map(|r| r.get::<_, Option<String>>(0)) {
+                seen.insert(t);
+            }
+            seen.len() >= 3
+        },
+    )
+    .await;
+    assert!(
+        renewed,
+        "the standby's lock wait is one long transaction: {starts:?}"
+    );
 
     // Frozen: its session and lock stay; past the lease the standby deposes it.
     a.signal("STOP");
