@@ -191,3 +191,40 @@ async fn a_live_pair_survives_a_killed_and_a_frozen_leader_and_fences_the_frozen
     a2.terminate();
     assert_eq!(a2.wait_code(WITHIN).await, 0);
 }
+
+/// The hole of a pid-keyed fence (issue 44): a successor whose lock session has the old
+/// writer's pid (a promoted primary may hand it out again) let the old writer's writes pass.
+/// Here the successor is literally the same session taking the next epoch: the old epoch is
+/// fenced anyway, the new one passes, and a session that does not hold the lock passes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_successor_with_the_old_writers_pid_still_fences_the_old_writer() {
+    let db = pmw_testkit::TestDb::new().await;
+    let c = db.connect().await;
+    let none = tokio_util::sync::CancellationToken::new();
+    let mut lock = pmw_core::lock::WriterLock::acquire(
+        &db.cfg,
+        "pair-test",
+        keys::LIVE,
+        Duration::from_millis(200),
+        &none,
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let old = lock.take_epoch("live").await.unwrap();
+    assert!(fence_passes(&c, old).await, "the holder writes");
+    let pid = lock.pid();
+    let new = lock.take_epoch("live-b").await.unwrap();
+    assert_eq!(lock.pid(), pid, "the successor has the old writer's pid");
+    assert!(new > old, "epochs rise: {old} then {new}");
+    assert!(
+        !fence_passes(&c, old).await,
+        "the old writer's writes must be refused although its pid holds the lock"
+    );
+    assert!(fence_passes(&c, new).await, "the successor writes");
+    lock.release().await.unwrap();
+    assert!(
+        !fence_passes(&c, new).await,
+        "no write passes once the lock is released"
+    );
+}
