@@ -11,10 +11,11 @@
 
 pair_now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 
-# "instance role started_ms" of each instance of service $1 with a beat in the last 5 s.
+# "instance role started_ms" of each instance of service $1 with a beat in the last 12 s (the
+# stats leader beats every 5 s).
 pair_fresh() {
   "$PMW_PG_BIN/psql" -X -qAt -F ' ' "$PMW_POSTGRES_URL" -c \
-    "SELECT instance, coalesce(state->>'role', 'none'), started_ms FROM heartbeats WHERE service = '$1' AND beat_ms >= (extract(epoch FROM clock_timestamp()) * 1000)::bigint - 5000 ORDER BY instance" 2>/dev/null || true
+    "SELECT instance, coalesce(state->>'role', 'none'), started_ms FROM heartbeats WHERE service = '$1' AND beat_ms >= (extract(epoch FROM clock_timestamp()) * 1000)::bigint - 12000 ORDER BY instance" 2>/dev/null || true
 }
 
 # The instance holding writer lock $1 (its latest epoch).
