@@ -4,7 +4,8 @@
 //! restart properties of the contract, and restarts every service that dies by a signal, exits
 //! 75 or exits 0 on its own, never gives up during an outage, and keeps a stopped service and a
 //! 78 down; the pm2 ecosystem (evaluated by node) encodes the same policy; the Caddyfile
-//! validates with the real Caddy; the crates keep the dependency rule (`crates`).
+//! validates with the real Caddy; the crates keep the dependency rule (`crates`); the live and
+//! stats pairs' rolling deploy restarts the standby first (`pair_deploy`).
 
 #[path = "deploy/caddy_edge.rs"]
 mod caddy_edge;
@@ -12,6 +13,8 @@ mod caddy_edge;
 mod crates;
 #[path = "deploy/hardening.rs"]
 mod hardening;
+#[path = "deploy/pair_deploy.rs"]
+mod pair_deploy;
 #[path = "deploy/services.rs"]
 mod services;
 #[path = "deploy/systemd.rs"]
