@@ -481,7 +481,7 @@ async fn systemd_restarts_every_signal_death_and_keeps_stops_and_78_down() {
 
     let figures = format!(
         "systemd 252 (a user manager running the production units), debug build; from the \
-         kill to the new process running and to it serving (live: ingesting; push: standby \
+         kill to the new process running and to it serving (live: leader heartbeat; push: standby \
          heartbeat; api: /v1/health 200; stats: /latency.json 200; edge: /health 200): {}; 55 restarts in a row \
          during a Postgres outage without giving up; `systemctl stop` and exit 78 stayed down 5 s",
         measured.join("; ")
