@@ -4,7 +4,8 @@
 //! restart properties of the contract, and restarts every service that dies by a signal, exits
 //! 75 or exits 0 on its own, never gives up during an outage, and keeps a stopped service and a
 //! 78 down; the pm2 ecosystem (evaluated by node) encodes the same policy; the Caddyfile
-//! validates with the real Caddy; the crates keep the dependency rule (`crates`).
+//! validates with the real Caddy; the crates keep the dependency rule (`crates`); the live and
+//! stats pairs' rolling deploy restarts the standby first (`pair_deploy`).
 
 #[path = "deploy/caddy_edge.rs"]
 mod caddy_edge;
@@ -12,6 +13,8 @@ mod caddy_edge;
 mod crates;
 #[path = "deploy/hardening.rs"]
 mod hardening;
+#[path = "deploy/pair_deploy.rs"]
+mod pair_deploy;
 #[path = "deploy/services.rs"]
 mod services;
 #[path = "deploy/systemd.rs"]
@@ -83,6 +86,18 @@ fn systemd_units_verify_and_encode_the_exit_code_contract() {
     let dir = tempfile::tempdir().unwrap();
     let names = stage(dir.path(), |t| t);
     assert_eq!(names.len(), 5, "{names:?}");
+    // Live and stats are templates like push: a pair per host kind, each member's instance name
+    // and its own environment file (issue 44).
+    for kind in ["live", "stats", "push"] {
+        let t = std::fs::read_to_string(root().join(format!("deploy/systemd/pmw-{kind}@.service")))
+            .unwrap_or_else(|e| panic!("pmw-{kind}@.service: {e}"));
+        for line in [
+            format!("Environment=PMW_INSTANCE={kind}-%i"),
+            format!("EnvironmentFile=/etc/pmw/{kind}-%i.env"),
+        ] {
+            assert!(t.lines().any(|l| l == line), "pmw-{kind}@ must say {line}");
+        }
+    }
     let (ok, text) = verify(dir.path(), &names);
     assert!(ok, "systemd-analyze verify: {text}");
     for u in units() {
@@ -150,18 +165,39 @@ fn pm2_ecosystem_encodes_the_same_policy() {
         names,
         [
             "pmw-live",
+            "pmw-live-b",
             "pmw-push-a",
             "pmw-push-b",
             "pmw-api",
             "pmw-stats",
+            "pmw-stats-b",
             "pmw-edge-1",
             "pmw-edge-2"
         ]
     );
     assert_ne!(
-        apps[5]["env"]["PMW_EDGE_LISTEN"], apps[6]["env"]["PMW_EDGE_LISTEN"],
+        apps[7]["env"]["PMW_EDGE_LISTEN"], apps[8]["env"]["PMW_EDGE_LISTEN"],
         "edges listen apart"
     );
+    // No singleton: live and stats run as pairs of one binary whose members differ in their
+    // instance name, metrics port and (stats) dashboard port (issue 44).
+    for (a, b, apart) in [
+        (0, 1, &["PMW_INSTANCE", "PMW_LIVE_METRICS_ADDR"][..]),
+        (
+            5,
+            6,
+            &["PMW_INSTANCE", "PMW_STATS_METRICS_ADDR", "PMW_STATS_LISTEN"][..],
+        ),
+    ] {
+        assert_eq!(
+            apps[a]["script"], apps[b]["script"],
+            "a pair runs one binary"
+        );
+        for k in apart {
+            let (x, y) = (&apps[a]["env"][k], &apps[b]["env"][k]);
+            assert!(x.is_string() && x != y, "{k}: {x} vs {y}");
+        }
+    }
     for a in &apps {
         let codes: Vec<i64> = a["stop_exit_codes"]
             .as_array()
@@ -283,9 +319,9 @@ async fn systemd_restarts_every_signal_death_and_keeps_stops_and_78_down() {
     let h = services::Host::start().await;
     // Everything serves: live ingests, one push leads and the other waits, API and stats answer.
     for unit in [
-        "pmw-live.service",
+        "pmw-live@a.service",
         "pmw-api.service",
-        "pmw-stats.service",
+        "pmw-stats@a.service",
         "pmw-edge@1.service",
     ] {
         h.serving(unit, h.state(unit).pid, 0).await;
@@ -303,18 +339,18 @@ async fn systemd_restarts_every_signal_death_and_keeps_stops_and_78_down() {
 
     let mut measured = Vec::new();
     for (unit, sig) in [
-        ("pmw-live.service", "KILL"),
+        ("pmw-live@a.service", "KILL"),
         (standby_unit.as_str(), "KILL"),
         (leader_unit.as_str(), "KILL"),
         ("pmw-api.service", "KILL"),
-        ("pmw-stats.service", "KILL"),
+        ("pmw-stats@a.service", "KILL"),
         ("pmw-edge@1.service", "KILL"),
         ("pmw-api.service", "SEGV"),
-        ("pmw-stats.service", "ABRT"),
+        ("pmw-stats@a.service", "ABRT"),
         // SIGHUP (not handled: the process dies of it) and a SIGTERM that systemd did not send
         // (exit 0): Restart=on-failure would count both as clean and leave the service down.
         (leader_unit.as_str(), "HUP"),
-        ("pmw-live.service", "TERM"),
+        ("pmw-live@a.service", "TERM"),
     ] {
         measured.push(h.kill_and_measure(unit, sig).await);
     }
@@ -325,16 +361,16 @@ async fn systemd_restarts_every_signal_death_and_keeps_stops_and_78_down() {
             .replace("pmw-push@", "push-"),
         "the standby took over from the killed leader"
     );
-    assert_exit(&h, "pmw-live.service", "signal killed KILL");
+    assert_exit(&h, "pmw-live@a.service", "signal killed KILL");
     assert_exit(&h, "pmw-api.service", "signal killed SEGV");
-    assert_exit(&h, "pmw-stats.service", "signal killed ABRT");
+    assert_exit(&h, "pmw-stats@a.service", "signal killed ABRT");
     assert_exit(&h, "pmw-edge@1.service", "signal killed KILL");
     // systemd counts these two as clean ends ("success"): restarted only by Restart=always.
     assert_exit(&h, &leader_unit, "success killed HUP");
-    assert_exit(&h, "pmw-live.service", "success exited 0");
+    assert_exit(&h, "pmw-live@a.service", "success exited 0");
 
     // 75: live's lock session terminated; it exits 75 and is restarted.
-    let unit = "pmw-live.service";
+    let unit = "pmw-live@a.service";
     let before = h.state(unit);
     let since = pmw_core::UnixMs::now().0;
     let t = std::time::Instant::now();
@@ -424,7 +460,7 @@ async fn systemd_restarts_every_signal_death_and_keeps_stops_and_78_down() {
     ));
 
     // 78: stats with a broken setting exits 78 and is never restarted.
-    let unit = "pmw-stats.service";
+    let unit = "pmw-stats@a.service";
     let bad = h.sd.env_dir().join("stats-bad.env");
     systemd::write_env(&bad, &[("PMW_STATS_RETENTION_DAYS".into(), "1".into())]);
     h.sd.drop_in(
@@ -445,7 +481,7 @@ async fn systemd_restarts_every_signal_death_and_keeps_stops_and_78_down() {
 
     let figures = format!(
         "systemd 252 (a user manager running the production units), debug build; from the \
-         kill to the new process running and to it serving (live: ingesting; push: standby \
+         kill to the new process running and to it serving (live: leader heartbeat; push: standby \
          heartbeat; api: /v1/health 200; stats: /latency.json 200; edge: /health 200): {}; 55 restarts in a row \
          during a Postgres outage without giving up; `systemctl stop` and exit 78 stayed down 5 s",
         measured.join("; ")

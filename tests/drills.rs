@@ -495,12 +495,13 @@ async fn one_of_three_rpc_providers_cut_misses_no_block() {
 }
 
 /// `scripts/deploy/{live,api,stats} --no-build` under load: each restarts exactly its service
-/// under pm2 and verifies that the restarted process reports the expected build revision; an
+/// (live and stats: both members of the pair, standby first) under pm2 and verifies that the restarted process reports the expected build revision; an
 /// expected revision the binary does not carry fails the deploy. Clients lose nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deploy_scripts_restart_live_api_and_stats_and_verify_the_revision() {
+    // Live and stats as pairs (issue 44): their deploys roll the standby, then the leader.
     let d = Drill::start_with(Opts {
-        apps: Some("pmw-live,pmw-push-a,pmw-push-b,pmw-api,pmw-stats"),
+        apps: Some("pmw-live,pmw-live-b,pmw-push-a,pmw-push-b,pmw-api,pmw-stats,pmw-stats-b"),
         ..Opts::default()
     })
     .await;
@@ -524,11 +525,17 @@ async fn deploy_scripts_restart_live_api_and_stats_and_verify_the_revision() {
         let t0 = Instant::now();
         let (ok, log) = deploy(service, pmw_core::build_info::REVISION).await;
         assert!(ok, "scripts/deploy/{service} failed: {log}");
-        assert!(
-            log.contains(&format!(
-                "{app} runs revision {}",
+        // The api is one process; the pairs report both members.
+        let verified = if service == "api" {
+            format!("{app} runs revision {}", pmw_core::build_info::REVISION)
+        } else {
+            format!(
+                "both {app} instances run revision {}",
                 pmw_core::build_info::REVISION
-            )),
+            )
+        };
+        assert!(
+            log.contains(&verified),
             "the deploy verified the running revision: {log}"
         );
         let after = d.pm2.app(&app);

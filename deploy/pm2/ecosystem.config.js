@@ -22,8 +22,11 @@
 // graceful stop finishes its round, releases the lock and closes sockets with 1012.
 //
 // Prometheus metrics, on private loopback ports (deploy/prometheus/prometheus.yml scrapes them):
-// live 9461, push-a 9462, push-b 9463, stats 9464 (PMW_*_METRICS_PORT override them; pmw-api
-// serves /metrics on its own port).
+// live 9461, push-a 9462, push-b 9463, stats 9464, live-b 9465, stats-b 9466
+// (PMW_*_METRICS_PORT override them; pmw-api serves /metrics on its own port).
+// Pairs (docs/OPERATIONS.md, "The live and stats pairs"): pmw-live/pmw-live-b and
+// pmw-stats/pmw-stats-b wait on their writer lock as push-a/push-b do; the standby binds
+// nothing until it leads (stats-b's dashboard port is PMW_STATS_B_PORT, 8092).
 // Edge mode (docs/OPERATIONS.md, "Edge mode"): PMW_EDGES=N adds pmw-edge-1..N, edge i listening
 // on 8100 + i (PMW_EDGE_<i>_PORT), metrics on 9469 + i (PMW_EDGE_<i>_METRICS_PORT); push
 // and the edges then need PMW_PUSH_NATS_URLS / PMW_EDGE_NATS_URLS (and Caddy PMW_WS_MODE=edge),
@@ -73,6 +76,12 @@ module.exports = {
     },
     {
       ...common,
+      name: 'pmw-live-b',
+      script: `${bin}/pmw-live`,
+      env: { ...deployment, PMW_INSTANCE: 'live-b', PMW_LIVE_METRICS_ADDR: `127.0.0.1:${port('PMW_LIVE_B_METRICS_PORT', 9465)}` },
+    },
+    {
+      ...common,
       name: 'pmw-push-a',
       script: `${bin}/pmw-push`,
       env: {
@@ -108,6 +117,17 @@ module.exports = {
         PMW_INSTANCE: 'stats',
         PMW_STATS_LISTEN: `127.0.0.1:${port('PMW_STATS_PORT', 8082)}`,
         PMW_STATS_METRICS_ADDR: `127.0.0.1:${port('PMW_STATS_METRICS_PORT', 9464)}`,
+      },
+    },
+    {
+      ...common,
+      name: 'pmw-stats-b',
+      script: `${bin}/pmw-stats`,
+      env: {
+        ...deployment,
+        PMW_INSTANCE: 'stats-b',
+        PMW_STATS_LISTEN: `127.0.0.1:${port('PMW_STATS_B_PORT', 8092)}`,
+        PMW_STATS_METRICS_ADDR: `127.0.0.1:${port('PMW_STATS_B_METRICS_PORT', 9466)}`,
       },
     },
     ...edges,

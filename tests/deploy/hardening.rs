@@ -245,9 +245,9 @@ fn proc_status(pid: i64, field: &str) -> String {
 async fn systemd_runs_every_service_in_the_sandbox() {
     let h = Host::start().await;
     for unit in [
-        "pmw-live.service",
+        "pmw-live@a.service",
         "pmw-api.service",
-        "pmw-stats.service",
+        "pmw-stats@a.service",
         "pmw-edge@1.service",
     ] {
         h.serving(unit, h.state(unit).pid, 0).await;

@@ -131,7 +131,6 @@ impl Host {
             ("PMW_GAMMA_URL".into(), "http://127.0.0.1:9".into()),
             ("PMW_PUSH_LOCK_SEGMENT_MS".into(), "1000".into()),
             ("PMW_API_LISTEN".into(), format!("127.0.0.1:{api}")),
-            ("PMW_STATS_LISTEN".into(), format!("127.0.0.1:{stats}")),
         ]);
         env.extend(stream.env());
         write_env(&sd.env_dir().join("pmw.env"), &env);
@@ -144,6 +143,24 @@ impl Host {
                 )],
             );
         }
+        // The live and stats pairs' a members (the units run without their b members here).
+        write_env(
+            &sd.env_dir().join("live-a.env"),
+            &[(
+                "PMW_LIVE_METRICS_ADDR".into(),
+                format!("127.0.0.1:{}", free_port()),
+            )],
+        );
+        write_env(
+            &sd.env_dir().join("stats-a.env"),
+            &[
+                ("PMW_STATS_LISTEN".into(), format!("127.0.0.1:{stats}")),
+                (
+                    "PMW_STATS_METRICS_ADDR".into(),
+                    format!("127.0.0.1:{}", free_port()),
+                ),
+            ],
+        );
         write_env(
             &sd.env_dir().join("edge-1.env"),
             &[
@@ -248,7 +265,7 @@ impl Host {
         let serves = || async {
             let url = match unit {
                 "pmw-api.service" => Some(format!("http://127.0.0.1:{}/v1/health", self.api)),
-                "pmw-stats.service" => {
+                "pmw-stats@a.service" => {
                     Some(format!("http://127.0.0.1:{}/latency.json", self.stats))
                 }
                 "pmw-edge@1.service" => Some(format!("http://127.0.0.1:{}/health", self.edge)),
@@ -258,7 +275,7 @@ impl Host {
                 Some(url) => http.get(url).send().await.is_ok_and(|r| r.status() == 200),
                 None => {
                     let (service, instance, state) = match unit {
-                        "pmw-live.service" => ("pmw-live", "live".to_string(), "ingesting"),
+                        "pmw-live@a.service" => ("pmw-live", "live-a".to_string(), "leader"),
                         push => (
                             "pmw-push",
                             push.trim_end_matches(".service")

@@ -17,11 +17,11 @@ use pmw_testkit::{eventually_blocking, repo_root};
 /// The production units, as `systemctl` names them (the push template instantiated twice, the
 /// edge template once).
 pub const UNITS: &[&str] = &[
-    "pmw-live.service",
+    "pmw-live@a.service",
     "pmw-push@a.service",
     "pmw-push@b.service",
     "pmw-api.service",
-    "pmw-stats.service",
+    "pmw-stats@a.service",
     "pmw-edge@1.service",
 ];
 

@@ -260,9 +260,9 @@ async fn a_missing_push_standby_is_a_warning_not_a_503() {
         r.body["checks"]["push_standby"]["detail"]["instances"],
         serde_json::json!(["push-b"])
     );
-    // No standby warning left (pmw-stats is not running here: that one stays).
+    // No push standby warning left (pmw-stats and pmw-live are not running here: theirs stay).
     assert!(
-        !r.body["warnings"].to_string().contains("standby"),
+        !r.body["warnings"].to_string().contains("no push standby"),
         "{}",
         r.text
     );
@@ -331,6 +331,57 @@ async fn a_missing_push_standby_is_a_warning_not_a_503() {
         "{}",
         schemas["Readiness"]
     );
+}
+
+/// The live and stats pairs (issue 44): without a standby each is a warning, not a 503; a
+/// standby beating `{"role":"standby"}` (not the writer lock's holder) passes the check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_and_stats_standbys_are_reported_and_a_missing_one_warns() {
+    let api = Api::start_with(cfg()).await;
+    let r = ready_until(&api.base, "both standbys missing", |r| {
+        r.body["checks"]["live_standby"]["ok"] == false
+            && r.body["checks"]["stats_standby"]["ok"] == false
+    })
+    .await;
+    let warnings = r.body["warnings"].to_string();
+    assert!(warnings.contains("no pmw-live standby"), "{}", r.text);
+    assert!(warnings.contains("no pmw-stats standby"), "{}", r.text);
+    // live-a holds the live lock; both beat as standbys, only live-b counts (the holder's row
+    // is not a standby whatever it says).
+    let c = api.db.pg.get().await.unwrap();
+    c.execute(
+        "INSERT INTO writer_epochs VALUES ($1, 1, 'live-a', 1, now(), 0, 0)",
+        &[&pmw_core::lock::keys::LIVE],
+    )
+    .await
+    .unwrap();
+    let beats: Vec<_> = ["live-a", "live-b"]
+        .map(|i| pmw_core::heartbeat::Heartbeat::new(api.db.pg.clone(), "pmw-live", i))
+        .into_iter()
+        .collect();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let _stop = stop.clone().drop_guard();
+    tokio::spawn(async move {
+        while !stop.is_cancelled() {
+            for b in &beats {
+                let _ = b.beat(&serde_json::json!({"role": "standby"})).await;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    });
+    let r = ready_until(&api.base, "a live standby", |r| {
+        r.body["checks"]["live_standby"]["ok"] == true
+    })
+    .await;
+    assert_eq!(
+        r.body["checks"]["live_standby"]["detail"]["instances"],
+        serde_json::json!(["live-b"]),
+        "{}",
+        r.text
+    );
+    let warnings = r.body["warnings"].to_string();
+    assert!(!warnings.contains("no pmw-live standby"), "{}", r.text);
+    assert!(warnings.contains("no pmw-stats standby"), "{}", r.text);
 }
 
 /// Ingest is part of the path: no pmw-live (never started, or stopped: a stale heartbeat) or a

@@ -47,10 +47,10 @@ async fn lock_holder(pool: &PgPool) -> Option<i32> {
         .map(|r| r.get(0))
 }
 
-/// Whether a write fenced by the lock session `pid` would pass on the primary now.
-async fn fence_passes(pool: &PgPool, pid: i32) -> bool {
+/// Whether a write fenced by writer epoch `epoch` would pass on the primary now.
+async fn fence_passes(pool: &PgPool, epoch: i64) -> bool {
     let c = pool.get().await.unwrap();
-    c.query_one(&format!("SELECT {}", fence_sql(LOCK_KEY, "$1")), &[&pid])
+    c.query_one(&format!("SELECT {}", fence_sql(LOCK_KEY, "$1")), &[&epoch])
         .await
         .unwrap()
         .get(0)
@@ -68,9 +68,9 @@ async fn sessions_follow(db: &TestDb, old_lock: WriterLock, old_listen: pg::Sess
         both_lost,
         "the lock and LISTEN sessions must report their loss"
     );
-    let stale_pid = old_lock.pid();
+    let stale_epoch = old_lock.epoch();
     let none = CancellationToken::new();
-    let lock = WriterLock::acquire(
+    let mut lock = WriterLock::acquire(
         &db.cfg,
         "ha-lock",
         LOCK_KEY,
@@ -80,14 +80,18 @@ async fn sessions_follow(db: &TestDb, old_lock: WriterLock, old_listen: pg::Sess
     .await
     .expect("the lock is taken again on the new primary")
     .expect("not shut down");
+    let epoch = lock.take_epoch("ha-b").await.expect("a new epoch");
+    assert!(
+        epoch > stale_epoch,
+        "the writer epoch is monotonic across the promotion: {stale_epoch} then {epoch}"
+    );
     assert_eq!(lock_holder(&db.pg).await, Some(lock.pid()));
-    assert!(fence_passes(&db.pg, lock.pid()).await);
-    if stale_pid != lock.pid() {
-        assert!(
-            !fence_passes(&db.pg, stale_pid).await,
-            "the old holder's fenced writes must fail on the new primary"
-        );
-    }
+    assert!(fence_passes(&db.pg, epoch).await);
+    // Whatever pid the new holder got (even the old one's): the old epoch is fenced.
+    assert!(
+        !fence_passes(&db.pg, stale_epoch).await,
+        "the old holder's fenced writes must fail on the new primary"
+    );
     let mut listen = pg::listening(&db.cfg, "ha-listen", &["ha_test"])
         .await
         .expect("LISTEN again on the new primary");
@@ -107,7 +111,7 @@ async fn sessions_follow(db: &TestDb, old_lock: WriterLock, old_listen: pg::Sess
 
 async fn sessions(db: &TestDb) -> (WriterLock, pg::Session) {
     let none = CancellationToken::new();
-    let lock = WriterLock::acquire(
+    let mut lock = WriterLock::acquire(
         &db.cfg,
         "ha-lock",
         LOCK_KEY,
@@ -117,6 +121,7 @@ async fn sessions(db: &TestDb) -> (WriterLock, pg::Session) {
     .await
     .unwrap()
     .unwrap();
+    lock.take_epoch("ha-a").await.unwrap();
     let listen = pg::listening(&db.cfg, "ha-listen", &["ha_test"])
         .await
         .unwrap();

@@ -30,6 +30,7 @@ pub mod telemetry;
 pub mod trade;
 pub mod types;
 pub mod webhook;
+pub mod writer;
 
 pub use config::CoreConfig;
 pub use exit::ServiceError;

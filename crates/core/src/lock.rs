@@ -1,6 +1,8 @@
 //! Writer locks: a session-level advisory lock held on a dedicated, unpooled session, waited for
 //! in segments (`lock_timeout`, retry on 55P03 in the same session) so the waiting session never
 //! pins `backend_xmin` for longer than one segment. Losing the session means losing the lock.
+//! A single writer (live, stats) then takes the lock's next epoch (`writer_epochs`), which its
+//! fenced writes carry ([`fence_sql`]).
 
 use std::time::Duration;
 
@@ -32,6 +34,8 @@ pub struct WriterLock {
     session: Session,
     key: i64,
     pid: i32,
+    /// The epoch taken with [`WriterLock::take_epoch`]; 0 (fences nothing through) before.
+    epoch: i64,
 }
 
 impl WriterLock {
@@ -71,7 +75,12 @@ impl WriterLock {
                 Ok(_) => {
                     metrics::gauge!(LOCK_WAITING, &lock_label).set(0.0);
                     tracing::info!(key, pid, segments, "writer lock acquired");
-                    return Ok(Some(WriterLock { session, key, pid }));
+                    return Ok(Some(WriterLock {
+                        session,
+                        key,
+                        pid,
+                        epoch: 0,
+                    }));
                 }
                 Err(e) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {
                     segments += 1;
@@ -95,12 +104,41 @@ impl WriterLock {
             .query_one("SELECT pg_try_advisory_lock($1), pg_backend_pid()", &[&key])
             .await?;
         let (got, pid): (bool, i32) = (row.get(0), row.get(1));
-        Ok(got.then_some(WriterLock { session, key, pid }))
+        Ok(got.then_some(WriterLock {
+            session,
+            key,
+            pid,
+            epoch: 0,
+        }))
     }
 
-    /// Backend pid of the lock session, for fencing statements (see [`fence_sql`]).
+    /// Backend pid of the lock session.
     pub fn pid(&self) -> i32 {
         self.pid
+    }
+
+    /// Take the lock's next epoch for `holder` (recording this session's pid and backend start
+    /// in `writer_epochs`), on the lock session: from now on the predecessor's fenced writes
+    /// fail, and ours carry [`WriterLock::epoch`].
+    pub async fn take_epoch(&mut self, holder: &str) -> Result<i64, PgError> {
+        let now = crate::UnixMs::now().0;
+        let epoch: i64 = self
+            .session
+            .client
+            .query_one(
+                include_str!("sql/writer_epoch_bump.sql"),
+                &[&self.key, &holder, &now],
+            )
+            .await?
+            .get(0);
+        self.epoch = epoch;
+        tracing::info!(key = self.key, epoch, pid = self.pid, "writer epoch taken");
+        Ok(epoch)
+    }
+
+    /// The epoch this holder's fenced writes carry (see [`fence_sql`]).
+    pub fn epoch(&self) -> i64 {
+        self.epoch
     }
 
     pub fn key(&self) -> i64 {
@@ -129,15 +167,20 @@ pub fn holder_sql(key: i64) -> String {
     with_key(include_str!("sql/lock_holder.sql"), key)
 }
 
-/// A SQL predicate true only while the session with backend pid `$pid_param` holds advisory lock
-/// `key`: add it to a write's WHERE clause so a writer that lost its lock writes nothing. It is
-/// spliced into other statements, so its file has no comment line and it is returned as one line.
-pub fn fence_sql(key: i64, pid_param: &str) -> String {
+/// A SQL predicate true only while epoch `$epoch_param` (a bigint, [`WriterLock::epoch`]) is
+/// lock `key`'s current epoch and the session that took it (its pid and backend start) still
+/// holds the lock: add it to a write's WHERE clause so a writer that lost its lock, or was
+/// deposed (a successor took a newer epoch, on this primary or a promoted one), writes nothing.
+/// It is spliced into other statements, so its file has no comment line and it is returned as
+/// one line.
+pub fn fence_sql(key: i64, epoch_param: &str) -> String {
     let one_line = include_str!("sql/lock_fence.sql")
         .split_whitespace()
         .collect::<Vec<_>>()
         .join(" ");
-    with_key(&one_line, key).replace("{pid}", pid_param)
+    with_key(&one_line, key)
+        .replace("{key}", &key.to_string())
+        .replace("{epoch}", epoch_param)
 }
 
 /// `sql` with advisory lock `key`'s halves (as `pg_locks` shows them) in `{classid}`, `{objid}`.
@@ -163,13 +206,21 @@ mod tests {
         let fence = flat(&fence_sql(key, "$4"));
         for sql in [&holder, &fence] {
             assert!(!sql.contains('{'), "a hole left unfilled: {sql}");
-            assert!(sql.contains("classid = 3 AND objid = 7001 AND"), "{sql}");
+            assert!(
+                sql.contains("classid = 3 AND l.objid = 7001 AND")
+                    || sql.contains("classid = 3 AND objid = 7001 AND"),
+                "{sql}"
+            );
         }
         assert!(
             fence.starts_with("EXISTS (") && fence.ends_with("))"),
             "{fence}"
         );
-        assert!(fence.contains(" AND pid = $4 AND "), "{fence}");
+        assert!(fence.contains(" w.epoch = $4 AND "), "{fence}");
+        assert!(
+            fence.contains(&format!("w.lock_key = {key} AND")),
+            "{fence}"
+        );
         assert!(!fence_sql(key, "$4").contains('\n'), "{fence}");
     }
 }

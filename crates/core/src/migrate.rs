@@ -91,6 +91,7 @@ pub const POSTGRES: &[Migration] = &[
         "unlisted_emitters",
         "postgres/0021_unlisted_emitters.sql"
     ),
+    migration!(22, "writer_epochs", "postgres/0022_writer_epochs.sql"),
 ];
 
 /// ClickHouse migrations, in order. Every file in `migrations/clickhouse` must be listed (tested).

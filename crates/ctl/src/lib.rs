@@ -13,6 +13,7 @@ mod status_audit;
 mod status_emitters;
 mod status_indexes;
 mod status_ledger;
+mod status_pairs;
 mod status_providers;
 mod status_text;
 mod watch;

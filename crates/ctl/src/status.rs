@@ -316,6 +316,8 @@ pub async fn collect(cfg: &CoreConfig) -> Result<Value, ServiceError> {
     warnings.extend(crate::status_ledger::warnings(&ledger));
     let emitters = crate::status_emitters::collect(&c).await?;
     warnings.extend(crate::status_emitters::warnings(&emitters));
+    let pairs = crate::status_pairs::collect(&c, now).await?;
+    warnings.extend(crate::status_pairs::warnings(&pairs));
     let waiting = match (k.ingest, k.push) {
         (Some((wm, _)), Some((b, l, _, _))) => trades_waiting(&c, b, l, wm).await,
         _ => None,
@@ -330,6 +332,7 @@ pub async fn collect(cfg: &CoreConfig) -> Result<Value, ServiceError> {
         "unlisted_emitters": emitters,
         "leader": leader,
         "standbys": standbys,
+        "pairs": pairs,
         "warnings": warnings,
         "instances": instances,
         "webhooks": webhooks,

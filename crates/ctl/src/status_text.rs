@@ -1,5 +1,5 @@
 //! `pmwctl status` as text: one labelled line per part of the JSON `status`
-//! collects (leader, standbys, cursors and lags, RPC providers, audit, webhooks, indexes, unlisted emitters, instances, warnings).
+//! collects (leader, standbys, the live and stats pairs, cursors and lags, RPC providers, audit, webhooks, indexes, unlisted emitters, instances, warnings).
 
 use pmw_core::UnixMs;
 use serde_json::Value;
@@ -18,6 +18,7 @@ fn or_unknown(v: &Value) -> String {
 /// The status as text.
 pub fn text(s: &Value) -> String {
     let mut lines = leader_lines(s);
+    lines.extend(crate::status_pairs::text(&s["pairs"]));
     lines.extend(cursor_lines(s));
     lines.extend(crate::status_providers::text(&s["providers"]));
     lines.extend(crate::status_audit::text(&s["audit"]));

@@ -121,7 +121,7 @@ pub struct Audit {
     ch: ChClient,
     allow: Allowlist,
     emitters: crate::emitters::Sink,
-    lock_pid: i32,
+    lock_epoch: i64,
     settings: AuditSettings,
     notifier: BlockNotifier,
     pacer: Pacer,
@@ -136,7 +136,7 @@ impl Audit {
         pg: PgPool,
         ch: ChClient,
         watch: Watch,
-        lock_pid: i32,
+        lock_epoch: i64,
         settings: AuditSettings,
         notifier: BlockNotifier,
     ) -> Audit {
@@ -149,7 +149,7 @@ impl Audit {
             ch,
             allow: watch.allow,
             emitters: watch.emitters,
-            lock_pid,
+            lock_epoch,
             settings,
             notifier,
             pacer: Pacer {
@@ -374,7 +374,7 @@ impl Audit {
         let moved = tx
             .execute(
                 self.advance_sql.as_str(),
-                &[&(report.to as i64), &now.0, &self.lock_pid],
+                &[&(report.to as i64), &now.0, &self.lock_epoch],
             )
             .await?;
         if moved != 1 {

@@ -19,7 +19,7 @@ use crate::notifier::BlockNotifier;
 pub struct Finality {
     pub chain: Chain,
     pub pg: PgPool,
-    pub lock_pid: i32,
+    pub lock_epoch: i64,
     pub poll: Duration,
     pub notifier: BlockNotifier,
     advance_sql: String,
@@ -29,7 +29,7 @@ impl Finality {
     pub fn new(
         chain: Chain,
         pg: PgPool,
-        lock_pid: i32,
+        lock_epoch: i64,
         poll: Duration,
         notifier: BlockNotifier,
     ) -> Finality {
@@ -38,7 +38,7 @@ impl Finality {
         Finality {
             chain,
             pg,
-            lock_pid,
+            lock_epoch,
             poll,
             notifier,
             advance_sql,
@@ -100,7 +100,7 @@ impl Finality {
                     &(target as i64),
                     &hex32(&hash),
                     &UnixMs::now().0,
-                    &self.lock_pid,
+                    &self.lock_epoch,
                 ],
             )
             .await?;

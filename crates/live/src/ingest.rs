@@ -61,7 +61,7 @@ pub struct IngestParts {
     pub notifier: BlockNotifier,
     pub latency: LatencyRows,
     pub names: Names,
-    pub lock_pid: i32,
+    pub lock_epoch: i64,
     pub max_reorg_depth: u64,
     /// Where unlisted emitters' sightings go (after the commit).
     pub emitters: crate::emitters::Sink,
@@ -348,7 +348,7 @@ impl Ingester {
                     &(head.number as i64),
                     &head.hash_hex(),
                     &t_stored.0,
-                    &self.parts.lock_pid,
+                    &self.parts.lock_epoch,
                     &head.parent_hex(),
                     &stamp.block_time_ms,
                     &stamp.t_detect_ms,

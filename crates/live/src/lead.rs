@@ -101,7 +101,7 @@ fn spawn_followers(
     let finality = finality::Finality::new(
         chain.clone(),
         pg.clone(),
-        l.lock.pid(),
+        l.lock.epoch(),
         live.finalized_poll(),
         notifier.clone(),
     );
@@ -109,7 +109,7 @@ fn spawn_followers(
     let projector = crate::projector::Projector::new(
         pg.clone(),
         l.stores.ch.clone(),
-        l.lock.pid(),
+        l.lock.epoch(),
         crate::projector::Settings {
             keep: live.ledger_keep(),
             ..Default::default()
@@ -126,7 +126,7 @@ fn spawn_followers(
             pg.clone(),
             l.stores.ch.clone(),
             watch,
-            l.lock.pid(),
+            l.lock.epoch(),
             live.audit(),
             notifier.clone(),
         );
@@ -140,7 +140,7 @@ fn spawn_followers(
         notifier,
         latency: l.latency.clone(),
         names,
-        lock_pid: l.lock.pid(),
+        lock_epoch: l.lock.epoch(),
         max_reorg_depth: live.live_reorg_max_depth,
         emitters: l.emitters.clone(),
     })
@@ -354,6 +354,8 @@ async fn beat(ingester: &Ingester, l: &Leader<'_>, prune: bool) {
         }
     }
     let state = serde_json::json!({
+        "role": "leader",
+        "epoch": l.lock.epoch(),
         "state": "ingesting",
         "cursor": ingester.cursor.map(|c| c.number),
         "head": ingester.head,

@@ -23,7 +23,7 @@ pub mod telemetry;
 pub mod version;
 
 use pmw_core::heartbeat::Heartbeat;
-use pmw_core::lock::{keys, WriterLock};
+use pmw_core::lock::keys;
 use pmw_core::stores::Stores;
 use pmw_core::trade::Allowlist;
 use pmw_core::{CoreConfig, ServiceError};
@@ -55,19 +55,26 @@ pub async fn run_with(
     };
     let instance = cfg.instance_or(SERVICE);
     let heartbeat = Heartbeat::new(stores.pg.clone(), SERVICE, &instance);
-    let _ = heartbeat
-        .beat(&serde_json::json!({ "state": "waiting for lock" }))
-        .await;
-    let lock = WriterLock::acquire(
-        &cfg,
-        &format!("{SERVICE}:lock"),
-        keys::LIVE,
-        live.lock_segment(),
-        &shutdown,
-    )
-    .await
-    .map_err(|e| ServiceError::transient(format!("cannot take the live lock: {e}")))?;
+    // A second instance is the standby: it waits here, beating `{"role":"standby"}`, and
+    // deposes a frozen holder past its lease (pmw_core::writer).
+    let candidate = pmw_core::writer::Candidate {
+        application_name: &format!("{SERVICE}:lock"),
+        instance: &instance,
+        key: keys::LIVE,
+        segment: live.lock_segment(),
+        lease: pmw_core::writer::LEASE,
+    };
+    let lock = pmw_core::writer::take(&cfg, &stores.pg, &heartbeat, candidate, &shutdown)
+        .await
+        .map_err(|e| ServiceError::transient(format!("cannot take the live lock: {e}")))?;
     let Some(lock) = lock else { return Ok(()) };
+    // Fired by the renewal when a newer epoch holds the lock; cancelled (ending the renewal)
+    // when this function returns.
+    let deposed = CancellationToken::new();
+    let _stop_renewing = deposed.clone().drop_guard();
+    let renewal =
+        pmw_core::writer::renew(stores.pg.clone(), keys::LIVE, lock.epoch(), deposed.clone());
+    tokio::spawn(renewal);
     listed(&stores, &allow).await;
     let (latency, writer) = latency_writer::LatencyWriter::spawn(stores.ch.clone());
     let (emitters, recorder) = emitters::Recorder::spawn(stores.pg.clone());
@@ -79,7 +86,12 @@ pub async fn run_with(
         emitters,
         shutdown: &shutdown,
     };
-    let result = lead::lead(cfg, live, allow, leader).await;
+    let result = tokio::select! {
+        r = lead::lead(cfg, live, allow, leader) => r,
+        _ = deposed.cancelled() => {
+            Err(ServiceError::transient("live writer deposed (a newer epoch)"))
+        }
+    };
     // The ingester and the audit (the writers' only senders) are gone: the last latency rows
     // and emitter sightings are written now.
     writer.close().await;

@@ -78,7 +78,7 @@ pub struct Standing {
 pub struct Projector {
     pg: PgPool,
     ch: ChClient,
-    lock_pid: i32,
+    lock_epoch: i64,
     settings: Settings,
     rows_sql: String,
     advance_sql: String,
@@ -86,12 +86,12 @@ pub struct Projector {
 }
 
 impl Projector {
-    pub fn new(pg: PgPool, ch: ChClient, lock_pid: i32, settings: Settings) -> Projector {
+    pub fn new(pg: PgPool, ch: ChClient, lock_epoch: i64, settings: Settings) -> Projector {
         let fenced = |text: &str| text.replace("{fence}", &fence_sql(keys::LIVE, "$3"));
         Projector {
             pg,
             ch,
-            lock_pid,
+            lock_epoch,
             settings,
             rows_sql: include_str!("sql/project_rows.sql").replace("{COLUMNS}", TradeRow::COLUMNS),
             advance_sql: fenced(include_str!("sql/project_advance.sql")),
@@ -209,7 +209,7 @@ impl Projector {
         let moved = c
             .query_opt(
                 &self.advance_sql,
-                &[&last, &UnixMs::now().0, &self.lock_pid],
+                &[&last, &UnixMs::now().0, &self.lock_epoch],
             )
             .await?;
         if moved.is_none() {
@@ -257,7 +257,7 @@ impl Projector {
             .get(0);
         if eligible {
             let raised = c
-                .query_opt(&self.floor_sql, &[&(hi as i64), &now, &self.lock_pid])
+                .query_opt(&self.floor_sql, &[&(hi as i64), &now, &self.lock_epoch])
                 .await?;
             if raised.is_some() {
                 tracing::info!(

@@ -91,6 +91,9 @@ impl Shared {
 /// The router of the stats service.
 pub fn router(shared: Arc<Shared>) -> Router {
     Router::new()
+        // For Caddy's active health check: only the pair's leader binds, a frozen one does not
+        // answer (Caddy then sends the dashboard to the other member).
+        .route("/health", get(|| async { "ok" }))
         .route("/latency", get(page_handler))
         .route("/latency.json", get(json_handler))
         .with_state(shared)

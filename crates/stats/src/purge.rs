@@ -10,6 +10,7 @@
 
 use std::time::Duration;
 
+use pmw_core::lock::{fence_sql, keys};
 use pmw_core::pg::PgPool;
 use pmw_core::UnixMs;
 use tokio_util::sync::CancellationToken;
@@ -44,11 +45,13 @@ struct Job {
 }
 
 impl Job {
-    /// The table's batched delete: `$1` = cutoff (ms), `$2` = batch.
+    /// The table's batched delete: `$1` = cutoff (ms), `$2` = batch, `$3` = the stats writer
+    /// epoch (fenced: a deposed instance deletes nothing).
     fn sql(&self) -> String {
         include_str!("sql/purge_finished.sql")
             .replace("{table}", self.table)
             .replace("{finished}", self.finished)
+            .replace("{fence}", &fence_sql(keys::STATS, "$3"))
     }
 }
 
@@ -63,11 +66,12 @@ const WEBHOOK_DELIVERIES: Job = Job {
 };
 
 /// Delete the finished rows past their retention, batch by batch, until none is left or `stop`
-/// fires (the next run continues).
+/// fires (the next run continues). Every statement is fenced by the stats writer `epoch`.
 pub async fn purge_finished(
     pg: &PgPool,
     now: UnixMs,
     keep: &RowRetention,
+    epoch: i64,
     stop: &CancellationToken,
 ) -> Result<Vec<Purged>, StatsError> {
     let mut out = Vec::new();
@@ -86,7 +90,7 @@ pub async fn purge_finished(
         while !stop.is_cancelled() {
             let n = {
                 let c = pg.get().await.map_err(pmw_core::pg::PgError::from)?;
-                c.execute(&sql, &[&cutoff, &batch]).await?
+                c.execute(&sql, &[&cutoff, &batch, &epoch]).await?
             };
             done.rows += n;
             done.statements += 1;

@@ -7,6 +7,7 @@ use std::time::Duration;
 use pmw_core::heartbeat::Heartbeat;
 use pmw_core::lock::{keys, WriterLock};
 use pmw_core::stores::Stores;
+use pmw_core::writer;
 use pmw_core::{CoreConfig, ServiceError, UnixMs};
 use tokio::sync::oneshot;
 use tokio::time::MissedTickBehavior;
@@ -35,9 +36,19 @@ pub async fn run_with(
     }
     let stores = Stores::open(&cfg, SERVICE).await?;
     let heartbeat = Heartbeat::new(stores.pg.clone(), SERVICE, &cfg.instance_or(SERVICE));
-    let Some(lock) = wait_for_lock(&cfg, &stats, &heartbeat, &shutdown).await? else {
+    let Some(lock) = wait_for_lock(&cfg, &stores, &stats, &heartbeat, &shutdown).await? else {
         return Ok(());
     };
+    // Fired by the renewal when a newer epoch holds the lock (this one was deposed).
+    let deposed = CancellationToken::new();
+    let _stop_renewing = deposed.clone().drop_guard();
+    let renewal = writer::renew(
+        stores.pg.clone(),
+        keys::STATS,
+        lock.epoch(),
+        deposed.clone(),
+    );
+    tokio::spawn(renewal);
     let (listener, addr) = pmw_core::listen::bind(stats.stats_listen, bound).await?;
     let shared = http::Shared::new(stats.stats_interval_ms);
     let mut server = Server::spawn(listener, shared.clone());
@@ -52,6 +63,7 @@ pub async fn run_with(
         shared: &shared,
         addr,
         shutdown: &shutdown,
+        deposed: &deposed,
     };
     let served = serve(&serving, &lock, &mut server).await;
     sampling.cancel();
@@ -113,6 +125,8 @@ struct Serving<'a> {
     shared: &'a std::sync::Arc<http::Shared>,
     addr: SocketAddr,
     shutdown: &'a CancellationToken,
+    /// Fired when a newer epoch holds the lock.
+    deposed: &'a CancellationToken,
 }
 
 /// Refresh the snapshot, run retention and beat the heartbeat on their intervals, until
@@ -124,6 +138,7 @@ async fn serve(
 ) -> Result<(), ServiceError> {
     let shutdown = s.shutdown;
     let lost = lock.lost();
+    let deposed = s.deposed;
     let mut refresh = every(s.stats.interval());
     let mut retention = every(s.stats.retention_interval());
     let mut beat = every(HEARTBEAT_EVERY);
@@ -133,6 +148,7 @@ async fn serve(
             biased;
             _ = shutdown.cancelled() => return Ok(()),
             _ = lost.cancelled() => return Err(ServiceError::transient("stats lock session lost")),
+            _ = deposed.cancelled() => return Err(ServiceError::transient("stats writer deposed (a newer epoch)")),
             r = &mut server.task => {
                 return Err(ServiceError::Bug(anyhow::anyhow!("dashboard server stopped: {r:?}")));
             }
@@ -146,7 +162,7 @@ async fn serve(
             }
             _ = retention.tick() => {
                 tokio::select! {
-                    _ = run_retention(s.stores, s.stats, &mut state, shutdown) => {}
+                    _ = run_retention(s, lock.epoch(), &mut state) => {}
                     _ = shutdown.cancelled() => continue,
                     _ = lost.cancelled() => continue,
                 };
@@ -172,13 +188,10 @@ struct LoopState {
     rows_purged: u64,
 }
 
-/// One run of the retention jobs; each job's failure is logged and the others still run.
-async fn run_retention(
-    stores: &Stores,
-    stats: &StatsConfig,
-    state: &mut LoopState,
-    shutdown: &CancellationToken,
-) {
+/// One run of the retention jobs; each job's failure is logged and the others still run. The
+/// Postgres deletes carry the writer `epoch` (a deposed instance deletes nothing).
+async fn run_retention(s: &Serving<'_>, epoch: i64, state: &mut LoopState) {
+    let (stores, stats, shutdown) = (s.stores, s.stats, s.shutdown);
     let now = UnixMs::now();
     let mut dropped = 0;
     for (what, outcome) in [
@@ -206,7 +219,7 @@ async fn run_retention(
     }
     state.partitions_dropped += dropped;
     let mut purged = 0;
-    match purge::purge_finished(&stores.pg, now, &stats.row_retention(), shutdown).await {
+    match purge::purge_finished(&stores.pg, now, &stats.row_retention(), epoch, shutdown).await {
         Ok(p) => purged = p.iter().map(|p| p.rows).sum::<u64>(),
         Err(e) => tracing::warn!(job = "postgres rows", error = %e, "retention failed"),
     }
@@ -218,6 +231,7 @@ impl LoopState {
     /// Beat the heartbeat with the serving state.
     async fn beat(&self, s: &Serving<'_>) {
         let state = serde_json::json!({
+            "role": "leader",
             "state": "serving",
             "listen": s.addr.to_string(),
             "snapshot_ms": s.shared.snapshot().map(|s| s.generated_at_ms),
@@ -250,35 +264,26 @@ impl LoopState {
     }
 }
 
-/// Wait for the stats writer lock (segmented), beating "waiting for lock" meanwhile. `None` when
-/// shutdown comes first.
+/// Wait for the stats writer lock as the standby (segmented, beating `{"role":"standby"}`, and
+/// deposing a frozen holder past its lease: pmw_core::writer), then take its next epoch. `None`
+/// when shutdown comes first.
 async fn wait_for_lock(
     cfg: &CoreConfig,
+    stores: &Stores,
     stats: &StatsConfig,
     heartbeat: &Heartbeat,
     shutdown: &CancellationToken,
 ) -> Result<Option<WriterLock>, ServiceError> {
-    let application_name = format!("{SERVICE}:lock");
-    let acquire = WriterLock::acquire(
-        cfg,
-        &application_name,
-        keys::STATS,
-        stats.lock_segment(),
-        shutdown,
-    );
-    tokio::pin!(acquire);
-    let waiting = serde_json::json!({ "state": "waiting for lock" });
-    loop {
-        if let Err(e) = heartbeat.beat(&waiting).await {
-            tracing::warn!(error = %e, "heartbeat failed");
-        }
-        tokio::select! {
-            r = &mut acquire => {
-                return r.map_err(|e| ServiceError::transient(format!("cannot take the stats lock: {e}")));
-            }
-            _ = tokio::time::sleep(HEARTBEAT_EVERY) => {}
-        }
-    }
+    let candidate = writer::Candidate {
+        application_name: &format!("{SERVICE}:lock"),
+        instance: &cfg.instance_or(SERVICE),
+        key: keys::STATS,
+        segment: stats.lock_segment(),
+        lease: writer::LEASE,
+    };
+    writer::take(cfg, &stores.pg, heartbeat, candidate, shutdown)
+        .await
+        .map_err(|e| ServiceError::transient(format!("cannot take the stats lock: {e}")))
 }
 
 /// The whole snapshot (with `days` daily availability bars): latency from ClickHouse, the

@@ -33,6 +33,15 @@ impl ChildService {
         }
     }
 
+    /// Send signal `sig` (`STOP`, `CONT`, `KILL`, … as `kill` names it).
+    pub fn signal(&self, sig: &str) {
+        if let Some(pid) = self.child.id() {
+            let _ = std::process::Command::new("kill")
+                .args([format!("-{sig}"), pid.to_string()])
+                .status();
+        }
+    }
+
     /// Wait for exit (bounded) and return the exit code.
     pub async fn wait_code(&mut self, within: Duration) -> i32 {
         let status = tokio::time::timeout(within, self.child.wait())

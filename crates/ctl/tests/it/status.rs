@@ -174,3 +174,44 @@ async fn status_reports_an_unlisted_emitter_until_listed() {
         serde_json::from_str(&status(&db, &["status", "--json"]).await).unwrap();
     assert_eq!(v["unlisted_emitters"]["count"], 0, "listed: {v}");
 }
+
+/// The live and stats pairs (issue 44): the live writer's holder and epoch (a real lock and
+/// epoch taken), its standby waiting, and a warning for the pair without a standby.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_the_live_and_stats_pairs_and_warns_without_a_standby() {
+    let db = TestDb::new().await;
+    let none = tokio_util::sync::CancellationToken::new();
+    let mut lock = pmw_core::lock::WriterLock::acquire(
+        &db.cfg,
+        "pmw-live:lock",
+        pmw_core::lock::keys::LIVE,
+        Duration::from_millis(200),
+        &none,
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let epoch = lock.take_epoch("live").await.unwrap();
+    let standby = pmw_core::heartbeat::Heartbeat::new(db.pg.clone(), "pmw-live", "live-b");
+    standby
+        .beat(&serde_json::json!({"role": "standby"}))
+        .await
+        .unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(&status(&db, &["status", "--json"]).await).unwrap();
+    let live = &v["pairs"][0];
+    assert_eq!(live["holder"]["instance"], "live", "{v}");
+    assert_eq!(live["holder"]["epoch"], epoch, "{v}");
+    assert_eq!(live["standbys"][0]["instance"], "live-b", "{v}");
+    let warnings = v["warnings"].to_string();
+    assert!(!warnings.contains("no pmw-live standby"), "{warnings}");
+    assert!(warnings.contains("no pmw-stats standby"), "{warnings}");
+    let text = status(&db, &["status"]).await;
+    assert!(
+        text.contains(&format!("live  writer  live (epoch {epoch}")),
+        "{text}"
+    );
+    assert!(text.contains("live  standby live-b (pid "), "{text}");
+    assert!(text.contains("stats standby none"), "{text}");
+    lock.release().await.unwrap();
+}

@@ -1,6 +1,6 @@
 -- Move the audited watermark forward (never back), only while this writer still holds the live
 -- lock (the fence predicate, filled in by the code), and never above the finalized watermark:
--- $1 = block, $2 = now (ms), $3 = lock pid.
+-- $1 = block, $2 = now (ms), $3 = writer epoch.
 INSERT INTO audit_cursor (id, block_number, updated_ms)
 SELECT 1, $1, $2
 WHERE {fence}

@@ -1,7 +1,7 @@
 -- Move the finalized watermark forward (never back), only while this writer still holds the
 -- live lock (the fence predicate, filled in by the code), and never above the ingest watermark
 -- or onto a block whose stored hash is not the one the chain finalized:
--- $1 = block, $2 = hash, $3 = now (ms), $4 = lock pid.
+-- $1 = block, $2 = hash, $3 = now (ms), $4 = writer epoch.
 INSERT INTO finalized_cursor (id, block_number, block_hash, updated_ms)
 SELECT 1, $1, $2, $3
 WHERE {fence}

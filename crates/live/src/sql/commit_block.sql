@@ -4,7 +4,7 @@
 -- $10 names a channel, wake push with the block number: the NOTIFY is delivered when this
 -- statement commits, never before. The trades' seqs come from ledger_head under its row lock
 -- (commit order; skipped for a block without trades).
--- $1 block, $2 hash, $3 now (ms), $4 lock pid, $5 parent hash, $6 block time (ms),
+-- $1 block, $2 hash, $3 now (ms), $4 writer epoch, $5 parent hash, $6 block time (ms),
 -- $7 t_detect (ms), $8 backfilled, $9 trade count, $10 channel ('' for none),
 -- $11 the trades (a JSON array of trade rows, in log order), appended by the hot ledger's
 -- insert (core's ledger_insert.sql, filled in by the code).

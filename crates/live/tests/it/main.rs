@@ -9,6 +9,7 @@ mod ingest;
 mod ledger;
 mod mempool;
 mod notifier;
+mod pair;
 mod projector;
 mod providers;
 mod quorum;

@@ -68,7 +68,7 @@ async fn ledger_db() -> TestDb {
 }
 
 async fn live_lock(db: &TestDb) -> WriterLock {
-    WriterLock::acquire(
+    let mut lock = WriterLock::acquire(
         &db.cfg,
         "projector-test",
         keys::LIVE,
@@ -77,7 +77,9 @@ async fn live_lock(db: &TestDb) -> WriterLock {
     )
     .await
     .unwrap()
-    .expect("the live lock")
+    .expect("the live lock");
+    lock.take_epoch("projector-test").await.unwrap();
+    lock
 }
 
 fn settings() -> Settings {
@@ -116,7 +118,7 @@ async fn the_ledger_reaches_clickhouse_in_batches_behind_a_fenced_cursor() {
     assert_eq!(outsider.standing().await.unwrap().projected, 0);
 
     let lock = live_lock(&db).await;
-    let p = Projector::new(db.pg.clone(), db.ch.clone(), lock.pid(), settings());
+    let p = Projector::new(db.pg.clone(), db.ch.clone(), lock.epoch(), settings());
     assert!(p.step().await.unwrap(), "a full batch of 2: more waits");
     assert_eq!(p.standing().await.unwrap().projected, 2);
     project_all(&p).await;
@@ -140,7 +142,7 @@ async fn the_ledger_reaches_clickhouse_in_batches_behind_a_fenced_cursor() {
 async fn the_floor_rises_only_past_projected_finalized_old_partitions_and_they_are_dropped() {
     let db = ledger_db().await;
     let lock = live_lock(&db).await;
-    let p = Projector::new(db.pg.clone(), db.ch.clone(), lock.pid(), settings());
+    let p = Projector::new(db.pg.clone(), db.ch.clone(), lock.epoch(), settings());
     let c = db.connect().await;
     let wallets = vec![fill(0, 0, 1).maker, fill(0, 0, 2).maker];
     let top = Cursor {
@@ -247,7 +249,7 @@ async fn rows_a_writer_never_committed_above_the_watermark_are_retracted_in_clic
         .await
         .unwrap();
     let lock = live_lock(&db).await;
-    let p = Projector::new(db.pg.clone(), db.ch.clone(), lock.pid(), settings());
+    let p = Projector::new(db.pg.clone(), db.ch.clone(), lock.epoch(), settings());
     p.sweep().await.unwrap();
     project_all(&p).await;
     let ch = trades::trades_after(&db.ch, Cursor::ORIGIN, u64::MAX / 2, 100)

@@ -124,3 +124,142 @@ async fn a_lost_lock_session_exits_75() {
         "a lost lock session is transient: exit 75"
     );
 }
+
+/// The stats writer's (holder, epoch), if any took it.
+async fn writer(client: &tokio_postgres::Client) -> Option<(String, i64)> {
+    client
+        .query_opt(
+            "SELECT holder, epoch FROM writer_epochs WHERE lock_key = $1",
+            &[&keys::STATS],
+        )
+        .await
+        .unwrap()
+        .map(|r| (r.get(0), r.get(1)))
+}
+
+/// `instance`'s heartbeat state.
+async fn beat(client: &tokio_postgres::Client, instance: &str) -> Option<serde_json::Value> {
+    client
+        .query_opt(
+            "SELECT state FROM heartbeats WHERE service = 'pmw-stats' AND instance = $1",
+            &[&instance],
+        )
+        .await
+        .unwrap()
+        .map(|r| r.get(0))
+}
+
+/// A pmw-stats child named `instance`, on a free port.
+fn child(db: &TestDb, instance: &str) -> ChildService {
+    let mut env = db.env();
+    for (k, v) in [
+        ("PMW_INSTANCE", instance),
+        ("PMW_STATS_LISTEN", "127.0.0.1:0"),
+        ("PMW_STATS_INTERVAL_MS", "500"),
+        ("PMW_STATS_LOCK_SEGMENT_MS", "200"),
+        ("PMW_STATS_METRICS_ADDR", "127.0.0.1:0"),
+    ] {
+        env.push((k.into(), v.into()));
+    }
+    ChildService::start(
+        std::path::Path::new(env!("CARGO_BIN_EXE_pmw-stats")),
+        &env,
+        &[],
+    )
+}
+
+/// Wait until `instance` leads (holds the epoch and beats as the leader); its epoch and address.
+async fn leads(client: &tokio_postgres::Client, instance: &str) -> (i64, std::net::SocketAddr) {
+    let got = eventually_every(
+        Duration::from_secs(60),
+        Duration::from_millis(50),
+        || async {
+            let epoch = writer(client).await.filter(|(h, _)| h == instance)?.1;
+            let state = beat(client, instance).await?;
+            let listen = state["listen"]
+                .as_str()
+                .filter(|_| state["role"] == "leader")?;
+            Some((epoch, listen.parse().unwrap()))
+        },
+    )
+    .await;
+    got.unwrap_or_else(|| panic!("{instance} never led"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_stats_leader_is_deposed_by_its_standby_whose_dashboard_serves() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let a = child(&db, "stats-a");
+    let (e_a, addr_a) = leads(&client, "stats-a").await;
+    json_after(addr_a, 0).await;
+    let mut b = child(&db, "stats-b");
+    let standby = eventually_every(
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        || async {
+            let state = beat(&client, "stats-b").await;
+            state.is_some_and(|s| s["role"] == "standby")
+        },
+    )
+    .await;
+    assert!(standby, "stats-b never beat as the standby");
+    assert!(b.is_running(), "the standby waits, it does not exit");
+    // Segmented: the waiting session's transaction (and so any snapshot, its backend_xmin)
+    // is a new one each segment, never one long wait pinning xmin. (Measuring backend_xmin
+    // itself needs the cluster to itself: push's exclusive_ test does, on the same
+    // WriterLock::acquire.)
+    let starts = std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let renewed = eventually_every(
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+        || async {
+            let row = client
+            .query_opt(
+                "SELECT xact_start::text FROM pg_stat_activity WHERE datname = current_database() \
+                 AND application_name = 'pmw-stats:lock' AND wait_event_type = 'Lock'",
+                &[],
+            )
+            .await
+            .unwrap();
+            let mut seen = starts.lock().unwrap();
+            if let Some(Some(t)) = row.map(|r| r.get::<_, Option<String>>(0)) {
+                seen.insert(t);
+            }
+            seen.len() >= 3
+        },
+    )
+    .await;
+    assert!(
+        renewed,
+        "the standby's lock wait is one long transaction: {starts:?}"
+    );
+
+    // Frozen: its session and lock stay; past the lease the standby deposes it.
+    a.signal("STOP");
+    let t0 = std::time::Instant::now();
+    let (e_b, addr_b) = leads(&client, "stats-b").await;
+    let took = t0.elapsed();
+    assert!(e_b > e_a, "epochs rise: {e_a} then {e_b}");
+    let since = pmw_core::UnixMs::now().0;
+    json_after(addr_b, since).await;
+    let fence = format!("SELECT {}", pmw_core::lock::fence_sql(keys::STATS, "$1"));
+    let passes = |e: i64| {
+        let (c, f) = (&client, &fence);
+        async move { c.query_one(f, &[&e]).await.unwrap().get::<_, bool>(0) }
+    };
+    assert!(!passes(e_a).await, "the frozen leader's writes are refused");
+    assert!(passes(e_b).await, "the new leader writes");
+    // Woken, the old leader exits 75 (its lock session is gone); the new one keeps serving.
+    let mut a = a;
+    a.signal("CONT");
+    assert_eq!(a.wait_code(Duration::from_secs(60)).await, 75);
+    json_after(addr_b, pmw_core::UnixMs::now().0).await;
+    eprintln!(
+        "stats pair: takeover after SIGSTOP {} ms (lease {} ms)",
+        took.as_millis(),
+        pmw_core::writer::LEASE.as_millis()
+    );
+    b.terminate();
+    assert_eq!(b.wait_code(Duration::from_secs(60)).await, 0);
+}

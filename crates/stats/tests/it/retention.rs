@@ -294,14 +294,30 @@ async fn retention_purges_finished_rows_in_batches_and_old_delivery_log_days() {
         webhook_deliveries: Duration::from_secs(7 * 86_400),
         batch: 4,
     };
-    let purged = purge::purge_finished(
-        &db.pg,
-        now,
-        &keep,
-        &tokio_util::sync::CancellationToken::new(),
+    // The deletes are fenced by the stats writer epoch: without the lock (or with a deposed
+    // holder's epoch) nothing is deleted.
+    let none = tokio_util::sync::CancellationToken::new();
+    let mut lock = pmw_core::lock::WriterLock::acquire(
+        &db.cfg,
+        "retention-test",
+        pmw_core::lock::keys::STATS,
+        Duration::from_millis(200),
+        &none,
     )
     .await
-    .unwrap();
+    .unwrap()
+    .expect("the stats lock");
+    let epoch = lock.take_epoch("retention-test").await.unwrap();
+    let fenced = purge::purge_finished(&db.pg, now, &keep, epoch - 1, &none)
+        .await
+        .unwrap();
+    assert!(
+        fenced.iter().all(|p| p.rows == 0),
+        "a stale epoch deletes nothing: {fenced:?}"
+    );
+    let purged = purge::purge_finished(&db.pg, now, &keep, epoch, &none)
+        .await
+        .unwrap();
     let got: Vec<(&str, u64, u64)> = purged
         .iter()
         .map(|p| (p.table, p.rows, p.statements))
@@ -328,14 +344,9 @@ async fn retention_purges_finished_rows_in_batches_and_old_delivery_log_days() {
         ]
     );
     // Idempotent: one empty statement per table.
-    let again = purge::purge_finished(
-        &db.pg,
-        now,
-        &keep,
-        &tokio_util::sync::CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    let again = purge::purge_finished(&db.pg, now, &keep, epoch, &none)
+        .await
+        .unwrap();
     assert!(
         again.iter().all(|p| p.rows == 0 && p.statements == 1),
         "{again:?}"

@@ -66,6 +66,10 @@ pub struct Checks {
     /// A push standby waits on the lock (a fresh `standby` heartbeat). Failing it does not make
     /// the service unready: the leader serves, but it is a single point of failure.
     pub push_standby: Check,
+    /// A pmw-live standby waits on the live writer lock (issue 44). Never gating.
+    pub live_standby: Check,
+    /// A pmw-stats standby waits on the stats writer lock (issue 44). Never gating.
+    pub stats_standby: Check,
     /// pmw-stats beats (the dashboard's writer). Never gating.
     pub stats: Check,
     /// Every live instance runs the same build revision (`detail` lists them). Never gating.
@@ -104,6 +108,8 @@ impl Readiness {
         let warnings: Vec<String> = [
             &checks.clickhouse,
             &checks.push_standby,
+            &checks.live_standby,
+            &checks.stats_standby,
             &checks.stats,
             &checks.revisions,
             &checks.indexes,
@@ -159,6 +165,8 @@ mod tests {
             webhooks: ok(),
             latency: ok(),
             push_standby: ok(),
+            live_standby: ok(),
+            stats_standby: ok(),
             stats: ok(),
             revisions: ok(),
             indexes: ok(),
@@ -191,6 +199,8 @@ mod tests {
         let mut checks = all_pass();
         checks.clickhouse = Check::fail("clickhouse unreachable".into(), Value::Null);
         checks.push_standby = Check::fail("no standby".into(), Value::Null);
+        checks.live_standby = Check::fail("no live standby".into(), Value::Null);
+        checks.stats_standby = Check::fail("no stats standby".into(), Value::Null);
         checks.stats = Check::fail("stale stats".into(), Value::Null);
         checks.revisions = Check::fail("two builds".into(), Value::Null);
         checks.indexes = Check::fail("index x invalid".into(), Value::Null);
@@ -204,6 +214,8 @@ mod tests {
             [
                 "clickhouse unreachable",
                 "no standby",
+                "no live standby",
+                "no stats standby",
                 "stale stats",
                 "two builds",
                 "index x invalid",

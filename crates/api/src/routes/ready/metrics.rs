@@ -4,7 +4,7 @@
 //! | metric | meaning |
 //! |---|---|
 //! | `pmw_api_ready` | 1 when `/v1/ready` would answer 200, else 0 |
-//! | `pmw_api_ready_check{check}` | 1 when that check passes (`postgres`, `clickhouse`, `ingest`, `push`, `webhooks`, `latency`, `push_standby`, `stats`, `revisions`, `indexes`, `projector`, `rpc_providers`, `unlisted_emitters`) |
+//! | `pmw_api_ready_check{check}` | 1 when that check passes (`postgres`, `clickhouse`, `ingest`, `push`, `webhooks`, `latency`, `push_standby`, `live_standby`, `stats_standby`, `stats`, `revisions`, `indexes`, `projector`, `rpc_providers`, `unlisted_emitters`) |
 //! | `pmw_api_ingest_lag_blocks` | newest head seen by pmw-live − ingest watermark (from its heartbeat) |
 //! | `pmw_api_push_last_round_age_seconds` | since the push leader's last completed round |
 //! | `pmw_api_webhook_overdue` / `pmw_api_webhook_oldest_due_age_seconds` | webhook deliveries due and unclaimed beyond the bound, and the age of the oldest (0 when none) |
@@ -35,7 +35,7 @@ fn flag(b: bool) -> f64 {
 pub fn export(r: &Readiness) {
     metrics::gauge!(READY).set(flag(r.ready));
     let c = &r.checks;
-    let all: [(&'static str, &Check); 13] = [
+    let all: [(&'static str, &Check); 15] = [
         ("postgres", &c.postgres),
         ("clickhouse", &c.clickhouse),
         ("ingest", &c.ingest),
@@ -43,6 +43,8 @@ pub fn export(r: &Readiness) {
         ("webhooks", &c.webhooks),
         ("latency", &c.latency),
         ("push_standby", &c.push_standby),
+        ("live_standby", &c.live_standby),
+        ("stats_standby", &c.stats_standby),
         ("stats", &c.stats),
         ("revisions", &c.revisions),
         ("indexes", &c.indexes),

@@ -5,7 +5,7 @@
 //! `PMW_API_READY_WEBHOOK_DUE_MAX_AGE_MS` (the dispatcher runs); the recent detect→push median
 //! (WebSocket deliveries, or webhook ones when there are none; unknown while ClickHouse is
 //! down). Reported in `warnings` without flipping readiness: ClickHouse unreachable (delivery
-//! reads the Postgres hot ledger), no push standby, a stale pmw-stats, services on different builds, an
+//! reads the Postgres hot ledger), no push, live or stats standby, a stale pmw-stats, services on different builds, an
 //! index Postgres does not use or maintain (`pg_index.indisvalid`/`indisready` false),
 //! ClickHouse more than a minute behind the Postgres hot ledger (the projector's lag), a single
 //! RPC provider or ingest waiting for a quorum of providers ([`providers`]), a contract outside
@@ -25,6 +25,7 @@ mod projector;
 mod providers;
 mod push;
 mod services;
+mod standbys;
 mod webhooks;
 
 use std::net::SocketAddr;
@@ -114,6 +115,7 @@ pub async fn evaluate(st: &AppState) -> Readiness {
         stats,
         revisions,
         (indexes, projector, rpc_providers, unlisted_emitters),
+        (live_standby, stats_standby),
     ) = tokio::join!(
         push::postgres_and_push(st, now),
         latency::clickhouse_and_latency(st, now),
@@ -130,6 +132,7 @@ pub async fn evaluate(st: &AppState) -> Readiness {
                 emitters::unlisted_emitters(st)
             )
         },
+        async { tokio::join!(standbys::live(st, now), standbys::stats(st, now)) },
     );
     let checks = Checks {
         postgres,
@@ -139,6 +142,8 @@ pub async fn evaluate(st: &AppState) -> Readiness {
         webhooks,
         latency,
         push_standby,
+        live_standby,
+        stats_standby,
         stats,
         revisions,
         indexes,
