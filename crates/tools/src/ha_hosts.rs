@@ -55,9 +55,9 @@ pub struct HaHosts {
 }
 
 impl HaHosts {
-    /// Three hosts, every member started, a primary with a synchronous standby, role `pmw`
-    /// and database `pmw` made; `pg_bin` holds Postgres 15's binaries.
-    pub async fn start(pg_bin: &str) -> anyhow::Result<HaHosts> {
+    /// Three hosts with every member started (not yet ready: [`HaHosts::ready`]); `pg_bin`
+    /// holds Postgres 15's binaries.
+    pub fn start(pg_bin: &str) -> anyhow::Result<HaHosts> {
         let hosts = Hosts::create(3)?;
         let dir = PathBuf::from(format!("/var/tmp/pmw-hosts-{}", hosts.tag()));
         std::fs::create_dir_all(&dir)?;
@@ -79,10 +79,18 @@ impl HaHosts {
         for i in PG_HOSTS {
             ha.start_patroni(i)?;
         }
-        ha.wait_healthy(Duration::from_secs(120))
+        Ok(ha)
+    }
+
+    /// Wait for a primary with a synchronous standby (the first bootstrap), then make role
+    /// `pmw` and databases `pmw` and `pmwcheck`.
+    pub async fn ready(&self) -> anyhow::Result<()> {
+        self.wait_healthy(Duration::from_secs(120))
             .await
             .context("the HA cluster on hosts never got a primary with a sync standby")?;
-        let admin = ha.admin(ha.primary().await.context("no primary")?).await?;
+        let admin = self
+            .admin(self.primary().await.context("no primary")?)
+            .await?;
         for sql in [
             "CREATE ROLE pmw LOGIN SUPERUSER",
             "CREATE DATABASE pmw OWNER pmw",
@@ -90,7 +98,7 @@ impl HaHosts {
         ] {
             admin.batch_execute(sql).await?;
         }
-        Ok(ha)
+        Ok(())
     }
 
     /// The multi-host URL of database `db` (every Postgres member, read-write only).
@@ -421,14 +429,20 @@ impl HaHosts {
     }
 }
 
-impl Drop for HaHosts {
-    fn drop(&mut self) {
-        for i in 1..=3 {
-            let _ = self.host(i).kill();
-        }
+impl HaHosts {
+    /// Every member killed, the hosts and (unless `PMW_DRILL_KEEP_LOGS` is set) the state dir
+    /// removed, as dropping does: for a checker stopped by a signal.
+    pub fn teardown(&self) {
+        self.hosts.teardown();
         if std::env::var_os("PMW_DRILL_KEEP_LOGS").is_none() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
+    }
+}
+
+impl Drop for HaHosts {
+    fn drop(&mut self) {
+        self.teardown();
     }
 }
 

@@ -98,8 +98,17 @@ struct Owed {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if args.hosts > 0 {
+        teardown_on_signal();
+    }
     let run = plan(&args);
-    let (w, stop) = setup(&args, &run).await?;
+    let (w, stop) = match setup(&args, &run).await {
+        Ok(set) => set,
+        Err(e) => {
+            drop(HOSTS.lock().unwrap().take());
+            return Err(e);
+        }
+    };
     let w = Arc::new(w);
     let done = faults_under_traffic(&args, &run, &w).await;
     let owed = settle(&args, &w).await?;
@@ -107,6 +116,8 @@ async fn main() -> anyhow::Result<()> {
     let failed = judge(&args, &run, &w, &owed, &done)?;
     // Stop the drill stack (pm2, Caddy, anvil) before the private database goes.
     drop(Arc::try_unwrap(w).ok());
+    // Then the hosts (multi-host mode), the last reference to them.
+    drop(HOSTS.lock().unwrap().take());
     std::process::exit(i32::from(failed));
 }
 
@@ -170,10 +181,13 @@ async fn setup(args: &Args, run: &Run) -> anyhow::Result<(World, CancellationTok
         Arc::new(tokio::task::spawn_blocking(move || PrivateStack::start_with(components)).await?);
     let (ha, env) = if args.hosts > 0 {
         anyhow::ensure!(args.hosts == 3, "multi-host mode runs on 3 hosts");
-        let ha = pmw_tools::ha_hosts::HaHosts::start(stack.env.get("PMW_PG_BIN")).await?;
+        let ha = Arc::new(pmw_tools::ha_hosts::HaHosts::start(
+            stack.env.get("PMW_PG_BIN"),
+        )?);
+        *HOSTS.lock().unwrap() = Some(ha.clone());
+        ha.ready().await?;
         host_faults::prepare(&ha).await?;
-        let env = ha.stack_env(&stack.env);
-        (Some(Arc::new(ha)), env)
+        (Some(ha.clone()), ha.stack_env(&stack.env))
     } else {
         (None, stack.env.clone())
     };
@@ -228,6 +242,34 @@ async fn setup(args: &Args, run: &Run) -> anyhow::Result<(World, CancellationTok
         w.start_block
     );
     Ok((w, stop))
+}
+
+/// Multi-host mode's hosts, once made: what a signal tears down.
+static HOSTS: std::sync::Mutex<Option<Arc<pmw_tools::ha_hosts::HaHosts>>> =
+    std::sync::Mutex::new(None);
+
+/// On SIGTERM (`scripts/check`'s time limit) or SIGINT, the multi-host mode's hosts and every
+/// member on them are removed before the checker exits (nothing is dropped otherwise). Taken
+/// over at start, so a signal during the setup is handled too.
+fn teardown_on_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return;
+    };
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        if let Some(ha) = HOSTS.lock().unwrap().take() {
+            println!("signal: removing the hosts");
+            ha.teardown();
+        }
+        std::process::exit(130);
+    });
 }
 
 /// The checked accounts: fixed subscriptions, a resuming client and a webhook receiver each.
