@@ -216,6 +216,48 @@ async fn dedicated_session_delivers_notifications_and_reports_its_loss() {
         .expect("a terminated session is reported lost");
 }
 
+/// A multi-host URL whose first host is frozen (its kernel accepts the TCP connection, nothing
+/// ever answers: a host in the freezer, issue 44) still connects, through the next host, both
+/// the pool and a dedicated session: each host gets a bounded handshake, not only a bounded
+/// TCP connect.
+#[tokio::test]
+async fn a_frozen_first_host_of_a_multi_host_url_is_skipped_by_pooled_and_dedicated_sessions() {
+    use secrecy::{ExposeSecret, SecretString};
+    let db = TestDb::new().await;
+    // Accepts connections and never reads or answers them.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent_port = silent.local_addr().unwrap().port();
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((s, _)) = silent.accept().await {
+            open.push(s);
+        }
+    });
+    let mut cfg = db.cfg.clone();
+    let url = cfg.postgres_url.expose_secret().to_string();
+    let at = url.find('@').expect("a user in the url") + 1;
+    cfg.postgres_url = SecretString::from(format!(
+        "{}127.0.0.1:{silent_port},{}",
+        &url[..at],
+        &url[at..]
+    ));
+    let pool = pg::pool(&cfg, "pmw-test-frozen-first").unwrap();
+    let c = tokio::time::timeout(Duration::from_secs(15), pool.get())
+        .await
+        .expect("a pooled connection within 15 s")
+        .expect("the pool connects through the second host");
+    c.execute("SELECT 1", &[]).await.unwrap();
+    let s = tokio::time::timeout(
+        Duration::from_secs(15),
+        pg::dedicated(&cfg, "pmw-test-frozen-first"),
+    )
+    .await
+    .expect("a dedicated session within 15 s")
+    .expect("the dedicated session connects through the second host");
+    s.client.execute("SELECT 1", &[]).await.unwrap();
+    held.abort();
+}
+
 async fn show(c: &tokio_postgres::Client, name: &str) -> String {
     c.query_one(&format!("SHOW {name}"), &[])
         .await

@@ -109,8 +109,11 @@ impl Hosts {
     }
 }
 
-impl Drop for Hosts {
-    fn drop(&mut self) {
+impl Hosts {
+    /// Kills every process of every host and removes the namespaces, links, cgroups and the
+    /// bridge, as dropping does (idempotent): for a process about to exit without unwinding
+    /// (a signal).
+    pub fn teardown(&self) {
         for h in &self.hosts {
             let _ = h.kill();
             let _ = h.cgroup.remove();
@@ -118,6 +121,12 @@ impl Drop for Hosts {
             let _ = ip(&["netns", "del", &h.netns]);
         }
         let _ = ip(&["link", "del", &self.bridge]);
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        self.teardown();
     }
 }
 

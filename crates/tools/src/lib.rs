@@ -8,6 +8,7 @@
 pub mod chain;
 pub mod clients;
 pub mod edge;
+pub mod ha_hosts;
 pub mod harness;
 pub mod pm2;
 

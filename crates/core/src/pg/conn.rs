@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio::sync::mpsc;
-use tokio_postgres::{Client, NoTls, Notification};
+use tokio_postgres::{Client, Notification};
 use tokio_util::sync::CancellationToken;
 
 use super::follow;
@@ -175,7 +175,7 @@ pub async fn dedicated(cfg: &CoreConfig, application_name: &str) -> Result<Sessi
         .application_name(application_name)
         .connect_timeout(Duration::from_secs(5));
     keepalives(&mut pg);
-    let (client, conn) = pg.connect(NoTls).await?;
+    let (client, conn) = follow::connect(&pg).await?;
     let (tx, rx) = mpsc::unbounded_channel();
     let lost = CancellationToken::new();
     let lost_tx = lost.clone();

@@ -8,11 +8,13 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::task::Poll;
+use std::time::Duration;
 
 use deadpool_postgres::Connect;
 use futures::future::BoxFuture;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+use tokio_postgres::config::Host;
 use tokio_postgres::tls::NoTlsStream;
 use tokio_postgres::{AsyncMessage, Client, Connection, NoTls, Notification, Socket};
 
@@ -101,6 +103,79 @@ fn dropped(how: Ended) -> Ended {
     how
 }
 
+/// How long one host of a multi-host URL may take to complete a connection, handshake
+/// included: a frozen host's kernel still accepts the TCP connection, so `connect_timeout`
+/// alone (socket level) would wait on it for as long as it stays frozen, never trying the next.
+pub const HOST_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Connect as `pg` says, host by host: with several hosts each gets at most
+/// [`HOST_HANDSHAKE_TIMEOUT`] for the whole connection (TCP, startup, authentication, the
+/// read-write check) before the next is tried; with one host, as tokio-postgres does.
+pub async fn connect(
+    pg: &tokio_postgres::Config,
+) -> Result<(Client, Connection<Socket, NoTlsStream>), tokio_postgres::Error> {
+    let hosts = pg.get_hosts();
+    if hosts.len() < 2 || !pg.get_hostaddrs().is_empty() {
+        return pg.connect(NoTls).await;
+    }
+    let mut last = None;
+    for (i, host) in hosts.iter().enumerate() {
+        let one = single_host(pg, host, i);
+        match tokio::time::timeout(HOST_HANDSHAKE_TIMEOUT, one.connect(NoTls)).await {
+            Ok(Ok(connected)) => return Ok(connected),
+            Ok(Err(e)) => last = Some(e),
+            Err(_) => last = Some(tokio_postgres::Error::__private_api_timeout()),
+        }
+    }
+    Err(last.unwrap_or_else(tokio_postgres::Error::__private_api_timeout))
+}
+
+/// `pg` with only its `i`th host (`host`) and that host's port.
+fn single_host(pg: &tokio_postgres::Config, host: &Host, i: usize) -> tokio_postgres::Config {
+    let mut one = tokio_postgres::Config::new();
+    match host {
+        Host::Tcp(h) => one.host(h),
+        Host::Unix(p) => one.host_path(p),
+    };
+    let ports = pg.get_ports();
+    if let Some(port) = ports.get(i).or(ports.first()) {
+        one.port(*port);
+    }
+    if let Some(u) = pg.get_user() {
+        one.user(u);
+    }
+    if let Some(p) = pg.get_password() {
+        one.password(p);
+    }
+    if let Some(d) = pg.get_dbname() {
+        one.dbname(d);
+    }
+    if let Some(o) = pg.get_options() {
+        one.options(o);
+    }
+    if let Some(a) = pg.get_application_name() {
+        one.application_name(a);
+    }
+    if let Some(t) = pg.get_connect_timeout() {
+        one.connect_timeout(*t);
+    }
+    if let Some(t) = pg.get_tcp_user_timeout() {
+        one.tcp_user_timeout(*t);
+    }
+    one.keepalives(pg.get_keepalives())
+        .keepalives_idle(pg.get_keepalives_idle());
+    if let Some(t) = pg.get_keepalives_interval() {
+        one.keepalives_interval(t);
+    }
+    if let Some(r) = pg.get_keepalives_retries() {
+        one.keepalives_retries(r);
+    }
+    one.ssl_mode(pg.get_ssl_mode())
+        .channel_binding(pg.get_channel_binding())
+        .target_session_attrs(pg.get_target_session_attrs());
+    one
+}
+
 /// The pool's connector: connects like deadpool's own, then drives the connection with
 /// [`drive`], so a pooled client whose node turns read-only is closed and never reused.
 #[derive(Debug, Clone)]
@@ -116,7 +191,7 @@ impl Connect for PrimaryOnly {
         let pg_config = pg_config.clone();
         let name = self.application_name.clone();
         Box::pin(async move {
-            let (client, conn) = pg_config.connect(NoTls).await?;
+            let (client, conn) = connect(&pg_config).await?;
             let task: Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(async move {
                 drive(conn, name, None).await;
             });

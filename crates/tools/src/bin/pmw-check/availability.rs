@@ -52,6 +52,15 @@ fn budget_of(kind: &str, lease_ms: i64) -> Option<i64> {
         // The stream's leader: its replicas elect another (JetStream's election timeout) and the
         // leader's publish goes through again; judged from the kill.
         "nats stream leader kill" => 10_000,
+        // Multi-host mode (issue 44), each judged from the fault's instant. The primary lost
+        // (its Postgres, or its host whole): Patroni's leader key expires (ttl 10 s), the sync
+        // standby is promoted, the services' sessions follow it.
+        "postgres primary kill" | "host kill" => 15_000,
+        // The primary's host frozen or cut off: the same, plus the old primary's demotion.
+        "host freeze" | "host partition" => 20_000,
+        "patroni switchover" => 5_000,
+        // A host holding no primary lost: no gap beyond one reconnect.
+        "sync standby lost" | "etcd member lost" => 3_000,
         _ => return None,
     })
 }

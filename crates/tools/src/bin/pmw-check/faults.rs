@@ -60,6 +60,10 @@ pub struct World {
     pub reorgs: Mutex<Vec<(i64, Vec<String>)>>,
     /// Held by a NATS node fault while its node is down and catching up (one at a time).
     pub nats_lock: tokio::sync::Mutex<()>,
+    /// Multi-host mode: the Postgres HA stack on its hosts.
+    pub ha: Option<std::sync::Arc<pmw_tools::ha_hosts::HaHosts>>,
+    /// Multi-host mode: what each host fault measured.
+    pub host_figures: Mutex<Vec<crate::host_faults::Figures>>,
 }
 
 /// How long after a reorg its retracts may still be on their way to an endpoint: a first attempt
@@ -294,6 +298,9 @@ impl World {
     pub async fn run(&self, f: &Fault, m: &Marks) -> anyhow::Result<String> {
         if f.kind.closes_sockets() {
             return self.run_edge(f, m).await;
+        }
+        if f.kind.is_host() {
+            return self.run_host(&f.kind, m).await;
         }
         match &f.kind {
             Kind::Reorg { depth, mode } => self.reorg(*depth, *mode).await,

@@ -11,6 +11,7 @@ mod churn_faults;
 mod edge_faults;
 mod faults;
 mod hooks;
+mod host_faults;
 mod oracle;
 mod reconnects;
 mod report;
@@ -58,6 +59,15 @@ struct Args {
     /// faults, and push faults must close no client's socket (0: push serves the sockets).
     #[arg(long, default_value_t = 0)]
     edges: usize,
+    /// Multi-host mode: 3 hosts (network namespaces), an etcd member on each and a
+    /// Patroni/Postgres member on two (a primary and its synchronous standby); the services
+    /// reach Postgres by the hosts' addresses, and the host faults are added (0: one Postgres).
+    #[arg(long, default_value_t = 0)]
+    hosts: usize,
+    /// Multi-host mode: only these host faults, comma-separated, of kill, partition, freeze,
+    /// primary-kill, switchover, standby-lost, etcd-lost (default: all, in turn).
+    #[arg(long, value_delimiter = ',')]
+    host_faults: Vec<String>,
     /// Write the table into this markdown file (between `<!-- check:run -->` markers, or
     /// `<!-- check:edge-run -->` in edge mode).
     #[arg(long)]
@@ -88,8 +98,17 @@ struct Owed {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if args.hosts > 0 {
+        teardown_on_signal();
+    }
     let run = plan(&args);
-    let (w, stop) = setup(&args, &run).await?;
+    let (w, stop) = match setup(&args, &run).await {
+        Ok(set) => set,
+        Err(e) => {
+            drop(HOSTS.lock().unwrap().take());
+            return Err(e);
+        }
+    };
     let w = Arc::new(w);
     let done = faults_under_traffic(&args, &run, &w).await;
     let owed = settle(&args, &w).await?;
@@ -97,6 +116,8 @@ async fn main() -> anyhow::Result<()> {
     let failed = judge(&args, &run, &w, &owed, &done)?;
     // Stop the drill stack (pm2, Caddy, anvil) before the private database goes.
     drop(Arc::try_unwrap(w).ok());
+    // Then the hosts (multi-host mode), the last reference to them.
+    drop(HOSTS.lock().unwrap().take());
     std::process::exit(i32::from(failed));
 }
 
@@ -111,13 +132,18 @@ fn plan(args: &Args) -> Run {
         churn: args.churn.max(1),
         wallets: wallets.len(),
         edges: args.edges,
+        hosts: args.hosts,
+        host_faults: args.host_faults.clone(),
     };
     let plan = schedule::generate(seed, &shape);
-    let mode = if args.edges > 0 {
+    let mut mode = if args.edges > 0 {
         format!("edge mode ({} edges, 3 NATS nodes)", args.edges)
     } else {
         "single-process mode".to_string()
     };
+    if args.hosts > 0 {
+        mode += ", multi-host (Postgres HA on 3 hosts: 3 etcd, 2 Patroni)";
+    }
     println!(
         "pmw-check seed {seed}, {minutes} min, {mode}, {} checked accounts, {} churn accounts",
         args.accounts, args.churn
@@ -144,15 +170,29 @@ fn plan(args: &Args) -> Run {
 /// endpoints, every client connected through Caddy; the world the faults run in and the
 /// clients' stop.
 async fn setup(args: &Args, run: &Run) -> anyhow::Result<(World, CancellationToken)> {
-    let components: &'static [&'static str] = if args.edges > 0 {
-        &["pg", "ch", "nats"]
-    } else {
-        &["pg", "ch"]
+    let components: &'static [&'static str] = match (args.edges > 0, args.hosts > 0) {
+        (true, false) => &["pg", "ch", "nats"],
+        (false, false) => &["pg", "ch"],
+        // Multi-host mode: Postgres is the HA cluster on the hosts.
+        (true, true) => &["ch", "nats"],
+        (false, true) => &["ch"],
     };
     let stack =
         Arc::new(tokio::task::spawn_blocking(move || PrivateStack::start_with(components)).await?);
+    let (ha, env) = if args.hosts > 0 {
+        anyhow::ensure!(args.hosts == 3, "multi-host mode runs on 3 hosts");
+        let ha = Arc::new(pmw_tools::ha_hosts::HaHosts::start(
+            stack.env.get("PMW_PG_BIN"),
+        )?);
+        *HOSTS.lock().unwrap() = Some(ha.clone());
+        ha.ready().await?;
+        host_faults::prepare(&ha).await?;
+        (Some(ha.clone()), ha.stack_env(&stack.env))
+    } else {
+        (None, stack.env.clone())
+    };
     let d = Drill::start_with(Opts {
-        stack: Some(stack.env.clone()),
+        stack: Some(env),
         rpc_proxy: false,
         rpc_providers: schedule::PROVIDERS,
         apps: Some("pmw-live,pmw-push-a,pmw-push-b,pmw-api,pmw-stats"),
@@ -183,6 +223,8 @@ async fn setup(args: &Args, run: &Run) -> anyhow::Result<(World, CancellationTok
         reorgs: Default::default(),
         locks: HashMap::new(),
         nats_lock: Default::default(),
+        ha,
+        host_figures: Default::default(),
     };
     let checked = checked_accounts(args, run, &pg).await;
     w.churn = churn_accounts(args, run, &pg).await;
@@ -200,6 +242,34 @@ async fn setup(args: &Args, run: &Run) -> anyhow::Result<(World, CancellationTok
         w.start_block
     );
     Ok((w, stop))
+}
+
+/// Multi-host mode's hosts, once made: what a signal tears down.
+static HOSTS: std::sync::Mutex<Option<Arc<pmw_tools::ha_hosts::HaHosts>>> =
+    std::sync::Mutex::new(None);
+
+/// On SIGTERM (`scripts/check`'s time limit) or SIGINT, the multi-host mode's hosts and every
+/// member on them are removed before the checker exits (nothing is dropped otherwise). Taken
+/// over at start, so a signal during the setup is handled too.
+fn teardown_on_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return;
+    };
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        if let Some(ha) = HOSTS.lock().unwrap().take() {
+            println!("signal: removing the hosts");
+            ha.teardown();
+        }
+        std::process::exit(130);
+    });
 }
 
 /// The checked accounts: fixed subscriptions, a resuming client and a webhook receiver each.
@@ -310,13 +380,15 @@ async fn faults_under_traffic(args: &Args, run: &Run, w: &Arc<World>) -> Vec<Don
 /// Fault `f` at its time after `t0` (one of a kind at a time), bounded at 120 s.
 async fn fault_at(w: Arc<World>, f: schedule::Fault, t0: Instant) -> Done {
     tokio::time::sleep_until((t0 + Duration::from_secs(f.at_s)).into()).await;
-    let _g = w.locks[f.kind.name()].lock().await;
+    let _g = w.locks[f.kind.lock_name()].lock().await;
     let start_ms = now_ms();
     let marks = faults::Marks::default();
-    let note = match tokio::time::timeout(Duration::from_secs(120), w.run(&f, &marks)).await {
+    // A host fault waits for a healthy cluster, its outage and the rejoin.
+    let bound = Duration::from_secs(if f.kind.is_host() { 240 } else { 120 });
+    let note = match tokio::time::timeout(bound, w.run(&f, &marks)).await {
         Ok(Ok(n)) => n,
         Ok(Err(e)) => format!("failed: {e:#}"),
-        Err(_) => "timed out after 120 s".into(),
+        Err(_) => format!("timed out after {} s", bound.as_secs()),
     };
     println!("  [t+{:>4} s] {} — {note}", t0.elapsed().as_secs(), f.kind);
     let end_ms = now_ms();
@@ -388,7 +460,17 @@ fn judge(args: &Args, run: &Run, w: &World, owed: &Owed, done: &[Done]) -> anyho
     let details = report::details(&v);
     println!("\n{details}\n{effects}");
     let lease_ms = 10_000;
-    let judged = availability::judge(done, &report::streams(w, done), lease_ms);
+    let streams = report::streams(w, done);
+    let judged = availability::judge(done, &streams, lease_ms);
+    let (hosts, hosts_failed) = host_faults::table(&w.host_figures.lock().unwrap(), done, &streams);
+    if args.hosts > 0 {
+        println!("host faults: time to writable, to the first delivery, to the rejoin\n\n{hosts}");
+        if hosts_failed {
+            if let Some(ha) = &w.ha {
+                println!("{}", ha.log_tails(30));
+            }
+        }
+    }
     let recovery = availability::table(&judged, lease_ms);
     println!("recovery per fault kind (budgets: docs/RELIABILITY.md)\n\n{recovery}");
     let edge_mode = args.edges > 0;
@@ -418,7 +500,7 @@ fn judge(args: &Args, run: &Run, w: &World, owed: &Owed, done: &[Done]) -> anyho
         };
         write_doc(doc, args, run, done.len(), &tables)?;
     }
-    let failed = v.failed() || judged.failed() || reconnects.failed(edge_mode);
+    let failed = v.failed() || judged.failed() || reconnects.failed(edge_mode) || hosts_failed;
     println!(
         "{}",
         if failed {

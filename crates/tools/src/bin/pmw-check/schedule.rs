@@ -88,6 +88,36 @@ pub enum Kind {
     NatsLeaderKill {
         secs: u64,
     },
+    /// Multi-host mode ([`Kind::is_host`]): every process of the primary's host killed, its
+    /// members started again after `secs` (the machine back).
+    HostKill {
+        secs: u64,
+    },
+    /// Multi-host mode: every process of the primary's host stopped for `secs` (longer than
+    /// Patroni's ttl and the push lease), then thawed.
+    HostFreeze {
+        secs: u64,
+    },
+    /// Multi-host mode: the primary's host cut from the other two for `secs` (the checker and
+    /// the services still reach it).
+    HostPartition {
+        secs: u64,
+    },
+    /// Multi-host mode: the primary's Patroni and Postgres killed (its host stays up), started
+    /// again after `secs`.
+    PrimaryKill {
+        secs: u64,
+    },
+    /// Multi-host mode: Patroni hands the primary role to the synchronous standby.
+    Switchover,
+    /// Multi-host mode: the sync standby's host killed whole, back after `secs`.
+    StandbyLost {
+        secs: u64,
+    },
+    /// Multi-host mode: the host holding only an etcd member killed, back after `secs`.
+    EtcdLost {
+        secs: u64,
+    },
 }
 
 impl Kind {
@@ -116,12 +146,19 @@ impl Kind {
             Kind::EdgeDeploy => "edge rolling deploy",
             Kind::NatsKill { .. } => "nats node kill",
             Kind::NatsLeaderKill { .. } => "nats stream leader kill",
+            Kind::HostKill { .. } => "host kill",
+            Kind::HostFreeze { .. } => "host freeze",
+            Kind::HostPartition { .. } => "host partition",
+            Kind::PrimaryKill { .. } => "postgres primary kill",
+            Kind::Switchover => "patroni switchover",
+            Kind::StandbyLost { .. } => "sync standby lost",
+            Kind::EtcdLost { .. } => "etcd member lost",
         }
     }
 
     /// Every kind's name (the checker holds one lock per kind: faults of a kind run one at a
     /// time).
-    pub const NAMES: [&'static str; 23] = [
+    pub const NAMES: [&'static str; 24] = [
         "reorg",
         "leader kill -9",
         "leader SIGSTOP",
@@ -145,7 +182,32 @@ impl Kind {
         "edge rolling deploy",
         "nats node kill",
         "nats stream leader kill",
+        "host",
     ];
+
+    /// The lock a fault of this kind holds while it runs: one per kind, and one for every host
+    /// fault together (never two hosts down at once: that is beyond one machine lost).
+    pub fn lock_name(&self) -> &'static str {
+        if self.is_host() {
+            "host"
+        } else {
+            self.name()
+        }
+    }
+
+    /// A multi-host fault (a host or a member of the Postgres HA stack).
+    pub fn is_host(&self) -> bool {
+        matches!(
+            self,
+            Kind::HostKill { .. }
+                | Kind::HostFreeze { .. }
+                | Kind::HostPartition { .. }
+                | Kind::PrimaryKill { .. }
+                | Kind::Switchover
+                | Kind::StandbyLost { .. }
+                | Kind::EtcdLost { .. }
+        )
+    }
 
     /// A fault of the push leader (kill, freeze, deploy): in edge mode it closes no client's
     /// socket.
@@ -207,6 +269,16 @@ impl fmt::Display for Kind {
             Kind::NatsLeaderKill { secs } => {
                 write!(f, "nats stream leader kill, back after {secs} s")
             }
+            Kind::HostKill { secs } => write!(f, "host kill (the primary's), back after {secs} s"),
+            Kind::HostFreeze { secs } => write!(f, "host freeze {secs} s (the primary's)"),
+            Kind::HostPartition { secs } => {
+                write!(f, "host partition {secs} s (the primary's)")
+            }
+            Kind::PrimaryKill { secs } => {
+                write!(f, "postgres primary kill, back after {secs} s")
+            }
+            Kind::StandbyLost { secs } => write!(f, "sync standby lost, back after {secs} s"),
+            Kind::EtcdLost { secs } => write!(f, "etcd member lost, back after {secs} s"),
             k => f.write_str(k.name()),
         }
     }
@@ -233,6 +305,10 @@ pub struct Shape {
     pub wallets: usize,
     /// Edge mode's edges (0: not edge mode).
     pub edges: usize,
+    /// Multi-host mode's hosts (0: one host, a single Postgres).
+    pub hosts: usize,
+    /// Multi-host mode: the host faults to do, by [`crate::host_faults::TOKENS`] token (empty: all).
+    pub host_faults: Vec<String>,
 }
 
 type Seeded = rand::rngs::StdRng;
@@ -249,6 +325,11 @@ pub fn generate(seed: u64, shape: &Shape) -> Vec<Fault> {
     draw(&mut rng, span, &KINDS, shape, &mut out);
     if shape.edges > 0 {
         draw(&mut rng, span, &EDGE_KINDS, shape, &mut out);
+    }
+    if shape.hosts > 0 {
+        // Postgres is the HA cluster: its faults are the host faults.
+        out.retain(|f| f.kind != Kind::PostgresRestart);
+        out.extend(crate::host_faults::plan(&mut rng, span, &shape.host_faults));
     }
     out.sort_by_key(|f| f.at_s);
     out
@@ -358,6 +439,8 @@ mod tests {
             churn: 2,
             wallets: 6,
             edges,
+            hosts: 0,
+            host_faults: Vec::new(),
         };
         let one = generate(7, &shape(0));
         let edge = generate(7, &shape(3));
