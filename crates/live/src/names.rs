@@ -254,11 +254,7 @@ async fn resolve_due(
                 .await?;
         } else {
             let attempts = attempts + 1;
-            let (status, delay_ms) = if attempts >= MAX_ATTEMPTS {
-                ("not_found", 86_400_000)
-            } else {
-                ("pending", 1000i64 << attempts.min(12))
-            };
+            let (status, delay_ms) = after_miss(attempts);
             client
                 .execute(
                     "UPDATE market_names SET status = $2, attempts = $3, next_attempt_ms = $4 WHERE token_id = $1",
@@ -278,8 +274,28 @@ async fn resolve_due(
     Ok(due.len())
 }
 
+/// A token's status and next-attempt delay after its `attempts`-th miss: doubling from 2 s (at
+/// most 1000 s), then `not_found` retried daily once [`MAX_ATTEMPTS`] is reached.
+fn after_miss(attempts: i32) -> (&'static str, i64) {
+    if attempts >= MAX_ATTEMPTS {
+        ("not_found", 86_400_000)
+    } else {
+        ("pending", 1000i64 << attempts.min(12))
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn misses_back_off_doubling_then_give_up_for_a_day() {
+        assert_eq!(super::after_miss(1), ("pending", 2_000));
+        assert_eq!(super::after_miss(2), ("pending", 4_000));
+        assert_eq!(
+            super::after_miss(super::MAX_ATTEMPTS),
+            ("not_found", 86_400_000)
+        );
+    }
+
     use super::*;
 
     #[test]
