@@ -3,7 +3,8 @@
 //! signed with a wrong or unknown key, a leader-signed part of an older epoch) is refused by the
 //! follower and does not break the `Pmw-Prev` chain, and does not depose the leader; an older
 //! epoch cannot claim over a newer one; a frame whose predictable id someone took first is
-//! stored again, not lost; a replayed part is refused.
+//! stored again, not lost; a leader's second copy of a frame keeps the chain; a replayed part is
+//! refused.
 
 use async_nats::HeaderMap;
 use bytes::Bytes;
@@ -186,6 +187,56 @@ async fn bus_a_prepublished_frame_id_does_not_lose_the_frame() {
     assert_eq!(seqs(&stored), [(7, false)]);
     assert_eq!(next_refused(&mut f).await, (6, Refusal::Unsigned));
     assert_eq!(next_frame(&mut f).await, (7, 5, 12));
+    drop_stream(&bus).await;
+}
+
+/// A leader that stored a frame a second time under a salted id (it could not confirm the first
+/// copy as its own: nats-server 2.9.10 answers a retry of a message id still being replicated
+/// with "duplicate, sequence 0") chains its next frame to the copy. The follower passes the copy
+/// over and follows the chain through it: neither copy is refused, nothing after them is lost.
+/// Before, the copy was refused as a replay and every later frame as misplaced: the edges
+/// delivered nothing more.
+#[tokio::test]
+async fn bus_a_leaders_second_copy_of_a_frame_keeps_the_chain() {
+    let bus = shared_bus().await;
+    let key = SigningKey::parse(&keys().0).unwrap();
+    let mut p = FencedPublisher::claim(bus.clone(), 7).await.expect("claim");
+    let stored = p.publish_round(&[frame("a", 10)]).await.expect("publish");
+    assert_eq!(seqs(&stored), [(2, false)]);
+    let subject = bus.config.frames_subject("a").unwrap();
+    let id = frame("a", 10).id.to_string();
+    let salted = format!("{id}~7.2");
+    let copy = Bound {
+        epoch: 7,
+        subject: &subject,
+        msg_id: &salted,
+        prev: 0,
+    };
+    let copy_seq = raw_signed(&bus, &key, &copy, b"{\"block\":10}").await;
+    assert_eq!(copy_seq, 3);
+    // The leader's next frame, chained to the copy it stored last.
+    let next_id = frame("a", 11).id.to_string();
+    let after = Bound {
+        epoch: 7,
+        subject: &subject,
+        msg_id: &next_id,
+        prev: copy_seq,
+    };
+    let after_seq = raw_signed(&bus, &key, &after, b"{\"block\":11}").await;
+    // And the one after it, chained to that.
+    let third_id = frame("a", 12).id.to_string();
+    let third = Bound {
+        epoch: 7,
+        subject: &subject,
+        msg_id: &third_id,
+        prev: after_seq,
+    };
+    let third_seq = raw_signed(&bus, &key, &third, b"{\"block\":12}").await;
+
+    let mut f = Follower::start(bus.clone(), "a", 0).unwrap();
+    assert_eq!(next_frame(&mut f).await, (2, 0, 10));
+    assert_eq!(next_frame(&mut f).await, (after_seq, copy_seq, 11));
+    assert_eq!(next_frame(&mut f).await, (third_seq, after_seq, 12));
     drop_stream(&bus).await;
 }
 

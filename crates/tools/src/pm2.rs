@@ -35,6 +35,14 @@ impl Pm2 {
     }
 }
 
+impl Pm2 {
+    /// Print the last `lines` lines of every app's logs: what a failed run shows of why (CI
+    /// keeps no files, only the output).
+    pub fn print_log_tails(&self, lines: usize) {
+        eprint!("{}", log_tails(&self.home.path().join("logs"), lines));
+    }
+}
+
 impl Drop for Pm2 {
     fn drop(&mut self) {
         let _ = self.run(&["kill"]);

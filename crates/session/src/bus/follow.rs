@@ -15,6 +15,16 @@
 //! its own last frame) follows without a gap, and a forgery chained to look like the next frame
 //! cannot displace the real one.
 //!
+//! A leader may store one frame twice: its first try landed but the answer was lost, and the
+//! broker's de-duplication did not say so (nats-server 2.9.10 answers a retry that arrives while
+//! the first try is still being replicated with "duplicate, sequence 0", and a publisher that
+//! took that for a message it cannot read stored the frame again under a salted id; any stored
+//! message it cannot confirm as its own is stored again so). The salted copy is chained where the
+//! first was, so it reads as a replay; it is passed over (never yielded, not an alarm), and its
+//! sequence is an alias of the chain's end: the leader's next frame, chained to either copy,
+//! follows without a gap. Without that, every later frame chains to a refused message and is
+//! refused in turn: the edges deliver nothing more (the edge-mode checker, seed 7, once).
+//!
 //! Why two: a consumer is R1 (on one node, placed at random among the stream's peers by the
 //! cluster's meta leader), and making one needs that meta leader. When the node that dies hosts
 //! both the consumer and the meta leader, no consumer can be made until the survivors elect a
@@ -46,6 +56,8 @@ const QUEUE: usize = 1024;
 /// Refused messages a follower remembers since its last frame (a frame chained to one of them
 /// is misplaced).
 const REFUSED_KEPT: usize = 1024;
+/// Frames yielded a follower remembers (id and sequence) to tell a leader's second copy of one.
+const YIELDED_KEPT: usize = 256;
 
 /// What a follower yields.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,6 +101,11 @@ pub struct Follower {
     epoch: i64,
     /// The messages refused since the last frame yielded (at most [`REFUSED_KEPT`]).
     refused: Vec<u64>,
+    /// The ids of the last frames yielded (at most [`YIELDED_KEPT`]).
+    yielded: std::collections::VecDeque<String>,
+    /// Second copies of yielded frames stored since the last frame yielded: a frame chained to
+    /// one of them comes next as if chained to `last`.
+    aliases: Vec<u64>,
     keys: VerifyKeys,
     rx: Option<mpsc::Receiver<Delivery>>,
     tasks: Vec<JoinHandle<()>>,
@@ -140,6 +157,8 @@ impl Follower {
             seen: after,
             epoch: 0,
             refused: Vec::new(),
+            yielded: std::collections::VecDeque::new(),
+            aliases: Vec::new(),
             keys,
             rx: None,
             tasks: Vec::new(),
@@ -173,8 +192,8 @@ impl Follower {
                 .collect();
             self.rx = Some(rx);
         }
-        let rx = self.rx.as_mut().expect("started above");
         loop {
+            let rx = self.rx.as_mut().expect("started above");
             let Some(delivery) = rx.recv().await else {
                 return Err(BusError::Unavailable(format!(
                     "follower of {}: every leg ended",
@@ -195,11 +214,17 @@ impl Follower {
             self.seen = sseq;
             self.legs.from.store(sseq + 1, Ordering::Relaxed);
             let mut frame = match self.check(sseq, &msg) {
-                Ok(frame) => frame,
+                Ok(Checked::Next(frame)) => frame,
+                Ok(Checked::Copy(id)) => {
+                    tracing::info!(account = %self.legs.account, seq = sseq, id, last = self.last, "bus frame stored again by its leader; either copy chains");
+                    self.aliases.push(sseq);
+                    continue;
+                }
                 Err(reason) => return Ok(self.refused(sseq, reason)),
             };
             frame.stored_ms = (stored_ns / 1_000_000) as i64;
-            let event = if frame.prev == self.last {
+            let id = frame.id.to_string();
+            let event = if frame.prev == self.last || self.aliases.contains(&frame.prev) {
                 Event::Frame(frame)
             } else {
                 tracing::warn!(account = %self.legs.account, after = self.last, seq = sseq, prev = frame.prev, "bus gap");
@@ -212,12 +237,18 @@ impl Follower {
             self.last = sseq;
             self.anchored = true;
             self.refused.clear();
+            self.aliases.clear();
+            if self.yielded.len() == YIELDED_KEPT {
+                self.yielded.pop_front();
+            }
+            self.yielded.push_back(id);
             return Ok(event);
         }
     }
 
-    /// The frame `msg` (stored at `seq`) carries, if a leader signed it and it comes next.
-    fn check(&mut self, seq: u64, msg: &Message) -> Result<Frame, Refusal> {
+    /// The frame `msg` (stored at `seq`) carries, if a leader signed it and it comes next, or
+    /// that it is a leader's second copy of a frame yielded already.
+    fn check(&mut self, seq: u64, msg: &Message) -> Result<Checked, Refusal> {
         let h = msg.headers.as_ref();
         let signed = self.keys.verify(msg.subject.as_str(), h, &msg.payload)?;
         let frame = frame(seq, &signed, msg.payload.clone()).map_err(|_| Refusal::Malformed)?;
@@ -225,13 +256,19 @@ impl Follower {
             return Err(Refusal::StaleEpoch);
         }
         if self.anchored && signed.prev < self.last {
+            // A leader stores a frame again only under a salted id (`<id>~…`, see
+            // [`frame`]); the same id again is a replay.
+            let id = frame.id.to_string();
+            if signed.msg_id.contains('~') && self.yielded.contains(&id) {
+                return Ok(Checked::Copy(id));
+            }
             return Err(Refusal::Replayed);
         }
         if self.refused.contains(&signed.prev) {
             return Err(Refusal::Misplaced);
         }
         self.epoch = signed.epoch;
-        Ok(frame)
+        Ok(Checked::Next(frame))
     }
 
     /// A refusal, remembered and logged (the caller counts and alarms it).
@@ -253,6 +290,14 @@ impl Drop for Follower {
             t.abort();
         }
     }
+}
+
+/// What [`Follower::check`] finds a signed message to be.
+enum Checked {
+    /// The next frame (or the one after a gap).
+    Next(Frame),
+    /// A second copy of the frame with this id, yielded already.
+    Copy(String),
 }
 
 /// Leg `i`: a consumer on a node no other leg is on, read until it fails, then another, until

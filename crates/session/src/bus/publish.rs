@@ -22,6 +22,8 @@
 //! - a guard refused because the stream moved is [`BusError::Fenced`] only when a newer epoch
 //!   signed a marker since; messages nobody newer signed (junk, forgeries: only possible with
 //!   an unlocked broker or a leaked publish credential) are alarmed and claimed over;
+//! - a duplicate ack at sequence 0 (nats-server 2.9.10's answer while the first try of the id
+//!   is still being replicated) is asked again, never taken for where the frame is;
 //! - a duplicate ack whose stored message this publisher's keys do not verify (someone stored
 //!   junk under the frame's predictable id first) is alarmed and the frame stored again under
 //!   a salted id (`<frame id>~<epoch>.<seq>`), so the part is never lost.
@@ -275,6 +277,18 @@ impl FencedPublisher {
                 Err(e) => Err(e),
             };
             match acked {
+                // nats-server 2.9.10 answers a message id whose first try is still being
+                // replicated with "duplicate" at sequence 0 (later servers with an error): not
+                // where it is stored, so ask again until the first try lands (then it is a
+                // duplicate with its sequence) or is lost (then this one is stored).
+                Ok(ack) if ack.duplicate && ack.sequence == 0 => {
+                    wait_or_give_up(
+                        &mut backoff,
+                        deadline,
+                        &"a duplicate of a try still in flight",
+                    )
+                    .await?;
+                }
                 Ok(ack) => {
                     // A duplicate of this publisher's own earlier try moved the stream too.
                     self.last = self.last.max(ack.sequence);

@@ -202,32 +202,9 @@ async fn session(
         Err((code, reason)) => return close(&mut socket, code, &reason).await,
     };
     let account = who.account_id;
-    if st.hub.is_stale(st.cfg.view_bound()) {
-        // This server cannot see revocations now: it admits nobody until it can.
-        return close(&mut socket, 1013, STALE_REASON).await;
-    }
-    // The wallets this session follows, read now: fresher than any index a round may still use.
-    let grant = match subs::grant(&st.pool, account, who.key_id).await {
-        Ok(g) => g,
-        Err(e) => {
-            tracing::warn!(error = %e, "ws subscriptions unavailable");
-            return close(&mut socket, 1013, "try again later").await;
-        }
-    };
-    if !grant.key_live {
-        // Revoked (or the account disabled) since the key check: no later index change would
-        // close this session, so it never opens.
-        let reason = "credentials revoked or account disabled";
-        return close(&mut socket, 1008, reason).await;
-    }
-    // The account's sessions across the fleet: this one holds a lease while it is open.
-    let _lease = match st.fleet.lease(account, grant.max_sessions).await {
-        Ok(lease) => lease,
-        Err(e @ FleetError::Full(_)) => return close(&mut socket, 1008, &e.to_string()).await,
-        Err(e) => {
-            tracing::warn!(error = %e, "ws session refused: limits store unavailable");
-            return close(&mut socket, 1013, "try again later").await;
-        }
+    let (grant, _lease) = match gate(&st, account, who.key_id).await {
+        Ok(admitted) => admitted,
+        Err((code, reason)) => return close(&mut socket, code, &reason).await,
     };
     let (wallets, filters) = (grant.wallets.clone(), grant.filters.clone());
     let markets = grant.markets.clone();
@@ -275,6 +252,42 @@ async fn session(
     let outcome = s.stream(&mut socket, since, reg, &mut rx).await;
     st.hub.unregister(id);
     end(&mut socket, id, outcome, code.load(Ordering::SeqCst)).await;
+}
+
+/// The admission steps after the credentials: this server's view fresh enough to see
+/// revocations, the account's follows read now (fresher than any index a round may still use),
+/// the key still live, and a lease among the account's sessions across the fleet (held while
+/// the session is open). Otherwise the close code and reason: 1013 when a store did not answer
+/// (or the view is stale), 1008 for the rest.
+async fn gate(
+    st: &SessionState,
+    account: i64,
+    key_id: i64,
+) -> Result<(subs::Grant, fleet::Lease), (u16, String)> {
+    if st.hub.is_stale(st.cfg.view_bound()) {
+        // This server cannot see revocations now: it admits nobody until it can.
+        return Err((1013, STALE_REASON.to_string()));
+    }
+    let grant = match subs::grant(&st.pool, account, key_id).await {
+        Ok(g) => g,
+        Err(e) => {
+            tracing::warn!(error = %e, "ws subscriptions unavailable");
+            return Err((1013, "try again later".into()));
+        }
+    };
+    if !grant.key_live {
+        // Revoked (or the account disabled) since the key check: no later index change would
+        // close this session, so it never opens.
+        return Err((1008, "credentials revoked or account disabled".into()));
+    }
+    match st.fleet.lease(account, grant.max_sessions).await {
+        Ok(lease) => Ok((grant, lease)),
+        Err(e @ FleetError::Full(_)) => Err((1008, e.to_string())),
+        Err(e) => {
+            tracing::warn!(error = %e, "ws session refused: limits store unavailable");
+            Err((1013, "try again later".into()))
+        }
+    }
 }
 
 /// The connection's credentials, resume point and options, or the close code and reason that

@@ -114,6 +114,10 @@ async fn main() -> anyhow::Result<()> {
     let owed = settle(&args, &w).await?;
     stop.cancel();
     let failed = judge(&args, &run, &w, &owed, &done)?;
+    if failed {
+        // What the apps said last (warnings and errors at the drills' RUST_LOG=warn).
+        w.d.pm2.print_log_tails(80);
+    }
     // Stop the drill stack (pm2, Caddy, anvil) before the private database goes.
     drop(Arc::try_unwrap(w).ok());
     // Then the hosts (multi-host mode), the last reference to them.
