@@ -3,7 +3,8 @@
 //! deliver notifications and report their loss, pooled Postgres sessions carry their timeouts
 //! and dedicated ones none; edge mode's bus on real JetStream clusters (`bus`), its frames signed
 //! (`bus_signed`); every session following the Postgres primary on the Patroni HA stack (`ha`,
-//! `ha_cluster`); whole hosts killed, frozen and partitioned by the multi-host harness (`hosts`).
+//! `ha_cluster`); whole hosts killed, frozen and partitioned by the multi-host harness (`hosts`);
+//! a frozen primary left by the sessions of a multi-host URL (`liveness`).
 
 #[path = "foundation/broker.rs"]
 mod broker;
@@ -17,6 +18,8 @@ mod ha;
 mod ha_cluster;
 #[path = "foundation/hosts.rs"]
 mod hosts;
+#[path = "foundation/liveness.rs"]
+mod liveness;
 
 use std::time::Duration;
 

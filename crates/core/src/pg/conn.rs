@@ -164,7 +164,8 @@ pub async fn listening(
 /// Open a dedicated session with TCP keepalives (idle 10 s, interval 2 s, 3 probes) and a TCP
 /// user timeout of 20 s, so a dead or partitioned peer is noticed in seconds, not hours (a lock
 /// held by a vanished host would otherwise stall the standby). A frozen process on a live host
-/// still ACKs keepalives: push's standby handles that with the leader's heartbeat as a lease.
+/// still ACKs keepalives: push's standby handles that with the leader's heartbeat as a lease,
+/// and with a multi-host URL the process's liveness probe ends the session ([`super::liveness`]).
 /// `application_name` makes it recognisable in `pg_stat_activity`. It carries
 /// none of the pooled timeouts ([`dedicated_session_options`]): an advisory lock wait or a LISTEN
 /// session is long by design.
@@ -175,13 +176,14 @@ pub async fn dedicated(cfg: &CoreConfig, application_name: &str) -> Result<Sessi
         .application_name(application_name)
         .connect_timeout(Duration::from_secs(5));
     keepalives(&mut pg);
+    let liveness = super::liveness::watch(&pg);
     let (client, conn) = follow::connect(&pg).await?;
     let (tx, rx) = mpsc::unbounded_channel();
     let lost = CancellationToken::new();
     let lost_tx = lost.clone();
     let name = application_name.to_string();
     tokio::spawn(async move {
-        follow::drive(conn, name, Some(tx)).await;
+        follow::drive(conn, name, Some(tx), liveness).await;
         lost_tx.cancel();
     });
     Ok(Session {

@@ -19,7 +19,8 @@ use tokio_postgres::tls::NoTlsStream;
 use tokio_postgres::{AsyncMessage, Client, Connection, NoTls, Notification, Socket};
 
 /// `pmw_pg_sessions_dropped_total{reason}`: connections ended because their node turned
-/// read-only (`read_only`) or the connection failed (`error`).
+/// read-only (`read_only`), stopped answering ([`super::liveness`]: `unresponsive`) or the
+/// connection failed (`error`).
 pub const SESSIONS_DROPPED: &str = "pmw_pg_sessions_dropped_total";
 
 /// The node behind `conn` no longer takes writes: a standby (`in_hot_standby`), or a primary
@@ -38,6 +39,8 @@ pub enum Ended {
     Failed,
     /// Its node turned read-only: dropped by us.
     ReadOnly,
+    /// Its node stopped answering the process's liveness probe: dropped by us.
+    Unresponsive,
 }
 
 /// How a driven connection stops.
@@ -47,15 +50,17 @@ enum Stop {
     ReadOnly,
 }
 
-/// Drive `conn` until it ends or its node turns read-only, forwarding notifications to
-/// `notifications` (when given). Dropping the connection closes the client's side: queries in
-/// flight fail and `Client::is_closed` turns true.
+/// Drive `conn` until it ends, its node turns read-only or (`liveness`,
+/// [`super::liveness::watch`]) stops answering, forwarding notifications to `notifications`
+/// (when given). Dropping the connection closes the client's side: queries in flight fail and
+/// `Client::is_closed` turns true.
 pub async fn drive(
     mut conn: Connection<Socket, NoTlsStream>,
     name: String,
     notifications: Option<mpsc::UnboundedSender<Notification>>,
+    mut liveness: Option<tokio::sync::watch::Receiver<u64>>,
 ) -> Ended {
-    let stop = std::future::poll_fn(|cx| loop {
+    let messages = std::future::poll_fn(|cx| loop {
         let polled = conn.poll_message(cx);
         // Checked after every read: a ParameterStatus is handled inside `poll_message`.
         if read_only_node(&conn) {
@@ -76,8 +81,14 @@ pub async fn drive(
             Poll::Ready(None) => return Poll::Ready(Stop::Closed),
             Poll::Pending => return Poll::Pending,
         }
-    })
-    .await;
+    });
+    let stop = tokio::select! {
+        stop = messages => stop,
+        _ = super::liveness::unresponsive(&mut liveness) => {
+            tracing::warn!(session = %name, "postgres node unresponsive: session dropped");
+            return dropped(Ended::Unresponsive);
+        }
+    };
     match stop {
         Stop::Failed(e) => {
             tracing::warn!(session = %name, error = %super::describe(&e), "postgres session lost");
@@ -97,6 +108,7 @@ pub async fn drive(
 fn dropped(how: Ended) -> Ended {
     let reason = match how {
         Ended::ReadOnly => "read_only",
+        Ended::Unresponsive => "unresponsive",
         _ => "error",
     };
     metrics::counter!(SESSIONS_DROPPED, "reason" => reason).increment(1);
@@ -191,9 +203,10 @@ impl Connect for PrimaryOnly {
         let pg_config = pg_config.clone();
         let name = self.application_name.clone();
         Box::pin(async move {
+            let liveness = super::liveness::watch(&pg_config);
             let (client, conn) = connect(&pg_config).await?;
             let task: Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(async move {
-                drive(conn, name, None).await;
+                drive(conn, name, None, liveness).await;
             });
             Ok((client, tokio::spawn(task)))
         })

@@ -8,6 +8,7 @@ pub mod emitters;
 pub mod follow;
 pub mod indexes;
 pub mod ledger;
+pub mod liveness;
 mod shared;
 
 pub use conn::*;
