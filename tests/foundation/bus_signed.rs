@@ -3,8 +3,8 @@
 //! signed with a wrong or unknown key, a leader-signed part of an older epoch) is refused by the
 //! follower and does not break the `Pmw-Prev` chain, and does not depose the leader; an older
 //! epoch cannot claim over a newer one; a frame whose predictable id someone took first is
-//! stored again, not lost; a leader's second copy of a frame keeps the chain; a replayed part is
-//! refused.
+//! stored again, not lost; a leader's second copy of a frame keeps the chain; a chain broken for
+//! good is repaired, not refused forever; a replayed part is refused.
 
 use async_nats::HeaderMap;
 use bytes::Bytes;
@@ -237,6 +237,56 @@ async fn bus_a_leaders_second_copy_of_a_frame_keeps_the_chain() {
     assert_eq!(next_frame(&mut f).await, (2, 0, 10));
     assert_eq!(next_frame(&mut f).await, (after_seq, copy_seq, 11));
     assert_eq!(next_frame(&mut f).await, (third_seq, after_seq, 12));
+    drop_stream(&bus).await;
+}
+
+/// Leader frames that keep chaining to a message the follower refused (here junk stored at the
+/// sequence the leader believes its last frame has) are not refused for good: the third in a
+/// row comes out as a gap (the edge repairs from the ledger) and the chain goes on from it.
+#[tokio::test]
+async fn bus_a_chain_broken_for_good_is_repaired_not_refused_forever() {
+    let bus = shared_bus().await;
+    let key = SigningKey::parse(&keys().0).unwrap();
+    let mut p = FencedPublisher::claim(bus.clone(), 7).await.expect("claim");
+    let stored = p.publish_round(&[frame("a", 10)]).await.expect("publish");
+    assert_eq!(seqs(&stored), [(2, false)]);
+    let subject = bus.config.frames_subject("a").unwrap();
+    let junk = raw(&bus, &subject, &[], b"junk").await;
+    let mut prev = junk;
+    let mut chained = Vec::new();
+    for (block, body) in [
+        (11u64, &b"{\"block\":11}"[..]),
+        (12, b"{\"block\":12}"),
+        (13, b"{\"block\":13}"),
+        (14, b"{\"block\":14}"),
+    ] {
+        let id = frame("a", block).id.to_string();
+        let bound = Bound {
+            epoch: 7,
+            subject: &subject,
+            msg_id: &id,
+            prev,
+        };
+        let body: &'static [u8] = Box::leak(body.to_vec().into_boxed_slice());
+        prev = raw_signed(&bus, &key, &bound, body).await;
+        chained.push(prev);
+    }
+
+    let mut f = Follower::start(bus.clone(), "a", 0).unwrap();
+    assert_eq!(next_frame(&mut f).await, (2, 0, 10));
+    assert_eq!(next_refused(&mut f).await, (junk, Refusal::Unsigned));
+    assert_eq!(next_refused(&mut f).await, (chained[0], Refusal::Misplaced));
+    assert_eq!(next_refused(&mut f).await, (chained[1], Refusal::Misplaced));
+    match next(&mut f).await {
+        Event::Gap(g) => {
+            assert_eq!(
+                (g.after, g.frame.seq, g.frame.id.cursor.block),
+                (2, chained[2], 13)
+            );
+        }
+        other => panic!("the third frame in a row chained to a refusal: {other:?}"),
+    }
+    assert_eq!(next_frame(&mut f).await, (chained[3], chained[2], 14));
     drop_stream(&bus).await;
 }
 

@@ -23,7 +23,11 @@
 //! first was, so it reads as a replay; it is passed over (never yielded, not an alarm), and its
 //! sequence is an alias of the chain's end: the leader's next frame, chained to either copy,
 //! follows without a gap. Without that, every later frame chains to a refused message and is
-//! refused in turn: the edges deliver nothing more (the edge-mode checker, seed 7, once).
+//! refused in turn: the edges deliver nothing more (the edge-mode checker, seed 7, once). And
+//! whatever else might break the chain so, a third leader frame in a row chained to a refused
+//! message comes out as a [`Gap`] (the edge repairs from the ledger) and the chain goes on from
+//! it: a follower never refuses a live leader's frames for good. Only frames chained at or after
+//! the chain's end count (a replay of old frames is chained behind it).
 //!
 //! Why two: a consumer is R1 (on one node, placed at random among the stream's peers by the
 //! cluster's meta leader), and making one needs that meta leader. When the node that dies hosts
@@ -58,6 +62,10 @@ const QUEUE: usize = 1024;
 const REFUSED_KEPT: usize = 1024;
 /// Frames yielded a follower remembers (id and sequence) to tell a leader's second copy of one.
 const YIELDED_KEPT: usize = 256;
+/// Leader frames in a row chained to refused messages after which the chain is taken for
+/// broken: the last of them comes out as a [`Gap`] (repaired from the ledger) and the chain
+/// goes on from it.
+const MISPLACED_REPAIR: u32 = 3;
 
 /// What a follower yields.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,6 +114,8 @@ pub struct Follower {
     /// Second copies of yielded frames stored since the last frame yielded: a frame chained to
     /// one of them comes next as if chained to `last`.
     aliases: Vec<u64>,
+    /// Leader frames refused in a row as misplaced since the last frame yielded.
+    misplaced: u32,
     keys: VerifyKeys,
     rx: Option<mpsc::Receiver<Delivery>>,
     tasks: Vec<JoinHandle<()>>,
@@ -159,6 +169,7 @@ impl Follower {
             refused: Vec::new(),
             yielded: std::collections::VecDeque::new(),
             aliases: Vec::new(),
+            misplaced: 0,
             keys,
             rx: None,
             tasks: Vec::new(),
@@ -215,6 +226,18 @@ impl Follower {
             self.legs.from.store(sseq + 1, Ordering::Relaxed);
             let mut frame = match self.check(sseq, &msg) {
                 Ok(Checked::Next(frame)) => frame,
+                Ok(Checked::Misplaced(frame, epoch)) => {
+                    self.misplaced += 1;
+                    if self.misplaced < MISPLACED_REPAIR {
+                        return Ok(self.refused(sseq, Refusal::Misplaced));
+                    }
+                    // A leader that keeps chaining to what this follower refused will not come
+                    // back to the chain: repair from here (a gap) rather than refuse every frame
+                    // from now on.
+                    tracing::warn!(account = %self.legs.account, seq = sseq, last = self.last, "bus chain broken: leader frames keep chaining to refused messages; repairing from here");
+                    self.epoch = epoch;
+                    frame
+                }
                 Ok(Checked::Copy(id)) => {
                     tracing::info!(account = %self.legs.account, seq = sseq, id, last = self.last, "bus frame stored again by its leader; either copy chains");
                     self.aliases.push(sseq);
@@ -238,6 +261,7 @@ impl Follower {
             self.anchored = true;
             self.refused.clear();
             self.aliases.clear();
+            self.misplaced = 0;
             if self.yielded.len() == YIELDED_KEPT {
                 self.yielded.pop_front();
             }
@@ -265,7 +289,7 @@ impl Follower {
             return Err(Refusal::Replayed);
         }
         if self.refused.contains(&signed.prev) {
-            return Err(Refusal::Misplaced);
+            return Ok(Checked::Misplaced(frame, signed.epoch));
         }
         self.epoch = signed.epoch;
         Ok(Checked::Next(frame))
@@ -298,6 +322,8 @@ enum Checked {
     Next(Frame),
     /// A second copy of the frame with this id, yielded already.
     Copy(String),
+    /// A leader's frame (of this epoch) chained to a refused message.
+    Misplaced(Frame, i64),
 }
 
 /// Leg `i`: a consumer on a node no other leg is on, read until it fails, then another, until
