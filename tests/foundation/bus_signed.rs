@@ -190,6 +190,26 @@ async fn bus_a_prepublished_frame_id_does_not_lose_the_frame() {
     drop_stream(&bus).await;
 }
 
+/// Store, as epoch 7's leader would, account `a`'s frame of `block` chained to `prev` (under
+/// its id, or salted with `salt`); its sequence.
+async fn leader_frame(bus: &Bus, block: u64, salt: Option<&str>, prev: u64) -> u64 {
+    let key = SigningKey::parse(&keys().0).unwrap();
+    let subject = bus.config.frames_subject("a").unwrap();
+    let id = frame("a", block).id.to_string();
+    let id = match salt {
+        Some(salt) => format!("{id}~{salt}"),
+        None => id,
+    };
+    let bound = Bound {
+        epoch: 7,
+        subject: &subject,
+        msg_id: &id,
+        prev,
+    };
+    let body: &'static [u8] = Box::leak(format!("{{\"block\":{block}}}").into_bytes().into());
+    raw_signed(bus, &key, &bound, body).await
+}
+
 /// A leader that stored a frame a second time under a salted id (it could not confirm the first
 /// copy as its own: nats-server 2.9.10 answers a retry of a message id still being replicated
 /// with "duplicate, sequence 0") chains its next frame to the copy. The follower passes the copy
@@ -199,44 +219,19 @@ async fn bus_a_prepublished_frame_id_does_not_lose_the_frame() {
 #[tokio::test]
 async fn bus_a_leaders_second_copy_of_a_frame_keeps_the_chain() {
     let bus = shared_bus().await;
-    let key = SigningKey::parse(&keys().0).unwrap();
     let mut p = FencedPublisher::claim(bus.clone(), 7).await.expect("claim");
     let stored = p.publish_round(&[frame("a", 10)]).await.expect("publish");
     assert_eq!(seqs(&stored), [(2, false)]);
-    let subject = bus.config.frames_subject("a").unwrap();
-    let id = frame("a", 10).id.to_string();
-    let salted = format!("{id}~7.2");
-    let copy = Bound {
-        epoch: 7,
-        subject: &subject,
-        msg_id: &salted,
-        prev: 0,
-    };
-    let copy_seq = raw_signed(&bus, &key, &copy, b"{\"block\":10}").await;
-    assert_eq!(copy_seq, 3);
-    // The leader's next frame, chained to the copy it stored last.
-    let next_id = frame("a", 11).id.to_string();
-    let after = Bound {
-        epoch: 7,
-        subject: &subject,
-        msg_id: &next_id,
-        prev: copy_seq,
-    };
-    let after_seq = raw_signed(&bus, &key, &after, b"{\"block\":11}").await;
-    // And the one after it, chained to that.
-    let third_id = frame("a", 12).id.to_string();
-    let third = Bound {
-        epoch: 7,
-        subject: &subject,
-        msg_id: &third_id,
-        prev: after_seq,
-    };
-    let third_seq = raw_signed(&bus, &key, &third, b"{\"block\":12}").await;
+    let copy = leader_frame(&bus, 10, Some("7.2"), 0).await;
+    assert_eq!(copy, 3);
+    // The leader's next frame, chained to the copy it stored last, and the one after it.
+    let after = leader_frame(&bus, 11, None, copy).await;
+    let third = leader_frame(&bus, 12, None, after).await;
 
     let mut f = Follower::start(bus.clone(), "a", 0).unwrap();
     assert_eq!(next_frame(&mut f).await, (2, 0, 10));
-    assert_eq!(next_frame(&mut f).await, (after_seq, copy_seq, 11));
-    assert_eq!(next_frame(&mut f).await, (third_seq, after_seq, 12));
+    assert_eq!(next_frame(&mut f).await, (after, copy, 11));
+    assert_eq!(next_frame(&mut f).await, (third, after, 12));
     drop_stream(&bus).await;
 }
 
@@ -246,7 +241,6 @@ async fn bus_a_leaders_second_copy_of_a_frame_keeps_the_chain() {
 #[tokio::test]
 async fn bus_a_chain_broken_for_good_is_repaired_not_refused_forever() {
     let bus = shared_bus().await;
-    let key = SigningKey::parse(&keys().0).unwrap();
     let mut p = FencedPublisher::claim(bus.clone(), 7).await.expect("claim");
     let stored = p.publish_round(&[frame("a", 10)]).await.expect("publish");
     assert_eq!(seqs(&stored), [(2, false)]);
@@ -254,21 +248,8 @@ async fn bus_a_chain_broken_for_good_is_repaired_not_refused_forever() {
     let junk = raw(&bus, &subject, &[], b"junk").await;
     let mut prev = junk;
     let mut chained = Vec::new();
-    for (block, body) in [
-        (11u64, &b"{\"block\":11}"[..]),
-        (12, b"{\"block\":12}"),
-        (13, b"{\"block\":13}"),
-        (14, b"{\"block\":14}"),
-    ] {
-        let id = frame("a", block).id.to_string();
-        let bound = Bound {
-            epoch: 7,
-            subject: &subject,
-            msg_id: &id,
-            prev,
-        };
-        let body: &'static [u8] = Box::leak(body.to_vec().into_boxed_slice());
-        prev = raw_signed(&bus, &key, &bound, body).await;
+    for block in 11..=14 {
+        prev = leader_frame(&bus, block, None, prev).await;
         chained.push(prev);
     }
 
