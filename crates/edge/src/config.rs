@@ -12,6 +12,7 @@
 //! | `PMW_EDGE_NATS_ALLOW_INSECURE` | `false` | accept plain `nats://` (no CA, no `tls://`) to hosts other than loopback (127.0.0.0/8, `::1`, `localhost`) |
 //! | `PMW_EDGE_INDEX_REFRESH_MS` | `1000` | the subscription index is reloaded on every change notification and at least this often (a revoked key's sessions close within it even if a NOTIFY was lost) |
 //! | `PMW_EDGE_VIEW_STALE_MS` | `30000` | an edge that could not refresh its view of keys and subscriptions for longer closes every session with 1013 (try again later), admits none and reports `/health` unhealthy (503) until a refresh succeeds: a revoked key never keeps streaming from an edge cut from Postgres |
+//! | `PMW_EDGE_FEED_STALL_MS` | `20000` | push's cursor past the hub's position for this long with the hub not moving (frames on the stream this edge does not get) ends the edge (exit 75, `feed stalled`): restarted at the stream's last round, its sessions resume from the ledger |
 //! | `PMW_EDGE_WS_QUEUE` | `1024` | frames queued per session before it is closed as a slow consumer (1013) |
 //! | `PMW_EDGE_WS_HEARTBEAT_MS` | `15000` | heartbeat period per session |
 //! | `PMW_EDGE_RESUME_MAX_TRADES` | `10000` | most trades replayed on `since=`; beyond, the client is told to backfill over REST |
@@ -54,6 +55,8 @@ pub struct EdgeConfig {
     pub edge_index_refresh_ms: u64,
     #[serde(default = "d::view_stale")]
     pub edge_view_stale_ms: u64,
+    #[serde(default = "d::feed_stall")]
+    pub edge_feed_stall_ms: u64,
     #[serde(default = "d::queue")]
     pub edge_ws_queue: usize,
     #[serde(default = "d::heartbeat")]
@@ -93,6 +96,9 @@ mod d {
     }
     pub fn view_stale() -> u64 {
         30_000
+    }
+    pub fn feed_stall() -> u64 {
+        20_000
     }
     pub fn queue() -> usize {
         1_024
@@ -213,6 +219,12 @@ impl Validate for EdgeConfig {
             return Err(ConfigError::invalid(
                 "PMW_EDGE_VIEW_STALE_MS",
                 "must be at least twice PMW_EDGE_INDEX_REFRESH_MS",
+            ));
+        }
+        if self.edge_feed_stall_ms < 5_000 {
+            return Err(ConfigError::invalid(
+                "PMW_EDGE_FEED_STALL_MS",
+                "must be ≥ 5000 ms (a broker election alone takes seconds)",
             ));
         }
         if self.edge_ws_queue < 8 || self.edge_resume_max_trades == 0 {

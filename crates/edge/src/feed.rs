@@ -128,7 +128,11 @@ pub async fn start(bus: &Bus, pool: &PgPool, slot: i16) -> Result<Start, EdgeErr
 
 /// Push's cursor in `table` (`push_cursor`, `final_cursor`) for `slot` (the start of the
 /// ledger when there is none yet).
-async fn cursor_of(pool: &PgPool, table: &str, slot: i16) -> Result<Position, EdgeError> {
+pub(crate) async fn cursor_of(
+    pool: &PgPool,
+    table: &str,
+    slot: i16,
+) -> Result<Position, EdgeError> {
     let sql = format!("SELECT block_number, log_index FROM {table} WHERE slot = $1");
     let row = pool
         .get()

@@ -8,6 +8,7 @@ pub mod config;
 mod feed;
 mod index;
 mod service;
+mod watchdog;
 
 use pmw_core::{CoreConfig, ServiceError};
 use tokio_util::sync::CancellationToken;

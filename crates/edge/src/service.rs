@@ -21,7 +21,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::{feed, index, EdgeConfig, EdgeError, FeedStats, SERVICE};
+use crate::{feed, index, watchdog, EdgeConfig, EdgeError, FeedStats, SERVICE};
 
 #[derive(Clone)]
 struct AppState {
@@ -104,8 +104,8 @@ pub async fn run_with(
     outcome
 }
 
-/// The index refresh, the heartbeat and the feed under `tasks`; the feed's handle (its end
-/// ends the edge).
+/// The index refresh, the heartbeat and the feed (with its watchdog) under `tasks`; the feed's
+/// handle (its end, or the watchdog's verdict, ends the edge).
 fn spawn_tasks(
     cfg: &CoreConfig,
     edge: &EdgeConfig,
@@ -131,12 +131,15 @@ fn spawn_tasks(
         view_bound,
         tasks.clone(),
     ));
-    tokio::spawn(feed::run(
-        hub.clone(),
-        follower,
-        stats.clone(),
-        tasks.clone(),
-    ))
+    let feed = feed::run(hub.clone(), follower, stats.clone(), tasks.clone());
+    let stall = Duration::from_millis(edge.edge_feed_stall_ms);
+    let watchdog = watchdog::run(hub.clone(), stores.pg.clone(), 0, stall);
+    tokio::spawn(async move {
+        tokio::select! {
+            r = feed => r,
+            e = watchdog => Err(e),
+        }
+    })
 }
 
 /// Serve `/v1/ws` and `/health` on `listener` until `stop` (graceful: no new connections).

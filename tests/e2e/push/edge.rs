@@ -6,7 +6,8 @@
 //! pmw-edge serves `/v1/ws` from the stream: every owed trade (the simulator's canonical record)
 //! live and on resume, and a push failover closes none of its sockets; `final`s after their
 //! trades (the chain's `finalized` block decides when); a revoked key's session closes; the
-//! kill of the node leading the stream closes no session and loses nothing.
+//! kill of the node leading the stream closes no session and loses nothing; an edge whose feed
+//! stalls behind push's cursor ends for a restart rather than serve nothing.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -285,6 +286,42 @@ pub(super) async fn start_edge_with(
         pmw_edge::run_with(core, cfg, stop, Some(bound))
     });
     (edge, bound_within(rx, LEADS_WITHIN).await)
+}
+
+/// An edge that stops getting the frames push stored does not go on serving nothing. Here push's
+/// cursor moves with nothing on the stream (as when every follower leg is stuck, or the edge
+/// refuses the chain): once the hub has stood still behind push's cursor for the stall bound, the
+/// edge ends (transient, exit 75: its supervisor starts it again at the stream's last round) and
+/// its sessions are closed 1012 to resume elsewhere. Without the watchdog it served on, silent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edge_whose_feed_stalls_behind_push_ends_for_a_restart() {
+    let h = Harness::new().await;
+    let (_, key) = h.account(&demo_wallets(6)).await;
+    let bus = shared_bus();
+    // The stream an edge waits for (push would create it at its first round).
+    let b = Bus::connect(bus.config.clone(), "pmw-test")
+        .await
+        .expect("bus");
+    stream::ensure(&b).await.expect("stream");
+    let (edge, addr) = start_edge_with(&h, &bus, |c| c.edge_feed_stall_ms = 5_000).await;
+    let mut client = connect(addr, &key, None).await;
+    hello_cursor(&mut client).await;
+    h.db.connect()
+        .await
+        .execute(
+            "INSERT INTO push_cursor (slot, block_number, log_index, epoch, updated_ms) \
+             VALUES (0, 1000, 0, 1, 0) ON CONFLICT (slot) DO UPDATE SET block_number = 1000",
+            &[],
+        )
+        .await
+        .unwrap();
+    closed_with(client, 1012, WITHIN, "the stalled edge's session").await;
+    let ended = tokio::time::timeout(WITHIN, edge.join())
+        .await
+        .expect("the stalled edge ended");
+    let e = ended.expect_err("a stalled feed ends the edge with an error");
+    assert!(e.to_string().contains("feed stalled"), "{e}");
+    drop_stream(&bus).await;
 }
 
 /// The sessions the edge's heartbeat counts (what `pmwctl status` lists), if it has beaten.
