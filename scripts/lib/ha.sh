@@ -7,11 +7,14 @@
 
 PMW_HA_DIR="${PMW_HA_DIR:-/var/tmp/pmw-ha-$(id -un)}"
 PMW_HA_SCOPE="${PMW_HA_SCOPE:-pmw-ha}"
-# Per member, space-separated: etcd client and peer ports, Postgres and Patroni REST ports.
-PMW_HA_ETCD_PORTS="${PMW_HA_ETCD_PORTS:-52379 52381 52383}"
-PMW_HA_ETCD_PEER_PORTS="${PMW_HA_ETCD_PEER_PORTS:-52380 52382 52384}"
-PMW_HA_PG_PORTS="${PMW_HA_PG_PORTS:-55442 55443}"
-PMW_HA_REST_PORTS="${PMW_HA_REST_PORTS:-58008 58009}"
+# Per member, space-separated: etcd client and peer ports, Postgres and Patroni REST ports. All
+# below Linux's ephemeral range (32768-60999 by default): this stack starts in the middle of
+# `scripts/test`, when thousands of outgoing connections hold ephemeral ports, and a fixed port
+# inside that range was once taken by one of them (etcd: "bind: address already in use").
+PMW_HA_ETCD_PORTS="${PMW_HA_ETCD_PORTS:-22379 22381 22383}"
+PMW_HA_ETCD_PEER_PORTS="${PMW_HA_ETCD_PEER_PORTS:-22380 22382 22384}"
+PMW_HA_PG_PORTS="${PMW_HA_PG_PORTS:-25442 25443}"
+PMW_HA_REST_PORTS="${PMW_HA_REST_PORTS:-28008 28009}"
 HA_ETCD_NODES=(1 2 3)
 HA_PG_NODES=(1 2)
 HA_SOCK="$PMW_HA_DIR/sock"
@@ -147,6 +150,15 @@ ha_up() {
   chmod 0700 "$HA_RUN"
   if is_root; then chown "$(pg_os_user)" "$HA_SOCK" "$HA_RUN"; fi
   as_pg test -x "$PMW_HA_DIR" || die "ha: user $(pg_os_user) cannot traverse to $PMW_HA_DIR; choose another PMW_HA_DIR"
+  # etcd keeps its members' peer URLs in its data: a cluster made on other ports (or before
+  # this stamp existed) cannot start on these. It is a local test cluster: make a new one.
+  local stamp="$PMW_HA_ETCD_PORTS|$PMW_HA_ETCD_PEER_PORTS|$PMW_HA_PG_PORTS|$PMW_HA_REST_PORTS"
+  if [ -d "$PMW_HA_DIR/etcd1" ] && [ "$(cat "$PMW_HA_DIR/ports" 2>/dev/null)" != "$stamp" ]; then
+    log "ha: the cluster in $PMW_HA_DIR was made on other ports: removing it to make a new one"
+    ha_down
+    rm -rf "$PMW_HA_DIR"/etcd[123] "$PMW_HA_DIR"/pg[12]
+  fi
+  echo "$stamp" >"$PMW_HA_DIR/ports"
   ha_etcd_up
   ha_patroni_up
   # The first bootstrap (initdb, then a base backup for the standby) takes ~15 s.
