@@ -10,6 +10,7 @@ mod ledger;
 mod mempool;
 mod notifier;
 mod pair;
+mod pending;
 mod projector;
 mod providers;
 mod quorum;
