@@ -321,6 +321,74 @@ pub(crate) fn hex32(h: &[u8; 32]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pmw_core::trade::settle::{Order, PlannedFill};
+    use pmw_core::trade::U256;
+
+    fn fill(maker: u8, role: Role, side: Side, making: u64, taking: u64) -> PlannedFill {
+        PlannedFill {
+            order: Order {
+                hash: [maker; 32],
+                salt: U256::zero(),
+                maker: Address([maker; 20]),
+                signer: Address([maker; 20]),
+                token_id: U256::from(7u64),
+                maker_amount: U256::from(making),
+                taker_amount: U256::from(taking),
+                side,
+            },
+            role,
+            making: U256::from(making),
+            taking: U256::from(taking),
+            fee: None,
+        }
+    }
+
+    #[test]
+    fn fills_name_the_taker_their_logs_will_name() {
+        let tx = PendingTx {
+            hash: [9; 32],
+            from: Address([0x0f; 20]),
+            nonce: 3,
+            to: Address([0xfe; 20]),
+            input: Vec::new(),
+            provider: 0,
+            seen_ms: UnixMs(1),
+        };
+        let exchange = Address([0xec; 20]);
+        let matched = Settlement {
+            call: Call::V1FeeModuleMatchOrders,
+            condition_id: None,
+            fills: vec![
+                fill(1, Role::Maker, Side::Sell, 2_000_000, 1_000_000),
+                fill(2, Role::Taker, Side::Buy, 1_000_000, 2_000_000),
+            ],
+        };
+        let rows = fill_rows(&tx, &matched, exchange);
+        let takers: Vec<&str> = rows.iter().map(|r| r.taker.as_str()).collect();
+        let (taker_maker, exchange_hex) =
+            (Address([2; 20]).to_lower_hex(), exchange.to_lower_hex());
+        assert_eq!(takers, [taker_maker.as_str(), exchange_hex.as_str()]);
+        assert_eq!((rows[0].side, rows[1].side), (1, 0));
+        assert_eq!(
+            (rows[0].making.as_str(), rows[0].taking.as_str()),
+            ("2", "1")
+        );
+        assert_eq!(
+            (rows[1].fill_index, rows[1].exchange.as_str()),
+            (1, exchange_hex.as_str())
+        );
+        let direct = Settlement {
+            call: Call::V1FillOrder,
+            condition_id: None,
+            fills: vec![fill(1, Role::Maker, Side::Buy, 500_000, 1_000_000)],
+        };
+        let rows = fill_rows(&tx, &direct, exchange);
+        assert_eq!(
+            rows[0].taker,
+            tx.from.to_lower_hex(),
+            "filled against the sender"
+        );
+    }
 
     #[test]
     fn fee_modules_are_targets_of_listed_exchanges_only() {
