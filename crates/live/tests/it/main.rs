@@ -11,6 +11,7 @@ mod mempool;
 mod notifier;
 mod pair;
 mod pending;
+mod pending_fed;
 mod projector;
 mod providers;
 mod quorum;

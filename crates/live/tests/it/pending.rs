@@ -1,18 +1,15 @@
 //! The pending tier's life in Postgres, on a private anvil mining every 2 s fed by pmw-sim in
 //! settle mode: every settlement that went through the pool is recorded and ends exactly one
 //! way, the way the chain itself says (receipts, nonces and logs read here over plain JSON-RPC,
-//! not from pmw's tables); a mined one's ledger rows carry its pending fills' ids. A sighting of
-//! a settlement the ledger already holds is not recorded open.
+//! not from pmw's tables); a mined one's ledger rows carry its pending fills' ids. The recorder
+//! fed by hand: `pending_fed.rs`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use pmw_core::trade::exchange::ORDER_FILLED_TOPICS;
-use pmw_core::trade::settle::{self, Domain};
 use pmw_core::trade::Allowlist;
-use pmw_core::types::Address;
-use pmw_core::UnixMs;
-use pmw_live::chain::pending::{PendingTx, Probe};
+use pmw_live::chain::pending::Probe;
 use pmw_live::config::ProviderUrls;
 use pmw_live::mempool::Sighting;
 use pmw_live::pending::{targets, Recorder, Settings};
@@ -25,9 +22,9 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-const WITHIN: Duration = Duration::from_secs(60);
+pub(crate) const WITHIN: Duration = Duration::from_secs(60);
 
-fn fee_modules() -> String {
+pub(crate) fn fee_modules() -> String {
     FEE_MODULES
         .iter()
         .map(|f| format!("{}={}", f.address.to_lower_hex(), f.exchange.to_lower_hex()))
@@ -35,7 +32,7 @@ fn fee_modules() -> String {
         .join(" ")
 }
 
-fn settle_config(seed: u64) -> SimConfig {
+pub(crate) fn settle_config(seed: u64) -> SimConfig {
     SimConfig {
         seed,
         settle: true,
@@ -47,14 +44,14 @@ fn settle_config(seed: u64) -> SimConfig {
     }
 }
 
-struct Setup {
-    db: TestDb,
-    anvil: Anvil,
-    sim: Sim,
+pub(crate) struct Setup {
+    pub(crate) db: TestDb,
+    pub(crate) anvil: Anvil,
+    pub(crate) sim: Sim,
 }
 
 impl Setup {
-    async fn new(anvil_args: &[&str], cfg: SimConfig) -> Setup {
+    pub(crate) async fn new(anvil_args: &[&str], cfg: SimConfig) -> Setup {
         let db = TestDb::new().await;
         let anvil = Anvil::spawn_with(anvil_args).await.expect("anvil");
         let sim = Sim::connect_with(&anvil.http_url(), cfg).await.unwrap();
@@ -62,7 +59,7 @@ impl Setup {
         Setup { db, anvil, sim }
     }
 
-    async fn start_live(&self, mempool: bool) -> ServiceHandle {
+    pub(crate) async fn start_live(&self, mempool: bool) -> ServiceHandle {
         let head = self.sim.rpc().latest_block().await.unwrap().number.0;
         let live = LiveConfig {
             live_start_block: Some(head + 1),
@@ -83,7 +80,7 @@ impl Setup {
     }
 
     /// A pending recorder of its own on this chain and database, fed by hand.
-    async fn recorder(
+    pub(crate) async fn recorder(
         &self,
     ) -> (
         mpsc::Sender<Sighting>,
@@ -112,13 +109,13 @@ impl Setup {
         (tx, stop, task)
     }
 
-    async fn rpc(&self, method: &str, params: Value) -> Value {
+    pub(crate) async fn rpc(&self, method: &str, params: Value) -> Value {
         self.sim.rpc().call(method, params).await.unwrap()
     }
 
     /// What the chain says became of a settlement transaction, from its receipt and its
     /// sender's mined nonce (`sender`, `nonce`: the transaction's own fields).
-    async fn truth(&self, tx: &str, sender: &str, nonce: i64) -> &'static str {
+    pub(crate) async fn truth(&self, tx: &str, sender: &str, nonce: i64) -> &'static str {
         let receipt = self.rpc("eth_getTransactionReceipt", json!([tx])).await;
         if !receipt.is_null() {
             return match receipt["status"].as_str() {
@@ -138,7 +135,7 @@ impl Setup {
     }
 
     /// The OrderFilled logs of a mined transaction, by order hash: (block, log index).
-    async fn fills_of(&self, tx: &str) -> BTreeMap<String, (i64, i32)> {
+    pub(crate) async fn fills_of(&self, tx: &str) -> BTreeMap<String, (i64, i32)> {
         let receipt = self.rpc("eth_getTransactionReceipt", json!([tx])).await;
         let block = receipt["blockNumber"].clone();
         let topics: Vec<String> = ORDER_FILLED_TOPICS
@@ -274,7 +271,7 @@ async fn exactly_one_end(c: &tokio_postgres::Client, tx: &str, end: &str, fills:
 
 /// Each OrderFilled log of `tx` is a ledger row whose pending_id is the pending fill of the
 /// same order hash, which names that row's seq.
-async fn paired_in_the_ledger(s: &Setup, c: &tokio_postgres::Client, tx: &str) {
+pub(crate) async fn paired_in_the_ledger(s: &Setup, c: &tokio_postgres::Client, tx: &str) {
     let logs = s.fills_of(tx).await;
     assert!(!logs.is_empty(), "{tx}: a mined settlement has fills");
     for (order_hash, (block, log_index)) in logs {
@@ -293,235 +290,4 @@ async fn paired_in_the_ledger(s: &Setup, c: &tokio_postgres::Client, tx: &str) {
         assert_eq!(pending_id, Some(id), "{tx} {order_hash}: ledger.pending_id");
         assert_eq!(confirmed, Some(seq), "{tx} {order_hash}: confirmed_ledger");
     }
-}
-
-/// A first sighting built from a transaction the node still has (mined or pending).
-async fn sighting_of(s: &Setup, tx: &str) -> Sighting {
-    let body = s.rpc("eth_getTransactionByHash", json!([tx])).await;
-    let bytes = |k: &str| hex::decode(body[k].as_str().unwrap().trim_start_matches("0x")).unwrap();
-    let mut hash = [0u8; 32];
-    hash.copy_from_slice(&bytes("hash"));
-    let to: Address = body["to"].as_str().unwrap().parse().unwrap();
-    let exchange = FEE_MODULES
-        .iter()
-        .find(|f| f.address == to)
-        .map_or(to, |f| f.exchange);
-    let chain_id = s.sim.rpc().chain_id().await.unwrap();
-    let input = bytes("input");
-    let settlement = settle::decode(&input, &Domain { chain_id, exchange }).unwrap();
-    let nonce = body["nonce"].as_str().unwrap().trim_start_matches("0x");
-    Sighting::First {
-        tx: PendingTx {
-            hash,
-            from: body["from"].as_str().unwrap().parse().unwrap(),
-            nonce: u64::from_str_radix(nonce, 16).unwrap(),
-            to,
-            input,
-            provider: 0,
-            seen_ms: UnixMs::now(),
-        },
-        settlement,
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sighting_of_a_settlement_already_in_the_ledger_is_not_recorded() {
-    let cfg = SimConfig {
-        revert_share: 0.4,
-        replace_share: 0.0,
-        drop_share: 0.0,
-        ..settle_config(44)
-    };
-    let s = Setup::new(&[], cfg).await;
-    let live = s.start_live(false).await;
-    let (mut mined, mut reverted) = (None, None);
-    for _ in 0..20 {
-        s.sim.run_block(3).await.unwrap();
-        for x in s.sim.settlements() {
-            match x.outcome {
-                Outcome::Mined => mined = mined.or(Some(x.tx_hash.to_string())),
-                Outcome::Reverted => reverted = reverted.or(Some(x.tx_hash.to_string())),
-                _ => {}
-            }
-        }
-        if mined.is_some() && reverted.is_some() {
-            break;
-        }
-    }
-    let (mined, reverted) = (mined.unwrap(), reverted.unwrap());
-    let c = s.db.connect().await;
-    let in_ledger = eventually(WITHIN, || async {
-        let n: i64 = c
-            .query_one("SELECT count(*) FROM ledger WHERE tx_hash = $1", &[&mined])
-            .await
-            .unwrap()
-            .get(0);
-        if n > 0 {
-            Ok(())
-        } else {
-            Err(())
-        }
-    })
-    .await;
-    assert!(in_ledger.is_ok(), "live committed the mined settlement");
-
-    // The recorder, fed late sightings of both by hand.
-    let (tx, stop, task) = s.recorder().await;
-    tx.send(sighting_of(&s, &mined).await).await.unwrap();
-    tx.send(sighting_of(&s, &reverted).await).await.unwrap();
-    // The reverted one (not in the ledger) is recorded, then ends `reverted` at the next
-    // watermark; the mined one is never recorded.
-    let status = eventually(WITHIN, || async {
-        // Each new block moves the watermark: the recorder's resolution runs on each.
-        s.sim.rpc().mine().await.unwrap();
-        let row = c
-            .query_opt(
-                "SELECT status FROM pending_txs WHERE tx_hash = $1",
-                &[&reverted],
-            )
-            .await
-            .unwrap();
-        match row.map(|r| r.get::<_, String>(0)) {
-            Some(s) if s != "open" => Ok(s),
-            other => Err(other),
-        }
-    })
-    .await;
-    assert_eq!(status, Ok("reverted".to_string()));
-    let recorded: i64 = c
-        .query_one(
-            "SELECT count(*) FROM pending_txs WHERE tx_hash = $1",
-            &[&mined],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(
-        recorded, 0,
-        "a mined settlement's late sighting is not recorded"
-    );
-    stop.cancel();
-    task.await.unwrap();
-    live.stop().await.unwrap();
-}
-
-/// The settlement transactions waiting in anvil's pool.
-async fn pooled(s: &Setup) -> Vec<String> {
-    let pool = s.rpc("txpool_content", json!([])).await;
-    let mut out = Vec::new();
-    for by_nonce in pool["pending"]
-        .as_object()
-        .into_iter()
-        .flat_map(|m| m.values())
-    {
-        for t in by_nonce.as_object().into_iter().flat_map(|m| m.values()) {
-            out.push(t["hash"].as_str().unwrap().to_string());
-        }
-    }
-    out
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_settlement_resent_under_a_new_hash_confirms_its_pending_fills() {
-    let cfg = SimConfig {
-        revert_share: 0.0,
-        replace_share: 0.0,
-        drop_share: 0.0,
-        ..settle_config(45)
-    };
-    let s = Setup::new(&[], cfg).await;
-    let live = s.start_live(false).await;
-    let (tx, stop, task) = s.recorder().await;
-    let c = s.db.connect().await;
-    // Blocks are mined by hand: the settlements wait in the pool, where each is "seen" under
-    // another hash (an earlier attempt of the same settlement), then one block mines them.
-    s.rpc("evm_setAutomine", json!([false])).await;
-    let earlier = |h: &str| format!("0x{}{}", if &h[2..3] == "e" { "f" } else { "e" }, &h[3..]);
-    let feed = async {
-        let waited = tokio::time::Instant::now();
-        let mut hashes = pooled(&s).await;
-        while hashes.len() < 2 {
-            assert!(waited.elapsed() < WITHIN, "settlements never pooled");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            hashes = pooled(&s).await;
-        }
-        for h in &hashes {
-            let Sighting::First {
-                tx: mut p,
-                settlement,
-            } = sighting_of(&s, h).await
-            else {
-                unreachable!()
-            };
-            hex::decode_to_slice(&earlier(h)[2..], &mut p.hash).unwrap();
-            tx.send(Sighting::First { tx: p, settlement })
-                .await
-                .unwrap();
-        }
-        let recorded = eventually(WITHIN, || async {
-            let n: i64 = c
-                .query_one("SELECT count(*) FROM pending_txs", &[])
-                .await
-                .unwrap()
-                .get(0);
-            if n as usize == hashes.len() {
-                Ok(())
-            } else {
-                Err(n)
-            }
-        })
-        .await;
-        assert!(recorded.is_ok(), "earlier attempts recorded: {recorded:?}");
-        s.rpc("evm_mine", json!([])).await;
-        hashes
-    };
-    let (sent, mined) = tokio::join!(s.sim.run_block(2), feed);
-    sent.unwrap();
-    assert_eq!(mined.len(), 2);
-    for h in &mined {
-        let receipt = s.rpc("eth_getTransactionReceipt", json!([h])).await;
-        assert_eq!(receipt["status"], "0x1", "{h} mined");
-        let logs = s.fills_of(h).await;
-        let paired = eventually(WITHIN, || async {
-            let rows = c
-                .query(
-                    "SELECT l.order_hash, f.id, l.pending_id, f.status, x.status \
-                     FROM ledger_visible l \
-                     LEFT JOIN pending_fills f ON f.tx_hash = $2 AND f.order_hash = l.order_hash \
-                     LEFT JOIN pending_txs x ON x.tx_hash = f.tx_hash \
-                     WHERE l.tx_hash = $1",
-                    &[h, &earlier(h)],
-                )
-                .await
-                .unwrap();
-            if rows.len() < logs.len() {
-                return Err(format!(
-                    "{} of {} trades in the ledger",
-                    rows.len(),
-                    logs.len()
-                ));
-            }
-            for r in rows {
-                let (order, id, pending, fill, txs): (
-                    String,
-                    Option<i64>,
-                    Option<i64>,
-                    Option<String>,
-                    Option<String>,
-                ) = (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4));
-                let confirmed = Some("confirmed".to_string());
-                if id.is_none() || pending != id || fill != confirmed || txs != confirmed {
-                    return Err(format!(
-                        "{order}: fill {id:?}, pending_id {pending:?}, {fill:?}, tx {txs:?}"
-                    ));
-                }
-            }
-            Ok(())
-        })
-        .await;
-        assert!(paired.is_ok(), "{h}: {paired:?}");
-    }
-    stop.cancel();
-    task.await.unwrap();
-    live.stop().await.unwrap();
 }
