@@ -10,3 +10,8 @@ pub const BLOCKS: &str = "pmw_blocks";
 /// A lost one is healed by the next round, which compares the `subs_version` it reads with the
 /// index's.
 pub const SUBSCRIPTIONS: &str = "pmw_subscriptions";
+
+/// Pending-tier events were appended (payload: the highest `pending_events.id` of the
+/// statement). Sent by a trigger on `pending_events` (migration 0023) when pmw-live's pending
+/// recorder commits; the pending lane will LISTEN. A lost one only delays until the next.
+pub const PENDING: &str = "pmw_pending";

@@ -92,6 +92,7 @@ pub const POSTGRES: &[Migration] = &[
         "postgres/0021_unlisted_emitters.sql"
     ),
     migration!(22, "writer_epochs", "postgres/0022_writer_epochs.sql"),
+    migration!(23, "pending", "postgres/0023_pending.sql"),
 ];
 
 /// ClickHouse migrations, in order. Every file in `migrations/clickhouse` must be listed (tested).

@@ -19,6 +19,9 @@
 //! | `PMW_LIVE_ALLOW_INSECURE_RPC` | `false` | accept plain `ws://`/`http://` provider URLs to hosts other than loopback (127.0.0.0/8, `::1`, `localhost`) |
 //! | `PMW_LIVE_LEDGER_KEEP_HOURS` | `24` | hot-ledger retention in Postgres: a partition leaves (history then read from ClickHouse) once projected, finalized, audited and older than this (at least 1; keep it above the longest resume you serve from Postgres while ClickHouse is down) |
 //! | `PMW_LIVE_EXTRA_EXCHANGES` | unset | exchange contracts trusted besides the four built-in Polymarket ones: `0x<address>=<ABI version 1\|2>` entries separated by spaces or commas. Only after checking the contract (docs/OPERATIONS.md, "Unlisted emitters"; docs/EXCHANGES.md): every fill it emits is delivered |
+//! | `PMW_LIVE_MEMPOOL` | `false` | run the pending tier's mempool watcher and recorder ([`crate::pending`], docs/SETTLEMENT.md): settlements seen in the providers' pools are stored in `pending_txs`/`pending_fills`/`pending_events` and paired with their trades at commit |
+//! | `PMW_LIVE_MEMPOOL_FEE_MODULES` | unset | fee modules whose `matchOrders` settle an exchange's orders, watched besides the exchange list: `0x<module>=0x<exchange>` entries separated by spaces or commas (confirm them against the chain: docs/SETTLEMENT.md) |
+//! | `PMW_LIVE_PENDING_EXPIRE_BLOCKS` | `30` | a pending settlement not mined this many blocks after it was recorded ends `expired` (at least 2) |
 //! | `PMW_LIVE_START_BLOCK` | unset | first block to ingest when no watermark exists (default: the first head seen) |
 //! | `PMW_LIVE_METRICS_ADDR` | `127.0.0.1:9461` | private Prometheus `/metrics` address (loopback; a port in use is logged, not fatal) |
 //! | `PMW_GAMMA_URL` | `https://gamma-api.polymarket.com` | Gamma-compatible market metadata API |
@@ -72,6 +75,12 @@ pub struct LiveConfig {
     pub live_chain_id: u64,
     #[serde(default)]
     pub live_allow_insecure_rpc: bool,
+    #[serde(default)]
+    pub live_mempool: bool,
+    #[serde(default)]
+    pub live_mempool_fee_modules: Option<String>,
+    #[serde(default = "d::expire_blocks")]
+    pub live_pending_expire_blocks: u64,
 }
 
 impl fmt::Debug for LiveConfig {
@@ -102,6 +111,12 @@ impl fmt::Debug for LiveConfig {
             .field("live_rpc_quorum", &self.live_rpc_quorum)
             .field("live_chain_id", &self.live_chain_id)
             .field("live_allow_insecure_rpc", &self.live_allow_insecure_rpc)
+            .field("live_mempool", &self.live_mempool)
+            .field("live_mempool_fee_modules", &self.live_mempool_fee_modules)
+            .field(
+                "live_pending_expire_blocks",
+                &self.live_pending_expire_blocks,
+            )
             .finish()
     }
 }
@@ -133,6 +148,9 @@ mod d {
     }
     pub fn keep_hours() -> u64 {
         24
+    }
+    pub fn expire_blocks() -> u64 {
+        30
     }
     pub fn max_lag() -> u64 {
         3
@@ -353,6 +371,12 @@ impl Validate for LiveConfig {
             return Err(ConfigError::invalid(
                 "PMW_LIVE_POLL_INTERVAL_MS",
                 "poll ≥ 10 ms, stall ≥ 100 ms",
+            ));
+        }
+        if self.live_pending_expire_blocks < 2 {
+            return Err(ConfigError::invalid(
+                "PMW_LIVE_PENDING_EXPIRE_BLOCKS",
+                "must be at least 2",
             ));
         }
         if self.live_ledger_keep_hours == 0 {

@@ -142,7 +142,11 @@ impl Ingester {
             .replace("{fence}", &fence_sql(keys::LIVE, "$4"))
             .replace(
                 "{ledger_insert}",
-                &pmw_core::pg::ledger::insert_sql("$11", "$3"),
+                &pmw_core::pg::ledger::insert_sql_paired(
+                    "$11",
+                    "$3",
+                    "(SELECT p.pending_id FROM paired p WHERE p.n = t.n)",
+                ),
             );
         Ingester {
             parts,
@@ -359,7 +363,12 @@ impl Ingester {
                 ],
             )
             .await?;
-        Ok(moved.is_some())
+        let Some(moved) = moved else { return Ok(false) };
+        let (paired, mismatched): (i64, i64) = (moved.get("paired"), moved.get("mismatched"));
+        if paired > 0 {
+            crate::telemetry::pending_confirmed(paired as u64, mismatched as u64);
+        }
+        Ok(true)
     }
 
     /// After the watermark moved to `head`: the cursor, push's wake-up, names to resolve, the

@@ -68,6 +68,9 @@ pub async fn lead(
     // Tasks below stop with `tasks`, which also fires on our own exit.
     let tasks = l.shutdown.child_token();
     let _stop_tasks = tasks.clone().drop_guard();
+    if live.live_mempool {
+        start_pending(&providers, &live, &allow, &l, &tasks)?;
+    }
     let mut ingester = spawn_followers(&chain, &live, allow, &l, &tasks);
     if let Next::Stop = start_cursor(&mut ingester, &chain, &live, &l).await? {
         return Ok(());
@@ -144,6 +147,32 @@ fn spawn_followers(
         max_reorg_depth: live.live_reorg_max_depth,
         emitters: l.emitters.clone(),
     })
+}
+
+/// Start the pending tier's watcher and recorder (`PMW_LIVE_MEMPOOL`) under `tasks`.
+fn start_pending(
+    providers: &[crate::config::ProviderUrls],
+    live: &LiveConfig,
+    allow: &Allowlist,
+    l: &Leader<'_>,
+    tasks: &CancellationToken,
+) -> Result<(), ServiceError> {
+    let targets = crate::pending::targets(allow, live.live_mempool_fee_modules.as_deref())
+        .map_err(|e| ServiceError::Config(format!("PMW_LIVE_MEMPOOL_FEE_MODULES: {e}")))?;
+    let settings = crate::pending::Settings {
+        providers: providers.to_vec(),
+        targets,
+        chain_id: live.live_chain_id,
+        expire_blocks: live.live_pending_expire_blocks,
+        drop_grace_blocks: crate::pending::DROP_GRACE_BLOCKS,
+    };
+    tracing::info!(
+        targets = settings.targets.len(),
+        expire_blocks = settings.expire_blocks,
+        "pending tier on"
+    );
+    crate::pending::spawn(settings, l.stores.pg.clone(), tasks.clone())
+        .map_err(ServiceError::Config)
 }
 
 /// Check every provider's chain id (the head source checks again at each reconnect): one on

@@ -17,6 +17,7 @@ mod lead;
 pub mod mempool;
 pub mod names;
 pub mod notifier;
+pub mod pending;
 pub mod projector;
 pub mod providers;
 pub mod telemetry;

@@ -61,7 +61,8 @@ pub struct Watcher {
 
 impl Watcher {
     /// Runs until `shutdown` (or until `out` closes), following every provider's pool and
-    /// reconnecting each under the RPC backoff.
+    /// reconnecting each under the RPC backoff. A sighting `out` has no room for is dropped and
+    /// counted (`pmw_live_pending_queue_full_total`).
     pub async fn run(self, out: mpsc::Sender<Sighting>, shutdown: CancellationToken) {
         let (tx, mut rx) = mpsc::channel::<PendingTx>(4096);
         let stop = shutdown.child_token();
@@ -83,8 +84,13 @@ impl Watcher {
             let Some(sighting) = book.see(p, &self) else {
                 continue;
             };
-            if out.send(sighting).await.is_err() {
-                break;
+            // Never wait on the consumer: a full queue drops the sighting (counted).
+            match out.try_send(sighting) {
+                Ok(()) => {}
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    counter!(crate::pending::QUEUE_FULL).increment(1);
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => break,
             }
         }
         stop.cancel();

@@ -26,6 +26,24 @@
 //! | `pmw_live_unlisted_emitter_events_total{address,source}` | counter | fill/match events from contracts outside the exchange list (`source` = `ingest` or `audit`; the first 16 addresses by name, later ones as `other`): never delivered ([`crate::emitters`]) |
 //! | `pmw_live_head_lead_ms` | gauge | detect time − block timestamp of the last block seen live (clock offset plus propagation) |
 //!
+//! The pending tier ([`crate::mempool`], [`crate::pending`]):
+//!
+//! | metric | type | meaning |
+//! |---|---|---|
+//! | `pmw_live_pending_settlements_total{provider}` | counter | settlement transactions first seen pending (by the provider that saw each first) |
+//! | `pmw_live_pending_fills_total` | counter | fills their calldata names |
+//! | `pmw_live_pending_other_calls_total` | counter | other calls to a settlement contract (admin, cancels): not announced |
+//! | `pmw_live_pending_undecodable_total{reason}` | counter | settlement calls whose calldata does not decode (`short`, `abi`, `inconsistent`; a sample logged each minute) |
+//! | `pmw_live_pending_skipped_total{reason}` | counter | announcements not followed (`saturated` body fetches, `malformed`) |
+//! | `pmw_live_pending_queue_full_total` | counter | sightings dropped because the recorder's queue was full |
+//! | `pmw_live_pending_recorded_total` | counter | pending fills recorded (`pending` events) |
+//! | `pmw_live_pending_mined_before_seen_total` | counter | first sightings of a settlement the ledger already held: not recorded |
+//! | `pmw_live_pending_confirmed_total` | counter | pending fills paired with their trade in a block commit |
+//! | `pmw_live_pending_amount_mismatch_total` | counter | of those, fills whose calldata `taking` differs from the log's |
+//! | `pmw_live_pending_voided_total{reason}` | counter | pending fills ended `reverted`, `replaced`, `dropped` or `expired` |
+//! | `pmw_live_pending_open_txs` | gauge | settlements with a fill still open at the last resolution |
+//! | `pmw_live_pending_store_errors_total` | counter | recorder or resolution steps that failed (retried with the next sighting or watermark) |
+//!
 //! Per RPC provider (`pmw_live_provider_*{provider}`: heads announced and won, lag behind the
 //! winner, health, leader, errors, "not found" answers, hedges): [`crate::providers`].
 
@@ -157,4 +175,11 @@ pub fn audit_failed(disagreement: bool) {
     if disagreement {
         metrics::counter!(AUDIT_DISAGREEMENTS).increment(1);
     }
+}
+
+/// A block commit paired `paired` trades with pending fills, `mismatched` of them with another
+/// taking amount than the calldata's.
+pub fn pending_confirmed(paired: u64, mismatched: u64) {
+    metrics::counter!(crate::pending::CONFIRMED).increment(paired);
+    metrics::counter!(crate::pending::AMOUNT_MISMATCH).increment(mismatched);
 }

@@ -77,11 +77,18 @@ fn sql(cell: &'static OnceLock<String>, text: &str) -> &'static str {
 
 /// The insert of trade rows into the hot ledger (`sql/ledger_insert.sql`, the one place its
 /// columns are written) for a statement with an `alloc` CTE giving the seq base: the rows are
-/// the JSON array in parameter `rows`, committed at parameter `now` (ms).
+/// the JSON array in parameter `rows`, committed at parameter `now` (ms), with no pending fill.
 pub fn insert_sql(rows: &str, now: &str) -> String {
+    insert_sql_paired(rows, now, "NULL::bigint")
+}
+
+/// [`insert_sql`] whose `pending_id` is the SQL expression `pending` (of the row's position
+/// `t.n` in `rows`): live's block commit, which pairs trades with pending fills.
+pub fn insert_sql_paired(rows: &str, now: &str, pending: &str) -> String {
     include_str!("sql/ledger_insert.sql")
         .replace("{rows}", rows)
         .replace("{now}", now)
+        .replace("{pending}", pending)
 }
 
 macro_rules! statement {

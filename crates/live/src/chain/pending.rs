@@ -2,12 +2,13 @@
 //! ["newPendingTransactions", true]` where the node sends full bodies (Bor with the `eth`
 //! namespace, anvil), else the hash subscription with each body fetched on the same connection
 //! (`eth_getTransactionByHash`, bounded: at most [`FETCHES_IN_FLIGHT`] at once, the excess
-//! counted and skipped). Only transactions to `wanted` addresses are passed on.
+//! counted and skipped). Only transactions to `wanted` addresses are passed on. [`Probe`]: what
+//! the providers say of one pending transaction later (receipt, sender's nonce, pool).
 
 use std::sync::Arc;
 
-use ethers_core::types::{Transaction, H256};
-use ethers_providers::{Middleware, Provider, Ws};
+use ethers_core::types::{BlockId, BlockNumber, Transaction, H160, H256};
+use ethers_providers::{Http, Middleware, Provider, Ws};
 use futures::StreamExt;
 use pmw_core::types::Address;
 use pmw_core::UnixMs;
@@ -160,4 +161,82 @@ fn pending_of(
         provider,
         seen_ms,
     })
+}
+
+/// A mined transaction's receipt, as far as the pending tier needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mined {
+    pub block: u64,
+    /// Receipt status 1.
+    pub ok: bool,
+}
+
+/// Asks every provider (over HTTP) about transactions seen pending.
+#[derive(Clone)]
+pub struct Probe {
+    providers: Vec<Provider<Http>>,
+}
+
+impl Probe {
+    pub fn new(urls: &[crate::config::ProviderUrls]) -> Result<Probe, ChainError> {
+        let providers = urls
+            .iter()
+            .map(|u| Provider::<Http>::try_from(u.http_url.as_str()).map_err(rpc_error))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Probe { providers })
+    }
+
+    /// The transaction's receipt from the first provider that has one (`None`: no provider
+    /// that answered has it; `Err`: none answered).
+    pub async fn receipt(&self, hash: [u8; 32]) -> Result<Option<Mined>, ChainError> {
+        let mut last = None;
+        for p in &self.providers {
+            match bounded(p.get_transaction_receipt(H256(hash))).await {
+                Ok(Some(r)) => {
+                    let Some(block) = r.block_number else {
+                        continue;
+                    };
+                    return Ok(Some(Mined {
+                        block: block.as_u64(),
+                        ok: r.status.is_some_and(|s| s.as_u64() == 1),
+                    }));
+                }
+                Ok(None) => last = Some(Ok(None)),
+                Err(e) => last = last.or(Some(Err(e))),
+            }
+        }
+        last.unwrap_or(Ok(None))
+    }
+
+    /// The number of transactions `sender` had mined up to `block` (the highest answer).
+    pub async fn nonce_at(&self, sender: Address, block: u64) -> Result<u64, ChainError> {
+        let at = Some(BlockId::Number(BlockNumber::Number(block.into())));
+        let mut best: Option<u64> = None;
+        let mut error = None;
+        for p in &self.providers {
+            match bounded(p.get_transaction_count(H160(sender.0), at)).await {
+                Ok(n) => best = Some(best.unwrap_or(0).max(n.as_u64())),
+                Err(e) => error = Some(e),
+            }
+        }
+        match (best, error) {
+            (Some(n), _) => Ok(n),
+            (None, Some(e)) => Err(e),
+            (None, None) => Err(ChainError::Rpc("no provider".into())),
+        }
+    }
+
+    /// Whether any provider still knows the transaction (pending or mined); `Err` when not
+    /// every provider answered and none knows it (a silent provider proves nothing).
+    pub async fn known(&self, hash: [u8; 32]) -> Result<bool, ChainError> {
+        let mut error = None;
+        for p in &self.providers {
+            match bounded(p.get_transaction(H256(hash))).await {
+                Ok(Some(_)) => return Ok(true),
+                Ok(None) => {}
+                Err(e) => error = Some(e),
+            }
+        }
+        error.map_or(Ok(false), Err)
+    }
 }

@@ -8,7 +8,12 @@
 -- $7 t_detect (ms), $8 backfilled, $9 trade count, $10 channel ('' for none),
 -- $11 the trades (a JSON array of trade rows, in log order), appended by the hot ledger's
 -- insert (core's ledger_insert.sql, filled in by the code).
--- Returns one row when the watermark moved, none when fenced off.
+-- Pending fills (migration 0023): once ledger_head's row lock is this statement's, `paired`
+-- pairs the trades with open pending fills (pmw_pending_confirm, fresh snapshot) and confirms
+-- them; each trade's ledger row carries its fill's id in pending_id, in this same commit. With
+-- no open pending fill that is one index probe.
+-- Returns one row when the watermark moved, none when fenced off: with the trades paired and
+-- those whose calldata amounts differ from the logs.
 WITH fence AS MATERIALIZED (
     SELECT 1 AS held WHERE {fence}
 ), recorded AS (
@@ -23,6 +28,9 @@ WITH fence AS MATERIALIZED (
     UPDATE ledger_head SET seq = seq + $9
     WHERE id = 1 AND $9 > 0 AND EXISTS (SELECT 1 FROM fence)
     RETURNING seq - $9 AS base
+), paired AS MATERIALIZED (
+    SELECT c.n, c.pending_id, c.mismatch
+    FROM alloc, pmw_pending_confirm($11::jsonb, alloc.base, $1, $3) c
 ), ledgered AS (
     {ledger_insert}
     RETURNING 1
@@ -37,5 +45,7 @@ WITH fence AS MATERIALIZED (
 SELECT moved.block_number,
        (SELECT count(*) FROM recorded) AS recorded,
        (SELECT count(*) FROM ledgered) AS ledgered,
-       CASE WHEN $10::text <> '' THEN pg_notify($10::text, moved.block_number::text) END AS woke
+       CASE WHEN $10::text <> '' THEN pg_notify($10::text, moved.block_number::text) END AS woke,
+       (SELECT count(*) FROM paired) AS paired,
+       (SELECT count(*) FROM paired WHERE mismatch) AS mismatched
 FROM moved

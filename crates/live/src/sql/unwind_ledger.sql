@@ -15,11 +15,11 @@ WITH gone AS (
     INSERT INTO ledger (block_number, log_index, block_hash, version, seq, tx_hash, block_time_ms,
                         exchange, exchange_version, order_hash, maker, taker, side, token_id,
                         shares, collateral, price, fee, fee_asset, t_detect_ms, backfilled,
-                        retracted, audit, committed_ms)
+                        retracted, audit, committed_ms, pending_id)
     SELECT g.block_number, g.log_index, g.block_hash, greatest($2::bigint, g.version + 1), alloc.base + g.n,
            g.tx_hash, g.block_time_ms, g.exchange, g.exchange_version, g.order_hash, g.maker,
            g.taker, g.side, g.token_id, g.shares, g.collateral, g.price, g.fee, g.fee_asset,
-           g.t_detect_ms, g.backfilled, 1, g.audit, $3
+           g.t_detect_ms, g.backfilled, 1, g.audit, $3, g.pending_id
     FROM gone g, alloc
     RETURNING version
 )

@@ -183,8 +183,9 @@ async fn the_ledgers_columns_are_one_list_in_the_table_the_views_the_inserts_and
     assert_eq!(columns_of(&c, "ledger_latest").await, table);
     assert_eq!(columns_of(&c, "ledger_visible").await, table);
 
-    // The row type: the table's columns but the two the inserts set (seq, committed_ms).
-    let written = ["seq", "committed_ms"];
+    // The row type: the table's columns but the three the inserts set (seq, committed_ms,
+    // pending_id: the block commit's pairing with a pending fill).
+    let written = ["seq", "committed_ms", "pending_id"];
     let fields: BTreeSet<&str> = TradeRow::COLUMN_NAMES.iter().copied().collect();
     let stored: BTreeSet<&str> = names
         .iter()

@@ -10,6 +10,8 @@ mod ledger;
 mod mempool;
 mod notifier;
 mod pair;
+mod pending;
+mod pending_fed;
 mod projector;
 mod providers;
 mod quorum;

@@ -1,0 +1,20 @@
+-- One end of a pending settlement that did not confirm: its transaction (if still open) and
+-- every fill of it still open get status $2 (`reverted`, `replaced`, `dropped`, `expired`), and
+-- each such fill a `void` event with that reason. Guarded by status = 'open', so a fill ends
+-- exactly once (a confirmation in a block commit racing this keeps its row: the loser's
+-- re-check finds it no longer open). $1 tx hash, $3 the watermark, $4 now (ms). Returns the
+-- fills voided.
+WITH tx AS (
+    UPDATE pending_txs SET status = $2, status_block = $3, status_ms = $4
+    WHERE tx_hash = $1 AND status = 'open'
+    RETURNING tx_hash
+), fills AS (
+    UPDATE pending_fills SET status = $2
+    WHERE tx_hash = $1 AND status = 'open'
+    RETURNING id
+), events AS (
+    INSERT INTO pending_events (fill_id, kind, reason, created_ms)
+    SELECT id, 'void', $2, $4 FROM fills ORDER BY id
+    RETURNING 1
+)
+SELECT count(*) FROM events
