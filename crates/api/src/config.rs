@@ -134,56 +134,66 @@ impl Validate for ApiConfig {
                 "must be at least 1024",
             ));
         }
-        if !(5..=3600).contains(&self.api_ws_ticket_ttl_secs) {
-            return Err(ConfigError::invalid(
-                "PMW_API_WS_TICKET_TTL_SECS",
-                "must be 5..=3600",
-            ));
-        }
-        if !(60..=604_800).contains(&self.api_idempotency_ttl_secs) {
-            return Err(ConfigError::invalid(
-                "PMW_API_IDEMPOTENCY_TTL_SECS",
-                "must be 60..=604800",
-            ));
-        }
+        within(
+            self.api_ws_ticket_ttl_secs,
+            5..=3600,
+            "PMW_API_WS_TICKET_TTL_SECS",
+        )?;
+        within(
+            self.api_idempotency_ttl_secs,
+            60..=604_800,
+            "PMW_API_IDEMPOTENCY_TTL_SECS",
+        )?;
         if self.api_webhook_test_per_min == 0 {
             return Err(ConfigError::invalid(
                 "PMW_API_WEBHOOK_TEST_PER_MIN",
                 "must be positive",
             ));
         }
-        if !(100..=60_000).contains(&self.api_ready_interval_ms) {
-            return Err(ConfigError::invalid(
-                "PMW_API_READY_INTERVAL_MS",
-                "must be 100..=60000",
-            ));
-        }
-        if self.api_ready_round_max_age_ms < 1_000 {
-            return Err(ConfigError::invalid(
-                "PMW_API_READY_ROUND_MAX_AGE_MS",
-                "must be at least 1000",
-            ));
-        }
+        within(
+            self.api_ready_interval_ms,
+            100..=60_000,
+            "PMW_API_READY_INTERVAL_MS",
+        )?;
+        within(
+            self.api_ready_round_max_age_ms,
+            1_000..=u64::MAX,
+            "PMW_API_READY_ROUND_MAX_AGE_MS",
+        )?;
         if self.api_ready_latency_max_ms == 0 {
             return Err(ConfigError::invalid(
                 "PMW_API_READY_LATENCY_MAX_MS",
                 "must be positive",
             ));
         }
-        if !(1_000..=86_400_000).contains(&self.api_ready_latency_window_ms) {
-            return Err(ConfigError::invalid(
-                "PMW_API_READY_LATENCY_WINDOW_MS",
-                "must be 1000..=86400000",
-            ));
-        }
-        if self.api_ready_webhook_due_max_age_ms < 1_000 {
-            return Err(ConfigError::invalid(
-                "PMW_API_READY_WEBHOOK_DUE_MAX_AGE_MS",
-                "must be at least 1000",
-            ));
-        }
+        within(
+            self.api_ready_latency_window_ms,
+            1_000..=86_400_000,
+            "PMW_API_READY_LATENCY_WINDOW_MS",
+        )?;
+        within(
+            self.api_ready_webhook_due_max_age_ms,
+            1_000..=u64::MAX,
+            "PMW_API_READY_WEBHOOK_DUE_MAX_AGE_MS",
+        )?;
         Ok(())
     }
+}
+
+/// `value` must lie in `range`, else the variable `var` is refused, saying the range.
+fn within(
+    value: u64,
+    range: std::ops::RangeInclusive<u64>,
+    var: &'static str,
+) -> Result<(), ConfigError> {
+    if range.contains(&value) {
+        return Ok(());
+    }
+    let reason = match *range.end() {
+        u64::MAX => format!("must be at least {}", range.start()),
+        end => format!("must be {}..={end}", range.start()),
+    };
+    Err(ConfigError::invalid(var, reason))
 }
 
 mod defaults {

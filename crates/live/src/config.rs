@@ -355,42 +355,25 @@ impl Default for LiveConfig {
 
 impl Validate for LiveConfig {
     fn validate(&self) -> Result<(), ConfigError> {
-        if self.live_reorg_max_depth == 0 {
-            return Err(ConfigError::invalid(
-                "PMW_LIVE_REORG_MAX_DEPTH",
-                "must be at least 1",
-            ));
-        }
-        if self.live_lock_segment_ms < 10 {
-            return Err(ConfigError::invalid(
-                "PMW_LIVE_LOCK_SEGMENT_MS",
-                "must be at least 10",
-            ));
-        }
+        at_least(self.live_reorg_max_depth, 1, "PMW_LIVE_REORG_MAX_DEPTH")?;
+        at_least(self.live_lock_segment_ms, 10, "PMW_LIVE_LOCK_SEGMENT_MS")?;
         if self.live_poll_interval_ms < 10 || self.live_ws_stall_ms < 100 {
             return Err(ConfigError::invalid(
                 "PMW_LIVE_POLL_INTERVAL_MS",
                 "poll ≥ 10 ms, stall ≥ 100 ms",
             ));
         }
-        if self.live_pending_expire_blocks < 2 {
-            return Err(ConfigError::invalid(
-                "PMW_LIVE_PENDING_EXPIRE_BLOCKS",
-                "must be at least 2",
-            ));
-        }
-        if self.live_ledger_keep_hours == 0 {
-            return Err(ConfigError::invalid(
-                "PMW_LIVE_LEDGER_KEEP_HOURS",
-                "must be at least 1",
-            ));
-        }
-        if self.live_finalized_poll_ms < 10 {
-            return Err(ConfigError::invalid(
-                "PMW_LIVE_FINALIZED_POLL_MS",
-                "must be at least 10",
-            ));
-        }
+        at_least(
+            self.live_pending_expire_blocks,
+            2,
+            "PMW_LIVE_PENDING_EXPIRE_BLOCKS",
+        )?;
+        at_least(self.live_ledger_keep_hours, 1, "PMW_LIVE_LEDGER_KEEP_HOURS")?;
+        at_least(
+            self.live_finalized_poll_ms,
+            10,
+            "PMW_LIVE_FINALIZED_POLL_MS",
+        )?;
         if !(1..=10_000).contains(&self.live_audit_range_blocks) {
             return Err(ConfigError::invalid(
                 "PMW_LIVE_AUDIT_RANGE_BLOCKS",
@@ -403,12 +386,11 @@ impl Validate for LiveConfig {
                 "must be a number above 0",
             ));
         }
-        if self.live_audit_interval_ms < 10 {
-            return Err(ConfigError::invalid(
-                "PMW_LIVE_AUDIT_INTERVAL_MS",
-                "must be at least 10",
-            ));
-        }
+        at_least(
+            self.live_audit_interval_ms,
+            10,
+            "PMW_LIVE_AUDIT_INTERVAL_MS",
+        )?;
         if let Some(list) = &self.live_rpc_providers {
             let providers = parse_providers(list)?;
             self.quorum(providers.len())?;
@@ -423,12 +405,11 @@ impl Validate for LiveConfig {
                 "must be a chain id (137: Polygon)",
             ));
         }
-        if self.live_provider_max_lag_blocks == 0 {
-            return Err(ConfigError::invalid(
-                "PMW_LIVE_PROVIDER_MAX_LAG_BLOCKS",
-                "must be at least 1",
-            ));
-        }
+        at_least(
+            self.live_provider_max_lag_blocks,
+            1,
+            "PMW_LIVE_PROVIDER_MAX_LAG_BLOCKS",
+        )?;
         if !(self.gamma_url.starts_with("http://") || self.gamma_url.starts_with("https://")) {
             return Err(ConfigError::invalid(
                 "PMW_GAMMA_URL",
@@ -437,6 +418,14 @@ impl Validate for LiveConfig {
         }
         Ok(())
     }
+}
+
+/// `value` must be at least `min`, else the variable `var` is refused.
+fn at_least(value: u64, min: u64, var: &'static str) -> Result<(), ConfigError> {
+    if value < min {
+        return Err(ConfigError::invalid(var, format!("must be at least {min}")));
+    }
+    Ok(())
 }
 
 /// How the audit paces itself.
