@@ -210,9 +210,8 @@ async fn leader_frame(bus: &Bus, block: u64, salt: Option<&str>, prev: u64) -> u
     raw_signed(bus, &key, &bound, body).await
 }
 
-/// A leader that stored a frame a second time under a salted id (it could not confirm the first
-/// copy as its own: nats-server 2.9.10 answers a retry of a message id still being replicated
-/// with "duplicate, sequence 0") chains its next frame to the copy. The follower passes the copy
+/// A leader that stored a frame a second time under a salted id (it could not confirm a
+/// duplicate answer as its own first copy) chains its next frame to the copy. The follower passes the copy
 /// over and follows the chain through it: neither copy is refused, nothing after them is lost.
 /// Before, the copy was refused as a replay and every later frame as misplaced: the edges
 /// delivered nothing more.

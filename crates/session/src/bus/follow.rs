@@ -15,18 +15,18 @@
 //! its own last frame) follows without a gap, and a forgery chained to look like the next frame
 //! cannot displace the real one.
 //!
-//! A leader may store one frame twice: its first try landed but the answer was lost, and the
-//! broker's de-duplication did not say so (nats-server 2.9.10 answers a retry that arrives while
-//! the first try is still being replicated with "duplicate, sequence 0", and a publisher that
-//! took that for a message it cannot read stored the frame again under a salted id; any stored
-//! message it cannot confirm as its own is stored again so). The salted copy is chained where the
-//! first was, so it reads as a replay; it is passed over (never yielded, not an alarm), and its
-//! sequence is an alias of the chain's end: the leader's next frame, chained to either copy,
-//! follows without a gap. Without that, every later frame chains to a refused message and is
-//! refused in turn: the edges deliver nothing more (the edge-mode checker, seed 7, once). And
-//! whatever else might break the chain so, a third leader frame in a row chained to a refused
-//! message comes out as a [`Gap`] (the edge repairs from the ledger) and the chain goes on from
-//! it: a follower never refuses a live leader's frames for good. Only frames chained at or after
+//! A leader may store one frame twice: a duplicate answer it cannot confirm as its own frame
+//! (the stored message does not verify, or is not where the answer says) makes it store the frame
+//! again under a salted id ([`super::publish`]), and if the first copy was its own after all, the
+//! stream holds both. The salted copy is chained where the first was, so it reads as a replay; it
+//! is passed over (never yielded, not an alarm), and its sequence is an alias of the chain's end:
+//! the leader's next frame, chained to either copy, follows without a gap. Without that, every
+//! later frame chains to a refused message and is refused in turn, and the edges deliver nothing
+//! more (the edge-mode checker once lost every WebSocket trade after a leader SIGSTOP overlapping
+//! the stream leader's kill; the cause was not seen, this is one way to it). And whatever else
+//! might break the chain so, a third leader frame in a row chained to a refused message comes out
+//! as a [`Gap`] (the edge repairs from the ledger) and the chain goes on from it: a follower
+//! never refuses a live leader's frames for good. Only frames chained at or after
 //! the chain's end count (a replay of old frames is chained behind it).
 //!
 //! Why two: a consumer is R1 (on one node, placed at random among the stream's peers by the
