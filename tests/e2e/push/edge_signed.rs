@@ -60,10 +60,19 @@ fn fake_row(maker: &str) -> RoundRow {
 /// after the leader's last part, signed under the leader's key id with another key.
 async fn forge(bus: &Bus, maker: &str) {
     let keys = bus.config.keys();
-    let (prev, body) = stream::last_frame(bus, ALL, &keys)
-        .await
-        .unwrap()
-        .expect("a part on the stream");
+    // The leader's first part may land a moment after the test saw push caught up (live may
+    // not have ingested the block yet when it looked): wait for it, bounded.
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    let (prev, body) = loop {
+        if let Some(last) = stream::last_frame(bus, ALL, &keys).await.unwrap() {
+            break last;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "a part on the stream within {WITHIN:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     let last = RoundPart::from_body(&body).unwrap();
     let fake = fake_row(maker);
     let part = RoundPart {
