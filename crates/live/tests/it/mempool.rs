@@ -12,7 +12,7 @@ use pmw_live::mempool::{Sighting, Target, Watcher};
 use pmw_sim::anvil::Anvil;
 use pmw_sim::rpc::{Bytes, Quantity, TxRequest};
 use pmw_sim::settlement::FEE_MODULES;
-use pmw_sim::{Outcome, Sim, SimConfig, EXCHANGES};
+use pmw_sim::{Outcome, Sim, EXCHANGES};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -47,15 +47,7 @@ async fn every_settlement_through_the_pool_is_announced_with_its_fills() {
     let anvil = Anvil::spawn_with(&["--block-time", "2"])
         .await
         .expect("anvil");
-    let cfg = SimConfig {
-        seed: 21,
-        settle: true,
-        revert_share: 0.2,
-        replace_share: 0.2,
-        drop_share: 0.2,
-        linger_ms: 300,
-        ..SimConfig::default()
-    };
+    let cfg = super::pending::settle_config(21);
     let sim = Sim::connect_with(&anvil.http_url(), cfg).await.unwrap();
     sim.install_emitters().await.unwrap();
     let chain_id = sim.rpc().chain_id().await.unwrap();
