@@ -28,7 +28,7 @@ use std::net::SocketAddr;
 use serde::Deserialize;
 
 use pmw_core::client::TrustedProxies;
-use pmw_core::config::{ConfigError, Validate};
+use pmw_core::config::{within, ConfigError, Validate};
 use pmw_core::plans;
 pub use pmw_core::plans::Plan;
 
@@ -178,22 +178,6 @@ impl Validate for ApiConfig {
         )?;
         Ok(())
     }
-}
-
-/// `value` must lie in `range`, else the variable `var` is refused, saying the range.
-fn within(
-    value: u64,
-    range: std::ops::RangeInclusive<u64>,
-    var: &'static str,
-) -> Result<(), ConfigError> {
-    if range.contains(&value) {
-        return Ok(());
-    }
-    let reason = match *range.end() {
-        u64::MAX => format!("must be at least {}", range.start()),
-        end => format!("must be {}..={end}", range.start()),
-    };
-    Err(ConfigError::invalid(var, reason))
 }
 
 mod defaults {

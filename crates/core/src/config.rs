@@ -72,6 +72,23 @@ pub trait Validate {
     fn validate(&self) -> Result<(), ConfigError>;
 }
 
+/// `value` must lie in `range`, else the variable `var` is refused, saying the range (`must be
+/// at least N` for a range without an end).
+pub fn within(
+    value: u64,
+    range: std::ops::RangeInclusive<u64>,
+    var: &'static str,
+) -> Result<(), ConfigError> {
+    if range.contains(&value) {
+        return Ok(());
+    }
+    let reason = match *range.end() {
+        u64::MAX => format!("must be at least {}", range.start()),
+        end => format!("must be {}..={end}", range.start()),
+    };
+    Err(ConfigError::invalid(var, reason))
+}
+
 /// The layered sources: defaults come from serde, then `PMW_CONFIG`'s file, then `PMW_*`.
 pub fn figment() -> Figment {
     let mut f = Figment::new();

@@ -30,7 +30,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use pmw_core::config::{ConfigError, Validate};
+use pmw_core::config::{within, ConfigError, Validate};
 use pmw_core::redact;
 use serde::Deserialize;
 
@@ -355,23 +355,35 @@ impl Default for LiveConfig {
 
 impl Validate for LiveConfig {
     fn validate(&self) -> Result<(), ConfigError> {
-        at_least(self.live_reorg_max_depth, 1, "PMW_LIVE_REORG_MAX_DEPTH")?;
-        at_least(self.live_lock_segment_ms, 10, "PMW_LIVE_LOCK_SEGMENT_MS")?;
+        within(
+            self.live_reorg_max_depth,
+            1..=u64::MAX,
+            "PMW_LIVE_REORG_MAX_DEPTH",
+        )?;
+        within(
+            self.live_lock_segment_ms,
+            10..=u64::MAX,
+            "PMW_LIVE_LOCK_SEGMENT_MS",
+        )?;
         if self.live_poll_interval_ms < 10 || self.live_ws_stall_ms < 100 {
             return Err(ConfigError::invalid(
                 "PMW_LIVE_POLL_INTERVAL_MS",
                 "poll ≥ 10 ms, stall ≥ 100 ms",
             ));
         }
-        at_least(
+        within(
             self.live_pending_expire_blocks,
-            2,
+            2..=u64::MAX,
             "PMW_LIVE_PENDING_EXPIRE_BLOCKS",
         )?;
-        at_least(self.live_ledger_keep_hours, 1, "PMW_LIVE_LEDGER_KEEP_HOURS")?;
-        at_least(
+        within(
+            self.live_ledger_keep_hours,
+            1..=u64::MAX,
+            "PMW_LIVE_LEDGER_KEEP_HOURS",
+        )?;
+        within(
             self.live_finalized_poll_ms,
-            10,
+            10..=u64::MAX,
             "PMW_LIVE_FINALIZED_POLL_MS",
         )?;
         if !(1..=10_000).contains(&self.live_audit_range_blocks) {
@@ -386,9 +398,9 @@ impl Validate for LiveConfig {
                 "must be a number above 0",
             ));
         }
-        at_least(
+        within(
             self.live_audit_interval_ms,
-            10,
+            10..=u64::MAX,
             "PMW_LIVE_AUDIT_INTERVAL_MS",
         )?;
         if let Some(list) = &self.live_rpc_providers {
@@ -405,9 +417,9 @@ impl Validate for LiveConfig {
                 "must be a chain id (137: Polygon)",
             ));
         }
-        at_least(
+        within(
             self.live_provider_max_lag_blocks,
-            1,
+            1..=u64::MAX,
             "PMW_LIVE_PROVIDER_MAX_LAG_BLOCKS",
         )?;
         if !(self.gamma_url.starts_with("http://") || self.gamma_url.starts_with("https://")) {
@@ -418,14 +430,6 @@ impl Validate for LiveConfig {
         }
         Ok(())
     }
-}
-
-/// `value` must be at least `min`, else the variable `var` is refused.
-fn at_least(value: u64, min: u64, var: &'static str) -> Result<(), ConfigError> {
-    if value < min {
-        return Err(ConfigError::invalid(var, format!("must be at least {min}")));
-    }
-    Ok(())
 }
 
 /// How the audit paces itself.
