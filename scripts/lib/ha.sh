@@ -39,6 +39,15 @@ ha_postgres_url() {
   echo "postgres://pmw@${hosts[*]}/pmw?target_session_attrs=read-write"
 }
 
+# PMW_POSTGRES_PATRONI_URLS for the HA stack: each Postgres member's Patroni REST API, in the
+# URL's order (sessions go only to the member Patroni names primary).
+ha_patroni_urls() {
+  local i urls=()
+  for i in "${HA_PG_NODES[@]}"; do urls+=("http://127.0.0.1:$(ha_port "$PMW_HA_REST_PORTS" "$i")"); done
+  local IFS=,
+  echo "${urls[*]}"
+}
+
 # Fill a template ($1) with KEY=VALUE pairs (@KEY@ → VALUE) into $2; refuse an unfilled value.
 ha_render() {
   local tpl="$1" out="$2" kv args=()
@@ -150,11 +159,12 @@ ha_up() {
   chmod 0700 "$HA_RUN"
   if is_root; then chown "$(pg_os_user)" "$HA_SOCK" "$HA_RUN"; fi
   as_pg test -x "$PMW_HA_DIR" || die "ha: user $(pg_os_user) cannot traverse to $PMW_HA_DIR; choose another PMW_HA_DIR"
-  # etcd keeps its members' peer URLs in its data: a cluster made on other ports (or before
-  # this stamp existed) cannot start on these. It is a local test cluster: make a new one.
-  local stamp="$PMW_HA_ETCD_PORTS|$PMW_HA_ETCD_PEER_PORTS|$PMW_HA_PG_PORTS|$PMW_HA_REST_PORTS"
+  # etcd keeps its members' peer URLs in its data: a cluster made on other ports or another
+  # store API (or before this stamp existed) cannot start on these. It is a local test cluster: make a new one.
+  # The store's API is in it too: a cluster Patroni kept in etcd's v3 keyspace is not in v2's.
+  local stamp="etcd-v2|$PMW_HA_ETCD_PORTS|$PMW_HA_ETCD_PEER_PORTS|$PMW_HA_PG_PORTS|$PMW_HA_REST_PORTS"
   if [ -d "$PMW_HA_DIR/etcd1" ] && [ "$(cat "$PMW_HA_DIR/ports" 2>/dev/null)" != "$stamp" ]; then
-    log "ha: the cluster in $PMW_HA_DIR was made on other ports: removing it to make a new one"
+    log "ha: the cluster in $PMW_HA_DIR was made on other ports or another store API: removing it to make a new one"
     ha_down
     rm -rf "$PMW_HA_DIR"/etcd[123] "$PMW_HA_DIR"/pg[12]
   fi
@@ -209,7 +219,8 @@ ha_status_line() {
 # where the HA stack lives (its tests and drills read these).
 ha_print_env() {
   print_env | grep -v '^export PMW_POSTGRES_URL='
-  printf 'export %s=%q\n' PMW_POSTGRES_URL "$(ha_postgres_url)" PMW_HA_DIR "$PMW_HA_DIR" \
+  printf 'export %s=%q\n' PMW_POSTGRES_URL "$(ha_postgres_url)" \
+    PMW_POSTGRES_PATRONI_URLS "$(ha_patroni_urls)" PMW_HA_DIR "$PMW_HA_DIR" \
     PMW_HA_PG_PORTS "$PMW_HA_PG_PORTS" PMW_HA_REST_PORTS "$PMW_HA_REST_PORTS" \
     PMW_HA_ETCD_PORTS "$PMW_HA_ETCD_PORTS"
 }

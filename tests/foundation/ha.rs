@@ -363,3 +363,65 @@ async fn ha_sync_standby_lost_the_primary_writes_alone_then_the_standby_catches_
         "the returned standby has every row written while it was away"
     );
 }
+
+/// The port of the server behind `c`.
+async fn server_port(c: &tokio_postgres::Client) -> Result<u16, String> {
+    c.query_one("SELECT inet_server_port()", &[])
+        .await
+        .map(|r| r.get::<_, i32>(0) as u16)
+        .map_err(|e| pg::describe(&e))
+}
+
+/// A primary whose Patroni stopped: its leader key runs out and the standby is promoted, while
+/// the old Postgres runs on read-write (nothing demotes it), first in the URL, so read-write
+/// alone still picks it and a session there reads what stopped at the fault (a thawed or healed
+/// primary is the same until its Patroni demotes it). With Patroni's REST APIs set, sessions go
+/// to the member Patroni names, and the one opened on the old primary before is ended.
+#[tokio::test]
+async fn ha_a_read_write_node_patroni_no_longer_names_is_left_for_the_promoted_one() {
+    let ha = Ha::up();
+    let db = setup(&ha).await;
+    let old = ha.primary().await;
+    let new = 1 - old;
+    let named = ha.first_in_url(&db, old, true);
+    let plain = ha.first_in_url(&db, old, false);
+    let before = pg::dedicated(&named, "ha-before").await.expect("a session");
+    assert_eq!(server_port(&before.client).await, Ok(ha.pg_ports[old]));
+    let stopped = ha.stop_patroni(old);
+    let t0 = Instant::now();
+    let promoted = eventually(FAILOVER_WITHIN, || ha.writable(new)).await;
+    assert!(
+        promoted,
+        "pg{} promoted once pg{}'s leader key ran out",
+        new + 1,
+        old + 1
+    );
+    // The fault itself: the old node still takes read-write sessions.
+    let stale = pg::dedicated(&plain, "ha-plain").await.expect("a session");
+    assert_eq!(
+        server_port(&stale.client).await,
+        Ok(ha.pg_ports[old]),
+        "read-write alone picks the old primary (nothing demoted it)"
+    );
+    let pool = pg::pool(&named, "ha-named").unwrap();
+    let (port, writable) = write_until_acknowledged(&pool, 21, t0).await;
+    eprintln!(
+        "ha: pg{}'s patroni stopped: writable after {writable:?}",
+        old + 1
+    );
+    assert_eq!(
+        port, ha.pg_ports[new],
+        "the pool went to the member Patroni names"
+    );
+    let after = pg::dedicated(&named, "ha-after").await.expect("a session");
+    assert_eq!(server_port(&after.client).await, Ok(ha.pg_ports[new]));
+    let ended = eventually(FAILOVER_WITHIN, || async { before.is_lost() }).await;
+    assert!(
+        ended,
+        "the session opened on the old primary is ended once Patroni stops naming it"
+    );
+    drop(stopped);
+    // The old member demotes itself and follows; the stack is whole again for the next test.
+    let _ = Ha::up();
+    assert_eq!(acked_ids(&pool).await, (1..=21).collect::<Vec<i64>>());
+}

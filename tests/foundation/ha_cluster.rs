@@ -6,8 +6,9 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use pmw_core::config::CoreConfig;
 use pmw_core::pg::{self, PgPool};
-use pmw_testkit::{eventually, ha_stack_env, StackEnv};
+use pmw_testkit::{eventually, ha_stack_env, StackEnv, TestDb};
 use tokio_postgres::NoTls;
 
 /// How long a failover may take before a test gives up (Patroni's ttl is 10 s).
@@ -47,7 +48,7 @@ impl Ha {
         Ok(client)
     }
 
-    async fn writable(&self, i: usize) -> bool {
+    pub async fn writable(&self, i: usize) -> bool {
         match self.admin(i).await {
             Ok(c) => c
                 .query_one("SHOW transaction_read_only", &[])
@@ -137,20 +138,65 @@ impl Ha {
         let patroni = self.dir.join(format!("pg{}.pid", i + 1));
         let postmaster = self.dir.join(format!("pg{}/postmaster.pid", i + 1));
         for f in [patroni, postmaster] {
-            let pid = std::fs::read_to_string(&f)
-                .unwrap_or_else(|e| panic!("{}: {e}", f.display()))
-                .lines()
-                .next()
-                .unwrap_or("")
-                .trim()
-                .to_string();
-            let ok = std::process::Command::new("kill")
-                .args(["-KILL", &pid])
-                .status()
-                .expect("kill");
-            assert!(ok.success(), "kill -KILL {pid} ({})", f.display());
+            signal(&pid_in(&f), "-KILL");
         }
     }
+
+    /// SIGSTOP member `i`'s Patroni alone (its Postgres runs on): its leader key runs out, and
+    /// nothing demotes its Postgres. SIGCONT when the guard drops.
+    pub fn stop_patroni(&self, i: usize) -> Stopped {
+        let pid = pid_in(&self.dir.join(format!("pg{}.pid", i + 1)));
+        signal(&pid, "-STOP");
+        Stopped(pid)
+    }
+
+    /// A configuration of `db` whose URL lists member `first` first (read-write alone picks it
+    /// while it takes writes), with Patroni's REST APIs (same order) or without.
+    pub fn first_in_url(&self, db: &TestDb, first: usize, patroni: bool) -> CoreConfig {
+        let order = [first, 1 - first];
+        let hosts: Vec<String> = order
+            .iter()
+            .map(|&i| format!("127.0.0.1:{}", self.pg_ports[i]))
+            .collect();
+        let mut cfg = db.cfg.clone();
+        cfg.postgres_url = format!("postgres://pmw@{}/{}", hosts.join(","), db.name).into();
+        cfg.postgres_patroni_urls = patroni.then(|| {
+            order
+                .iter()
+                .map(|&i| format!("http://127.0.0.1:{}", self.rest_ports[i]))
+                .collect::<Vec<_>>()
+                .join(",")
+        });
+        cfg
+    }
+}
+
+/// A stopped process, continued when dropped (a failed test leaves no member stopped).
+pub struct Stopped(String);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        signal(&self.0, "-CONT");
+    }
+}
+
+/// The pid on the first line of `f`.
+fn pid_in(f: &std::path::Path) -> String {
+    std::fs::read_to_string(f)
+        .unwrap_or_else(|e| panic!("{}: {e}", f.display()))
+        .lines()
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_string()
+}
+
+fn signal(pid: &str, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([sig, pid])
+        .status()
+        .expect("kill");
+    assert!(ok.success(), "kill {sig} {pid}");
 }
 
 /// One acknowledged write through `pool`: insert `id` into `acked` (again is fine: an attempt

@@ -12,6 +12,7 @@
 //! |---|---|---|
 //! | `PMW_CONFIG` | unset | path of a TOML file with any of the keys below |
 //! | `PMW_POSTGRES_URL` | `postgres://pmw@127.0.0.1:55432/pmw` | Postgres (secret: never logged). Lock and LISTEN sessions connect directly, never through PgBouncer transaction pooling. Postgres HA: several hosts, tried in order (`postgres://pmw@h1:5432,h2:5432/pmw`); every session connects read-write only (`target_session_attrs=read-write` is implied; `read-only` is refused) and follows the primary ([`crate::pg::follow`]) |
+//! | `PMW_POSTGRES_PATRONI_URLS` | unset | Postgres HA on Patroni: the REST API of each host's Patroni, in the order of the hosts of `PMW_POSTGRES_URL`, comma-separated (`http://h1:8008,http://h2:8008`). Set, a session connects only to the host whose Patroni holds the leader key, and every session to a node Patroni stops naming is ended ([`crate::pg::patroni`]); a thawed or healed old primary, still read-write until Patroni demotes it, is never used. Needs as many URLs as hosts |
 //! | `PMW_POSTGRES_POOL_SIZE` | `16` | pooled connections per process |
 //! | `PMW_POSTGRES_STATEMENT_TIMEOUT_MS` | `30000` | `statement_timeout` of pooled sessions (a longer statement fails with SQLSTATE 57014); `0` = none |
 //! | `PMW_POSTGRES_LOCK_TIMEOUT_MS` | `10000` | `lock_timeout` of pooled sessions (a longer lock wait fails with SQLSTATE 55P03); `0` = none |
@@ -124,6 +125,8 @@ pub enum LogFormat {
 pub struct CoreConfig {
     #[serde(default = "defaults::postgres_url")]
     pub postgres_url: SecretString,
+    #[serde(default)]
+    pub postgres_patroni_urls: Option<String>,
     #[serde(default = "defaults::pool_size")]
     pub postgres_pool_size: usize,
     #[serde(default = "defaults::statement_timeout")]
@@ -181,6 +184,22 @@ impl CoreConfig {
         pg
     }
 
+    /// The Patroni REST APIs of `PMW_POSTGRES_PATRONI_URLS` (none when unset).
+    pub fn patroni(&self) -> crate::pg::patroni::Patroni {
+        crate::pg::patroni::Patroni::new(self.patroni_urls())
+    }
+
+    fn patroni_urls(&self) -> Vec<String> {
+        self.postgres_patroni_urls
+            .as_deref()
+            .unwrap_or("")
+            .split(',')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .map(String::from)
+            .collect()
+    }
+
     /// The instance name, defaulting to the service name.
     pub fn instance_or(&self, service: &str) -> String {
         self.instance.clone().unwrap_or_else(|| service.to_string())
@@ -195,6 +214,7 @@ impl fmt::Debug for CoreConfig {
             .field("postgres_port", &pg.get_ports())
             .field("postgres_db", &pg.get_dbname())
             .field("postgres_password", &"[redacted]")
+            .field("postgres_patroni_urls", &self.patroni_urls())
             .field("postgres_pool_size", &self.postgres_pool_size)
             .field(
                 "postgres_statement_timeout_ms",
@@ -233,6 +253,7 @@ impl Validate for CoreConfig {
                 "target_session_attrs=read-only: pmw writes (read-write is implied)",
             ));
         }
+        self.validate_patroni(pg.get_hosts().len())?;
         if self.postgres_pool_size == 0 {
             return Err(ConfigError::invalid(
                 "PMW_POSTGRES_POOL_SIZE",
@@ -300,6 +321,30 @@ impl CoreConfig {
                 "PMW_SECRET_KEYS",
                 "required with PMW_ENV=production (webhook signing secrets would be stored unsealed); generate one with `pmwctl secrets generate-key`, or set PMW_ALLOW_UNSEALED_SECRETS=true to start anyway",
             ));
+        }
+        Ok(())
+    }
+}
+
+impl CoreConfig {
+    /// `PMW_POSTGRES_PATRONI_URLS`: http(s) URLs, one per Postgres host.
+    fn validate_patroni(&self, hosts: usize) -> Result<(), ConfigError> {
+        const KEY: &str = "PMW_POSTGRES_PATRONI_URLS";
+        let urls = self.patroni_urls();
+        if urls.is_empty() {
+            return Ok(());
+        }
+        if urls.len() != hosts {
+            return Err(ConfigError::invalid(
+                KEY,
+                format!(
+                    "{} URLs for {hosts} hosts in PMW_POSTGRES_URL: give one per host, in the same order",
+                    urls.len()
+                ),
+            ));
+        }
+        for url in &urls {
+            check_scheme(KEY, url, &["http", "https"])?;
         }
         Ok(())
     }
@@ -408,6 +453,33 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("PMW_POSTGRES_URL"), "{err}");
+    }
+
+    #[test]
+    fn patroni_urls_name_one_rest_api_per_postgres_host() {
+        let url = "postgres://pmw@10.0.0.1:5432,10.0.0.2:5432/pmw";
+        let two = "http://10.0.0.1:8008, http://10.0.0.2:8008/";
+        let core: CoreConfig = load_from(with(&[
+            ("postgres_url", url),
+            ("postgres_patroni_urls", two),
+        ]))
+        .unwrap();
+        assert!(core.patroni().is_set());
+        assert_eq!(
+            format!("{:?}", core.patroni()),
+            r#"Patroni { urls: ["http://10.0.0.1:8008", "http://10.0.0.2:8008"] }"#
+        );
+        let unset: CoreConfig = load_from(with(&[("postgres_url", url)])).unwrap();
+        assert!(!unset.patroni().is_set());
+        for bad in ["http://10.0.0.1:8008", "http://a:8008,ftp://b:8008"] {
+            let err = load_from::<CoreConfig>(with(&[
+                ("postgres_url", url),
+                ("postgres_patroni_urls", bad),
+            ]))
+            .unwrap_err()
+            .to_string();
+            assert!(err.contains("PMW_POSTGRES_PATRONI_URLS"), "{bad}: {err}");
+        }
     }
 
     #[test]

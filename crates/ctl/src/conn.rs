@@ -2,15 +2,14 @@
 
 use pmw_core::config::CoreConfig;
 use pmw_core::exit::ServiceError;
-use tokio_postgres::NoTls;
 
 /// Connect with `application_name = pmwctl`; the connection task lives until the client drops.
 pub async fn connect(cfg: &CoreConfig) -> Result<tokio_postgres::Client, ServiceError> {
     let mut pg = cfg.postgres();
     pg.application_name("pmwctl")
         .connect_timeout(std::time::Duration::from_secs(5));
-    let (client, conn) = pg
-        .connect(NoTls)
+    // Host by host, and only to the member Patroni names primary when its REST APIs are set.
+    let (client, conn) = pmw_core::pg::follow::connect(&pg, &cfg.patroni())
         .await
         .map_err(|e| ServiceError::transient(format!("postgres unreachable: {e}")))?;
     tokio::spawn(async move {

@@ -69,6 +69,11 @@ impl TestDb {
                     format!("{base}/{name}"),
                 ))
                 .merge(Serialized::default("postgres_pool_size", 8))
+                // The HA stack: sessions go only to the member Patroni names primary.
+                .merge(Serialized::default(
+                    "postgres_patroni_urls",
+                    env.vars.get("PMW_POSTGRES_PATRONI_URLS"),
+                ))
                 .merge(Serialized::default(
                     "clickhouse_url",
                     env.get("PMW_CLICKHOUSE_URL"),

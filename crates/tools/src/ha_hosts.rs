@@ -113,10 +113,24 @@ impl HaHosts {
         )
     }
 
-    /// `base` (a stack's environment) with Postgres on these hosts.
+    /// The REST APIs of the Postgres members' Patroni, in the order of [`HaHosts::url`]'s hosts
+    /// (`PMW_POSTGRES_PATRONI_URLS`).
+    pub fn patroni_urls(&self) -> Vec<String> {
+        PG_HOSTS
+            .iter()
+            .map(|&i| format!("http://{}:{REST_PORT}", self.hosts.host(i).ip))
+            .collect()
+    }
+
+    /// `base` (a stack's environment) with Postgres on these hosts, sessions going only to the
+    /// member Patroni names primary.
     pub fn stack_env(&self, base: &StackEnv) -> StackEnv {
         let mut env = base.clone();
         env.vars.insert("PMW_POSTGRES_URL".into(), self.url("pmw"));
+        env.vars.insert(
+            "PMW_POSTGRES_PATRONI_URLS".into(),
+            self.patroni_urls().join(","),
+        );
         env
     }
 

@@ -104,6 +104,7 @@ pub fn pool(cfg: &CoreConfig, application_name: &str) -> Result<Pool, PgError> {
         pg,
         follow::PrimaryOnly {
             application_name: application_name.to_string(),
+            patroni: cfg.patroni(),
         },
         ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
@@ -176,8 +177,9 @@ pub async fn dedicated(cfg: &CoreConfig, application_name: &str) -> Result<Sessi
         .application_name(application_name)
         .connect_timeout(Duration::from_secs(5));
     keepalives(&mut pg);
-    let liveness = super::liveness::watch(&pg);
-    let (client, conn) = follow::connect(&pg).await?;
+    let patroni = cfg.patroni();
+    let liveness = super::liveness::watch(&pg, &patroni);
+    let (client, conn) = follow::connect(&pg, &patroni).await?;
     let (tx, rx) = mpsc::unbounded_channel();
     let lost = CancellationToken::new();
     let lost_tx = lost.clone();

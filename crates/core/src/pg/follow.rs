@@ -2,7 +2,8 @@
 //! read-write only (`target_session_attrs=read-write`, tried host by host), and every connection,
 //! pooled or dedicated, is driven here so that one which meets a read-only node ends at once: the
 //! pool never hands it out again (deadpool discards a closed client) and a lock or LISTEN
-//! session reports its loss. Postgres ≥ 14 reports `in_hot_standby` and
+//! session reports its loss; with Patroni's REST APIs configured, only the member Patroni names
+//! primary is connected to ([`super::patroni`]). Postgres ≥ 14 reports `in_hot_standby` and
 //! `default_transaction_read_only` to the client whenever they change, so this costs no query.
 
 use std::future::Future;
@@ -17,6 +18,8 @@ use tokio::task::JoinHandle;
 use tokio_postgres::config::Host;
 use tokio_postgres::tls::NoTlsStream;
 use tokio_postgres::{AsyncMessage, Client, Connection, NoTls, Notification, Socket};
+
+use super::patroni::Patroni;
 
 /// `pmw_pg_sessions_dropped_total{reason}`: connections ended because their node turned
 /// read-only (`read_only`), stopped answering ([`super::liveness`]: `unresponsive`) or the
@@ -120,21 +123,47 @@ fn dropped(how: Ended) -> Ended {
 /// alone (socket level) would wait on it for as long as it stays frozen, never trying the next.
 pub const HOST_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// `pmw_pg_no_primary_named_total` (counter): connection attempts that found no host named
+/// primary by Patroni ([`super::patroni`]; a failover in progress, or its REST API unreachable).
+pub const NO_PRIMARY_NAMED: &str = "pmw_pg_no_primary_named_total";
+
 /// Connect as `pg` says, host by host: with several hosts each gets at most
 /// [`HOST_HANDSHAKE_TIMEOUT`] for the whole connection (TCP, startup, authentication, the
-/// read-write check) before the next is tried; with one host, as tokio-postgres does.
+/// read-write check) before the next is tried, and with `patroni` set only the hosts whose
+/// Patroni says it holds the leader key are tried; with one host, as tokio-postgres does.
 pub async fn connect(
     pg: &tokio_postgres::Config,
+    patroni: &Patroni,
 ) -> Result<(Client, Connection<Socket, NoTlsStream>), tokio_postgres::Error> {
+    connect_indexed(pg, patroni)
+        .await
+        .map(|(_, client, conn)| (client, conn))
+}
+
+/// [`connect`], saying which host (its index in `pg`) the connection went to.
+pub async fn connect_indexed(
+    pg: &tokio_postgres::Config,
+    patroni: &Patroni,
+) -> Result<(usize, Client, Connection<Socket, NoTlsStream>), tokio_postgres::Error> {
     let hosts = pg.get_hosts();
     if hosts.len() < 2 || !pg.get_hostaddrs().is_empty() {
-        return pg.connect(NoTls).await;
+        let (client, conn) = pg.connect(NoTls).await?;
+        return Ok((0, client, conn));
+    }
+    let named = patroni.primaries(hosts.len()).await;
+    if named.is_empty() {
+        metrics::counter!(NO_PRIMARY_NAMED).increment(1);
+        tracing::warn!(
+            hosts = hosts.len(),
+            "postgres: patroni names no host primary (failover in progress, or its rest api unreachable)"
+        );
+        return Err(tokio_postgres::Error::__private_api_timeout());
     }
     let mut last = None;
-    for (i, host) in hosts.iter().enumerate() {
-        let one = single_host(pg, host, i);
+    for i in named {
+        let one = single_host(pg, &hosts[i], i);
         match tokio::time::timeout(HOST_HANDSHAKE_TIMEOUT, one.connect(NoTls)).await {
-            Ok(Ok(connected)) => return Ok(connected),
+            Ok(Ok((client, conn))) => return Ok((i, client, conn)),
             Ok(Err(e)) => last = Some(e),
             Err(_) => last = Some(tokio_postgres::Error::__private_api_timeout()),
         }
@@ -193,6 +222,7 @@ fn single_host(pg: &tokio_postgres::Config, host: &Host, i: usize) -> tokio_post
 #[derive(Debug, Clone)]
 pub struct PrimaryOnly {
     pub application_name: String,
+    pub patroni: Patroni,
 }
 
 impl Connect for PrimaryOnly {
@@ -202,9 +232,10 @@ impl Connect for PrimaryOnly {
     ) -> BoxFuture<'_, Result<(Client, JoinHandle<()>), tokio_postgres::Error>> {
         let pg_config = pg_config.clone();
         let name = self.application_name.clone();
+        let patroni = self.patroni.clone();
         Box::pin(async move {
-            let liveness = super::liveness::watch(&pg_config);
-            let (client, conn) = connect(&pg_config).await?;
+            let liveness = super::liveness::watch(&pg_config, &patroni);
+            let (client, conn) = connect(&pg_config, &patroni).await?;
             let task: Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(async move {
                 drive(conn, name, None, liveness).await;
             });

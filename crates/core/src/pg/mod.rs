@@ -9,6 +9,7 @@ pub mod follow;
 pub mod indexes;
 pub mod ledger;
 pub mod liveness;
+pub mod patroni;
 mod shared;
 
 pub use conn::*;

@@ -111,10 +111,11 @@ pub async fn prepare(ha: &HaHosts) -> anyhow::Result<()> {
 
 /// A connection to `db` on whichever host takes writes now (the multi-host URL).
 async fn client(ha: &HaHosts, db: &str) -> anyhow::Result<tokio_postgres::Client> {
-    // Host by host with a bounded handshake, as the services connect (a frozen host's kernel
-    // still accepts the TCP connection).
+    // Host by host with a bounded handshake, only to the member Patroni names primary, as the
+    // services connect (a frozen host's kernel still accepts the TCP connection).
     let cfg: tokio_postgres::Config = ha.url(db).parse()?;
-    let connect = pmw_core::pg::follow::connect(&cfg);
+    let patroni = pmw_core::pg::patroni::Patroni::new(ha.patroni_urls());
+    let connect = pmw_core::pg::follow::connect(&cfg, &patroni);
     let (c, conn) = tokio::time::timeout(Duration::from_secs(5), connect)
         .await
         .context("connect: no answer within 5 s")??;
