@@ -188,10 +188,14 @@ impl Kind {
     /// The lock a fault of this kind holds while it runs: one per kind, and one for every host
     /// fault together (never two hosts down at once: that is beyond one machine lost).
     pub fn lock_name(&self) -> &'static str {
-        if self.is_host() {
-            "host"
-        } else {
-            self.name()
+        match self {
+            k if k.is_host() => "host",
+            // One account's endpoint list: a disable must not pick the endpoint a delete is
+            // removing (its re-enable would meet a 404).
+            Kind::EndpointCreate { .. }
+            | Kind::EndpointDelete { .. }
+            | Kind::EndpointDisable { .. } => "endpoint",
+            k => k.name(),
         }
     }
 
