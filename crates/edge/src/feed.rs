@@ -256,7 +256,7 @@ fn apply(hub: &Hub, stats: &FeedStats, part: RoundPart) {
     };
     let position = |hub: &Hub| match stream {
         Stream::Ledger => hub.dispatched(),
-        Stream::Final => hub.final_dispatched(),
+        Stream::Final | Stream::Pending => hub.final_dispatched(),
     };
     let at = position(hub);
     if part.rewound {
@@ -283,7 +283,7 @@ fn apply(hub: &Hub, stats: &FeedStats, part: RoundPart) {
         .filter(fresh)
         .map(|r| (&r.row, r.market.as_ref()));
     let items = match part.stream {
-        BusStream::Ledger => round_items(retracts, rows),
+        BusStream::Ledger => round_items(retracts, rows, |_| None),
         BusStream::Final => final_items(retracts, rows),
     };
     if part.through.cursor > at.cursor || !items.is_empty() {

@@ -298,6 +298,13 @@ impl Leading<'_> {
             health: health.clone(),
         };
         state.session.spawn_upkeep(tasks.clone());
+        // The pending tier's frames, apart from the rounds (ends with `tasks`).
+        crate::pending_lane::spawn(
+            self.cfg.clone(),
+            self.stores.pg.clone(),
+            hub.clone(),
+            tasks.clone(),
+        );
         let server_stop = CancellationToken::new();
         let server = server::spawn(listener, state, server_stop.clone());
         Ok(Running {

@@ -109,6 +109,7 @@ impl WsLane {
                 .iter()
                 .map(|r| (r, ledger.market(&r.token_id))),
             batch.rows.iter().map(|r| (r, ledger.market(&r.token_id))),
+            |r| batch.pending_of(r),
         )
     }
 

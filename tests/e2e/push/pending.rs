@@ -1,0 +1,220 @@
+//! The pending tier on `/v1/ws` (issue 43): pmw-sim settling real-shaped calldata on an anvil
+//! mining every 2 s (settlements wait in its pool; some revert, are replaced or dropped),
+//! pmw-live's mempool watcher recording them, push's pending lane delivering them. A session
+//! with `events=trade,pending` gets each `pending` before its `trade` (which names it with
+//! `pending_id`) and a `void` with its reason for one that does not confirm; a default session
+//! gets no `pending` or `void`; a session that connects while a fill is open is sent it.
+
+use pmw_core::trade::Allowlist;
+use pmw_sim::anvil::Anvil;
+use pmw_sim::settlement::FEE_MODULES;
+use pmw_sim::{Outcome, Sim, SimConfig};
+use pmw_testkit::{stack_env, ServiceHandle, TestDb};
+use pmw_tools::chain::Chain;
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::WITHIN;
+use crate::harness::{connect, connect_url, Client, Harness};
+
+/// The simulator in settle mode, as pmw-live's own pending test drives it.
+fn settle_config() -> SimConfig {
+    SimConfig {
+        seed: 4_301,
+        settle: true,
+        revert_share: 0.2,
+        replace_share: 0.2,
+        drop_share: 0.2,
+        linger_ms: 300,
+        ..SimConfig::default()
+    }
+}
+
+async fn harness() -> Harness {
+    let db = TestDb::new_on(stack_env()).await;
+    let anvil = Anvil::spawn_with(&["--block-time", "2"]).await.unwrap();
+    let sim = Sim::connect_with(&anvil.http_url(), settle_config())
+        .await
+        .unwrap();
+    sim.install_emitters().await.unwrap();
+    let mut h = Harness {
+        chain: Chain { db, anvil, sim },
+        live: None,
+    };
+    let head = h.head().await;
+    let fee_modules = FEE_MODULES
+        .iter()
+        .map(|f| format!("{}={}", f.address.to_lower_hex(), f.exchange.to_lower_hex()))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let live = pmw_live::LiveConfig {
+        live_start_block: Some(head + 1),
+        live_lock_segment_ms: 1_000,
+        live_poll_interval_ms: 200,
+        gamma_url: "http://127.0.0.1:9".into(),
+        live_mempool: true,
+        live_mempool_fee_modules: Some(fee_modules),
+        live_pending_expire_blocks: 20,
+        ..pmw_live::LiveConfig::default()
+    };
+    let core = h.core();
+    h.live = Some(ServiceHandle::spawn(move |stop| {
+        pmw_live::run_with(core, live, Allowlist::polymarket(), stop)
+    }));
+    h
+}
+
+fn of_type<'a>(frames: &'a [Value], kind: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
+    frames.iter().filter(move |f| f["type"] == kind)
+}
+
+/// Every `trade` with a `pending_id` and every `void` came after that id's `pending`, and no
+/// `pending` came after its `trade` or `void`. Returns the ids paired with a trade and the
+/// voids' reasons by id.
+fn judged(frames: &[Value]) -> (BTreeSet<i64>, BTreeMap<i64, String>) {
+    let (mut pending, mut ended) = (BTreeSet::new(), BTreeSet::new());
+    let (mut paired, mut voids) = (BTreeSet::new(), BTreeMap::new());
+    for f in frames {
+        let id = f["pending_id"].as_i64();
+        match (f["type"].as_str(), id) {
+            (Some("pending"), Some(id)) => {
+                assert!(!ended.contains(&id), "a pending after its end: {f}");
+                assert!(pending.insert(id), "a pending sent twice: {f}");
+            }
+            (Some("trade"), Some(id)) => {
+                ended.insert(id);
+                if pending.contains(&id) {
+                    paired.insert(id);
+                }
+            }
+            (Some("void"), Some(id)) => {
+                ended.insert(id);
+                voids.insert(id, f["reason"].as_str().unwrap().to_string());
+            }
+            _ => {}
+        }
+    }
+    (paired, voids)
+}
+
+/// Wait until `c` has a `pending` followed by its `trade`, and a `void`, settling batches.
+async fn drive_until_paired_and_voided(h: &Harness, c: &Client) {
+    for _ in 0..40 {
+        h.sim.run_block(4).await.unwrap();
+        let (paired, voids) = judged(&c.frames());
+        if !paired.is_empty() && !voids.is_empty() {
+            return;
+        }
+    }
+    let (paired, voids) = judged(&c.frames());
+    panic!("after 40 batches: {} paired, voids {voids:?}", paired.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_opted_in_session_gets_each_pending_before_its_trade_and_voids_with_reasons() {
+    let h = harness().await;
+    let (_push, addr) = h.leader("push-a").await;
+    let (_, key) = h.account(&h.sim.config().wallets).await;
+    let opted = connect_url(
+        &format!("ws://{addr}/v1/ws?events=trade,pending"),
+        Some(&key),
+    )
+    .await;
+    let plain = connect(addr, &key, None).await;
+    drive_until_paired_and_voided(&h, &opted).await;
+
+    let frames = opted.frames();
+    let (paired, voids) = judged(&frames);
+    let reasons = ["reverted", "replaced", "dropped", "expired"];
+    assert!(
+        voids.values().all(|r| reasons.contains(&r.as_str())),
+        "{voids:?}"
+    );
+    // The pending's fill is the trade's: same order hash and transaction (or a re-send).
+    let id = *paired.first().unwrap();
+    let p = of_type(&frames, "pending")
+        .find(|f| f["pending_id"] == id)
+        .unwrap();
+    let t = of_type(&frames, "trade")
+        .find(|f| f["pending_id"] == id)
+        .unwrap();
+    assert_eq!(p["fill"]["order_hash"], t["trade"]["order_hash"]);
+    assert_eq!(p["fill"]["wallet"], t["trade"]["wallet"]);
+    assert!(p["t_seen_ms"].as_i64().unwrap() > 0);
+
+    // The default session got the same trades, and no pending tier.
+    plain
+        .wait_seen(WITHIN, "the paired trade", |s| {
+            s.frames
+                .iter()
+                .any(|f| f["type"] == "trade" && f["pending_id"] == id)
+        })
+        .await;
+    let plain_frames = plain.frames();
+    assert_eq!(
+        of_type(&plain_frames, "pending").count() + of_type(&plain_frames, "void").count(),
+        0,
+        "a session that did not opt in gets no pending tier"
+    );
+
+    // A session that resumes while a fill is open is sent it, then its end.
+    let since = of_type(&opted.frames(), "trade")
+        .last()
+        .map(|t| t["resume"].as_str().unwrap().to_string())
+        .unwrap();
+    resume_gets_the_open_pending(&h, addr, &key, &since).await;
+}
+
+/// Resume (`since`) while a dropped settlement's fills are still open (they stay open for the
+/// drop grace: a few blocks): the session is sent them, then their `void`.
+async fn resume_gets_the_open_pending(
+    h: &Harness,
+    addr: std::net::SocketAddr,
+    key: &str,
+    since: &str,
+) {
+    let c = h.db.connect().await;
+    let wallets: Vec<String> = h
+        .sim
+        .config()
+        .wallets
+        .iter()
+        .map(|w| w.to_lower_hex())
+        .collect();
+    for _ in 0..40 {
+        h.sim.run_block(4).await.unwrap();
+        let dropped: Vec<String> = h
+            .sim
+            .settlements()
+            .iter()
+            .filter(|x| x.outcome == Outcome::Dropped)
+            .map(|x| x.tx_hash.to_string())
+            .collect();
+        let open: Vec<i64> = c
+            .query(
+                "SELECT id FROM pending_fills WHERE status = 'open' AND tx_hash = ANY($1) \
+                 AND maker = ANY($2) ORDER BY id",
+                &[&dropped, &wallets],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let Some(&id) = open.first() else { continue };
+        let url = format!("ws://{addr}/v1/ws?events=trade,pending&since={since}");
+        let client = connect_url(&url, Some(key)).await;
+        client
+            .wait_seen(WITHIN, "the open pending, then its void", |s| {
+                let (_, voids) = judged(&s.frames);
+                let pending = s
+                    .frames
+                    .iter()
+                    .any(|f| f["type"] == "pending" && f["pending_id"] == id);
+                pending && voids.get(&id).is_some_and(|r| r == "dropped")
+            })
+            .await;
+        return;
+    }
+    panic!("no dropped settlement's fill seen open");
+}
