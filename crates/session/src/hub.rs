@@ -116,37 +116,6 @@ pub enum Frame {
     Rewind(Position),
 }
 
-#[cfg(test)]
-impl Item {
-    /// A test item: a `kind` message about `wallet`'s fill at `position` (side `side`, one
-    /// share, token `1`), body `{}`.
-    pub(crate) fn test(
-        kind: Kind,
-        wallet: &str,
-        position: Position,
-        side: pmw_core::filter::Side,
-    ) -> Item {
-        Item {
-            kind,
-            cursor: position.cursor,
-            position,
-            wallet: wallet.into(),
-            facts: pmw_core::filter::Facts {
-                side,
-                shares: 1,
-                collateral: 1,
-                token_id: "1".into(),
-                condition_id: None,
-            },
-            t_detect_ms: 0,
-            audit: false,
-            body: "{}".into(),
-            brief: None,
-            pending_id: None,
-        }
-    }
-}
-
 /// Close code of a session the hub let go: 1013 (try again later) by default.
 pub type CloseCode = Arc<std::sync::atomic::AtomicU16>;
 
