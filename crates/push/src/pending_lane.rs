@@ -6,7 +6,10 @@
 //! when it connects, so nothing is owed from before). It takes no ledger position, claims
 //! nothing and never waits for a round, and rounds never wait for it. A `pending` whose fill
 //! already ended is passed over here, and a session's writer drops one whose `trade` or `void`
-//! it already sent (`pmw_session::ws`), so a `pending` never follows its end.
+//! it already sent (`pmw_session::ws`), so a `pending` never follows its end. In edge mode each
+//! batch is also stored on the bus as `pending` parts (signed like rounds, through the
+//! leadership's one publisher) for the edges to dispatch; a part the broker did not store is
+//! logged and not retried (a session resuming is sent the fills still open).
 
 use std::time::Duration;
 
@@ -14,28 +17,32 @@ use pmw_core::backoff::{Backoff, Policy};
 use pmw_core::channels;
 use pmw_core::pg::{self, PgPool};
 use pmw_core::CoreConfig;
+use pmw_session::bus::round::{PendingEntry, Round, ROWS_PER_PART};
 use pmw_session::hub::Hub;
-use pmw_session::pending::{events_after, newest_event};
+use pmw_session::pending::{events_after, newest_event, PendingRow};
 use tokio_util::sync::CancellationToken;
 
 use crate::names::Names;
+use crate::publish::SharedPublisher;
 
 /// Events read per statement.
 const BATCH: i64 = 500;
 /// Read even without a notification this often (a lost NOTIFY only delays).
 const FALLBACK: Duration = Duration::from_secs(1);
 
+/// What a leader's pending lane runs with.
+pub(crate) struct Setup {
+    pub cfg: CoreConfig,
+    pub pool: PgPool,
+    pub hub: Hub,
+    /// Edge mode: the leadership's publisher.
+    pub publisher: Option<SharedPublisher>,
+}
+
 /// The lane of a leader: runs until `stop`.
-pub(crate) fn spawn(
-    cfg: CoreConfig,
-    pool: PgPool,
-    hub: Hub,
-    stop: CancellationToken,
-) -> tokio::task::JoinHandle<()> {
+pub(crate) fn spawn(setup: Setup, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
     let lane = PendingLane {
-        cfg,
-        pool,
-        hub,
+        setup,
         names: Names::default(),
         after: None,
     };
@@ -43,9 +50,7 @@ pub(crate) fn spawn(
 }
 
 struct PendingLane {
-    cfg: CoreConfig,
-    pool: PgPool,
-    hub: Hub,
+    setup: Setup,
     names: Names,
     /// The last event id read (`None` until the first read sets it to the newest).
     after: Option<i64>,
@@ -56,14 +61,15 @@ impl PendingLane {
     async fn run(mut self, stop: CancellationToken) {
         let mut wait = Backoff::new(Policy::STORE);
         while !stop.is_cancelled() {
-            let failed =
-                match pg::listening(&self.cfg, "pmw-push:pending", &[channels::PENDING]).await {
-                    Ok(listen) => match self.follow(listen, &stop, &mut wait).await {
-                        Ok(()) => return,
-                        Err(e) => e,
-                    },
-                    Err(e) => e.to_string(),
-                };
+            let listening =
+                pg::listening(&self.setup.cfg, "pmw-push:pending", &[channels::PENDING]);
+            let failed = match listening.await {
+                Ok(listen) => match self.follow(listen, &stop, &mut wait).await {
+                    Ok(()) => return,
+                    Err(e) => e,
+                },
+                Err(e) => e.to_string(),
+            };
             let pause = wait.next_wait();
             tracing::warn!(error = %failed, retry_in_ms = pause.as_millis() as u64, "pending lane failed");
             tokio::select! {
@@ -98,7 +104,7 @@ impl PendingLane {
 
     /// Read the events after the lane's id and queue them to the sessions, batch by batch.
     async fn deliver(&mut self) -> Result<(), String> {
-        let c = self.pool.get().await.map_err(|e| e.to_string())?;
+        let c = self.setup.pool.get().await.map_err(|e| e.to_string())?;
         let describe = |e: tokio_postgres::Error| pg::describe(&e);
         let Some(mut after) = self.after else {
             self.after = Some(newest_event(&**c).await.map_err(describe)?);
@@ -118,7 +124,8 @@ impl PendingLane {
                 .iter()
                 .map(|r| r.item(self.names.get(&r.token_id)))
                 .collect();
-            let frames = self.hub.dispatch_pending(&items);
+            self.publish(&rows).await;
+            let frames = self.setup.hub.dispatch_pending(&items);
             self.after = Some(after);
             tracing::debug!(
                 events = items.len(),
@@ -128,6 +135,30 @@ impl PendingLane {
             );
             if read < BATCH {
                 return Ok(()); // a short batch: nothing more is waiting
+            }
+        }
+    }
+
+    /// Edge mode: store `rows` on the bus in `pending` parts (a failure is logged, not retried).
+    async fn publish(&self, rows: &[PendingRow]) {
+        let Some(p) = &self.setup.publisher else {
+            return;
+        };
+        for chunk in rows.chunks(ROWS_PER_PART) {
+            let entries = chunk
+                .iter()
+                .map(|r| PendingEntry {
+                    row: r.clone(),
+                    market: self.names.get(&r.token_id).cloned(),
+                })
+                .collect();
+            if let Err(e) = p
+                .lock()
+                .await
+                .publish(Round::of_pending(entries, None))
+                .await
+            {
+                tracing::warn!(error = %e, "pending part not stored on the bus");
             }
         }
     }

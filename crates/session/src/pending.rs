@@ -12,8 +12,9 @@ use tokio_postgres::{GenericClient, Row};
 
 use crate::hub::Item;
 
-/// One pending-tier event with its fill (an open fill, for a resume).
-#[derive(Debug, Clone)]
+/// One pending-tier event with its fill (an open fill, for a resume); in edge mode it travels
+/// the bus in a `pending` part ([`crate::bus::round`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PendingRow {
     /// The event's id (0 for an open fill read on a resume).
     pub event_id: i64,

@@ -3,19 +3,22 @@
 //! pmw-live's mempool watcher recording them, push's pending lane delivering them. A session
 //! with `events=trade,pending` gets each `pending` before its `trade` (which names it with
 //! `pending_id`) and a `void` with its reason for one that does not confirm; a default session
-//! gets no `pending` or `void`; a session that connects while a fill is open is sent it.
+//! gets no `pending` or `void`; a session that resumes while a fill is open is sent it. In edge
+//! mode the same frames travel the broker and an edge delivers them.
 
 use pmw_core::trade::Allowlist;
 use pmw_sim::anvil::Anvil;
 use pmw_sim::settlement::FEE_MODULES;
 use pmw_sim::{Outcome, Sim, SimConfig};
-use pmw_testkit::{stack_env, ServiceHandle, TestDb};
+use pmw_testkit::{bound_within, stack_env, ServiceHandle, TestDb};
 use pmw_tools::chain::Chain;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::edge::{drop_stream, edge_push, start_edge};
+use super::nats::shared_bus;
 use super::WITHIN;
-use crate::harness::{connect, connect_url, Client, Harness};
+use crate::harness::{connect, connect_url, Client, Harness, LEADS_WITHIN};
 
 /// The simulator in settle mode, as pmw-live's own pending test drives it.
 fn settle_config() -> SimConfig {
@@ -150,12 +153,7 @@ async fn an_opted_in_session_gets_each_pending_before_its_trade_and_voids_with_r
                 .any(|f| f["type"] == "trade" && f["pending_id"] == id)
         })
         .await;
-    let plain_frames = plain.frames();
-    assert_eq!(
-        of_type(&plain_frames, "pending").count() + of_type(&plain_frames, "void").count(),
-        0,
-        "a session that did not opt in gets no pending tier"
-    );
+    no_pending_tier(&plain);
 
     // A session that resumes while a fill is open is sent it, then its end.
     let since = of_type(&opted.frames(), "trade")
@@ -217,4 +215,42 @@ async fn resume_gets_the_open_pending(
         return;
     }
     panic!("no dropped settlement's fill seen open");
+}
+
+/// No pending tier on a session that did not opt in.
+fn no_pending_tier(c: &Client) {
+    let frames = c.frames();
+    assert_eq!(
+        of_type(&frames, "pending").count() + of_type(&frames, "void").count(),
+        0,
+        "a session that did not opt in gets no pending tier"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_edge_mode_pending_and_void_travel_the_broker_to_opted_in_sessions() {
+    let h = harness().await;
+    let bus = shared_bus();
+    let (_push, bound) = h.start_push("push-a", edge_push(&h, &bus));
+    bound_within(bound, LEADS_WITHIN).await;
+    let (_edge, addr) = start_edge(&h, &bus).await;
+    let (_, key) = h.account(&h.sim.config().wallets).await;
+    let opted = connect_url(
+        &format!("ws://{addr}/v1/ws?events=trade,pending"),
+        Some(&key),
+    )
+    .await;
+    let plain = connect(addr, &key, None).await;
+    drive_until_paired_and_voided(&h, &opted).await;
+    let (paired, _) = judged(&opted.frames());
+    let id = *paired.first().unwrap();
+    plain
+        .wait_seen(WITHIN, "the paired trade", |s| {
+            s.frames
+                .iter()
+                .any(|f| f["type"] == "trade" && f["pending_id"] == id)
+        })
+        .await;
+    no_pending_tier(&plain);
+    drop_stream(&bus).await;
 }

@@ -153,6 +153,7 @@ fn bus_round(ledger: &Ledger, watermark: Option<u64>, batch: &Batch) -> Round {
         &batch.rows,
         |token| ledger.market(token).cloned(),
     )
+    .confirming(|r| batch.pending_of(r))
 }
 
 impl Lane for WsLane {
