@@ -10,7 +10,7 @@ use pmw_core::trade::Allowlist;
 use pmw_sim::anvil::Anvil;
 use pmw_sim::settlement::FEE_MODULES;
 use pmw_sim::{Outcome, Sim, SimConfig};
-use pmw_testkit::{bound_within, stack_env, ServiceHandle, TestDb};
+use pmw_testkit::{bound_within, stack_env, workspace_bin, ServiceHandle, TestDb};
 use pmw_tools::chain::Chain;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -253,4 +253,58 @@ async fn in_edge_mode_pending_and_void_travel_the_broker_to_opted_in_sessions() 
         .await;
     no_pending_tier(&plain);
     drop_stream(&bus).await;
+}
+
+/// `pmwctl watch --pending` prints each pending fill, then the trade that confirms it (naming
+/// it), and voids with their reasons: what `scripts/dev` shows its subscriber.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pmwctl_watch_shows_pending_then_its_trade_and_voids() {
+    use tokio::io::AsyncBufReadExt;
+
+    let h = harness().await;
+    let (_push, addr) = h.leader("push-a").await;
+    let (_, key) = h.account(&h.sim.config().wallets).await;
+    let mut child = tokio::process::Command::new(workspace_bin("pmwctl"))
+        .args(["watch", "--pending", "--key", &key, "--url"])
+        .arg(format!("ws://{addr}/v1/ws"))
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut out = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let (mut pending, mut paired, mut voided) = (BTreeSet::new(), None, None);
+    let deadline = tokio::time::Instant::now() + WITHIN * 2;
+    while paired.is_none() || voided.is_none() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no pending → trade pair and void printed"
+        );
+        // Settle a batch while reading what it printed.
+        let batch = h.sim.run_block(4);
+        tokio::pin!(batch);
+        loop {
+            tokio::select! {
+                done = &mut batch => { done.unwrap(); break; }
+                line = out.next_line() => {
+                    let line = line.unwrap().expect("watch exited");
+                    let words: Vec<&str> = line.split_whitespace().collect();
+                    match words.as_slice() {
+                        ["PENDING", id, ..] => { pending.insert(id.to_string()); }
+                        ["VOID", id, reason, ..] => voided = Some((id.to_string(), reason.to_string())),
+                        [.., "confirms", "pending", id] => {
+                            assert!(pending.contains(*id), "a trade names a pending not printed before it: {line}");
+                            paired = Some(id.to_string());
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+    let (id, reason) = voided.unwrap();
+    assert!(
+        pending.contains(&id),
+        "a void of a pending printed before it"
+    );
+    assert!(["reverted", "replaced", "dropped", "expired"].contains(&reason.as_str()));
 }
