@@ -357,6 +357,12 @@ impl Leading<'_> {
                 pool: self.stores.pg.clone(),
                 hub: run.hub.clone(),
                 publisher: publisher.clone(),
+                hooks: crate::pending_hooks::PendingHooks {
+                    pool: self.stores.pg.clone(),
+                    fence: setup.fence,
+                    waker: run.dispatcher.waker(),
+                    subs: Subscriptions::default(),
+                },
             },
             run.tasks.clone(),
         );

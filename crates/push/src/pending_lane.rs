@@ -23,6 +23,7 @@ use pmw_session::pending::{events_after, newest_event, PendingRow};
 use tokio_util::sync::CancellationToken;
 
 use crate::names::Names;
+use crate::pending_hooks::PendingHooks;
 use crate::publish::SharedPublisher;
 
 /// Events read per statement.
@@ -37,6 +38,8 @@ pub(crate) struct Setup {
     pub hub: Hub,
     /// Edge mode: the leadership's publisher.
     pub publisher: Option<SharedPublisher>,
+    /// Webhook deliveries to the endpoints opted in.
+    pub hooks: PendingHooks,
 }
 
 /// The lane of a leader: runs until `stop`.
@@ -126,6 +129,8 @@ impl PendingLane {
                 .collect();
             self.publish(&rows).await;
             let frames = self.setup.hub.dispatch_pending(&items);
+            // A failure here reads the batch again: sessions and the broker drop what they had.
+            self.setup.hooks.deliver(&c, &rows, &items).await?;
             self.after = Some(after);
             tracing::debug!(
                 events = items.len(),

@@ -308,3 +308,73 @@ async fn pmwctl_watch_shows_pending_then_its_trade_and_voids() {
     );
     assert!(["reverted", "replaced", "dropped", "expired"].contains(&reason.as_str()));
 }
+
+/// Webhook endpoints: one opted in (`events` `{trade,pending}`) gets every `pending` before the
+/// `trade` that names it and `void`s with their reasons, each signed like a trade; one with the
+/// default events gets trades only (carrying `pending_id`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_endpoints_opted_in_get_signed_pendings_before_their_trades_and_voids() {
+    use pmw_testkit::hooks::{Receiver, Step};
+
+    let h = harness().await;
+    let (_push, _) = h.leader("push-a").await;
+    let (account, _) = h.account(&h.sim.config().wallets).await;
+    let (opted, plain) = (
+        Receiver::start(vec![Step::status(204)]).await,
+        Receiver::start(vec![Step::status(204)]).await,
+    );
+    let secret = pmw_core::webhook::Secret::generate().expose();
+    let c = h.db.connect().await;
+    let opted_url = opted.url();
+    let mut ep = pmw_testkit::seed::Endpoint::new(account, &opted_url, &secret);
+    ep.events = &["trade", "pending"];
+    ep.insert(&c).await;
+    pmw_testkit::seed::Endpoint::new(account, &plain.url(), &secret)
+        .insert(&c)
+        .await;
+    h.notify().await;
+    let bodies = |r: &Receiver| -> Vec<Value> { r.hits().iter().map(|x| x.json()).collect() };
+    let mut done = false;
+    for _ in 0..40 {
+        h.sim.run_block(4).await.unwrap();
+        let (paired, voids) = judged(&bodies(&opted));
+        if !paired.is_empty() && !voids.is_empty() {
+            done = true;
+            break;
+        }
+    }
+    let hits = opted.hits();
+    assert!(
+        done,
+        "no pending → trade pair and void delivered: {:?}",
+        judged(&bodies(&opted))
+    );
+    let key = pmw_core::webhook::Secret::parse(&secret).unwrap();
+    for hit in &hits {
+        let ts: i64 = hit.timestamp.parse().unwrap();
+        assert_eq!(
+            hit.signature,
+            key.sign(&hit.id, ts, &hit.body),
+            "{}",
+            hit.id
+        );
+    }
+    let (paired, _) = judged(&bodies(&opted));
+    let id = *paired.first().unwrap();
+    let confirmed = pmw_testkit::eventually(WITHIN, || async {
+        bodies(&plain)
+            .iter()
+            .any(|b| b["type"] == "trade" && b["pending_id"] == id)
+    })
+    .await;
+    assert!(
+        confirmed,
+        "the plain endpoint's trade carries pending_id {id}"
+    );
+    let plain_bodies = bodies(&plain);
+    assert_eq!(
+        of_type(&plain_bodies, "pending").count() + of_type(&plain_bodies, "void").count(),
+        0,
+        "an endpoint that did not opt in gets no pending tier"
+    );
+}

@@ -1,9 +1,9 @@
 //! The schemas of what pmw pushes, generated from the types in `pmw_core::message` that produce
-//! it: OpenAPI 3.1 `webhooks` (the `trade`, `retract` and `final` bodies POSTed to endpoints,
-//! and the `test` event of `POST /v1/webhooks/{id}/test`) in the
-//! served document, and an AsyncAPI 3.0 document for the WebSocket `/v1/ws` (`hello`, `trade`,
-//! `retract`, `final`, `pending`, `void`, `heartbeat`, `resync`), served at `/v1/asyncapi.json` and committed as
-//! `docs/asyncapi.json` (a test keeps the two equal).
+//! it: OpenAPI 3.1 `webhooks` (the `trade`, `retract`, `final`, `pending` and `void` bodies
+//! POSTed to endpoints, and the `test` event of `POST /v1/webhooks/{id}/test`) in the served
+//! document, and an AsyncAPI 3.0 document for the WebSocket `/v1/ws` (`hello`, `trade`,
+//! `retract`, `final`, `pending`, `void`, `heartbeat`, `resync`), served at `/v1/asyncapi.json`
+//! and committed as `docs/asyncapi.json` (a test keeps the two equal).
 
 use std::sync::OnceLock;
 
@@ -104,10 +104,18 @@ pub fn webhooks() -> Value {
         typed("TestEvent", "test");
     let mut final_op = op("final", FINAL_WHAT);
     final_op["post"]["requestBody"]["content"]["application/json"]["schema"] = final_schema();
+    let mut pending_op = op("pending", "Endpoints with `pending` (beside `trade`) in `events`: a fill of a settlement seen in the mempool, before its block; never after its `trade` (which carries its `pending_id`) or `void`. `webhook-id` is `msg_pending-<pending_id>_<endpoint>_pending`.");
+    pending_op["post"]["requestBody"]["content"]["application/json"]["schema"] =
+        stamped("PendingMessage", "pending");
+    let mut void_op = op("void", "Endpoints with `pending` in `events`: a `pending` that will not confirm, with its `reason`, after its `pending`'s delivery.");
+    void_op["post"]["requestBody"]["content"]["application/json"]["schema"] =
+        stamped("VoidMessage", "void");
     json!({
         "trade": op("trade", "A fill of a followed wallet, or any wallet's fill in a followed market (`/v1/markets`), on the canonical chain, once even when both match (endpoints with `trade` in `events`)."),
         "retract": op("retract", "A fill a reorg removed, with the body it was delivered with."),
         "final": final_op,
+        "pending": pending_op,
+        "void": void_op,
         "test": test_op,
     })
 }

@@ -68,14 +68,17 @@ struct Kept {
 }
 
 impl Kept {
-    fn insert(&mut self, id: i64) {
-        if self.set.insert(id) {
+    /// Whether `id` is new.
+    fn insert(&mut self, id: i64) -> bool {
+        let new = self.set.insert(id);
+        if new {
             self.order.push_back(id);
             if self.order.len() > PENDING_KEPT {
                 let old = self.order.pop_front().expect("over the bound");
                 self.set.remove(&old);
             }
         }
+        new
     }
 }
 
@@ -89,9 +92,10 @@ impl PendingSeen {
         true
     }
 
-    /// `id`'s `trade` or `void` went out: its `pending` may not any more.
-    pub fn end(&mut self, id: i64) {
-        self.ended.insert(id);
+    /// `id`'s `trade` or `void` goes out: its `pending` may not any more. Whether `id` had
+    /// not ended yet (a `void` goes out once).
+    pub fn end(&mut self, id: i64) -> bool {
+        self.ended.insert(id)
     }
 }
 
@@ -140,11 +144,14 @@ impl At {
                 return None; // the pending lane's own latency, not the ledger's
             }
             (Kind::Void, Some(id)) => {
-                self.pending.end(id);
-                out.push(stamp(item.kind, &item.body, now));
+                if self.pending.end(id) {
+                    out.push(stamp(item.kind, &item.body, now));
+                }
                 return None;
             }
-            (Kind::Trade, Some(id)) => self.pending.end(id),
+            (Kind::Trade, Some(id)) => {
+                self.pending.end(id);
+            }
             _ => {}
         }
         let channel = match item.kind {
@@ -323,6 +330,7 @@ mod tests {
         // A void first: the same.
         a.frame(pending(Kind::Void, 3), 4, &mut out);
         a.frame(pending(Kind::Pending, 3), 5, &mut out);
+        a.frame(pending(Kind::Void, 3), 6, &mut out); // once
         let kinds: Vec<&str> = out.iter().map(|f| &f[9..13]).collect();
         assert_eq!(kinds, vec!["pend", "trad", "void"], "{out:?}");
         assert_eq!(a.sent.last.block, 11, "pendings move no position");
