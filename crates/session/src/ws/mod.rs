@@ -462,14 +462,19 @@ impl Session<'_> {
             )
             .await?;
         }
-        let mut at = At {
+        let at = At {
             final_only,
             sent,
             finals,
             pending: PendingSeen::default(),
         };
-        if opts.events.pending {
-            replay::open_pending(st, socket, self.viewer, &mut at).await?;
+        self.open_pending(socket, at).await
+    }
+
+    /// A session opted in to `pending` is sent the fills still open, after the replay.
+    async fn open_pending(&self, socket: &mut WebSocket, mut at: At) -> Result<At, Ended> {
+        if self.opts.events.pending {
+            replay::open_pending(self.st, socket, self.viewer, &mut at).await?;
         }
         Ok(at)
     }
