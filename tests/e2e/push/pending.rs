@@ -378,3 +378,56 @@ async fn webhook_endpoints_opted_in_get_signed_pendings_before_their_trades_and_
         "an endpoint that did not opt in gets no pending tier"
     );
 }
+
+/// A `pending` whose first attempt failed is retried only while its fill is open: once the fill
+/// ended it is cancelled (`delivery_log`-visible as failed, "cancelled: …"), so the receiver
+/// never gets it after the `trade` or `void` (every other request answered 500 here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_pending_delivery_is_cancelled_once_its_fill_ended() {
+    use pmw_testkit::hooks::{Receiver, Step};
+
+    let h = harness().await;
+    let (_push, _) = h.leader("push-a").await;
+    let (account, _) = h.account(&h.sim.config().wallets).await;
+    let hook = Receiver::cycling(vec![Step::status(500), Step::status(204)]).await;
+    let secret = pmw_core::webhook::Secret::generate().expose();
+    let c = h.db.connect().await;
+    let url = hook.url();
+    let mut ep = pmw_testkit::seed::Endpoint::new(account, &url, &secret);
+    ep.events = &["trade", "pending"];
+    ep.insert(&c).await;
+    h.notify().await;
+    let cancelled = || async {
+        c.query_one(
+            "SELECT count(*) FROM webhook_deliveries WHERE kind = 'pending' AND state = 'failed' \
+             AND last_error LIKE 'cancelled: the pending fill ended%'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get::<_, i64>(0)
+    };
+    let mut seen = 0;
+    for _ in 0..40 {
+        h.sim.run_block(4).await.unwrap();
+        seen = cancelled().await;
+        if seen > 0 {
+            break;
+        }
+    }
+    assert!(seen > 0, "no failed pending delivery was cancelled");
+    // Never a pending after its trade or void, whatever was retried.
+    let mut ended = BTreeSet::new();
+    for hit in hook.hits() {
+        let b = hit.json();
+        let Some(id) = b["pending_id"].as_i64() else {
+            continue;
+        };
+        match b["type"].as_str() {
+            Some("pending") => assert!(!ended.contains(&id), "a pending after its end: {b}"),
+            _ => {
+                ended.insert(id);
+            }
+        }
+    }
+}
