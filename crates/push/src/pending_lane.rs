@@ -2,9 +2,10 @@
 //! the hub's sessions that opted in (`events=trade,pending`), apart from the trade rounds. It
 //! LISTENs on `pmw_pending` (a trigger of migration 0023 NOTIFYs when pmw-live's recorder appends
 //! events) on a session of its own, with a fallback poll, and reads `pending_events` after an
-//! in-memory id (the newest when the leader started: a session is sent the fills still open
-//! when it connects, so nothing is owed from before). It takes no ledger position, claims
-//! nothing and never waits for a round, and rounds never wait for it. A `pending` whose fill
+//! in-memory id (the newest appended 30 s before the leader started: what a predecessor may
+//! not have sent goes out again, and a session is sent the fills still open when it connects).
+//! It takes no ledger position, claims nothing and never waits for a round, and rounds never
+//! wait for it. A `pending` whose fill
 //! already ended is passed over here, and a session's writer drops one whose `trade` or `void`
 //! it already sent (`pmw_session::ws`), so a `pending` never follows its end. In edge mode each
 //! batch is also stored on the bus as `pending` parts (signed like rounds, through the
@@ -30,6 +31,9 @@ use crate::publish::SharedPublisher;
 const BATCH: i64 = 500;
 /// Read even without a notification this often (a lost NOTIFY only delays).
 const FALLBACK: Duration = Duration::from_secs(1);
+/// A new leader starts this far back: what its predecessor may not have sent (a failover) goes
+/// out again; sessions, the broker and webhook ids drop what they already had.
+const STARTS_BACK_MS: i64 = 30_000;
 
 /// What a leader's pending lane runs with.
 pub(crate) struct Setup {
@@ -109,9 +113,13 @@ impl PendingLane {
     async fn deliver(&mut self) -> Result<(), String> {
         let c = self.setup.pool.get().await.map_err(|e| e.to_string())?;
         let describe = |e: tokio_postgres::Error| pg::describe(&e);
-        let Some(mut after) = self.after else {
-            self.after = Some(newest_event(&**c).await.map_err(describe)?);
-            return Ok(());
+        let mut after = match self.after {
+            Some(after) => after,
+            None => {
+                let back = pmw_core::UnixMs::now().0 - STARTS_BACK_MS;
+                let start = newest_event(&**c, back).await.map_err(describe)?;
+                *self.after.insert(start)
+            }
         };
         loop {
             let rows = events_after(&**c, after, BATCH).await.map_err(describe)?;

@@ -115,10 +115,16 @@ impl PendingRow {
     }
 }
 
-/// The newest event id (0: none): where a pending lane starts.
-pub async fn newest_event(c: &impl GenericClient) -> Result<i64, tokio_postgres::Error> {
+/// The newest event id appended before `before_ms` (0: none): where a pending lane starts.
+pub async fn newest_event(
+    c: &impl GenericClient,
+    before_ms: i64,
+) -> Result<i64, tokio_postgres::Error> {
     let r = c
-        .query_one("SELECT coalesce(max(id), 0) FROM pending_events", &[])
+        .query_one(
+            "SELECT coalesce(max(id), 0) FROM pending_events WHERE created_ms < $1",
+            &[&before_ms],
+        )
         .await?;
     Ok(r.get(0))
 }
