@@ -120,6 +120,8 @@ module.exports = {
         '--interval-ms', get('PMW_DEV_SIM_INTERVAL_MS', 0),
         '--markets-addr', `127.0.0.1:${get('PMW_DEV_MARKETS_PORT', 18090)}`,
         '--report', path.join(devDir, 'sim-report.jsonl'),
+        // The pending tier (scripts/dev, PMW_DEV_PENDING): settle through the mempool.
+        ...(env.PMW_DEV_SIM_CONFIG ? ['--config', env.PMW_DEV_SIM_CONFIG] : []),
       ],
     },
     {

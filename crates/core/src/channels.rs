@@ -13,5 +13,5 @@ pub const SUBSCRIPTIONS: &str = "pmw_subscriptions";
 
 /// Pending-tier events were appended (payload: the highest `pending_events.id` of the
 /// statement). Sent by a trigger on `pending_events` (migration 0023) when pmw-live's pending
-/// recorder commits; the pending lane will LISTEN. A lost one only delays until the next.
+/// recorder commits; push's pending lane LISTENs. A lost one only delays until its fallback poll.
 pub const PENDING: &str = "pmw_pending";

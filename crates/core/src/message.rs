@@ -105,6 +105,10 @@ pub struct TradeMessage {
     /// (a fill never waits for its names).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub market: Option<Market>,
+    /// The `pending` this trade confirms (its `pending_id`), when the pending tier saw its
+    /// settlement in the mempool first; absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_id: Option<i64>,
 }
 
 impl TradeMessage {
@@ -118,7 +122,14 @@ impl TradeMessage {
             audit: row.audit == 1,
             trade: Trade::from_row(row),
             market: market.cloned(),
+            pending_id: None,
         }
+    }
+
+    /// The same body naming the pending fill it confirms (none: unchanged).
+    pub fn confirming(mut self, pending_id: Option<i64>) -> TradeMessage {
+        self.pending_id = pending_id;
+        self
     }
 
     /// The JSON text of this body (a struct of strings and numbers: serialising cannot fail).
@@ -176,7 +187,9 @@ impl FinalNotice {
 }
 
 /// What a message body is: `trade` (a fill of the canonical chain), `retract` (a fill a reorg
-/// removed, sent with the body it was delivered with) or `final` (the fill's block is finalized).
+/// removed, sent with the body it was delivered with), `final` (the fill's block is finalized),
+/// `pending` (a fill of a settlement seen in the mempool, not mined yet) or `void` (a `pending`
+/// that will not confirm, with its reason).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
@@ -184,6 +197,8 @@ pub enum Kind {
     Trade,
     Retract,
     Final,
+    Pending,
+    Void,
 }
 
 impl Kind {
@@ -192,6 +207,8 @@ impl Kind {
             Kind::Trade => "trade",
             Kind::Retract => "retract",
             Kind::Final => "final",
+            Kind::Pending => "pending",
+            Kind::Void => "void",
         }
     }
 }
@@ -199,23 +216,27 @@ impl Kind {
 impl std::str::FromStr for Kind {
     type Err = String;
 
-    /// `"trade"`, `"retract"` or `"final"`.
+    /// `"trade"`, `"retract"`, `"final"`, `"pending"` or `"void"`.
     fn from_str(s: &str) -> Result<Kind, String> {
         match s {
             "trade" => Ok(Kind::Trade),
             "retract" => Ok(Kind::Retract),
             "final" => Ok(Kind::Final),
+            "pending" => Ok(Kind::Pending),
+            "void" => Ok(Kind::Void),
             other => Err(format!("unknown message kind {other:?}")),
         }
     }
 }
 
 /// Which events a subscriber receives: `trade` (with its `retract`s) at once, `final` when the
-/// trade's block is finalized, or both. The default is `trade` only.
+/// trade's block is finalized, or both; and, opted in beside `trade`, `pending` (with its
+/// `void`s) from the mempool. The default is `trade` only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Events {
     pub trade: bool,
     pub fin: bool,
+    pub pending: bool,
 }
 
 impl Default for Events {
@@ -228,35 +249,44 @@ impl Events {
     pub const TRADE: Events = Events {
         trade: true,
         fin: false,
+        pending: false,
     };
     pub const FINAL: Events = Events {
         trade: false,
         fin: true,
+        pending: false,
     };
     pub const BOTH: Events = Events {
         trade: true,
         fin: true,
+        pending: false,
     };
 
-    /// From names (`trade`, `final`); at least one, no unknown name.
+    /// From names (`trade`, `final`, `pending`); at least one of `trade` and `final`, no
+    /// unknown name, and `pending` only beside `trade` (a pending is followed by its trade).
     pub fn from_names<S: AsRef<str>>(names: &[S]) -> Result<Events, String> {
         let mut e = Events {
             trade: false,
             fin: false,
+            pending: false,
         };
         for n in names {
             match n.as_ref().trim() {
                 "trade" => e.trade = true,
                 "final" => e.fin = true,
+                "pending" => e.pending = true,
                 other => {
                     return Err(format!(
-                        "unknown event type {other:?}: expected trade or final"
+                        "unknown event type {other:?}: expected trade, final or pending"
                     ))
                 }
             }
         }
         if !e.trade && !e.fin {
             return Err("at least one event type is needed: trade, final".into());
+        }
+        if e.pending && !e.trade {
+            return Err("pending needs trade (events=trade,pending)".into());
         }
         Ok(e)
     }
@@ -275,6 +305,9 @@ impl Events {
         if self.fin {
             v.push("final");
         }
+        if self.pending {
+            v.push("pending");
+        }
         v
     }
 
@@ -283,6 +316,9 @@ impl Events {
         self.fin && !self.trade
     }
 }
+
+mod pending;
+pub use pending::{CalldataFill, PendingFill, PendingMessage, VoidMessage};
 
 /// The WebSocket control frames.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -457,6 +493,12 @@ mod tests {
         assert!(Events::parse("trades").is_err());
         assert_eq!(Events::BOTH.names(), vec!["trade", "final"]);
         assert!(Events::FINAL.final_only() && !Events::BOTH.final_only());
+        let p = Events::parse("trade,pending").unwrap();
+        assert!(p.pending && p.trade && !p.fin);
+        assert_eq!(p.names(), vec!["trade", "pending"]);
+        assert!(Events::parse("pending").is_err(), "pending needs trade");
+        assert!(Events::parse("final,pending").is_err());
+        assert_eq!(Events::default(), Events::TRADE, "pending is opt-in");
     }
 
     #[test]

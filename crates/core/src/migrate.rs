@@ -93,6 +93,7 @@ pub const POSTGRES: &[Migration] = &[
     ),
     migration!(22, "writer_epochs", "postgres/0022_writer_epochs.sql"),
     migration!(23, "pending", "postgres/0023_pending.sql"),
+    migration!(24, "pending_webhooks", "postgres/0024_pending_webhooks.sql"),
 ];
 
 /// ClickHouse migrations, in order. Every file in `migrations/clickhouse` must be listed (tested).

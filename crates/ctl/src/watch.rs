@@ -39,6 +39,10 @@ pub struct WatchArgs {
     /// Also print hello, heartbeat and close events.
     #[arg(long)]
     verbose: bool,
+    /// Opt in to the pending tier (`events=trade,pending`): print each `pending` fill seen in
+    /// the mempool, the `trade` that confirms it (`confirms pending <id>`) and `void`s.
+    #[arg(long)]
+    pending: bool,
     /// Reconnect (and resume) when nothing, not even a heartbeat, arrived for this many seconds:
     /// a frozen server keeps the TCP connection open but says nothing.
     #[arg(long, default_value_t = 45)]
@@ -53,6 +57,7 @@ impl std::fmt::Debug for WatchArgs {
             .field("cursor_file", &self.cursor_file)
             .field("since", &self.since)
             .field("verbose", &self.verbose)
+            .field("pending", &self.pending)
             .field("silence_secs", &self.silence_secs)
             .finish()
     }
@@ -79,12 +84,41 @@ pub fn trade_line(v: &Value) -> String {
         t["shares"].as_str().unwrap_or("?"),
         t["wallet"].as_str().unwrap_or("?"),
     );
+    market_names(v, &mut line);
+    if let Some(id) = v["pending_id"].as_i64() {
+        line.push_str(&format!(" confirms pending {id}"));
+    }
+    line
+}
+
+/// ` "question" [outcome]` when the frame names its market.
+fn market_names(v: &Value, line: &mut String) {
     if let Some(q) = v["market"]["question"].as_str() {
         line.push_str(&format!(" {q:?}"));
         if let Some(o) = v["market"]["outcome"].as_str() {
             line.push_str(&format!(" [{o}]"));
         }
     }
+}
+
+/// A `pending` fill as a line: `PENDING <id> side price x shares wallet "question"`, or a
+/// `void`: `VOID <id> <reason> wallet`.
+pub fn pending_line(v: &Value) -> String {
+    let id = &v["pending_id"];
+    if v["type"] == "void" {
+        let reason = v["reason"].as_str().unwrap_or("?");
+        let wallet = v["wallet"].as_str().unwrap_or("?");
+        return format!("VOID {id} {reason} {wallet}");
+    }
+    let f = &v["fill"];
+    let mut line = format!(
+        "PENDING {id} {:<4} {} x {} {}",
+        f["side"].as_str().unwrap_or("?"),
+        f["price"].as_str().unwrap_or("?"),
+        f["shares"].as_str().unwrap_or("?"),
+        f["wallet"].as_str().unwrap_or("?"),
+    );
+    market_names(v, &mut line);
     line
 }
 
@@ -127,6 +161,15 @@ fn url_with_since(base: &str, since: Option<Position>) -> String {
             format!("{base}{sep}since={c}")
         }
     }
+}
+
+/// `--url`, with `events=trade,pending` when `--pending` asks for the pending tier.
+fn base_url(args: &WatchArgs) -> String {
+    if !args.pending {
+        return args.url.clone();
+    }
+    let sep = if args.url.contains('?') { '&' } else { '?' };
+    format!("{}{sep}events=trade,pending", args.url)
 }
 
 pub async fn run(args: WatchArgs, shutdown: Cancel) -> Result<(), ServiceError> {
@@ -211,7 +254,7 @@ async fn session(
 
 /// Connect with the key, resuming after `cursor`.
 async fn open(args: &WatchArgs, cursor: Option<Position>, shutdown: &Cancel) -> Result<Ws, End> {
-    let url = url_with_since(&args.url, cursor);
+    let url = url_with_since(&base_url(args), cursor);
     let mut req = url
         .as_str()
         .into_client_request()
@@ -308,6 +351,7 @@ fn on_message(
             v["cursor"].as_str().unwrap_or("?")
         ),
         Some("heartbeat") => {}
+        Some("pending" | "void") => println!("{}", pending_line(v)),
         Some("resync") => {
             return Some(End::Fatal(format!(
             "the server cannot replay that far: backfill with GET /v1/trades?after={} and restart",
@@ -350,6 +394,7 @@ mod tests {
             cursor_file: None,
             since: None,
             verbose: false,
+            pending: false,
             silence_secs: 45,
         }
     }
@@ -393,6 +438,25 @@ mod tests {
         let resync = json!({"type": "resync", "after": "x"});
         let end = on_message(&resync, &args(), &mut cursor, &mut backoff);
         assert!(matches!(end, Some(End::Fatal(e)) if e.contains("after=x")));
+    }
+
+    #[test]
+    fn pending_voids_and_confirming_trades_have_lines_of_their_own() {
+        let p = json!({"type": "pending", "pending_id": 7, "fill": {"side": "BUY", "price": "0.5",
+            "shares": "10", "wallet": "0xaa"}, "market": {"question": "Q?", "outcome": "Yes"}});
+        assert_eq!(
+            pending_line(&p),
+            r#"PENDING 7 BUY  0.5 x 10 0xaa "Q?" [Yes]"#
+        );
+        let v = json!({"type": "void", "pending_id": 7, "reason": "dropped", "wallet": "0xaa"});
+        assert_eq!(pending_line(&v), "VOID 7 dropped 0xaa");
+        let t = json!({"type": "trade", "cursor": "c", "pending_id": 7, "trade": {"side": "BUY",
+            "price": "0.5", "shares": "10", "wallet": "0xaa"}});
+        assert_eq!(trade_line(&t), "c BUY  0.5 x 10 0xaa confirms pending 7");
+        let mut a = args();
+        assert_eq!(base_url(&a), "ws://127.0.0.1:1/v1/ws");
+        a.pending = true;
+        assert_eq!(base_url(&a), "ws://127.0.0.1:1/v1/ws?events=trade,pending");
     }
 
     #[test]

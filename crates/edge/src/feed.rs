@@ -117,6 +117,8 @@ pub async fn start(bus: &Bus, pool: &PgPool, slot: i16) -> Result<Start, EdgeErr
         match part.stream {
             BusStream::Ledger => at.ledger = part.through,
             BusStream::Final => at.finals = part.through,
+            // No ledger position: the positions stay push's cursors.
+            BusStream::Pending => {}
         }
         at.follower = Follower::start(bus.clone(), ALL, seq)?;
         tracing::info!(seq, ledger = %at.ledger, finals = %at.finals, "feed starts after the stream's last round");
@@ -241,6 +243,19 @@ fn stages(stored_ms: i64, received: Received, decoded: Instant, newest: Option<i
     }
 }
 
+/// A `pending` part: its `pending`s and `void`s to the sessions that opted in, no position moved
+/// (as push's pending lane dispatches them).
+fn apply_pending(hub: &Hub, stats: &FeedStats, part: RoundPart) {
+    let items: Vec<_> = part
+        .pending
+        .iter()
+        .map(|e| e.row.item(e.market.as_ref()))
+        .collect();
+    hub.dispatch_pending(&items);
+    // Counted as a part; not as the ledger's progress (`last_part_ms`): only rounds move that.
+    stats.parts.fetch_add(1, Ordering::Relaxed);
+}
+
 /// Close every session: they resume from their own positions through the ledger stores.
 fn close_sessions(hub: &Hub, stats: &FeedStats) {
     stats.repairs.fetch_add(1, Ordering::Relaxed);
@@ -253,10 +268,11 @@ fn apply(hub: &Hub, stats: &FeedStats, part: RoundPart) {
     let stream = match part.stream {
         BusStream::Ledger => Stream::Ledger,
         BusStream::Final => Stream::Final,
+        BusStream::Pending => return apply_pending(hub, stats, part),
     };
     let position = |hub: &Hub| match stream {
         Stream::Ledger => hub.dispatched(),
-        Stream::Final => hub.final_dispatched(),
+        Stream::Final | Stream::Pending => hub.final_dispatched(),
     };
     let at = position(hub);
     if part.rewound {
@@ -276,6 +292,14 @@ fn apply(hub: &Hub, stats: &FeedStats, part: RoundPart) {
         Cursor::new(r.row.block_number, r.row.log_index).is_ok_and(|c| c > at.cursor)
     };
     let skipped = part.rows.iter().filter(|r| !fresh(r)).count();
+    // The pending fill each trade confirmed, by identity (none for most rounds).
+    let key = |r: &TradeRow| (r.block_number, r.log_index, r.block_hash.clone());
+    let confirmed: std::collections::HashMap<_, i64> = part
+        .rows
+        .iter()
+        .chain(&part.retracts)
+        .filter_map(|r| r.pending_id.map(|id| (key(&r.row), id)))
+        .collect();
     let retracts = part.retracts.iter().map(|r| (&r.row, r.market.as_ref()));
     let rows = part
         .rows
@@ -283,8 +307,8 @@ fn apply(hub: &Hub, stats: &FeedStats, part: RoundPart) {
         .filter(fresh)
         .map(|r| (&r.row, r.market.as_ref()));
     let items = match part.stream {
-        BusStream::Ledger => round_items(retracts, rows),
-        BusStream::Final => final_items(retracts, rows),
+        BusStream::Ledger => round_items(retracts, rows, |row| confirmed.get(&key(row)).copied()),
+        BusStream::Final | BusStream::Pending => final_items(retracts, rows),
     };
     if part.through.cursor > at.cursor || !items.is_empty() {
         hub.dispatch_stream(&items, part.through, stream);
@@ -337,6 +361,7 @@ mod tests {
                 audit: 0,
             },
             market: None,
+            pending_id: None,
         }
     }
 
@@ -359,6 +384,7 @@ mod tests {
             watermark: Some(through.cursor.block),
             retracts: vec![],
             rows,
+            pending: vec![],
         }
     }
 

@@ -203,6 +203,8 @@ struct Running {
     dispatcher: webhook::Dispatcher,
     server: tokio::task::JoinHandle<std::io::Result<()>>,
     server_stop: CancellationToken,
+    /// The leader's background tasks' stop (the pending lane's too).
+    tasks: CancellationToken,
     /// Stops the recorder's and dispatcher's tasks when the leader ends.
     _tasks: tokio_util::sync::DropGuard,
 }
@@ -307,6 +309,7 @@ impl Leading<'_> {
             dispatcher,
             server,
             server_stop,
+            tasks: tasks.clone(),
             _tasks: tasks.drop_guard(),
         })
     }
@@ -347,6 +350,22 @@ impl Leading<'_> {
             publisher.clone(),
         );
         let hooks = HookLane::new(&setup, lead.webhooks, Some(run.dispatcher.handoff()));
+        // The pending tier's frames, apart from the rounds (ends with the leader's tasks).
+        crate::pending_lane::spawn(
+            crate::pending_lane::Setup {
+                cfg: self.cfg.clone(),
+                pool: self.stores.pg.clone(),
+                hub: run.hub.clone(),
+                publisher: publisher.clone(),
+                hooks: crate::pending_hooks::PendingHooks {
+                    pool: self.stores.pg.clone(),
+                    fence: setup.fence,
+                    waker: run.dispatcher.waker(),
+                    subs: Subscriptions::default(),
+                },
+            },
+            run.tasks.clone(),
+        );
         let finals = FinalLane::new(&setup, lead.finals, run.hub.clone(), publisher);
         let behind = HooksAndFinals::spawn(
             hooks,

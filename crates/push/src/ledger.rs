@@ -114,6 +114,8 @@ pub struct Batch {
     pub retracts: Vec<TradeRow>,
     /// Trades after `from`, in ledger order, through `through`.
     pub rows: Vec<TradeRow>,
+    /// The pending fill each hot-ledger row confirmed (`ledger.pending_id`), by identity.
+    pub pending: Confirmed,
     /// The read was cut (by the batch limit or a catch-up span): more is waiting.
     pub more: bool,
     /// The last hot-ledger seq committed in the round's snapshot.
@@ -121,7 +123,29 @@ pub struct Batch {
     pub stages: Stages,
 }
 
+/// The pending fill a row confirmed, by its identity (cursor and block hash): rows read from
+/// ClickHouse (below the floor) name none.
+pub type Confirmed = std::collections::HashMap<(Cursor, String), i64>;
+
+/// A hot-ledger row as the round's statement renders it: the trade and its `pending_id`.
+#[derive(serde::Deserialize)]
+struct HotRow {
+    #[serde(flatten)]
+    row: TradeRow,
+    #[serde(default)]
+    pending_id: Option<i64>,
+}
+
 impl Batch {
+    /// The pending fill `row` confirmed, if any.
+    pub fn pending_of(&self, row: &TradeRow) -> Option<i64> {
+        if self.pending.is_empty() {
+            return None;
+        }
+        let key = (row.cursor(), row.block_hash.clone());
+        self.pending.get(&key).copied()
+    }
+
     /// When the newest live (not backfilled) trade's block was detected: what the rounds'
     /// stage lines measure from.
     pub fn newest_live_detect_ms(&self) -> Option<i64> {
@@ -162,6 +186,8 @@ pub struct State {
     pub trades: Vec<TradeRow>,
     /// The retractions a rewind owes (empty unless the start moved below the cursor).
     pub retracts: Vec<TradeRow>,
+    /// The pending fills `trades` and `retracts` confirmed.
+    pub pending: Confirmed,
     /// The last hot-ledger seq committed in this snapshot.
     pub head_seq: i64,
     /// The hash of the lane's held cursor's block (`None`: not recorded).
@@ -272,7 +298,13 @@ impl Ledger {
         };
         if let Some(b) = &r.batch {
             self.names
-                .refresh(&r.client, b.rows.iter().chain(&b.retracts))
+                .refresh(
+                    &r.client,
+                    b.rows
+                        .iter()
+                        .chain(&b.retracts)
+                        .map(|r| r.token_id.as_str()),
+                )
                 .await?;
         }
         Ok(())
@@ -305,10 +337,21 @@ impl Ledger {
                 ],
             )
             .await?;
-        let rows = |i: usize| -> Vec<TradeRow> {
-            row.get::<_, Option<Json<Vec<TradeRow>>>>(i)
-                .map_or_else(Vec::new, |j| j.0)
+        let mut pending = Confirmed::new();
+        let mut rows = |i: usize| -> Vec<TradeRow> {
+            let hot = row
+                .get::<_, Option<Json<Vec<HotRow>>>>(i)
+                .map_or_else(Vec::new, |j| j.0);
+            hot.into_iter()
+                .map(|h| {
+                    if let Some(id) = h.pending_id {
+                        pending.insert((h.row.cursor(), h.row.block_hash.clone()), id);
+                    }
+                    h.row
+                })
+                .collect()
         };
+        let (trades, retracts) = (rows(6), rows(7));
         Ok(State {
             watermark: row.get::<_, Option<i64>>(0).map(|b| b as u64),
             version: row.get(1),
@@ -317,8 +360,9 @@ impl Ledger {
                 .get::<_, Option<i64>>(3)
                 .map(|a| (a as u64, row.get::<_, Option<String>>(4))),
             floor: row.get::<_, Option<i64>>(5).unwrap_or(0) as u64,
-            trades: rows(6),
-            retracts: rows(7),
+            trades,
+            retracts,
+            pending,
             head_seq: row.get::<_, Option<i64>>(8).unwrap_or(0),
             held_hash: row.get(9),
         })
@@ -338,6 +382,7 @@ impl Ledger {
         let from = rewind_to(at.position, state.ancestor.as_ref());
         let mut rows = std::mem::take(&mut state.trades);
         let retracts = std::mem::take(&mut state.retracts);
+        let pending = std::mem::take(&mut state.pending);
         let mut full = rows.len() as u64 >= self.limit;
         if let Some(b) = bound {
             let read = rows.len();
@@ -365,6 +410,7 @@ impl Ledger {
             reorg_id,
             retracts,
             rows,
+            pending,
             more: full,
             head_seq: state.head_seq,
             stages: times,
@@ -433,6 +479,7 @@ impl Ledger {
             reorg_id,
             retracts,
             rows,
+            pending: Confirmed::new(),
             more: full || span.is_some(),
             head_seq: state.head_seq,
             stages: Stages {

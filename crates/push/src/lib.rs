@@ -12,6 +12,8 @@ mod lease;
 pub mod ledger;
 pub mod matcher;
 mod names;
+mod pending_hooks;
+mod pending_lane;
 mod publish;
 pub mod round;
 mod round_loop;

@@ -1,10 +1,10 @@
-//! The market-names cache a lane's ledger reader keeps: names of the tokens its batches hold, from
+//! The market-names cache a lane's ledger reader (and the pending lane) keeps: names of the
+//! tokens its batches hold, from
 //! the background resolver's table (`market_names`), misses retried at most every 10 s.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use pmw_core::ch::TradeRow;
 use pmw_core::message::Market;
 use pmw_core::pg;
 
@@ -24,11 +24,11 @@ impl Names {
     pub(crate) async fn refresh<'a>(
         &mut self,
         client: &deadpool_postgres::Object,
-        rows: impl Iterator<Item = &'a TradeRow>,
+        tokens: impl Iterator<Item = &'a str>,
     ) -> Result<(), tokio_postgres::Error> {
         let retry = Duration::from_secs(10);
-        let mut ask: Vec<String> = rows
-            .map(|r| r.token_id.clone())
+        let mut ask: Vec<String> = tokens
+            .map(str::to_string)
             .filter(|t| {
                 !self.known.contains_key(t)
                     && self.missing.get(t).is_none_or(|at| at.elapsed() > retry)

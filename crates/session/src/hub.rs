@@ -46,6 +46,9 @@ pub struct Item {
     /// A `final`'s small body ([`pmw_core::message::FinalNotice`]) for sessions that also get
     /// `trade`s; `body` is the full one, for `final`-only sessions.
     pub brief: Option<String>,
+    /// The pending fill a `trade` confirms, or a `pending`'s or `void`'s own (their `cursor` and
+    /// `position` are the default: the pending lane takes no ledger position).
+    pub pending_id: Option<i64>,
 }
 
 impl Item {
@@ -68,6 +71,7 @@ impl Item {
             audit: row.audit == 1,
             body,
             brief,
+            pending_id: None,
         }
     }
 }
@@ -79,6 +83,8 @@ pub enum Stream {
     Ledger,
     /// `final`s (and, for `final`-only sessions, the rare `retract` of an audit correction).
     Final,
+    /// `pending`s and `void`s: no position of their own, no rewind ([`Hub::dispatch_pending`]).
+    Pending,
 }
 
 impl Stream {
@@ -87,6 +93,7 @@ impl Stream {
             (Stream::Ledger, _) => events.trade,
             (Stream::Final, Kind::Final) => events.fin,
             (Stream::Final, _) => events.final_only(),
+            (Stream::Pending, _) => events.pending,
         }
     }
 
@@ -95,6 +102,7 @@ impl Stream {
         match self {
             Stream::Ledger => events.trade,
             Stream::Final => events.final_only(),
+            Stream::Pending => false,
         }
     }
 }
@@ -106,36 +114,6 @@ pub enum Frame {
     Item(Arc<Item>),
     /// A reorg: the ledger after this position (the common ancestor) is sent again.
     Rewind(Position),
-}
-
-#[cfg(test)]
-impl Item {
-    /// A test item: a `kind` message about `wallet`'s fill at `position` (side `side`, one
-    /// share, token `1`), body `{}`.
-    pub(crate) fn test(
-        kind: Kind,
-        wallet: &str,
-        position: Position,
-        side: pmw_core::filter::Side,
-    ) -> Item {
-        Item {
-            kind,
-            cursor: position.cursor,
-            position,
-            wallet: wallet.into(),
-            facts: pmw_core::filter::Facts {
-                side,
-                shares: 1,
-                collateral: 1,
-                token_id: "1".into(),
-                condition_id: None,
-            },
-            t_detect_ms: 0,
-            audit: false,
-            body: "{}".into(),
-            brief: None,
-        }
-    }
 }
 
 /// Close code of a session the hub let go: 1013 (try again later) by default.
@@ -242,10 +220,11 @@ impl Inner {
             }
         }
         let at = match stream {
-            Stream::Ledger => &mut self.dispatched,
-            Stream::Final => &mut self.final_dispatched,
+            Stream::Ledger => Some(&mut self.dispatched),
+            Stream::Final => Some(&mut self.final_dispatched),
+            Stream::Pending => None,
         };
-        if through.cursor > at.cursor {
+        if let Some(at) = at.filter(|at| through.cursor > at.cursor) {
             *at = through;
         }
         let mut closed = 0;
@@ -535,7 +514,14 @@ impl Hub {
         self.dispatch_stream(items, through, Stream::Ledger)
     }
 
-    /// [`Hub::dispatch`] for either stream.
+    /// Queue the pending lane's `pending`s and `void`s to the sessions that opted in, as
+    /// [`Hub::dispatch`] queues trades (same filters, same slow-consumer rule), moving no
+    /// position: a session's writer drops a `pending` whose `trade` or `void` it already sent.
+    pub fn dispatch_pending(&self, items: &[Arc<Item>]) -> usize {
+        self.dispatch_stream(items, Position::default(), Stream::Pending)
+    }
+
+    /// [`Hub::dispatch`] for any stream.
     pub fn dispatch_stream(&self, items: &[Arc<Item>], through: Position, stream: Stream) -> usize {
         let (mut queued, mut closed) = (0, 0);
         for mut inner in self.each() {
@@ -560,6 +546,7 @@ impl Hub {
             let at = match stream {
                 Stream::Ledger => &mut inner.dispatched,
                 Stream::Final => &mut inner.final_dispatched,
+                Stream::Pending => return,
             };
             if to.cursor < at.cursor {
                 *at = to;

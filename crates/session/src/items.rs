@@ -8,18 +8,27 @@ use super::hub::Item;
 use pmw_core::ch::TradeRow;
 use pmw_core::message::{FinalNotice, Kind, Market, TradeMessage};
 
-/// The items of a round: `retracts` then `rows`, each with the market it is rendered with.
+/// The items of a round: `retracts` then `rows`, each with the market it is rendered with; a
+/// trade (and its retract, the same body) names the pending fill it confirms (`pending`: the
+/// ledger's `pending_id` of the row).
 pub fn round_items<'a>(
     retracts: impl IntoIterator<Item = (&'a TradeRow, Option<&'a Market>)>,
     rows: impl IntoIterator<Item = (&'a TradeRow, Option<&'a Market>)>,
+    pending: impl Fn(&TradeRow) -> Option<i64>,
 ) -> Vec<Arc<Item>> {
     let retracts = retracts.into_iter().map(|(r, m)| (Kind::Retract, r, m));
     let trades = rows.into_iter().map(|(r, m)| (Kind::Trade, r, m));
     retracts
         .chain(trades)
         .map(|(kind, row, market)| {
-            let body = TradeMessage::from_row(row, market).to_json();
-            Arc::new(Item::of_row(kind, row, market, body, None))
+            let pending_id = pending(row);
+            let body = TradeMessage::from_row(row, market)
+                .confirming(pending_id)
+                .to_json();
+            Arc::new(Item {
+                pending_id,
+                ..Item::of_row(kind, row, market, body, None)
+            })
         })
         .collect()
 }

@@ -13,6 +13,7 @@ pub mod fleet;
 pub mod hub;
 pub mod items;
 pub mod listen;
+pub mod pending;
 pub mod recorder;
 pub mod resume;
 pub mod subs;

@@ -53,6 +53,7 @@ fn fake_row(maker: &str) -> RoundRow {
             audit: 0,
         },
         market: None,
+        pending_id: None,
     }
 }
 
@@ -87,6 +88,7 @@ async fn forge(bus: &Bus, maker: &str) {
         watermark: Some(FAKE_BLOCK),
         retracts: vec![],
         rows: vec![fake],
+        pending: vec![],
     };
     let frame = part.to_frame().unwrap();
     let subject = bus.config.frames_subject(ALL).unwrap();

@@ -12,6 +12,7 @@ mod limits;
 mod liveness;
 mod nats;
 mod observed;
+mod pending;
 mod stream;
 
 use std::time::Duration;

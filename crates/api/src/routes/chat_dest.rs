@@ -136,9 +136,10 @@ fn chat_dest(
     })
 }
 
-/// A chat endpoint receives trades (and their retracts), never `final`s.
+/// A chat endpoint receives trades (and their retracts), never `final`s or the pending tier.
 pub fn check_events(kind: EndpointKind, events: &[EventType]) -> Result<(), ApiError> {
-    if kind.chat().is_some() && events.contains(&EventType::Final) {
+    let other = |e: &EventType| *e != EventType::Trade;
+    if kind.chat().is_some() && events.iter().any(other) {
         return Err(ApiError::unprocessable(
             "invalid_events",
             "chat endpoints (discord, slack, telegram) receive trade events only",
@@ -186,5 +187,8 @@ mod tests {
         assert_eq!(t.err().unwrap().code, "invalid_destination");
         assert!(check_events(EndpointKind::Telegram, &[EventType::Final]).is_err());
         assert!(check_events(EndpointKind::Webhook, &[EventType::Final]).is_ok());
+        let pending = [EventType::Trade, EventType::Pending];
+        assert!(check_events(EndpointKind::Discord, &pending).is_err());
+        assert!(check_events(EndpointKind::Webhook, &pending).is_ok());
     }
 }

@@ -23,10 +23,13 @@ pub enum EventType {
     /// Each trade once its block is finalized: a small `final` naming it when `trade` is also
     /// chosen, else the full trade body with `finalized: true`.
     Final,
+    /// Opt-in beside `trade`: each fill of a settlement seen in the mempool (`pending`), before
+    /// its block, and a `void` with its reason when it does not confirm (docs/SETTLEMENT.md).
+    Pending,
 }
 
-/// The stored form of an event list: `{trade}`, `{final}` or `{trade,final}` (an empty list is
-/// refused).
+/// The stored form of an event list: `{trade}`, `{final}`, `{trade,final}`, with `pending` after
+/// `trade` when asked (an empty list, or `pending` without `trade`, is refused).
 pub fn event_names(events: &[EventType]) -> Result<Vec<&'static str>, ApiError> {
     let has = |e| events.contains(&e);
     let mut names = Vec::new();
@@ -41,6 +44,15 @@ pub fn event_names(events: &[EventType]) -> Result<Vec<&'static str>, ApiError> 
             "invalid_events",
             "events needs at least one of trade, final",
         ));
+    }
+    if has(EventType::Pending) {
+        if !has(EventType::Trade) {
+            return Err(ApiError::unprocessable(
+                "invalid_events",
+                "pending needs trade (a pending is followed by its trade)",
+            ));
+        }
+        names.push("pending");
     }
     Ok(names)
 }
@@ -104,6 +116,7 @@ impl Endpoint {
                 .iter()
                 .map(|e| match e.as_str() {
                     "final" => EventType::Final,
+                    "pending" => EventType::Pending,
                     _ => EventType::Trade,
                 })
                 .collect(),
@@ -137,5 +150,14 @@ mod tests {
         assert_eq!(event_names(&[Final, Trade]).unwrap(), ["trade", "final"]);
         assert_eq!(event_names(&[Final, Final]).unwrap(), ["final"]);
         assert_eq!(event_names(&[]).unwrap_err().code, "invalid_events");
+        use EventType::Pending;
+        assert_eq!(
+            event_names(&[Pending, Trade]).unwrap(),
+            ["trade", "pending"]
+        );
+        assert_eq!(
+            event_names(&[Pending, Final]).unwrap_err().code,
+            "invalid_events"
+        );
     }
 }

@@ -92,7 +92,16 @@ async fn event_schemas_are_served_and_committed() {
     );
     let a = &served.body;
     assert_eq!(a["asyncapi"], "3.0.0");
-    for m in ["hello", "trade", "retract", "final", "heartbeat", "resync"] {
+    for m in [
+        "hello",
+        "trade",
+        "retract",
+        "final",
+        "pending",
+        "void",
+        "heartbeat",
+        "resync",
+    ] {
         assert!(a["components"]["messages"][m]["payload"].is_object(), "{m}");
         assert!(a["channels"]["ws"]["messages"][m].is_object(), "{m}");
     }

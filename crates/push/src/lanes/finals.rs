@@ -105,6 +105,7 @@ impl FinalLane {
             &batch.rows,
             |token| self.ledger.market(token).cloned(),
         )
+        .confirming(|r| batch.pending_of(r))
     }
 }
 

@@ -63,7 +63,9 @@ impl HookLane {
                 continue;
             }
             let market = self.ledger.market(&row.token_id);
-            let body = TradeMessage::from_row(row, market).to_json();
+            let body = TradeMessage::from_row(row, market)
+                .confirming(batch.pending_of(row))
+                .to_json();
             let facts = Facts::of_row(row, market);
             out.extend(webhook::deliveries_of(idx, kind, row, &facts, &body, now));
         }

@@ -109,6 +109,7 @@ impl WsLane {
                 .iter()
                 .map(|r| (r, ledger.market(&r.token_id))),
             batch.rows.iter().map(|r| (r, ledger.market(&r.token_id))),
+            |r| batch.pending_of(r),
         )
     }
 
@@ -152,6 +153,7 @@ fn bus_round(ledger: &Ledger, watermark: Option<u64>, batch: &Batch) -> Round {
         &batch.rows,
         |token| ledger.market(token).cloned(),
     )
+    .confirming(|r| batch.pending_of(r))
 }
 
 impl Lane for WsLane {

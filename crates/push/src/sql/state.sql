@@ -15,7 +15,8 @@
 -- hot ledger's visible ones (the view ledger_visible, migration 0017), ledger order, at most
 -- $4, minus those the lane delivered already (seq at most $8, at or below the held cursor: a
 -- rewind, however deep, repeats no trade; an audit's backfilled fill or a new branch has a
--- newer seq). `head_seq` is the last seq committed in this snapshot,
+-- newer seq). Each row carries its `pending_id` (the pending fill it confirmed, migration 0023).
+-- `head_seq` is the last seq committed in this snapshot,
 -- `held_hash` the hash of the held cursor's block. The hot ledger holds blocks from `floor` on:
 -- a lane starting below it reads the rest through the one ledger (ClickHouse below the floor).
 WITH s AS MATERIALIZED (
@@ -36,7 +37,7 @@ SELECT f.wm, f.version, f.reorg_id, f.ancestor,
        (SELECT block_hash FROM chain_blocks WHERE block_number = f.ancestor),
        f.floor,
        (SELECT jsonb_agg(to_jsonb(t) ORDER BY t.block_number, t.log_index) FROM (
-            SELECT {COLUMNS}, seq FROM ledger_visible l
+            SELECT {COLUMNS}, seq, pending_id FROM ledger_visible l
             WHERE l.block_number >= f.from_block AND l.block_number <= f.upto
               AND (l.block_number, l.log_index) > (f.from_block, f.from_log)
               AND NOT (l.seq <= $8 AND (l.block_number, l.log_index) <= ($5, $6))
@@ -44,7 +45,7 @@ SELECT f.wm, f.version, f.reorg_id, f.ancestor,
             LIMIT $4
         ) t) AS trades,
        (SELECT jsonb_agg(to_jsonb(r) ORDER BY r.block_number, r.log_index) FROM (
-            SELECT {COLUMNS} FROM ledger_latest
+            SELECT {COLUMNS}, pending_id FROM ledger_latest
             WHERE block_number > f.from_block AND block_number <= $5 AND retracted = 1
               AND (block_number, log_index) <= ($5, $6)
         ) r WHERE f.from_block < $2) AS retracts,

@@ -212,7 +212,7 @@ impl Done {
         let d = &c.delivery;
         let channel = match d.kind {
             Kind::Final => FINAL_CHANNEL,
-            Kind::Trade | Kind::Retract => CHANNEL,
+            Kind::Trade | Kind::Retract | Kind::Pending | Kind::Void => CHANNEL,
         };
         PushLatencyRow {
             block_number: d.cursor.block,

@@ -20,6 +20,8 @@ use pmw_core::ch::TradeRow;
 use pmw_core::message::Market;
 use pmw_core::{Cursor, Position};
 
+use crate::pending::PendingRow;
+
 /// The account token of the subject every round goes to.
 pub const ALL: &str = "all";
 
@@ -35,6 +37,8 @@ pub enum Stream {
     Ledger,
     /// `final`s behind the finalized watermark (the finality lane).
     Final,
+    /// `pending`s and `void`s of the pending tier (push's pending lane): no ledger position.
+    Pending,
 }
 
 impl Stream {
@@ -42,6 +46,7 @@ impl Stream {
         match self {
             Stream::Ledger => "ledger",
             Stream::Final => "final",
+            Stream::Pending => "pending",
         }
     }
 }
@@ -50,6 +55,16 @@ impl Stream {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RoundRow {
     pub row: TradeRow,
+    pub market: Option<Market>,
+    /// The pending fill the trade confirmed (`ledger.pending_id`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_id: Option<i64>,
+}
+
+/// A pending-tier event and the market it is rendered with (a `pending` part's).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingEntry {
+    pub row: PendingRow,
     pub market: Option<Market>,
 }
 
@@ -73,6 +88,9 @@ pub struct RoundPart {
     pub retracts: Vec<RoundRow>,
     /// Trades after `from` through `through`, in ledger order.
     pub rows: Vec<RoundRow>,
+    /// A `pending` part's events, in id order (its `from` and `through` are the default).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending: Vec<PendingEntry>,
 }
 
 /// A whole round, before [`RoundPart::parts`] splits it: one part from the lane's position to
@@ -118,6 +136,7 @@ impl Round {
                 .map(|r| RoundRow {
                     row: r.clone(),
                     market: market(&r.token_id),
+                    pending_id: None,
                 })
                 .collect()
         };
@@ -130,6 +149,31 @@ impl Round {
             watermark,
             retracts: with_market(retracts),
             rows: with_market(rows),
+            pending: Vec::new(),
+        }
+    }
+
+    /// The same round with each trade (and retract) naming the pending fill it confirmed.
+    pub fn confirming(mut self, pending: impl Fn(&TradeRow) -> Option<i64>) -> Round {
+        for r in self.rows.iter_mut().chain(self.retracts.iter_mut()) {
+            r.pending_id = pending(&r.row);
+        }
+        self
+    }
+
+    /// A `pending` part: the pending tier's `entries` (at most [`ROWS_PER_PART`] a part is
+    /// the caller's to keep), no ledger position.
+    pub fn of_pending(entries: Vec<PendingEntry>, watermark: Option<u64>) -> Round {
+        Round {
+            stream: Stream::Pending,
+            from: Position::default(),
+            through: Position::default(),
+            rewound: false,
+            reorg_id: 0,
+            watermark,
+            retracts: Vec::new(),
+            rows: Vec::new(),
+            pending: entries,
         }
     }
 
@@ -140,6 +184,7 @@ impl Round {
         let mut from = self.from;
         let mut rows = self.rows.into_iter().peekable();
         let mut retracts = Some(self.retracts);
+        let mut pending = Some(self.pending);
         loop {
             let chunk: Vec<RoundRow> = rows.by_ref().take(per_part).collect();
             let last = rows.peek().is_none();
@@ -157,6 +202,7 @@ impl Round {
                 watermark: self.watermark,
                 retracts: retracts.take().unwrap_or_default(),
                 rows: chunk,
+                pending: pending.take().unwrap_or_default(),
             });
             if last {
                 return Ok(parts);
@@ -168,13 +214,17 @@ impl Round {
 
 impl RoundPart {
     /// The message id: the part's kind and `through`, with the hash of `through`'s block (`0x0`
-    /// when the position carries none).
+    /// when the position carries none); a `pending` part's names its last event id instead.
     pub fn id(&self) -> FrameId {
-        let hash = self
-            .through
-            .hash
-            .map(hex::encode)
-            .unwrap_or_else(|| "0".into());
+        let last_event = self.pending.last().map(|e| e.row.event_id);
+        let hash = match (self.stream, last_event) {
+            (Stream::Pending, Some(id)) => format!("{id:x}"),
+            _ => self
+                .through
+                .hash
+                .map(hex::encode)
+                .unwrap_or_else(|| "0".into()),
+        };
         FrameId {
             cursor: self.through.cursor,
             block_hash: format!("0x{hash}"),
@@ -292,6 +342,7 @@ mod tests {
                 audit: 0,
             },
             market: None,
+            pending_id: None,
         }
     }
 
@@ -348,6 +399,7 @@ mod tests {
             watermark: Some(20),
             retracts,
             rows,
+            pending: Vec::new(),
         }
     }
 

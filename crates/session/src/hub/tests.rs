@@ -437,3 +437,52 @@ fn a_market_no_longer_followed_still_gets_its_retracts_and_no_trades() {
         "the retract its filter let through"
     );
 }
+
+#[test]
+fn pendings_reach_only_opted_in_followers_and_move_no_position() {
+    let hub = Hub::default();
+    let opted = Events {
+        pending: true,
+        ..Events::TRADE
+    };
+    let (mut with, _) = join(&hub, 1, opted);
+    let (mut without, _) = join(&hub, 2, Events::TRADE);
+    let before = hub.dispatched();
+    let mine = Item::test(Kind::Pending, "0xa", Position::default(), Side::Buy);
+    let other = Item::test(Kind::Void, "0xb", Position::default(), Side::Buy);
+    let queued = hub.dispatch_pending(&[Arc::new(mine), Arc::new(other)]);
+    assert_eq!(queued, 1, "the follower of 0xa that opted in, only");
+    assert_eq!(drain(&mut with).len(), 1);
+    assert!(drain(&mut without).is_empty());
+    assert_eq!(hub.dispatched(), before, "no ledger position moved");
+}
+
+impl Item {
+    /// A test item: a `kind` message about `wallet`'s fill at `position` (side `side`, one
+    /// share, token `1`), body `{}`.
+    pub(crate) fn test(
+        kind: Kind,
+        wallet: &str,
+        position: Position,
+        side: pmw_core::filter::Side,
+    ) -> Item {
+        Item {
+            kind,
+            cursor: position.cursor,
+            position,
+            wallet: wallet.into(),
+            facts: pmw_core::filter::Facts {
+                side,
+                shares: 1,
+                collateral: 1,
+                token_id: "1".into(),
+                condition_id: None,
+            },
+            t_detect_ms: 0,
+            audit: false,
+            body: "{}".into(),
+            brief: None,
+            pending_id: None,
+        }
+    }
+}

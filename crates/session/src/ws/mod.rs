@@ -8,6 +8,8 @@
 //! is finalized; `since` and the session's cursor are then positions in that stream), or
 //! `trade,final` (trades as ingested, and a small `final` naming each one once its block is
 //! finalized, never before its `trade`; `final_since` resumes the finals, default `since`).
+//! `pending` beside `trade` (opt-in) adds the pending tier: a `pending` per fill seen in the
+//! mempool, never after its `trade` or `void`; the open ones are sent again on every connect.
 
 mod replay;
 mod sent;
@@ -38,7 +40,7 @@ use crate::hub::{Frame, Registered, Registration, TooMany};
 use crate::recorder::Fact;
 use crate::{subs, SessionState};
 use replay::{latency_row, Render, Viewer, Written};
-use sent::{At, Sent};
+use sent::{At, PendingSeen, Sent};
 
 const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 /// Why a server whose view of keys is stale lets its sessions go (1013).
@@ -460,11 +462,21 @@ impl Session<'_> {
             )
             .await?;
         }
-        Ok(At {
+        let at = At {
             final_only,
             sent,
             finals,
-        })
+            pending: PendingSeen::default(),
+        };
+        self.open_pending(socket, at).await
+    }
+
+    /// A session opted in to `pending` is sent the fills still open, after the replay.
+    async fn open_pending(&self, socket: &mut WebSocket, mut at: At) -> Result<At, Ended> {
+        if self.opts.events.pending {
+            replay::open_pending(self.st, socket, self.viewer, &mut at).await?;
+        }
+        Ok(at)
     }
 
     async fn hello(

@@ -178,6 +178,40 @@ pub(super) async fn names(
         .map_err(|e| Ended::Failed(pg::describe(&e)))
 }
 
+/// The pending fills still open of what the viewer follows, for a session opted in to
+/// `pending`: sent after the replay, so a resume gets what is still to confirm or be voided;
+/// the live lane's frames of the same fills are then not sent again (`at` remembers them).
+pub(super) async fn open_pending(
+    st: &SessionState,
+    socket: &mut WebSocket,
+    who: Viewer<'_>,
+    at: &mut super::sent::At,
+) -> Result<(), Ended> {
+    let failed = |e: tokio_postgres::Error| Ended::Failed(pg::describe(&e));
+    let c = st
+        .pool
+        .get()
+        .await
+        .map_err(|e| Ended::Failed(e.to_string()))?;
+    let rows = crate::pending::open_for(&**c, who.wallets, who.tokens)
+        .await
+        .map_err(failed)?;
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let tokens: Vec<&str> = rows.iter().map(|r| r.token_id.as_str()).collect();
+    let names = pg::market_names(&**c, &tokens).await.map_err(failed)?;
+    drop(c);
+    let (now, mut out) = (UnixMs::now().0, Vec::new());
+    for row in rows {
+        let item = row.item(names.get(&row.token_id));
+        if who.follows().wants(&item.wallet, &item.facts) {
+            at.frame(crate::hub::Frame::Item(item), now, &mut out);
+        }
+    }
+    super::send_all(socket, out).await
+}
+
 /// A frame written to a session: what its latency row records.
 pub(super) struct Written<'a> {
     pub cursor: Cursor,

@@ -2,8 +2,9 @@
 //! state, no socket. A trade (or a `final`-only session's `final`) goes out once and in order, a
 //! small `final` after its trade, a retract only of a trade the client may hold; a rewind moves
 //! the session back so the new branch comes again, without repeating what it already sent.
+//! A `pending` goes out once, and never after its `trade` or `void` ([`PendingSeen`]).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet, VecDeque};
 
 use pmw_core::message::{stamp, Kind};
 use pmw_core::{Cursor, Position};
@@ -48,12 +49,63 @@ impl Sent {
     }
 }
 
+/// Pending ids remembered per set (the newest; far more than are ever open at once).
+const PENDING_KEPT: usize = 4_096;
+
+/// The pending fills a session sent, and those it knows ended (its `trade` or `void` sent): a
+/// `pending` goes out once, and never after its end.
+#[derive(Default)]
+pub(super) struct PendingSeen {
+    sent: Kept,
+    ended: Kept,
+}
+
+/// A bounded set of ids: the newest [`PENDING_KEPT`].
+#[derive(Default)]
+struct Kept {
+    set: HashSet<i64>,
+    order: VecDeque<i64>,
+}
+
+impl Kept {
+    /// Whether `id` is new.
+    fn insert(&mut self, id: i64) -> bool {
+        let new = self.set.insert(id);
+        if new {
+            self.order.push_back(id);
+            if self.order.len() > PENDING_KEPT {
+                let old = self.order.pop_front().expect("over the bound");
+                self.set.remove(&old);
+            }
+        }
+        new
+    }
+}
+
+impl PendingSeen {
+    /// Whether a `pending` of `id` may go out now (not sent, not ended); it counts as sent.
+    pub fn send(&mut self, id: i64) -> bool {
+        if self.ended.set.contains(&id) || self.sent.set.contains(&id) {
+            return false;
+        }
+        self.sent.insert(id);
+        true
+    }
+
+    /// `id`'s `trade` or `void` goes out: its `pending` may not any more. Whether `id` had
+    /// not ended yet (a `void` goes out once).
+    pub fn end(&mut self, id: i64) -> bool {
+        self.ended.insert(id)
+    }
+}
+
 /// A live session's state.
 pub(super) struct At {
     pub final_only: bool,
     pub sent: Sent,
     /// A `trade,final` session's last `final`.
     pub finals: Option<Cursor>,
+    pub pending: PendingSeen,
 }
 
 /// A frame written: its channel (`ws` or `ws_final`), cursor, detect time and audit flag, for
@@ -84,6 +136,24 @@ impl At {
             }
             Frame::Item(item) => item,
         };
+        match (item.kind, item.pending_id) {
+            (Kind::Pending, Some(id)) => {
+                if self.pending.send(id) {
+                    out.push(stamp(item.kind, &item.body, now));
+                }
+                return None; // the pending lane's own latency, not the ledger's
+            }
+            (Kind::Void, Some(id)) => {
+                if self.pending.end(id) {
+                    out.push(stamp(item.kind, &item.body, now));
+                }
+                return None;
+            }
+            (Kind::Trade, Some(id)) => {
+                self.pending.end(id);
+            }
+            _ => {}
+        }
         let channel = match item.kind {
             Kind::Trade => "ws",
             _ => "ws_final",
@@ -160,6 +230,7 @@ mod tests {
             final_only: false,
             sent: Sent::new(pos, pos.cursor),
             finals,
+            pending: PendingSeen::default(),
         }
     }
 
@@ -226,6 +297,43 @@ mod tests {
         );
         // A final is not in a trade,final session's ledger: its trade position is unmoved.
         assert_eq!(a.sent.last.block, 10);
+    }
+
+    fn pending(kind: Kind, id: i64) -> Frame {
+        let at = Position::default();
+        Frame::Item(Arc::new(Item {
+            body: format!(r#"{{"pending_id":{id}}}"#),
+            pending_id: Some(id),
+            ..Item::test(kind, "0x01", at, Side::Buy)
+        }))
+    }
+
+    #[test]
+    fn a_pending_goes_out_once_and_never_after_its_trade_or_void() {
+        let mut a = at(10, None);
+        let mut out = Vec::new();
+        assert_eq!(a.frame(pending(Kind::Pending, 1), 1, &mut out), None);
+        a.frame(pending(Kind::Pending, 1), 1, &mut out);
+        assert_eq!(out.len(), 1, "once: {out:?}");
+        assert!(out[0].starts_with(r#"{"type":"pending","t_push_ms":1,"pending_id":1"#));
+        // Its trade first: the late pending is dropped; the trade goes out as ever.
+        let trade = match item(Kind::Trade, 11, 0, 1) {
+            Frame::Item(i) => Frame::Item(Arc::new(Item {
+                pending_id: Some(2),
+                body: i.body.clone(),
+                ..Item::test(Kind::Trade, "0x01", i.position, Side::Buy)
+            })),
+            f => f,
+        };
+        assert!(a.frame(trade, 2, &mut out).is_some());
+        a.frame(pending(Kind::Pending, 2), 3, &mut out);
+        // A void first: the same.
+        a.frame(pending(Kind::Void, 3), 4, &mut out);
+        a.frame(pending(Kind::Pending, 3), 5, &mut out);
+        a.frame(pending(Kind::Void, 3), 6, &mut out); // once
+        let kinds: Vec<&str> = out.iter().map(|f| &f[9..13]).collect();
+        assert_eq!(kinds, vec!["pend", "trad", "void"], "{out:?}");
+        assert_eq!(a.sent.last.block, 11, "pendings move no position");
     }
 
     #[test]

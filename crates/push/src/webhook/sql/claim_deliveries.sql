@@ -2,8 +2,9 @@
 -- $6 (NULL: every endpoint) except those in $7 (queues already running): one statement for a
 -- whole scan. A delivery is claimable when due ($3) and not claimed by this epoch, or claimed
 -- before $4 (the claim ttl). A retract or a final waits until its trade's delivery is done
--- (delivered, or failed). Per endpoint one probe of the pending index, so a scan costs the
--- endpoints, not the backlog. Returns (fence holds, when the next delivery not due yet falls
+-- (delivered, or failed), a void until its pending's; a pending is passed over once its fill
+-- ended (the pending lane's cancel_ended_pending.sql then cancels it). Per endpoint one probe
+-- of the pending index, so a scan costs the endpoints, not the backlog. Returns (fence holds, when the next delivery not due yet falls
 -- due, then one claimed delivery per row, or one row of NULLs when none).
 WITH {FENCE}, eps AS MATERIALIZED (
   SELECT e.id, e.account_id, e.url, e.secret, e.previous_secret, e.previous_expires_ms
@@ -15,9 +16,14 @@ due AS (
     SELECT d.id FROM webhook_deliveries d
     WHERE d.endpoint_id = eps.id AND d.state = 'pending' AND d.next_attempt_ms <= $3
       AND (d.claimed_epoch IS DISTINCT FROM $2 OR d.claimed_ms < $4)
-      AND NOT (d.kind IN ('retract', 'final') AND EXISTS (
+      AND NOT (d.kind IN ('retract', 'final', 'void') AND EXISTS (
         SELECT 1 FROM webhook_deliveries t
-        WHERE t.id = regexp_replace(d.id, '_(retract|final)$', '_trade') AND t.state = 'pending'))
+        WHERE t.id = regexp_replace(regexp_replace(d.id, '_(retract|final)$', '_trade'),
+                                    '_void$', '_pending')
+          AND t.state = 'pending'))
+      AND NOT (d.kind = 'pending' AND NOT EXISTS (
+        SELECT 1 FROM pending_fills f
+        WHERE f.id = substring(d.id FROM '^msg_pending-([0-9]+)_')::bigint AND f.status = 'open'))
     ORDER BY d.block_number, d.log_index, d.id LIMIT $5 FOR UPDATE SKIP LOCKED) q),
 upd AS (
   UPDATE webhook_deliveries d SET claimed_epoch = $2, claimed_ms = $3

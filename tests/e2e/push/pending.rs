@@ -1,0 +1,433 @@
+//! The pending tier on `/v1/ws` (issue 43): pmw-sim settling real-shaped calldata on an anvil
+//! mining every 2 s (settlements wait in its pool; some revert, are replaced or dropped),
+//! pmw-live's mempool watcher recording them, push's pending lane delivering them. A session
+//! with `events=trade,pending` gets each `pending` before its `trade` (which names it with
+//! `pending_id`) and a `void` with its reason for one that does not confirm; a default session
+//! gets no `pending` or `void`; a session that resumes while a fill is open is sent it. In edge
+//! mode the same frames travel the broker and an edge delivers them.
+
+use pmw_core::trade::Allowlist;
+use pmw_sim::anvil::Anvil;
+use pmw_sim::settlement::FEE_MODULES;
+use pmw_sim::{Outcome, Sim, SimConfig};
+use pmw_testkit::{bound_within, stack_env, workspace_bin, ServiceHandle, TestDb};
+use pmw_tools::chain::Chain;
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::edge::{drop_stream, edge_push, start_edge};
+use super::nats::shared_bus;
+use super::WITHIN;
+use crate::harness::{connect, connect_url, Client, Harness, LEADS_WITHIN};
+
+/// The simulator in settle mode, as pmw-live's own pending test drives it.
+fn settle_config() -> SimConfig {
+    SimConfig {
+        seed: 4_301,
+        settle: true,
+        revert_share: 0.2,
+        replace_share: 0.2,
+        drop_share: 0.2,
+        linger_ms: 300,
+        ..SimConfig::default()
+    }
+}
+
+async fn harness() -> Harness {
+    let db = TestDb::new_on(stack_env()).await;
+    let anvil = Anvil::spawn_with(&["--block-time", "2"]).await.unwrap();
+    let sim = Sim::connect_with(&anvil.http_url(), settle_config())
+        .await
+        .unwrap();
+    sim.install_emitters().await.unwrap();
+    let mut h = Harness {
+        chain: Chain { db, anvil, sim },
+        live: None,
+    };
+    let head = h.head().await;
+    let fee_modules = FEE_MODULES
+        .iter()
+        .map(|f| format!("{}={}", f.address.to_lower_hex(), f.exchange.to_lower_hex()))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let live = pmw_live::LiveConfig {
+        live_start_block: Some(head + 1),
+        live_lock_segment_ms: 1_000,
+        live_poll_interval_ms: 200,
+        gamma_url: "http://127.0.0.1:9".into(),
+        live_mempool: true,
+        live_mempool_fee_modules: Some(fee_modules),
+        live_pending_expire_blocks: 20,
+        ..pmw_live::LiveConfig::default()
+    };
+    let core = h.core();
+    h.live = Some(ServiceHandle::spawn(move |stop| {
+        pmw_live::run_with(core, live, Allowlist::polymarket(), stop)
+    }));
+    h
+}
+
+fn of_type<'a>(frames: &'a [Value], kind: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
+    frames.iter().filter(move |f| f["type"] == kind)
+}
+
+/// Every `trade` with a `pending_id` and every `void` came after that id's `pending`, and no
+/// `pending` came after its `trade` or `void`. Returns the ids paired with a trade and the
+/// voids' reasons by id.
+fn judged(frames: &[Value]) -> (BTreeSet<i64>, BTreeMap<i64, String>) {
+    let (mut pending, mut ended) = (BTreeSet::new(), BTreeSet::new());
+    let (mut paired, mut voids) = (BTreeSet::new(), BTreeMap::new());
+    for f in frames {
+        let id = f["pending_id"].as_i64();
+        match (f["type"].as_str(), id) {
+            (Some("pending"), Some(id)) => {
+                assert!(!ended.contains(&id), "a pending after its end: {f}");
+                assert!(pending.insert(id), "a pending sent twice: {f}");
+            }
+            (Some("trade"), Some(id)) => {
+                ended.insert(id);
+                if pending.contains(&id) {
+                    paired.insert(id);
+                }
+            }
+            (Some("void"), Some(id)) => {
+                ended.insert(id);
+                voids.insert(id, f["reason"].as_str().unwrap().to_string());
+            }
+            _ => {}
+        }
+    }
+    (paired, voids)
+}
+
+/// Wait until `c` has a `pending` followed by its `trade`, and a `void`, settling batches.
+async fn drive_until_paired_and_voided(h: &Harness, c: &Client) {
+    for _ in 0..40 {
+        h.sim.run_block(4).await.unwrap();
+        let (paired, voids) = judged(&c.frames());
+        if !paired.is_empty() && !voids.is_empty() {
+            return;
+        }
+    }
+    let (paired, voids) = judged(&c.frames());
+    panic!("after 40 batches: {} paired, voids {voids:?}", paired.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_opted_in_session_gets_each_pending_before_its_trade_and_voids_with_reasons() {
+    let h = harness().await;
+    let (_push, addr) = h.leader("push-a").await;
+    let (_, key) = h.account(&h.sim.config().wallets).await;
+    let opted = connect_url(
+        &format!("ws://{addr}/v1/ws?events=trade,pending"),
+        Some(&key),
+    )
+    .await;
+    let plain = connect(addr, &key, None).await;
+    drive_until_paired_and_voided(&h, &opted).await;
+
+    let frames = opted.frames();
+    let (paired, voids) = judged(&frames);
+    let reasons = ["reverted", "replaced", "dropped", "expired"];
+    assert!(
+        voids.values().all(|r| reasons.contains(&r.as_str())),
+        "{voids:?}"
+    );
+    // The pending's fill is the trade's: same order hash and transaction (or a re-send).
+    let id = *paired.first().unwrap();
+    let p = of_type(&frames, "pending")
+        .find(|f| f["pending_id"] == id)
+        .unwrap();
+    let t = of_type(&frames, "trade")
+        .find(|f| f["pending_id"] == id)
+        .unwrap();
+    assert_eq!(p["fill"]["order_hash"], t["trade"]["order_hash"]);
+    assert_eq!(p["fill"]["wallet"], t["trade"]["wallet"]);
+    assert!(p["t_seen_ms"].as_i64().unwrap() > 0);
+
+    // The default session got the same trades, and no pending tier.
+    plain
+        .wait_seen(WITHIN, "the paired trade", |s| {
+            s.frames
+                .iter()
+                .any(|f| f["type"] == "trade" && f["pending_id"] == id)
+        })
+        .await;
+    no_pending_tier(&plain);
+
+    // A session that resumes while a fill is open is sent it, then its end.
+    let since = of_type(&opted.frames(), "trade")
+        .last()
+        .map(|t| t["resume"].as_str().unwrap().to_string())
+        .unwrap();
+    resume_gets_the_open_pending(&h, addr, &key, &since).await;
+}
+
+/// Resume (`since`) while a dropped settlement's fills are still open (they stay open for the
+/// drop grace: a few blocks): the session is sent them, then their `void`.
+async fn resume_gets_the_open_pending(
+    h: &Harness,
+    addr: std::net::SocketAddr,
+    key: &str,
+    since: &str,
+) {
+    let c = h.db.connect().await;
+    let wallets: Vec<String> = h
+        .sim
+        .config()
+        .wallets
+        .iter()
+        .map(|w| w.to_lower_hex())
+        .collect();
+    for _ in 0..40 {
+        h.sim.run_block(4).await.unwrap();
+        let dropped: Vec<String> = h
+            .sim
+            .settlements()
+            .iter()
+            .filter(|x| x.outcome == Outcome::Dropped)
+            .map(|x| x.tx_hash.to_string())
+            .collect();
+        let open: Vec<i64> = c
+            .query(
+                "SELECT id FROM pending_fills WHERE status = 'open' AND tx_hash = ANY($1) \
+                 AND maker = ANY($2) ORDER BY id",
+                &[&dropped, &wallets],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let Some(&id) = open.first() else { continue };
+        let url = format!("ws://{addr}/v1/ws?events=trade,pending&since={since}");
+        let client = connect_url(&url, Some(key)).await;
+        client
+            .wait_seen(WITHIN, "the open pending, then its void", |s| {
+                let (_, voids) = judged(&s.frames);
+                let pending = s
+                    .frames
+                    .iter()
+                    .any(|f| f["type"] == "pending" && f["pending_id"] == id);
+                pending && voids.get(&id).is_some_and(|r| r == "dropped")
+            })
+            .await;
+        return;
+    }
+    panic!("no dropped settlement's fill seen open");
+}
+
+/// No pending tier on a session that did not opt in.
+fn no_pending_tier(c: &Client) {
+    let frames = c.frames();
+    assert_eq!(
+        of_type(&frames, "pending").count() + of_type(&frames, "void").count(),
+        0,
+        "a session that did not opt in gets no pending tier"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_edge_mode_pending_and_void_travel_the_broker_to_opted_in_sessions() {
+    let h = harness().await;
+    let bus = shared_bus();
+    let (_push, bound) = h.start_push("push-a", edge_push(&h, &bus));
+    bound_within(bound, LEADS_WITHIN).await;
+    let (_edge, addr) = start_edge(&h, &bus).await;
+    let (_, key) = h.account(&h.sim.config().wallets).await;
+    let opted = connect_url(
+        &format!("ws://{addr}/v1/ws?events=trade,pending"),
+        Some(&key),
+    )
+    .await;
+    let plain = connect(addr, &key, None).await;
+    drive_until_paired_and_voided(&h, &opted).await;
+    let (paired, _) = judged(&opted.frames());
+    let id = *paired.first().unwrap();
+    plain
+        .wait_seen(WITHIN, "the paired trade", |s| {
+            s.frames
+                .iter()
+                .any(|f| f["type"] == "trade" && f["pending_id"] == id)
+        })
+        .await;
+    no_pending_tier(&plain);
+    drop_stream(&bus).await;
+}
+
+/// `pmwctl watch --pending` prints each pending fill, then the trade that confirms it (naming
+/// it), and voids with their reasons: what `scripts/dev` shows its subscriber.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pmwctl_watch_shows_pending_then_its_trade_and_voids() {
+    use tokio::io::AsyncBufReadExt;
+
+    let h = harness().await;
+    let (_push, addr) = h.leader("push-a").await;
+    let (_, key) = h.account(&h.sim.config().wallets).await;
+    let mut child = tokio::process::Command::new(workspace_bin("pmwctl"))
+        .args(["watch", "--pending", "--key", &key, "--url"])
+        .arg(format!("ws://{addr}/v1/ws"))
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut out = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let (mut pending, mut paired, mut voided) = (BTreeSet::new(), None, None);
+    let deadline = tokio::time::Instant::now() + WITHIN * 2;
+    while paired.is_none() || voided.is_none() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no pending → trade pair and void printed"
+        );
+        // Settle a batch while reading what it printed.
+        let batch = h.sim.run_block(4);
+        tokio::pin!(batch);
+        loop {
+            tokio::select! {
+                done = &mut batch => { done.unwrap(); break; }
+                line = out.next_line() => {
+                    let line = line.unwrap().expect("watch exited");
+                    let words: Vec<&str> = line.split_whitespace().collect();
+                    match words.as_slice() {
+                        ["PENDING", id, ..] => { pending.insert(id.to_string()); }
+                        ["VOID", id, reason, ..] => voided = Some((id.to_string(), reason.to_string())),
+                        [.., "confirms", "pending", id] => {
+                            assert!(pending.contains(*id), "a trade names a pending not printed before it: {line}");
+                            paired = Some(id.to_string());
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+    let (id, reason) = voided.unwrap();
+    assert!(
+        pending.contains(&id),
+        "a void of a pending printed before it"
+    );
+    assert!(["reverted", "replaced", "dropped", "expired"].contains(&reason.as_str()));
+}
+
+/// Webhook endpoints: one opted in (`events` `{trade,pending}`) gets every `pending` before the
+/// `trade` that names it and `void`s with their reasons, each signed like a trade; one with the
+/// default events gets trades only (carrying `pending_id`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_endpoints_opted_in_get_signed_pendings_before_their_trades_and_voids() {
+    use pmw_testkit::hooks::{Receiver, Step};
+
+    let h = harness().await;
+    let (_push, _) = h.leader("push-a").await;
+    let (account, _) = h.account(&h.sim.config().wallets).await;
+    let (opted, plain) = (
+        Receiver::start(vec![Step::status(204)]).await,
+        Receiver::start(vec![Step::status(204)]).await,
+    );
+    let secret = pmw_core::webhook::Secret::generate().expose();
+    let c = h.db.connect().await;
+    let opted_url = opted.url();
+    let mut ep = pmw_testkit::seed::Endpoint::new(account, &opted_url, &secret);
+    ep.events = &["trade", "pending"];
+    ep.insert(&c).await;
+    pmw_testkit::seed::Endpoint::new(account, &plain.url(), &secret)
+        .insert(&c)
+        .await;
+    h.notify().await;
+    let bodies = |r: &Receiver| -> Vec<Value> { r.hits().iter().map(|x| x.json()).collect() };
+    let mut done = false;
+    for _ in 0..40 {
+        h.sim.run_block(4).await.unwrap();
+        let (paired, voids) = judged(&bodies(&opted));
+        if !paired.is_empty() && !voids.is_empty() {
+            done = true;
+            break;
+        }
+    }
+    let hits = opted.hits();
+    assert!(
+        done,
+        "no pending → trade pair and void delivered: {:?}",
+        judged(&bodies(&opted))
+    );
+    let key = pmw_core::webhook::Secret::parse(&secret).unwrap();
+    for hit in &hits {
+        let ts: i64 = hit.timestamp.parse().unwrap();
+        assert_eq!(
+            hit.signature,
+            key.sign(&hit.id, ts, &hit.body),
+            "{}",
+            hit.id
+        );
+    }
+    let (paired, _) = judged(&bodies(&opted));
+    let id = *paired.first().unwrap();
+    let confirmed = pmw_testkit::eventually(WITHIN, || async {
+        bodies(&plain)
+            .iter()
+            .any(|b| b["type"] == "trade" && b["pending_id"] == id)
+    })
+    .await;
+    assert!(
+        confirmed,
+        "the plain endpoint's trade carries pending_id {id}"
+    );
+    let plain_bodies = bodies(&plain);
+    assert_eq!(
+        of_type(&plain_bodies, "pending").count() + of_type(&plain_bodies, "void").count(),
+        0,
+        "an endpoint that did not opt in gets no pending tier"
+    );
+}
+
+/// A `pending` whose first attempt failed is retried only while its fill is open: once the fill
+/// ended it is cancelled (`delivery_log`-visible as failed, "cancelled: …"), so the receiver
+/// never gets it after the `trade` or `void` (every other request answered 500 here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_pending_delivery_is_cancelled_once_its_fill_ended() {
+    use pmw_testkit::hooks::{Receiver, Step};
+
+    let h = harness().await;
+    let (_push, _) = h.leader("push-a").await;
+    let (account, _) = h.account(&h.sim.config().wallets).await;
+    let hook = Receiver::cycling(vec![Step::status(500), Step::status(204)]).await;
+    let secret = pmw_core::webhook::Secret::generate().expose();
+    let c = h.db.connect().await;
+    let url = hook.url();
+    let mut ep = pmw_testkit::seed::Endpoint::new(account, &url, &secret);
+    ep.events = &["trade", "pending"];
+    ep.insert(&c).await;
+    h.notify().await;
+    let cancelled = || async {
+        c.query_one(
+            "SELECT count(*) FROM webhook_deliveries WHERE kind = 'pending' AND state = 'failed' \
+             AND last_error LIKE 'cancelled: the pending fill ended%'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get::<_, i64>(0)
+    };
+    let mut seen = 0;
+    for _ in 0..40 {
+        h.sim.run_block(4).await.unwrap();
+        seen = cancelled().await;
+        if seen > 0 {
+            break;
+        }
+    }
+    assert!(seen > 0, "no failed pending delivery was cancelled");
+    // Never a pending after its trade or void, whatever was retried.
+    let mut ended = BTreeSet::new();
+    for hit in hook.hits() {
+        let b = hit.json();
+        let Some(id) = b["pending_id"].as_i64() else {
+            continue;
+        };
+        match b["type"].as_str() {
+            Some("pending") => assert!(!ended.contains(&id), "a pending after its end: {b}"),
+            _ => {
+                ended.insert(id);
+            }
+        }
+    }
+}
