@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use pmw_core::backoff::{Backoff, Policy};
 use pmw_core::channels;
+use pmw_core::message::Kind;
 use pmw_core::pg::{self, PgPool};
 use pmw_core::CoreConfig;
 use pmw_session::bus::round::{PendingEntry, Round, ROWS_PER_PART};
@@ -26,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 use crate::names::Names;
 use crate::pending_hooks::PendingHooks;
 use crate::publish::SharedPublisher;
+use crate::telemetry;
 
 /// Events read per statement.
 const BATCH: i64 = 500;
@@ -78,6 +80,7 @@ impl PendingLane {
                 Err(e) => e.to_string(),
             };
             let pause = wait.next_wait();
+            metrics::counter!(telemetry::PENDING_LANE_FAILURES).increment(1);
             tracing::warn!(error = %failed, retry_in_ms = pause.as_millis() as u64, "pending lane failed");
             tokio::select! {
                 _ = stop.cancelled() => return,
@@ -137,6 +140,7 @@ impl PendingLane {
                 .collect();
             self.publish(&rows).await;
             let frames = self.setup.hub.dispatch_pending(&items);
+            record(&rows);
             // A failure here reads the batch again: sessions and the broker drop what they had.
             self.setup.hooks.deliver(&c, &rows, &items).await?;
             self.after = Some(after);
@@ -171,8 +175,22 @@ impl PendingLane {
                 .publish(Round::of_pending(entries, None))
                 .await
             {
+                metrics::counter!(telemetry::PENDING_BUS_FAILURES).increment(1);
                 tracing::warn!(error = %e, "pending part not stored on the bus");
             }
+        }
+    }
+}
+
+/// Count the events queued, and each `pending`'s wait from its first sighting in a pool.
+fn record(rows: &[PendingRow]) {
+    let now = pmw_core::UnixMs::now().0;
+    for r in rows {
+        metrics::counter!(telemetry::PENDING_EVENTS, "kind" => r.kind.as_str()).increment(1);
+        // A fill re-sent after a failover (the lane starts back) is not a first push.
+        if r.kind == Kind::Pending && r.event_id > 0 {
+            let secs = (now - r.first_seen_ms).max(0) as f64 / 1000.0;
+            metrics::histogram!(telemetry::PENDING_SEEN_TO_QUEUED).record(secs);
         }
     }
 }

@@ -19,6 +19,10 @@
 //! | `pmw_push_detect_to_push_seconds{channel}` | histogram | block detected → frame written (`ws`) or webhook delivered (`webhook`) |
 //! | `pmw_push_clickhouse_insert_errors_total{table}` | counter | failed ClickHouse inserts of the recorder |
 //! | `pmw_push_facts_dropped_total` | counter | latency/delivery rows the recorder gave up on |
+//! | `pmw_push_pending_events_total{kind}` | counter | pending-tier events (`pending`, `void`) the pending lane queued to sessions, the broker and webhooks |
+//! | `pmw_push_pending_seen_to_queued_seconds` | histogram | a pending fill first seen in a provider's pool → its `pending` queued to the sessions (the lane's part of seen-pending → pushed) |
+//! | `pmw_push_pending_lane_failures_total` | counter | pending-lane restarts (a lost LISTEN session or a failed read: it reads the same events again) |
+//! | `pmw_push_pending_bus_failures_total` | counter | edge mode: `pending` parts the broker did not store (not retried: a resuming session gets the fills still open) |
 
 use std::time::Duration;
 
@@ -29,6 +33,10 @@ pub use pmw_session::telemetry::{
 use std::time::Instant;
 
 pub const LEADER: &str = "pmw_push_leader";
+pub const PENDING_EVENTS: &str = "pmw_push_pending_events_total";
+pub const PENDING_SEEN_TO_QUEUED: &str = "pmw_push_pending_seen_to_queued_seconds";
+pub const PENDING_LANE_FAILURES: &str = "pmw_push_pending_lane_failures_total";
+pub const PENDING_BUS_FAILURES: &str = "pmw_push_pending_bus_failures_total";
 pub const EPOCH: &str = "pmw_push_epoch";
 pub const ROUNDS: &str = "pmw_push_rounds_total";
 pub const ROUND_SECONDS: &str = "pmw_push_round_duration_seconds";

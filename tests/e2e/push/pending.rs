@@ -115,6 +115,8 @@ async fn drive_until_paired_and_voided(h: &Harness, c: &Client) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_opted_in_session_gets_each_pending_before_its_trade_and_voids_with_reasons() {
+    // This process's recorder, so the lane's metrics can be read below.
+    pmw_core::metrics::install();
     let h = harness().await;
     let (_push, addr) = h.leader("push-a").await;
     let (_, key) = h.account(&h.sim.config().wallets).await;
@@ -125,6 +127,16 @@ async fn an_opted_in_session_gets_each_pending_before_its_trade_and_voids_with_r
     .await;
     let plain = connect(addr, &key, None).await;
     drive_until_paired_and_voided(&h, &opted).await;
+    // Operators see the lane: events queued by kind, and pending fills' wait from first sighting.
+    let page = pmw_core::metrics::render();
+    for kind in ["pending", "void"] {
+        let line = format!("pmw_push_pending_events_total{{kind=\"{kind}\"}}");
+        assert!(page.lines().any(|l| l.starts_with(&line)), "{line} in:\n{page}");
+    }
+    assert!(
+        page.contains("pmw_push_pending_seen_to_queued_seconds_count"),
+        "the seen → queued histogram in:\n{page}"
+    );
 
     let frames = opted.frames();
     let (paired, voids) = judged(&frames);
