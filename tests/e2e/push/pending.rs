@@ -131,7 +131,10 @@ async fn an_opted_in_session_gets_each_pending_before_its_trade_and_voids_with_r
     let page = pmw_core::metrics::render();
     for kind in ["pending", "void"] {
         let line = format!("pmw_push_pending_events_total{{kind=\"{kind}\"}}");
-        assert!(page.lines().any(|l| l.starts_with(&line)), "{line} in:\n{page}");
+        assert!(
+            page.lines().any(|l| l.starts_with(&line)),
+            "{line} in:\n{page}"
+        );
     }
     assert!(
         page.contains("pmw_push_pending_seen_to_queued_seconds_count"),
