@@ -11,6 +11,8 @@ use pmw_core::pg::{self, PgPool};
 use pmw_testkit::{eventually, ha_stack_env, StackEnv, TestDb};
 use tokio_postgres::NoTls;
 
+use super::liveness::{signal, Frozen};
+
 /// How long a failover may take before a test gives up (Patroni's ttl is 10 s).
 pub const FAILOVER_WITHIN: Duration = Duration::from_secs(60);
 
@@ -138,16 +140,15 @@ impl Ha {
         let patroni = self.dir.join(format!("pg{}.pid", i + 1));
         let postmaster = self.dir.join(format!("pg{}/postmaster.pid", i + 1));
         for f in [patroni, postmaster] {
-            signal(&pid_in(&f), "-KILL");
+            signal("-KILL", &[pid_in(&f)]);
         }
     }
 
     /// SIGSTOP member `i`'s Patroni alone (its Postgres runs on): its leader key runs out, and
-    /// nothing demotes its Postgres. SIGCONT when the guard drops.
-    pub fn stop_patroni(&self, i: usize) -> Stopped {
-        let pid = pid_in(&self.dir.join(format!("pg{}.pid", i + 1)));
-        signal(&pid, "-STOP");
-        Stopped(pid)
+    /// nothing demotes its Postgres. SIGCONT when the guard drops
+    /// ([`Frozen`]).
+    pub fn stop_patroni(&self, i: usize) -> Frozen {
+        Frozen::stop(vec![pid_in(&self.dir.join(format!("pg{}.pid", i + 1)))])
     }
 
     /// A configuration of `db` whose URL lists member `first` first (read-write alone picks it
@@ -171,15 +172,6 @@ impl Ha {
     }
 }
 
-/// A stopped process, continued when dropped (a failed test leaves no member stopped).
-pub struct Stopped(String);
-
-impl Drop for Stopped {
-    fn drop(&mut self) {
-        signal(&self.0, "-CONT");
-    }
-}
-
 /// The pid on the first line of `f`.
 fn pid_in(f: &std::path::Path) -> String {
     std::fs::read_to_string(f)
@@ -189,14 +181,6 @@ fn pid_in(f: &std::path::Path) -> String {
         .unwrap_or("")
         .trim()
         .to_string()
-}
-
-fn signal(pid: &str, sig: &str) {
-    let ok = std::process::Command::new("kill")
-        .args([sig, pid])
-        .status()
-        .expect("kill");
-    assert!(ok.success(), "kill {sig} {pid}");
 }
 
 /// One acknowledged write through `pool`: insert `id` into `acked` (again is fine: an attempt

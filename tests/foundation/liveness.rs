@@ -13,10 +13,10 @@ use pmw_testkit::{eventually, PrivateStack, TestDb};
 use secrecy::{ExposeSecret, SecretString};
 
 /// Stopped processes, continued on drop (a failed assertion never leaves the server frozen).
-struct Frozen(Vec<String>);
+pub struct Frozen(Vec<String>);
 
 impl Frozen {
-    fn stop(pids: Vec<String>) -> Frozen {
+    pub fn stop(pids: Vec<String>) -> Frozen {
         signal("-STOP", &pids);
         Frozen(pids)
     }
@@ -28,7 +28,7 @@ impl Drop for Frozen {
     }
 }
 
-fn signal(sig: &str, pids: &[String]) {
+pub fn signal(sig: &str, pids: &[String]) {
     let ok = Command::new("kill")
         .arg(sig)
         .args(pids)
