@@ -158,7 +158,7 @@ impl Kind {
 
     /// Every kind's name (the checker holds one lock per kind: faults of a kind run one at a
     /// time).
-    pub const NAMES: [&'static str; 24] = [
+    pub const NAMES: [&'static str; 25] = [
         "reorg",
         "leader kill -9",
         "leader SIGSTOP",
@@ -183,6 +183,7 @@ impl Kind {
         "nats node kill",
         "nats stream leader kill",
         "host",
+        "endpoint",
     ];
 
     /// The lock a fault of this kind holds while it runs: one per kind, and one for every host
@@ -471,11 +472,33 @@ mod tests {
                 "{name} not scheduled"
             );
         }
-        // Every scheduled kind has its lock.
         assert!(edge.iter().all(|f| Kind::NAMES.contains(&f.kind.name())));
         assert!(edge.iter().all(|f| match f.kind {
             Kind::EdgeKill9 { edge } | Kind::EdgeStop { edge, .. } => (1..=3).contains(&edge),
             _ => true,
         }));
+    }
+
+    /// The checker takes `locks[lock_name]` for every fault: a lock missing from `NAMES` panics
+    /// the fault's task (endpoint faults once ran nowhere for that reason).
+    #[test]
+    fn every_scheduled_fault_has_its_lock() {
+        for seed in 0..40 {
+            for (edges, hosts) in [(0, 0), (3, 0), (0, 3), (3, 3)] {
+                let shape = Shape {
+                    minutes: 3,
+                    accounts: 4,
+                    churn: 2,
+                    wallets: 6,
+                    edges,
+                    hosts,
+                    host_faults: Vec::new(),
+                };
+                for f in generate(seed, &shape) {
+                    let lock = f.kind.lock_name();
+                    assert!(Kind::NAMES.contains(&lock), "{}: no lock {lock}", f.kind);
+                }
+            }
+        }
     }
 }
