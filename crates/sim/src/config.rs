@@ -150,6 +150,10 @@ pub struct SimConfig {
     /// Settle mode: how long a doomed-to-vanish transaction stays in the pool before it is
     /// replaced or dropped (for a mempool watcher to see it).
     pub linger_ms: u64,
+    /// Settle mode on an automining chain: how long a batch waits in the pool before the
+    /// simulator mines it (0: at once), so a mempool watcher sees it as on a chain with a block
+    /// time.
+    pub hold_ms: u64,
 }
 
 impl Default for SimConfig {
@@ -170,6 +174,7 @@ impl Default for SimConfig {
             drop_share: 0.0,
             estimate_gap_share: 0.0,
             linger_ms: 300,
+            hold_ms: 0,
         }
     }
 }

@@ -70,6 +70,10 @@ impl Sim {
         }
         let sent = self.send_batch(state, n).await;
         if automine {
+            let hold = self.inner.config.hold_ms;
+            if hold > 0 && sent.is_ok() {
+                tokio::time::sleep(Duration::from_millis(hold)).await;
+            }
             let mined = rpc.mine().await;
             rpc.set_automine(true).await?;
             mined?;
@@ -181,13 +185,7 @@ impl Sim {
             gas_price: Some(Quantity(price * 3)),
         };
         match rpc.send_transaction(&cancel).await {
-            Ok(h) => {
-                eprintln!(
-                    "DBG cancel {h} pending_nonce_after {}",
-                    rpc.pending_nonce(&self.sender()).await?
-                );
-                Ok((hash, Some(h)))
-            }
+            Ok(h) => Ok((hash, Some(h))),
             Err(e) => {
                 tracing::warn!(tx = %hash, error = %e, "could not replace a settlement (mined already?)");
                 Ok((hash, None))

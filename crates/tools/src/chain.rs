@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use pmw_core::{Address, Cursor, UnixMs};
 use pmw_sim::anvil::Anvil;
-use pmw_sim::Sim;
+use pmw_sim::{Sim, SimConfig};
 use pmw_testkit::{eventually_every, StackEnv, TestDb};
 
 /// A private database on a stack and a private chain the simulator trades on.
@@ -22,9 +22,16 @@ impl Chain {
     /// A fresh migrated database on `stack` and an anvil given `anvil_args`, with the exchange
     /// emitters installed.
     pub async fn start(stack: &StackEnv, anvil_args: &[&str]) -> Chain {
+        Chain::start_with(stack, anvil_args, SimConfig::default()).await
+    }
+
+    /// [`Chain::start`] with the simulator's world `config` (settle mode, mempool behaviours).
+    pub async fn start_with(stack: &StackEnv, anvil_args: &[&str], config: SimConfig) -> Chain {
         let db = TestDb::new_on(stack).await;
         let anvil = Anvil::spawn_with(anvil_args).await.expect("anvil");
-        let sim = Sim::connect(&anvil.http_url()).await.expect("sim");
+        let sim = Sim::connect_with(&anvil.http_url(), config)
+            .await
+            .expect("sim");
         sim.install_emitters().await.expect("emitters");
         Chain { db, anvil, sim }
     }

@@ -87,6 +87,8 @@ pub struct Opts {
     pub clients: Option<usize>,
     /// Edge mode: this many pmw-edge apps serve `/v1/ws` through Caddy (0: push serves it).
     pub edges: usize,
+    /// The simulator's world (default: [`pmw_sim::SimConfig::default`]).
+    pub sim: Option<pmw_sim::SimConfig>,
 }
 
 impl Drill {
@@ -96,7 +98,7 @@ impl Drill {
 
     pub async fn start_with(opts: Opts) -> Drill {
         let stack = opts.stack.clone().unwrap_or_else(|| stack_env().clone());
-        let chain = Chain::start(&stack, &[]).await;
+        let chain = Chain::start_with(&stack, &[], opts.sim.clone().unwrap_or_default()).await;
         let head = chain.head().await;
         let (rpc_proxy, providers) = proxies(&chain, &opts).await;
         let ports = Ports::free();

@@ -64,6 +64,8 @@ pub struct World {
     pub ha: Option<std::sync::Arc<pmw_tools::ha_hosts::HaHosts>>,
     /// Multi-host mode: what each host fault measured.
     pub host_figures: Mutex<Vec<crate::host_faults::Figures>>,
+    /// With the pending tier on: the checker's own watch of the chain's pool.
+    pub pending: Option<std::sync::Arc<crate::pending::ChainWatch>>,
 }
 
 /// How long after a reorg its retracts may still be on their way to an endpoint: a first attempt

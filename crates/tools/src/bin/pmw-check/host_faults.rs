@@ -433,6 +433,33 @@ fn first_delivery(at: i64, streams: &[Stream]) -> Option<i64> {
         .min()
 }
 
+/// Multi-host mode's hosts, once made: what a signal tears down.
+pub static HOSTS: std::sync::Mutex<Option<std::sync::Arc<HaHosts>>> = std::sync::Mutex::new(None);
+
+/// On SIGTERM (`scripts/check`'s time limit) or SIGINT, the multi-host mode's hosts and every
+/// member on them are removed before the checker exits (nothing is dropped otherwise). Taken
+/// over at start, so a signal during the setup is handled too.
+pub fn teardown_on_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return;
+    };
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        if let Some(ha) = HOSTS.lock().unwrap().take() {
+            println!("signal: removing the hosts");
+            ha.teardown();
+        }
+        std::process::exit(130);
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use crate::schedule::{generate, Kind, Shape};

@@ -13,6 +13,7 @@ mod faults;
 mod hooks;
 mod host_faults;
 mod oracle;
+mod pending;
 mod reconnects;
 mod report;
 mod schedule;
@@ -68,6 +69,12 @@ struct Args {
     /// primary-kill, switchover, standby-lost, etcd-lost (default: all, in turn).
     #[arg(long, value_delimiter = ',')]
     host_faults: Vec<String>,
+    /// The pending tier (issue 43): pmw-sim settles through anvil's pool (holding each match
+    /// there this many ms; a few revert, are replaced or dropped), pmw-live watches the pool,
+    /// the checked clients opt in (`events=trade,pending`) and the oracle judges every
+    /// `pending` and `void` against the chain (0: off).
+    #[arg(long, default_value_t = 0)]
+    pending_hold_ms: u64,
     /// Write the table into this markdown file (between `<!-- check:run -->` markers, or
     /// `<!-- check:edge-run -->` in edge mode).
     #[arg(long)]
@@ -99,13 +106,13 @@ struct Owed {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     if args.hosts > 0 {
-        teardown_on_signal();
+        host_faults::teardown_on_signal();
     }
     let run = plan(&args);
     let (w, stop) = match setup(&args, &run).await {
         Ok(set) => set,
         Err(e) => {
-            drop(HOSTS.lock().unwrap().take());
+            drop(host_faults::HOSTS.lock().unwrap().take());
             return Err(e);
         }
     };
@@ -113,7 +120,15 @@ async fn main() -> anyhow::Result<()> {
     let done = faults_under_traffic(&args, &run, &w).await;
     let owed = settle(&args, &w).await?;
     stop.cancel();
-    let failed = judge(&args, &run, &w, &owed, &done)?;
+    let pending = match &w.pending {
+        Some(watch) => {
+            let judged = pending::judge_world(&w, watch, &owed.per_checked).await;
+            watch.stop();
+            Some(judged?)
+        }
+        None => None,
+    };
+    let failed = judge(&args, &run, &w, &owed, &done, pending)?;
     if failed {
         // What the apps said last (warnings and errors at the drills' RUST_LOG=warn).
         w.d.pm2.print_log_tails(80);
@@ -121,7 +136,7 @@ async fn main() -> anyhow::Result<()> {
     // Stop the drill stack (pm2, Caddy, anvil) before the private database goes.
     drop(Arc::try_unwrap(w).ok());
     // Then the hosts (multi-host mode), the last reference to them.
-    drop(HOSTS.lock().unwrap().take());
+    drop(host_faults::HOSTS.lock().unwrap().take());
     std::process::exit(i32::from(failed));
 }
 
@@ -147,6 +162,9 @@ fn plan(args: &Args) -> Run {
     };
     if args.hosts > 0 {
         mode += ", multi-host (Postgres HA on 3 hosts: 3 etcd, 2 Patroni)";
+    }
+    if args.pending_hold_ms > 0 {
+        mode += ", pending tier on";
     }
     println!(
         "pmw-check seed {seed}, {minutes} min, {mode}, {} checked accounts, {} churn accounts",
@@ -183,37 +201,47 @@ async fn setup(args: &Args, run: &Run) -> anyhow::Result<(World, CancellationTok
     };
     let stack =
         Arc::new(tokio::task::spawn_blocking(move || PrivateStack::start_with(components)).await?);
-    let (ha, env) = if args.hosts > 0 {
+    let (ha, env_stack) = if args.hosts > 0 {
         anyhow::ensure!(args.hosts == 3, "multi-host mode runs on 3 hosts");
         let ha = Arc::new(pmw_tools::ha_hosts::HaHosts::start(
             stack.env.get("PMW_PG_BIN"),
         )?);
-        *HOSTS.lock().unwrap() = Some(ha.clone());
+        *host_faults::HOSTS.lock().unwrap() = Some(ha.clone());
         ha.ready().await?;
         host_faults::prepare(&ha).await?;
         (Some(ha.clone()), ha.stack_env(&stack.env))
     } else {
         (None, stack.env.clone())
     };
+    let pending = args.pending_hold_ms > 0;
+    let mut env = vec![
+        ("PMW_API_ALLOW_PRIVATE_WEBHOOKS", "true"),
+        ("PMW_PUSH_ALLOW_PRIVATE_WEBHOOKS", "true"),
+        ("PMW_API_RATE_PER_SEC", "1000"),
+        ("PMW_API_RATE_BURST", "1000"),
+        // Every client of the checker is one address behind Caddy.
+        ("PMW_API_ANON_RATE_PER_SEC", "1000"),
+        ("PMW_API_ANON_RATE_BURST", "1000"),
+    ];
+    if pending {
+        env.extend(pending::live_env());
+    }
     let d = Drill::start_with(Opts {
-        stack: Some(env),
+        stack: Some(env_stack),
         rpc_proxy: false,
         rpc_providers: schedule::PROVIDERS,
         apps: Some("pmw-live,pmw-push-a,pmw-push-b,pmw-api,pmw-stats"),
-        env: vec![
-            ("PMW_API_ALLOW_PRIVATE_WEBHOOKS", "true"),
-            ("PMW_PUSH_ALLOW_PRIVATE_WEBHOOKS", "true"),
-            ("PMW_API_RATE_PER_SEC", "1000"),
-            ("PMW_API_RATE_BURST", "1000"),
-            // Every client of the checker is one address behind Caddy.
-            ("PMW_API_ANON_RATE_PER_SEC", "1000"),
-            ("PMW_API_ANON_RATE_BURST", "1000"),
-        ],
+        env,
         clients: Some(0),
         edges: args.edges,
+        sim: pending.then(|| pending::sim_config(args.pending_hold_ms)),
     })
     .await;
     let pg = d.db.connect().await;
+    let watch = pending.then(|| {
+        let (ws, http) = (d.anvil.ws_url(), d.anvil.http_url());
+        pending::ChainWatch::spawn(ws, http)
+    });
     let mut w = World {
         site: format!("127.0.0.1:{}", d.site),
         d,
@@ -229,6 +257,7 @@ async fn setup(args: &Args, run: &Run) -> anyhow::Result<(World, CancellationTok
         nats_lock: Default::default(),
         ha,
         host_figures: Default::default(),
+        pending: watch,
     };
     let checked = checked_accounts(args, run, &pg).await;
     w.churn = churn_accounts(args, run, &pg).await;
@@ -248,34 +277,6 @@ async fn setup(args: &Args, run: &Run) -> anyhow::Result<(World, CancellationTok
     Ok((w, stop))
 }
 
-/// Multi-host mode's hosts, once made: what a signal tears down.
-static HOSTS: std::sync::Mutex<Option<Arc<pmw_tools::ha_hosts::HaHosts>>> =
-    std::sync::Mutex::new(None);
-
-/// On SIGTERM (`scripts/check`'s time limit) or SIGINT, the multi-host mode's hosts and every
-/// member on them are removed before the checker exits (nothing is dropped otherwise). Taken
-/// over at start, so a signal during the setup is handled too.
-fn teardown_on_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        return;
-    };
-    tokio::spawn(async move {
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
-        }
-        if let Some(ha) = HOSTS.lock().unwrap().take() {
-            println!("signal: removing the hosts");
-            ha.teardown();
-        }
-        std::process::exit(130);
-    });
-}
-
 /// The checked accounts: fixed subscriptions, a resuming client and a webhook receiver each.
 async fn checked_accounts(args: &Args, run: &Run, pg: &tokio_postgres::Client) -> Vec<Checked> {
     let wallets = &run.wallets;
@@ -286,7 +287,7 @@ async fn checked_accounts(args: &Args, run: &Run, pg: &tokio_postgres::Client) -
         let hook = Hook::start(run.seed ^ ((i as u64) << 8), true).await;
         checked.push(Checked {
             wallets: mine.iter().map(hex).collect(),
-            client: WsClient::new(&key),
+            client: WsClient::new(&key).with_pending(args.pending_hold_ms > 0),
             hook,
             endpoint: 0,
             key,
@@ -370,7 +371,10 @@ async fn faults_under_traffic(args: &Args, run: &Run, w: &Arc<World>) -> Vec<Don
     for t in tasks {
         match t.await {
             Ok(d) => done.push(d),
-            Err(e) => println!("a fault task panicked: {e}"),
+            Err(e) => {
+                FAULT_PANICS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                println!("a fault task panicked: {e}");
+            }
         }
     }
     match traffic.await {
@@ -380,6 +384,9 @@ async fn faults_under_traffic(args: &Args, run: &Run, w: &Arc<World>) -> Vec<Don
     traffic_stop.cancel();
     done
 }
+
+/// Fault tasks that panicked (a checker bug: the run fails).
+static FAULT_PANICS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// Fault `f` at its time after `t0` (one of a kind at a time), bounded at 120 s.
 async fn fault_at(w: Arc<World>, f: schedule::Fault, t0: Instant) -> Done {
@@ -457,9 +464,23 @@ struct Tables {
 
 /// The verdict, the recovery per fault kind and the reconnects, printed (and written into
 /// `--doc`); whether the run failed.
-fn judge(args: &Args, run: &Run, w: &World, owed: &Owed, done: &[Done]) -> anyhow::Result<bool> {
+fn judge(
+    args: &Args,
+    run: &Run,
+    w: &World,
+    owed: &Owed,
+    done: &[Done],
+    pending: Option<pending::Judged>,
+) -> anyhow::Result<bool> {
     let mut v = report::verdict(w, &owed.per_checked, &owed.canonical);
-    let table = report::table(&mut v);
+    let mut table = report::table(&mut v);
+    let pending_failed = pending.as_ref().is_some_and(pending::Judged::failed);
+    if let Some(mut p) = pending {
+        table += &format!(
+            "\nPending tier (checked WebSocket clients; judged from receipts and the pool):\n\n{}",
+            p.report()
+        );
+    }
     let effects = report::effects(w, done);
     let details = report::details(&v);
     println!("\n{details}\n{effects}");
@@ -504,7 +525,12 @@ fn judge(args: &Args, run: &Run, w: &World, owed: &Owed, done: &[Done]) -> anyho
         };
         write_doc(doc, args, run, done.len(), &tables)?;
     }
-    let failed = v.failed() || judged.failed() || reconnects.failed(edge_mode) || hosts_failed;
+    let failed = v.failed()
+        || judged.failed()
+        || reconnects.failed(edge_mode)
+        || hosts_failed
+        || pending_failed
+        || FAULT_PANICS.load(std::sync::atomic::Ordering::Relaxed) > 0;
     println!(
         "{}",
         if failed {

@@ -20,7 +20,7 @@ const ORDER_FILLED: [&str; 2] = [
     "0xd543adfd945773f1a62f74f0ee55a5e3b9b1a28262980ba90b1a89f2ea84d8ee",
 ];
 
-async fn rpc(
+pub async fn rpc(
     http: &reqwest::Client,
     url: &str,
     method: &str,
@@ -39,7 +39,7 @@ async fn rpc(
     Ok(v["result"].clone())
 }
 
-fn hex_u64(v: &Value) -> anyhow::Result<u64> {
+pub fn hex_u64(v: &Value) -> anyhow::Result<u64> {
     let s = v.as_str().context("hex string")?;
     Ok(u64::from_str_radix(s.trim_start_matches("0x"), 16)?)
 }

@@ -62,6 +62,8 @@ pub struct WsLog {
     /// (ms, how) of every socket that ended while the client was running (a close frame's
     /// code, an error, EOF, or the client's own silence limit).
     pub drops: Vec<(i64, String)>,
+    /// What it got of the pending tier (with `events=trade,pending`).
+    pub pending: crate::pending::PendingLog,
     /// Ledger position at or below which a trade is out of order (moved back by retracts).
     floor: Option<u128>,
 }
@@ -81,6 +83,7 @@ impl WsLog {
     /// A trade (from the socket or a REST backfill).
     pub fn trade(&mut self, v: &Value, at: i64) {
         let Some((id, pos)) = identity(v) else { return };
+        self.pending.trade(v, at);
         self.deliveries
             .push((v["t_detect_ms"].as_i64().unwrap_or(at), at));
         if self.held.contains_key(&id) {
@@ -131,12 +134,17 @@ struct Session<'a> {
     stop: &'a CancellationToken,
 }
 
-/// Connect through `site` with `key`, resuming at `since` (5 s at most).
-async fn connect(site: &str, key: &str, since: Option<&str>) -> Option<Ws> {
-    let url = match since {
+/// Connect through `site` with `key`, resuming at `since`, opted in to the pending tier or not
+/// (5 s at most).
+async fn connect(site: &str, key: &str, since: Option<&str>, pending: bool) -> Option<Ws> {
+    let mut url = match since {
         Some(r) => format!("ws://{site}/v1/ws?since={r}"),
         None => format!("ws://{site}/v1/ws"),
     };
+    if pending {
+        url.push(if since.is_some() { '&' } else { '?' });
+        url.push_str("events=trade,pending");
+    }
     let mut req = url.into_client_request().unwrap();
     req.headers_mut()
         .insert("authorization", format!("Bearer {key}").parse().unwrap());
@@ -158,6 +166,8 @@ pub struct WsClient {
     pub log: Arc<Mutex<WsLog>>,
     /// Stop reading until this wall-clock ms (a slow consumer).
     pub paused_until: Arc<AtomicI64>,
+    /// Opted in to the pending tier (`events=trade,pending`).
+    pub pending: bool,
 }
 
 impl WsClient {
@@ -166,7 +176,14 @@ impl WsClient {
             key: Arc::new(Mutex::new(key.to_string())),
             log: Arc::default(),
             paused_until: Arc::default(),
+            pending: false,
         }
+    }
+
+    /// The same client, opted in to the pending tier.
+    pub fn with_pending(mut self, on: bool) -> WsClient {
+        self.pending = on;
+        self
     }
 
     /// Run until `stop`: connect through `site`, resume after every close.
@@ -175,7 +192,7 @@ impl WsClient {
         let mut at = Resume::default();
         while !stop.is_cancelled() {
             let key = self.key.lock().unwrap().clone();
-            let Some(ws) = connect(&site, &key, at.since.as_deref()).await else {
+            let Some(ws) = connect(&site, &key, at.since.as_deref(), self.pending).await else {
                 self.log.lock().unwrap().connect_errors += 1;
                 tokio::select! {
                     _ = stop.cancelled() => return,
@@ -261,8 +278,11 @@ impl WsClient {
                     if let Some(d) = at.dropped.take() {
                         l.gaps.push((d, now));
                     }
+                    l.pending.hello();
                 }
                 Some("trade") => l.trade(v, now),
+                Some("pending") => l.pending.pending(v, now),
+                Some("void") => l.pending.void(v, now),
                 Some("retract") => l.retract(v),
                 _ => {}
             }
