@@ -251,11 +251,11 @@ impl Fleet {
     }
 }
 
-type Ws =
+pub type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 /// Connect with a small read buffer and wait for the `hello` frame.
-async fn open(url: &str, key: &str) -> Option<Ws> {
+pub async fn open(url: &str, key: &str) -> Option<Ws> {
     let mut req = url.into_client_request().ok()?;
     req.headers_mut()
         .insert("authorization", format!("Bearer {key}").parse().ok()?);

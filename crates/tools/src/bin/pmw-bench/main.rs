@@ -16,6 +16,7 @@ mod hooks;
 mod ingest;
 mod machine;
 mod markets;
+mod pending;
 mod phases;
 mod procs;
 mod report;
@@ -104,6 +105,13 @@ struct Args {
     /// Directory for the service logs.
     #[arg(long)]
     logs: Option<PathBuf>,
+    /// Only the pending tier's step (issue 43): its section of the report (between the
+    /// `<!-- bench:pending -->` markers of `--out`, default docs/BENCHMARKS.md) is replaced.
+    #[arg(long)]
+    only_pending: bool,
+    /// Sessions of the pending step (opted in to `events=trade,pending`).
+    #[arg(long)]
+    pending_sessions: Option<usize>,
     /// Internal: run as a client worker of the server at this address (see `worker`).
     #[arg(long, hide = true)]
     worker: Option<std::net::SocketAddr>,
@@ -134,6 +142,9 @@ pub struct Plan {
     /// The market step: sessions, and how many of the busiest markets each follows.
     pub market_sessions: usize,
     pub market_count: usize,
+    /// The pending step: sessions, and each of its two windows.
+    pub pending_sessions: usize,
+    pub pending_window: Duration,
     pub deadline: Duration,
 }
 
@@ -183,6 +194,8 @@ impl Plan {
             }),
             market_sessions: a.market_sessions.unwrap_or(if s { 20 } else { 1_000 }),
             market_count: 10,
+            pending_sessions: a.pending_sessions.unwrap_or(if s { 10 } else { 100 }),
+            pending_window: Duration::from_secs(if s { 10 } else { 30 }),
             deadline: Duration::from_secs(if s { 240 } else { 3_000 }),
         }
     }
@@ -230,6 +243,15 @@ async fn run(args: Args, plan: Plan) -> anyhow::Result<()> {
     let started_utc = chrono::Utc::now().format("%Y-%m-%d %H:%M UTC").to_string();
     eprintln!("pmw-bench: {plan:?}");
     let mut b = setup::Bench::new(&plan, logs.clone()).await?;
+    if args.only_pending {
+        b.start_live().await?;
+        eprintln!("pending tier: {} sessions", plan.pending_sessions);
+        let step = pending::step(&mut b, &plan).await?;
+        if let Some(live) = b.live.take() {
+            live.stop().await?;
+        }
+        return pending::write_section(&out, &step, &started_utc);
+    }
     let ws = Arc::new(Collector::default());
     let hooks = Arc::new(Collector::default());
     let receivers = hooks::Receivers::start(plan.webhooks, hooks.clone()).await?;
@@ -248,6 +270,8 @@ async fn run(args: Args, plan: Plan) -> anyhow::Result<()> {
         )
         .await?,
     ];
+    eprintln!("pending tier: {} sessions", plan.pending_sessions);
+    let pending = pending::step(&mut b, &plan).await?;
     let machine = machine::describe(&b).await;
     if let Some(live) = b.live.take() {
         live.stop().await?;
@@ -276,6 +300,7 @@ async fn run(args: Args, plan: Plan) -> anyhow::Result<()> {
         edge_fanout: m.edge_fanout,
         edge_rates: m.edge_rates,
         stages,
+        pending,
     };
     write(&out, &r)?;
     drop(receivers);
@@ -418,6 +443,9 @@ fn check_figures(r: &report::Report, delivered: [usize; 5]) -> anyhow::Result<()
         || r.stages[0].blocks == 0
     {
         bail!("the run produced no fan-out, throughput (either mode) or ingest figures");
+    }
+    if r.pending.pendings == 0 || r.pending.coverage.1 == 0 {
+        bail!("the pending step delivered no pending or no trade");
     }
     if r.markets.delivered == 0 {
         bail!("the market step delivered nothing");

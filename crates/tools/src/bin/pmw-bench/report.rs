@@ -31,6 +31,8 @@ pub struct Report {
     pub edge_fanout: EdgeFanOut,
     pub edge_rates: Vec<RateStep>,
     pub stages: Vec<Stages>,
+    /// The pending tier (issue 43).
+    pub pending: crate::pending::PendingStep,
 }
 
 pub fn p(s: &Option<Summary>, f: fn(&Summary) -> f64) -> Option<f64> {
@@ -63,6 +65,7 @@ pub fn render(r: &Report) -> String {
     crate::markets::render(&mut o, r);
     render_rates(&mut o, r);
     crate::edge_report::render(&mut o, r);
+    o.push_str(&crate::pending::section(&r.pending, &r.started_utc));
     render_stages(&mut o, r);
     o
 }

@@ -225,8 +225,14 @@ impl Bench {
 
     /// Start pmw-live from the next block and wait until it has moved the ingest watermark.
     pub async fn start_live(&mut self) -> anyhow::Result<()> {
+        self.start_live_with(Vec::new()).await
+    }
+
+    /// [`Bench::start_live`] with `extra` settings (the pending step's mempool watcher).
+    pub async fn start_live_with(&mut self, extra: Vec<(String, String)>) -> anyhow::Result<()> {
         let head = self.head().await?;
         let mut env = self.child_env("bench-live");
+        env.extend(extra);
         env.push(("PMW_LIVE_START_BLOCK".into(), (head + 1).to_string()));
         env.push(("PMW_LIVE_LOCK_SEGMENT_MS".into(), "1000".into()));
         env.push(("PMW_GAMMA_URL".into(), format!("http://{}", self.gamma.0)));

@@ -1,0 +1,457 @@
+//! The pending tier's figures (issue 43), the bench's last step: the bench's anvil switched to
+//! 2 s interval mining, pmw-sim in settle mode (the real V1/V2 settlement calls wait in the pool
+//! until the next block; 2 % each revert, are replaced, are dropped), a fresh push leader and
+//! sessions opted in (`events=trade,pending`). Two windows of the same load: pmw-live without,
+//! then with, its mempool watcher. Measured on the client: the trade lane's header→received in
+//! each window, the pending's lead over its trade, seen-in-pool→pushed (`t_push_ms − t_seen_ms`,
+//! both pmw's stamps) and seen→received, coverage (trades whose `pending` came first), the voids
+//! by reason, and wrong voids (a void of a settlement whose receipt has status 1).
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_util::sync::CancellationToken;
+
+use crate::clients::{now_us, open};
+use crate::setup::Bench;
+use crate::stats::{ms, ratio, Summary};
+use crate::Plan;
+
+/// The block time of the pending step, s (Polygon's, as the issue's goals assume).
+pub const BLOCK_TIME_S: u64 = 2;
+
+/// One frame a session got.
+#[derive(Debug, Clone)]
+struct Frame {
+    kind: String,
+    recv_us: i64,
+    pending_id: Option<i64>,
+    block: u64,
+    t_detect_ms: i64,
+    t_seen_ms: i64,
+    t_push_ms: i64,
+    tx: String,
+    reason: String,
+}
+
+impl Frame {
+    fn parse(text: &str, recv_us: i64) -> Option<Frame> {
+        let v: Value = serde_json::from_str(text).ok()?;
+        let kind = v["type"].as_str()?.to_string();
+        let tx = v["fill"]["tx_hash"]
+            .as_str()
+            .or(v["tx_hash"].as_str())
+            .or(v["trade"]["tx_hash"].as_str())
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        Some(Frame {
+            kind,
+            recv_us,
+            pending_id: v["pending_id"].as_i64(),
+            block: v["trade"]["block_number"].as_u64().unwrap_or(0),
+            t_detect_ms: v["t_detect_ms"].as_i64().unwrap_or(0),
+            t_seen_ms: v["t_seen_ms"].as_i64().unwrap_or(0),
+            t_push_ms: v["t_push_ms"].as_i64().unwrap_or(0),
+            tx,
+            reason: v["reason"].as_str().unwrap_or_default().to_string(),
+        })
+    }
+}
+
+/// What one window measured.
+#[derive(Debug, Default, Clone)]
+pub struct Window {
+    /// Trade frames: client-observed header→received.
+    pub trades: Option<Summary>,
+    pub fills: usize,
+    pub blocks: u64,
+}
+
+/// The step's figures.
+#[derive(Debug, Default, Clone)]
+pub struct PendingStep {
+    pub sessions: usize,
+    pub off: Window,
+    pub on: Window,
+    /// A trade's receive time minus its `pending`'s, same session, ms.
+    pub lead: Option<Summary>,
+    pub lead_p90: Option<f64>,
+    pub seen_pushed: Option<Summary>,
+    pub seen_received: Option<Summary>,
+    /// (trades whose `pending` came first on that session, trades) in the tier-on window.
+    pub coverage: (usize, usize),
+    pub voids: BTreeMap<String, usize>,
+    pub wrong_voids: usize,
+    /// Settlements the simulator sent in the tier-on window, and what became of them.
+    pub settlements: BTreeMap<String, usize>,
+    pub pendings: usize,
+}
+
+/// Sessions opted in to the pending tier, recording every frame.
+struct Sessions {
+    frames: Arc<Mutex<Vec<Vec<Frame>>>>,
+    stop: CancellationToken,
+}
+
+impl Sessions {
+    async fn open(url: &str, keys: &[String]) -> anyhow::Result<Sessions> {
+        let frames = Arc::new(Mutex::new(vec![Vec::new(); keys.len()]));
+        let stop = CancellationToken::new();
+        for (i, key) in keys.iter().enumerate() {
+            let Some(mut ws) = open(url, key).await else {
+                anyhow::bail!("pending step: session {i} did not open");
+            };
+            let (frames, stop) = (frames.clone(), stop.clone());
+            tokio::spawn(async move {
+                loop {
+                    let msg = tokio::select! {
+                        m = ws.next() => m,
+                        _ = stop.cancelled() => return,
+                    };
+                    let recv = now_us();
+                    match msg {
+                        Some(Ok(Message::Text(t))) => {
+                            if let Some(f) = Frame::parse(t.as_str(), recv) {
+                                frames.lock().unwrap()[i].push(f);
+                            }
+                        }
+                        Some(Ok(_)) => {}
+                        _ => return,
+                    }
+                }
+            });
+        }
+        Ok(Sessions { frames, stop })
+    }
+
+    fn marks(&self) -> Vec<usize> {
+        self.frames.lock().unwrap().iter().map(Vec::len).collect()
+    }
+
+    /// Every session's frames since `marks`.
+    fn since(&self, marks: &[usize]) -> Vec<Vec<Frame>> {
+        let all = self.frames.lock().unwrap();
+        all.iter()
+            .zip(marks)
+            .map(|(f, m)| f[*m..].to_vec())
+            .collect()
+    }
+}
+
+impl Drop for Sessions {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// The step: see the module's doc.
+pub async fn step(b: &mut Bench, plan: &Plan) -> anyhow::Result<PendingStep> {
+    b.sim
+        .rpc()
+        .call::<Value>("evm_setIntervalMining", json!([BLOCK_TIME_S]))
+        .await?;
+    let settle = pmw_sim::Sim::connect_with(
+        &b.anvil.http_url(),
+        pmw_sim::SimConfig {
+            wallets: b.wallets.clone(),
+            markets: b.sim.config().markets.clone(),
+            settle: true,
+            revert_share: 0.02,
+            replace_share: 0.02,
+            drop_share: 0.02,
+            ..pmw_sim::SimConfig::default()
+        },
+    )
+    .await?;
+    settle.install_emitters().await?;
+    let push = b.start_push(None).await?;
+    let keys: Vec<String> = b.ws_accounts[..plan.pending_sessions.min(b.ws_accounts.len())]
+        .iter()
+        .map(|a| a.key.clone())
+        .collect();
+    let url = format!("ws://{}/v1/ws?events=trade,pending", push.addr);
+    let sessions = Sessions::open(&url, &keys).await?;
+    let mut out = PendingStep {
+        sessions: keys.len(),
+        ..PendingStep::default()
+    };
+    // A warm-up batch, then the tier-off window.
+    window(b, &settle, plan, Duration::from_secs(2 * BLOCK_TIME_S)).await?;
+    let marks = sessions.marks();
+    let (after, upto, _) = window(b, &settle, plan, plan.pending_window).await?;
+    out.off = summarize(&sessions.since(&marks), after, upto);
+    // The tier on: pmw-live again, with its mempool watcher.
+    if let Some(live) = b.live.take() {
+        live.stop().await?;
+    }
+    b.start_live_with(mempool_env()).await?;
+    window(b, &settle, plan, Duration::from_secs(2 * BLOCK_TIME_S)).await?;
+    let marks = sessions.marks();
+    let sent_from = settle.settlements().len();
+    let (after, upto, fills) = window(b, &settle, plan, plan.pending_window).await?;
+    let frames = sessions.since(&marks);
+    out.on = summarize(&frames, after, upto);
+    out.on.fills = fills;
+    for s in &settle.settlements()[sent_from..] {
+        let outcome = serde_json::to_value(s.outcome)?;
+        *out.settlements
+            .entry(outcome.as_str().unwrap_or_default().to_string())
+            .or_default() += 1;
+    }
+    pending_figures(&frames, after, upto, &mut out);
+    out.wrong_voids = wrong_voids(settle.rpc(), &frames).await?;
+    drop(sessions);
+    push.svc.stop().await?;
+    Ok(out)
+}
+
+/// pmw-live's mempool watcher on, watching the simulator's fee modules.
+fn mempool_env() -> Vec<(String, String)> {
+    let modules = pmw_sim::settlement::FEE_MODULES
+        .iter()
+        .map(|f| format!("{}={}", f.address.to_lower_hex(), f.exchange.to_lower_hex()))
+        .collect::<Vec<_>>()
+        .join(" ");
+    vec![
+        ("PMW_LIVE_MEMPOOL".into(), "true".into()),
+        ("PMW_LIVE_MEMPOOL_FEE_MODULES".into(), modules),
+    ]
+}
+
+/// One simulator run of `d` in settle mode, then wait until push reached its last block and the
+/// frames settled: (after, upto, fills mined).
+async fn window(
+    b: &Bench,
+    settle: &pmw_sim::Sim,
+    plan: &Plan,
+    d: Duration,
+) -> anyhow::Result<(u64, u64, usize)> {
+    let after = b.head().await?;
+    let from = settle.emitted().len();
+    let run = pmw_sim::RunConfig {
+        matches_per_block: plan.matches_per_block,
+        interval: Duration::ZERO,
+        count: None,
+        duration: Some(d),
+    };
+    settle.spawn(run, CancellationToken::new()).await??;
+    let upto = b.head().await?;
+    b.wait_pushed(upto, Duration::from_secs(60)).await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let fills = settle.emitted()[from..]
+        .iter()
+        .filter(|e| !e.orphaned && e.block_number > after)
+        .count();
+    Ok((after, upto, fills))
+}
+
+/// The trade lane's client-observed header→received over blocks `(after, upto]`.
+fn summarize(frames: &[Vec<Frame>], after: u64, upto: u64) -> Window {
+    let lat: Vec<f64> = frames
+        .iter()
+        .flatten()
+        .filter(|f| f.kind == "trade" && f.block > after && f.block <= upto)
+        .map(|f| (f.recv_us - f.t_detect_ms * 1_000) as f64 / 1_000.0)
+        .collect();
+    Window {
+        trades: Summary::of(&lat),
+        fills: 0,
+        blocks: upto - after,
+    }
+}
+
+/// Lead, seen→pushed, seen→received, coverage and voids of the tier-on window's frames.
+fn pending_figures(frames: &[Vec<Frame>], after: u64, upto: u64, out: &mut PendingStep) {
+    let (mut lead, mut pushed, mut received) = (Vec::new(), Vec::new(), Vec::new());
+    for session in frames {
+        let mut first: HashMap<i64, i64> = HashMap::new();
+        for f in session {
+            match f.kind.as_str() {
+                "pending" => {
+                    let id = f.pending_id.unwrap_or_default();
+                    if first.insert(id, f.recv_us).is_none() {
+                        out.pendings += 1;
+                        pushed.push((f.t_push_ms - f.t_seen_ms) as f64);
+                        received.push((f.recv_us - f.t_seen_ms * 1_000) as f64 / 1_000.0);
+                    }
+                }
+                "void" => *out.voids.entry(f.reason.clone()).or_default() += 1,
+                "trade" if f.block > after && f.block <= upto => {
+                    out.coverage.1 += 1;
+                    let p = f.pending_id.and_then(|id| first.get(&id));
+                    if let Some(p_us) = p.filter(|p| **p < f.recv_us) {
+                        out.coverage.0 += 1;
+                        lead.push((f.recv_us - p_us) as f64 / 1_000.0);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    out.lead = Summary::of(&lead);
+    lead.sort_by(f64::total_cmp);
+    out.lead_p90 = (!lead.is_empty()).then(|| crate::stats::rank(&lead, 0.9));
+    out.seen_pushed = Summary::of(&pushed);
+    out.seen_received = Summary::of(&received);
+}
+
+/// Voids of settlements whose receipt says status 1 (they did happen), by the chain.
+async fn wrong_voids(rpc: &pmw_sim::rpc::Rpc, frames: &[Vec<Frame>]) -> anyhow::Result<usize> {
+    let mut status: HashMap<String, Option<u64>> = HashMap::new();
+    let mut wrong = 0;
+    for f in frames.iter().flatten().filter(|f| f.kind == "void") {
+        if !status.contains_key(&f.tx) {
+            let r: Value = rpc.call("eth_getTransactionReceipt", json!([f.tx])).await?;
+            let s = r["status"]
+                .as_str()
+                .and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok());
+            status.insert(f.tx.clone(), s);
+        }
+        if status[&f.tx] == Some(1) {
+            wrong += 1;
+        }
+    }
+    Ok(wrong)
+}
+
+/// The report's section (between `<!-- bench:pending -->` markers), with the issue's goals.
+pub fn render(p: &PendingStep) -> String {
+    let mut s = String::new();
+    let p50 = |x: &Option<Summary>| x.map(|x| x.p50);
+    let pct = |a: usize, b: usize| 100.0 * a as f64 / b.max(1) as f64;
+    let cov = pct(p.coverage.0, p.coverage.1);
+    let lead50 = p.lead.map(|l| l.p50);
+    let lead90 = p.lead_p90;
+    let off = p50(&p.off.trades);
+    let on = p50(&p.on.trades);
+    let shift = match (on, off) {
+        (Some(a), Some(b)) if b > 0.0 => format!("{:+.1} %", 100.0 * (a - b) / b),
+        _ => "–".into(),
+    };
+    let _ = writeln!(
+        s,
+        "{} sessions opted in (`events=trade,pending`), anvil mining every {BLOCK_TIME_S} s, pmw-sim in settle mode; two windows of the same load, pmw-live's mempool watcher off then on.\n",
+        p.sessions
+    );
+    let _ = writeln!(s, "| figure | measured | goal |\n|---|---|---|");
+    let row = |s: &mut String, f: &str, m: String, g: &str| {
+        let _ = writeln!(s, "| {f} | {m} | {g} |");
+    };
+    row(
+        &mut s,
+        "pending received before its trade, p50 (p90 of the lead)",
+        format!("{} ({})", ms(lead50), ms(lead90)),
+        "≥ 1500 ms",
+    );
+    row(
+        &mut s,
+        "seen in the pool → pushed, p50 / p99 (pmw's stamps)",
+        format!(
+            "{} / {}",
+            ms(p50(&p.seen_pushed)),
+            ms(p.seen_pushed.map(|x| x.p99))
+        ),
+        "p50 ≤ 10 ms",
+    );
+    row(
+        &mut s,
+        "seen in the pool → received, p50",
+        ms(p50(&p.seen_received)),
+        "",
+    );
+    row(
+        &mut s,
+        "trade lane header→received p50 / p99, tier off",
+        format!("{} / {}", ms(off), ms(p.off.trades.map(|x| x.p99))),
+        "",
+    );
+    row(
+        &mut s,
+        "trade lane header→received p50 / p99, tier on",
+        format!(
+            "{} / {} ({shift}; on ÷ off {})",
+            ms(on),
+            ms(p.on.trades.map(|x| x.p99)),
+            ratio(on, off)
+        ),
+        "within 10 % of off",
+    );
+    row(
+        &mut s,
+        "coverage: trades whose pending came first",
+        format!("{cov:.1} % ({} of {})", p.coverage.0, p.coverage.1),
+        "≥ 99 %",
+    );
+    let voids: Vec<String> = p.voids.iter().map(|(r, n)| format!("{r} {n}")).collect();
+    row(
+        &mut s,
+        "voids by reason (frames)",
+        if voids.is_empty() {
+            "none".into()
+        } else {
+            voids.join(", ")
+        },
+        "",
+    );
+    row(
+        &mut s,
+        "wrong voids (settlement mined with status 1)",
+        p.wrong_voids.to_string(),
+        "0",
+    );
+    let sent: Vec<String> = p
+        .settlements
+        .iter()
+        .map(|(r, n)| format!("{r} {n}"))
+        .collect();
+    row(
+        &mut s,
+        "blocks per window (off / on), fills mined in the tier-on window",
+        format!("{} / {}, {}", p.off.blocks, p.on.blocks, p.on.fills),
+        "",
+    );
+    row(
+        &mut s,
+        "settlements sent in the tier-on window",
+        sent.join(", "),
+        "",
+    );
+    s
+}
+
+const MARKS: (&str, &str) = ("<!-- bench:pending -->", "<!-- /bench:pending -->");
+
+/// The report's section: a title, and the figures between their markers.
+pub fn section(p: &PendingStep, when: &str) -> String {
+    format!(
+        "## Pending tier (mempool)\n\n{}\n{}\n{}\n\n",
+        MARKS.0,
+        body(p, when),
+        MARKS.1
+    )
+}
+
+fn body(p: &PendingStep, when: &str) -> String {
+    format!("Measured {when}.\n\n{}", render(p))
+}
+
+/// `--only-pending`: the figures written between the markers of `out` (printed too).
+pub fn write_section(out: &std::path::Path, p: &PendingStep, when: &str) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(out).unwrap_or_default();
+    let body = body(p, when);
+    println!("{body}");
+    let new = match (text.find(MARKS.0), text.find(MARKS.1)) {
+        (Some(i), Some(j)) if i < j => {
+            format!("{}{}\n{body}\n{}", &text[..i], MARKS.0, &text[j..])
+        }
+        _ => format!("{text}\n{}", section(p, when)),
+    };
+    std::fs::write(out, new)?;
+    eprintln!("pmw-bench: wrote the pending section of {}", out.display());
+    Ok(())
+}
