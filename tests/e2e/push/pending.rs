@@ -170,6 +170,19 @@ async fn an_opted_in_session_gets_each_pending_before_its_trade_and_voids_with_r
         .await;
     no_pending_tier(&plain);
 
+    // A session resuming from before the paired trade gets it replayed, naming its pending as
+    // the live frame did.
+    let hello = of_type(&frames, "hello").next().unwrap();
+    let from = hello["resume"].as_str().unwrap();
+    let replayed = connect_url(&format!("ws://{addr}/v1/ws?since={from}"), Some(&key)).await;
+    replayed
+        .wait_seen(WITHIN, "the paired trade replayed with its pending_id", |s| {
+            s.frames
+                .iter()
+                .any(|f| f["type"] == "trade" && f["pending_id"] == id)
+        })
+        .await;
+
     // A session that resumes while a fill is open is sent it, then its end.
     let since = of_type(&opted.frames(), "trade")
         .last()

@@ -32,9 +32,15 @@ pub(super) enum Render {
 }
 
 impl Render {
-    /// The message about `row`, and the latency channel it counts in.
-    fn message(self, row: &TradeRow, market: Option<&Market>) -> (Kind, String, &'static str) {
-        let message = || TradeMessage::from_row(row, market);
+    /// The message about `row` (naming the pending fill it confirmed, if any), and the latency
+    /// channel it counts in.
+    fn message(
+        self,
+        row: &TradeRow,
+        market: Option<&Market>,
+        pending_id: Option<i64>,
+    ) -> (Kind, String, &'static str) {
+        let message = || TradeMessage::from_row(row, market).confirming(pending_id);
         match self {
             Render::Trade { finalized_through } => (
                 Kind::Trade,
@@ -117,6 +123,7 @@ pub(super) async fn replay(
         let full = rows.len() as u64 >= page;
         read = rows.last().map_or(read, |r| r.cursor());
         let names = names(st, &rows).await?;
+        let confirmed = pending_ids(st, &rows).await?;
         for row in rows {
             if scanned == max {
                 return resync(socket, *after).await;
@@ -130,7 +137,9 @@ pub(super) async fn replay(
                 continue;
             }
             let now = UnixMs::now().0;
-            let (kind, body, channel) = render.message(&row, market);
+            let key = (row.block_number, row.log_index, row.block_hash.clone());
+            let pending_id = confirmed.get(&key).copied();
+            let (kind, body, channel) = render.message(&row, market, pending_id);
             send(socket, stamp(kind, &body, now)).await?;
             let row_at = row.cursor();
             let written = Written {
@@ -176,6 +185,39 @@ pub(super) async fn names(
     pg::market_names_of(&**c, rows)
         .await
         .map_err(|e| Ended::Failed(pg::describe(&e)))
+}
+
+/// The pending fills that a replay page's trades confirmed (`ledger.pending_id`), by identity
+/// (block number, log index, block hash): a replayed trade names its pending as a live one does.
+/// One read of the page's block range; rows older than the ledger's Postgres part have none.
+async fn pending_ids(
+    st: &SessionState,
+    rows: &[TradeRow],
+) -> Result<HashMap<(u64, u32, String), i64>, Ended> {
+    let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
+        return Ok(HashMap::new());
+    };
+    let c = st
+        .pool
+        .get()
+        .await
+        .map_err(|e| Ended::Failed(e.to_string()))?;
+    let (from, to) = (first.block_number as i64, last.block_number as i64);
+    let found = c
+        .query(include_str!("../sql/ledger_pending_ids.sql"), &[&from, &to])
+        .await
+        .map_err(|e| Ended::Failed(pg::describe(&e)))?;
+    Ok(found
+        .iter()
+        .map(|r| {
+            let key = (
+                r.get::<_, i64>(0) as u64,
+                r.get::<_, i32>(1) as u32,
+                r.get::<_, String>(2),
+            );
+            (key, r.get::<_, i64>(3))
+        })
+        .collect())
 }
 
 /// The pending fills still open of what the viewer follows, for a session opted in to
