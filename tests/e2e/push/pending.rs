@@ -176,11 +176,15 @@ async fn an_opted_in_session_gets_each_pending_before_its_trade_and_voids_with_r
     let from = hello["resume"].as_str().unwrap();
     let replayed = connect_url(&format!("ws://{addr}/v1/ws?since={from}"), Some(&key)).await;
     replayed
-        .wait_seen(WITHIN, "the paired trade replayed with its pending_id", |s| {
-            s.frames
-                .iter()
-                .any(|f| f["type"] == "trade" && f["pending_id"] == id)
-        })
+        .wait_seen(
+            WITHIN,
+            "the paired trade replayed with its pending_id",
+            |s| {
+                s.frames
+                    .iter()
+                    .any(|f| f["type"] == "trade" && f["pending_id"] == id)
+            },
+        )
         .await;
 
     // A session that resumes while a fill is open is sent it, then its end.
