@@ -22,8 +22,13 @@ impl Delivered {
         }
     }
 
-    /// A frame written or a webhook delivered on `channel`: its detect→push latency.
+    /// A frame written or a webhook delivered on `channel`: its detect→push latency. A
+    /// `pending` (`ws_pending`, `webhook_pending`) starts at its sighting in a pool, not at a
+    /// block header: not a detect→push sample (push's pending lane has its own histogram).
     pub fn record(&self, channel: &str, t_detect_ms: i64, t_push_ms: i64) {
+        if channel.ends_with("_pending") {
+            return;
+        }
         let secs = (t_push_ms - t_detect_ms).max(0) as f64 / 1000.0;
         if channel == "ws" {
             self.frames_sent.increment(1);
