@@ -134,6 +134,7 @@ pub fn render(s: &Snapshot, fresh: &Freshness) -> String {
     }
     out.push_str("</div></section>");
 
+    crate::pending::render(&s.pending, &mut out);
     crate::availability::render(&s.availability, &mut out);
     stage_table(s, &mut out);
     crate::audit::render(&s.audit, &mut out);

@@ -533,13 +533,18 @@ mod tests {
         assert_eq!(trade.attempt, 3, "the attempt that delivered it");
         let confirmed = r#"{"audit": false, "trade": {"side": 0}, "pending_id": 17}"#;
         let confirmed = d.latency_row(&claimed(Kind::Trade, confirmed), 4).unwrap();
-        assert_eq!((confirmed.channel.as_str(), confirmed.pending_id), ("webhook", 17));
+        assert_eq!(
+            (confirmed.channel.as_str(), confirmed.pending_id),
+            ("webhook", 17)
+        );
         let p = r#"{"type":"pending","t_push_ms":0,"pending_id":18,"t_seen_ms":5}"#;
         let p = d.latency_row(&claimed(Kind::Pending, p), 4).unwrap();
         assert_eq!((p.channel.as_str(), p.pending_id), (PENDING_CHANNEL, 18));
         let void = r#"{"type":"void","t_push_ms":0,"pending_id":18,"reason":"dropped"}"#;
         assert_eq!(d.latency_row(&claimed(Kind::Void, void), 4), None);
-        let fin = d.latency_row(&claimed(Kind::Final, r#"{"audit":true}"#), 4).unwrap();
+        let fin = d
+            .latency_row(&claimed(Kind::Final, r#"{"audit":true}"#), 4)
+            .unwrap();
         assert_eq!((fin.channel.as_str(), fin.backfilled), (FINAL_CHANNEL, 1));
         assert_ne!(FINAL_CHANNEL, CHANNEL);
         // No response head: the latency ends when the attempt did.

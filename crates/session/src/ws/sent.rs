@@ -324,9 +324,15 @@ mod tests {
     fn a_pending_goes_out_once_and_never_after_its_trade_or_void() {
         let mut a = at(10, None);
         let mut out = Vec::new();
-        let w = a.frame(pending(Kind::Pending, 1), 1, &mut out).expect("its latency row");
+        let w = a
+            .frame(pending(Kind::Pending, 1), 1, &mut out)
+            .expect("its latency row");
         assert_eq!((w.channel, w.pending_id), ("ws_pending", Some(1)));
-        assert_eq!(a.frame(pending(Kind::Pending, 1), 1, &mut out), None, "once");
+        assert_eq!(
+            a.frame(pending(Kind::Pending, 1), 1, &mut out),
+            None,
+            "once"
+        );
         assert_eq!(out.len(), 1, "once: {out:?}");
         assert!(out[0].starts_with(r#"{"type":"pending","t_push_ms":1,"pending_id":1"#));
         // Its trade first: the late pending is dropped; the trade goes out as ever.
