@@ -152,24 +152,36 @@ async fn plant(db: &TestDb, now: i64) -> (Vec<Planned>, Vec<PushLatencyRow>) {
     let (recent, total) = (24i64, 31i64);
     let mut plan = Vec::new();
     let mut rows = Vec::new();
-    for i in 0..total {
-        let base = if i < recent {
-            now - 50 * 60_000
-        } else {
-            now - 5 * HOUR
+    // The last two are seen just before the last hour and end (one confirmed, one dropped)
+    // minutes into it: their ends and trades are the hour's, their pushes are not.
+    for i in 0..total + 2 {
+        let boundary = i >= total;
+        let first_seen = match i {
+            _ if boundary => now - HOUR - 30_000 - (i - total) * 1_000,
+            _ if i < recent => now - 50 * 60_000 + i * 60_000,
+            _ => now - 5 * HOUR + i * 60_000,
         };
-        let first_seen = base + i * 60_000;
         let n = 1 + usize::from(i % 3 == 0);
         let tx = format!("0x{i:064x}");
         let fills = record(db, &tx, n, first_seen).await;
         let end_kind = match i % 5 {
+            _ if i == total => End::Confirmed,
+            _ if boundary => End::Void("dropped"),
             0 => End::Void(REASONS[(i as usize / 5) % 4]),
             4 if i == 4 => End::Open,
             _ => End::Confirmed,
         };
-        let end_ms = first_seen + 2_500 + spread(i, 3);
+        let end_ms = if boundary {
+            now - HOUR + 5 * 60_000
+        } else {
+            first_seen + 2_500 + spread(i, 3)
+        };
         end(db, &tx, n, end_kind, end_ms).await;
-        let header = first_seen + 1_800 + spread(i, 11) * 9;
+        let header = if boundary {
+            end_ms - 500
+        } else {
+            first_seen + 1_800 + spread(i, 11) * 9
+        };
         for (k, id) in fills.iter().enumerate() {
             let k64 = k as i64;
             // To two sessions, one of them slower; to a webhook endpoint for every other fill.
