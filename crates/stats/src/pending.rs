@@ -10,6 +10,7 @@
 //! page says so instead of showing 0 % coverage.
 
 use clickhouse::Row;
+use pmw_core::ch::statements::{PENDING_COVERAGE, PENDING_LEAD, PENDING_PUSH};
 use pmw_core::ch::ChClient;
 use pmw_core::pg::PgPool;
 use pmw_core::UnixMs;
@@ -143,8 +144,9 @@ pub async fn report(ch: &ChClient, pg: &PgPool, now: UnixMs) -> Result<PendingRe
     let c = pg.get().await.map_err(pmw_core::pg::PgError::from)?;
     let mut windows = Vec::new();
     for nw in model::windows(now) {
-        let ends = ends(&c, nw).await?;
-        windows.push(window(ch, nw, ends).await?);
+        let mut w = window(ch, nw).await?;
+        w.ended = ends(&c, nw).await?;
+        windows.push(w);
     }
     let open: bool = c
         .query_one(include_str!("sql/pending_open.sql"), &[])
@@ -166,18 +168,13 @@ pub async fn report(ch: &ChClient, pg: &PgPool, now: UnixMs) -> Result<PendingRe
     })
 }
 
-async fn window(ch: &ChClient, nw: NamedWindow, ended: Ends) -> Result<PendingWindow, StatsError> {
+/// The ClickHouse figures of one window (`ended` is Postgres', left empty here).
+pub async fn window(ch: &ChClient, nw: NamedWindow) -> Result<PendingWindow, StatsError> {
     let w = nw.window;
     let sql = |s: &'static str| ch.query(s).bind(w.from_ms).bind(w.to_ms);
-    let pushes: Vec<PushAgg> = sql(include_str!("sql/pending_push.sql"))
-        .fetch_all()
-        .await?;
-    let lead: LeadAgg = sql(include_str!("sql/pending_lead.sql"))
-        .fetch_one()
-        .await?;
-    let cov: CoverageAgg = sql(include_str!("sql/pending_coverage.sql"))
-        .fetch_one()
-        .await?;
+    let pushes: Vec<PushAgg> = sql(PENDING_PUSH).fetch_all().await?;
+    let lead: LeadAgg = sql(PENDING_LEAD).fetch_one().await?;
+    let cov: CoverageAgg = sql(PENDING_COVERAGE).fetch_one().await?;
     let of = |channel: &str| {
         pushes
             .iter()
@@ -202,7 +199,7 @@ async fn window(ch: &ChClient, nw: NamedWindow, ended: Ends) -> Result<PendingWi
             with_pending: cov.covered,
             share: share(cov.covered, cov.n),
         },
-        ended,
+        ended: Ends::from_counts(0, &[0; 4]),
     })
 }
 
@@ -220,22 +217,29 @@ async fn ends(c: &tokio_postgres::Client, nw: NamedWindow) -> Result<Ends, Stats
             .find(|r| r.get::<_, &str>(0) == reason)
             .map_or(0, |r| r.get::<_, i64>(1).max(0) as u64)
     };
-    let confirmed = count_of("confirmed");
-    let by: Vec<(&str, u64)> = REASONS.iter().map(|r| (*r, count_of(r))).collect();
-    let voided: u64 = by.iter().map(|(_, n)| n).sum();
-    let count = confirmed + voided;
-    Ok(Ends {
-        count,
-        confirmed,
-        voided,
-        void_share: share(voided, count),
-        voided_by_reason: by
-            .into_iter()
-            .map(|(reason, n)| EndShare {
-                reason: reason.into(),
-                count: n,
-                share: share(n, count),
-            })
-            .collect(),
-    })
+    let voided: Vec<u64> = REASONS.iter().map(|r| count_of(r)).collect();
+    Ok(Ends::from_counts(count_of("confirmed"), &voided))
+}
+
+impl Ends {
+    /// From the confirmed count and the voided count per reason of [`REASONS`].
+    fn from_counts(confirmed: u64, voided_by: &[u64]) -> Ends {
+        let voided: u64 = voided_by.iter().sum();
+        let count = confirmed + voided;
+        Ends {
+            count,
+            confirmed,
+            voided,
+            void_share: share(voided, count),
+            voided_by_reason: REASONS
+                .iter()
+                .zip(voided_by)
+                .map(|(reason, n)| EndShare {
+                    reason: (*reason).into(),
+                    count: *n,
+                    share: share(*n, count),
+                })
+                .collect(),
+        }
+    }
 }
