@@ -55,7 +55,11 @@ mod tests {
         d.record("ws", 1_000, 1_030);
         d.record("ws", 1_000, 1_040);
         d.record("webhook", 1_000, 3_000);
+        // A pending starts at its sighting in a pool: no detect→push sample.
+        d.record("ws_pending", 1_000, 1_005);
+        d.record("webhook_pending", 1_000, 1_300);
         let text = pmw_core::metrics::render();
+        assert!(!text.contains("_pending\""), "{text}");
         assert!(text.contains(&format!("{FRAMES_SENT} 2")), "{text}");
         assert!(
             text.contains(&format!("{DETECT_TO_PUSH}_count{{channel=\"ws\"}} 2")),
