@@ -36,6 +36,7 @@ fn latency(t_push_ms: i64, ms: i64, backfilled: u8) -> PushLatencyRow {
         epoch: 1,
         backfilled,
         attempt: 0,
+        pending_id: 0,
     }
 }
 

@@ -94,6 +94,7 @@ pub const POSTGRES: &[Migration] = &[
     migration!(22, "writer_epochs", "postgres/0022_writer_epochs.sql"),
     migration!(23, "pending", "postgres/0023_pending.sql"),
     migration!(24, "pending_webhooks", "postgres/0024_pending_webhooks.sql"),
+    migration!(25, "pending_ends", "postgres/0025_pending_ends.sql"),
 ];
 
 /// ClickHouse migrations, in order. Every file in `migrations/clickhouse` must be listed (tested).
@@ -106,6 +107,7 @@ pub const CLICKHOUSE: &[Migration] = &[
         "availability_causes",
         "clickhouse/0004_availability_causes.sql"
     ),
+    migration!(5, "pending_latency", "clickhouse/0005_pending_latency.sql"),
 ];
 
 /// Advisory lock key serialising concurrent `pmwctl migrate` runs (per database).

@@ -1,6 +1,7 @@
 //! The leader's ClickHouse facts, one writer for all of them: a `push_latency` row per delivered
 //! WebSocket frame (channel `ws`) and per delivered webhook (channel `webhook`, with the number
-//! of the attempt that delivered it: the dashboard splits first-attempt from eventual), and a
+//! of the attempt that delivered it: the dashboard splits first-attempt from eventual), per
+//! `pending` pushed (`ws_pending`, `webhook_pending`, with its fill's `pending_id`), and a
 //! `delivery_log` row per webhook attempt. Written in small batches by one background task so no
 //! send ever waits for ClickHouse; rows that fail to insert are kept and retried, up to a bound
 //! (beyond it the oldest are dropped and counted).
@@ -20,6 +21,9 @@ use tokio_util::sync::CancellationToken;
 pub const WEBHOOK_CHANNEL: &str = "webhook";
 /// `push_latency.channel` of a delivered `final` webhook (WebSocket finals are `ws_final`).
 pub const WEBHOOK_FINAL_CHANNEL: &str = "webhook_final";
+/// `push_latency.channel` of a delivered `pending` webhook (WebSocket ones are `ws_pending`):
+/// detected at the fill's first sighting in a pool, never a trade's stage.
+pub const WEBHOOK_PENDING_CHANNEL: &str = "webhook_pending";
 /// Rows buffered for ClickHouse before the oldest are dropped (a few seconds of a busy leader's
 /// frames: about 10 MB).
 const MAX_BUFFERED: usize = 100_000;

@@ -22,8 +22,13 @@ impl Delivered {
         }
     }
 
-    /// A frame written or a webhook delivered on `channel`: its detect→push latency.
+    /// A frame written or a webhook delivered on `channel`: its detect→push latency. A
+    /// `pending` (`ws_pending`, `webhook_pending`) starts at its sighting in a pool, not at a
+    /// block header: not a detect→push sample (push's pending lane has its own histogram).
     pub fn record(&self, channel: &str, t_detect_ms: i64, t_push_ms: i64) {
+        if channel.ends_with("_pending") {
+            return;
+        }
         let secs = (t_push_ms - t_detect_ms).max(0) as f64 / 1000.0;
         if channel == "ws" {
             self.frames_sent.increment(1);
@@ -50,7 +55,11 @@ mod tests {
         d.record("ws", 1_000, 1_030);
         d.record("ws", 1_000, 1_040);
         d.record("webhook", 1_000, 3_000);
+        // A pending starts at its sighting in a pool: no detect→push sample.
+        d.record("ws_pending", 1_000, 1_005);
+        d.record("webhook_pending", 1_000, 1_300);
         let text = pmw_core::metrics::render();
+        assert!(!text.contains("_pending\""), "{text}");
         assert!(text.contains(&format!("{FRAMES_SENT} 2")), "{text}");
         assert!(
             text.contains(&format!("{DETECT_TO_PUSH}_count{{channel=\"ws\"}} 2")),

@@ -1,6 +1,6 @@
 //! pmw-stats: latency aggregates for 1h/24h/7d/30d, push and ingest availability from its
 //! once-a-second sampler ([`sampler`], [`availability`]) and the completeness audit's figures
-//! ([`audit`]), the public dashboard page (`GET /latency`) and its JSON (`GET /latency.json`), and the retention jobs: latency and `delivery_log` day
+//! ([`audit`]), the pending tier's figures ([`pending`]), the public dashboard page (`GET /latency`) and its JSON (`GET /latency.json`), and the retention jobs: latency and `delivery_log` day
 //! partitions in ClickHouse ([`retention`]), finished `ws_claims` and `webhook_deliveries` rows
 //! in Postgres ([`purge`]). One writer, holding the `stats` advisory lock; it binds its loopback
 //! port only once it holds the lock.
@@ -17,6 +17,7 @@ pub mod http;
 pub mod incidents;
 pub mod model;
 pub mod page;
+pub mod pending;
 pub mod providers;
 pub mod purge;
 pub mod query;

@@ -1,4 +1,5 @@
-//! The public dashboard page, rendered on the server: headline, per-stage table, SVG charts. No
+//! The public dashboard page, rendered on the server: headline, the pending tier's section
+//! ([`crate::pending`]), per-stage table, SVG charts. No
 //! script, no external resource; every time is UTC with its window's bounds; a window without
 //! rows says "no data" with its count, never 0 and never another window's figure.
 
@@ -134,6 +135,7 @@ pub fn render(s: &Snapshot, fresh: &Freshness) -> String {
     }
     out.push_str("</div></section>");
 
+    crate::pending::render(&s.pending, &mut out);
     crate::availability::render(&s.availability, &mut out);
     stage_table(s, &mut out);
     crate::audit::render(&s.audit, &mut out);

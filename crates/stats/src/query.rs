@@ -125,6 +125,7 @@ pub async fn compute_with(ch: &ChClient, now: UnixMs, days: i64) -> Result<Snaps
         histogram_1h,
         availability,
         audit: Default::default(),
+        pending: Default::default(),
         diagnostics: Diagnostics {
             head_lead_ms: head_lead,
             rows_dated_after_now,

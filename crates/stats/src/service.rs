@@ -287,11 +287,11 @@ async fn wait_for_lock(
 }
 
 /// The whole snapshot (with `days` daily availability bars): latency from ClickHouse, the
-/// completeness audit and the RPC providers
-/// from Postgres.
+/// completeness audit and the RPC providers from Postgres, the pending tier from both.
 pub async fn snapshot(stores: &Stores, now: UnixMs, days: i64) -> Result<Snapshot, StatsError> {
     let mut s = query::compute_with(&stores.ch, now, days).await?;
     s.audit = audit::report(&stores.pg, now).await?;
+    s.pending = crate::pending::report(&stores.ch, &stores.pg, now).await?;
     s.diagnostics.rpc_providers = providers::current(&stores.pg).await?;
     Ok(s)
 }

@@ -287,6 +287,10 @@ pub struct Snapshot {
     /// The completeness audit (Postgres; filled in by the service after the ClickHouse part).
     #[serde(default)]
     pub audit: AuditReport,
+    /// The pending tier beside the confirmed path (ClickHouse and Postgres; filled in by the
+    /// service after the ClickHouse part).
+    #[serde(default)]
+    pub pending: crate::pending::PendingReport,
     pub diagnostics: Diagnostics,
 }
 

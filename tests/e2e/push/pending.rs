@@ -159,6 +159,7 @@ async fn an_opted_in_session_gets_each_pending_before_its_trade_and_voids_with_r
     assert_eq!(p["fill"]["order_hash"], t["trade"]["order_hash"]);
     assert_eq!(p["fill"]["wallet"], t["trade"]["wallet"]);
     assert!(p["t_seen_ms"].as_i64().unwrap() > 0);
+    pushes_are_recorded_with_their_pending(&h, id, p, "ws").await;
 
     // The default session got the same trades, and no pending tier.
     plain
@@ -193,6 +194,50 @@ async fn an_opted_in_session_gets_each_pending_before_its_trade_and_voids_with_r
         .map(|t| t["resume"].as_str().unwrap().to_string())
         .unwrap();
     resume_gets_the_open_pending(&h, addr, &key, &since).await;
+}
+
+/// push's `push_latency` rows (the dashboard's pending figures) on `channel` (`ws` or
+/// `webhook`): the `pending` pushed as `<channel>_pending` from the fill's first sighting (a
+/// frame: to its own push time), its confirming trade as `<channel>` naming the fill; no pending
+/// or void row in a trade's channel (block 0).
+async fn pushes_are_recorded_with_their_pending(h: &Harness, id: i64, p: &Value, channel: &str) {
+    type R = (String, u64, i64, i64);
+    let pending = format!("{channel}_pending");
+    let rows = pmw_testkit::eventually(WITHIN, || async {
+        let rows: Vec<R> =
+            h.db.ch
+                .query(
+                    "SELECT channel, block_number, t_detect_ms, t_push_ms FROM push_latency \
+                 WHERE pending_id = ?",
+                )
+                .bind(id as u64)
+                .fetch_all()
+                .await
+                .unwrap();
+        let has = |c: &str| rows.iter().any(|r| r.0 == c);
+        (has(&pending) && has(channel)).then_some(rows)
+    })
+    .await
+    .unwrap_or_else(|| panic!("no {pending} and {channel} rows of pending {id}"));
+    let seen = p["t_seen_ms"].as_i64().unwrap();
+    // A frame's row ends at the frame's stamp; a webhook's at the receiver's answer.
+    let pushed = (channel == "ws").then(|| p["t_push_ms"].as_i64().unwrap());
+    assert!(
+        rows.iter()
+            .any(|r| r.0 == pending && r.1 == 0 && r.2 == seen && pushed.is_none_or(|t| t == r.3)),
+        "the pending's row (seen {seen}, pushed {pushed:?}) in {rows:?}"
+    );
+    assert!(rows.iter().all(|r| r.0 != channel || r.1 > 0), "{rows:?}");
+    let stray: u64 =
+        h.db.ch
+            .query(
+                "SELECT count() FROM push_latency WHERE channel IN ('ws', 'webhook') \
+             AND block_number = 0",
+            )
+            .fetch_one()
+            .await
+            .unwrap();
+    assert_eq!(stray, 0, "a pending or void row in a trade's channel");
 }
 
 /// Resume (`since`) while a dropped settlement's fills are still open (they stay open for the
@@ -409,6 +454,11 @@ async fn webhook_endpoints_opted_in_get_signed_pendings_before_their_trades_and_
         0,
         "an endpoint that did not opt in gets no pending tier"
     );
+    let opted_bodies = bodies(&opted);
+    let p = of_type(&opted_bodies, "pending")
+        .find(|b| b["pending_id"] == id)
+        .unwrap();
+    pushes_are_recorded_with_their_pending(&h, id, p, "webhook").await;
 }
 
 /// A `pending` whose first attempt failed is retried only while its fill is open: once the fill

@@ -19,7 +19,8 @@ pub struct IngestLatencyRow {
     pub backfilled: u8,
 }
 
-/// One delivered message (channel `ws`, `webhook`, `ws_final` or `webhook_final`).
+/// One delivered message (channel `ws`, `webhook`, `ws_final` or `webhook_final`; a `pending`
+/// pushed: `ws_pending` or `webhook_pending`, detected at the fill's first sighting in a pool).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, clickhouse::Row)]
 pub struct PushLatencyRow {
     pub block_number: u64,
@@ -33,6 +34,9 @@ pub struct PushLatencyRow {
     /// The webhook attempt that delivered it (1: the first); 0 for WebSocket frames. The
     /// dashboard's first-attempt webhook figure counts `attempt = 1` only.
     pub attempt: u32,
+    /// The pending fill (`pending_fills.id`) a pending row announced, or the one a trade row
+    /// confirmed (`ledger.pending_id`); 0: none. The dashboard's pending figures pair by it.
+    pub pending_id: u64,
 }
 
 /// Insert ingest latency rows (the production write path used by `pmw-live`).

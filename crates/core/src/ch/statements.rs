@@ -65,6 +65,12 @@ pub const AVAILABILITY_RUNS: &str = include_str!("sql/availability_runs.sql");
 pub const AVAILABILITY_CAUSES: &str = include_str!("sql/availability_causes.sql");
 /// Stats: the newest sample's time (an open incident).
 pub const AVAILABILITY_NEWEST: &str = include_str!("sql/availability_newest.sql");
+/// Stats: seen-pending → pushed of a window, by channel (the pending tier).
+pub const PENDING_PUSH: &str = include_str!("sql/pending_push.sql");
+/// Stats: the pending tier's lead over the block header of a window.
+pub const PENDING_LEAD: &str = include_str!("sql/pending_lead.sql");
+/// Stats: delivered trades of a window and those that had a pending first.
+pub const PENDING_COVERAGE: &str = include_str!("sql/pending_coverage.sql");
 /// API readiness: recent live WebSocket latency.
 pub const RECENT_LATENCY: &str = include_str!("sql/recent_latency.sql");
 
@@ -102,6 +108,9 @@ pub const ALL: &[(&str, &str)] = &[
     ("availability_runs", AVAILABILITY_RUNS),
     ("availability_causes", AVAILABILITY_CAUSES),
     ("availability_newest", AVAILABILITY_NEWEST),
+    ("pending_push", PENDING_PUSH),
+    ("pending_lead", PENDING_LEAD),
+    ("pending_coverage", PENDING_COVERAGE),
 ];
 
 /// The fixed fragments of a template, in order: comment lines dropped, whitespace collapsed,

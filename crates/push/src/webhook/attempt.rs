@@ -12,7 +12,7 @@ use pmw_core::pg::deliveries::EndpointTarget;
 use pmw_core::redact;
 use pmw_core::UnixMs;
 
-use super::body::{body, is_audit};
+use super::body::{body, is_audit, pending_id};
 use super::client::{GuardedClient, HttpResponse, SendError};
 use super::config::WebhookConfig;
 use super::context::Ctx;
@@ -23,6 +23,7 @@ use super::stats::WebhookStats;
 use super::store::{self, Claimed, Disable, Finish, Finished, Health};
 use pmw_session::recorder::{
     DeliveryLogRow, Fact, WEBHOOK_CHANNEL as CHANNEL, WEBHOOK_FINAL_CHANNEL as FINAL_CHANNEL,
+    WEBHOOK_PENDING_CHANNEL as PENDING_CHANNEL,
 };
 
 /// What one attempt did, for its queue.
@@ -207,14 +208,18 @@ impl Done {
         }
     }
 
-    /// The delivered message's `push_latency` row.
-    fn latency_row(&self, c: &Claimed, epoch: i64) -> PushLatencyRow {
+    /// The delivered message's `push_latency` row; none for a `void` (no latency stage: it
+    /// ends a pending, and its `t_detect_ms` is the pending's sighting). A `pending` is its own
+    /// channel (`webhook_pending`: sighting in a pool → delivered), never a trade's stage.
+    fn latency_row(&self, c: &Claimed, epoch: i64) -> Option<PushLatencyRow> {
         let d = &c.delivery;
         let channel = match d.kind {
             Kind::Final => FINAL_CHANNEL,
-            Kind::Trade | Kind::Retract | Kind::Pending | Kind::Void => CHANNEL,
+            Kind::Trade | Kind::Retract => CHANNEL,
+            Kind::Pending => PENDING_CHANNEL,
+            Kind::Void => return None,
         };
-        PushLatencyRow {
+        Some(PushLatencyRow {
             block_number: d.cursor.block,
             log_index: d.cursor.log_index,
             channel: channel.to_string(),
@@ -226,7 +231,9 @@ impl Done {
             backfilled: u8::from(is_audit(&d.payload)),
             // Which attempt delivered it: the dashboard's first-attempt figure counts only 1.
             attempt: self.number as u32,
-        }
+            // The pending announced, or the one a trade confirmed: the dashboard pairs them.
+            pending_id: pending_id(&d.payload),
+        })
     }
 }
 
@@ -271,9 +278,11 @@ pub(super) fn account(ctx: &Ctx, c: &Claimed, done: &Done, written: &Finished, l
         _ => WebhookStats::add(&s.failed_attempts, 1),
     }
     match done.next {
-        Next::Delivered if written.landed && latency => ctx
-            .facts
-            .record(Fact::Latency(done.latency_row(c, ctx.epoch))),
+        Next::Delivered if written.landed && latency => {
+            if let Some(row) = done.latency_row(c, ctx.epoch) {
+                ctx.facts.record(Fact::Latency(row));
+            }
+        }
         Next::Failed | Next::Disable => {
             WebhookStats::add(&s.failed_final, 1);
             tracing::warn!(id = %d.id, endpoint = d.endpoint_id, attempts = done.number, error = %done.sent.error, "webhook failed for good");
@@ -511,19 +520,37 @@ mod tests {
             endpoint: Arc::new(endpoint(None)),
         };
         let d = done(Next::Delivered, response(200, "", None));
-        let trade = d.latency_row(&claimed(Kind::Trade, r#"{"audit": false}"#), 4);
+        let trade = d
+            .latency_row(&claimed(Kind::Trade, r#"{"audit": false}"#), 4)
+            .unwrap();
         assert_eq!((trade.channel.as_str(), trade.backfilled), ("webhook", 0));
+        assert_eq!(trade.pending_id, 0, "no pending first");
         assert_eq!((trade.block_number, trade.log_index), (7, 2));
         assert_eq!(
             (trade.t_push_ms, trade.epoch, trade.target_id),
             (NOW - 4, 4, 3)
         );
         assert_eq!(trade.attempt, 3, "the attempt that delivered it");
-        let fin = d.latency_row(&claimed(Kind::Final, r#"{"audit":true}"#), 4);
+        let confirmed = r#"{"audit": false, "trade": {"side": 0}, "pending_id": 17}"#;
+        let confirmed = d.latency_row(&claimed(Kind::Trade, confirmed), 4).unwrap();
+        assert_eq!(
+            (confirmed.channel.as_str(), confirmed.pending_id),
+            ("webhook", 17)
+        );
+        let p = r#"{"type":"pending","t_push_ms":0,"pending_id":18,"t_seen_ms":5}"#;
+        let p = d.latency_row(&claimed(Kind::Pending, p), 4).unwrap();
+        assert_eq!((p.channel.as_str(), p.pending_id), (PENDING_CHANNEL, 18));
+        let void = r#"{"type":"void","t_push_ms":0,"pending_id":18,"reason":"dropped"}"#;
+        assert_eq!(d.latency_row(&claimed(Kind::Void, void), 4), None);
+        let fin = d
+            .latency_row(&claimed(Kind::Final, r#"{"audit":true}"#), 4)
+            .unwrap();
         assert_eq!((fin.channel.as_str(), fin.backfilled), (FINAL_CHANNEL, 1));
         assert_ne!(FINAL_CHANNEL, CHANNEL);
         // No response head: the latency ends when the attempt did.
-        let late = done(Next::Delivered, network()).latency_row(&claimed(Kind::Trade, "{}"), 4);
+        let late = done(Next::Delivered, network())
+            .latency_row(&claimed(Kind::Trade, "{}"), 4)
+            .unwrap();
         assert_eq!(late.t_push_ms, NOW);
 
         let row =

@@ -20,6 +20,12 @@ pub(crate) fn is_audit(payload: &str) -> bool {
     value_of(payload, "audit").is_some_and(|v| &payload[v] == "true")
 }
 
+/// The top-level `pending_id` of a stored payload (a `pending`'s fill, or the one a `trade`
+/// confirmed); 0 when it has none.
+pub(crate) fn pending_id(payload: &str) -> u64 {
+    value_of(payload, "pending_id").map_or(0, |v| payload[v].trim().parse().unwrap_or(0))
+}
+
 /// The body of this attempt: the payload with its top-level `t_push_ms` set to now, spliced
 /// into the text ([`value_of`]): no parse, no re-serialisation. A payload without that key
 /// (not queued by pmw) goes through serde_json, which adds it to an object.

@@ -578,6 +578,7 @@ impl Session<'_> {
                 t_push_ms: now,
                 channel: w.channel,
                 backfilled: w.audit,
+                pending_id: w.pending_id,
             };
             let row = latency_row(written, self.viewer.account, self.st.epoch);
             self.st.recorder.record(Fact::Latency(row));

@@ -148,6 +148,7 @@ pub(super) async fn replay(
                 t_push_ms: now,
                 channel,
                 backfilled: true,
+                pending_id: None,
             };
             st.recorder
                 .record(Fact::Latency(latency_row(written, who.account, st.epoch)));
@@ -262,6 +263,8 @@ pub(super) struct Written<'a> {
     pub channel: &'a str,
     /// Replayed from the ledger (a resume), not pushed live.
     pub backfilled: bool,
+    /// A `pending`'s fill, or the one a trade confirmed.
+    pub pending_id: Option<i64>,
 }
 
 /// The latency row of a frame written to `account`'s session by a server of `epoch`.
@@ -277,5 +280,6 @@ pub(super) fn latency_row(w: Written<'_>, account: i64, epoch: i64) -> PushLaten
         backfilled: u8::from(w.backfilled),
         // Not a webhook attempt.
         attempt: 0,
+        pending_id: w.pending_id.map_or(0, |id| id.max(0) as u64),
     }
 }

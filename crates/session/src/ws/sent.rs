@@ -108,20 +108,23 @@ pub(super) struct At {
     pub pending: PendingSeen,
 }
 
-/// A frame written: its channel (`ws` or `ws_final`), cursor, detect time and audit flag, for
-/// the latency row.
+/// A frame written: its channel (`ws`, `ws_final`, or `ws_pending` for a `pending`, detected at
+/// its first sighting in a pool), cursor, detect time, audit flag and pending fill (a `pending`'s,
+/// or the one a trade confirmed), for the latency row.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Written {
     pub channel: &'static str,
     pub cursor: Cursor,
     pub t_detect_ms: i64,
     pub audit: bool,
+    pub pending_id: Option<i64>,
 }
 
 impl At {
     /// What one live frame adds to `out` (stamped at `now`), and the latency row it owes: a
     /// trade (or a `final`-only session's `final`) not sent yet, a small `final` after its
-    /// trade, a retract of a trade the client may hold (no row), nothing for a rewind (it moves
+    /// trade, a `pending` sent (`ws_pending`: the dashboard's seen-pending → pushed), a retract
+    /// of a trade the client may hold (no row), a `void` (no row), nothing for a rewind (it moves
     /// the session back instead).
     pub fn frame(&mut self, frame: Frame, now: i64, out: &mut Vec<String>) -> Option<Written> {
         let sent = &mut self.sent;
@@ -138,10 +141,18 @@ impl At {
         };
         match (item.kind, item.pending_id) {
             (Kind::Pending, Some(id)) => {
-                if self.pending.send(id) {
-                    out.push(stamp(item.kind, &item.body, now));
+                if !self.pending.send(id) {
+                    return None;
                 }
-                return None; // the pending lane's own latency, not the ledger's
+                out.push(stamp(item.kind, &item.body, now));
+                // Its own stage: first sighting in a pool → pushed, never the ledger's.
+                return Some(Written {
+                    channel: "ws_pending",
+                    cursor: item.cursor,
+                    t_detect_ms: item.t_detect_ms,
+                    audit: false,
+                    pending_id: Some(id),
+                });
             }
             (Kind::Void, Some(id)) => {
                 if self.pending.end(id) {
@@ -192,6 +203,7 @@ impl At {
             cursor: item.cursor,
             t_detect_ms: item.t_detect_ms,
             audit: item.audit,
+            pending_id: item.pending_id.filter(|_| item.kind == Kind::Trade),
         })
     }
 }
@@ -312,8 +324,15 @@ mod tests {
     fn a_pending_goes_out_once_and_never_after_its_trade_or_void() {
         let mut a = at(10, None);
         let mut out = Vec::new();
-        assert_eq!(a.frame(pending(Kind::Pending, 1), 1, &mut out), None);
-        a.frame(pending(Kind::Pending, 1), 1, &mut out);
+        let w = a
+            .frame(pending(Kind::Pending, 1), 1, &mut out)
+            .expect("its latency row");
+        assert_eq!((w.channel, w.pending_id), ("ws_pending", Some(1)));
+        assert_eq!(
+            a.frame(pending(Kind::Pending, 1), 1, &mut out),
+            None,
+            "once"
+        );
         assert_eq!(out.len(), 1, "once: {out:?}");
         assert!(out[0].starts_with(r#"{"type":"pending","t_push_ms":1,"pending_id":1"#));
         // Its trade first: the late pending is dropped; the trade goes out as ever.
@@ -325,11 +344,12 @@ mod tests {
             })),
             f => f,
         };
-        assert!(a.frame(trade, 2, &mut out).is_some());
-        a.frame(pending(Kind::Pending, 2), 3, &mut out);
-        // A void first: the same.
-        a.frame(pending(Kind::Void, 3), 4, &mut out);
-        a.frame(pending(Kind::Pending, 3), 5, &mut out);
+        let w = a.frame(trade, 2, &mut out).expect("the trade's row");
+        assert_eq!((w.channel, w.pending_id), ("ws", Some(2)));
+        assert_eq!(a.frame(pending(Kind::Pending, 2), 3, &mut out), None);
+        // A void first: the same (a void owes no latency row).
+        assert_eq!(a.frame(pending(Kind::Void, 3), 4, &mut out), None);
+        assert_eq!(a.frame(pending(Kind::Pending, 3), 5, &mut out), None);
         a.frame(pending(Kind::Void, 3), 6, &mut out); // once
         let kinds: Vec<&str> = out.iter().map(|f| &f[9..13]).collect();
         assert_eq!(kinds, vec!["pend", "trad", "void"], "{out:?}");

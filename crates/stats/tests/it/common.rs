@@ -58,6 +58,7 @@ pub fn push(block: u64, channel: &str, t_detect_ms: i64, t_push_ms: i64) -> Push
         epoch: 1,
         backfilled: 0,
         attempt: u32::from(channel == "webhook"),
+        pending_id: 0,
     }
 }
 

@@ -275,6 +275,23 @@ async fn scenario(ch: &ChClient) -> Vec<(&'static str, String)> {
     }
     pushes.push(push(2_000, "ws", NOW, NOW + 2 * HOUR));
     pushes.push(push(2_001, "ws", NOW - 10, NOW - 20));
+    // The pending tier: pendings pushed (WebSocket, webhook) and the trades that confirmed most.
+    for i in 0..12u64 {
+        let seen = BOUNDARY - 20 * 60_000 + i as i64 * 60_000;
+        let channel = if i % 3 == 0 {
+            "webhook_pending"
+        } else {
+            "ws_pending"
+        };
+        let mut p = push(0, channel, seen, seen + 4 + (i as i64 * 13) % 40);
+        p.pending_id = 500 + i;
+        pushes.push(p);
+        if i % 4 != 0 {
+            let mut t = push(4_000 + i, "ws", seen + 1_900, seen + 1_950 + i as i64);
+            t.pending_id = 500 + i;
+            pushes.push(t);
+        }
+    }
     for d in [50, 33, 2] {
         pushes.push(push(
             3_000 + d as u64,
@@ -302,6 +319,11 @@ async fn scenario(ch: &ChClient) -> Vec<(&'static str, String)> {
     );
     let snapshot = query::compute(ch, UnixMs(NOW)).await.unwrap();
     rec("stats snapshot", format!("{snapshot:#?}"));
+    for nw in pmw_stats::model::windows(UnixMs(NOW)) {
+        let w = pmw_stats::pending::window(ch, nw).await.unwrap();
+        assert_eq!(w.lead_over_header.count, 9, "{w:?}");
+        rec("pending window", format!("{w:?}"));
+    }
 
     // Delivery attempts and their pages.
     let attempts = vec![

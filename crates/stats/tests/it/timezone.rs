@@ -107,7 +107,7 @@ async fn shanghai_server_reads_back_exact_ms_and_utc_bounds_select_exact_rows() 
         .ch
         .query(
             "SELECT block_number, log_index, channel, target_id, t_detect_ms, t_push_ms, epoch, \
-             backfilled, attempt FROM push_latency ORDER BY block_number",
+             backfilled, attempt, pending_id FROM push_latency ORDER BY block_number",
         )
         .fetch_all()
         .await

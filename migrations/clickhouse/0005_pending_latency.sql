@@ -1,0 +1,11 @@
+-- The pending tier on the dashboard (issue 43 item 6). push_latency also records each pending
+-- push: channel `ws_pending` (a `pending` frame written to a session) or `webhook_pending` (a
+-- `pending` webhook delivered), with t_detect_ms = the fill's first sighting in a pool
+-- (pending_txs.first_seen_ms) and block_number/log_index 0 (a pending takes no ledger position).
+-- pending_id: the pending fill (pending_fills.id) a pending row announced, or the one a
+-- delivered trade row confirmed (ledger.pending_id); 0 for a trade with no pending first and for
+-- rows written before this migration. ClickHouse 18.16 has no ADD COLUMN IF NOT EXISTS: the
+-- migration runner treats "column already exists" on an ADD COLUMN as done. Statements are
+-- separated by ';' at the end of a line; no question marks anywhere in this file (the client
+-- treats them as bind placeholders).
+ALTER TABLE push_latency ADD COLUMN pending_id UInt64 DEFAULT 0;
