@@ -58,6 +58,7 @@ impl HaHosts {
     /// Three hosts with every member started (not yet ready: [`HaHosts::ready`]); `pg_bin`
     /// holds Postgres 15's binaries.
     pub fn start(pg_bin: &str) -> anyhow::Result<HaHosts> {
+        sweep_stale_dirs();
         let hosts = Hosts::create(3)?;
         let dir = PathBuf::from(format!("/var/tmp/pmw-hosts-{}", hosts.tag()));
         std::fs::create_dir_all(&dir)?;
@@ -491,4 +492,24 @@ fn chown_postgres(path: &Path) -> anyhow::Result<()> {
         .success();
     anyhow::ensure!(ok, "chown postgres {}", path.display());
     Ok(())
+}
+
+/// Removes the state dirs of earlier runs that were killed before their drop (each holds two
+/// Postgres data dirs, 0.5–1 GB): a `/var/tmp/pmw-hosts-<tag>` whose bridge `pmwb<tag>` is gone.
+fn sweep_stale_dirs() {
+    let Ok(dirs) = std::fs::read_dir("/var/tmp") else {
+        return;
+    };
+    for d in dirs.flatten() {
+        let name = d.file_name().to_string_lossy().to_string();
+        let Some(tag) = name.strip_prefix("pmw-hosts-") else {
+            continue;
+        };
+        if !Path::new(&format!("/sys/class/net/pmwb{tag}")).exists() {
+            match std::fs::remove_dir_all(d.path()) {
+                Ok(()) => println!("removed {name}: a killed run's state"),
+                Err(e) => println!("could not remove {name}: {e}"),
+            }
+        }
+    }
 }
