@@ -321,107 +321,87 @@ async fn wrong_voids(rpc: &pmw_sim::rpc::Rpc, frames: &[Vec<Frame>]) -> anyhow::
 
 /// The report's section (between `<!-- bench:pending -->` markers), with the goals.
 pub fn render(p: &PendingStep) -> String {
-    let mut s = String::new();
+    let mut s = format!(
+        "{} sessions opted in (`events=trade,pending`), anvil mining every {BLOCK_TIME_S} s, pmw-sim in settle mode; two windows of the same load, pmw-live's mempool watcher off then on.\n\n| figure | measured | goal |\n|---|---|---|\n",
+        p.sessions
+    );
+    for (figure, measured, goal) in rows(p) {
+        let _ = writeln!(s, "| {figure} | {measured} | {goal} |");
+    }
+    s
+}
+
+/// The table's rows: figure, measured, goal.
+fn rows(p: &PendingStep) -> Vec<(&'static str, String, &'static str)> {
     let p50 = |x: &Option<Summary>| x.map(|x| x.p50);
-    let pct = |a: usize, b: usize| 100.0 * a as f64 / b.max(1) as f64;
-    let cov = pct(p.coverage.0, p.coverage.1);
-    let lead50 = p.lead.map(|l| l.p50);
-    let lead90 = p.lead_p90;
-    let off = p50(&p.off.trades);
-    let on = p50(&p.on.trades);
+    let p99 = |x: &Option<Summary>| x.map(|x| x.p99);
+    let list = |m: &BTreeMap<String, usize>| {
+        let v: Vec<String> = m.iter().map(|(r, n)| format!("{r} {n}")).collect();
+        if v.is_empty() {
+            "none".to_string()
+        } else {
+            v.join(", ")
+        }
+    };
+    let cov = 100.0 * p.coverage.0 as f64 / p.coverage.1.max(1) as f64;
+    let (off, on) = (p50(&p.off.trades), p50(&p.on.trades));
     let shift = match (on, off) {
         (Some(a), Some(b)) if b > 0.0 => format!("{:+.1} %", 100.0 * (a - b) / b),
         _ => "–".into(),
     };
-    let _ = writeln!(
-        s,
-        "{} sessions opted in (`events=trade,pending`), anvil mining every {BLOCK_TIME_S} s, pmw-sim in settle mode; two windows of the same load, pmw-live's mempool watcher off then on.\n",
-        p.sessions
-    );
-    let _ = writeln!(s, "| figure | measured | goal |\n|---|---|---|");
-    let row = |s: &mut String, f: &str, m: String, g: &str| {
-        let _ = writeln!(s, "| {f} | {m} | {g} |");
-    };
-    row(
-        &mut s,
-        "pending received before its trade, p50 (p90 of the lead)",
-        format!("{} ({})", ms(lead50), ms(lead90)),
-        "≥ 1500 ms",
-    );
-    row(
-        &mut s,
-        "seen in the pool → pushed, p50 / p99 (pmw's stamps)",
-        format!(
-            "{} / {}",
-            ms(p50(&p.seen_pushed)),
-            ms(p.seen_pushed.map(|x| x.p99))
+    vec![
+        (
+            "pending received before its trade, p50 (p90 of the lead)",
+            format!("{} ({})", ms(p50(&p.lead)), ms(p.lead_p90)),
+            "≥ 1500 ms",
         ),
-        "p50 ≤ 10 ms",
-    );
-    row(
-        &mut s,
-        "seen in the pool → received, p50",
-        ms(p50(&p.seen_received)),
-        "",
-    );
-    row(
-        &mut s,
-        "trade lane header→received p50 / p99, tier off",
-        format!("{} / {}", ms(off), ms(p.off.trades.map(|x| x.p99))),
-        "",
-    );
-    row(
-        &mut s,
-        "trade lane header→received p50 / p99, tier on",
-        format!(
-            "{} / {} ({shift}; on ÷ off {})",
-            ms(on),
-            ms(p.on.trades.map(|x| x.p99)),
-            ratio(on, off)
+        (
+            "seen in the pool → pushed, p50 / p99 (pmw's stamps)",
+            format!("{} / {}", ms(p50(&p.seen_pushed)), ms(p99(&p.seen_pushed))),
+            "p50 ≤ 10 ms",
         ),
-        "within 10 % of off",
-    );
-    row(
-        &mut s,
-        "coverage: trades whose pending came first",
-        format!("{cov:.1} % ({} of {})", p.coverage.0, p.coverage.1),
-        "≥ 99 %",
-    );
-    let voids: Vec<String> = p.voids.iter().map(|(r, n)| format!("{r} {n}")).collect();
-    row(
-        &mut s,
-        "voids by reason (frames)",
-        if voids.is_empty() {
-            "none".into()
-        } else {
-            voids.join(", ")
-        },
-        "",
-    );
-    row(
-        &mut s,
-        "wrong voids (settlement mined with status 1)",
-        p.wrong_voids.to_string(),
-        "0",
-    );
-    let sent: Vec<String> = p
-        .settlements
-        .iter()
-        .map(|(r, n)| format!("{r} {n}"))
-        .collect();
-    row(
-        &mut s,
-        "blocks per window (off / on), fills mined in the tier-on window",
-        format!("{} / {}, {}", p.off.blocks, p.on.blocks, p.on.fills),
-        "",
-    );
-    row(
-        &mut s,
-        "settlements sent in the tier-on window",
-        sent.join(", "),
-        "",
-    );
-    s
+        (
+            "seen in the pool → received, p50",
+            ms(p50(&p.seen_received)),
+            "",
+        ),
+        (
+            "trade lane header→received p50 / p99, tier off",
+            format!("{} / {}", ms(off), ms(p99(&p.off.trades))),
+            "",
+        ),
+        (
+            "trade lane header→received p50 / p99, tier on",
+            format!(
+                "{} / {} ({shift}; on ÷ off {})",
+                ms(on),
+                ms(p99(&p.on.trades)),
+                ratio(on, off)
+            ),
+            "within 10 % of off",
+        ),
+        (
+            "coverage: trades whose pending came first",
+            format!("{cov:.1} % ({} of {})", p.coverage.0, p.coverage.1),
+            "≥ 99 %",
+        ),
+        ("voids by reason (frames)", list(&p.voids), ""),
+        (
+            "wrong voids (settlement mined with status 1)",
+            p.wrong_voids.to_string(),
+            "0",
+        ),
+        (
+            "blocks per window (off / on), fills mined in the tier-on window",
+            format!("{} / {}, {}", p.off.blocks, p.on.blocks, p.on.fills),
+            "",
+        ),
+        (
+            "settlements sent in the tier-on window",
+            list(&p.settlements),
+            "",
+        ),
+    ]
 }
 
 const MARKS: (&str, &str) = ("<!-- bench:pending -->", "<!-- /bench:pending -->");

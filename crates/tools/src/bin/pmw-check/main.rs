@@ -214,24 +214,12 @@ async fn setup(args: &Args, run: &Run) -> anyhow::Result<(World, CancellationTok
         (None, stack.env.clone())
     };
     let pending = args.pending_hold_ms > 0;
-    let mut env = vec![
-        ("PMW_API_ALLOW_PRIVATE_WEBHOOKS", "true"),
-        ("PMW_PUSH_ALLOW_PRIVATE_WEBHOOKS", "true"),
-        ("PMW_API_RATE_PER_SEC", "1000"),
-        ("PMW_API_RATE_BURST", "1000"),
-        // Every client of the checker is one address behind Caddy.
-        ("PMW_API_ANON_RATE_PER_SEC", "1000"),
-        ("PMW_API_ANON_RATE_BURST", "1000"),
-    ];
-    if pending {
-        env.extend(pending::live_env());
-    }
     let d = Drill::start_with(Opts {
         stack: Some(env_stack),
         rpc_proxy: false,
         rpc_providers: schedule::PROVIDERS,
         apps: Some("pmw-live,pmw-push-a,pmw-push-b,pmw-api,pmw-stats"),
-        env,
+        env: drill_env(pending),
         clients: Some(0),
         edges: args.edges,
         sim: pending.then(|| pending::sim_config(args.pending_hold_ms)),
@@ -275,6 +263,24 @@ async fn setup(args: &Args, run: &Run) -> anyhow::Result<(World, CancellationTok
         w.start_block
     );
     Ok((w, stop))
+}
+
+/// The apps' extra environment: private webhook destinations (the receivers are on loopback),
+/// rates for many clients behind one address, and pmw-live's mempool watcher when `pending`.
+fn drill_env(pending: bool) -> Vec<(&'static str, &'static str)> {
+    let mut env = vec![
+        ("PMW_API_ALLOW_PRIVATE_WEBHOOKS", "true"),
+        ("PMW_PUSH_ALLOW_PRIVATE_WEBHOOKS", "true"),
+        ("PMW_API_RATE_PER_SEC", "1000"),
+        ("PMW_API_RATE_BURST", "1000"),
+        // Every client of the checker is one address behind Caddy.
+        ("PMW_API_ANON_RATE_PER_SEC", "1000"),
+        ("PMW_API_ANON_RATE_BURST", "1000"),
+    ];
+    if pending {
+        env.extend(pending::live_env());
+    }
+    env
 }
 
 /// The checked accounts: fixed subscriptions, a resuming client and a webhook receiver each.
