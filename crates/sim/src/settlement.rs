@@ -35,6 +35,16 @@ pub const FEE_MODULES: [FeeModule; 2] = [
     },
 ];
 
+/// The fee modules as pmw-live's `PMW_LIVE_MEMPOOL_FEE_MODULES` takes them
+/// (`0x<module>=0x<exchange>`, space-separated).
+pub fn fee_modules_setting() -> String {
+    FEE_MODULES
+        .iter()
+        .map(|f| format!("{}={}", f.address.to_lower_hex(), f.exchange.to_lower_hex()))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// One compiled stand-in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Contract {

@@ -8,7 +8,6 @@
 
 use pmw_core::trade::Allowlist;
 use pmw_sim::anvil::Anvil;
-use pmw_sim::settlement::FEE_MODULES;
 use pmw_sim::{Outcome, Sim, SimConfig};
 use pmw_testkit::{bound_within, stack_env, workspace_bin, ServiceHandle, TestDb};
 use pmw_tools::chain::Chain;
@@ -45,11 +44,7 @@ async fn harness() -> Harness {
         live: None,
     };
     let head = h.head().await;
-    let fee_modules = FEE_MODULES
-        .iter()
-        .map(|f| format!("{}={}", f.address.to_lower_hex(), f.exchange.to_lower_hex()))
-        .collect::<Vec<_>>()
-        .join(" ");
+    let fee_modules = pmw_sim::settlement::fee_modules_setting();
     let live = pmw_live::LiveConfig {
         live_start_block: Some(head + 1),
         live_lock_segment_ms: 1_000,

@@ -212,11 +212,7 @@ pub async fn step(b: &mut Bench, plan: &Plan) -> anyhow::Result<PendingStep> {
 
 /// pmw-live's mempool watcher on, watching the simulator's fee modules.
 fn mempool_env() -> Vec<(String, String)> {
-    let modules = pmw_sim::settlement::FEE_MODULES
-        .iter()
-        .map(|f| format!("{}={}", f.address.to_lower_hex(), f.exchange.to_lower_hex()))
-        .collect::<Vec<_>>()
-        .join(" ");
+    let modules = pmw_sim::settlement::fee_modules_setting();
     vec![
         ("PMW_LIVE_MEMPOOL".into(), "true".into()),
         ("PMW_LIVE_MEMPOOL_FEE_MODULES".into(), modules),

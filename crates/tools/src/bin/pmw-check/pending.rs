@@ -442,11 +442,7 @@ pub fn sim_config(hold_ms: u64) -> pmw_sim::SimConfig {
 
 /// pmw-live's environment with the mempool watcher on, watching the simulator's fee modules.
 pub fn live_env() -> Vec<(&'static str, &'static str)> {
-    let modules = pmw_sim::settlement::FEE_MODULES
-        .iter()
-        .map(|f| format!("{}={}", f.address.to_lower_hex(), f.exchange.to_lower_hex()))
-        .collect::<Vec<_>>()
-        .join(" ");
+    let modules = pmw_sim::settlement::fee_modules_setting();
     vec![
         ("PMW_LIVE_MEMPOOL", "true"),
         // Leaked once per run: the drill's environment takes static strings.
