@@ -2,7 +2,8 @@
 //! `pending_events` and the open `pending_fills` (migration 0023) rendered as hub items of kind
 //! `pending` or `void`, once for every session. Push's pending lane reads the events after its
 //! own in-memory id ([`events_after`]); a session opted in is sent the fills still open when it
-//! connects or resumes ([`open_for`]). These items take no ledger position.
+//! connects or resumes ([`open_for`]) and, on a resume, the voids since its resume point
+//! ([`voids_since`]). These items take no ledger position.
 
 use std::sync::Arc;
 
@@ -151,4 +152,25 @@ pub async fn open_for(
         .query(include_str!("sql/pending_open.sql"), &[&wallets, &tokens])
         .await?;
     Ok(rows.iter().map(PendingRow::of).collect())
+}
+
+/// The voids of `wallets` and market `tokens` since the resume point's `block` was detected, at
+/// most `limit` (the newest), in id order: what a resuming session opted in is sent after the
+/// open fills.
+pub async fn voids_since(
+    c: &impl GenericClient,
+    wallets: &[String],
+    tokens: &[String],
+    block: i64,
+    limit: i64,
+) -> Result<Vec<PendingRow>, tokio_postgres::Error> {
+    let rows = c
+        .query(
+            include_str!("sql/pending_voids_since.sql"),
+            &[&wallets, &tokens, &block, &limit],
+        )
+        .await?;
+    let mut out: Vec<PendingRow> = rows.iter().map(PendingRow::of).collect();
+    out.sort_by_key(|r| r.event_id);
+    Ok(out)
 }

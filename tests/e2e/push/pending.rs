@@ -189,6 +189,8 @@ async fn an_opted_in_session_gets_each_pending_before_its_trade_and_voids_with_r
         .map(|t| t["resume"].as_str().unwrap().to_string())
         .unwrap();
     resume_gets_the_open_pending(&h, addr, &key, &since).await;
+    // A client away while its pending was voided is sent the void when it resumes.
+    resume_gets_the_void_it_missed(&h, addr, &key).await;
 }
 
 /// push's `push_latency` rows (the dashboard's pending figures) on `channel` (`ws` or
@@ -284,6 +286,80 @@ async fn resume_gets_the_open_pending(
                 pending && voids.get(&id).is_some_and(|r| r == "dropped")
             })
             .await;
+        return;
+    }
+    panic!("no dropped settlement's fill seen open");
+}
+
+/// Connect while a dropped settlement's fill of the account's wallets is open (the session is
+/// sent it), go away, let it be voided, then resume: the void comes on the resume.
+async fn resume_gets_the_void_it_missed(h: &Harness, addr: std::net::SocketAddr, key: &str) {
+    let c = h.db.connect().await;
+    let wallets: Vec<String> = h
+        .sim
+        .config()
+        .wallets
+        .iter()
+        .map(|w| w.to_lower_hex())
+        .collect();
+    let open_dropped = || async {
+        let dropped: Vec<String> = h
+            .sim
+            .settlements()
+            .iter()
+            .filter(|x| x.outcome == Outcome::Dropped)
+            .map(|x| x.tx_hash.to_string())
+            .collect();
+        c.query(
+            "SELECT id FROM pending_fills WHERE status = 'open' AND tx_hash = ANY($1) \
+             AND maker = ANY($2) ORDER BY id",
+            &[&dropped, &wallets],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get::<_, i64>(0))
+        .next()
+    };
+    for _ in 0..40 {
+        h.sim.run_block(4).await.unwrap();
+        let Some(id) = open_dropped().await else {
+            continue;
+        };
+        let away = connect_url(
+            &format!("ws://{addr}/v1/ws?events=trade,pending"),
+            Some(key),
+        )
+        .await;
+        away.wait_seen(WITHIN, "the open pending", |s| {
+            s.frames
+                .iter()
+                .any(|f| f["type"] == "pending" && f["pending_id"] == id)
+        })
+        .await;
+        let resume = of_type(&away.frames(), "hello").next().unwrap()["resume"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        away.done.abort();
+        let voided = pmw_testkit::eventually(WITHIN, || async {
+            h.sim.run_block(1).await.unwrap();
+            c.query_one("SELECT status FROM pending_fills WHERE id = $1", &[&id])
+                .await
+                .unwrap()
+                .get::<_, String>(0)
+                .ne("open")
+        })
+        .await;
+        assert!(voided, "fill {id} never ended");
+        let url = format!("ws://{addr}/v1/ws?events=trade,pending&since={resume}");
+        let back = connect_url(&url, Some(key)).await;
+        back.wait_seen(WITHIN, "the void it missed", |s| {
+            s.frames
+                .iter()
+                .any(|f| f["type"] == "void" && f["pending_id"] == id)
+        })
+        .await;
         return;
     }
     panic!("no dropped settlement's fill seen open");

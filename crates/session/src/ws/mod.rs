@@ -468,13 +468,19 @@ impl Session<'_> {
             finals,
             pending: PendingSeen::default(),
         };
-        self.open_pending(socket, at).await
+        self.open_pending(socket, since, at).await
     }
 
-    /// A session opted in to `pending` is sent the fills still open, after the replay.
-    async fn open_pending(&self, socket: &mut WebSocket, mut at: At) -> Result<At, Ended> {
+    /// A session opted in to `pending` is sent the fills still open, after the replay (and on a
+    /// resume the voids since its resume point).
+    async fn open_pending(
+        &self,
+        socket: &mut WebSocket,
+        since: Option<Position>,
+        mut at: At,
+    ) -> Result<At, Ended> {
         if self.opts.events.pending {
-            replay::open_pending(self.st, socket, self.viewer, &mut at).await?;
+            replay::open_pending(self.st, socket, self.viewer, since, &mut at).await?;
         }
         Ok(at)
     }

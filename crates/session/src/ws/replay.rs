@@ -221,13 +221,19 @@ async fn pending_ids(
         .collect())
 }
 
+/// Voids a resume is sent at most (the newest): far more than a client ever holds open.
+const RESUME_VOIDS: i64 = 1_000;
+
 /// The pending fills still open of what the viewer follows, for a session opted in to
 /// `pending`: sent after the replay, so a resume gets what is still to confirm or be voided;
-/// the live lane's frames of the same fills are then not sent again (`at` remembers them).
+/// the live lane's frames of the same fills are then not sent again (`at` remembers them). A
+/// resume (`since`) is also sent the voids since its resume point's block: a `pending` the client
+/// held when it went away ends for it even if its `void` went out meanwhile.
 pub(super) async fn open_pending(
     st: &SessionState,
     socket: &mut WebSocket,
     who: Viewer<'_>,
+    since: Option<Position>,
     at: &mut super::sent::At,
 ) -> Result<(), Ended> {
     let failed = |e: tokio_postgres::Error| Ended::Failed(pg::describe(&e));
@@ -236,9 +242,16 @@ pub(super) async fn open_pending(
         .get()
         .await
         .map_err(|e| Ended::Failed(e.to_string()))?;
-    let rows = crate::pending::open_for(&**c, who.wallets, who.tokens)
+    let mut rows = crate::pending::open_for(&**c, who.wallets, who.tokens)
         .await
         .map_err(failed)?;
+    if let Some(p) = since {
+        let block = p.cursor.block as i64;
+        let voids = crate::pending::voids_since(&**c, who.wallets, who.tokens, block, RESUME_VOIDS)
+            .await
+            .map_err(failed)?;
+        rows.extend(voids);
+    }
     if rows.is_empty() {
         return Ok(());
     }

@@ -70,6 +70,9 @@ pub struct Window {
     pub trades: Option<Summary>,
     pub fills: usize,
     pub blocks: u64,
+    /// pmw-live's detect→stored (blocks with trades, `ingest_latency`): where a shift of the
+    /// trade lane comes from, ingest or push.
+    pub stored: Option<Summary>,
 }
 
 /// The step's figures.
@@ -183,8 +186,10 @@ pub async fn step(b: &mut Bench, plan: &Plan) -> anyhow::Result<PendingStep> {
     // A warm-up batch, then the tier-off window.
     window(b, &settle, plan, Duration::from_secs(2 * BLOCK_TIME_S)).await?;
     let marks = sessions.marks();
+    let from_ms = pmw_core::UnixMs::now().0;
     let (after, upto, _) = window(b, &settle, plan, plan.pending_window).await?;
     out.off = summarize(&sessions.since(&marks), after, upto);
+    out.off.stored = stored(b, from_ms).await?;
     // The tier on: pmw-live again, with its mempool watcher.
     if let Some(live) = b.live.take() {
         live.stop().await?;
@@ -193,10 +198,12 @@ pub async fn step(b: &mut Bench, plan: &Plan) -> anyhow::Result<PendingStep> {
     window(b, &settle, plan, Duration::from_secs(2 * BLOCK_TIME_S)).await?;
     let marks = sessions.marks();
     let sent_from = settle.settlements().len();
+    let from_ms = pmw_core::UnixMs::now().0;
     let (after, upto, fills) = window(b, &settle, plan, plan.pending_window).await?;
     let frames = sessions.since(&marks);
     out.on = summarize(&frames, after, upto);
     out.on.fills = fills;
+    out.on.stored = stored(b, from_ms).await?;
     for s in &settle.settlements()[sent_from..] {
         let outcome = serde_json::to_value(s.outcome)?;
         *out.settlements
@@ -246,6 +253,14 @@ async fn window(
     Ok((after, upto, fills))
 }
 
+/// pmw-live's detect→stored of the blocks with trades detected since `from_ms`.
+async fn stored(b: &Bench, from_ms: i64) -> anyhow::Result<Option<Summary>> {
+    let to_ms = pmw_core::UnixMs::now().0;
+    Ok(crate::ingest::stages(&b.db.ch, "pending", from_ms, to_ms)
+        .await?
+        .stored_trades)
+}
+
 /// The trade lane's client-observed header→received over blocks `(after, upto]`.
 fn summarize(frames: &[Vec<Frame>], after: u64, upto: u64) -> Window {
     let lat: Vec<f64> = frames
@@ -258,6 +273,7 @@ fn summarize(frames: &[Vec<Frame>], after: u64, upto: u64) -> Window {
         trades: Summary::of(&lat),
         fills: 0,
         blocks: upto - after,
+        stored: None,
     }
 }
 
@@ -375,6 +391,17 @@ fn rows(p: &PendingStep) -> Vec<(&'static str, String, &'static str)> {
                 ratio(on, off)
             ),
             "within 10 % of off",
+        ),
+        (
+            "of which pmw-live's header→stored p50 / p99 (off; on)",
+            format!(
+                "{} / {}; {} / {}",
+                ms(p50(&p.off.stored)),
+                ms(p99(&p.off.stored)),
+                ms(p50(&p.on.stored)),
+                ms(p99(&p.on.stored))
+            ),
+            "",
         ),
         (
             "coverage: trades whose pending came first",

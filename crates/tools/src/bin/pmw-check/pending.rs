@@ -208,8 +208,8 @@ pub struct Judged {
     pub wrong_pairs: usize,
     pub phantom: usize,
     pub left_open: usize,
-    /// Open at the end, but the client reconnected since (a `void` while it was away is not
-    /// sent again).
+    /// Open at the end, and the client reconnected since (a resume is sent the voids since its
+    /// resume point, so this fails the run too; counted apart to tell the two paths).
     pub open_across_reconnect: usize,
     /// A `reverted` void whose transaction the final chain no longer holds (a reorg orphaned it).
     pub unjudged: usize,
@@ -221,7 +221,13 @@ pub struct Judged {
 
 impl Judged {
     pub fn failed(&self) -> bool {
-        self.after_end + self.wrong_voids + self.wrong_pairs + self.phantom + self.left_open > 0
+        self.after_end
+            + self.wrong_voids
+            + self.wrong_pairs
+            + self.phantom
+            + self.left_open
+            + self.open_across_reconnect
+            > 0
             || self.confirmed == 0
             || self.voids.values().sum::<usize>() == 0
     }
@@ -332,6 +338,10 @@ async fn judge_channel(
         } else if !log.voids.contains_key(id) {
             if p.conn < log.conn {
                 out.open_across_reconnect += 1;
+                out.examples.push(format!(
+                    "{}: pending {id} left open across a reconnect ({p:?})",
+                    c.who
+                ));
             } else {
                 out.left_open += 1;
                 out.examples
