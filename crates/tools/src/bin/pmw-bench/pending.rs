@@ -446,13 +446,16 @@ fn body(p: &PendingStep, when: &str) -> String {
 /// `--only-pending`: the figures written between the markers of `out` (printed too).
 pub fn write_section(out: &std::path::Path, p: &PendingStep, when: &str) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(out).unwrap_or_default();
-    let body = body(p, when);
+    let when = format!(
+        "{when} by `scripts/bench --only-pending` (release build; the rest of this report may be an earlier full run)"
+    );
+    let body = body(p, &when);
     println!("{body}");
     let new = match (text.find(MARKS.0), text.find(MARKS.1)) {
         (Some(i), Some(j)) if i < j => {
             format!("{}{}\n{body}\n{}", &text[..i], MARKS.0, &text[j..])
         }
-        _ => format!("{text}\n{}", section(p, when)),
+        _ => format!("{text}\n{}", section(p, &when)),
     };
     std::fs::write(out, new)?;
     eprintln!("pmw-bench: wrote the pending section of {}", out.display());
