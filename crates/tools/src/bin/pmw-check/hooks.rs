@@ -26,6 +26,9 @@ pub struct Accepted {
     pub path: String,
     pub webhook_id: String,
     pub body: Value,
+    /// When the request reached the receiver (the order the pending tier is judged in).
+    pub arrived_ms: i64,
+    /// When it was answered (after any slow answer).
     pub at_ms: i64,
 }
 
@@ -127,6 +130,7 @@ async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> StatusCode {
+    let arrived_ms = now_ms();
     let _open = Open::new(&inner, uri.path());
     let h = |n: &str| {
         headers
@@ -191,6 +195,7 @@ async fn handle(
         path: uri.path().to_string(),
         webhook_id: id,
         body: v,
+        arrived_ms,
         at_ms: now_ms(),
     });
     StatusCode::NO_CONTENT

@@ -14,6 +14,7 @@ mod hooks;
 mod host_faults;
 mod oracle;
 mod pending;
+mod pool;
 mod reconnects;
 mod report;
 mod schedule;
@@ -251,7 +252,7 @@ async fn setup(args: &Args, run: &Run) -> anyhow::Result<(World, CancellationTok
     w.churn = churn_accounts(args, run, &pg).await;
     pg.execute("SELECT pg_notify('pmw_subscriptions', '')", &[])
         .await?;
-    w.checked = with_endpoints(&w, checked).await?;
+    w.checked = with_endpoints(&w, checked, pending).await?;
     for k in schedule::Kind::NAMES {
         w.locks.insert(k, tokio::sync::Mutex::new(()));
     }
@@ -322,11 +323,19 @@ async fn churn_accounts(args: &Args, run: &Run, pg: &tokio_postgres::Client) -> 
 }
 
 /// Each checked account's endpoint, made through the API.
-async fn with_endpoints(w: &World, mut checked: Vec<Checked>) -> anyhow::Result<Vec<Checked>> {
+async fn with_endpoints(
+    w: &World,
+    mut checked: Vec<Checked>,
+    pending: bool,
+) -> anyhow::Result<Vec<Checked>> {
+    let events = if pending {
+        json!(["trade", "pending"])
+    } else {
+        json!(["trade"])
+    };
     for c in &mut checked {
-        let v = w
-            .api("POST", "/v1/webhooks", &c.key, json!({"url": c.hook.url()}))
-            .await?;
+        let body = json!({"url": c.hook.url(), "events": events});
+        let v = w.api("POST", "/v1/webhooks", &c.key, body).await?;
         c.hook.add_secret(v["secret"].as_str().unwrap_or_default());
         c.endpoint = v["id"].as_i64().unwrap_or_default();
     }
@@ -476,14 +485,14 @@ fn judge(
     w: &World,
     owed: &Owed,
     done: &[Done],
-    pending: Option<pending::Judged>,
+    pending: Option<pending::Verdict>,
 ) -> anyhow::Result<bool> {
     let mut v = report::verdict(w, &owed.per_checked, &owed.canonical);
     let mut table = report::table(&mut v);
-    let pending_failed = pending.as_ref().is_some_and(pending::Judged::failed);
+    let pending_failed = pending.as_ref().is_some_and(pending::Verdict::failed);
     if let Some(mut p) = pending {
         table += &format!(
-            "\nPending tier (checked WebSocket clients; judged from receipts and the pool):\n\n{}",
+            "\nPending tier (checked clients and endpoints; judged from receipts and the pool):\n\n{}",
             p.report()
         );
     }

@@ -1,23 +1,20 @@
-//! The pending tier's oracle (`--pending`, issue 43), from the chain and the checker's own
-//! clients only: what each checked WebSocket client was sent of the pending tier ([`PendingLog`],
-//! written from the README's frames), the chain's pool as the checker itself watches it
-//! ([`ChainWatch`]: every transaction's sender and nonce, the head over time), and each
-//! settlement's receipt on the final chain. A `pending` must name a settlement that was in the
-//! pool or mined, for a followed wallet; end in its `trade` (paired by transaction or order hash)
-//! or a `void` whose reason the chain bears out; never arrive after its end; and not be left
-//! open on a connection that stayed up. Coverage and lead are measured per channel.
+//! The pending tier's oracle (`--pending-hold-ms`, issue 43), from the chain and the checker's
+//! own clients only: what each checked WebSocket client and webhook endpoint was sent of the
+//! pending tier ([`PendingLog`], written from the README's frames, webhooks in arrival order),
+//! the chain's pool as the checker itself watches it ([`ChainWatch`]: every transaction's sender
+//! and nonce), and each settlement's receipt on the final chain. A `pending` must name a
+//! settlement that was in the pool or mined, for a followed wallet; end in its `trade` (paired by
+//! transaction or order hash) or a `void` whose reason the chain bears out; never arrive after
+//! its end; and not be left open. Coverage and lead are measured per channel.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use futures::{SinkExt, StreamExt};
 use serde_json::{json, Value};
-use tokio_tungstenite::tungstenite::Message;
-use tokio_util::sync::CancellationToken;
 
+use crate::hooks::Accepted;
 use crate::oracle::{hex_u64, rpc};
+pub use crate::pool::ChainWatch;
 use crate::report::pct;
 use crate::ws::{identity, Id};
 
@@ -104,90 +101,6 @@ impl PendingLog {
     }
 }
 
-/// The chain as the checker watches it: every pool transaction's sender and nonce (from anvil's
-/// `newPendingTransactions` and `eth_getTransactionByHash`), and the head over time.
-pub struct ChainWatch {
-    /// Transaction hash → (sender, nonce).
-    txs: Mutex<HashMap<String, (String, u64)>>,
-    http_url: String,
-    stop: CancellationToken,
-}
-
-impl ChainWatch {
-    /// Watch anvil's pool (`ws_url`, `http_url`) until [`ChainWatch::stop`].
-    pub fn spawn(ws_url: String, http_url: String) -> Arc<ChainWatch> {
-        let stop = CancellationToken::new();
-        let watch = Arc::new(ChainWatch {
-            txs: Mutex::default(),
-            http_url,
-            stop: stop.clone(),
-        });
-        let w = watch.clone();
-        tokio::spawn(async move {
-            while !stop.is_cancelled() {
-                if let Err(e) = w.follow_pool(&ws_url, &stop).await {
-                    println!("pending oracle: pool subscription ended ({e:#}); again");
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        });
-        watch
-    }
-
-    async fn follow_pool(
-        self: &Arc<Self>,
-        url: &str,
-        stop: &CancellationToken,
-    ) -> anyhow::Result<()> {
-        let (mut ws, _) = tokio_tungstenite::connect_async(url).await?;
-        let sub = json!({"jsonrpc": "2.0", "id": 1, "method": "eth_subscribe",
-            "params": ["newPendingTransactions"]});
-        ws.send(Message::Text(sub.to_string().into())).await?;
-        let http = reqwest::Client::new();
-        loop {
-            let msg = tokio::select! {
-                m = ws.next() => m,
-                _ = stop.cancelled() => return Ok(()),
-            };
-            let text = match msg {
-                Some(Ok(Message::Text(t))) => t,
-                Some(Ok(_)) => continue,
-                Some(Err(e)) => return Err(e.into()),
-                None => anyhow::bail!("eof"),
-            };
-            let v: Value = serde_json::from_str(&text)?;
-            let Some(hash) = v["params"]["result"].as_str() else {
-                continue;
-            };
-            let (me, http, hash) = (self.clone(), http.clone(), hash.to_ascii_lowercase());
-            tokio::spawn(async move {
-                let got = rpc(
-                    &http,
-                    &me.http_url,
-                    "eth_getTransactionByHash",
-                    json!([hash]),
-                )
-                .await;
-                if let Ok(tx) = got {
-                    if let (Some(from), Ok(nonce)) = (tx["from"].as_str(), hex_u64(&tx["nonce"])) {
-                        let from = from.to_ascii_lowercase();
-                        me.txs.lock().unwrap().insert(hash, (from, nonce));
-                    }
-                }
-            });
-        }
-    }
-
-    /// Stop watching (before the chain goes away).
-    pub fn stop(&self) {
-        self.stop.cancel();
-    }
-
-    fn sender(&self, tx: &str) -> Option<(String, u64)> {
-        self.txs.lock().unwrap().get(tx).cloned()
-    }
-}
-
 /// A settlement's receipt on the final chain: its status, or none (never mined, or orphaned).
 async fn receipt(http: &reqwest::Client, url: &str, tx: &str) -> anyhow::Result<Option<u64>> {
     let r = rpc(http, url, "eth_getTransactionReceipt", json!([tx])).await?;
@@ -232,19 +145,13 @@ impl Judged {
             || self.voids.values().sum::<usize>() == 0
     }
 
-    /// The table row, and the examples of what failed.
-    pub fn report(&mut self) -> String {
+    /// This channel's row of the table.
+    fn row(&mut self, channel: &str) -> String {
         let voids: Vec<String> = self.voids.iter().map(|(r, n)| format!("{r} {n}")).collect();
         let coverage = 100.0 * self.covered as f64 / self.owed_trades.max(1) as f64;
         let (p50, p90) = (pct(&mut self.leads, 0.5), pct(&mut self.leads, 0.9));
-        let mut s = String::new();
-        let _ = writeln!(
-            s,
-            "| pendings | confirmed | voided | after its end | wrong void | wrong pair | phantom | left open | open across a reconnect | unjudged | coverage | lead p50 / p90 |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
-        );
-        let _ = writeln!(
-            s,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {coverage:.1} % ({} of {}) | {p50} / {p90} ms |",
+        format!(
+            "| {channel} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {coverage:.1} % ({} of {}) | {p50} / {p90} ms |\n",
             self.pendings,
             self.confirmed,
             if voids.is_empty() { "0".into() } else { voids.join(", ") },
@@ -257,9 +164,30 @@ impl Judged {
             self.unjudged,
             self.covered,
             self.owed_trades,
+        )
+    }
+}
+
+/// Each channel's verdict.
+pub struct Verdict(pub Vec<(&'static str, Judged)>);
+
+impl Verdict {
+    pub fn failed(&self) -> bool {
+        self.0.iter().any(|(_, j)| j.failed())
+    }
+
+    /// The table, a row per channel, and the examples of what failed.
+    pub fn report(&mut self) -> String {
+        let mut s = String::from(
+            "| channel | pendings | confirmed | voided | after its end | wrong void | wrong pair | phantom | left open | open across a reconnect | unjudged | coverage | lead p50 / p90 |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         );
-        for e in self.examples.iter().take(10) {
-            let _ = writeln!(s, "- {e}");
+        for (channel, j) in &mut self.0 {
+            s += &j.row(channel);
+        }
+        for (_, j) in &self.0 {
+            for e in j.examples.iter().take(10) {
+                let _ = writeln!(s, "- {e}");
+            }
         }
         s
     }
@@ -463,13 +391,14 @@ pub fn live_env() -> Vec<(&'static str, &'static str)> {
     ]
 }
 
-/// Judge the checked clients' pending tier (`owed`: what each is owed, from the chain).
+/// Judge the checked clients' and endpoints' pending tier (`owed`: what each is owed, from the
+/// chain).
 pub async fn judge_world(
     w: &crate::faults::World,
     watch: &ChainWatch,
     owed: &[std::collections::BTreeSet<Id>],
-) -> anyhow::Result<Judged> {
-    let channels = w
+) -> anyhow::Result<Verdict> {
+    let ws = w
         .checked
         .iter()
         .zip(owed)
@@ -489,7 +418,62 @@ pub async fn judge_world(
             }
         })
         .collect();
-    judge(&w.d.anvil.http_url(), watch, channels).await
+    let hooks = w
+        .checked
+        .iter()
+        .zip(owed)
+        .enumerate()
+        .map(|(i, (c, owed))| {
+            let (log, held) = hook_log(&c.hook.accepted());
+            Channel {
+                who: format!("check-{i} webhook"),
+                wallets: &c.wallets,
+                log,
+                held_owed: held
+                    .into_iter()
+                    .filter(|(id, _)| owed.contains(id))
+                    .collect(),
+            }
+        })
+        .collect();
+    let url = w.d.anvil.http_url();
+    Ok(Verdict(vec![
+        ("WebSocket", judge(&url, watch, ws).await?),
+        ("webhooks", judge(&url, watch, hooks).await?),
+    ]))
+}
+
+/// An endpoint's messages as a [`PendingLog`], in the order they reached the receiver, each
+/// `webhook-id` once; and the trades it holds (received minus retracted) with their arrival.
+fn hook_log(accepted: &[Accepted]) -> (PendingLog, Vec<(Id, i64)>) {
+    let mut by_arrival: Vec<&Accepted> = accepted.iter().collect();
+    by_arrival.sort_by_key(|a| a.arrived_ms);
+    let (mut seen, mut log) = (HashSet::new(), PendingLog::default());
+    let mut held: BTreeMap<Id, i64> = BTreeMap::new();
+    log.hello();
+    for a in by_arrival {
+        if !seen.insert(a.webhook_id.as_str()) {
+            continue;
+        }
+        let at = a.arrived_ms;
+        match a.body["type"].as_str() {
+            Some("pending") => log.pending(&a.body, at),
+            Some("void") => log.void(&a.body, at),
+            Some("trade") => {
+                log.trade(&a.body, at);
+                if let Some((id, _)) = identity(&a.body) {
+                    held.entry(id).or_insert(at);
+                }
+            }
+            Some("retract") => {
+                if let Some((id, _)) = identity(&a.body) {
+                    held.remove(&id);
+                }
+            }
+            _ => {}
+        }
+    }
+    (log, held.into_iter().collect())
 }
 
 #[cfg(test)]
@@ -530,6 +514,43 @@ mod tests {
         assert_eq!(log.after_end, vec![1, 2, 3]);
         assert_eq!(log.pendings[&1].wallet, "aa");
         assert_eq!(log.pendings[&1].conn, 1);
+    }
+
+    fn accepted(id: &str, arrived_ms: i64, at_ms: i64, body: Value) -> Accepted {
+        Accepted {
+            path: "/hook".into(),
+            webhook_id: id.into(),
+            body,
+            arrived_ms,
+            at_ms,
+        }
+    }
+
+    #[test]
+    fn an_endpoints_messages_are_judged_in_arrival_order_once_each() {
+        let pending = frame("pending", 1, "0xT1", "0xO1");
+        let trade = trade(5, "0xT1", "0xO1", Some(1));
+        // The pending arrived first but was answered last (a slow answer), and came twice.
+        let log = vec![
+            accepted("t", 20, 21, trade.clone()),
+            accepted("p", 10, 30, pending.clone()),
+            accepted("p", 40, 41, pending.clone()),
+        ];
+        let (l, held) = hook_log(&log);
+        assert!(l.after_end.is_empty(), "{:?}", l.after_end);
+        assert_eq!((l.resent, l.pendings[&1].at), (0, 10));
+        assert_eq!(held, vec![((5, 0, "0x01".to_string()), 20)]);
+        // Arriving after its trade is a breach, and a retract takes the trade off.
+        let mut retract = trade.clone();
+        retract["type"] = json!("retract");
+        let late = vec![
+            accepted("t", 20, 21, trade),
+            accepted("p", 25, 26, pending),
+            accepted("r", 30, 31, retract),
+        ];
+        let (l, held) = hook_log(&late);
+        assert_eq!(l.after_end, vec![1]);
+        assert!(held.is_empty());
     }
 
     #[test]
