@@ -334,7 +334,7 @@ async fn wrong_voids(rpc: &pmw_sim::rpc::Rpc, frames: &[Vec<Frame>]) -> anyhow::
 /// The report's section (between `<!-- bench:pending -->` markers), with the goals.
 pub fn render(p: &PendingStep) -> String {
     let mut s = format!(
-        "{} sessions opted in (`events=trade,pending`), anvil mining every {BLOCK_TIME_S} s, pmw-sim in settle mode; two windows of the same load, pmw-live's mempool watcher off then on.\n\n| figure | measured | goal |\n|---|---|---|\n",
+        "{} sessions opted in (`events=trade,pending`), anvil mining every {BLOCK_TIME_S} s, pmw-sim in settle mode (each batch sent as a block lands: a settlement waits about a whole block in the pool, the lead's most favourable case); two windows of the same load, pmw-live's mempool watcher off then on.\n\n| figure | measured | goal |\n|---|---|---|\n",
         p.sessions
     );
     for (figure, measured, goal) in rows(p) {
