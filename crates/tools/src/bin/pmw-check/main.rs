@@ -14,6 +14,7 @@ mod hooks;
 mod host_faults;
 mod oracle;
 mod pending;
+mod pending_log;
 mod pool;
 mod reconnects;
 mod report;
@@ -121,14 +122,7 @@ async fn main() -> anyhow::Result<()> {
     let done = faults_under_traffic(&args, &run, &w).await;
     let owed = settle(&args, &w).await?;
     stop.cancel();
-    let pending = match &w.pending {
-        Some(watch) => {
-            let judged = pending::judge_world(&w, watch, &owed.per_checked).await;
-            watch.stop();
-            Some(judged?)
-        }
-        None => None,
-    };
+    let pending = pending::judge_run(&w, &owed.per_checked).await?;
     let failed = judge(&args, &run, &w, &owed, &done, pending)?;
     if failed {
         // What the apps said last (warnings and errors at the drills' RUST_LOG=warn).
@@ -462,6 +456,8 @@ async fn settle(args: &Args, w: &World) -> anyhow::Result<Owed> {
         w.start_block + 1,
         canonical.len()
     );
+    let left = Duration::from_secs(args.settle_secs).saturating_sub(settle.elapsed());
+    pending::settle(w, left).await?;
     Ok(Owed {
         canonical,
         per_checked,

@@ -63,7 +63,7 @@ pub struct WsLog {
     /// code, an error, EOF, or the client's own silence limit).
     pub drops: Vec<(i64, String)>,
     /// What it got of the pending tier (with `events=trade,pending`).
-    pub pending: crate::pending::PendingLog,
+    pub pending: crate::pending_log::PendingLog,
     /// Ledger position at or below which a trade is out of order (moved back by retracts).
     floor: Option<u128>,
 }
