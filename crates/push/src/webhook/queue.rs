@@ -1,17 +1,16 @@
 //! One endpoint's queue: attempt the deliveries the dispatcher claimed or was handed for it,
 //! claim more in cursor order while more may be due (a few ahead of the free slots), keep at
 //! most `max_in_flight_per_endpoint` attempts in flight, write each result back (successes in
-//! shared batches, see [`super::results`]). A trade naming a pending fill waits while that
-//! fill's `pending` attempt is in flight, so the receiver never gets the trade first (#43).
-//! Endpoints run in separate tasks, so a slow or failing endpoint never delays another.
+//! shared batches, see [`super::results`]). Endpoints run in separate tasks, so a slow or
+//! failing endpoint never delays another.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
 use pmw_core::UnixMs;
 use tokio::sync::mpsc;
-use tokio::task::{Id, JoinError, JoinSet};
+use tokio::task::{JoinError, JoinSet};
 use tokio_util::sync::CancellationToken;
 
 use super::attempt::{attempt, Attempted};
@@ -50,14 +49,7 @@ pub(crate) async fn run_endpoint(
         q.feed.held.store(q.ahead.len() + q.inflight.len(), Relaxed);
         tokio::select! {
             Some(rows) = q.feed.rx.recv(), if !q.stopping => q.ahead.extend(rows),
-            Some(done) = q.inflight.join_next_with_id() => {
-                let id = match &done {
-                    Ok((id, _)) => *id,
-                    Err(e) => e.id(),
-                };
-                q.pending_in_flight.remove(&id);
-                q.attempted(done.map(|(_, a)| a))?;
-            }
+            Some(done) = q.inflight.join_next() => q.attempted(done)?,
             _ = stop.cancelled(), if !q.stopping => q.stopping = true,
         }
     }
@@ -71,8 +63,6 @@ struct Queue {
     max: usize,
     /// Each attempt says whether it disabled the endpoint and whether it settled its delivery.
     inflight: JoinSet<Result<Attempted, WebhookError>>,
-    /// The `pending` attempts in flight: task → the pending fill's id.
-    pending_in_flight: HashMap<Id, i64>,
     /// Claimed (or handed) in cursor order ahead of the free slots.
     ahead: VecDeque<Claimed>,
     feed: Feed,
@@ -99,7 +89,6 @@ impl Queue {
             ctx,
             endpoint_id,
             inflight: JoinSet::new(),
-            pending_in_flight: HashMap::new(),
             ahead: first.into(),
             feed,
             seen,
@@ -175,18 +164,7 @@ impl Queue {
                 }
                 break;
             }
-            let waits = pending_named(&row.delivery.payload, row.delivery.kind)
-                .is_some_and(|p| self.pending_in_flight.values().any(|f| *f == p));
-            if waits {
-                // In order: nothing behind it goes first.
-                self.ahead.push_front(row);
-                break;
-            }
-            let fill = pending_fill(&row.delivery.id, row.delivery.kind);
-            let task = self.inflight.spawn(attempt(self.ctx.clone(), row));
-            if let Some(fill) = fill {
-                self.pending_in_flight.insert(task.id(), fill);
-            }
+            self.inflight.spawn(attempt(self.ctx.clone(), row));
         }
     }
 
@@ -239,32 +217,6 @@ impl Queue {
     }
 }
 
-/// The pending fill a `trade` delivery names (`"pending_id":N` in its body), if any.
-fn pending_named(payload: &str, kind: super::DeliveryKind) -> Option<i64> {
-    if kind != super::DeliveryKind::Trade {
-        return None;
-    }
-    let at = payload.find("\"pending_id\":")? + "\"pending_id\":".len();
-    let digits: String = payload[at..]
-        .chars()
-        .skip_while(|c| *c == ' ')
-        .take_while(char::is_ascii_digit)
-        .collect();
-    digits.parse().ok()
-}
-
-/// The fill a `pending` delivery announces (its id: `msg_pending-<fill>_<endpoint>_pending`).
-fn pending_fill(id: &str, kind: super::DeliveryKind) -> Option<i64> {
-    if kind != super::DeliveryKind::Pending {
-        return None;
-    }
-    id.strip_prefix("msg_pending-")?
-        .split('_')
-        .next()?
-        .parse()
-        .ok()
-}
-
 /// What a queue did, for the dispatcher.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Ran {
@@ -310,37 +262,5 @@ pub(crate) async fn release(ctx: &Ctx, ahead: VecDeque<Claimed>) {
     };
     if let Err(e) = released {
         tracing::warn!(claims = ids.len(), error = %e, "claims not released; taken again after the claim ttl");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::webhook::DeliveryKind;
-
-    #[test]
-    fn a_trade_names_its_pending_and_a_pending_delivery_its_fill() {
-        let body =
-            r#"{"type":"trade","cursor":"000000000050-000001","pending_id":42,"t_push_ms":1}"#;
-        assert_eq!(pending_named(body, DeliveryKind::Trade), Some(42));
-        assert_eq!(
-            pending_named(r#"{"pending_id": 7}"#, DeliveryKind::Trade),
-            Some(7)
-        );
-        assert_eq!(pending_named(body, DeliveryKind::Retract), None);
-        assert_eq!(
-            pending_named(r#"{"type":"trade"}"#, DeliveryKind::Trade),
-            None
-        );
-        let id = "msg_pending-42_9_pending";
-        assert_eq!(pending_fill(id, DeliveryKind::Pending), Some(42));
-        assert_eq!(
-            pending_fill("msg_pending-42_9_void", DeliveryKind::Void),
-            None
-        );
-        assert_eq!(
-            pending_fill("msg_000000000050-000001_x_9_trade", DeliveryKind::Pending),
-            None
-        );
     }
 }

@@ -8,7 +8,6 @@ mod webhook_chat;
 mod webhook_fence;
 mod webhook_handoff;
 mod webhook_isolation;
-mod webhook_pending;
 mod webhook_retry;
 mod webhook_signing;
 mod webhook_ssrf;
