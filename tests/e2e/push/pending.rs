@@ -237,6 +237,34 @@ async fn pushes_are_recorded_with_their_pending(h: &Harness, id: i64, p: &Value,
     assert_eq!(stray, 0, "a pending or void row in a trade's channel");
 }
 
+/// The first fill still open of a settlement the simulator dropped, of its wallets.
+async fn open_dropped_fill(h: &Harness, c: &tokio_postgres::Client) -> Option<i64> {
+    let wallets: Vec<String> = h
+        .sim
+        .config()
+        .wallets
+        .iter()
+        .map(|w| w.to_lower_hex())
+        .collect();
+    let dropped: Vec<String> = h
+        .sim
+        .settlements()
+        .iter()
+        .filter(|x| x.outcome == Outcome::Dropped)
+        .map(|x| x.tx_hash.to_string())
+        .collect();
+    c.query(
+        "SELECT id FROM pending_fills WHERE status = 'open' AND tx_hash = ANY($1) \
+         AND maker = ANY($2) ORDER BY id",
+        &[&dropped, &wallets],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| r.get::<_, i64>(0))
+    .next()
+}
+
 /// Resume (`since`) while a dropped settlement's fills are still open (they stay open for the
 /// drop grace: a few blocks): the session is sent them, then their `void`.
 async fn resume_gets_the_open_pending(
@@ -246,34 +274,11 @@ async fn resume_gets_the_open_pending(
     since: &str,
 ) {
     let c = h.db.connect().await;
-    let wallets: Vec<String> = h
-        .sim
-        .config()
-        .wallets
-        .iter()
-        .map(|w| w.to_lower_hex())
-        .collect();
     for _ in 0..40 {
         h.sim.run_block(4).await.unwrap();
-        let dropped: Vec<String> = h
-            .sim
-            .settlements()
-            .iter()
-            .filter(|x| x.outcome == Outcome::Dropped)
-            .map(|x| x.tx_hash.to_string())
-            .collect();
-        let open: Vec<i64> = c
-            .query(
-                "SELECT id FROM pending_fills WHERE status = 'open' AND tx_hash = ANY($1) \
-                 AND maker = ANY($2) ORDER BY id",
-                &[&dropped, &wallets],
-            )
-            .await
-            .unwrap()
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
-        let Some(&id) = open.first() else { continue };
+        let Some(id) = open_dropped_fill(h, &c).await else {
+            continue;
+        };
         let url = format!("ws://{addr}/v1/ws?events=trade,pending&since={since}");
         let client = connect_url(&url, Some(key)).await;
         client
@@ -295,35 +300,9 @@ async fn resume_gets_the_open_pending(
 /// sent it), go away, let it be voided, then resume: the void comes on the resume.
 async fn resume_gets_the_void_it_missed(h: &Harness, addr: std::net::SocketAddr, key: &str) {
     let c = h.db.connect().await;
-    let wallets: Vec<String> = h
-        .sim
-        .config()
-        .wallets
-        .iter()
-        .map(|w| w.to_lower_hex())
-        .collect();
-    let open_dropped = || async {
-        let dropped: Vec<String> = h
-            .sim
-            .settlements()
-            .iter()
-            .filter(|x| x.outcome == Outcome::Dropped)
-            .map(|x| x.tx_hash.to_string())
-            .collect();
-        c.query(
-            "SELECT id FROM pending_fills WHERE status = 'open' AND tx_hash = ANY($1) \
-             AND maker = ANY($2) ORDER BY id",
-            &[&dropped, &wallets],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get::<_, i64>(0))
-        .next()
-    };
     for _ in 0..40 {
         h.sim.run_block(4).await.unwrap();
-        let Some(id) = open_dropped().await else {
+        let Some(id) = open_dropped_fill(h, &c).await else {
             continue;
         };
         let away = connect_url(
