@@ -343,24 +343,36 @@ pub fn render(p: &PendingStep) -> String {
     s
 }
 
-/// The table's rows: figure, measured, goal.
-fn rows(p: &PendingStep) -> Vec<(&'static str, String, &'static str)> {
-    let p50 = |x: &Option<Summary>| x.map(|x| x.p50);
-    let p99 = |x: &Option<Summary>| x.map(|x| x.p99);
-    let list = |m: &BTreeMap<String, usize>| {
-        let v: Vec<String> = m.iter().map(|(r, n)| format!("{r} {n}")).collect();
-        if v.is_empty() {
-            "none".to_string()
-        } else {
-            v.join(", ")
-        }
-    };
-    let cov = 100.0 * p.coverage.0 as f64 / p.coverage.1.max(1) as f64;
-    let (off, on) = (p50(&p.off.trades), p50(&p.on.trades));
-    let shift = match (on, off) {
+/// A table row: figure, measured, goal.
+type Row = (&'static str, String, &'static str);
+
+/// The table's rows: the latencies, then what became of the settlements.
+fn rows(p: &PendingStep) -> Vec<Row> {
+    let mut out = latency_rows(p);
+    out.extend(outcome_rows(p));
+    out
+}
+
+fn p50(x: &Option<Summary>) -> Option<f64> {
+    x.map(|x| x.p50)
+}
+
+fn p99(x: &Option<Summary>) -> Option<f64> {
+    x.map(|x| x.p99)
+}
+
+/// The relative change of `on` over `off`, as `+8.4 %` (a dash without both).
+fn shift(on: Option<f64>, off: Option<f64>) -> String {
+    match (on, off) {
         (Some(a), Some(b)) if b > 0.0 => format!("{:+.1} %", 100.0 * (a - b) / b),
         _ => "–".into(),
-    };
+    }
+}
+
+/// Lead, seen→pushed and seen→received, and the trade lane and ingest with the tier off and on.
+fn latency_rows(p: &PendingStep) -> Vec<Row> {
+    let (off, on) = (p50(&p.off.trades), p50(&p.on.trades));
+    let both = |w: &Window| format!("{} / {}", ms(p50(&w.stored)), ms(p99(&w.stored)));
     vec![
         (
             "pending received before its trade, p50 (p90 of the lead)",
@@ -385,24 +397,34 @@ fn rows(p: &PendingStep) -> Vec<(&'static str, String, &'static str)> {
         (
             "trade lane header→received p50 / p99, tier on",
             format!(
-                "{} / {} ({shift}; on ÷ off {})",
+                "{} / {} ({}; on ÷ off {})",
                 ms(on),
                 ms(p99(&p.on.trades)),
+                shift(on, off),
                 ratio(on, off)
             ),
             "within 10 % of off",
         ),
         (
             "of which pmw-live's header→stored p50 / p99 (off; on)",
-            format!(
-                "{} / {}; {} / {}",
-                ms(p50(&p.off.stored)),
-                ms(p99(&p.off.stored)),
-                ms(p50(&p.on.stored)),
-                ms(p99(&p.on.stored))
-            ),
+            format!("{}; {}", both(&p.off), both(&p.on)),
             "",
         ),
+    ]
+}
+
+/// Coverage, voids, wrong voids, and the windows' blocks, fills and settlements.
+fn outcome_rows(p: &PendingStep) -> Vec<Row> {
+    let list = |m: &BTreeMap<String, usize>| {
+        let v: Vec<String> = m.iter().map(|(r, n)| format!("{r} {n}")).collect();
+        if v.is_empty() {
+            "none".to_string()
+        } else {
+            v.join(", ")
+        }
+    };
+    let cov = 100.0 * p.coverage.0 as f64 / p.coverage.1.max(1) as f64;
+    vec![
         (
             "coverage: trades whose pending came first",
             format!("{cov:.1} % ({} of {})", p.coverage.0, p.coverage.1),
@@ -460,4 +482,42 @@ pub fn write_section(out: &std::path::Path, p: &PendingStep, when: &str) -> anyh
     std::fs::write(out, new)?;
     eprintln!("pmw-bench: wrote the pending section of {}", out.display());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(p50: f64, p99: f64) -> Option<Summary> {
+        Some(Summary {
+            n: 1,
+            p50,
+            p95: p99,
+            p99,
+            max: p99,
+        })
+    }
+
+    #[test]
+    fn the_table_shows_the_shift_coverage_and_what_became_of_each_settlement() {
+        let mut p = PendingStep {
+            coverage: (99, 100),
+            ..PendingStep::default()
+        };
+        p.off.trades = summary(10.0, 20.0);
+        p.on.trades = summary(11.0, 22.0);
+        p.voids.insert("replaced".into(), 3);
+        p.voids.insert("reverted".into(), 2);
+        let rows = rows(&p);
+        let row = |f: &str| rows.iter().find(|r| r.0.starts_with(f)).unwrap().1.clone();
+        assert_eq!(
+            row("trade lane header→received p50 / p99, tier on"),
+            "11.0 ms / 22.0 ms (+10.0 %; on ÷ off 1.1×)"
+        );
+        assert_eq!(row("coverage"), "99.0 % (99 of 100)");
+        assert_eq!(row("voids by reason"), "replaced 3, reverted 2");
+        assert_eq!(row("settlements sent"), "none");
+        assert_eq!(shift(None, Some(1.0)), "–");
+        assert_eq!(rows.len(), 11);
+    }
 }
