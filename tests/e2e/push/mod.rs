@@ -13,6 +13,7 @@ mod liveness;
 mod nats;
 mod observed;
 mod pending;
+mod pending_hooks;
 mod stream;
 
 use std::time::Duration;

@@ -32,7 +32,7 @@ fn settle_config() -> SimConfig {
     }
 }
 
-async fn harness() -> Harness {
+pub(super) async fn harness() -> Harness {
     let db = TestDb::new_on(stack_env()).await;
     let anvil = Anvil::spawn_with(&["--block-time", "2"]).await.unwrap();
     let sim = Sim::connect_with(&anvil.http_url(), settle_config())
@@ -62,14 +62,17 @@ async fn harness() -> Harness {
     h
 }
 
-fn of_type<'a>(frames: &'a [Value], kind: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
+pub(super) fn of_type<'a>(
+    frames: &'a [Value],
+    kind: &'a str,
+) -> impl Iterator<Item = &'a Value> + 'a {
     frames.iter().filter(move |f| f["type"] == kind)
 }
 
 /// Every `trade` with a `pending_id` and every `void` came after that id's `pending`, and no
 /// `pending` came after its `trade` or `void`. Returns the ids paired with a trade and the
 /// voids' reasons by id.
-fn judged(frames: &[Value]) -> (BTreeSet<i64>, BTreeMap<i64, String>) {
+pub(super) fn judged(frames: &[Value]) -> (BTreeSet<i64>, BTreeMap<i64, String>) {
     let (mut pending, mut ended) = (BTreeSet::new(), BTreeSet::new());
     let (mut paired, mut voids) = (BTreeSet::new(), BTreeMap::new());
     for f in frames {
@@ -197,7 +200,12 @@ async fn an_opted_in_session_gets_each_pending_before_its_trade_and_voids_with_r
 /// `webhook`): the `pending` pushed as `<channel>_pending` from the fill's first sighting (a
 /// frame: to its own push time), its confirming trade as `<channel>` naming the fill; no pending
 /// or void row in a trade's channel (block 0).
-async fn pushes_are_recorded_with_their_pending(h: &Harness, id: i64, p: &Value, channel: &str) {
+pub(super) async fn pushes_are_recorded_with_their_pending(
+    h: &Harness,
+    id: i64,
+    p: &Value,
+    channel: &str,
+) {
     type R = (String, u64, i64, i64);
     let pending = format!("{channel}_pending");
     let rows = pmw_testkit::eventually(WITHIN, || async {
@@ -434,132 +442,4 @@ async fn pmwctl_watch_shows_pending_then_its_trade_and_voids() {
         "a void of a pending printed before it"
     );
     assert!(["reverted", "replaced", "dropped", "expired"].contains(&reason.as_str()));
-}
-
-/// Webhook endpoints: one opted in (`events` `{trade,pending}`) gets every `pending` before the
-/// `trade` that names it and `void`s with their reasons, each signed like a trade; one with the
-/// default events gets trades only (carrying `pending_id`).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn webhook_endpoints_opted_in_get_signed_pendings_before_their_trades_and_voids() {
-    use pmw_testkit::hooks::{Receiver, Step};
-
-    let h = harness().await;
-    let (_push, _) = h.leader("push-a").await;
-    let (account, _) = h.account(&h.sim.config().wallets).await;
-    let (opted, plain) = (
-        Receiver::start(vec![Step::status(204)]).await,
-        Receiver::start(vec![Step::status(204)]).await,
-    );
-    let secret = pmw_core::webhook::Secret::generate().expose();
-    let c = h.db.connect().await;
-    let opted_url = opted.url();
-    let mut ep = pmw_testkit::seed::Endpoint::new(account, &opted_url, &secret);
-    ep.events = &["trade", "pending"];
-    ep.insert(&c).await;
-    pmw_testkit::seed::Endpoint::new(account, &plain.url(), &secret)
-        .insert(&c)
-        .await;
-    h.notify().await;
-    let bodies = |r: &Receiver| -> Vec<Value> { r.hits().iter().map(|x| x.json()).collect() };
-    let mut done = false;
-    for _ in 0..40 {
-        h.sim.run_block(4).await.unwrap();
-        let (paired, voids) = judged(&bodies(&opted));
-        if !paired.is_empty() && !voids.is_empty() {
-            done = true;
-            break;
-        }
-    }
-    let hits = opted.hits();
-    assert!(
-        done,
-        "no pending → trade pair and void delivered: {:?}",
-        judged(&bodies(&opted))
-    );
-    let key = pmw_core::webhook::Secret::parse(&secret).unwrap();
-    for hit in &hits {
-        let ts: i64 = hit.timestamp.parse().unwrap();
-        assert_eq!(
-            hit.signature,
-            key.sign(&hit.id, ts, &hit.body),
-            "{}",
-            hit.id
-        );
-    }
-    let (paired, _) = judged(&bodies(&opted));
-    let id = *paired.first().unwrap();
-    let confirmed = pmw_testkit::eventually(WITHIN, || async {
-        bodies(&plain)
-            .iter()
-            .any(|b| b["type"] == "trade" && b["pending_id"] == id)
-    })
-    .await;
-    assert!(
-        confirmed,
-        "the plain endpoint's trade carries pending_id {id}"
-    );
-    let plain_bodies = bodies(&plain);
-    assert_eq!(
-        of_type(&plain_bodies, "pending").count() + of_type(&plain_bodies, "void").count(),
-        0,
-        "an endpoint that did not opt in gets no pending tier"
-    );
-    let opted_bodies = bodies(&opted);
-    let p = of_type(&opted_bodies, "pending")
-        .find(|b| b["pending_id"] == id)
-        .unwrap();
-    pushes_are_recorded_with_their_pending(&h, id, p, "webhook").await;
-}
-
-/// A `pending` whose first attempt failed is retried only while its fill is open: once the fill
-/// ended it is cancelled (`delivery_log`-visible as failed, "cancelled: …"), so the receiver
-/// never gets it after the `trade` or `void` (every other request answered 500 here).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failed_pending_delivery_is_cancelled_once_its_fill_ended() {
-    use pmw_testkit::hooks::{Receiver, Step};
-
-    let h = harness().await;
-    let (_push, _) = h.leader("push-a").await;
-    let (account, _) = h.account(&h.sim.config().wallets).await;
-    let hook = Receiver::cycling(vec![Step::status(500), Step::status(204)]).await;
-    let secret = pmw_core::webhook::Secret::generate().expose();
-    let c = h.db.connect().await;
-    let url = hook.url();
-    let mut ep = pmw_testkit::seed::Endpoint::new(account, &url, &secret);
-    ep.events = &["trade", "pending"];
-    ep.insert(&c).await;
-    h.notify().await;
-    let cancelled = || async {
-        c.query_one(
-            "SELECT count(*) FROM webhook_deliveries WHERE kind = 'pending' AND state = 'failed' \
-             AND last_error LIKE 'cancelled: the pending fill ended%'",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get::<_, i64>(0)
-    };
-    let mut seen = 0;
-    for _ in 0..40 {
-        h.sim.run_block(4).await.unwrap();
-        seen = cancelled().await;
-        if seen > 0 {
-            break;
-        }
-    }
-    assert!(seen > 0, "no failed pending delivery was cancelled");
-    // Never a pending after its trade or void, whatever was retried.
-    let mut ended = BTreeSet::new();
-    for hit in hook.hits() {
-        let b = hit.json();
-        let Some(id) = b["pending_id"].as_i64() else {
-            continue;
-        };
-        match b["type"].as_str() {
-            Some("pending") => assert!(!ended.contains(&id), "a pending after its end: {b}"),
-            _ => {
-                ended.insert(id);
-            }
-        }
-    }
 }

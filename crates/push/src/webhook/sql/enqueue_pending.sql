@@ -2,8 +2,11 @@
 -- 0024), due now ($3), landing only while the leader's epoch ($2) of slot $1 is current (its row
 -- FOR SHARE, same statement) and only for endpoints still enabled (locked FOR KEY SHARE, so a
 -- concurrent delete either is visible or waits). A `void` is queued only behind its `pending`'s
--- delivery (pending or delivered): an endpoint that never got the pending gets no void. Ids
--- already queued are left alone. They take no ledger position (block 0, log index 0).
+-- delivery, when that may have reached the endpoint: still due, delivered, or ever sent (claimed
+-- or attempted: a pending cancelled while its request was in flight, by a lane round that ran
+-- between the fill's end and the read of its `void`, did reach it). An endpoint that never got
+-- the pending gets no void. Ids already queued are left alone. They take no ledger position
+-- (block 0, log index 0).
 -- Returns (fence holds, rows inserted).
 WITH fence AS MATERIALIZED (
     SELECT EXISTS (SELECT 1 FROM push_epoch WHERE slot = $1 AND epoch = $2 FOR SHARE) AS ok
@@ -23,7 +26,8 @@ WITH fence AS MATERIALIZED (
       AND (x.kind = 'pending' OR EXISTS (
           SELECT 1 FROM webhook_deliveries p
           WHERE p.id = regexp_replace(x.id, '_void$', '_pending')
-            AND p.state IN ('pending', 'delivered')))
+            AND (p.state IN ('pending', 'delivered') OR p.claimed_epoch IS NOT NULL
+                 OR p.attempts > 0)))
     ON CONFLICT (id) DO NOTHING
     RETURNING 1
 )

@@ -124,15 +124,17 @@ async fn main() -> anyhow::Result<()> {
     stop.cancel();
     let pending = pending::judge_run(&w, &owed.per_checked).await?;
     let failed = judge(&args, &run, &w, &owed, &done, pending)?;
-    if failed {
-        // What the apps said last (warnings and errors at the drills' RUST_LOG=warn).
+    if let Some(why) = &failed {
+        // What the apps said last (warnings and errors at the drills' RUST_LOG=warn), then the
+        // failed verdict again: the last lines of a CI log say why.
         w.d.pm2.print_log_tails(80);
+        println!("\n{why}");
     }
     // Stop the drill stack (pm2, Caddy, anvil) before the private database goes.
     drop(Arc::try_unwrap(w).ok());
     // Then the hosts (multi-host mode), the last reference to them.
     drop(host_faults::HOSTS.lock().unwrap().take());
-    std::process::exit(i32::from(failed));
+    std::process::exit(i32::from(failed.is_some()));
 }
 
 /// The seed's schedule, printed.
@@ -482,7 +484,7 @@ fn judge(
     owed: &Owed,
     done: &[Done],
     pending: Option<pending::Verdict>,
-) -> anyhow::Result<bool> {
+) -> anyhow::Result<Option<String>> {
     let mut v = report::verdict(w, &owed.per_checked, &owed.canonical);
     let mut table = report::table(&mut v);
     let pending_failed = pending.as_ref().is_some_and(pending::Verdict::failed);
@@ -528,8 +530,8 @@ fn judge(
     );
     if let Some(doc) = &args.doc {
         let tables = Tables {
-            table,
-            recovery,
+            table: table.clone(),
+            recovery: recovery.clone(),
             reconnects: reconnect_table,
             details,
             effects,
@@ -542,16 +544,15 @@ fn judge(
         || hosts_failed
         || pending_failed
         || FAULT_PANICS.load(std::sync::atomic::Ordering::Relaxed) > 0;
-    println!(
-        "{}",
-        if failed {
-            "CHECK FAILED (seed {seed})"
-        } else {
-            "check passed"
-        }
-        .replace("{seed}", &run.seed.to_string())
-    );
-    Ok(failed)
+    if !failed {
+        println!("check passed");
+        return Ok(None);
+    }
+    println!("CHECK FAILED (seed {})", run.seed);
+    Ok(Some(format!(
+        "recovery per fault kind\n\n{recovery}\n{table}\nCHECK FAILED (seed {})",
+        run.seed
+    )))
 }
 
 /// The run's tables written into `doc` between its markers (`check:run`, or `check:edge-run` in

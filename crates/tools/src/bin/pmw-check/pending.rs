@@ -85,6 +85,22 @@ impl Judged {
     }
 }
 
+/// The trades `log` holds that share the transaction or the order of `p` (what a left-open
+/// pending's example names, to tell a missing end from a mispairing).
+fn near(log: &PendingLog, p: &crate::pending_log::Seen) -> String {
+    let same: Vec<String> = log
+        .trades
+        .iter()
+        .filter(|((tx, order), _)| *tx == p.tx || *order == p.order)
+        .map(|((tx, order), (id, at))| format!("trade {id:?} at {at} of tx {tx} order {order}"))
+        .collect();
+    if same.is_empty() {
+        "no trade of its transaction or order".into()
+    } else {
+        same.join("; ")
+    }
+}
+
 /// Each channel's verdict.
 pub struct Verdict(pub Vec<(&'static str, Judged)>);
 
@@ -181,16 +197,17 @@ async fn judge_channel(
                     .push(format!("{}: pending {id} paired with {tid:?}", c.who));
             }
         } else if !log.voids.contains_key(id) {
+            let why = format!("{p:?}; receipt {mined:?}; {}", near(log, p));
             if p.conn < log.conn {
                 out.open_across_reconnect += 1;
                 out.examples.push(format!(
-                    "{}: pending {id} left open across a reconnect ({p:?})",
+                    "{}: pending {id} left open across a reconnect ({why})",
                     c.who
                 ));
             } else {
                 out.left_open += 1;
                 out.examples
-                    .push(format!("{}: pending {id} left open ({p:?})", c.who));
+                    .push(format!("{}: pending {id} left open ({why})", c.who));
             }
         }
     }
