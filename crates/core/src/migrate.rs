@@ -95,6 +95,7 @@ pub const POSTGRES: &[Migration] = &[
     migration!(23, "pending", "postgres/0023_pending.sql"),
     migration!(24, "pending_webhooks", "postgres/0024_pending_webhooks.sql"),
     migration!(25, "pending_ends", "postgres/0025_pending_ends.sql"),
+    migration!(26, "pending_unwound", "postgres/0026_pending_unwound.sql"),
 ];
 
 /// ClickHouse migrations, in order. Every file in `migrations/clickhouse` must be listed (tested).

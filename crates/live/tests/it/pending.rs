@@ -16,7 +16,7 @@ use pmw_live::pending::{targets, Recorder, Settings};
 use pmw_live::LiveConfig;
 use pmw_sim::anvil::Anvil;
 use pmw_sim::settlement::FEE_MODULES;
-use pmw_sim::{Outcome, Sim, SimConfig};
+use pmw_sim::{Outcome, ReorgPlan, ReplayOrder, Settlement, Sim, SimConfig};
 use pmw_testkit::{eventually, ServiceHandle, TestDb};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -234,6 +234,138 @@ async fn every_pending_settlement_ends_the_way_the_chain_says() {
     let all: BTreeSet<&str> = ["confirmed", "reverted", "replaced", "dropped"].into();
     assert_eq!(ends, all, "every end seen");
     live.stop().await.unwrap();
+}
+
+/// A reorg takes confirmed fills' trades back (found by pmw-check: an endpoint whose confirming
+/// trade was cancelled by its retract kept the `pending` open for good). The fills end again, as
+/// the new branch says, once each: mined again, paired with the new trade (its ledger row
+/// carries their `pending_id`); not mined again, voided.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fills_a_reorg_unconfirms_end_again_the_way_the_new_branch_says() {
+    let cfg = SimConfig {
+        seed: 44,
+        settle: true,
+        hold_ms: 300,
+        // Settle mode needs a doomed share; this seed's batches below all confirm.
+        revert_share: 0.001,
+        ..SimConfig::default()
+    };
+    let s = Setup::new(&[], cfg).await;
+    let live = s.start_live(true).await;
+    let c = s.db.connect().await;
+    warm_up(&s, &c).await;
+    for replay_orphaned in [true, false] {
+        let before = s.sim.settlements().len();
+        s.sim.run_block(3).await.unwrap();
+        let batch = s.sim.settlements()[before..].to_vec();
+        let hashes: Vec<String> = batch.iter().map(|x| x.tx_hash.to_string()).collect();
+        let confirmed = eventually(WITHIN, || async {
+            let n: i64 = c
+                .query_one(
+                    "SELECT count(*) FROM pending_txs WHERE status <> 'open' \
+                     AND tx_hash = ANY($1)",
+                    &[&hashes],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            (!batch.is_empty() && n as usize == batch.len()).then_some(())
+        })
+        .await;
+        assert!(confirmed.is_some(), "the batch ended: {batch:?}");
+        let plan = ReorgPlan {
+            replay_orphaned,
+            replay_order: ReplayOrder::Same,
+            ..ReorgPlan::new(1)
+        };
+        let head = s
+            .sim
+            .reorg_with(plan)
+            .await
+            .unwrap()
+            .new_head
+            .hash
+            .to_string();
+        // pmw-live has unwound the old branch and committed the new head.
+        let followed = eventually(WITHIN, || async {
+            let at: String = c
+                .query_one("SELECT block_hash FROM ingest_cursor WHERE id = 1", &[])
+                .await
+                .unwrap()
+                .get(0);
+            (at == head).then_some(())
+        })
+        .await;
+        assert!(
+            followed.is_some(),
+            "pmw-live never reached the new head {head}"
+        );
+        for (x, hash) in batch.iter().zip(&hashes) {
+            ends_after_the_reorg(&s, &c, x, hash, replay_orphaned).await;
+        }
+    }
+    live.stop().await.unwrap();
+}
+
+/// How a settlement whose trades a reorg took back ends. `replayed`: the new branch fills its
+/// orders again (the simulator's replay: a new transaction of the same calldata), so each fill
+/// is confirmed by the new trade, whose ledger row names it and whose transaction the chain
+/// mined with status 1. Otherwise as the chain says of the settlement (a void).
+async fn ends_after_the_reorg(
+    s: &Setup,
+    c: &tokio_postgres::Client,
+    x: &Settlement,
+    hash: &str,
+    replayed: bool,
+) {
+    if replayed {
+        let paired = eventually(WITHIN, || async {
+            let rows = c
+                .query(
+                    "SELECT l.tx_hash FROM pending_fills f JOIN ledger_visible l \
+                     ON l.pending_id = f.id AND l.order_hash = f.order_hash \
+                     WHERE f.tx_hash = $1 AND f.status = 'confirmed' AND l.tx_hash <> f.tx_hash",
+                    &[&hash],
+                )
+                .await
+                .unwrap();
+            let txs: BTreeSet<String> = rows.iter().map(|r| r.get(0)).collect();
+            (rows.len() == x.fills).then_some(txs)
+        })
+        .await;
+        let txs = paired.unwrap_or_else(|| panic!("{x:?}: its fills never paired again"));
+        for tx in txs {
+            let receipt = s.rpc("eth_getTransactionReceipt", json!([tx])).await;
+            assert_eq!(receipt["status"], "0x1", "the replay {tx} of {hash}");
+        }
+        exactly_one_end(c, hash, "confirmed", x.fills).await;
+        return;
+    }
+    let r = c
+        .query_one(
+            "SELECT sender, nonce FROM pending_txs WHERE tx_hash = $1",
+            &[&hash],
+        )
+        .await
+        .unwrap();
+    let truth = s.truth(hash, &r.get::<_, String>(0), r.get(1)).await;
+    let ended = eventually(WITHIN, || async {
+        // Empty blocks move the watermark (a drop is judged over a few).
+        s.rpc("evm_mine", json!([])).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let status: String = c
+            .query_one(
+                "SELECT status FROM pending_txs WHERE tx_hash = $1",
+                &[&hash],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        (status == truth).then_some(())
+    })
+    .await;
+    assert!(ended.is_some(), "{x:?} never ended {truth}");
+    exactly_one_end(c, hash, truth, x.fills).await;
 }
 
 /// Every fill of `tx` has status `end`, one `pending` event, and one `void` event with its

@@ -263,7 +263,7 @@ async fn pool_and_mine(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reorg_of_a_confirmed_settlement_keeps_it_confirmed_and_its_retraction_names_it() {
+async fn a_reorg_of_a_confirmed_settlement_unconfirms_it_and_its_retraction_names_it() {
     let cfg = SimConfig {
         revert_share: 0.0,
         replace_share: 0.0,
@@ -356,12 +356,14 @@ async fn a_reorg_of_a_confirmed_settlement_keeps_it_confirmed_and_its_retraction
         .await
         .unwrap();
     assert!(!rows.is_empty());
+    // The new branch does not hold them: no fill stays confirmed (each is `unwound` until the
+    // resolution ends it; `pending::fills_a_reorg_unconfirms_end_again_the_way_the_new_branch_says`
+    // follows that to the end), and none is voided twice.
     for r in rows {
         let (status, voids): (String, i64) = (r.get(0), r.get(1));
-        assert_eq!(
-            (status.as_str(), voids),
-            ("confirmed", 0),
-            "a reorg never voids a confirmed fill"
+        assert!(
+            status != "confirmed" && voids <= 1,
+            "a fill the reorg took back: {status}, {voids} voids"
         );
     }
     stop.cancel();
