@@ -38,6 +38,7 @@ use phases::Serve;
 /// How each figure is measured (printed at the end of the report).
 pub const HOW: &[&str] = &[
     "**Client-observed detect→push**: every WebSocket client (tokio-tungstenite, one task, 4 KiB read buffer) and every webhook receiver (axum, answers 204) stamps the wall clock when a `trade` message arrives and subtracts the message's `t_detect_ms`, which pmw-live stamped with the same clock when the block header arrived. Percentiles are nearest-rank over all deliveries of the window (per-delivery differences, never differences of medians); `t_detect_ms` is whole milliseconds, so figures carry up to 1 ms of truncation.",
+    "**Repeats**: each latency phase is measured in `--repeats` (3) windows back to back, and each throughput step in as many windows with a drain between them, because this machine is shared and one window can be noisy. A latency figure is the median of the windows' percentiles, with their range in brackets (an even count takes the lower middle value, a measured figure); ratios and the summary use the medians; counts and max are over all windows. A throughput step keeps up when most of its windows did, and its figures are its median window's by WebSocket p99 (CPU per delivery: the median of its windows'). Fan-out and market steps are measured once (a fan-out step over budget once more).",
     "**Baseline**: the same binary (built with the `polling-baseline` feature, as `scripts/bench` builds it) with `PMW_BENCH_POLL_MS=500`: no LISTEN wake-up, the leader sleeps 500 ms between rounds (the seed's design before its 09-26 change). Same clients, same load, same run; the ratio is baseline ÷ pmw.",
     "**Floor**: each hop timed alone through the production code path (see the table), the floor is the sum of their p50s: what one trade costs if nothing waits anywhere.",
     "**Fan-out**: sessions reuse the WebSocket accounts' keys (several sessions per account). Memory is the `VmRSS` of the pmw-push child process read from `/proc/<pid>/status` with the sessions open and idle; the client side's memory is not included.",
@@ -81,8 +82,13 @@ struct Args {
     /// Matches per block of the throughput steps, e.g. 2,5,10.
     #[arg(long, value_delimiter = ',')]
     rates: Option<Vec<u32>>,
+    /// Seconds of each throughput window (each step runs `--repeats` of them).
     #[arg(long)]
     rate_secs: Option<u64>,
+    /// Windows per latency phase and per throughput step; the report gives their median and
+    /// spread, so one noisy window cannot move a headline figure.
+    #[arg(long, default_value_t = 3)]
+    repeats: usize,
     /// Edge mode: pmw-edge processes of the fan-out and throughput steps.
     #[arg(long, default_value_t = 3)]
     edges: usize,
@@ -138,6 +144,8 @@ pub struct Plan {
     pub p99_budget_ms: f64,
     pub rates: Vec<u32>,
     pub rate_window: Duration,
+    /// Windows per latency phase (`phase` split among them) and per throughput step.
+    pub repeats: usize,
     pub edges: usize,
     pub edge_steps: Vec<usize>,
     /// The market step: sessions, and how many of the busiest markets each follows.
@@ -184,7 +192,8 @@ impl Plan {
                     vec![2, 5, 10, 20, 40, 80, 100, 120, 160]
                 }
             }),
-            rate_window: pick(20, 8, a.rate_secs),
+            rate_window: pick(10, 4, a.rate_secs),
+            repeats: a.repeats.max(1),
             edges: a.edges.max(1),
             edge_steps: a.edge_steps.clone().unwrap_or_else(|| {
                 if s {
@@ -197,7 +206,7 @@ impl Plan {
             market_count: 10,
             pending_sessions: a.pending_sessions.unwrap_or(if s { 10 } else { 100 }),
             pending_window: Duration::from_secs(if s { 10 } else { 30 }),
-            deadline: Duration::from_secs(if s { 240 } else { 3_000 }),
+            deadline: Duration::from_secs(if s { 420 } else { 3_000 }),
         }
     }
 }

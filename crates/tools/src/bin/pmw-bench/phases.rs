@@ -1,6 +1,8 @@
 //! The latency phases (pmw as built, and the seed's design as the baseline, in the same run and
 //! with the same load) and the fan-out steps. Each measured window is a simulator run: the trades
-//! of its blocks `(after, upto]`, received by clients that were connected before it started.
+//! of its blocks `(after, upto]`, received by clients that were connected before it started. A
+//! latency phase measures `Plan::repeats` windows back to back: their pooled percentiles, and each
+//! window's, whose median (with its spread) is the headline.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -16,8 +18,13 @@ use crate::{ingest, Plan};
 
 /// What one design delivered in one window.
 pub struct Latency {
+    /// The headline: each percentile the median of the windows' (`Summary::median_of`), the
+    /// count and max over every window's deliveries.
     pub ws: Option<Summary>,
     pub hooks: Option<Summary>,
+    /// Each window's own, in run order.
+    pub ws_windows: Vec<Summary>,
+    pub hooks_windows: Vec<Summary>,
     pub ws_expected: usize,
     pub hooks_expected: usize,
     pub clients: usize,
@@ -68,7 +75,7 @@ pub async fn settle(collectors: &[&Arc<Collector>], within: Duration) {
 
 /// One design under the standard load: a fresh push leader (`legacy` = the seed's poll period,
 /// or `None` for pmw as built), `sessions` sessions, the webhook endpoints (when added), a
-/// warm-up run, then the measured run.
+/// warm-up run, then the measured windows.
 /// Who serves the phase's WebSocket sessions.
 #[derive(Debug, Clone, Copy)]
 pub enum Serve {
@@ -105,18 +112,7 @@ pub async fn latency(
     );
     let warm = b.run_sim(plan.matches_per_block, plan.warmup).await?;
     b.wait_pushed(warm.upto, Duration::from_secs(60)).await?;
-    eprintln!(
-        "  measuring {:?} at {} matches/block",
-        plan.phase, plan.matches_per_block
-    );
-    let run = b.run_sim(plan.matches_per_block, plan.phase).await?;
-    if !b.wait_pushed(run.upto, Duration::from_secs(60)).await? {
-        eprintln!(
-            "  warning: push did not reach block {} within 60 s",
-            run.upto
-        );
-    }
-    settle(&[ws, hooks], Duration::from_secs(30)).await;
+    let (run, ws_windows, hooks_windows) = windows(b, plan, ws, hooks).await?;
     let ws_expected = expected(&run, &fleet.followers());
     let hooks_expected = expected(&run, &followers_of(&b.hook_accounts));
     let server_ws = ingest::server_push(&b.db.ch, "ws", run.after, run.upto).await?;
@@ -138,9 +134,12 @@ pub async fn latency(
     if let Some(stream) = stream {
         stream.delete().await;
     }
+    let pooled = |v: &[Sample]| Summary::of(&v.iter().map(Sample::lat_ms).collect::<Vec<_>>());
     Ok(Latency {
-        ws: Summary::of(&ws_samples.iter().map(Sample::lat_ms).collect::<Vec<_>>()),
-        hooks: Summary::of(&hook_samples.iter().map(Sample::lat_ms).collect::<Vec<_>>()),
+        ws: Summary::median_of(pooled(&ws_samples), &ws_windows),
+        hooks: Summary::median_of(pooled(&hook_samples), &hooks_windows),
+        ws_windows,
+        hooks_windows,
         ws_expected,
         hooks_expected,
         clients,
@@ -154,6 +153,49 @@ pub async fn latency(
         from_ms: run.from_ms,
         to_ms: run.to_ms,
     })
+}
+
+/// The measured windows of a latency phase, back to back (`plan.phase` split in
+/// `plan.repeats`): the runs joined into one, and each window's WebSocket and webhook percentiles.
+async fn windows(
+    b: &mut Bench,
+    plan: &Plan,
+    ws: &Arc<Collector>,
+    hooks: &Arc<Collector>,
+) -> anyhow::Result<(Run, Vec<Summary>, Vec<Summary>)> {
+    let n = plan.repeats.max(1);
+    let each = plan.phase / n as u32;
+    eprintln!(
+        "  measuring {n} windows of {each:?} at {} matches/block",
+        plan.matches_per_block
+    );
+    let (mut joined, mut ws_w, mut hooks_w): (Option<Run>, Vec<Summary>, Vec<Summary>) =
+        (None, Vec::new(), Vec::new());
+    for _ in 0..n {
+        let run = b.run_sim(plan.matches_per_block, each).await?;
+        if !b.wait_pushed(run.upto, Duration::from_secs(60)).await? {
+            eprintln!(
+                "  warning: push did not reach block {} within 60 s",
+                run.upto
+            );
+        }
+        settle(&[ws, hooks], Duration::from_secs(30)).await;
+        let lat = |c: &Arc<Collector>| {
+            let v: Vec<f64> = c
+                .samples(run.after, run.upto)
+                .iter()
+                .map(Sample::lat_ms)
+                .collect();
+            Summary::of(&v)
+        };
+        ws_w.extend(lat(ws));
+        hooks_w.extend(lat(hooks));
+        joined = Some(match joined {
+            None => run,
+            Some(j) => j.join(run),
+        });
+    }
+    Ok((joined.expect("at least one window"), ws_w, hooks_w))
 }
 
 /// One fan-out step.

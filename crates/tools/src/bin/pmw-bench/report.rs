@@ -7,7 +7,7 @@ use crate::edge::EdgeFanOut;
 use crate::floor::Floor;
 use crate::ingest::Stages;
 use crate::phases::{FanOut, Latency};
-use crate::stats::{ms, ratio, Summary};
+use crate::stats::{ms, ms_spread, ratio, Summary};
 use crate::throughput::{sustained, RateStep, MAX_MEDIAN_LAG};
 use crate::Plan;
 
@@ -37,16 +37,6 @@ pub struct Report {
 
 pub fn p(s: &Option<Summary>, f: fn(&Summary) -> f64) -> Option<f64> {
     s.as_ref().map(f)
-}
-
-fn row(s: &Option<Summary>) -> String {
-    format!(
-        "{} | {} | {} | {}",
-        ms(p(s, |s| s.p50)),
-        ms(p(s, |s| s.p95)),
-        ms(p(s, |s| s.p99)),
-        ms(p(s, |s| s.max))
-    )
 }
 
 fn mib(kib: Option<u64>) -> String {
@@ -94,14 +84,14 @@ fn render_setup(o: &mut String, r: &Report) {
     let _ = writeln!(o, "- A private anvil mining one block every {} s; pmw-sim sends {} matches per block (each match: one fill per maker order, 1–3, plus the taker order's fill) for {} wallets.", pl.block_time, pl.matches_per_block, pl.wallets);
     let _ = writeln!(o, "- {} WebSocket clients (one account each) and {} webhook receivers (one account and one endpoint each); every account follows {} wallets, so a fill reaches about {:.0} WebSocket sessions and {:.0} webhook endpoints.", pl.ws_clients, pl.webhooks, pl.per_account, pl.ws_clients as f64 * pl.per_account as f64 / pl.wallets as f64, pl.webhooks as f64 * pl.per_account as f64 / pl.wallets as f64);
     let _ = writeln!(o, "- A private Postgres and ClickHouse database on the local stack (`scripts/stack`), migrated by the production code and dropped afterwards. pmw-live, pmw-push and pmw-edge are the release binaries, run as child processes; clients, receivers and the simulator run in the benchmark process (`target/release/pmw-bench`).");
-    let _ = writeln!(o, "- Each latency window: clients connect, a {:?} warm-up run, then a {:?} measured run; only trades of the measured run's blocks count.\n", pl.warmup, pl.phase);
+    let _ = writeln!(o, "- Each latency phase: clients connect, a {:?} warm-up run, then {} measured runs of {:?} back to back (its windows); only trades of the measured runs' blocks count.\n", pl.warmup, pl.repeats, pl.phase / pl.repeats.max(1) as u32);
 }
 
 /// Detect → push, client-observed, per channel and design, and the baseline ÷ pmw ratios.
 fn render_latency(o: &mut String, r: &Report) {
     let pl = &r.plan;
     let _ = writeln!(o, "## Detect → push, client-observed\n");
-    let _ = writeln!(o, "Receive time at the client minus the message's `t_detect_ms` (when pmw-live received the block header), same wall clock, per delivered trade.\n");
+    let _ = writeln!(o, "Receive time at the client minus the message's `t_detect_ms` (when pmw-live received the block header), same wall clock, per delivered trade. Each design is measured in {} windows of {:?} back to back: p50, p95 and p99 are the median of the windows' (their range in brackets), the figure every ratio below and the summary use; counts and max are over all windows.\n", pl.repeats, pl.phase / pl.repeats.max(1) as u32);
     let _ = writeln!(o, "| channel | design | delivered / owed | p50 | p95 | p99 | max |\n|---|---|---|---|---|---|---|");
     let legacy = format!(
         "baseline: seed design (no LISTEN, {} ms sleep)",
@@ -115,13 +105,19 @@ fn render_latency(o: &mut String, r: &Report) {
         };
         let modes = [("pmw (LISTEN wake-up)", &r.pmw), (legacy.as_str(), &r.base)];
         for &(name, l) in modes.iter().chain(edge) {
-            let (s, owed) = if pick == 0 {
-                (&l.ws, l.ws_expected)
+            let (s, w, owed) = if pick == 0 {
+                (&l.ws, &l.ws_windows, l.ws_expected)
             } else {
-                (&l.hooks, l.hooks_expected)
+                (&l.hooks, &l.hooks_windows, l.hooks_expected)
             };
             let n = s.as_ref().map_or(0, |s| s.n);
-            let _ = writeln!(o, "| {ch} | {name} | {n} / {owed} | {} |", row(s));
+            let sp = |f: fn(&Summary) -> f64| ms_spread(&w.iter().map(f).collect::<Vec<_>>());
+            let (p50, p95, p99) = (sp(|s| s.p50), sp(|s| s.p95), sp(|s| s.p99));
+            let max = ms(p(s, |s| s.max));
+            let _ = writeln!(
+                o,
+                "| {ch} | {name} | {n} / {owed} | {p50} | {p95} | {p99} | {max} |"
+            );
         }
     }
     let _ = writeln!(
@@ -302,11 +298,11 @@ fn render_fanout(o: &mut String, r: &Report) {
 
 fn render_rates(o: &mut String, r: &Report) {
     let _ = writeln!(o, "## Sustained throughput\n");
-    let _ = writeln!(o, "The fill rate is raised step by step ({:?} per step) with the standard {} WebSocket sessions and {} webhook endpoints attached. Lags are sampled every 250 ms: push lag = ingest watermark − push cursor (blocks), ingest lag = chain head − ingest watermark. A step keeps up when both medians over its second half are ≤ {MAX_MEDIAN_LAG} blocks and push reaches the run's last block within 30 s after it; a step that falls behind is measured once more after a drain, and the second window decides.\n", r.plan.rate_window, r.plan.ws_clients, r.plan.webhooks);
+    let _ = writeln!(o, "The fill rate is raised step by step ({:?} per step) with the standard {} WebSocket sessions and {} webhook endpoints attached. Lags are sampled every 250 ms: push lag = ingest watermark − push cursor (blocks), ingest lag = chain head − ingest watermark. A window keeps up when both medians over its second half are ≤ {MAX_MEDIAN_LAG} blocks and push reaches the run's last block within 30 s after it. Each step runs {} such windows, a drain between them: the step keeps up when most of its windows did, and its figures are its median window's by WebSocket p99 (the windows' p99 range in brackets), so one noisy window moves neither the verdict nor the budget figure.\n", r.plan.rate_window, r.plan.ws_clients, r.plan.webhooks, r.plan.repeats);
     let _ = writeln!(o, "| matches/block | fills/s | matched trades/s | WS sessions open after | WS frames (delivered / owed) | push lag median / max | ingest lag median / max | WS p50 | WS p99 | kept up |\n|---|---|---|---|---|---|---|---|---|---|");
     for s in &r.rates {
         let verdict = format!(
-            "{}{}",
+            "{} ({} windows)",
             if s.kept_up {
                 "yes"
             } else if s.caught_up {
@@ -314,11 +310,7 @@ fn render_rates(o: &mut String, r: &Report) {
             } else {
                 "**no** (not caught up 30 s after)"
             },
-            if s.first_fell_behind {
-                " (second window; the first fell behind)"
-            } else {
-                ""
-            }
+            s.windows_kept_up()
         );
         let _ = writeln!(
             o,
@@ -335,7 +327,7 @@ fn render_rates(o: &mut String, r: &Report) {
             s.ingest_lag_median,
             s.ingest_lag_max,
             ms(p(&s.lat, |s| s.p50)),
-            ms(p(&s.lat, |s| s.p99)),
+            s.p99_spread(),
             verdict,
             if s.generator_short {
                 " (generator short of the asked rate)"
@@ -371,20 +363,20 @@ fn render_rates(o: &mut String, r: &Report) {
 
 /// CPU per throughput step, per process.
 fn render_rates_cpu(o: &mut String, r: &Report) {
-    let _ = writeln!(o, "\nCPU per step, from `/proc/<pid>/stat` (user + system) between the step's start and its deliveries settling. Push serves WebSocket frames and webhook deliveries in one process, so its CPU is per delivered message of either kind. Postgres, ClickHouse and anvil are the shared local stack (every process by command name); the generators are this benchmark's process (WebSocket clients, webhook receivers, simulator).\n");
-    let _ = writeln!(o, "| matches/block | WS frames | webhook deliveries (delivered / owed) | webhook deliveries/s | push CPU | push µs / delivery | live CPU | live ms / block | postgres: this run's backends / all | postgres ms / block (this run's backends) | clickhouse | anvil | generators | push share |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(o, "\nCPU per step (its median window; the per-delivery figures are the median of its windows', range in brackets), from `/proc/<pid>/stat` (user + system) between a window's start and its deliveries settling. Push serves WebSocket frames and webhook deliveries in one process, so its CPU is per delivered message of either kind. Postgres, ClickHouse and anvil are the shared local stack (every process by command name); the generators are this benchmark's process (WebSocket clients, webhook receivers, simulator).\n");
+    let _ = writeln!(o, "| matches/block | WS frames | webhook deliveries (delivered / owed) | webhook deliveries/s | push CPU | push µs / delivery (windows) | postgres µs / webhook delivery (windows) | live CPU | live ms / block | postgres: this run's backends / all | postgres ms / block (this run's backends) | clickhouse | anvil | generators | push share |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for s in &r.rates {
         let c = &s.cpu;
+        let (push_us, pg_us) = s.cpu_spreads();
         let _ = writeln!(
             o,
-            "| {} | {} | {} / {} | {:.0} | {:.1} s | {} | {:.1} s | {} | {:.1} s / {:.1} s | {} | {:.1} s | {:.1} s | {:.1} s | {:.0}% |",
+            "| {} | {} | {} / {} | {:.0} | {:.1} s | {push_us} | {pg_us} | {:.1} s | {} | {:.1} s / {:.1} s | {} | {:.1} s | {:.1} s | {:.1} s | {:.0}% |",
             s.matches_per_block,
             s.ws_frames,
             s.hook_deliveries,
             s.hook_expected,
             s.hooks_per_s(),
             c.push,
-            s.push_us_per_delivery().map_or("–".into(), |v| format!("{v:.0}")),
             c.live,
             s.live_ms_per_block().map_or("–".into(), |v| format!("{v:.1}")),
             c.run_db(),

@@ -58,6 +58,18 @@ pub struct Run {
     pub to_ms: i64,
 }
 
+impl Run {
+    /// This run followed by `next` (started after it ended) as one: the blocks and time both
+    /// span, and both runs' fills.
+    pub fn join(mut self, next: Run) -> Run {
+        self.upto = next.upto;
+        self.fills.extend(next.fills);
+        self.secs += next.secs;
+        self.to_ms = next.to_ms;
+        self
+    }
+}
+
 pub struct Bench {
     pub db: TestDb,
     pub anvil: Anvil,

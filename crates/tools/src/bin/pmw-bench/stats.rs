@@ -29,6 +29,26 @@ impl Summary {
     }
 }
 
+impl Summary {
+    /// The headline of repeated windows: each percentile the median of the `windows`' (so one
+    /// noisy window cannot move it), with `pooled`'s count and max (every window's deliveries).
+    /// `pooled` alone when there are no windows.
+    pub fn median_of(pooled: Option<Summary>, windows: &[Summary]) -> Option<Summary> {
+        let pooled = pooled?;
+        let med = |f: fn(&Summary) -> f64| {
+            let v: Vec<f64> = windows.iter().map(f).collect();
+            spread(&v).map_or(f(&pooled), |s| s.0)
+        };
+        Some(Summary {
+            n: pooled.n,
+            p50: med(|s| s.p50),
+            p95: med(|s| s.p95),
+            p99: med(|s| s.p99),
+            max: pooled.max,
+        })
+    }
+}
+
 /// The nearest-rank percentile `q` of sorted, non-empty `v`.
 pub fn rank(v: &[f64], q: f64) -> f64 {
     let i = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1;
@@ -43,6 +63,37 @@ pub fn median_u64(values: &[u64]) -> u64 {
     let mut v = values.to_vec();
     v.sort_unstable();
     v[(v.len() - 1) / 2]
+}
+
+/// The median of `values` with their spread: (median, min, max); `None` when empty. The median
+/// of an even count is the lower middle value (a measured figure, never an average of two).
+pub fn spread(values: &[f64]) -> Option<(f64, f64, f64)> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    Some((v[(v.len() - 1) / 2], v[0], v[v.len() - 1]))
+}
+
+/// `median (min–max)` in milliseconds, or a dash.
+pub fn ms_spread(values: &[f64]) -> String {
+    match spread(values) {
+        Some((m, lo, hi)) if values.len() > 1 => {
+            format!("{} ({lo:.1}–{hi:.1})", ms(Some(m)))
+        }
+        Some((m, _, _)) => ms(Some(m)),
+        None => "–".into(),
+    }
+}
+
+/// Whole units (e.g. µs) as `median (min–max)`, or a dash.
+pub fn int_spread(values: &[f64]) -> String {
+    match spread(values) {
+        Some((m, lo, hi)) if values.len() > 1 => format!("{m:.0} ({lo:.0}–{hi:.0})"),
+        Some((m, _, _)) => format!("{m:.0}"),
+        None => "–".into(),
+    }
 }
 
 /// Milliseconds (one decimal; three below 1 ms), or a dash.
@@ -74,5 +125,36 @@ mod tests {
         assert_eq!(Summary::of(&[3.0]).unwrap().p99, 3.0);
         assert!(Summary::of(&[]).is_none());
         assert_eq!(median_u64(&[5, 1, 3, 9]), 3);
+    }
+
+    fn window(p50: f64, p99: f64) -> Summary {
+        Summary {
+            n: 10,
+            p50,
+            p95: p99,
+            p99,
+            max: p99,
+        }
+    }
+
+    #[test]
+    fn a_noisy_window_moves_neither_the_median_nor_hides_in_the_spread() {
+        let windows = [window(8.0, 20.0), window(30.0, 400.0), window(9.0, 22.0)];
+        let pooled = Summary::of(&[1.0, 500.0]);
+        let h = Summary::median_of(pooled, &windows).unwrap();
+        assert_eq!(
+            (h.p50, h.p95, h.p99, h.max, h.n),
+            (9.0, 22.0, 22.0, 500.0, 2)
+        );
+        assert_eq!(spread(&[20.0, 400.0, 22.0]), Some((22.0, 20.0, 400.0)));
+        assert_eq!(ms_spread(&[20.0, 400.0, 22.0]), "22.0 ms (20.0–400.0)");
+        assert_eq!(ms_spread(&[5.0]), "5.0 ms");
+        // An even count takes the lower middle value: a measured figure.
+        assert_eq!(spread(&[4.0, 1.0, 3.0, 2.0]).map(|s| s.0), Some(2.0));
+        assert!(Summary::median_of(None, &windows).is_none());
+        assert_eq!(
+            Summary::median_of(pooled, &[]).map(|s| s.p50),
+            pooled.map(|s| s.p50)
+        );
     }
 }

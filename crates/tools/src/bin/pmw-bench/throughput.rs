@@ -2,9 +2,11 @@
 //! load connected, sampling every 250 ms the chain head, the ingest watermark and the push cursor.
 //! A step kept up when, over its second half, the median push lag (watermark − push cursor) and
 //! the median ingest lag (head − watermark) stayed ≤ 2 blocks, and push reached the run's last
-//! block within 30 s of the run ending. A step that fell behind is measured once more after a
-//! drain (the machine is shared) and the second window decides. Stepping stops at the first step
-//! that did not keep up, or when the load generator itself fell short of the asked rate.
+//! block within 30 s of the run ending. Each step is measured in `Plan::repeats` windows (a drain
+//! between them; the machine is shared): it is reported as its median window by WebSocket p99,
+//! with every window's figures beside it, and kept up when most windows did, so one noisy window
+//! cannot move the figure. Stepping stops at the first step that did not keep up, or when the
+//! load generator itself fell short of the asked rate.
 //! The same steps run in both modes: sessions on the push leader itself, or (edge mode) spread
 //! round-robin over pmw-edge processes fed through NATS JetStream.
 
@@ -27,6 +29,7 @@ pub const MAX_MEDIAN_LAG: u64 = 2;
 /// A step whose achieved match rate is below this share of the asked one hit the generator's limit.
 const GENERATOR_SHORT: f64 = 0.7;
 
+#[derive(Debug, Clone, Default)]
 pub struct RateStep {
     pub matches_per_block: u32,
     pub secs: f64,
@@ -44,8 +47,8 @@ pub struct RateStep {
     pub caught_up: bool,
     /// The run's last block with trades.
     pub last_block: u64,
-    /// The rate was measured twice: the first window fell behind.
-    pub first_fell_behind: bool,
+    /// Every window of the step, in run order (the step's own figures are its median window's).
+    pub windows: Vec<Window>,
     pub lat: Option<Summary>,
     /// Webhook deliveries received for the step's blocks, and owed.
     pub hook_deliveries: usize,
@@ -71,6 +74,24 @@ impl RateStep {
         let n = self.ws_frames + self.hook_deliveries;
         (n > 0).then(|| self.cpu.push * 1e6 / n as f64)
     }
+    /// CPU of this run's Postgres backends (every service's statements) per webhook delivery.
+    pub fn pg_us_per_hook(&self) -> Option<f64> {
+        (self.hook_deliveries > 0).then(|| self.cpu.run_db() * 1e6 / self.hook_deliveries as f64)
+    }
+    /// The windows' push µs per delivery and Postgres µs per webhook delivery, each as
+    /// `median (min–max)`.
+    pub fn cpu_spreads(&self) -> (String, String) {
+        let push: Vec<f64> = self.windows.iter().filter_map(|w| w.push_us).collect();
+        let pg: Vec<f64> = self
+            .windows
+            .iter()
+            .filter_map(|w| w.pg_us_per_hook)
+            .collect();
+        (
+            crate::stats::int_spread(&push),
+            crate::stats::int_spread(&pg),
+        )
+    }
     pub fn hooks_per_s(&self) -> f64 {
         self.hook_deliveries as f64 / self.secs.max(1e-9)
     }
@@ -78,9 +99,55 @@ impl RateStep {
     pub fn pg_ms_per_block(&self) -> Option<f64> {
         (self.blocks > 0).then(|| self.cpu.run_db() * 1e3 / self.blocks as f64)
     }
+    /// How many of the step's windows kept up, and the windows' WS p99 as `median (min–max)`.
+    pub fn windows_kept_up(&self) -> String {
+        let kept = self.windows.iter().filter(|w| w.kept_up).count();
+        format!("{kept} of {}", self.windows.len())
+    }
+    pub fn p99_spread(&self) -> String {
+        let v: Vec<f64> = self.windows.iter().filter_map(|w| w.p99).collect();
+        crate::stats::ms_spread(&v)
+    }
     pub fn live_ms_per_block(&self) -> Option<f64> {
         (self.blocks > 0).then(|| self.cpu.live * 1e3 / self.blocks as f64)
     }
+}
+
+/// One window of a step, as its repeats are reported.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Window {
+    pub p99: Option<f64>,
+    pub kept_up: bool,
+    pub push_us: Option<f64>,
+    pub pg_us_per_hook: Option<f64>,
+}
+
+impl Window {
+    fn of(s: &RateStep) -> Window {
+        Window {
+            p99: s.lat.map(|l| l.p99),
+            kept_up: s.kept_up,
+            push_us: s.push_us_per_delivery(),
+            pg_us_per_hook: s.pg_us_per_hook(),
+        }
+    }
+}
+
+/// A step of `runs` (its windows, in run order): the median window by WebSocket p99 (one
+/// without frames counts as the worst), kept up when most windows kept up and short of the
+/// asked rate when most were, with every window's figures.
+pub fn median_step(mut runs: Vec<RateStep>) -> RateStep {
+    let windows: Vec<Window> = runs.iter().map(Window::of).collect();
+    let n = runs.len();
+    let kept = windows.iter().filter(|w| w.kept_up).count();
+    let short = runs.iter().filter(|r| r.generator_short).count();
+    let worst = |r: &RateStep| r.lat.map_or(f64::INFINITY, |l| l.p99);
+    runs.sort_by(|a, b| worst(a).total_cmp(&worst(b)));
+    let mut step = runs.swap_remove(n.saturating_sub(1) / 2);
+    step.kept_up = kept * 2 > n;
+    step.generator_short = short * 2 > n;
+    step.windows = windows;
+    step
 }
 
 /// The last step that kept up.
@@ -122,22 +189,25 @@ pub async fn throughput(
             all: &all,
             push_pid,
         };
-        let mut step = rate_window(b, plan, at, m).await?;
-        if !step.kept_up && !step.generator_short {
-            eprintln!("    fell behind: draining, then measuring this rate once more");
-            b.wait_pushed(step.last_block, Duration::from_secs(60))
-                .await?;
-            step = rate_window(b, plan, at, m).await?;
-            step.first_fell_behind = true;
+        let mut windows = Vec::new();
+        for _ in 0..plan.repeats.max(1) {
+            let w = rate_window(b, plan, at, m).await?;
+            // Let the system drain before the next window or the next, higher step.
+            b.wait_pushed(w.last_block, Duration::from_secs(30)).await?;
+            windows.push(w);
         }
+        let step = median_step(windows);
+        eprintln!(
+            "  {m} matches/block: {} of {} windows kept up; the median window's WS p99 {}",
+            step.windows.iter().filter(|w| w.kept_up).count(),
+            step.windows.len(),
+            crate::stats::ms(step.lat.map(|l| l.p99))
+        );
         let stop = !step.kept_up || step.generator_short;
-        let last = step.last_block;
         steps.push(step);
         if stop {
             break;
         }
-        // Let the system drain before the next, higher step.
-        b.wait_pushed(last, Duration::from_secs(30)).await?;
     }
     fleet.clear().await;
     if let Some(push) = push {
@@ -258,7 +328,7 @@ async fn rate_window(b: &Bench, plan: &Plan, at: Attached<'_>, m: u32) -> anyhow
         ingest_lag_max: samples.iter().map(|s| s.2).max().unwrap_or(0),
         caught_up,
         last_block: run.upto,
-        first_fell_behind: false,
+        windows: Vec::new(),
         lat: Summary::of(&lat_v),
         hook_deliveries: hooks.window(run.after, run.upto).len(),
         hook_expected: expected(&run, &followers_of(&b.hook_accounts)),
@@ -274,4 +344,46 @@ async fn rate_window(b: &Bench, plan: &Plan, at: Attached<'_>, m: u32) -> anyhow
     let step = RateStep { kept_up, ..step };
     print_step(&step);
     Ok(step)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn window(p99: Option<f64>, kept_up: bool, last_block: u64) -> RateStep {
+        RateStep {
+            lat: p99.map(|p99| Summary {
+                n: 1,
+                p50: p99 / 2.0,
+                p95: p99,
+                p99,
+                max: p99,
+            }),
+            kept_up,
+            last_block,
+            ..RateStep::default()
+        }
+    }
+
+    #[test]
+    fn a_step_is_its_median_window_and_kept_up_by_the_majority() {
+        // One noisy window (900 ms, fell behind) moves neither the figure nor the verdict.
+        let step = median_step(vec![
+            window(Some(40.0), true, 1),
+            window(Some(900.0), false, 2),
+            window(Some(60.0), true, 3),
+        ]);
+        assert_eq!((step.last_block, step.kept_up), (3, true));
+        assert_eq!(step.windows_kept_up(), "2 of 3");
+        assert_eq!(step.p99_spread(), "60.0 ms (40.0–900.0)");
+        // Two of three fell behind: the step did, whatever its median window says; a window
+        // without frames counts as the worst.
+        let step = median_step(vec![
+            window(None, false, 1),
+            window(Some(50.0), false, 2),
+            window(Some(70.0), true, 3),
+        ]);
+        assert_eq!((step.last_block, step.kept_up), (3, false));
+        assert_eq!(step.windows.len(), 3);
+    }
 }
