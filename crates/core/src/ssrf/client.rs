@@ -2,7 +2,8 @@
 //! events). Its DNS resolver is [`super::resolve::GuardedResolver`]; literal-IP URLs never reach a
 //! resolver, so each URL is checked by [`super::validate_url`] before the request. Redirects are
 //! never followed, proxies from the environment are ignored (a proxy would resolve the name
-//! itself), connections are pooled sparingly.
+//! itself), idle connections are pooled per host up to what the caller asks (push: its attempts
+//! in flight per endpoint) for 30 s.
 
 use std::error::Error as StdError;
 use std::sync::Arc;

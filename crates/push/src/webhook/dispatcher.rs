@@ -197,7 +197,14 @@ async fn run(launch: Launch) -> Result<(), WebhookError> {
         mut handed,
         stats,
     } = launch;
-    let client = match GuardedClient::new(cfg.timeout, cfg.allow_private_destinations) {
+    // As many idle connections per endpoint as attempts may run at once: with fewer, every burst
+    // past the pool closed the surplus and the next one connected again (half the attempts of a
+    // busy endpoint paid a TCP connect, on https a TLS handshake; issue 46's profile).
+    let client = match GuardedClient::with_pool(
+        cfg.timeout,
+        cfg.allow_private_destinations,
+        cfg.max_in_flight_per_endpoint,
+    ) {
         Ok(c) => c,
         Err(e) => {
             stats.set_error(&e);

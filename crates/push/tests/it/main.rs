@@ -8,6 +8,7 @@ mod webhook_chat;
 mod webhook_fence;
 mod webhook_handoff;
 mod webhook_isolation;
+mod webhook_pool;
 mod webhook_retry;
 mod webhook_signing;
 mod webhook_ssrf;
