@@ -12,6 +12,16 @@ use std::time::Duration;
 use super::pending::{harness, judged, of_type, pushes_are_recorded_with_their_pending};
 use super::WITHIN;
 
+/// An endpoint of `account` at `url` opted in to the pending tier (`events` `{trade,pending}`),
+/// with a fresh secret, which is returned.
+async fn opted_in(c: &tokio_postgres::Client, account: i64, url: &str) -> String {
+    let secret = pmw_core::webhook::Secret::generate().expose();
+    let mut ep = pmw_testkit::seed::Endpoint::new(account, url, &secret);
+    ep.events = &["trade", "pending"];
+    ep.insert(c).await;
+    secret
+}
+
 /// Webhook endpoints: one opted in (`events` `{trade,pending}`) gets every `pending` before the
 /// `trade` that names it and `void`s with their reasons, each signed like a trade; one with the
 /// default events gets trades only (carrying `pending_id`).
@@ -24,12 +34,8 @@ async fn webhook_endpoints_opted_in_get_signed_pendings_before_their_trades_and_
         Receiver::start(vec![Step::status(204)]).await,
         Receiver::start(vec![Step::status(204)]).await,
     );
-    let secret = pmw_core::webhook::Secret::generate().expose();
     let c = h.db.connect().await;
-    let opted_url = opted.url();
-    let mut ep = pmw_testkit::seed::Endpoint::new(account, &opted_url, &secret);
-    ep.events = &["trade", "pending"];
-    ep.insert(&c).await;
+    let secret = opted_in(&c, account, &opted.url()).await;
     pmw_testkit::seed::Endpoint::new(account, &plain.url(), &secret)
         .insert(&c)
         .await;
@@ -94,12 +100,8 @@ async fn a_failed_pending_delivery_is_cancelled_once_its_fill_ended() {
     let (_push, _) = h.leader("push-a").await;
     let (account, _) = h.account(&h.sim.config().wallets).await;
     let hook = Receiver::cycling(vec![Step::status(500), Step::status(204)]).await;
-    let secret = pmw_core::webhook::Secret::generate().expose();
     let c = h.db.connect().await;
-    let url = hook.url();
-    let mut ep = pmw_testkit::seed::Endpoint::new(account, &url, &secret);
-    ep.events = &["trade", "pending"];
-    ep.insert(&c).await;
+    opted_in(&c, account, &hook.url()).await;
     h.notify().await;
     let cancelled = || async {
         c.query_one(
@@ -154,12 +156,8 @@ async fn a_pending_cancelled_while_in_flight_still_gets_its_void() {
     )
     .await;
     let hook = Receiver::gated(vec![Step::status(204)]).await;
-    let secret = pmw_core::webhook::Secret::generate().expose();
     let mut c = h.db.connect().await;
-    let url = hook.url();
-    let mut ep = pmw_testkit::seed::Endpoint::new(account, &url, &secret);
-    ep.events = &["trade", "pending"];
-    ep.insert(&c).await;
+    opted_in(&c, account, &hook.url()).await;
     h.notify().await;
     let (id, tx_hash) = held_open_pending(&h, &hook, &c).await;
     let watermark: i64 = c

@@ -1,7 +1,7 @@
 -- One end of a pending settlement that did not confirm: its transaction (if still open) and
 -- every fill of it still open (or `unwound`: a reorg took its confirmation back, migration 0026)
 -- get status $2 (`reverted`, `replaced`, `dropped`, `expired`), and each such fill a `void`
--- event with that reason. Guarded by status = 'open', so a fill ends
+-- event with that reason. Guarded by status (`open` or `unwound`), so a fill ends
 -- exactly once (a confirmation in a block commit racing this keeps its row: the loser's
 -- re-check finds it no longer open). $1 tx hash, $3 the watermark, $4 now (ms). Returns the
 -- fills voided.

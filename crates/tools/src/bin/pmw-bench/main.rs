@@ -124,6 +124,13 @@ struct Args {
     worker: Option<std::net::SocketAddr>,
 }
 
+impl Plan {
+    /// One window of a latency phase: `phase` split among the `repeats`.
+    pub fn latency_window(&self) -> Duration {
+        self.phase / self.repeats as u32
+    }
+}
+
 /// The resolved settings of one run.
 #[derive(Debug, Clone)]
 pub struct Plan {

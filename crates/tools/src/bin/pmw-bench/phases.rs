@@ -73,9 +73,6 @@ pub async fn settle(collectors: &[&Arc<Collector>], within: Duration) {
     }
 }
 
-/// One design under the standard load: a fresh push leader (`legacy` = the seed's poll period,
-/// or `None` for pmw as built), `sessions` sessions, the webhook endpoints (when added), a
-/// warm-up run, then the measured windows.
 /// Who serves the phase's WebSocket sessions.
 #[derive(Debug, Clone, Copy)]
 pub enum Serve {
@@ -85,6 +82,9 @@ pub enum Serve {
     Edge,
 }
 
+/// One design under the standard load: a fresh push leader (`legacy` = the seed's poll period,
+/// or `None` for pmw as built), `sessions` sessions, the webhook endpoints (when added), a
+/// warm-up run, then the measured windows.
 pub async fn latency(
     b: &mut Bench,
     plan: &Plan,
@@ -134,10 +134,9 @@ pub async fn latency(
     if let Some(stream) = stream {
         stream.delete().await;
     }
-    let pooled = |v: &[Sample]| Summary::of(&v.iter().map(Sample::lat_ms).collect::<Vec<_>>());
     Ok(Latency {
-        ws: Summary::median_of(pooled(&ws_samples), &ws_windows),
-        hooks: Summary::median_of(pooled(&hook_samples), &hooks_windows),
+        ws: Summary::median_of(summary(&ws_samples), &ws_windows),
+        hooks: Summary::median_of(summary(&hook_samples), &hooks_windows),
         ws_windows,
         hooks_windows,
         ws_expected,
@@ -155,6 +154,11 @@ pub async fn latency(
     })
 }
 
+/// The latency percentiles of `samples`.
+fn summary(samples: &[Sample]) -> Option<Summary> {
+    Summary::of(&samples.iter().map(Sample::lat_ms).collect::<Vec<_>>())
+}
+
 /// The measured windows of a latency phase, back to back (`plan.phase` split in
 /// `plan.repeats`): the runs joined into one, and each window's WebSocket and webhook percentiles.
 async fn windows(
@@ -163,8 +167,7 @@ async fn windows(
     ws: &Arc<Collector>,
     hooks: &Arc<Collector>,
 ) -> anyhow::Result<(Run, Vec<Summary>, Vec<Summary>)> {
-    let n = plan.repeats.max(1);
-    let each = plan.phase / n as u32;
+    let (n, each) = (plan.repeats, plan.latency_window());
     eprintln!(
         "  measuring {n} windows of {each:?} at {} matches/block",
         plan.matches_per_block
@@ -180,16 +183,8 @@ async fn windows(
             );
         }
         settle(&[ws, hooks], Duration::from_secs(30)).await;
-        let lat = |c: &Arc<Collector>| {
-            let v: Vec<f64> = c
-                .samples(run.after, run.upto)
-                .iter()
-                .map(Sample::lat_ms)
-                .collect();
-            Summary::of(&v)
-        };
-        ws_w.extend(lat(ws));
-        hooks_w.extend(lat(hooks));
+        ws_w.extend(Summary::of(&ws.window(run.after, run.upto)));
+        hooks_w.extend(Summary::of(&hooks.window(run.after, run.upto)));
         joined = Some(match joined {
             None => run,
             Some(j) => j.join(run),

@@ -84,14 +84,14 @@ fn render_setup(o: &mut String, r: &Report) {
     let _ = writeln!(o, "- A private anvil mining one block every {} s; pmw-sim sends {} matches per block (each match: one fill per maker order, 1–3, plus the taker order's fill) for {} wallets.", pl.block_time, pl.matches_per_block, pl.wallets);
     let _ = writeln!(o, "- {} WebSocket clients (one account each) and {} webhook receivers (one account and one endpoint each); every account follows {} wallets, so a fill reaches about {:.0} WebSocket sessions and {:.0} webhook endpoints.", pl.ws_clients, pl.webhooks, pl.per_account, pl.ws_clients as f64 * pl.per_account as f64 / pl.wallets as f64, pl.webhooks as f64 * pl.per_account as f64 / pl.wallets as f64);
     let _ = writeln!(o, "- A private Postgres and ClickHouse database on the local stack (`scripts/stack`), migrated by the production code and dropped afterwards. pmw-live, pmw-push and pmw-edge are the release binaries, run as child processes; clients, receivers and the simulator run in the benchmark process (`target/release/pmw-bench`).");
-    let _ = writeln!(o, "- Each latency phase: clients connect, a {:?} warm-up run, then {} measured runs of {:?} back to back (its windows); only trades of the measured runs' blocks count.\n", pl.warmup, pl.repeats, pl.phase / pl.repeats.max(1) as u32);
+    let _ = writeln!(o, "- Each latency phase: clients connect, a {:?} warm-up run, then {} measured runs of {:?} back to back (its windows); only trades of the measured runs' blocks count.\n", pl.warmup, pl.repeats, pl.latency_window());
 }
 
 /// Detect → push, client-observed, per channel and design, and the baseline ÷ pmw ratios.
 fn render_latency(o: &mut String, r: &Report) {
     let pl = &r.plan;
     let _ = writeln!(o, "## Detect → push, client-observed\n");
-    let _ = writeln!(o, "Receive time at the client minus the message's `t_detect_ms` (when pmw-live received the block header), same wall clock, per delivered trade. Each design is measured in {} windows of {:?} back to back: p50, p95 and p99 are the median of the windows' (their range in brackets), the figure every ratio below and the summary use; counts and max are over all windows.\n", pl.repeats, pl.phase / pl.repeats.max(1) as u32);
+    let _ = writeln!(o, "Receive time at the client minus the message's `t_detect_ms` (when pmw-live received the block header), same wall clock, per delivered trade. Each design is measured in {} windows of {:?} back to back: p50, p95 and p99 are the median of the windows' (their range in brackets), the figure every ratio below and the summary use; counts and max are over all windows.\n", pl.repeats, pl.latency_window());
     let _ = writeln!(o, "| channel | design | delivered / owed | p50 | p95 | p99 | max |\n|---|---|---|---|---|---|---|");
     let legacy = format!(
         "baseline: seed design (no LISTEN, {} ms sleep)",

@@ -27,9 +27,7 @@ impl Summary {
             max: v[v.len() - 1],
         })
     }
-}
 
-impl Summary {
     /// The headline of repeated windows: each percentile the median of the `windows`' (so one
     /// noisy window cannot move it), with `pooled`'s count and max (every window's deliveries).
     /// `pooled` alone when there are no windows.
@@ -76,24 +74,26 @@ pub fn spread(values: &[f64]) -> Option<(f64, f64, f64)> {
     Some((v[(v.len() - 1) / 2], v[0], v[v.len() - 1]))
 }
 
-/// `median (min–max)` in milliseconds, or a dash.
-pub fn ms_spread(values: &[f64]) -> String {
+/// `median (min–max)`: the median as `median` renders it, the range with `digits` decimals
+/// (the median alone for one value, a dash for none).
+fn show_spread(values: &[f64], median: impl Fn(f64) -> String, digits: usize) -> String {
     match spread(values) {
         Some((m, lo, hi)) if values.len() > 1 => {
-            format!("{} ({lo:.1}–{hi:.1})", ms(Some(m)))
+            format!("{} ({lo:.digits$}–{hi:.digits$})", median(m))
         }
-        Some((m, _, _)) => ms(Some(m)),
+        Some((m, _, _)) => median(m),
         None => "–".into(),
     }
 }
 
+/// `median (min–max)` in milliseconds, or a dash.
+pub fn ms_spread(values: &[f64]) -> String {
+    show_spread(values, |m| ms(Some(m)), 1)
+}
+
 /// Whole units (e.g. µs) as `median (min–max)`, or a dash.
 pub fn int_spread(values: &[f64]) -> String {
-    match spread(values) {
-        Some((m, lo, hi)) if values.len() > 1 => format!("{m:.0} ({lo:.0}–{hi:.0})"),
-        Some((m, _, _)) => format!("{m:.0}"),
-        None => "–".into(),
-    }
+    show_spread(values, |m| format!("{m:.0}"), 0)
 }
 
 /// Milliseconds (one decimal; three below 1 ms), or a dash.
@@ -149,6 +149,8 @@ mod tests {
         assert_eq!(spread(&[20.0, 400.0, 22.0]), Some((22.0, 20.0, 400.0)));
         assert_eq!(ms_spread(&[20.0, 400.0, 22.0]), "22.0 ms (20.0–400.0)");
         assert_eq!(ms_spread(&[5.0]), "5.0 ms");
+        assert_eq!(int_spread(&[9.4, 12.0, 10.2]), "10 (9–12)");
+        assert_eq!(int_spread(&[]), "–");
         // An even count takes the lower middle value: a measured figure.
         assert_eq!(spread(&[4.0, 1.0, 3.0, 2.0]).map(|s| s.0), Some(2.0));
         assert!(Summary::median_of(None, &windows).is_none());

@@ -99,11 +99,12 @@ impl RateStep {
     pub fn pg_ms_per_block(&self) -> Option<f64> {
         (self.blocks > 0).then(|| self.cpu.run_db() * 1e3 / self.blocks as f64)
     }
-    /// How many of the step's windows kept up, and the windows' WS p99 as `median (min–max)`.
+    /// How many of the step's windows kept up, as `2 of 3`.
     pub fn windows_kept_up(&self) -> String {
         let kept = self.windows.iter().filter(|w| w.kept_up).count();
         format!("{kept} of {}", self.windows.len())
     }
+    /// The windows' WS p99 as `median (min–max)`.
     pub fn p99_spread(&self) -> String {
         let v: Vec<f64> = self.windows.iter().filter_map(|w| w.p99).collect();
         crate::stats::ms_spread(&v)
@@ -190,7 +191,7 @@ pub async fn throughput(
             push_pid,
         };
         let mut windows = Vec::new();
-        for _ in 0..plan.repeats.max(1) {
+        for _ in 0..plan.repeats {
             let w = rate_window(b, plan, at, m).await?;
             // Let the system drain before the next window or the next, higher step.
             b.wait_pushed(w.last_block, Duration::from_secs(30)).await?;
@@ -198,9 +199,8 @@ pub async fn throughput(
         }
         let step = median_step(windows);
         eprintln!(
-            "  {m} matches/block: {} of {} windows kept up; the median window's WS p99 {}",
-            step.windows.iter().filter(|w| w.kept_up).count(),
-            step.windows.len(),
+            "  {m} matches/block: {} windows kept up; the median window's WS p99 {}",
+            step.windows_kept_up(),
             crate::stats::ms(step.lat.map(|l| l.p99))
         );
         let stop = !step.kept_up || step.generator_short;

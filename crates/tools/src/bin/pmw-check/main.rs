@@ -548,10 +548,10 @@ fn judge(
         println!("check passed");
         return Ok(None);
     }
-    println!("CHECK FAILED (seed {})", run.seed);
+    let verdict = format!("CHECK FAILED (seed {})", run.seed);
+    println!("{verdict}");
     Ok(Some(format!(
-        "recovery per fault kind\n\n{recovery}\n{table}\nCHECK FAILED (seed {})",
-        run.seed
+        "recovery per fault kind\n\n{recovery}\n{table}\n{verdict}"
     )))
 }
 
