@@ -49,6 +49,8 @@ pub struct Item {
     /// The pending fill a `trade` confirms, or a `pending`'s or `void`'s own (their `cursor` and
     /// `position` are the default: the pending lane takes no ledger position).
     pub pending_id: Option<i64>,
+    /// Its frames as last stamped, shared by the sessions writing it in the same millisecond.
+    pub stamped: crate::stamped::Stamped,
 }
 
 impl Item {
@@ -72,6 +74,7 @@ impl Item {
             body,
             brief,
             pending_id: None,
+            stamped: Default::default(),
         }
     }
 }

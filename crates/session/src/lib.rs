@@ -16,6 +16,7 @@ pub mod listen;
 pub mod pending;
 pub mod recorder;
 pub mod resume;
+pub mod stamped;
 pub mod subs;
 pub mod telemetry;
 pub mod ws;

@@ -112,6 +112,7 @@ impl PendingRow {
             body,
             brief: None,
             pending_id: Some(self.fill_id),
+            stamped: Default::default(),
         })
     }
 }

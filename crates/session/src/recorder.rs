@@ -4,9 +4,10 @@
 //! `pending` pushed (`ws_pending`, `webhook_pending`, with its fill's `pending_id`), and a
 //! `delivery_log` row per webhook attempt. Written in small batches by one background task so no
 //! send ever waits for ClickHouse; rows that fail to insert are kept and retried, up to a bound
-//! (beyond it the oldest are dropped and counted).
+//! (beyond it the oldest are dropped and counted). A session sends the rows of a burst of frames
+//! as one fact; the queue's bound counts rows.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -40,6 +41,17 @@ const RETRY: Duration = Duration::from_secs(1);
 pub enum Fact {
     Attempt(DeliveryLogRow),
     Latency(PushLatencyRow),
+    /// The rows of one burst of frames a session wrote: one send for the burst.
+    Latencies(Vec<PushLatencyRow>),
+}
+
+impl Fact {
+    fn rows(&self) -> usize {
+        match self {
+            Fact::Latencies(rows) => rows.len(),
+            _ => 1,
+        }
+    }
 }
 
 /// What the writer gave up on and how often ClickHouse refused, for `/health`.
@@ -53,7 +65,9 @@ pub struct RecorderStats {
 /// The sending side: cheap to clone, [`Recorder::record`] never waits.
 #[derive(Clone)]
 pub struct Recorder {
-    tx: mpsc::Sender<Fact>,
+    tx: mpsc::UnboundedSender<Fact>,
+    /// Rows sent and not yet taken by the writer: the queue's bound is in rows.
+    queued: Arc<AtomicUsize>,
     stats: Arc<RecorderStats>,
     closing: CancellationToken,
     task: Arc<Mutex<Option<JoinHandle<()>>>>,
@@ -62,12 +76,18 @@ pub struct Recorder {
 
 impl Recorder {
     pub fn spawn(ch: ChClient, shutdown: CancellationToken) -> Recorder {
-        let (tx, rx) = mpsc::channel(MAX_BUFFERED);
+        let (tx, rx) = mpsc::unbounded_channel();
         let stats = Arc::new(RecorderStats::default());
+        let queued = Arc::new(AtomicUsize::new(0));
         let closing = shutdown.child_token();
+        let rx = Queue {
+            rx,
+            queued: queued.clone(),
+        };
         let task = tokio::spawn(run(ch, stats.clone(), rx, closing.clone()));
         Recorder {
             tx,
+            queued,
             stats,
             closing,
             task: Arc::new(Mutex::new(Some(task))),
@@ -77,13 +97,25 @@ impl Recorder {
 
     /// Queue a fact without waiting; a full queue drops it (counted).
     pub fn record(&self, fact: Fact) {
-        if let Fact::Latency(r) = &fact {
-            self.delivered
-                .record(&r.channel, r.t_detect_ms, r.t_push_ms);
+        match &fact {
+            Fact::Latency(r) => self.delivered(r),
+            Fact::Latencies(rows) => rows.iter().for_each(|r| self.delivered(r)),
+            Fact::Attempt(_) => {}
         }
-        if self.tx.try_send(fact).is_err() {
-            self.stats.dropped.fetch_add(1, Relaxed);
+        let rows = fact.rows();
+        if rows == 0 {
+            return;
         }
+        let full = self.queued.fetch_add(rows, Relaxed) + rows > MAX_BUFFERED;
+        if full || self.tx.send(fact).is_err() {
+            self.queued.fetch_sub(rows, Relaxed);
+            self.stats.dropped.fetch_add(rows as u64, Relaxed);
+        }
+    }
+
+    fn delivered(&self, r: &PushLatencyRow) {
+        self.delivered
+            .record(&r.channel, r.t_detect_ms, r.t_push_ms);
     }
 
     pub fn stats(&self) -> &RecorderStats {
@@ -118,6 +150,7 @@ impl Pending {
         match f {
             Fact::Attempt(r) => self.attempts.push(r),
             Fact::Latency(r) => self.latency.push(r),
+            Fact::Latencies(rows) => self.latency.extend(rows),
         }
     }
 
@@ -132,12 +165,36 @@ impl Pending {
     }
 }
 
-async fn run(
-    ch: ChClient,
-    stats: Arc<RecorderStats>,
-    mut rx: mpsc::Receiver<Fact>,
-    closing: CancellationToken,
-) {
+/// The writer's side of the queue: what it takes no longer counts against the bound.
+struct Queue {
+    rx: mpsc::UnboundedReceiver<Fact>,
+    queued: Arc<AtomicUsize>,
+}
+
+impl Queue {
+    async fn recv(&mut self) -> Option<Fact> {
+        let f = self.rx.recv().await;
+        self.taken(f)
+    }
+
+    fn try_recv(&mut self) -> Option<Fact> {
+        let f = self.rx.try_recv().ok();
+        self.taken(f)
+    }
+
+    fn taken(&self, f: Option<Fact>) -> Option<Fact> {
+        if let Some(f) = &f {
+            self.queued.fetch_sub(f.rows(), Relaxed);
+        }
+        f
+    }
+
+    fn close(&mut self) {
+        self.rx.close();
+    }
+}
+
+async fn run(ch: ChClient, stats: Arc<RecorderStats>, mut rx: Queue, closing: CancellationToken) {
     let mut pending = Pending::default();
     loop {
         let wait = if pending.len() == 0 {
@@ -168,7 +225,7 @@ async fn run(
     }
     // Closing: what is queued, then a few more tries for what is left.
     rx.close();
-    while let Ok(f) = rx.try_recv() {
+    while let Some(f) = rx.try_recv() {
         pending.push(f);
     }
     for _ in 0..3 {
@@ -213,4 +270,42 @@ fn failed(stats: &RecorderStats, table: &str, e: &clickhouse::error::Error) {
         *g = Some(format!("clickhouse {table}: {e}"));
     }
     tracing::warn!(table, error = %e, "fact rows not stored yet");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row() -> PushLatencyRow {
+        PushLatencyRow {
+            block_number: 1,
+            log_index: 0,
+            channel: "ws".into(),
+            target_id: 1,
+            t_detect_ms: 1,
+            t_push_ms: 2,
+            epoch: 1,
+            backfilled: 0,
+            attempt: 0,
+            pending_id: 0,
+        }
+    }
+
+    #[tokio::test]
+    async fn the_queue_is_bounded_in_rows_and_counts_every_row_it_drops() {
+        // Nothing runs the writer before this test yields: only the queue's bound is at work.
+        let ch = ChClient::default().with_url("http://127.0.0.1:9");
+        let r = Recorder::spawn(ch, CancellationToken::new());
+        r.record(Fact::Latencies(vec![row(); MAX_BUFFERED + 10]));
+        assert_eq!(r.stats().dropped.load(Relaxed), (MAX_BUFFERED + 10) as u64);
+        r.record(Fact::Latencies(vec![row(); MAX_BUFFERED - 1]));
+        r.record(Fact::Latency(row()));
+        assert_eq!(r.stats().dropped.load(Relaxed), (MAX_BUFFERED + 10) as u64);
+        r.record(Fact::Latency(row()));
+        r.record(Fact::Latencies(vec![row(); 3]));
+        assert_eq!(r.stats().dropped.load(Relaxed), (MAX_BUFFERED + 14) as u64);
+        // An empty burst is no fact.
+        r.record(Fact::Latencies(Vec::new()));
+        assert_eq!(r.queued.load(Relaxed), MAX_BUFFERED);
+    }
 }

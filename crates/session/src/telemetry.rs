@@ -12,13 +12,17 @@ pub const FACTS_DROPPED: &str = "pmw_push_facts_dropped_total";
 pub struct Delivered {
     frames_sent: metrics::Counter,
     ws: metrics::Histogram,
+    /// `ws_final`, `webhook`, `webhook_final`: the other channels with samples.
+    others: [(&'static str, metrics::Histogram); 3],
 }
 
 impl Delivered {
     pub fn register() -> Delivered {
+        let other = |c: &'static str| (c, metrics::histogram!(DETECT_TO_PUSH, "channel" => c));
         Delivered {
             frames_sent: metrics::counter!(FRAMES_SENT),
             ws: metrics::histogram!(DETECT_TO_PUSH, "channel" => "ws"),
+            others: [other("ws_final"), other("webhook"), other("webhook_final")],
         }
     }
 
@@ -33,6 +37,8 @@ impl Delivered {
         if channel == "ws" {
             self.frames_sent.increment(1);
             self.ws.record(secs);
+        } else if let Some((_, h)) = self.others.iter().find(|(c, _)| *c == channel) {
+            h.record(secs);
         } else {
             metrics::histogram!(DETECT_TO_PUSH, "channel" => channel.to_string()).record(secs);
         }
@@ -55,6 +61,8 @@ mod tests {
         d.record("ws", 1_000, 1_030);
         d.record("ws", 1_000, 1_040);
         d.record("webhook", 1_000, 3_000);
+        d.record("webhook_final", 1_000, 3_000);
+        d.record("some_new_channel", 1_000, 3_000);
         // A pending starts at its sighting in a pool: no detect→push sample.
         d.record("ws_pending", 1_000, 1_005);
         d.record("webhook_pending", 1_000, 1_300);
@@ -69,5 +77,11 @@ mod tests {
             text.contains(&format!("{DETECT_TO_PUSH}_count{{channel=\"webhook\"}} 1")),
             "{text}"
         );
+        for c in ["webhook_final", "some_new_channel"] {
+            assert!(
+                text.contains(&format!("{DETECT_TO_PUSH}_count{{channel=\"{c}\"}} 1")),
+                "{c}: {text}"
+            );
+        }
     }
 }

@@ -1,6 +1,8 @@
 //! Latency rows: one `ingest_latency` row per block (live) and one `push_latency` row per delivery
 //! (push). Written as Int64 milliseconds through RowBinary: no timezone can touch them.
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 
 use super::window::Window;
@@ -25,7 +27,8 @@ pub struct IngestLatencyRow {
 pub struct PushLatencyRow {
     pub block_number: u64,
     pub log_index: u32,
-    pub channel: String,
+    /// Borrowed when written (push's channels are constants: no allocation per frame).
+    pub channel: Cow<'static, str>,
     pub target_id: u64,
     pub t_detect_ms: i64,
     pub t_push_ms: i64,

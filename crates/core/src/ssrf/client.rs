@@ -9,6 +9,8 @@ use std::error::Error as StdError;
 use std::sync::Arc;
 use std::time::Duration;
 
+use reqwest::header::HeaderName;
+
 use super::resolve::{GuardedResolver, Refused};
 use super::{validate_url, UrlError};
 use crate::webhook::sign::SignedHeaders;
@@ -117,7 +119,7 @@ impl GuardedClient {
     async fn post_with(
         &self,
         url: &str,
-        headers: &[(&'static str, &str)],
+        headers: &[(HeaderName, &str)],
         body: Vec<u8>,
     ) -> Result<HttpResponse, SendError> {
         let url = validate_url(url, self.allow_private)?;
@@ -127,7 +129,7 @@ impl GuardedClient {
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body);
         for (name, value) in headers {
-            req = req.header(*name, *value);
+            req = req.header(name.clone(), *value);
         }
         let mut resp = req.send().await.map_err(classify)?;
         let received_ms = UnixMs::now().as_i64();

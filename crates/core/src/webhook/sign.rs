@@ -9,6 +9,7 @@ use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use hmac::{Hmac, Mac};
 use rand::RngCore;
+use reqwest::header::HeaderName;
 use sha2::Sha256;
 
 /// Prefix of every secret's string form.
@@ -177,11 +178,18 @@ pub struct SignedHeaders {
 
 impl SignedHeaders {
     /// `(name, value)` pairs in spec order.
-    pub fn pairs(&self) -> [(&'static str, &str); 3] {
+    pub fn pairs(&self) -> [(HeaderName, &str); 3] {
+        // Static names: a name parsed from a string is an allocation and a copy per attempt.
         [
-            (HEADER_ID, self.id.as_str()),
-            (HEADER_TIMESTAMP, self.timestamp.as_str()),
-            (HEADER_SIGNATURE, self.signature.as_str()),
+            (HeaderName::from_static(HEADER_ID), self.id.as_str()),
+            (
+                HeaderName::from_static(HEADER_TIMESTAMP),
+                self.timestamp.as_str(),
+            ),
+            (
+                HeaderName::from_static(HEADER_SIGNATURE),
+                self.signature.as_str(),
+            ),
         ]
     }
 }

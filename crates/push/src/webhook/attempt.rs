@@ -222,7 +222,7 @@ impl Done {
         Some(PushLatencyRow {
             block_number: d.cursor.block,
             log_index: d.cursor.log_index,
-            channel: channel.to_string(),
+            channel: channel.into(),
             target_id: d.endpoint_id as u64,
             t_detect_ms: d.t_detect_ms,
             t_push_ms: self.sent.received_ms.unwrap_or(self.now),
@@ -523,7 +523,7 @@ mod tests {
         let trade = d
             .latency_row(&claimed(Kind::Trade, r#"{"audit": false}"#), 4)
             .unwrap();
-        assert_eq!((trade.channel.as_str(), trade.backfilled), ("webhook", 0));
+        assert_eq!((&*trade.channel, trade.backfilled), ("webhook", 0));
         assert_eq!(trade.pending_id, 0, "no pending first");
         assert_eq!((trade.block_number, trade.log_index), (7, 2));
         assert_eq!(
@@ -533,19 +533,16 @@ mod tests {
         assert_eq!(trade.attempt, 3, "the attempt that delivered it");
         let confirmed = r#"{"audit": false, "trade": {"side": 0}, "pending_id": 17}"#;
         let confirmed = d.latency_row(&claimed(Kind::Trade, confirmed), 4).unwrap();
-        assert_eq!(
-            (confirmed.channel.as_str(), confirmed.pending_id),
-            ("webhook", 17)
-        );
+        assert_eq!((&*confirmed.channel, confirmed.pending_id), ("webhook", 17));
         let p = r#"{"type":"pending","t_push_ms":0,"pending_id":18,"t_seen_ms":5}"#;
         let p = d.latency_row(&claimed(Kind::Pending, p), 4).unwrap();
-        assert_eq!((p.channel.as_str(), p.pending_id), (PENDING_CHANNEL, 18));
+        assert_eq!((&*p.channel, p.pending_id), (PENDING_CHANNEL, 18));
         let void = r#"{"type":"void","t_push_ms":0,"pending_id":18,"reason":"dropped"}"#;
         assert_eq!(d.latency_row(&claimed(Kind::Void, void), 4), None);
         let fin = d
             .latency_row(&claimed(Kind::Final, r#"{"audit":true}"#), 4)
             .unwrap();
-        assert_eq!((fin.channel.as_str(), fin.backfilled), (FINAL_CHANNEL, 1));
+        assert_eq!((&*fin.channel, fin.backfilled), (FINAL_CHANNEL, 1));
         assert_ne!(FINAL_CHANNEL, CHANNEL);
         // No response head: the latency ends when the attempt did.
         let late = done(Next::Delivered, network())

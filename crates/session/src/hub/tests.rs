@@ -483,6 +483,7 @@ impl Item {
             body: "{}".into(),
             brief: None,
             pending_id: None,
+            stamped: Default::default(),
         }
     }
 }

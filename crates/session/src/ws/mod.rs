@@ -20,13 +20,14 @@ use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
 use axum::extract::{ConnectInfo, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures::{SinkExt, StreamExt};
 use governor::clock::{Clock, DefaultClock};
 use pmw_core::auth::{self, Principal};
+use pmw_core::ch::latency::PushLatencyRow;
 use pmw_core::client::client_addr;
 use pmw_core::filter::Facts;
 use pmw_core::message::{stamp, Control, Events, Kind, TradeMessage};
@@ -353,13 +354,13 @@ async fn send(socket: &mut WebSocket, text: String) -> Result<(), Ended> {
 }
 
 /// Write `texts` and flush once, within the send timeout.
-async fn send_all(socket: &mut WebSocket, texts: Vec<String>) -> Result<(), Ended> {
+async fn send_all(socket: &mut WebSocket, texts: Vec<Utf8Bytes>) -> Result<(), Ended> {
     if texts.is_empty() {
         return Ok(());
     }
     let write = async {
         for t in texts {
-            socket.feed(Message::Text(t.into())).await?;
+            socket.feed(Message::Text(t)).await?;
         }
         socket.flush().await
     };
@@ -544,15 +545,18 @@ impl Session<'_> {
                 frame = rx.recv() => {
                     let Some(frame) = frame else { return Ok(()) };
                     // This frame and whatever else is already queued: written, then flushed
-                    // once (one write per burst instead of one per frame).
+                    // once (one write per burst instead of one per frame), their latency rows
+                    // recorded as one fact.
                     let mut out = Vec::new();
-                    self.frame(&mut at, frame, &mut out);
+                    let mut rows = Vec::new();
+                    self.frame(&mut at, frame, &mut out, &mut rows);
                     while out.len() < MAX_BATCH {
                         match rx.try_recv() {
-                            Ok(f) => self.frame(&mut at, f, &mut out),
+                            Ok(f) => self.frame(&mut at, f, &mut out, &mut rows),
                             Err(_) => break,
                         }
                     }
+                    self.st.recorder.record(Fact::Latencies(rows));
                     send_all(socket, out).await?;
                 }
                 _ = heartbeat.tick() => {
@@ -573,9 +577,15 @@ impl Session<'_> {
         }
     }
 
-    /// One live frame into `out`, and its latency row. An audit's fill was not seen live: its
-    /// delivery is left out of live latency.
-    fn frame(&self, at: &mut At, frame: Frame, out: &mut Vec<String>) {
+    /// One live frame into `out`, and its latency row into `rows`. An audit's fill was not seen
+    /// live: its delivery is left out of live latency.
+    fn frame(
+        &self,
+        at: &mut At,
+        frame: Frame,
+        out: &mut Vec<Utf8Bytes>,
+        rows: &mut Vec<PushLatencyRow>,
+    ) {
         let now = UnixMs::now().0;
         if let Some(w) = at.frame(frame, now, out) {
             let written = Written {
@@ -586,8 +596,7 @@ impl Session<'_> {
                 backfilled: w.audit,
                 pending_id: w.pending_id,
             };
-            let row = latency_row(written, self.viewer.account, self.st.epoch);
-            self.st.recorder.record(Fact::Latency(row));
+            rows.push(latency_row(written, self.viewer.account, self.st.epoch));
         }
     }
 }

@@ -269,11 +269,11 @@ pub(super) async fn open_pending(
 }
 
 /// A frame written to a session: what its latency row records.
-pub(super) struct Written<'a> {
+pub(super) struct Written {
     pub cursor: Cursor,
     pub t_detect_ms: i64,
     pub t_push_ms: i64,
-    pub channel: &'a str,
+    pub channel: &'static str,
     /// Replayed from the ledger (a resume), not pushed live.
     pub backfilled: bool,
     /// A `pending`'s fill, or the one a trade confirmed.
@@ -281,7 +281,7 @@ pub(super) struct Written<'a> {
 }
 
 /// The latency row of a frame written to `account`'s session by a server of `epoch`.
-pub(super) fn latency_row(w: Written<'_>, account: i64, epoch: i64) -> PushLatencyRow {
+pub(super) fn latency_row(w: Written, account: i64, epoch: i64) -> PushLatencyRow {
     PushLatencyRow {
         block_number: w.cursor.block,
         log_index: w.cursor.log_index,

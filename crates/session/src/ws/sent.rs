@@ -6,10 +6,12 @@
 
 use std::collections::{BTreeSet, HashSet, VecDeque};
 
-use pmw_core::message::{stamp, Kind};
+use axum::extract::ws::Utf8Bytes;
+use pmw_core::message::Kind;
 use pmw_core::{Cursor, Position};
 
 use crate::hub::Frame;
+use crate::stamped::Body;
 
 /// Blocks of sent trades remembered against duplicates after a rewind (beyond any reorg depth).
 pub(super) const RECENT_BLOCKS: u64 = 256;
@@ -126,7 +128,7 @@ impl At {
     /// trade, a `pending` sent (`ws_pending`: the dashboard's seen-pending → pushed), a retract
     /// of a trade the client may hold (no row), a `void` (no row), nothing for a rewind (it moves
     /// the session back instead).
-    pub fn frame(&mut self, frame: Frame, now: i64, out: &mut Vec<String>) -> Option<Written> {
+    pub fn frame(&mut self, frame: Frame, now: i64, out: &mut Vec<Utf8Bytes>) -> Option<Written> {
         let sent = &mut self.sent;
         let item = match frame {
             Frame::Rewind(to) => {
@@ -144,7 +146,7 @@ impl At {
                 if !self.pending.send(id) {
                     return None;
                 }
-                out.push(stamp(item.kind, &item.body, now));
+                out.push(item.stamped.frame(Body::Full, item.kind, &item.body, now));
                 // Its own stage: first sighting in a pool → pushed, never the ledger's.
                 return Some(Written {
                     channel: "ws_pending",
@@ -156,7 +158,7 @@ impl At {
             }
             (Kind::Void, Some(id)) => {
                 if self.pending.end(id) {
-                    out.push(stamp(item.kind, &item.body, now));
+                    out.push(item.stamped.frame(Body::Full, item.kind, &item.body, now));
                 }
                 return None;
             }
@@ -174,7 +176,7 @@ impl At {
         match item.kind {
             Kind::Retract => {
                 if item.cursor <= sent.held {
-                    out.push(stamp(item.kind, &item.body, now));
+                    out.push(item.stamped.frame(Body::Full, item.kind, &item.body, now));
                     sent.recent.remove(&(item.cursor, item.position.hash));
                 }
                 return None; // never sent to this client, or sent: no latency row either way
@@ -184,13 +186,14 @@ impl At {
                 if item.cursor <= sent.last || sent.recent.contains(&key) {
                     return None; // already sent (replay seam, or replayed after a rewind)
                 }
-                out.push(stamp(item.kind, &item.body, now));
+                out.push(item.stamped.frame(Body::Full, item.kind, &item.body, now));
                 sent.trade(item.position);
             }
             _ => {
                 // A small `final` for a `trade,final` session, once.
                 let fin = self.finals.as_mut().filter(|f| item.cursor > **f)?;
-                out.push(stamp(
+                out.push(item.stamped.frame(
+                    Body::Brief,
                     Kind::Final,
                     item.brief.as_deref().unwrap_or(&item.body),
                     now,
@@ -304,8 +307,8 @@ mod tests {
         assert_eq!(a.frame(item(Kind::Final, 11, 0, 1), 4, &mut out), None);
         assert_eq!(a.frame(item(Kind::Final, 9, 0, 1), 4, &mut out), None);
         assert_eq!(
-            out,
-            vec![r#"{"type":"final","t_push_ms":4,"brief":11}"#.to_string()]
+            out.iter().map(|f| f.as_str()).collect::<Vec<_>>(),
+            vec![r#"{"type":"final","t_push_ms":4,"brief":11}"#]
         );
         // A final is not in a trade,final session's ledger: its trade position is unmoved.
         assert_eq!(a.sent.last.block, 10);

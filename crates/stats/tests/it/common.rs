@@ -51,7 +51,7 @@ pub fn push(block: u64, channel: &str, t_detect_ms: i64, t_push_ms: i64) -> Push
     PushLatencyRow {
         block_number: block,
         log_index: 0,
-        channel: channel.into(),
+        channel: channel.to_string().into(),
         target_id: block,
         t_detect_ms,
         t_push_ms,

@@ -113,7 +113,7 @@ fn row(channel: &str, pos: (u64, u32), t: (i64, i64), pending_id: i64) -> PushLa
     PushLatencyRow {
         block_number: pos.0,
         log_index: pos.1,
-        channel: channel.into(),
+        channel: channel.to_string().into(),
         target_id: 1,
         t_detect_ms: t.0,
         t_push_ms: t.1,
