@@ -96,6 +96,11 @@ pub const POSTGRES: &[Migration] = &[
     migration!(24, "pending_webhooks", "postgres/0024_pending_webhooks.sql"),
     migration!(25, "pending_ends", "postgres/0025_pending_ends.sql"),
     migration!(26, "pending_unwound", "postgres/0026_pending_unwound.sql"),
+    migration!(
+        27,
+        "deliveries_gone_with_endpoint",
+        "postgres/0027_deliveries_gone_with_endpoint.sql"
+    ),
 ];
 
 /// ClickHouse migrations, in order. Every file in `migrations/clickhouse` must be listed (tested).

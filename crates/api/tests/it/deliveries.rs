@@ -1,10 +1,11 @@
 //! The delivery log (ClickHouse `delivery_log`, newest first, keyset pages that return every
 //! attempt once) and replay (rows in `webhook_deliveries` in the push engine's shape, same
-//! `webhook-id`, finished ones queued again, pending ones untouched).
+//! `webhook-id`, finished ones queued again, pending ones untouched), and no delivery outliving
+//! its endpoint.
 
 use std::collections::BTreeSet;
 
-use crate::common::{set_push_cursor, set_watermark, trade_row, wallet, Api};
+use crate::common::{set_push_cursor, set_watermark, test_config, trade_row, wallet, Api};
 use pmw_core::ch::latency::insert_all;
 use pmw_core::ch::DeliveryLogRow;
 use pmw_core::webhook::{webhook_id, DeliveryKind};
@@ -339,4 +340,102 @@ async fn delivery_log_names_the_chat_message_that_carried_each_delivery() {
         .map(|(m, i)| (m.to_string(), format!("msg_{i:04}")))
         .collect();
     assert_eq!(carried, want);
+}
+
+/// Deliveries of `endpoint` at blocks `blocks`, as a round or a replay queues them.
+fn owed(endpoint: i64, blocks: std::ops::Range<u64>) -> Vec<pmw_core::pg::deliveries::NewDelivery> {
+    blocks
+        .map(|b| {
+            let cursor = Cursor {
+                block: b,
+                log_index: 0,
+            };
+            pmw_core::pg::deliveries::NewDelivery {
+                id: webhook_id(
+                    cursor,
+                    &format!("0x{b:064x}"),
+                    endpoint,
+                    DeliveryKind::Trade,
+                ),
+                endpoint_id: endpoint,
+                kind: pmw_core::message::Kind::Trade,
+                cursor,
+                payload: "{}".into(),
+                t_detect_ms: 0,
+            }
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_endpoint_leaves_no_delivery_even_one_queued_while_it_was_deleted() {
+    let api = Api::start_with(pmw_api::ApiConfig {
+        api_allow_private_webhooks: true,
+        ..test_config()
+    })
+    .await;
+    let (account, key) = api.account("pro").await;
+    let mut eps = Vec::new();
+    for _ in 0..2 {
+        let r = api
+            .post("/v1/webhooks", &key, json!({"url": "http://127.0.0.1:9/h"}))
+            .await;
+        r.expect(201, None);
+        eps.push(r.body["id"].as_i64().unwrap());
+    }
+    let count =
+        |ep: i64| format!("SELECT count(*) FROM webhook_deliveries WHERE endpoint_id = {ep}");
+    // An enqueue (the production statement) holds both endpoints while the API deletes the first.
+    let mut c = api.db.connect().await;
+    let tx = c.transaction().await.unwrap();
+    let mut items = owed(eps[0], 10..13);
+    items.extend(owed(eps[1], 10..12));
+    let queued =
+        pmw_core::pg::deliveries::enqueue(&tx, pmw_core::pg::deliveries::Writer::Replay, &items)
+            .await
+            .unwrap();
+    assert_eq!(queued.inserted, 5);
+    let delete = {
+        let web = pmw_testkit::Http {
+            base: api.web.base.clone(),
+            http: api.web.http.clone(),
+        };
+        let (key, ep) = (key.clone(), eps[0]);
+        tokio::spawn(async move { web.delete(&format!("/v1/webhooks/{ep}"), &key).await })
+    };
+    // The delete waits for the enqueue's lock on its endpoint, then sees what it committed.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    tx.commit().await.unwrap();
+    delete.await.unwrap().expect(204, None);
+    assert_eq!(
+        api.count(&count(eps[0])).await,
+        0,
+        "the deleted endpoint's deliveries are gone"
+    );
+    assert_eq!(
+        api.count(&count(eps[1])).await,
+        2,
+        "another endpoint's are kept"
+    );
+    // An enqueue after the delete queues nothing for it.
+    let tx = c.transaction().await.unwrap();
+    let late = pmw_core::pg::deliveries::enqueue(
+        &tx,
+        pmw_core::pg::deliveries::Writer::Replay,
+        &owed(eps[0], 20..22),
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(late.inserted, 0);
+    assert_eq!(api.count(&count(eps[0])).await, 0);
+    // An account's delete cascades to its endpoints, and so to their deliveries.
+    c.execute("DELETE FROM accounts WHERE id = $1", &[&account])
+        .await
+        .unwrap();
+    assert_eq!(
+        api.count(&count(eps[1])).await,
+        0,
+        "the account's endpoints' deliveries are gone"
+    );
 }

@@ -3,7 +3,8 @@
 -- statement). The API's replay passes NULL for both (it is not a leader) and $11 = true, which
 -- puts deliveries already delivered or failed back to pending. Only endpoints that still exist
 -- and are enabled get rows; they are locked FOR KEY SHARE, so a concurrent delete is either
--- already visible (the row is skipped) or waits for this transaction (the foreign key holds).
+-- already visible (the row is skipped) or waits for this transaction (and its trigger then
+-- deletes these rows: migration 0027).
 -- A retract is queued only behind a trade delivery the endpoint got or may still get in flight:
 -- a trade delivery still waiting (pending, not claimed) is cancelled instead (state failed,
 -- last_error "cancelled: …") and neither is sent; a trade delivery that failed or never existed
