@@ -27,7 +27,6 @@ use axum::response::{IntoResponse, Response};
 use futures::{SinkExt, StreamExt};
 use governor::clock::{Clock, DefaultClock};
 use pmw_core::auth::{self, Principal};
-use pmw_core::ch::latency::PushLatencyRow;
 use pmw_core::client::client_addr;
 use pmw_core::filter::Facts;
 use pmw_core::message::{stamp, Control, Events, Kind, TradeMessage};
@@ -544,19 +543,7 @@ impl Session<'_> {
             tokio::select! {
                 frame = rx.recv() => {
                     let Some(frame) = frame else { return Ok(()) };
-                    // This frame and whatever else is already queued: written, then flushed
-                    // once (one write per burst instead of one per frame), their latency rows
-                    // recorded as one fact.
-                    let mut out = Vec::new();
-                    let mut rows = Vec::new();
-                    self.frame(&mut at, frame, &mut out, &mut rows);
-                    while out.len() < MAX_BATCH {
-                        match rx.try_recv() {
-                            Ok(f) => self.frame(&mut at, f, &mut out, &mut rows),
-                            Err(_) => break,
-                        }
-                    }
-                    self.st.recorder.record(Fact::Latencies(rows));
+                    let out = self.burst(&mut at, frame, rx);
                     send_all(socket, out).await?;
                 }
                 _ = heartbeat.tick() => {
@@ -577,26 +564,31 @@ impl Session<'_> {
         }
     }
 
-    /// One live frame into `out`, and its latency row into `rows`. An audit's fill was not seen
-    /// live: its delivery is left out of live latency.
-    fn frame(
-        &self,
-        at: &mut At,
-        frame: Frame,
-        out: &mut Vec<Utf8Bytes>,
-        rows: &mut Vec<PushLatencyRow>,
-    ) {
-        let now = UnixMs::now().0;
-        if let Some(w) = at.frame(frame, now, out) {
-            let written = Written {
-                cursor: w.cursor,
-                t_detect_ms: w.t_detect_ms,
-                t_push_ms: now,
-                channel: w.channel,
-                backfilled: w.audit,
-                pending_id: w.pending_id,
-            };
-            rows.push(latency_row(written, self.viewer.account, self.st.epoch));
+    /// `first` and whatever else is already queued (up to [`MAX_BATCH`]): their frames, to be
+    /// written and flushed once (one write per burst instead of one per frame), and their
+    /// latency rows, recorded as one fact. An audit's fill was not seen live: its delivery is
+    /// left out of live latency.
+    fn burst(&self, at: &mut At, first: Frame, rx: &mut mpsc::Receiver<Frame>) -> Vec<Utf8Bytes> {
+        let (mut out, mut rows) = (Vec::new(), Vec::new());
+        let mut next = Some(first);
+        while let Some(frame) = next {
+            let now = UnixMs::now().0;
+            if let Some(w) = at.frame(frame, now, &mut out) {
+                let written = Written {
+                    cursor: w.cursor,
+                    t_detect_ms: w.t_detect_ms,
+                    t_push_ms: now,
+                    channel: w.channel,
+                    backfilled: w.audit,
+                    pending_id: w.pending_id,
+                };
+                rows.push(latency_row(written, self.viewer.account, self.st.epoch));
+            }
+            next = (out.len() < MAX_BATCH)
+                .then(|| rx.try_recv().ok())
+                .flatten();
         }
+        self.st.recorder.record(Fact::Latencies(rows));
+        out
     }
 }

@@ -192,12 +192,8 @@ impl At {
             _ => {
                 // A small `final` for a `trade,final` session, once.
                 let fin = self.finals.as_mut().filter(|f| item.cursor > **f)?;
-                out.push(item.stamped.frame(
-                    Body::Brief,
-                    Kind::Final,
-                    item.brief.as_deref().unwrap_or(&item.body),
-                    now,
-                ));
+                let brief = item.brief.as_deref().unwrap_or(&item.body);
+                out.push(item.stamped.frame(Body::Brief, Kind::Final, brief, now));
                 *fin = item.cursor;
             }
         }
