@@ -9,9 +9,11 @@ use std::sync::Mutex;
 use axum::extract::ws::Utf8Bytes;
 use pmw_core::message::{stamp, Kind};
 
+use crate::hub::Item;
+
 /// Which of an item's bodies: its full body, or a `final`'s small one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Body {
+enum Body {
     Full,
     Brief,
 }
@@ -26,19 +28,33 @@ pub struct Stamped {
 impl Stamped {
     /// `body` as a `kind` message stamped `now`: the copy stamped at `now` already, if the last
     /// one was, else a new one (kept for the sessions that follow within the millisecond).
-    pub fn frame(&self, which: Body, kind: Kind, body: &str, now: i64) -> Utf8Bytes {
-        let slot = match which {
+    fn frame(&self, which: Body, kind: Kind, body: &str, now: i64) -> Utf8Bytes {
+        let mut slot = lock(match which {
             Body::Full => &self.full,
             Body::Brief => &self.brief,
-        };
-        if let Some((at, bytes)) = &*lock(slot) {
-            if *at == now {
-                return bytes.clone();
+        });
+        match &*slot {
+            Some((at, bytes)) if *at == now => bytes.clone(),
+            _ => {
+                let bytes = Utf8Bytes::from(stamp(kind, body, now));
+                *slot = Some((now, bytes.clone()));
+                bytes
             }
         }
-        let bytes = Utf8Bytes::from(stamp(kind, body, now));
-        *lock(slot) = Some((now, bytes.clone()));
-        bytes
+    }
+}
+
+impl Item {
+    /// The item's message (its kind, its full body) as a session writes it at `now`.
+    pub fn stamped_at(&self, now: i64) -> Utf8Bytes {
+        self.stamped.frame(Body::Full, self.kind, &self.body, now)
+    }
+
+    /// A `final`'s small body (its full one if it has none) as a `trade,final` session writes
+    /// it at `now`.
+    pub fn brief_stamped_at(&self, now: i64) -> Utf8Bytes {
+        let brief = self.brief.as_deref().unwrap_or(&self.body);
+        self.stamped.frame(Body::Brief, Kind::Final, brief, now)
     }
 }
 

@@ -11,7 +11,6 @@ use pmw_core::message::Kind;
 use pmw_core::{Cursor, Position};
 
 use crate::hub::Frame;
-use crate::stamped::Body;
 
 /// Blocks of sent trades remembered against duplicates after a rewind (beyond any reorg depth).
 pub(super) const RECENT_BLOCKS: u64 = 256;
@@ -146,7 +145,7 @@ impl At {
                 if !self.pending.send(id) {
                     return None;
                 }
-                out.push(item.stamped.frame(Body::Full, item.kind, &item.body, now));
+                out.push(item.stamped_at(now));
                 // Its own stage: first sighting in a pool → pushed, never the ledger's.
                 return Some(Written {
                     channel: "ws_pending",
@@ -158,7 +157,7 @@ impl At {
             }
             (Kind::Void, Some(id)) => {
                 if self.pending.end(id) {
-                    out.push(item.stamped.frame(Body::Full, item.kind, &item.body, now));
+                    out.push(item.stamped_at(now));
                 }
                 return None;
             }
@@ -176,7 +175,7 @@ impl At {
         match item.kind {
             Kind::Retract => {
                 if item.cursor <= sent.held {
-                    out.push(item.stamped.frame(Body::Full, item.kind, &item.body, now));
+                    out.push(item.stamped_at(now));
                     sent.recent.remove(&(item.cursor, item.position.hash));
                 }
                 return None; // never sent to this client, or sent: no latency row either way
@@ -186,14 +185,13 @@ impl At {
                 if item.cursor <= sent.last || sent.recent.contains(&key) {
                     return None; // already sent (replay seam, or replayed after a rewind)
                 }
-                out.push(item.stamped.frame(Body::Full, item.kind, &item.body, now));
+                out.push(item.stamped_at(now));
                 sent.trade(item.position);
             }
             _ => {
                 // A small `final` for a `trade,final` session, once.
                 let fin = self.finals.as_mut().filter(|f| item.cursor > **f)?;
-                let brief = item.brief.as_deref().unwrap_or(&item.body);
-                out.push(item.stamped.frame(Body::Brief, Kind::Final, brief, now));
+                out.push(item.brief_stamped_at(now));
                 *fin = item.cursor;
             }
         }
