@@ -169,6 +169,7 @@ fn pm2_ecosystem_encodes_the_same_policy() {
             "pmw-push-a",
             "pmw-push-b",
             "pmw-api",
+            "pmw-api-b",
             "pmw-stats",
             "pmw-stats-b",
             "pmw-edge-1",
@@ -176,16 +177,17 @@ fn pm2_ecosystem_encodes_the_same_policy() {
         ]
     );
     assert_ne!(
-        apps[7]["env"]["PMW_EDGE_LISTEN"], apps[8]["env"]["PMW_EDGE_LISTEN"],
+        apps[8]["env"]["PMW_EDGE_LISTEN"], apps[9]["env"]["PMW_EDGE_LISTEN"],
         "edges listen apart"
     );
-    // No singleton: live and stats run as pairs of one binary whose members differ in their
-    // instance name, metrics port and (stats) dashboard port (issue 44).
+    // No singleton: live, the API and stats run as pairs of one binary whose members differ in
+    // their instance name, metrics port and (API, stats) listening port (issue 44).
     for (a, b, apart) in [
         (0, 1, &["PMW_INSTANCE", "PMW_LIVE_METRICS_ADDR"][..]),
+        (4, 5, &["PMW_INSTANCE", "PMW_API_LISTEN"][..]),
         (
-            5,
             6,
+            7,
             &["PMW_INSTANCE", "PMW_STATS_METRICS_ADDR", "PMW_STATS_LISTEN"][..],
         ),
     ] {
@@ -219,7 +221,7 @@ fn pm2_ecosystem_encodes_the_same_policy() {
         );
     }
     assert_ne!(
-        apps[1]["env"]["PMW_PUSH_LISTEN"], apps[2]["env"]["PMW_PUSH_LISTEN"],
+        apps[2]["env"]["PMW_PUSH_LISTEN"], apps[3]["env"]["PMW_PUSH_LISTEN"],
         "push-a and push-b listen apart"
     );
 }
@@ -256,6 +258,9 @@ fn caddyfile_validates_with_real_caddy() {
             &caddyfile,
             "import ws-{$PMW_WS_MODE:push}.caddy",
         ),
+        // The API's pair: both members, the first that answers its health check.
+        ("Caddyfile", &caddyfile, "{$PMW_API_B:127.0.0.1:8090}"),
+        ("Caddyfile", &caddyfile, "health_uri /v1/health"),
         ("ws-push.caddy", &push, "lb_policy first"),
         ("ws-push.caddy", &push, "lb_try_duration"),
         ("ws-push.caddy", &push, "fail_duration"),

@@ -495,13 +495,15 @@ async fn one_of_three_rpc_providers_cut_misses_no_block() {
 }
 
 /// `scripts/deploy/{live,api,stats} --no-build` under load: each restarts exactly its service
-/// (live and stats: both members of the pair, standby first) under pm2 and verifies that the restarted process reports the expected build revision; an
+/// (live and stats: both members of the pair, standby first; the API: pmw-api, then pmw-api-b) under pm2 and verifies that the restarted process reports the expected build revision; an
 /// expected revision the binary does not carry fails the deploy. Clients lose nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deploy_scripts_restart_live_api_and_stats_and_verify_the_revision() {
     // Live and stats as pairs (issue 44): their deploys roll the standby, then the leader.
     let d = Drill::start_with(Opts {
-        apps: Some("pmw-live,pmw-live-b,pmw-push-a,pmw-push-b,pmw-api,pmw-stats,pmw-stats-b"),
+        apps: Some(
+            "pmw-live,pmw-live-b,pmw-push-a,pmw-push-b,pmw-api,pmw-api-b,pmw-stats,pmw-stats-b",
+        ),
         ..Opts::default()
     })
     .await;
@@ -522,10 +524,11 @@ async fn deploy_scripts_restart_live_api_and_stats_and_verify_the_revision() {
     for service in ["live", "api", "stats"] {
         let app = format!("pmw-{service}");
         let before = d.pm2.app(&app);
+        let before_b = d.pm2.app(&format!("{app}-b"));
         let t0 = Instant::now();
         let (ok, log) = deploy(service, pmw_core::build_info::REVISION).await;
         assert!(ok, "scripts/deploy/{service} failed: {log}");
-        // The api is one process; the pairs report both members.
+        // The API reports its members in turn and then the service; the writer pairs both members.
         let verified = if service == "api" {
             format!("{app} runs revision {}", pmw_core::build_info::REVISION)
         } else {
@@ -540,6 +543,9 @@ async fn deploy_scripts_restart_live_api_and_stats_and_verify_the_revision() {
         );
         let after = d.pm2.app(&app);
         assert_ne!(before.pid, after.pid, "{app} was restarted");
+        // Live, the API and stats run as pairs here: the deploy restarts both members.
+        let after_b = d.pm2.app(&format!("{app}-b"));
+        assert_ne!(before_b.pid, after_b.pid, "{app}-b was restarted");
         restarted.push(format!("{app} {} ms", t0.elapsed().as_millis()));
     }
     // A binary that is not the expected build fails the deploy, naming both revisions.

@@ -134,6 +134,7 @@ module.exports = {
         PMW_PUSH_A: `127.0.0.1:${get('PMW_PUSH_A_PORT', 18081)}`,
         PMW_PUSH_B: `127.0.0.1:${get('PMW_PUSH_B_PORT', 18091)}`,
         PMW_API: `127.0.0.1:${get('PMW_API_PORT', 18080)}`,
+        PMW_API_B: `127.0.0.1:${get('PMW_API_B_PORT', 18088)}`,
         PMW_STATS: `127.0.0.1:${get('PMW_STATS_PORT', 18082)}`,
         PMW_CADDY_ADMIN: `127.0.0.1:${get('PMW_DEV_CADDY_ADMIN_PORT', 18019)}`,
         // Caddy's own state (autosave.json, certificates) stays in the dev dir.

@@ -26,7 +26,9 @@
 // (PMW_*_METRICS_PORT override them; pmw-api serves /metrics on its own port).
 // Pairs (docs/OPERATIONS.md, "The live and stats pairs"): pmw-live/pmw-live-b and
 // pmw-stats/pmw-stats-b wait on their writer lock as push-a/push-b do; the standby binds
-// nothing until it leads (stats-b's dashboard port is PMW_STATS_B_PORT, 8092).
+// nothing until it leads (stats-b's dashboard port is PMW_STATS_B_PORT, 8092). The API holds
+// no lock: pmw-api and pmw-api-b (PMW_API_B_PORT, 8090) both serve, Caddy uses the first
+// that answers its health check (PMW_API, PMW_API_B).
 // Edge mode (docs/OPERATIONS.md, "Edge mode"): PMW_EDGES=N adds pmw-edge-1..N, edge i listening
 // on 8100 + i (PMW_EDGE_<i>_PORT), metrics on 9469 + i (PMW_EDGE_<i>_METRICS_PORT); push
 // and the edges then need PMW_PUSH_NATS_URLS / PMW_EDGE_NATS_URLS (and Caddy PMW_WS_MODE=edge),
@@ -107,6 +109,12 @@ module.exports = {
       name: 'pmw-api',
       script: `${bin}/pmw-api`,
       env: { ...deployment, PMW_INSTANCE: 'api', PMW_API_LISTEN: `127.0.0.1:${port('PMW_API_PORT', 8080)}` },
+    },
+    {
+      ...common,
+      name: 'pmw-api-b',
+      script: `${bin}/pmw-api`,
+      env: { ...deployment, PMW_INSTANCE: 'api-b', PMW_API_LISTEN: `127.0.0.1:${port('PMW_API_B_PORT', 8090)}` },
     },
     {
       ...common,

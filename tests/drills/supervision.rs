@@ -2,8 +2,9 @@
 //! every service killed by a signal comes back with a new pid (kill -9 of each while it is busy
 //! under sim traffic, as the OOM killer does it; SIGSEGV, SIGABRT, SIGHUP), and so do exit 0 on
 //! its own and exit 75; a killed push leader returns as the standby; `pm2 stop` and exit 78 stay
-//! down. The restart times (kill → online under a new pid, and → serving) are printed and
-//! written into docs/OPERATIONS.md.
+//! down; the API's pair keeps answering through Caddy while one member is frozen or stopped.
+//! The restart times (kill → online under a new pid, and → serving) are printed and written
+//! into docs/OPERATIONS.md.
 
 use std::time::{Duration, Instant};
 
@@ -168,10 +169,33 @@ async fn stays_down(d: &Drill, app: &str, restarts: i64) -> App {
     }
 }
 
+/// 20 authenticated API calls through Caddy, 100 ms apart, each given 2 s: (answered, of
+/// which 200).
+async fn api_through_caddy(d: &Drill) -> (usize, usize) {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let (mut answered, mut ok) = (0, 0);
+    for _ in 0..20 {
+        let r = http
+            .get(format!("http://127.0.0.1:{}/v1/me", d.site))
+            .bearer_auth(&d.accounts[0].0)
+            .send()
+            .await;
+        if let Ok(r) = r {
+            answered += 1;
+            ok += usize::from(r.status().as_u16() == 200);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    (answered, ok)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pm2_restarts_every_service_killed_by_a_signal_and_keeps_stops_and_78_down() {
     let d = Drill::start_with(Opts {
-        apps: Some("pmw-live,pmw-push-a,pmw-push-b,pmw-api,pmw-stats"),
+        apps: Some("pmw-live,pmw-push-a,pmw-push-b,pmw-api,pmw-api-b,pmw-stats"),
         ..Opts::default()
     })
     .await;
@@ -283,11 +307,25 @@ async fn pm2_restarts_every_service_killed_by_a_signal_and_keeps_stops_and_78_do
     assert!(ctl.contains("WARNING       no push standby"), "{ctl}");
     stays_down(&d, &app, before.restarts).await;
 
+    // The API's pair behind Caddy: with pmw-api frozen (SIGSTOP: it still accepts TCP) and
+    // then stopped, the API keeps answering through Caddy, from pmw-api-b.
+    let api = d.pm2.app("pmw-api");
+    signal(api.pid, "STOP");
+    // Caddy's health check (every 500 ms, 2 s timeout) notices the frozen member.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let frozen = api_through_caddy(&d).await;
+    signal(api.pid, "CONT");
     // `pm2 stop` of the API: stays stopped too.
     let before = d.pm2.app("pmw-api");
     assert!(d.pm2.run(&["stop", "pmw-api"]).status.success());
+    let stopped_answers = api_through_caddy(&d).await;
     let stopped = stays_down(&d, "pmw-api", before.restarts).await;
     assert_eq!(stopped.status, "stopped", "{stopped:?}");
+    assert!(
+        frozen == (20, 20) && stopped_answers == (20, 20),
+        "pmw-api-b answers through Caddy while pmw-api is frozen ({frozen:?} of 20 answered, \
+         200) and stopped ({stopped_answers:?})"
+    );
 
     // Exit 78: stats started with a broken setting stays down (pm2 says "waiting restart" with
     // pid 0 and exit code 78, and never restarts it).

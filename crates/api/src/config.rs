@@ -3,7 +3,7 @@
 //!
 //! | variable | default | meaning |
 //! |---|---|---|
-//! | `PMW_API_LISTEN` | `127.0.0.1:8080` | API listen address (loopback only: Caddy is the public listener) |
+//! | `PMW_API_LISTEN` | `127.0.0.1:8080` | API listen address: loopback, or a private network's address for a Caddy on another machine, never public (Caddy is the public listener) |
 //! | `PMW_API_MAX_BODY_BYTES` | `65536` | request body limit (413 beyond) |
 //! | `PMW_API_RATE_PER_SEC` | `20` | per-account sustained request rate (all its keys together) (429 + `Retry-After` beyond) |
 //! | `PMW_API_RATE_BURST` | `40` | per-account burst |
@@ -103,12 +103,7 @@ impl Default for ApiConfig {
 
 impl Validate for ApiConfig {
     fn validate(&self) -> Result<(), ConfigError> {
-        if !self.api_listen.ip().is_loopback() {
-            return Err(ConfigError::invalid(
-                "PMW_API_LISTEN",
-                "the API listens on loopback only (Caddy is the public listener)",
-            ));
-        }
+        pmw_core::listen::check("PMW_API_LISTEN", self.api_listen)?;
         plans::validate(&self.api_default_plan, &self.api_plans)?;
         if !(self.gamma_url.starts_with("http://") || self.gamma_url.starts_with("https://")) {
             return Err(ConfigError::invalid(

@@ -2,7 +2,7 @@
 //!
 //! | variable | default | meaning |
 //! |---|---|---|
-//! | `PMW_EDGE_LISTEN` | `127.0.0.1:8101` | WebSocket listen address (`/v1/ws`, `/health`), loopback only: Caddy is the public listener |
+//! | `PMW_EDGE_LISTEN` | `127.0.0.1:8101` | WebSocket listen address (`/v1/ws`, `/health`): loopback, or a private network's address for a Caddy on another machine, never public (Caddy is the public listener) |
 //! | `PMW_EDGE_METRICS_ADDR` | `127.0.0.1:9466` | private Prometheus `/metrics` address (a port in use is logged, not fatal) |
 //! | `PMW_EDGE_NATS_URLS` | required | NATS JetStream client URLs, comma-separated (all nodes of the cluster) |
 //! | `PMW_EDGE_NATS_STREAM` / `PMW_EDGE_NATS_PREFIX` | `PMW_FRAMES` / `pmw` | the stream push publishes to and its subjects' first token (as push's `PMW_PUSH_NATS_*`) |
@@ -184,12 +184,7 @@ impl EdgeConfig {
 
 impl Validate for EdgeConfig {
     fn validate(&self) -> Result<(), ConfigError> {
-        if !self.edge_listen.ip().is_loopback() {
-            return Err(ConfigError::invalid(
-                "PMW_EDGE_LISTEN",
-                "edges listen on loopback only (Caddy is the public listener)",
-            ));
-        }
+        pmw_core::listen::check("PMW_EDGE_LISTEN", self.edge_listen)?;
         if self.edge_nats_urls.trim().is_empty() {
             return Err(ConfigError::invalid(
                 "PMW_EDGE_NATS_URLS",

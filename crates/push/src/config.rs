@@ -2,7 +2,7 @@
 //!
 //! | variable | default | meaning |
 //! |---|---|---|
-//! | `PMW_PUSH_LISTEN` | `127.0.0.1:8081` | WebSocket listen address, bound only once this instance leads |
+//! | `PMW_PUSH_LISTEN` | `127.0.0.1:8081` | WebSocket listen address, bound only once this instance leads: loopback, or a private network's address for a Caddy on another machine, never public |
 //! | `PMW_PUSH_METRICS_ADDR` | `127.0.0.1:9462` | private Prometheus `/metrics` address, served by the leader and the standby alike (the ecosystem gives push-b `127.0.0.1:9463`; a port in use is logged, not fatal) |
 //! | `PMW_PUSH_SLOT` | `0` | leader slot (one leader/standby pair per slot) |
 //! | `PMW_PUSH_WORKER` / `PUSH_WORKER` | `1` | `0` refuses to start (the push worker is disabled here) |
@@ -264,12 +264,7 @@ impl PushConfig {
 
 impl Validate for PushConfig {
     fn validate(&self) -> Result<(), ConfigError> {
-        if !self.push_listen.ip().is_loopback() {
-            return Err(ConfigError::invalid(
-                "PMW_PUSH_LISTEN",
-                "push listens on loopback only (Caddy is the public listener)",
-            ));
-        }
+        pmw_core::listen::check("PMW_PUSH_LISTEN", self.push_listen)?;
         if self.push_slot < 0 {
             return Err(ConfigError::invalid("PMW_PUSH_SLOT", "must be ≥ 0"));
         }

@@ -3,7 +3,7 @@
 //!
 //! | variable | default | meaning |
 //! |---|---|---|
-//! | `PMW_STATS_LISTEN` | `127.0.0.1:8082` | dashboard listen address; loopback only (Caddy is the public listener) |
+//! | `PMW_STATS_LISTEN` | `127.0.0.1:8082` | dashboard listen address: loopback, or a private network's address for a Caddy on another machine, never public (Caddy is the public listener) |
 //! | `PMW_STATS_METRICS_ADDR` | `127.0.0.1:9464` | private Prometheus `/metrics` address, served from start (also while waiting for the lock; a port in use is logged, not fatal) |
 //! | `PMW_STATS_INTERVAL_MS` | `60000` | how often the latency snapshot is recomputed |
 //! | `PMW_STATS_LOCK_SEGMENT_MS` | `300000` | one segment of the writer-lock wait (`lock_timeout`) |
@@ -122,12 +122,7 @@ impl Default for StatsConfig {
 
 impl Validate for StatsConfig {
     fn validate(&self) -> Result<(), ConfigError> {
-        if !self.stats_listen.ip().is_loopback() {
-            return Err(ConfigError::invalid(
-                "PMW_STATS_LISTEN",
-                "must be a loopback address (Caddy is the public listener)",
-            ));
-        }
+        pmw_core::listen::check("PMW_STATS_LISTEN", self.stats_listen)?;
         if self.stats_interval_ms < 100 {
             return Err(ConfigError::invalid(
                 "PMW_STATS_INTERVAL_MS",

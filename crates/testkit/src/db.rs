@@ -153,6 +153,14 @@ impl TestDb {
                 env.get(pmw_core::sealed::ENV).into(),
             ),
         ]
+        .into_iter()
+        // The HA stack: sessions go only to the member Patroni names primary.
+        .chain(
+            env.vars
+                .get("PMW_POSTGRES_PATRONI_URLS")
+                .map(|u| ("PMW_POSTGRES_PATRONI_URLS".into(), u.clone())),
+        )
+        .collect()
     }
 }
 

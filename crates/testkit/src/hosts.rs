@@ -173,6 +173,12 @@ impl Host {
         cmd
     }
 
+    /// The host's `cgroup.procs`: a process that writes its pid there is on the host (what
+    /// [`Host::command`] does before it execs).
+    pub fn procs_file(&self) -> PathBuf {
+        self.cgroup.procs_file()
+    }
+
     /// Every process on the host.
     pub fn pids(&self) -> Vec<u32> {
         self.cgroup.pids()

@@ -34,6 +34,15 @@ struct State {
 impl TcpProxy {
     pub async fn start(target: SocketAddr) -> TcpProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+        TcpProxy::serve(listener, target)
+    }
+
+    /// A proxy listening on `listen` (e.g. another local address, same port as `target`).
+    pub async fn start_on(listen: SocketAddr, target: SocketAddr) -> std::io::Result<TcpProxy> {
+        Ok(TcpProxy::serve(TcpListener::bind(listen).await?, target))
+    }
+
+    fn serve(listener: TcpListener, target: SocketAddr) -> TcpProxy {
         let addr = listener.local_addr().unwrap();
         let state = Arc::new(State {
             generation: Mutex::new(CancellationToken::new()),

@@ -256,7 +256,8 @@ impl HaHosts {
     }
 
     /// Start what host `index` holds that is not running (after a host kill: its etcd member,
-    /// and its Patroni member, which rejoins by itself).
+    /// and its Patroni member, which rejoins by itself), and let its services start again
+    /// (their launchers wait while the host is down: [`HaHosts::down_marker`]).
     pub fn restart(&self, index: usize) -> anyhow::Result<()> {
         if !running(&self.etcd, index) {
             self.start_etcd(index)?;
@@ -264,20 +265,35 @@ impl HaHosts {
         if PG_HOSTS.contains(&index) && !running(&self.patroni, index) {
             self.start_patroni(index)?;
         }
-        Ok(())
+        match std::fs::remove_file(self.down_marker(index)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
+            _ => Ok(()),
+        }
     }
 
-    /// SIGKILL every process of host `index` but its etcd member: its Patroni and its
-    /// Postgres (the Postgres member lost, the host up).
+    /// The file that exists while host `index` is down (killed, not back yet): the launcher of
+    /// a service placed on it waits until it is gone, as a machine that is off serves nothing
+    /// (`crate::placed`).
+    pub fn down_marker(&self, index: usize) -> PathBuf {
+        self.dir.join(format!("down{index}"))
+    }
+
+    /// SIGKILL host `index`'s Patroni and Postgres, and nothing else of it (its etcd member
+    /// and the services placed on it stay): the Postgres member lost, the host up.
     pub fn kill_postgres(&self, index: usize) -> anyhow::Result<usize> {
-        let etcd = self.etcd.lock().unwrap()[index - 1]
-            .as_ref()
-            .and_then(|c| c.id());
         let victims: Vec<String> = self
             .host(index)
             .pids()
             .into_iter()
-            .filter(|p| Some(*p) != etcd)
+            .filter(|p| {
+                let cmdline = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+                let cmdline = String::from_utf8_lossy(&cmdline);
+                // Patroni (python3 …/patroni), the postmaster (…/bin/postgres -D …) and
+                // its children (titled `postgres: …`).
+                cmdline.contains("patroni")
+                    || cmdline.contains("/bin/postgres")
+                    || cmdline.starts_with("postgres")
+            })
             .map(|p| p.to_string())
             .collect();
         if victims.is_empty() {
@@ -292,8 +308,10 @@ impl HaHosts {
         Ok(victims.len())
     }
 
-    /// SIGKILL every process of host `index` (the machine lost).
+    /// SIGKILL every process of host `index` (the machine lost): its members and its
+    /// services, which stay down until [`HaHosts::restart`].
     pub fn kill_host(&self, index: usize) -> anyhow::Result<()> {
+        std::fs::write(self.down_marker(index), b"")?;
         self.host(index).kill()?;
         reap(&self.etcd, index);
         reap(&self.patroni, index);

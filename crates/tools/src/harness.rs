@@ -36,6 +36,8 @@ pub struct Drill {
     pub env: Vec<(String, String)>,
     pub site: u16,
     pub api_port: u16,
+    /// pmw-api-b's port (when the drill runs it).
+    pub api_b_port: u16,
     pub stats_port: u16,
     pub accounts: Vec<(String, Vec<Address>)>,
     pub clients: Vec<(Vec<Address>, Arc<Mutex<ClientLog>>)>,
@@ -46,6 +48,8 @@ pub struct Drill {
     pub rpc_proxy: Option<pmw_testkit::TcpProxy>,
     /// With `Opts::rpc_providers`: each provider's proxies, in `PMW_LIVE_RPC_PROVIDERS` order.
     pub providers: Vec<ProviderProxy>,
+    /// Multi-host mode: the launchers and forwarders, kept as long as pm2 may start an app.
+    pub placed: Option<Arc<crate::placed::Placed>>,
 }
 
 impl Deref for Drill {
@@ -89,6 +93,8 @@ pub struct Opts {
     pub edges: usize,
     /// The simulator's world (default: [`pmw_sim::SimConfig::default`]).
     pub sim: Option<pmw_sim::SimConfig>,
+    /// Multi-host mode: the apps run on the hosts, through these launchers.
+    pub placed: Option<Arc<crate::placed::Placed>>,
 }
 
 impl Drill {
@@ -114,9 +120,18 @@ impl Drill {
         env.extend(providers_env(&providers));
         env.extend(edges.env());
         env.extend(opts.env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        if let Some(placed) = &opts.placed {
+            env.extend(placed.env());
+            placed.forward(&env).await.expect("forwarders to the hosts");
+            for (k, v) in env.iter_mut() {
+                if k == "PMW_BIN_DIR" {
+                    *v = placed.bin_dir().to_string_lossy().into_owned();
+                }
+            }
+        }
         let apps = opts.apps.unwrap_or(DEFAULT_APPS);
         let pm2 = start_pm2(&env, apps, &edges);
-        let caddy = start_caddy(&pm2, &ports, &edges);
+        let caddy = start_caddy(&pm2, &ports, &edges, (apps, opts.placed.as_deref()));
         let accounts = seed_accounts(&chain.db.connect().await).await;
         let url = format!("ws://127.0.0.1:{}/v1/ws", ports.site);
         wait_reachable(&url, &accounts[0].0, ports.site, apps).await;
@@ -133,6 +148,7 @@ impl Drill {
             env,
             site: ports.site,
             api_port: ports.api,
+            api_b_port: ports.api_b,
             stats_port: ports.stats,
             accounts,
             clients,
@@ -141,6 +157,7 @@ impl Drill {
             stop,
             rpc_proxy,
             providers,
+            placed: opts.placed,
         }
     }
 

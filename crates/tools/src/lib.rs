@@ -10,6 +10,7 @@ pub mod clients;
 pub mod edge;
 pub mod ha_hosts;
 pub mod harness;
+pub mod placed;
 pub mod pm2;
 
 use std::time::Duration;

@@ -37,7 +37,9 @@ pub(super) struct Ports {
     pub(super) site: u16,
     admin: u16,
     pub(super) api: u16,
+    pub(super) api_b: u16,
     pub(super) stats: u16,
+    stats_b: u16,
     /// (Prometheus job, instance, port) of live, push-a, push-b, stats.
     pub(super) metrics: Vec<(&'static str, &'static str, u16)>,
 }
@@ -50,7 +52,9 @@ impl Ports {
             site: free_port(),
             admin: free_port(),
             api: free_port(),
+            api_b: free_port(),
             stats: free_port(),
+            stats_b: free_port(),
             metrics: vec![
                 ("pmw-live", "live", free_port()),
                 ("pmw-push", "push-a", free_port()),
@@ -66,7 +70,9 @@ impl Ports {
         [
             ("PMW_RPC_WS_URL", rpc_ws.to_string()),
             ("PMW_API_PORT", self.api.to_string()),
+            ("PMW_API_B_PORT", self.api_b.to_string()),
             ("PMW_STATS_PORT", self.stats.to_string()),
+            ("PMW_STATS_B_PORT", self.stats_b.to_string()),
             ("PMW_RPC_HTTP_URL", rpc_http.to_string()),
             ("PMW_BIN_DIR", bin_dir.to_string_lossy().into_owned()),
             ("PMW_PUSH_A_PORT", self.push_a.to_string()),
@@ -128,15 +134,33 @@ pub(super) fn start_pm2(env: &[(String, String)], apps: &str, edges: &Edges) -> 
     pm2
 }
 
-/// Caddy with the production Caddyfile in front of push, the API (and the edges).
-pub(super) fn start_caddy(pm2: &Pm2, ports: &Ports, edges: &Edges) -> tokio::process::Child {
+/// Caddy with the production Caddyfile in front of push, the API's and stats' members `apps`
+/// runs (and the edges); in multi-host mode (`placed`) the upstreams are on the hosts.
+pub(super) fn start_caddy(
+    pm2: &Pm2,
+    ports: &Ports,
+    edges: &Edges,
+    (apps, placed): (&str, Option<&crate::placed::Placed>),
+) -> tokio::process::Child {
+    let at = |instance: &str, port: u16| match placed {
+        Some(p) => format!("{}:{port}", p.ip_of(instance)),
+        None => format!("127.0.0.1:{port}"),
+    };
     let mut caddy_env = vec![
         ("PMW_SITE", format!("http://127.0.0.1:{}", ports.site)),
-        ("PMW_PUSH_A", format!("127.0.0.1:{}", ports.push_a)),
-        ("PMW_PUSH_B", format!("127.0.0.1:{}", ports.push_b)),
-        ("PMW_API", format!("127.0.0.1:{}", ports.api)),
+        ("PMW_PUSH_A", at("push-a", ports.push_a)),
+        ("PMW_PUSH_B", at("push-b", ports.push_b)),
+        ("PMW_API", at("api", ports.api)),
+        ("PMW_STATS", at("stats", ports.stats)),
         ("PMW_CADDY_ADMIN", format!("127.0.0.1:{}", ports.admin)),
     ];
+    let runs = |app: &str| apps.split(',').any(|a| a == app);
+    if runs("pmw-api-b") {
+        caddy_env.push(("PMW_API_B", at("api-b", ports.api_b)));
+    }
+    if runs("pmw-stats-b") {
+        caddy_env.push(("PMW_STATS_B", at("stats-b", ports.stats_b)));
+    }
     caddy_env.extend(edges.caddy());
     pmw_testkit::caddy(pm2.home.path(), &caddy_env)
 }

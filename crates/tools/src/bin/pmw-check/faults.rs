@@ -105,6 +105,8 @@ pub struct Done {
     pub began_ms: i64,
     pub ended_ms: i64,
     pub note: String,
+    /// It struck with no warm standby ready ([`Marks::was_cold`]).
+    pub cold: bool,
 }
 
 #[cfg(test)]
@@ -119,6 +121,7 @@ impl Done {
             began_ms: start,
             ended_ms: end,
             note: "exit status: 0".into(),
+            cold: false,
         }
     }
 }
@@ -129,6 +132,7 @@ impl Done {
 pub struct Marks {
     began: AtomicI64,
     ended: AtomicI64,
+    cold: std::sync::atomic::AtomicBool,
 }
 
 impl Marks {
@@ -142,6 +146,16 @@ impl Marks {
 
     fn end_at(&self, ms: i64) {
         self.ended.store(ms, Relaxed);
+    }
+
+    /// The fault struck with no warm standby to take over (its host down, or itself still
+    /// restarting): what it killed must come back cold ([`crate::availability::budget`]).
+    fn cold(&self) {
+        self.cold.store(true, Relaxed);
+    }
+
+    pub fn was_cold(&self) -> bool {
+        self.cold.load(Relaxed)
     }
 
     /// (began, ended), defaulting to the task's start and end.
@@ -203,6 +217,24 @@ impl World {
     }
 
     /// The push leader's pm2 app and live pid (waits up to 20 s for one, e.g. after a kill).
+    /// Whether the push instance that is not `leader_app` waits as a live standby (a standby
+    /// heartbeat in the last 3 s from a running process).
+    async fn standby_ready(&self, leader_app: &str) -> bool {
+        let other = if leader_app.ends_with("-a") {
+            "push-b"
+        } else {
+            "push-a"
+        };
+        self.d
+            .push_beat(other)
+            .await
+            .is_some_and(|(role, pid, beat_ms)| {
+                role == "standby"
+                    && now_ms() - beat_ms < 3_000
+                    && std::path::Path::new(&format!("/proc/{pid}")).exists()
+            })
+    }
+
     async fn leader_pid(&self) -> anyhow::Result<(String, i64)> {
         let mut last = anyhow::anyhow!("no leader");
         for _ in 0..40 {
@@ -360,10 +392,19 @@ impl World {
         Ok(match kind {
             Kind::LeaderKill9 => {
                 let (app, pid) = self.leader_pid().await?;
+                let standby = self.standby_ready(&app).await;
+                if !standby {
+                    m.cold();
+                }
                 m.begin();
                 let killed = kill(pid, "KILL");
                 m.end();
-                format!("{app} pid {pid}: {killed}")
+                let cold = if standby {
+                    ""
+                } else {
+                    "; no standby ready (its host down, or it is restarting): a cold restart"
+                };
+                format!("{app} pid {pid}: {killed}{cold}")
             }
             Kind::LeaderStop { secs: s } => {
                 let (app, pid) = self.leader_pid().await?;

@@ -1,4 +1,4 @@
-//! The checker's webhook receivers: real HTTP servers on 127.0.0.1 that verify every request's
+//! The checker's webhook receivers: real HTTP servers on 127.0.0.1 (in multi-host mode on the hosts' gateway) that verify every request's
 //! Standard Webhooks signature themselves (HMAC-SHA256 of `id.timestamp.body`, any `v1,` entry,
 //! any secret the endpoint has had), and, on a message's first attempt only, sometimes answer
 //! 500, time out (answer after the sender's 10 s timeout) or answer slowly, from a seeded RNG.
@@ -202,7 +202,9 @@ async fn handle(
 }
 
 impl Hook {
-    pub async fn start(seed: u64, faulty: bool) -> Hook {
+    /// A receiver on `ip` (loopback, or in multi-host mode the hosts' gateway, which the
+    /// services on the hosts reach), any free port.
+    pub async fn start(seed: u64, faulty: bool, ip: std::net::IpAddr) -> Hook {
         let inner = Arc::new(Inner {
             secrets: Mutex::default(),
             log: Mutex::default(),
@@ -213,7 +215,7 @@ impl Hook {
             .route("/hook", axum::routing::post(handle))
             .route("/hook/{n}", axum::routing::post(handle))
             .with_state(inner.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;

@@ -6,6 +6,7 @@
 //! the canonical chain itself and reports what each subscriber lost, holds in excess, got twice
 //! or out of order. Exit 1 on any lost, phantom, duplicated (WebSocket) or out-of-order delivery.
 
+mod accounts;
 mod availability;
 mod churn_faults;
 mod edge_faults;
@@ -27,14 +28,13 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use pmw_sim::{demo_wallets, RunConfig};
-use pmw_testkit::{eventually, PrivateStack};
-use pmw_tools::harness::{account, Drill, Opts};
-use serde_json::json;
+use pmw_testkit::PrivateStack;
+use pmw_tools::harness::{Drill, Opts};
 use tokio_util::sync::CancellationToken;
 
-use faults::{Checked, Churn, Done, World};
-use hooks::Hook;
-use ws::{now_ms, WsClient};
+use accounts::{checked_accounts, churn_accounts, connect_clients, drill_env, with_endpoints};
+use faults::{Done, World};
+use ws::now_ms;
 
 #[derive(Parser, Debug)]
 #[command(about = "Seeded fault-and-churn checker with an independent oracle")]
@@ -211,17 +211,39 @@ async fn setup(args: &Args, run: &Run) -> anyhow::Result<(World, CancellationTok
         (None, stack.env.clone())
     };
     let pending = args.pending_hold_ms > 0;
+    // Multi-host mode: every member of a pair on a host of its own (pmw_tools::placed); the
+    // webhook receivers then listen on the hosts' gateway.
+    let placed = match &ha {
+        Some(ha) => {
+            let bin = pmw_testkit::repo_root().join("target/debug");
+            let placed = Arc::new(pmw_tools::placed::Placed::new(ha, &bin)?);
+            println!(
+                "services on hosts: {}",
+                pmw_tools::placed::describe(&placed)
+            );
+            Some(placed)
+        }
+        None => None,
+    };
     let d = Drill::start_with(Opts {
         stack: Some(env_stack),
         rpc_proxy: false,
         rpc_providers: schedule::PROVIDERS,
-        apps: Some("pmw-live,pmw-push-a,pmw-push-b,pmw-api,pmw-stats"),
+        apps: Some(match placed {
+            Some(_) => pmw_tools::placed::APPS,
+            None => "pmw-live,pmw-push-a,pmw-push-b,pmw-api,pmw-stats",
+        }),
         env: drill_env(pending),
         clients: Some(0),
         edges: args.edges,
         sim: pending.then(|| pending::sim_config(args.pending_hold_ms)),
+        placed: placed.clone(),
     })
     .await;
+    let hooks_on: std::net::IpAddr = match &placed {
+        Some(p) => p.gateway().into(),
+        None => std::net::Ipv4Addr::LOCALHOST.into(),
+    };
     let pg = d.db.connect().await;
     let watch = pending.then(|| {
         let (ws, http) = (d.anvil.ws_url(), d.anvil.http_url());
@@ -244,8 +266,8 @@ async fn setup(args: &Args, run: &Run) -> anyhow::Result<(World, CancellationTok
         host_figures: Default::default(),
         pending: watch,
     };
-    let checked = checked_accounts(args, run, &pg).await;
-    w.churn = churn_accounts(args, run, &pg).await;
+    let checked = checked_accounts(args, run, &pg, hooks_on).await;
+    w.churn = churn_accounts(args, run, &pg, hooks_on).await;
     pg.execute("SELECT pg_notify('pmw_subscriptions', '')", &[])
         .await?;
     w.checked = with_endpoints(&w, checked, pending).await?;
@@ -260,102 +282,6 @@ async fn setup(args: &Args, run: &Run) -> anyhow::Result<(World, CancellationTok
         w.start_block
     );
     Ok((w, stop))
-}
-
-/// The apps' extra environment: private webhook destinations (the receivers are on loopback),
-/// rates for many clients behind one address, and pmw-live's mempool watcher when `pending`.
-fn drill_env(pending: bool) -> Vec<(&'static str, &'static str)> {
-    let mut env = vec![
-        ("PMW_API_ALLOW_PRIVATE_WEBHOOKS", "true"),
-        ("PMW_PUSH_ALLOW_PRIVATE_WEBHOOKS", "true"),
-        ("PMW_API_RATE_PER_SEC", "1000"),
-        ("PMW_API_RATE_BURST", "1000"),
-        // Every client of the checker is one address behind Caddy.
-        ("PMW_API_ANON_RATE_PER_SEC", "1000"),
-        ("PMW_API_ANON_RATE_BURST", "1000"),
-    ];
-    if pending {
-        env.extend(pending::live_env());
-    }
-    env
-}
-
-/// The checked accounts: fixed subscriptions, a resuming client and a webhook receiver each.
-async fn checked_accounts(args: &Args, run: &Run, pg: &tokio_postgres::Client) -> Vec<Checked> {
-    let wallets = &run.wallets;
-    let mut checked = Vec::new();
-    for i in 0..args.accounts {
-        let mine = vec![wallets[i % 6], wallets[(i + 2) % 6]];
-        let (_, key) = account(pg, &format!("check-{i}"), &mine).await;
-        let hook = Hook::start(run.seed ^ ((i as u64) << 8), true).await;
-        checked.push(Checked {
-            wallets: mine.iter().map(hex).collect(),
-            client: WsClient::new(&key).with_pending(args.pending_hold_ms > 0),
-            hook,
-            endpoint: 0,
-            key,
-        });
-    }
-    checked
-}
-
-/// The churn accounts: one followed wallet to start with, a client and a receiver each.
-async fn churn_accounts(args: &Args, run: &Run, pg: &tokio_postgres::Client) -> Vec<Churn> {
-    let wallets = &run.wallets;
-    let mut churn = Vec::new();
-    for i in 0..args.churn {
-        let (_, key) = account(pg, &format!("churn-{i}"), &[wallets[(i + 1) % 6]]).await;
-        let hook = Hook::start(run.seed ^ ((1000 + i as u64) << 8), true).await;
-        churn.push(Churn {
-            client: WsClient::new(&key),
-            hook,
-            endpoints: Default::default(),
-            paths: Default::default(),
-            paused: Default::default(),
-            follows: std::sync::Mutex::new(vec![(i + 1) % 6]),
-        });
-    }
-    churn
-}
-
-/// Each checked account's endpoint, made through the API.
-async fn with_endpoints(
-    w: &World,
-    mut checked: Vec<Checked>,
-    pending: bool,
-) -> anyhow::Result<Vec<Checked>> {
-    let events = if pending {
-        json!(["trade", "pending"])
-    } else {
-        json!(["trade"])
-    };
-    for c in &mut checked {
-        let body = json!({"url": c.hook.url(), "events": events});
-        let v = w.api("POST", "/v1/webhooks", &c.key, body).await?;
-        c.hook.add_secret(v["secret"].as_str().unwrap_or_default());
-        c.endpoint = v["id"].as_i64().unwrap_or_default();
-    }
-    Ok(checked)
-}
-
-/// Every client of the world running and connected through Caddy; their stop.
-async fn connect_clients(w: &World) -> anyhow::Result<CancellationToken> {
-    let clients = || {
-        w.checked
-            .iter()
-            .map(|c| &c.client)
-            .chain(w.churn.iter().map(|c| &c.client))
-    };
-    let stop = CancellationToken::new();
-    for c in clients() {
-        tokio::spawn(c.clone().run(w.site.clone(), stop.clone()));
-    }
-    let connected = eventually(Duration::from_secs(60), || async {
-        clients().all(|c| c.log.lock().unwrap().first_hello_ms.is_some())
-    })
-    .await;
-    anyhow::ensure!(connected, "not every client connected through caddy");
-    Ok(stop)
 }
 
 /// Traffic for the run's span with the schedule's faults done to the system meanwhile; what
@@ -422,6 +348,7 @@ async fn fault_at(w: Arc<World>, f: schedule::Fault, t0: Instant) -> Done {
         began_ms,
         ended_ms,
         note,
+        cold: marks.was_cold(),
     }
 }
 

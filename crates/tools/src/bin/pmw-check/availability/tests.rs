@@ -37,6 +37,33 @@ fn a_quick_recovery_passes_and_a_slow_one_breaks_the_budget() {
 }
 
 #[test]
+fn a_leader_killed_with_no_standby_ready_is_judged_as_a_cold_restart() {
+    // Recovered 3 s after the kill: over a warm takeover's 2 s, within a cold restart's 5 s,
+    // and tabled apart.
+    let at_3s: Vec<(i64, i64)> = (0..100)
+        .map(|i| i * 300)
+        .map(|d| {
+            (
+                d,
+                if (10_000..13_000).contains(&d) {
+                    13_000
+                } else {
+                    d + 20
+                },
+            )
+        })
+        .collect();
+    let warm = [Done::test(Kind::LeaderKill9, 10_000, 10_000)];
+    assert!(judge(&warm, &[stream(at_3s.clone())], 10_000).failed());
+    let mut cold = Done::test(Kind::LeaderKill9, 10_000, 10_000);
+    cold.cold = true;
+    let j = judge(&[cold], &[stream(at_3s)], 10_000);
+    assert!(!j.failed());
+    assert_eq!(j.samples[0].kind, "leader kill -9 (no standby)");
+    assert!(table(&j, 10_000).contains("| leader kill -9 (no standby) | 5000 |"));
+}
+
+#[test]
 fn a_subscriber_with_no_trade_soon_after_is_not_charged_for_the_quiet() {
     let kill = [Done::test(Kind::LeaderKill9, 10_000, 10_000)];
     // Another subscriber sees a block at 10.2 s; this one's next trade is detected at
