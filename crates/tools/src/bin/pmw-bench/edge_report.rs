@@ -10,8 +10,8 @@ use crate::throughput::RateStep;
 
 /// The session count the edge-mode fan-out goal asks for.
 pub const GOAL_SESSIONS: usize = 50_000;
-/// The broker hop's goal at p50, ms.
-pub const GOAL_HOP_MS: f64 = 2.0;
+/// The broker hop's goal at p50, ms (issue 46).
+pub const GOAL_HOP_MS: f64 = 1.5;
 
 fn kib(v: Option<f64>) -> String {
     v.map_or("–".into(), |v| format!("{v:.1} KiB"))

@@ -402,7 +402,8 @@ impl World {
                 let cold = if standby {
                     ""
                 } else {
-                    "; no standby ready (its host down, or it is restarting): a cold restart"
+                    "; no standby ready (no fresh standby heartbeat: its host down, Postgres \
+                     failing over, or it is restarting): a cold restart"
                 };
                 format!("{app} pid {pid}: {killed}{cold}")
             }
