@@ -189,42 +189,11 @@ fn plan(args: &Args) -> Run {
 /// endpoints, every client connected through Caddy; the world the faults run in and the
 /// clients' stop.
 async fn setup(args: &Args, run: &Run) -> anyhow::Result<(World, CancellationToken)> {
-    let components: &'static [&'static str] = match (args.edges > 0, args.hosts > 0) {
-        (true, false) => &["pg", "ch", "nats"],
-        (false, false) => &["pg", "ch"],
-        // Multi-host mode: Postgres is the HA cluster on the hosts.
-        (true, true) => &["ch", "nats"],
-        (false, true) => &["ch"],
-    };
+    let components = stack_components(args.edges > 0, args.hosts > 0);
     let stack =
         Arc::new(tokio::task::spawn_blocking(move || PrivateStack::start_with(components)).await?);
-    let (ha, env_stack) = if args.hosts > 0 {
-        anyhow::ensure!(args.hosts == 3, "multi-host mode runs on 3 hosts");
-        let ha = Arc::new(pmw_tools::ha_hosts::HaHosts::start(
-            stack.env.get("PMW_PG_BIN"),
-        )?);
-        *host_faults::HOSTS.lock().unwrap() = Some(ha.clone());
-        ha.ready().await?;
-        host_faults::prepare(&ha).await?;
-        (Some(ha.clone()), ha.stack_env(&stack.env))
-    } else {
-        (None, stack.env.clone())
-    };
+    let (ha, env_stack, placed) = start_hosts(args, &stack).await?;
     let pending = args.pending_hold_ms > 0;
-    // Multi-host mode: every member of a pair on a host of its own (pmw_tools::placed); the
-    // webhook receivers then listen on the hosts' gateway.
-    let placed = match &ha {
-        Some(ha) => {
-            let bin = pmw_testkit::repo_root().join("target/debug");
-            let placed = Arc::new(pmw_tools::placed::Placed::new(ha, &bin)?);
-            println!(
-                "services on hosts: {}",
-                pmw_tools::placed::describe(&placed)
-            );
-            Some(placed)
-        }
-        None => None,
-    };
     let d = Drill::start_with(Opts {
         stack: Some(env_stack),
         rpc_proxy: false,
@@ -282,6 +251,49 @@ async fn setup(args: &Args, run: &Run) -> anyhow::Result<(World, CancellationTok
         w.start_block
     );
     Ok((w, stop))
+}
+
+/// The private stack's components: Postgres unless multi-host mode (there it is the HA cluster
+/// on the hosts), ClickHouse always, NATS in edge mode.
+fn stack_components(edges: bool, hosts: bool) -> &'static [&'static str] {
+    match (edges, hosts) {
+        (true, false) => &["pg", "ch", "nats"],
+        (false, false) => &["pg", "ch"],
+        (true, true) => &["ch", "nats"],
+        (false, true) => &["ch"],
+    }
+}
+
+/// Multi-host mode (`--hosts 3`): the HA cluster on the hosts, ready and prepared for the host
+/// faults, the stack's environment pointing at it, and every member of a pair placed on a host
+/// of its own (pmw_tools::placed; the webhook receivers then listen on the hosts' gateway).
+/// Otherwise none of these, and the private stack's own environment.
+async fn start_hosts(
+    args: &Args,
+    stack: &PrivateStack,
+) -> anyhow::Result<(
+    Option<Arc<pmw_tools::ha_hosts::HaHosts>>,
+    pmw_testkit::StackEnv,
+    Option<Arc<pmw_tools::placed::Placed>>,
+)> {
+    if args.hosts == 0 {
+        return Ok((None, stack.env.clone(), None));
+    }
+    anyhow::ensure!(args.hosts == 3, "multi-host mode runs on 3 hosts");
+    let ha = Arc::new(pmw_tools::ha_hosts::HaHosts::start(
+        stack.env.get("PMW_PG_BIN"),
+    )?);
+    *host_faults::HOSTS.lock().unwrap() = Some(ha.clone());
+    ha.ready().await?;
+    host_faults::prepare(&ha).await?;
+    let bin = pmw_testkit::repo_root().join("target/debug");
+    let placed = Arc::new(pmw_tools::placed::Placed::new(&ha, &bin)?);
+    println!(
+        "services on hosts: {}",
+        pmw_tools::placed::describe(&placed)
+    );
+    let env = ha.stack_env(&stack.env);
+    Ok((Some(ha), env, Some(placed)))
 }
 
 /// Traffic for the run's span with the schedule's faults done to the system meanwhile; what
@@ -520,4 +532,17 @@ fn write_doc(
         ),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod setup_tests {
+    use super::stack_components;
+
+    #[test]
+    fn multi_host_mode_leaves_postgres_to_the_hosts_and_edge_mode_adds_nats() {
+        assert_eq!(stack_components(false, false), ["pg", "ch"]);
+        assert_eq!(stack_components(true, false), ["pg", "ch", "nats"]);
+        assert_eq!(stack_components(false, true), ["ch"]);
+        assert_eq!(stack_components(true, true), ["ch", "nats"]);
+    }
 }
