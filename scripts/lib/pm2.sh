@@ -31,12 +31,14 @@ checkout_revision() {
 
 # Wait until every instance of <service> that beat after <since_ms> reports <revision>, and at
 # least one did: a restarted service really runs the new build (not an old binary left behind).
-#   wait_revision <service> <revision> <secs> <since_ms>
+# With <instance>, only that instance, and only a process of it started after <since_ms>.
+#   wait_revision <service> <revision> <secs> <since_ms> [instance]
 wait_revision() {
-  local service="$1" rev="$2" secs="${3:-60}" since="$4" i got
+  local service="$1" rev="$2" secs="${3:-60}" since="$4" instance="${5:-}" i got only=""
+  [ -z "$instance" ] || only="AND instance = '$instance' AND started_ms >= $since"
   for i in $(seq 1 $((secs * 10))); do
     got="$("$PMW_PG_BIN/psql" -X -qAt "$PMW_POSTGRES_URL" -c \
-      "SELECT string_agg(DISTINCT coalesce(state->>'revision', 'unknown'), ',') FROM heartbeats WHERE service = '$service' AND beat_ms >= $since" 2>/dev/null || true)"
+      "SELECT string_agg(DISTINCT coalesce(state->>'revision', 'unknown'), ',') FROM heartbeats WHERE service = '$service' AND beat_ms >= $since $only" 2>/dev/null || true)"
     if [ "$got" = "$rev" ]; then
       return 0
     fi

@@ -36,8 +36,6 @@ pub struct Drill {
     pub env: Vec<(String, String)>,
     pub site: u16,
     pub api_port: u16,
-    /// pmw-api-b's port (when the drill runs it).
-    pub api_b_port: u16,
     pub stats_port: u16,
     pub accounts: Vec<(String, Vec<Address>)>,
     pub clients: Vec<(Vec<Address>, Arc<Mutex<ClientLog>>)>,
@@ -148,7 +146,6 @@ impl Drill {
             env,
             site: ports.site,
             api_port: ports.api,
-            api_b_port: ports.api_b,
             stats_port: ports.stats,
             accounts,
             clients,

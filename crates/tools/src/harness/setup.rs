@@ -37,7 +37,7 @@ pub(super) struct Ports {
     pub(super) site: u16,
     admin: u16,
     pub(super) api: u16,
-    pub(super) api_b: u16,
+    api_b: u16,
     pub(super) stats: u16,
     stats_b: u16,
     /// (Prometheus job, instance, port) of live, push-a, push-b, stats.

@@ -149,7 +149,7 @@ impl Marks {
     }
 
     /// The fault struck with no warm standby to take over (its host down, or itself still
-    /// restarting): what it killed must come back cold ([`crate::availability::budget`]).
+    /// restarting): what it killed must come back cold ([`crate::availability::judged_kind`]).
     fn cold(&self) {
         self.cold.store(true, Relaxed);
     }
@@ -216,7 +216,6 @@ impl World {
         bail!("{method} {path}: {last}")
     }
 
-    /// The push leader's pm2 app and live pid (waits up to 20 s for one, e.g. after a kill).
     /// Whether the push instance that is not `leader_app` waits as a live standby (a standby
     /// heartbeat in the last 3 s from a running process).
     async fn standby_ready(&self, leader_app: &str) -> bool {
@@ -235,6 +234,7 @@ impl World {
             })
     }
 
+    /// The push leader's pm2 app and live pid (waits up to 20 s for one, e.g. after a kill).
     async fn leader_pid(&self) -> anyhow::Result<(String, i64)> {
         let mut last = anyhow::anyhow!("no leader");
         for _ in 0..40 {
