@@ -205,6 +205,7 @@ fn deadline(f: &Window<'_>, all: &[Window<'_>], hooks: bool) -> i64 {
 pub fn judge(done: &[Done], streams: &[Stream], lease_ms: i64) -> Judgement {
     let windows: Vec<Window<'_>> = done
         .iter()
+        .filter(|d| d.struck)
         .filter_map(|d| {
             budget_of(judged_kind(d), lease_ms).map(|budget| Window { done: d, budget })
         })
@@ -223,12 +224,14 @@ pub fn judge(done: &[Done], streams: &[Stream], lease_ms: i64) -> Judgement {
         silences: Vec::new(),
         failed_deploys: Vec::new(),
     };
+    // A deploy that failed fails the run, whether or not it got as far as striking.
+    j.failed_deploys = done
+        .iter()
+        .filter(|d| rolling(&d.fault.kind) && !d.note.starts_with("exit status: 0"))
+        .map(|d| format!("t+{} s: {}", d.fault.at_s, d.note))
+        .collect();
     for w in &windows {
         let (kind, e) = (judged_kind(w.done), w.done.ended_ms);
-        if rolling(&w.done.fault.kind) && !w.done.note.starts_with("exit status: 0") {
-            j.failed_deploys
-                .push(format!("t+{} s: {}", w.done.fault.at_s, w.done.note));
-        }
         // The first block anyone was told of after the fault's end.
         let first_detect = detects.iter().copied().find(|&d| d >= e);
         for s in streams {
@@ -349,7 +352,7 @@ fn attribute(done: &[Done], streams: &[Stream]) -> Vec<String> {
             }
             let over: Vec<&Done> = done
                 .iter()
-                .filter(|d| d.began_ms <= to && d.ended_ms.max(d.began_ms + 1) >= from)
+                .filter(|d| d.struck && d.began_ms <= to && d.ended_ms.max(d.began_ms + 1) >= from)
                 .filter(|d| !matches!(d.fault.kind, Kind::SlowConsumer { .. }))
                 .collect();
             let union = union_ms(

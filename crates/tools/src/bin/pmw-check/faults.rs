@@ -107,6 +107,10 @@ pub struct Done {
     pub note: String,
     /// It struck with no warm standby ready ([`Marks::was_cold`]).
     pub cold: bool,
+    /// It was injected: it succeeded, or its arm marked its start before it failed. A fault
+    /// that failed before striking (a switchover refused by an unhealthy cluster) darkened
+    /// nothing, so it opens no window that could excuse another's silence.
+    pub struck: bool,
 }
 
 #[cfg(test)]
@@ -122,6 +126,7 @@ impl Done {
             ended_ms: end,
             note: "exit status: 0".into(),
             cold: false,
+            struck: true,
         }
     }
 }
@@ -156,6 +161,11 @@ impl Marks {
 
     pub fn was_cold(&self) -> bool {
         self.cold.load(Relaxed)
+    }
+
+    /// The arm marked the fault's start.
+    pub fn began(&self) -> bool {
+        self.began.load(Relaxed) > 0
     }
 
     /// (began, ended), defaulting to the task's start and end.

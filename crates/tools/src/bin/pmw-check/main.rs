@@ -345,7 +345,9 @@ async fn fault_at(w: Arc<World>, f: schedule::Fault, t0: Instant) -> Done {
     let marks = faults::Marks::default();
     // A host fault waits for a healthy cluster, its outage and the rejoin.
     let bound = Duration::from_secs(if f.kind.is_host() { 240 } else { 120 });
-    let note = match tokio::time::timeout(bound, w.run(&f, &marks)).await {
+    let result = tokio::time::timeout(bound, w.run(&f, &marks)).await;
+    let struck = matches!(result, Ok(Ok(_))) || marks.began();
+    let note = match result {
         Ok(Ok(n)) => n,
         Ok(Err(e)) => format!("failed: {e:#}"),
         Err(_) => format!("timed out after {} s", bound.as_secs()),
@@ -361,6 +363,7 @@ async fn fault_at(w: Arc<World>, f: schedule::Fault, t0: Instant) -> Done {
         ended_ms,
         note,
         cold: marks.was_cold(),
+        struck,
     }
 }
 

@@ -240,3 +240,40 @@ fn a_clickhouse_stop_during_a_nats_node_kill_leaves_the_kills_delay_to_the_kill(
     late[k].1 = late[k].0 + 3_500;
     assert!(judge(&[stop, nats], &[stream(late)], 10_000).failed());
 }
+
+#[test]
+fn a_fault_that_failed_before_striking_excuses_no_silence() {
+    // A primary kill at 10 s (budget 15 s) after which trades stall until 70 s. A switchover
+    // whose arm waited from 12 s to 72 s for a healthy cluster and never struck must neither
+    // move the kill's deadline nor be named over the silence: the kill breaks its budget.
+    let stall: Vec<(i64, i64)> = (0..400)
+        .map(|i| i * 300)
+        .map(|d| {
+            (
+                d,
+                if (10_000..70_000).contains(&d) {
+                    70_000
+                } else {
+                    d + 20
+                },
+            )
+        })
+        .collect();
+    let kill = Done::test(Kind::PrimaryKill { secs: 0 }, 10_000, 10_000);
+    let mut refused = Done::test(Kind::Switchover, 12_000, 72_000);
+    refused.note = "failed: not healthy before the fault".into();
+    refused.struck = false;
+    let j = judge(
+        &[kill.clone(), refused.clone()],
+        &[stream(stall.clone())],
+        10_000,
+    );
+    assert!(j.failed(), "{}", table(&j, 10_000));
+    assert_eq!(j.samples.len(), 1);
+    assert!(!j.silences[0].contains("switchover"), "{:?}", j.silences);
+    // Had it struck, its window (to 72 s + 5 s) would have masked the kill's breach.
+    refused.struck = true;
+    let j = judge(&[kill, refused], &[stream(stall)], 10_000);
+    assert!(!j.failed(), "{}", table(&j, 10_000));
+    assert!(j.silences[0].contains("switchover"), "{:?}", j.silences);
+}
