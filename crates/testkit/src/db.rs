@@ -105,14 +105,14 @@ impl TestDb {
 
     /// A new unpooled connection to the test database.
     pub async fn connect(&self) -> tokio_postgres::Client {
-        let (client, conn) = self
-            .cfg
-            .postgres()
-            .connect(NoTls)
-            .await
-            .expect("connect to test database");
+        self.try_connect().await.expect("connect to test database")
+    }
+
+    /// [`TestDb::connect`], or why not (on Patroni, no node takes writes during a failover).
+    pub async fn try_connect(&self) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
+        let (client, conn) = self.cfg.postgres().connect(NoTls).await?;
         tokio::spawn(conn);
-        client
+        Ok(client)
     }
 
     /// These databases' settings with Postgres reached through a [`TcpProxy`] the test can cut,

@@ -72,15 +72,19 @@ impl Edges {
             .collect()
     }
 
-    /// Caddy's environment: `/v1/ws` to the edges.
-    pub fn caddy(&self) -> Vec<(&'static str, String)> {
+    /// Caddy's environment: `/v1/ws` to the edges (each on its host's address when `placed`).
+    pub fn caddy(&self, placed: Option<&crate::placed::Placed>) -> Vec<(&'static str, String)> {
         if self.ports.is_empty() {
             return Vec::new();
         }
         let upstreams: Vec<String> = self
             .ports
             .iter()
-            .map(|p| format!("127.0.0.1:{p}"))
+            .enumerate()
+            .map(|(i, p)| match placed.and_then(|pl| pl.edge_ip(i + 1)) {
+                Some(ip) => format!("{ip}:{p}"),
+                None => format!("127.0.0.1:{p}"),
+            })
             .collect();
         vec![
             ("PMW_WS_MODE", "edge".into()),

@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use pmw_testkit::{eventually_every, repo_root, Host, Hosts, StackEnv};
+
+use crate::ha_nats::HostNats;
 use tokio_postgres::NoTls;
 
 /// Ports inside every host's namespace (each host has a port space of its own).
@@ -51,6 +53,8 @@ pub struct HaHosts {
     /// The etcd process of each host (index 0 = host 1), to tell it from the Patroni side.
     etcd: Mutex<Vec<Option<tokio::process::Child>>>,
     patroni: Mutex<Vec<Option<tokio::process::Child>>>,
+    /// Edge mode: a NATS node on each host ([`HaHosts::start_nats`]).
+    nats: std::sync::OnceLock<HostNats>,
     http: reqwest::Client,
 }
 
@@ -69,6 +73,7 @@ impl HaHosts {
             pg_bin: pg_bin.to_string(),
             etcd: Mutex::new((0..3).map(|_| None).collect()),
             patroni: Mutex::new((0..3).map(|_| None).collect()),
+            nats: std::sync::OnceLock::new(),
             http: reqwest::Client::builder()
                 .timeout(Duration::from_secs(2))
                 .no_proxy()
@@ -137,6 +142,21 @@ impl HaHosts {
 
     pub fn host(&self, index: usize) -> &Host {
         self.hosts.host(index)
+    }
+
+    /// Edge mode: start a NATS node on every host and wait until each is healthy; a host's
+    /// kill takes its node, [`HaHosts::restart`] brings it back.
+    pub async fn start_nats(&self) -> anyhow::Result<&HostNats> {
+        anyhow::ensure!(self.nats.get().is_none(), "nats already started");
+        let nats = HostNats::start(&self.hosts, &self.dir)?;
+        let nats = self.nats.get_or_init(|| nats);
+        nats.ready(Duration::from_secs(60)).await?;
+        Ok(nats)
+    }
+
+    /// The hosts' NATS cluster, when edge mode started one.
+    pub fn nats(&self) -> Option<&HostNats> {
+        self.nats.get()
     }
 
     /// A superuser connection straight to host `index`'s Postgres, whatever its role.
@@ -265,6 +285,9 @@ impl HaHosts {
         if PG_HOSTS.contains(&index) && !running(&self.patroni, index) {
             self.start_patroni(index)?;
         }
+        if let Some(nats) = self.nats.get() {
+            nats.start_node(&self.hosts, index)?;
+        }
         match std::fs::remove_file(self.down_marker(index)) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
             _ => Ok(()),
@@ -315,6 +338,9 @@ impl HaHosts {
         self.host(index).kill()?;
         reap(&self.etcd, index);
         reap(&self.patroni, index);
+        if let Some(nats) = self.nats.get() {
+            nats.reap(index);
+        }
         Ok(())
     }
 
@@ -458,6 +484,9 @@ impl HaHosts {
                 out.push('\n');
             }
         }
+        if let Some(nats) = self.nats.get() {
+            out += &nats.log_tails(lines);
+        }
         out
     }
 }
@@ -466,6 +495,9 @@ impl HaHosts {
     /// Every member killed, the hosts and (unless `PMW_DRILL_KEEP_LOGS` is set) the state dir
     /// removed, as dropping does: for a checker stopped by a signal.
     pub fn teardown(&self) {
+        if let Some(nats) = self.nats.get() {
+            nats.stop();
+        }
         self.hosts.teardown();
         if std::env::var_os("PMW_DRILL_KEEP_LOGS").is_none() {
             let _ = std::fs::remove_dir_all(&self.dir);

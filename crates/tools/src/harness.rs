@@ -223,18 +223,20 @@ impl Drill {
 pub use crate::kill as signal;
 
 impl Drill {
-    /// A push instance's heartbeat: (role, pid, beat_ms).
+    /// A push instance's heartbeat: (role, pid, beat_ms); none while it cannot be read (no
+    /// heartbeat yet, or on Patroni no node taking writes during a failover).
     pub async fn push_beat(&self, instance: &str) -> Option<(String, i32, i64)> {
         self.db
-            .connect()
+            .try_connect()
             .await
+            .ok()?
             .query_opt(
                 "SELECT coalesce(state->>'role', ''), pid, beat_ms FROM heartbeats \
                  WHERE service = 'pmw-push' AND instance = $1",
                 &[&instance],
             )
             .await
-            .unwrap()
+            .ok()?
             .map(|r| (r.get(0), r.get(1), r.get(2)))
     }
 

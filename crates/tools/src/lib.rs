@@ -9,6 +9,7 @@ pub mod chain;
 pub mod clients;
 pub mod edge;
 pub mod ha_hosts;
+pub mod ha_nats;
 pub mod harness;
 pub mod placed;
 pub mod pm2;

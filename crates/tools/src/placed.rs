@@ -18,8 +18,9 @@ use pmw_testkit::TcpProxy;
 use crate::ha_hosts::HaHosts;
 
 /// Where each instance runs: the pairs split over hosts 1 and 2 (the Postgres members' hosts);
-/// host 3 holds the third etcd member only.
-pub const PLACEMENT: [(&str, usize); 8] = [
+/// in edge mode one edge on each host (beside its NATS node: `crate::ha_nats`), so host 3 holds
+/// the third etcd member, a NATS node and edge 3.
+pub const PLACEMENT: [(&str, usize); 11] = [
     ("live", 1),
     ("push-a", 1),
     ("api", 1),
@@ -28,6 +29,9 @@ pub const PLACEMENT: [(&str, usize); 8] = [
     ("push-b", 2),
     ("api-b", 2),
     ("stats-b", 2),
+    ("edge-1", 1),
+    ("edge-2", 2),
+    ("edge-3", 3),
 ];
 
 /// The ecosystem apps of [`PLACEMENT`].
@@ -83,10 +87,26 @@ impl Placed {
         self.hosts[host - 1]
     }
 
+    /// The address of edge `n`'s host, if edge `n` is placed (edges past the hosts' count run in
+    /// the checker's namespace).
+    pub fn edge_ip(&self, n: usize) -> Option<Ipv4Addr> {
+        let name = format!("edge-{n}");
+        PLACEMENT
+            .iter()
+            .find(|(i, _)| *i == name)
+            .map(|(_, h)| self.hosts[h - 1])
+    }
+
     /// What the apps need beside the launchers: live's providers are on the gateway, plain
-    /// `ws://`/`http://` to an address that is not loopback (the hosts' own bridge).
-    pub fn env(&self) -> [(String, String); 1] {
-        [("PMW_LIVE_ALLOW_INSECURE_RPC".into(), "true".into())]
+    /// `ws://`/`http://` to an address that is not loopback (the hosts' own bridge); and where
+    /// `scripts/deploy/edge` asks each placed edge's health (`PMW_EDGE_<i>_HOST`).
+    pub fn env(&self) -> Vec<(String, String)> {
+        let mut env = vec![("PMW_LIVE_ALLOW_INSECURE_RPC".into(), "true".into())];
+        for n in 1.. {
+            let Some(ip) = self.edge_ip(n) else { break };
+            env.push((format!("PMW_EDGE_{n}_HOST"), ip.to_string()));
+        }
+        env
     }
 
     /// Forwarders from the gateway to every loopback port named in `env`'s values but the
@@ -177,10 +197,16 @@ exec ip netns exec "$ns" "$real" "$@"
     )
 }
 
-/// Which instances run on which host address, for the run's header.
-pub fn describe(placed: &Placed) -> String {
+/// Which instances run on which host address, for the run's header (`edges`: how many edges
+/// the run has).
+pub fn describe(placed: &Placed, edges: usize) -> String {
     let mut by_host: Vec<(Ipv4Addr, Vec<&str>)> = Vec::new();
-    for (instance, _) in PLACEMENT {
+    let edge_runs = |i: &str| {
+        i.strip_prefix("edge-")
+            .and_then(|n| n.parse::<usize>().ok())
+            .is_none_or(|n| n <= edges)
+    };
+    for (instance, _) in PLACEMENT.into_iter().filter(|(i, _)| edge_runs(i)) {
         let ip = placed.ip_of(instance);
         match by_host.iter_mut().find(|(h, _)| *h == ip) {
             Some((_, v)) => v.push(instance),

@@ -161,7 +161,7 @@ pub(super) fn start_caddy(
     if runs("pmw-stats-b") {
         caddy_env.push(("PMW_STATS_B", at("stats-b", ports.stats_b)));
     }
-    caddy_env.extend(edges.caddy());
+    caddy_env.extend(edges.caddy(placed));
     pmw_testkit::caddy(pm2.home.path(), &caddy_env)
 }
 

@@ -330,10 +330,15 @@ fn recovery(
             .map(|&(d, a)| a - d)
             .max()
     } else {
+        // A trade detected under a fault that began after this one's end is that fault's to
+        // answer for (the stream's first trades after the end may be excused, a paused client's,
+        // and the next one already under another fault): not a sample of this recovery.
+        let later: Vec<(i64, i64)> = others.iter().copied().filter(|&(b, _)| b > e).collect();
         let first = s
             .deliveries
             .iter()
             .filter(|&&(d, a)| d >= e && !s.excused(d, a))
+            .filter(|&&(d, _)| !later.iter().any(|&(b, x)| d >= b && d <= x))
             .min_by_key(|&&(d, a)| (d, a));
         first
             .zip(first_detect)

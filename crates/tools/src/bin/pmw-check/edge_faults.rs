@@ -41,9 +41,9 @@ impl World {
 
     /// The stream's replicas as JetStream reports them: (leader node, every replica current).
     async fn stream_state(&self) -> anyhow::Result<(usize, bool)> {
-        let op = self.stack.env.nats_role("operator");
+        let op = self.stack_env.nats_role("operator");
         let cfg = BusConfig::named(
-            self.stack.nats_urls(),
+            self.stack_env.get("PMW_NATS_URLS"),
             &self.env_var("PMW_PUSH_NATS_STREAM")?,
             &self.env_var("PMW_PUSH_NATS_PREFIX")?,
         )
@@ -72,16 +72,30 @@ impl World {
     /// Kill NATS node `node` (SIGKILL), restart it after `secs`, and wait (up to 60 s) for the
     /// stream's three replicas to be current again. Returns the note.
     async fn nats_down_up(&self, node: usize, secs: u64, m: &Marks) -> anyhow::Result<String> {
-        let stack = self.stack.clone();
         m.begin();
-        tokio::task::spawn_blocking(move || stack.nats_kill(node))
-            .await
-            .context("kill the nats node")?;
+        match &self.ha {
+            // Multi-host mode: the node on host `node`, its host up.
+            Some(ha) => ha.nats().context("no nats on the hosts")?.kill_node(node)?,
+            None => {
+                let stack = self.stack.clone();
+                tokio::task::spawn_blocking(move || stack.nats_kill(node))
+                    .await
+                    .context("kill the nats node")?;
+            }
+        }
         tokio::time::sleep(Duration::from_secs(secs)).await;
-        let stack = self.stack.clone();
-        tokio::task::spawn_blocking(move || stack.run(&["up", "nats"]))
-            .await
-            .context("scripts/stack up nats")?;
+        match &self.ha {
+            Some(ha) => {
+                let nats = ha.nats().context("no nats on the hosts")?;
+                nats.start_node(&ha.hosts, node)?;
+            }
+            None => {
+                let stack = self.stack.clone();
+                tokio::task::spawn_blocking(move || stack.run(&["up", "nats"]))
+                    .await
+                    .context("scripts/stack up nats")?;
+            }
+        }
         m.end();
         let t0 = tokio::time::Instant::now();
         let mut last = String::from("no answer");

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use pmw_sim::{ReorgPlan, ReplayOrder};
@@ -47,6 +47,9 @@ pub struct Churn {
 pub struct World {
     pub d: Drill,
     pub stack: std::sync::Arc<PrivateStack>,
+    /// The services' stack environment (Postgres and, in edge mode, NATS: the private stack's,
+    /// or in multi-host mode the hosts').
+    pub stack_env: pmw_testkit::StackEnv,
     pub site: String,
     pub http: reqwest::Client,
     pub wallets: Vec<String>,
@@ -188,7 +191,9 @@ pub fn kill(pid: i64, sig: &str) -> bool {
 }
 
 impl World {
-    /// A call to the API through Caddy, retried while the API or its store is down.
+    /// A call to the API through Caddy, retried while the API or its store is down: for 30 s,
+    /// beyond the longest failover budget (a host freeze or partition of the primary's host,
+    /// 20 s), so a churn step done during a failover waits it out rather than failing.
     pub async fn api(
         &self,
         method: &str,
@@ -197,7 +202,8 @@ impl World {
         body: Value,
     ) -> anyhow::Result<Value> {
         let mut last = String::new();
-        for _ in 0..20 {
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(30) {
             let m = reqwest::Method::from_bytes(method.as_bytes())?;
             let mut req = self
                 .http

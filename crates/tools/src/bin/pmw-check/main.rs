@@ -193,6 +193,7 @@ async fn setup(args: &Args, run: &Run) -> anyhow::Result<(World, CancellationTok
     let stack =
         Arc::new(tokio::task::spawn_blocking(move || PrivateStack::start_with(components)).await?);
     let (ha, env_stack, placed) = start_hosts(args, &stack).await?;
+    let env_stack_copy = env_stack.clone();
     let pending = args.pending_hold_ms > 0;
     let d = Drill::start_with(Opts {
         stack: Some(env_stack),
@@ -220,6 +221,7 @@ async fn setup(args: &Args, run: &Run) -> anyhow::Result<(World, CancellationTok
     });
     let mut w = World {
         site: format!("127.0.0.1:{}", d.site),
+        stack_env: env_stack_copy,
         d,
         stack,
         http: reqwest::Client::new(),
@@ -253,21 +255,22 @@ async fn setup(args: &Args, run: &Run) -> anyhow::Result<(World, CancellationTok
     Ok((w, stop))
 }
 
-/// The private stack's components: Postgres unless multi-host mode (there it is the HA cluster
-/// on the hosts), ClickHouse always, NATS in edge mode.
+/// The private stack's components: ClickHouse always; Postgres and, in edge mode, NATS unless
+/// multi-host mode (there they run on the hosts).
 fn stack_components(edges: bool, hosts: bool) -> &'static [&'static str] {
     match (edges, hosts) {
         (true, false) => &["pg", "ch", "nats"],
         (false, false) => &["pg", "ch"],
-        (true, true) => &["ch", "nats"],
+        (true, true) => &["ch"],
         (false, true) => &["ch"],
     }
 }
 
 /// Multi-host mode (`--hosts 3`): the HA cluster on the hosts, ready and prepared for the host
 /// faults, the stack's environment pointing at it, and every member of a pair placed on a host
-/// of its own (pmw_tools::placed; the webhook receivers then listen on the hosts' gateway).
-/// Otherwise none of these, and the private stack's own environment.
+/// of its own (pmw_tools::placed; the webhook receivers then listen on the hosts' gateway); in
+/// edge mode a NATS node and an edge on each host. Otherwise none of these, and the private
+/// stack's own environment.
 async fn start_hosts(
     args: &Args,
     stack: &PrivateStack,
@@ -286,13 +289,16 @@ async fn start_hosts(
     *host_faults::HOSTS.lock().unwrap() = Some(ha.clone());
     ha.ready().await?;
     host_faults::prepare(&ha).await?;
+    let mut env = ha.stack_env(&stack.env);
+    if args.edges > 0 {
+        env = ha.start_nats().await?.stack_env(&env);
+    }
     let bin = pmw_testkit::repo_root().join("target/debug");
     let placed = Arc::new(pmw_tools::placed::Placed::new(&ha, &bin)?);
     println!(
         "services on hosts: {}",
-        pmw_tools::placed::describe(&placed)
+        pmw_tools::placed::describe(&placed, args.edges)
     );
-    let env = ha.stack_env(&stack.env);
     Ok((Some(ha), env, Some(placed)))
 }
 
@@ -546,6 +552,6 @@ mod setup_tests {
         assert_eq!(stack_components(false, false), ["pg", "ch"]);
         assert_eq!(stack_components(true, false), ["pg", "ch", "nats"]);
         assert_eq!(stack_components(false, true), ["ch"]);
-        assert_eq!(stack_components(true, true), ["ch", "nats"]);
+        assert_eq!(stack_components(true, true), ["ch"]);
     }
 }

@@ -1,7 +1,7 @@
 //! Client reconnects per fault (issue 31): every socket a checked client lost, attributed to the
 //! faults under way when it dropped. In edge mode the push leader's faults (kill -9, SIGSTOP,
-//! rolling deploy) must close no client's socket: a drop during one that no edge, broker or
-//! client fault under way explains fails the run.
+//! rolling deploy) must close no client's socket: a drop during one that no edge, broker, host
+//! or client fault under way explains fails the run.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -54,7 +54,9 @@ pub fn count(done: &[Done], drops: &[Vec<(i64, String)>]) -> Reconnects {
                 }
             );
             let explained = over.iter().any(|d| {
-                d.fault.kind.closes_sockets() || matches!(d.fault.kind, Kind::SlowConsumer { .. })
+                d.fault.kind.closes_sockets()
+                    || d.fault.kind.takes_a_host()
+                    || matches!(d.fault.kind, Kind::SlowConsumer { .. })
             });
             if over.is_empty() {
                 r.unattributed.push(what);
@@ -126,6 +128,12 @@ mod tests {
         assert!(!r.failed(true));
         let r = count(&faults, &[vec![(52_000, "close 1012".into())], vec![]]);
         assert!(r.failed(true));
+        // During a leader kill inside a host kill (the host's edge went with it): explained.
+        let mut host = faults.to_vec();
+        host.push(Done::test(Kind::HostKill { secs: 10 }, 70_000, 80_000));
+        host.push(Done::test(Kind::LeaderKill9, 72_000, 72_000));
+        let r = count(&host, &[vec![(73_000, "eof".into())], vec![]]);
+        assert!(!r.failed(true));
         // Long after every fault: unattributed, not a push fault's.
         let r = count(&faults, &[vec![(90_000, "eof".into())], vec![]]);
         assert!(!r.failed(true) && r.unattributed.len() == 1);

@@ -191,6 +191,9 @@ impl Kind {
     pub fn lock_name(&self) -> &'static str {
         match self {
             k if k.is_host() => "host",
+            // In multi-host edge mode a host fault takes that host's NATS node: a NATS node
+            // fault beside it would be two nodes down (a lost quorum, not claimed).
+            Kind::NatsKill { .. } | Kind::NatsLeaderKill { .. } => "host",
             // One account's endpoint list: a disable must not pick the endpoint a delete is
             // removing (its re-enable would meet a 404).
             Kind::EndpointCreate { .. }
@@ -209,6 +212,19 @@ impl Kind {
                 | Kind::HostPartition { .. }
                 | Kind::PrimaryKill { .. }
                 | Kind::Switchover
+                | Kind::StandbyLost { .. }
+                | Kind::EtcdLost { .. }
+        )
+    }
+
+    /// A host fault that takes a whole host out (killed, frozen or cut off), and with it, in
+    /// multi-host edge mode, the edge and the NATS node on it: its clients' sockets may drop.
+    pub fn takes_a_host(&self) -> bool {
+        matches!(
+            self,
+            Kind::HostKill { .. }
+                | Kind::HostFreeze { .. }
+                | Kind::HostPartition { .. }
                 | Kind::StandbyLost { .. }
                 | Kind::EtcdLost { .. }
         )

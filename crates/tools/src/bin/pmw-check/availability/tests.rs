@@ -277,3 +277,37 @@ fn a_fault_that_failed_before_striking_excuses_no_silence() {
     assert!(!j.failed(), "{}", table(&j, 10_000));
     assert!(j.silences[0].contains("switchover"), "{:?}", j.silences);
 }
+
+#[test]
+fn a_trade_detected_under_a_later_fault_is_not_the_earlier_ones_sample() {
+    // A live restart ends at 10 s (deadline 13 s); client 0 is paused from 10.5 s (excused to
+    // 14 s); a host partition begins at 15 s. Its first trade after the pause, detected at
+    // 15.2 s under the partition, waits 7 s: the partition's, not the restart's.
+    let mut trades: Vec<(i64, i64)> = (0..100).map(|i| (i * 300, i * 300 + 20)).collect();
+    trades.retain(|&(d, _)| !(10_000..22_000).contains(&d));
+    trades.push((15_200, 22_200));
+    trades.sort_unstable();
+    let mut paused = stream(trades.clone());
+    paused.excused = vec![(10_500, 14_000)];
+    let restart = Done::test(Kind::LiveRestart, 10_000, 10_000);
+    let partition = Done::test(Kind::HostPartition { secs: 20 }, 15_000, 35_000);
+    let others = stream((0..120).map(|i| (i * 300, i * 300 + 20)).collect());
+    let j = judge(
+        &[restart.clone(), partition],
+        &[paused.clone(), others.clone()],
+        10_000,
+    );
+    let restart_samples: Vec<_> = j
+        .samples
+        .iter()
+        .filter(|s| s.kind == "live restart")
+        .collect();
+    assert!(
+        restart_samples.iter().all(|s| !s.failed()),
+        "{}",
+        table(&j, 10_000)
+    );
+    // Without the partition the same wait is the restart's, and breaks its budget.
+    let j = judge(&[restart], &[paused, others], 10_000);
+    assert!(j.failed(), "{}", table(&j, 10_000));
+}
