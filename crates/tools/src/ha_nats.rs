@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -26,7 +26,7 @@ pub struct HostNats {
     dir: PathBuf,
     ips: Vec<std::net::Ipv4Addr>,
     passwords: BTreeMap<&'static str, String>,
-    nodes: Mutex<Vec<Option<std::process::Child>>>,
+    nodes: Mutex<Vec<Option<tokio::process::Child>>>,
 }
 
 impl HostNats {
@@ -121,7 +121,9 @@ impl HostNats {
             .create(true)
             .append(true)
             .open(self.dir.join(format!("n{index}.log")))?;
-        let mut cmd = host_command(hosts, index, Path::new("/usr/sbin/nats-server"));
+        let mut cmd = hosts
+            .host(index)
+            .command(Path::new("/usr/sbin/nats-server"));
         cmd.arg("-c")
             .arg(self.dir.join(format!("n{index}.conf")))
             .stdout(log.try_clone()?)
@@ -131,13 +133,10 @@ impl HostNats {
     }
 
     /// SIGKILL node `index` (the node lost, its host up), reaped.
-    pub fn kill_node(&self, index: usize) -> anyhow::Result<()> {
-        let mut nodes = self.nodes.lock().unwrap();
-        let child = nodes[index - 1]
-            .as_mut()
-            .with_context(|| format!("nats node {index} was never started"))?;
-        let _ = child.kill();
-        let _ = child.wait();
+    pub async fn kill_node(&self, index: usize) -> anyhow::Result<()> {
+        let child = self.nodes.lock().unwrap()[index - 1].take();
+        let mut child = child.with_context(|| format!("nats node {index} is not running"))?;
+        child.kill().await.context("kill nats-server")?;
         Ok(())
     }
 
@@ -148,11 +147,11 @@ impl HostNats {
         }
     }
 
-    /// Every node killed (the hosts' teardown kills them too; this reaps them).
+    /// Every node killed (the hosts' teardown kills them too; this reaps what it can).
     pub fn stop(&self) {
         for c in self.nodes.lock().unwrap().iter_mut().flatten() {
-            let _ = c.kill();
-            let _ = c.wait();
+            let _ = c.start_kill();
+            let _ = c.try_wait();
         }
     }
 
@@ -238,20 +237,6 @@ fn fill(template: &str, values: &[(&str, String)]) -> anyhow::Result<String> {
 
 fn is_placeholder(s: &str) -> bool {
     !s.is_empty() && s.chars().all(|c| c.is_ascii_uppercase() || c == '_')
-}
-
-/// `program` on host `index`: in its cgroup and network namespace (as [`pmw_testkit::Host`]'s
-/// command, synchronously).
-fn host_command(hosts: &Hosts, index: usize, program: &Path) -> Command {
-    let host = hosts.host(index);
-    let mut cmd = Command::new("sh");
-    cmd.arg("-c")
-        .arg(r#"echo $$ > "$0" && ns="$1" && shift && exec ip netns exec "$ns" "$@""#)
-        .arg(host.procs_file())
-        .arg(&host.netns)
-        .arg(program)
-        .stdin(Stdio::null());
-    cmd
 }
 
 /// A CA and one server certificate (client and server use, routes present it to each other)

@@ -75,7 +75,10 @@ impl World {
         m.begin();
         match &self.ha {
             // Multi-host mode: the node on host `node`, its host up.
-            Some(ha) => ha.nats().context("no nats on the hosts")?.kill_node(node)?,
+            Some(ha) => {
+                let nats = ha.nats().context("no nats on the hosts")?;
+                nats.kill_node(node).await?;
+            }
             None => {
                 let stack = self.stack.clone();
                 tokio::task::spawn_blocking(move || stack.nats_kill(node))
