@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use pmw_testkit::{eventually_every, repo_root, Host, Hosts, StackEnv};
+use tokio_postgres::NoTls;
 
 use crate::ha_nats::HostNats;
-use tokio_postgres::NoTls;
 
 /// Ports inside every host's namespace (each host has a port space of its own).
 pub const ETCD_PORT: u16 = 2379;
@@ -475,14 +475,7 @@ impl HaHosts {
     pub fn log_tails(&self, lines: usize) -> String {
         let mut out = String::new();
         for name in ["etcd1", "etcd2", "etcd3", "patroni1", "patroni2"] {
-            let text =
-                std::fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default();
-            let all: Vec<&str> = text.lines().collect();
-            out += &format!("---- {name}\n");
-            for l in &all[all.len().saturating_sub(lines)..] {
-                out += l;
-                out.push('\n');
-            }
+            out += &log_tail(&self.dir.join(format!("{name}.log")), name, lines);
         }
         if let Some(nats) = self.nats.get() {
             out += &nats.log_tails(lines);
@@ -509,6 +502,18 @@ impl Drop for HaHosts {
     fn drop(&mut self) {
         self.teardown();
     }
+}
+
+/// The last `lines` lines of the log at `path`, under a `---- name` header (empty when absent).
+pub(crate) fn log_tail(path: &Path, name: &str, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    let mut out = format!("---- {name}\n");
+    for l in &all[all.len().saturating_sub(lines)..] {
+        out += l;
+        out.push('\n');
+    }
+    out
 }
 
 /// Whether the child of host `index` in `set` still runs.

@@ -5,7 +5,6 @@
 //! module owns the certificate, the roles' passwords, and (re)starting and killing a node.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
@@ -13,6 +12,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use pmw_testkit::{repo_root, Hosts, StackEnv};
+
+use crate::ha_hosts::log_tail;
 
 /// Ports inside every host's namespace.
 pub const CLIENT_PORT: u16 = 4222;
@@ -157,17 +158,15 @@ impl HostNats {
 
     /// The last `lines` lines of each node's log.
     pub fn log_tails(&self, lines: usize) -> String {
-        let mut out = String::new();
-        for i in 1..=self.ips.len() {
-            let text =
-                std::fs::read_to_string(self.dir.join(format!("n{i}.log"))).unwrap_or_default();
-            let all: Vec<&str> = text.lines().collect();
-            let _ = writeln!(out, "--- nats n{i}");
-            for l in &all[all.len().saturating_sub(lines)..] {
-                let _ = writeln!(out, "{l}");
-            }
-        }
-        out
+        (1..=self.ips.len())
+            .map(|i| {
+                log_tail(
+                    &self.dir.join(format!("n{i}.log")),
+                    &format!("nats n{i}"),
+                    lines,
+                )
+            })
+            .collect()
     }
 
     /// Node `index`'s config: the template with its host's addresses and routes to the others.
@@ -239,76 +238,82 @@ fn is_placeholder(s: &str) -> bool {
     !s.is_empty() && s.chars().all(|c| c.is_ascii_uppercase() || c == '_')
 }
 
-/// A CA and one server certificate (client and server use, routes present it to each other)
-/// naming every host's address and loopback, made with openssl in `dir`.
-fn tls(dir: &Path, ips: &[std::net::Ipv4Addr]) -> anyhow::Result<()> {
+/// The server certificate's extensions: every host's address and loopback as IP SANs, client
+/// and server use (routes present it to each other).
+fn server_ext(ips: &[std::net::Ipv4Addr]) -> String {
     let san: Vec<String> = ips
         .iter()
         .map(|ip| format!("IP:{ip}"))
         .chain(["IP:127.0.0.1".into()])
         .collect();
-    std::fs::write(
-        dir.join("server.ext"),
-        format!(
-            "subjectAltName={}\nextendedKeyUsage=serverAuth,clientAuth\nkeyUsage=critical,digitalSignature\nbasicConstraints=CA:FALSE\n",
-            san.join(",")
-        ),
-    )?;
-    let steps: [&[&str]; 3] = [
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-days",
-            "30",
-            "-subj",
-            "/CN=pmw-check hosts CA",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.pem",
-            "-addext",
-            "basicConstraints=critical,CA:TRUE",
-            "-addext",
-            "keyUsage=critical,keyCertSign,cRLSign",
-        ],
-        &[
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-subj",
-            "/CN=pmw-check hosts",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-        ],
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "30",
-            "-extfile",
-            "server.ext",
-            "-out",
-            "server.pem",
-        ],
-    ];
-    for args in steps {
+    format!(
+        "subjectAltName={}\nextendedKeyUsage=serverAuth,clientAuth\nkeyUsage=critical,digitalSignature\nbasicConstraints=CA:FALSE\n",
+        san.join(",")
+    )
+}
+
+/// The openssl commands that make the CA and the server certificate in the state dir (the
+/// server's extensions from [`server_ext`], written first).
+const OPENSSL_STEPS: [&[&str]; 3] = [
+    &[
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-days",
+        "30",
+        "-subj",
+        "/CN=pmw-check hosts CA",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+    ],
+    &[
+        "req",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-subj",
+        "/CN=pmw-check hosts",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+    ],
+    &[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "30",
+        "-extfile",
+        "server.ext",
+        "-out",
+        "server.pem",
+    ],
+];
+
+/// A CA and one server certificate naming every host's address and loopback
+/// ([`server_ext`]), made with openssl in `dir`.
+fn tls(dir: &Path, ips: &[std::net::Ipv4Addr]) -> anyhow::Result<()> {
+    std::fs::write(dir.join("server.ext"), server_ext(ips))?;
+    for args in OPENSSL_STEPS {
         let out = Command::new("openssl")
             .args(args)
             .current_dir(dir)
@@ -327,6 +332,17 @@ fn tls(dir: &Path, ips: &[std::net::Ipv4Addr]) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_certificate_names_every_host_and_loopback_for_both_uses() {
+        let ext = server_ext(&["10.77.1.1".parse().unwrap(), "10.77.1.2".parse().unwrap()]);
+        let san = ext.lines().next().unwrap();
+        assert_eq!(san, "subjectAltName=IP:10.77.1.1,IP:10.77.1.2,IP:127.0.0.1");
+        assert!(
+            ext.contains("extendedKeyUsage=serverAuth,clientAuth"),
+            "{ext}"
+        );
+    }
 
     #[test]
     fn every_template_value_must_be_filled() {

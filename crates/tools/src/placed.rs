@@ -80,20 +80,21 @@ impl Placed {
 
     /// The address of the host `instance` runs on (its listeners bind it).
     pub fn ip_of(&self, instance: &str) -> Ipv4Addr {
-        let host = PLACEMENT
-            .iter()
-            .find(|(i, _)| *i == instance)
-            .map_or_else(|| panic!("{instance} is not placed"), |(_, h)| *h);
-        self.hosts[host - 1]
+        self.placed_on(instance)
+            .unwrap_or_else(|| panic!("{instance} is not placed"))
     }
 
     /// The address of edge `n`'s host, if edge `n` is placed (edges past the hosts' count run in
     /// the checker's namespace).
     pub fn edge_ip(&self, n: usize) -> Option<Ipv4Addr> {
-        let name = format!("edge-{n}");
+        self.placed_on(&format!("edge-{n}"))
+    }
+
+    /// The address of the host [`PLACEMENT`] puts `instance` on, if it places it.
+    fn placed_on(&self, instance: &str) -> Option<Ipv4Addr> {
         PLACEMENT
             .iter()
-            .find(|(i, _)| *i == name)
+            .find(|(i, _)| *i == instance)
             .map(|(_, h)| self.hosts[h - 1])
     }
 

@@ -193,10 +193,9 @@ async fn setup(args: &Args, run: &Run) -> anyhow::Result<(World, CancellationTok
     let stack =
         Arc::new(tokio::task::spawn_blocking(move || PrivateStack::start_with(components)).await?);
     let (ha, env_stack, placed) = start_hosts(args, &stack).await?;
-    let env_stack_copy = env_stack.clone();
     let pending = args.pending_hold_ms > 0;
     let d = Drill::start_with(Opts {
-        stack: Some(env_stack),
+        stack: Some(env_stack.clone()),
         rpc_proxy: false,
         rpc_providers: schedule::PROVIDERS,
         apps: Some(match placed {
@@ -221,7 +220,7 @@ async fn setup(args: &Args, run: &Run) -> anyhow::Result<(World, CancellationTok
     });
     let mut w = World {
         site: format!("127.0.0.1:{}", d.site),
-        stack_env: env_stack_copy,
+        stack_env: env_stack,
         d,
         stack,
         http: reqwest::Client::new(),
