@@ -142,7 +142,7 @@ impl Recorder {
     async fn resolving(self, stop: CancellationToken) {
         let mut tick = tokio::time::interval(WATERMARK_POLL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut resolved_at: Option<i64> = None;
+        let mut resolved_at = None;
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
@@ -243,21 +243,25 @@ impl Recorder {
         Ok(())
     }
 
-    /// Runs the resolution when the watermark moved since the last one.
-    async fn resolve_if_moved(&self, last: &mut Option<i64>) -> Result<(), String> {
+    /// Runs the resolution when the watermark moved since the last one (a reorg to another
+    /// block of the same height is a move).
+    async fn resolve_if_moved(&self, last: &mut Option<(i64, String)>) -> Result<(), String> {
         let c = self.pg.get().await.map_err(|e| e.to_string())?;
         let row = c
-            .query_opt("SELECT block_number FROM ingest_cursor WHERE id = 1", &[])
+            .query_opt(
+                "SELECT block_number, block_hash FROM ingest_cursor WHERE id = 1",
+                &[],
+            )
             .await
             .map_err(|e| pmw_core::pg::describe(&e))?;
         drop(c);
-        let Some(watermark) = row.map(|r| r.get::<_, i64>(0)) else {
+        let Some(watermark) = row.map(|r| (r.get::<_, i64>(0), r.get::<_, String>(1))) else {
             return Ok(());
         };
-        if *last == Some(watermark) {
+        if last.as_ref() == Some(&watermark) {
             return Ok(());
         }
-        resolve::resolve(self, watermark as u64).await?;
+        resolve::resolve(self, watermark.0 as u64, &watermark.1).await?;
         *last = Some(watermark);
         Ok(())
     }

@@ -171,6 +171,15 @@ pub struct Mined {
     pub ok: bool,
 }
 
+/// What a provider on the ledger's branch says of a transaction at the watermark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AtAnchor {
+    /// Its receipt, if mined at or below the watermark.
+    pub mined: Option<Mined>,
+    /// The sender's mined nonce at the watermark.
+    pub nonce_at_w: u64,
+}
+
 /// Asks every provider (over HTTP) about transactions seen pending.
 #[derive(Clone)]
 pub struct Probe {
@@ -186,44 +195,36 @@ impl Probe {
         Ok(Probe { providers })
     }
 
-    /// The transaction's receipt from the first provider that has one (`None`: no provider
-    /// that answered has it; `Err`: none answered).
-    pub async fn receipt(&self, hash: [u8; 32]) -> Result<Option<Mined>, ChainError> {
-        let mut last = None;
-        for p in &self.providers {
-            match bounded(p.get_transaction_receipt(H256(hash))).await {
-                Ok(Some(r)) => {
-                    let Some(block) = r.block_number else {
-                        continue;
-                    };
-                    return Ok(Some(Mined {
-                        block: block.as_u64(),
-                        ok: r.status.is_some_and(|s| s.as_u64() == 1),
-                    }));
-                }
-                Ok(None) => last = Some(Ok(None)),
-                Err(e) => last = last.or(Some(Err(e))),
-            }
-        }
-        last.unwrap_or(Ok(None))
-    }
-
-    /// The number of transactions `sender` had mined up to `block` (the highest answer).
-    pub async fn nonce_at(&self, sender: Address, block: u64) -> Result<u64, ChainError> {
-        let at = Some(BlockId::Number(BlockNumber::Number(block.into())));
-        let mut best: Option<u64> = None;
+    /// What the first provider on the ledger's branch says of transaction `hash` at block `w`,
+    /// whose hash the ledger holds as `anchor`: its receipt (if mined at or below `w`) and the
+    /// sender's mined nonce at `w`. A provider is on the branch when its block `w` is `anchor`
+    /// both before and after the two reads, so they describe one chain, the ledger's: a
+    /// provider that has not followed a reorg yet, or one that reorganised between the reads,
+    /// says nothing (a nonce from one branch beside a receipt from another once made a mined
+    /// settlement look replaced). `Err`: no provider on the branch answered.
+    pub async fn at_anchor(
+        &self,
+        hash: [u8; 32],
+        sender: Address,
+        w: u64,
+        anchor: [u8; 32],
+    ) -> Result<AtAnchor, ChainError> {
         let mut error = None;
         for p in &self.providers {
-            match bounded(p.get_transaction_count(H160(sender.0), at)).await {
-                Ok(n) => best = Some(best.unwrap_or(0).max(n.as_u64())),
+            match on_branch(p, hash, sender, w, anchor).await {
+                Ok(Some(seen)) => return Ok(seen),
+                Ok(None) => {
+                    error = error.or_else(|| {
+                        let anchor = hex::encode(anchor);
+                        Some(ChainError::Rpc(format!(
+                            "no provider holds block {w} as 0x{anchor}"
+                        )))
+                    })
+                }
                 Err(e) => error = Some(e),
             }
         }
-        match (best, error) {
-            (Some(n), _) => Ok(n),
-            (None, Some(e)) => Err(e),
-            (None, None) => Err(ChainError::Rpc("no provider".into())),
-        }
+        Err(error.unwrap_or_else(|| ChainError::Rpc("no provider".into())))
     }
 
     /// Whether any provider still knows the transaction (pending or mined); `Err` when not
@@ -239,4 +240,38 @@ impl Probe {
         }
         error.map_or(Ok(false), Err)
     }
+}
+
+/// [`Probe::at_anchor`] on one provider: `None` when its block `w` is not `anchor` before or
+/// after the reads.
+async fn on_branch(
+    p: &Provider<Http>,
+    hash: [u8; 32],
+    sender: Address,
+    w: u64,
+    anchor: [u8; 32],
+) -> Result<Option<AtAnchor>, ChainError> {
+    let block = BlockId::Number(BlockNumber::Number(w.into()));
+    let on = |b: Option<ethers_core::types::Block<H256>>| {
+        b.and_then(|b| b.hash).is_some_and(|h| h.0 == anchor)
+    };
+    if !on(bounded(p.get_block(block)).await?) {
+        return Ok(None);
+    }
+    let nonce_at_w = bounded(p.get_transaction_count(H160(sender.0), Some(block)))
+        .await?
+        .as_u64();
+    let mined = bounded(p.get_transaction_receipt(H256(hash)))
+        .await?
+        .and_then(|r| {
+            Some(Mined {
+                block: r.block_number?.as_u64(),
+                ok: r.status.is_some_and(|s| s.as_u64() == 1),
+            })
+        })
+        .filter(|m| m.block <= w);
+    if !on(bounded(p.get_block(block)).await?) {
+        return Ok(None);
+    }
+    Ok(Some(AtAnchor { mined, nonce_at_w }))
 }

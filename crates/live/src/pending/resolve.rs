@@ -1,9 +1,11 @@
 //! The ends of pending settlements that do not confirm, judged on each new watermark `W` from
-//! what the providers say at or below `W` (so a fact the ledger has not committed yet never
-//! decides): mined with status 0 → `reverted`; the sender's nonce at `W` past the transaction's
-//! while it is not mined → `replaced`; unknown to every provider for the drop grace → `dropped`;
-//! still open `expire_blocks` after it was recorded → `expired`. Each end is one guarded
-//! statement (`sql/pending_void.sql`): a fill ends once.
+//! what a provider on the ledger's own branch says at or below `W` (so neither a fact the ledger
+//! has not committed yet nor one of another branch decides): mined with status 0 → `reverted`;
+//! the sender's nonce at `W` past the transaction's while it is not mined → `replaced`; unknown
+//! to every provider for the drop grace → `dropped`; still open `expire_blocks` after it was
+//! recorded → `expired`. Each end is one guarded statement (`sql/pending_void.sql`), taken only
+//! while the ledger still holds block `W` as it was judged: a fill ends once, and never on a
+//! branch a reorg took away.
 
 use metrics::{counter, gauge};
 use pmw_core::types::Address;
@@ -93,9 +95,12 @@ pub fn judge(o: &Open, f: Facts, w: u64, expire_blocks: u64, grace: u64) -> Verd
     Verdict::Wait { gone }
 }
 
-/// One resolution round at watermark `w`.
-pub async fn resolve(r: &Recorder, w: u64) -> Result<(), String> {
+/// One resolution round at watermark `w`, whose block the ledger holds as `anchor`.
+pub async fn resolve(r: &Recorder, w: u64, anchor: &str) -> Result<(), String> {
     let pg = |e: tokio_postgres::Error| pmw_core::pg::describe(&e);
+    let mut at = [0u8; 32];
+    hex::decode_to_slice(anchor.trim_start_matches("0x"), &mut at)
+        .map_err(|e| format!("watermark hash {anchor}: {e}"))?;
     let c = r.pg.get().await.map_err(|e| e.to_string())?;
     let open: Vec<Open> = c
         .query(include_str!("../sql/pending_open.sql"), &[&PER_ROUND])
@@ -113,7 +118,7 @@ pub async fn resolve(r: &Recorder, w: u64) -> Result<(), String> {
     drop(c);
     gauge!(OPEN).set(open.len() as f64);
     for o in &open {
-        let facts = match facts(r, o, w).await {
+        let facts = match facts(r, o, w, at).await {
             Ok(f) => f,
             Err(e) => {
                 tracing::debug!(tx = %o.hash, error = %e, "pending facts not read; next watermark");
@@ -122,17 +127,30 @@ pub async fn resolve(r: &Recorder, w: u64) -> Result<(), String> {
         };
         let s = &r.settings;
         let verdict = judge(o, facts, w, s.expire_blocks, s.drop_grace_blocks);
-        let c = r.pg.get().await.map_err(|e| e.to_string())?;
+        let mut c = r.pg.get().await.map_err(|e| e.to_string())?;
         match verdict {
             Verdict::End(end) => {
-                let voided: i64 = c
+                // The ledger head FOR SHARE waits out a commit or unwind in flight; the void
+                // (a new statement, a new snapshot) then checks block `w` is still `anchor`.
+                let t = c.transaction().await.map_err(pg)?;
+                t.query_one(include_str!("../sql/pending_lock.sql"), &[])
+                    .await
+                    .map_err(pg)?;
+                let voided: i64 = t
                     .query_one(
                         include_str!("../sql/pending_void.sql"),
-                        &[&o.hash, &end.as_str(), &(w as i64), &UnixMs::now().0],
+                        &[
+                            &o.hash,
+                            &end.as_str(),
+                            &(w as i64),
+                            &UnixMs::now().0,
+                            &anchor,
+                        ],
                     )
                     .await
                     .map_err(pg)?
                     .get(0);
+                t.commit().await.map_err(pg)?;
                 counter!(VOIDED, "reason" => end.as_str()).increment(voided as u64);
                 tracing::debug!(tx = %o.hash, end = end.as_str(), fills = voided, block = w, "pending settlement ended");
             }
@@ -150,30 +168,24 @@ pub async fn resolve(r: &Recorder, w: u64) -> Result<(), String> {
     Ok(())
 }
 
-/// The providers' facts about `o` at `w`: the nonce first, then the receipt, so a transaction
-/// mined between the two calls is seen mined rather than replaced.
-async fn facts(r: &Recorder, o: &Open, w: u64) -> Result<Facts, String> {
+/// The facts about `o` at `w` from a provider on the ledger's branch (block `w` is `anchor`),
+/// and whether any provider still knows it.
+async fn facts(r: &Recorder, o: &Open, w: u64, anchor: [u8; 32]) -> Result<Facts, String> {
     let mut hash = [0u8; 32];
     hex::decode_to_slice(o.hash.trim_start_matches("0x"), &mut hash).map_err(|e| e.to_string())?;
-    let nonce_at_w = r
+    let seen = r
         .probe
-        .nonce_at(o.sender, w)
+        .at_anchor(hash, o.sender, w, anchor)
         .await
         .map_err(|e| e.to_string())?;
-    let mined = r
-        .probe
-        .receipt(hash)
-        .await
-        .map_err(|e| e.to_string())?
-        .filter(|m| m.block <= w);
-    let known = if mined.is_none() && nonce_at_w <= o.nonce {
+    let known = if seen.mined.is_none() && seen.nonce_at_w <= o.nonce {
         r.probe.known(hash).await.map_err(|e| e.to_string())?
     } else {
         true
     };
     Ok(Facts {
-        mined,
-        nonce_at_w,
+        mined: seen.mined,
+        nonce_at_w: seen.nonce_at_w,
         known,
     })
 }

@@ -1,19 +1,23 @@
 //! The pending recorder fed by hand (pmw-live's own watcher off), on a private anvil mining
 //! when told: a late sighting of a settlement the ledger holds is not recorded open; a
 //! settlement seen under an earlier hash confirms its pending fills when re-sent under a new
-//! one; a reorg of a confirmed settlement keeps it confirmed and its retraction names it.
+//! one; a reorg of a confirmed settlement unconfirms it and its retraction names it; only a
+//! provider holding the ledger's block says what became of a pending settlement.
 
 use std::time::Duration;
 
 use pmw_core::trade::settle::{self, Domain};
 use pmw_core::types::Address;
 use pmw_core::UnixMs;
-use pmw_live::chain::pending::PendingTx;
+use pmw_live::chain::pending::{Mined, PendingTx, Probe};
+use pmw_live::config::ProviderUrls;
 use pmw_live::mempool::Sighting;
+use pmw_sim::anvil::Anvil;
+use pmw_sim::rpc::Rpc;
 use pmw_sim::settlement::FEE_MODULES;
 use pmw_sim::{Outcome, SimConfig};
 use pmw_testkit::eventually;
-use serde_json::json;
+use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use crate::pending::{settle_config, Setup, WITHIN};
@@ -369,4 +373,103 @@ async fn a_reorg_of_a_confirmed_settlement_unconfirms_it_and_its_retraction_name
     stop.cancel();
     task.await.unwrap();
     live.stop().await.unwrap();
+}
+
+/// The transaction count of `sender` at block `at` (hex or tag), as `rpc`'s node says.
+async fn count_at(rpc: &Rpc, sender: &str, at: Value) -> u64 {
+    let n: String = rpc
+        .call("eth_getTransactionCount", json!([sender, at]))
+        .await
+        .unwrap();
+    u64::from_str_radix(n.trim_start_matches("0x"), 16).unwrap()
+}
+
+/// The hash of block `n` on `rpc`'s node, as bytes.
+async fn hash_at(rpc: &Rpc, n: u64) -> [u8; 32] {
+    let b: Value = rpc
+        .call("eth_getBlockByNumber", json!([format!("0x{n:x}"), false]))
+        .await
+        .unwrap();
+    let mut out = [0u8; 32];
+    hex::decode_to_slice(&b["hash"].as_str().unwrap()[2..], &mut out).unwrap();
+    out
+}
+
+/// Found by pmw-check under reorgs: a settlement that mined with status 1 was voided `replaced`,
+/// its sender's nonce read on one branch beside its receipt read on another. The resolution's
+/// facts now come from one provider holding the ledger's block: here a second node, on a chain of
+/// its own where the sender's nonce is past the settlement's, is listed first; it says nothing,
+/// and the node the ledger follows says the settlement is pending, then mined.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_provider_holding_the_ledgers_block_judges_a_pending_settlement() {
+    let cfg = SimConfig {
+        revert_share: 0.0,
+        replace_share: 0.0,
+        drop_share: 0.0,
+        ..settle_config(47)
+    };
+    let s = Setup::new(&[], cfg).await;
+    let other = Anvil::spawn_with(&[]).await.unwrap();
+    let other_rpc = Rpc::new(&other.http_url()).unwrap();
+    let urls = |a: &Anvil| ProviderUrls {
+        name: a.http_url(),
+        ws_url: a.ws_url(),
+        http_url: a.http_url(),
+    };
+    let both = Probe::new(&[urls(&other), urls(&s.anvil)]).unwrap();
+    let off_branch = Probe::new(&[urls(&other)]).unwrap();
+    // A block above genesis (which both nodes share), then settlements wait in the pool.
+    s.rpc("evm_mine", json!([])).await;
+    s.rpc("evm_setAutomine", json!([false])).await;
+    let judge = async {
+        let waited = tokio::time::Instant::now();
+        let mut pool = pooled(&s).await;
+        while pool.is_empty() {
+            assert!(waited.elapsed() < WITHIN, "no settlement pooled");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            pool = pooled(&s).await;
+        }
+        let body = s.rpc("eth_getTransactionByHash", json!([pool[0]])).await;
+        let sender = body["from"].as_str().unwrap().to_string();
+        let nonce = u64::from_str_radix(&body["nonce"].as_str().unwrap()[2..], 16).unwrap();
+        let mut hash = [0u8; 32];
+        hex::decode_to_slice(&pool[0][2..], &mut hash).unwrap();
+        let from: Address = sender.parse().unwrap();
+        let w = s.sim.rpc().latest_block().await.unwrap().number.0;
+        let anchor = hash_at(s.sim.rpc(), w).await;
+        // The other chain: the sender's nonce past the settlement's, and a block `w` of its own
+        // (its state differs from the first block on).
+        let _: Value = other_rpc
+            .call(
+                "anvil_setNonce",
+                json!([sender, format!("0x{:x}", nonce + 3)]),
+            )
+            .await
+            .unwrap();
+        let _: Value = other_rpc
+            .call("anvil_mine", json!([format!("0x{:x}", w + 1)]))
+            .await
+            .unwrap();
+        assert!(count_at(&other_rpc, &sender, json!(format!("0x{w:x}"))).await > nonce);
+        assert_ne!(hash_at(&other_rpc, w).await, anchor, "two chains");
+        let seen = both.at_anchor(hash, from, w, anchor).await.unwrap();
+        let truth = count_at(s.sim.rpc(), &sender, json!(format!("0x{w:x}"))).await;
+        assert_eq!(
+            (seen.mined, seen.nonce_at_w),
+            (None, truth),
+            "pending at {w}"
+        );
+        assert!(truth <= nonce, "the ledger's chain has not used its nonce");
+        let refused = off_branch.at_anchor(hash, from, w, anchor).await;
+        assert!(refused.is_err(), "a node off the branch: {refused:?}");
+        s.rpc("evm_mine", json!([])).await;
+        let receipt = s.rpc("eth_getTransactionReceipt", json!([pool[0]])).await;
+        let block = u64::from_str_radix(&receipt["blockNumber"].as_str().unwrap()[2..], 16);
+        let (block, anchor) = (block.unwrap(), hash_at(s.sim.rpc(), w + 1).await);
+        let seen = both.at_anchor(hash, from, w + 1, anchor).await.unwrap();
+        let ok = receipt["status"] == "0x1";
+        assert_eq!(seen.mined, Some(Mined { block, ok }), "mined at {}", w + 1);
+    };
+    let (sent, ()) = tokio::join!(s.sim.run_block(1), judge);
+    sent.unwrap();
 }
