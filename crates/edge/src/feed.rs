@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use pmw_core::backoff::{Backoff, Policy};
 use pmw_core::ch::TradeRow;
 use pmw_core::pg::PgPool;
 use pmw_core::{Cursor, Position, UnixMs};
@@ -90,6 +91,34 @@ pub struct Start {
     pub ledger: Position,
     pub finals: Position,
     pub follower: Follower,
+}
+
+/// [`start`], asked again (with a warning and a backoff) while the broker or Postgres does not
+/// answer: an edge started while a NATS node is down, or just after push made the stream (whose
+/// replicas may not answer reads yet), waits rather than exits. `None`: `shutdown` came first.
+pub async fn start_waiting(
+    bus: &Bus,
+    pool: &PgPool,
+    slot: i16,
+    shutdown: &CancellationToken,
+) -> Result<Option<Start>, EdgeError> {
+    let mut backoff = Backoff::new(Policy::STORE);
+    loop {
+        let e = tokio::select! {
+            at = start(bus, pool, slot) => match at {
+                Ok(at) => return Ok(Some(at)),
+                Err(e @ (EdgeError::BusUnavailable(_) | EdgeError::Store(_))) => e,
+                Err(e) => return Err(e),
+            },
+            _ = shutdown.cancelled() => return Ok(None),
+        };
+        let wait = backoff.next_wait();
+        tracing::warn!(error = %e, wait_ms = wait.as_millis() as u64, "feed start failed; asking again");
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = shutdown.cancelled() => return Ok(None),
+        }
+    }
 }
 
 pub async fn start(bus: &Bus, pool: &PgPool, slot: i16) -> Result<Start, EdgeError> {
@@ -323,7 +352,10 @@ fn apply(hub: &Hub, stats: &FeedStats, part: RoundPart) {
 
 impl From<BusError> for EdgeError {
     fn from(e: BusError) -> Self {
-        EdgeError::Bus(e.to_string())
+        match e {
+            BusError::Unavailable(_) => EdgeError::BusUnavailable(e.to_string()),
+            e => EdgeError::Bus(e.to_string()),
+        }
     }
 }
 

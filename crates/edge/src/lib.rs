@@ -25,6 +25,9 @@ pub const SERVICE: &str = "pmw-edge";
 pub enum EdgeError {
     #[error("bus: {0}")]
     Bus(String),
+    /// The broker did not answer (connect, stream API): worth asking again.
+    #[error("bus: {0}")]
+    BusUnavailable(String),
     #[error("postgres: {0}")]
     Store(String),
 }

@@ -54,9 +54,9 @@ pub async fn run_with(
         ledger: at,
         finals,
         follower,
-    } = tokio::select! {
-        start = feed::start(&bus, &stores.pg, 0) => start?,
-        _ = shutdown.cancelled() => return Ok(()),
+    } = match feed::start_waiting(&bus, &stores.pg, 0, &shutdown).await? {
+        Some(start) => start,
+        None => return Ok(()),
     };
     let tasks = shutdown.child_token();
     let _stop_tasks = tasks.clone().drop_guard();

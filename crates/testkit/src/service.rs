@@ -24,7 +24,16 @@ impl ServiceHandle {
         Fut: Future<Output = Result<(), ServiceError>> + Send + 'static,
     {
         let shutdown = CancellationToken::new();
-        let join = tokio::spawn(run(shutdown.clone()));
+        let service = run(shutdown.clone());
+        // A service that returns on its own with an error says so at once (a test waiting for
+        // its address otherwise only sees the sender dropped).
+        let join = tokio::spawn(async move {
+            let out = service.await;
+            if let Err(e) = &out {
+                eprintln!("service returned an error: {e}");
+            }
+            out
+        });
         ServiceHandle { shutdown, join }
     }
 
