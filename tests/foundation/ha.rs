@@ -342,7 +342,7 @@ async fn ha_sync_standby_lost_the_primary_writes_alone_then_the_standby_catches_
             .expect("the primary alone takes writes");
     }
     // The standby returns (scripts/stack up ha), is synchronous again and has every row.
-    let ha = Ha::up();
+    let ha = Ha::up_again().await;
     let has_all = eventually(FAILOVER_WITHIN, || async {
         let ha_db = format!(
             "postgres://postgres@127.0.0.1:{}/{}",
@@ -425,6 +425,6 @@ async fn ha_a_read_write_node_patroni_no_longer_names_is_left_for_the_promoted_o
     // kill), not left to rewind itself from the thaw, which once took longer than
     // `scripts/stack up ha` waits (the multi-host checker measures that rejoin).
     ha.kill(old);
-    let _ = Ha::up();
+    let _ = Ha::up_again().await;
     assert_eq!(acked_ids(&pool).await, (1..=21).collect::<Vec<i64>>());
 }

@@ -39,6 +39,16 @@ impl Ha {
         }
     }
 
+    /// [`Ha::up`] from a test under way: on a blocking thread, so the runtime's tasks (the
+    /// liveness probes among them) keep running. Run inline, the restart stalled them for
+    /// seconds, and a probe that then found every answer late took the primary for lost and
+    /// ended the test's sessions.
+    pub async fn up_again() -> Ha {
+        tokio::task::spawn_blocking(Ha::up)
+            .await
+            .expect("scripts/stack up ha")
+    }
+
     /// A superuser connection to member `i` (0-based), any role.
     pub async fn admin(&self, i: usize) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
         let url = format!(

@@ -96,18 +96,62 @@ impl Patroni {
         }
     }
 
-    /// The hosts (by index among `n`) whose member says it is the primary, asked all at once;
-    /// every index when the check is off.
+    /// The hosts (by index among `n`) whose member says it is the primary, asked all at once
+    /// and returned at the first that says so (a frozen member's silence, [`ASK_TIMEOUT`], is
+    /// waited for only when no member names itself); every index when the check is off.
     pub async fn primaries(&self, n: usize) -> Vec<usize> {
         if self.inner.is_none() {
             return (0..n).collect();
         }
-        let answers = futures::future::join_all((0..n).map(|i| self.ask(i))).await;
-        answers
-            .into_iter()
-            .enumerate()
-            .filter(|(_, a)| *a == Named::Primary)
-            .map(|(i, _)| i)
-            .collect()
+        first_named((0..n).map(|i| async move { (i, self.ask(i).await) })).await
+    }
+}
+
+/// The index of the first answer that is [`Named::Primary`] among `asks` run at once (empty when
+/// none is).
+async fn first_named<F>(asks: impl IntoIterator<Item = F>) -> Vec<usize>
+where
+    F: std::future::Future<Output = (usize, Named)>,
+{
+    use futures::StreamExt;
+    let mut asks: futures::stream::FuturesUnordered<F> = asks.into_iter().collect();
+    while let Some((i, named)) = asks.next().await {
+        if named == Named::Primary {
+            return vec![i];
+        }
+    }
+    Vec::new()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::pin::Pin;
+
+    use futures::FutureExt;
+
+    use super::*;
+
+    type Ask = Pin<Box<dyn Future<Output = (usize, Named)>>>;
+
+    fn now(i: usize, named: Named) -> Ask {
+        Box::pin(futures::future::ready((i, named)))
+    }
+
+    fn silent() -> Ask {
+        Box::pin(futures::future::pending())
+    }
+
+    #[test]
+    fn the_first_member_naming_itself_is_not_held_up_by_a_silent_one() {
+        let asks = [silent(), now(1, Named::Not), now(2, Named::Primary)];
+        assert_eq!(first_named(asks).now_or_never(), Some(vec![2]));
+        // None names itself: every answer is waited for.
+        let none = [now(0, Named::NoAnswer), now(1, Named::Not)];
+        assert_eq!(first_named(none).now_or_never(), Some(vec![]));
+        assert_eq!(
+            first_named([silent(), now(1, Named::Not)]).now_or_never(),
+            None
+        );
     }
 }
