@@ -78,22 +78,46 @@ pub const RETRACT_GRACE_MS: i64 = 20_000;
 
 /// Whether an orphan (a trade of a block in `hash`) held by the endpoint at `path` may lack its
 /// retract by design: a reorg orphaned its block at R, and nothing was sent to that endpoint at
-/// some time between R and R + [`RETRACT_GRACE_MS`] (deleted or disabled then, or before and
-/// still).
+/// some time between R and its retract's deadline (deleted or disabled then, or before and
+/// still). The deadline is R + [`RETRACT_GRACE_MS`], moved to an outage's end + the grace while
+/// an outage that holds up webhooks (`outages`: began, ended ms) is under way before it: a run
+/// once deleted an endpoint 20.9 s after a reorg whose retract waited out a push leader's
+/// SIGSTOP and the kill of its successor.
 pub fn excused_orphan(
     path: &str,
     hash: &str,
     paused: &[(String, i64, i64)],
     reorgs: &[(i64, Vec<String>)],
+    outages: &[(i64, i64)],
 ) -> bool {
     reorgs
         .iter()
         .filter(|(_, blocks)| blocks.iter().any(|b| b == hash))
         .any(|&(r, _)| {
+            let due = retract_deadline(r, outages);
             paused
                 .iter()
-                .any(|(p, from, to)| p == path && *from < r + RETRACT_GRACE_MS && *to > r)
+                .any(|(p, from, to)| p == path && *from < due && *to > r)
         })
+}
+
+/// When a retract owed from a reorg at `r` is due at the latest: [`RETRACT_GRACE_MS`] after `r`,
+/// or after the end of the last outage under way before that (outages chain).
+pub fn retract_deadline(r: i64, outages: &[(i64, i64)]) -> i64 {
+    let mut due = r + RETRACT_GRACE_MS;
+    loop {
+        let later = outages
+            .iter()
+            .filter(|(began, ended)| {
+                *began <= due && *ended + RETRACT_GRACE_MS > due && *ended >= r
+            })
+            .map(|(_, ended)| ended + RETRACT_GRACE_MS)
+            .max();
+        match later {
+            Some(l) => due = l,
+            None => return due,
+        }
+    }
 }
 
 /// What one fault did.
@@ -538,6 +562,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_outage_under_way_moves_the_retracts_deadline() {
+        let reorgs = vec![(100_000, vec!["0xaa".to_string()])];
+        let deleted = vec![("/hook/1".to_string(), 120_900, i64::MAX)];
+        // Deleted 20.9 s after the reorg: outside the grace, unless push was down in between
+        // (a SIGSTOP from 3 s to 22 s after it, chained to a kill at 15 s lasting 10 s).
+        assert!(!excused_orphan("/hook/1", "0xaa", &deleted, &reorgs, &[]));
+        let outages = [(103_000, 122_000), (115_000, 125_000)];
+        assert!(excused_orphan(
+            "/hook/1", "0xaa", &deleted, &reorgs, &outages
+        ));
+        assert_eq!(retract_deadline(100_000, &outages), 145_000);
+        // An outage over before the reorg, or begun after the deadline, moves nothing.
+        assert_eq!(retract_deadline(100_000, &[(50_000, 90_000)]), 120_000);
+        assert_eq!(retract_deadline(100_000, &[(121_000, 130_000)]), 120_000);
+    }
+
+    #[test]
     fn an_orphan_is_excused_only_on_an_endpoint_paused_while_its_retract_was_owed() {
         let reorgs = vec![(100_000, vec!["0xaa".to_string()])];
         let at = |from: i64, to: i64| vec![("/hook/1".to_string(), from, to)];
@@ -546,45 +587,52 @@ mod tests {
             "/hook/1",
             "0xaa",
             &at(99_000, i64::MAX),
-            &reorgs
+            &reorgs,
+            &[]
         ));
         assert!(excused_orphan(
             "/hook/1",
             "0xaa",
             &at(112_000, i64::MAX),
-            &reorgs
+            &reorgs,
+            &[]
         ));
         // Disabled 12 s after the reorg for 5 s: excused; disabled and re-enabled before it: not.
         assert!(excused_orphan(
             "/hook/1",
             "0xaa",
             &at(112_000, 117_000),
-            &reorgs
+            &reorgs,
+            &[]
         ));
         assert!(!excused_orphan(
             "/hook/1",
             "0xaa",
             &at(90_000, 95_000),
-            &reorgs
+            &reorgs,
+            &[]
         ));
         // Paused long after the grace, another endpoint, or a block no reorg orphaned: not.
         assert!(!excused_orphan(
             "/hook/1",
             "0xaa",
             &at(130_000, i64::MAX),
-            &reorgs
+            &reorgs,
+            &[]
         ));
         assert!(!excused_orphan(
             "/hook/2",
             "0xaa",
             &at(99_000, i64::MAX),
-            &reorgs
+            &reorgs,
+            &[]
         ));
         assert!(!excused_orphan(
             "/hook/1",
             "0xbb",
             &at(99_000, i64::MAX),
-            &reorgs
+            &reorgs,
+            &[]
         ));
     }
 }

@@ -432,7 +432,7 @@ fn judge(
     done: &[Done],
     pending: Option<pending::Verdict>,
 ) -> anyhow::Result<Option<String>> {
-    let mut v = report::verdict(w, &owed.per_checked, &owed.canonical);
+    let mut v = report::verdict(w, &owed.per_checked, &owed.canonical, done);
     let mut table = report::table(&mut v);
     let pending_failed = pending.as_ref().is_some_and(pending::Verdict::failed);
     if let Some(mut p) = pending {

@@ -96,7 +96,18 @@ impl Verdict {
     }
 }
 
-pub fn verdict(w: &World, owed: &[BTreeSet<Id>], canonical: &BTreeSet<Id>) -> Verdict {
+/// `done`: the faults run (their outages excuse a late retract: [`crate::faults::excused_orphan`]).
+pub fn verdict(
+    w: &World,
+    owed: &[BTreeSet<Id>],
+    canonical: &BTreeSet<Id>,
+    done: &[crate::faults::Done],
+) -> Verdict {
+    let outages: Vec<(i64, i64)> = done
+        .iter()
+        .filter(|d| d.struck && d.fault.kind.holds_up_webhooks())
+        .map(|d| (d.began_ms, d.ended_ms))
+        .collect();
     let mut v = Verdict {
         ws: Row::default(),
         hooks: Row::default(),
@@ -120,7 +131,7 @@ pub fn verdict(w: &World, owed: &[BTreeSet<Id>], canonical: &BTreeSet<Id>) -> Ve
             None => w.churn[i - w.checked.len()].paused.lock().unwrap().clone(),
             Some(_) => Vec::new(),
         };
-        judge_hook(w, hk, i, hook, &against, &paused);
+        judge_hook(w, hk, i, hook, &against, (&paused, &outages));
     }
     v
 }
@@ -170,7 +181,7 @@ fn judge_hook(
     i: usize,
     hook: &Hook,
     against: &Against<'_>,
-    paused: &[(String, i64, i64)],
+    (paused, outages): (&[(String, i64, i64)], &[(i64, i64)]),
 ) {
     let canonical = against.canonical;
     let (mut held, mut reordered, mut redelivered) = (BTreeSet::new(), 0, 0);
@@ -180,7 +191,7 @@ fn judge_hook(
         for k in s.held.keys() {
             if canonical.contains(k) {
                 held.insert(k.clone());
-            } else if crate::faults::excused_orphan(&path, &k.2, paused, &reorgs) {
+            } else if crate::faults::excused_orphan(&path, &k.2, paused, &reorgs, outages) {
                 // Deleted or disabled while its retract was owed: reported, not judged.
                 excused_orphans += 1;
             } else {

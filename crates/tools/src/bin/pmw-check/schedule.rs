@@ -230,6 +230,17 @@ impl Kind {
         )
     }
 
+    /// A fault that may hold up every webhook delivery while it lasts: the push leader's, or
+    /// the store's (Postgres, or a host carrying a share of either).
+    pub fn holds_up_webhooks(&self) -> bool {
+        self.is_push()
+            || self.takes_a_host()
+            || matches!(
+                self,
+                Kind::PostgresRestart | Kind::PrimaryKill { .. } | Kind::Switchover
+            )
+    }
+
     /// A fault of the push leader (kill, freeze, deploy): in edge mode it closes no client's
     /// socket.
     pub fn is_push(&self) -> bool {
