@@ -131,7 +131,7 @@ pub fn verdict(
             None => w.churn[i - w.checked.len()].paused.lock().unwrap().clone(),
             Some(_) => Vec::new(),
         };
-        judge_hook(w, hk, i, hook, &against, (&paused, &outages));
+        judge_hook(w, hk, i, hook, &against, &paused, &outages);
     }
     v
 }
@@ -181,7 +181,8 @@ fn judge_hook(
     i: usize,
     hook: &Hook,
     against: &Against<'_>,
-    (paused, outages): (&[(String, i64, i64)], &[(i64, i64)]),
+    paused: &[(String, i64, i64)],
+    outages: &[(i64, i64)],
 ) {
     let canonical = against.canonical;
     let (mut held, mut reordered, mut redelivered) = (BTreeSet::new(), 0, 0);
