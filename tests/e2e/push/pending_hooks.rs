@@ -160,11 +160,16 @@ async fn a_pending_cancelled_while_in_flight_still_gets_its_void() {
     opted_in(&c, account, &hook.url()).await;
     h.notify().await;
     let (id, tx_hash) = held_open_pending(&h, &hook, &c).await;
-    let watermark: i64 = c
-        .query_one("SELECT block_number FROM ingest_cursor WHERE id = 1", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let (watermark, hash): (i64, String) = {
+        let r = c
+            .query_one(
+                "SELECT block_number, block_hash FROM ingest_cursor WHERE id = 1",
+                &[],
+            )
+            .await
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
     let (slot, epoch): (i16, i64) = {
         let r = c
             .query_one("SELECT slot, epoch FROM push_epoch WHERE slot = 0", &[])
@@ -177,7 +182,7 @@ async fn a_pending_cancelled_while_in_flight_still_gets_its_void() {
     let voided: i64 = t
         .query_one(
             include_str!("../../../crates/live/src/sql/pending_void.sql"),
-            &[&tx_hash, &"dropped", &watermark, &now],
+            &[&tx_hash, &"dropped", &watermark, &now, &hash],
         )
         .await
         .unwrap()

@@ -97,9 +97,19 @@ async fn end(db: &TestDb, tx: &str, n: usize, end: End, at_ms: i64) {
             assert_eq!(paired.len(), n, "every fill paired");
         }
         End::Void(reason) => {
+            // The ledger's block 5, the watermark the void is judged at (it ends nothing
+            // unless the ledger still holds that block under the hash judged against).
+            c.execute(
+                "INSERT INTO chain_blocks (block_number, block_hash, parent_hash, block_time_ms, \
+                 t_detect_ms, backfilled, trade_count) VALUES (5, '0xb5', '0xb4', 0, 0, false, 0) \
+                 ON CONFLICT DO NOTHING",
+                &[],
+            )
+            .await
+            .unwrap();
             let sql = include_str!("../../../live/src/sql/pending_void.sql");
             let voided: i64 = c
-                .query_one(sql, &[&tx, &reason, &5i64, &at_ms])
+                .query_one(sql, &[&tx, &reason, &5i64, &at_ms, &"0xb5"])
                 .await
                 .unwrap()
                 .get(0);
