@@ -185,16 +185,7 @@ async fn a_fill_ingest_missed_is_delivered_once_audited_and_an_injected_one_is_r
     live.stop().await.unwrap();
 
     // 2. A row the chain does not have, in the last stored block: pushed like any trade.
-    let (w, w_hash): (i64, String) = {
-        let r = c
-            .query_one(
-                "SELECT block_number, block_hash FROM ingest_cursor WHERE id = 1",
-                &[],
-            )
-            .await
-            .unwrap();
-        (r.get(0), r.get(1))
-    };
+    let (w, w_hash) = crate::harness::watermark(&c).await.expect("a watermark");
     let mut fake = pmw_core::pg::ledger::visible_after(&c, Cursor::ORIGIN, u64::MAX / 2, 1)
         .await
         .unwrap()

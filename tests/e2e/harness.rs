@@ -323,6 +323,17 @@ pub async fn key_id(pg: &tokio_postgres::Client, account: i64) -> i64 {
         .get(0)
 }
 
+/// The ingest watermark: the block pmw-live committed last and its hash (none before the first).
+pub async fn watermark(pg: &tokio_postgres::Client) -> Option<(i64, String)> {
+    pg.query_opt(
+        "SELECT block_number, block_hash FROM ingest_cursor WHERE id = 1",
+        &[],
+    )
+    .await
+    .unwrap()
+    .map(|r| (r.get(0), r.get(1)))
+}
+
 /// Make a change as the API does: `sql`, then the subscriptions NOTIFY push listens for.
 pub async fn change_as_api(pg: &tokio_postgres::Client, sql: &str) {
     pg.batch_execute(&format!("{sql}; SELECT pg_notify('pmw_subscriptions', '')"))

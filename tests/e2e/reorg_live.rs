@@ -110,15 +110,9 @@ async fn holds_the_chain(client: &Client, http: &str, start: u64, wallets: &BTre
 }
 
 async fn watermark(h: &Harness) -> Option<(u64, String)> {
-    h.db.connect()
+    crate::harness::watermark(&h.db.connect().await)
         .await
-        .query_opt(
-            "SELECT block_number, block_hash FROM ingest_cursor WHERE id = 1",
-            &[],
-        )
-        .await
-        .unwrap()
-        .map(|r| (r.get::<_, i64>(0) as u64, r.get::<_, String>(1)))
+        .map(|(n, hash)| (n as u64, hash))
 }
 
 fn wallets_of(h: &Harness) -> (Vec<pmw_core::Address>, BTreeSet<String>) {

@@ -160,16 +160,7 @@ async fn a_pending_cancelled_while_in_flight_still_gets_its_void() {
     opted_in(&c, account, &hook.url()).await;
     h.notify().await;
     let (id, tx_hash) = held_open_pending(&h, &hook, &c).await;
-    let (watermark, hash): (i64, String) = {
-        let r = c
-            .query_one(
-                "SELECT block_number, block_hash FROM ingest_cursor WHERE id = 1",
-                &[],
-            )
-            .await
-            .unwrap();
-        (r.get(0), r.get(1))
-    };
+    let (watermark, hash) = crate::harness::watermark(&c).await.expect("a watermark");
     let (slot, epoch): (i16, i64) = {
         let r = c
             .query_one("SELECT slot, epoch FROM push_epoch WHERE slot = 0", &[])

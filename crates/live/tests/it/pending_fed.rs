@@ -15,6 +15,7 @@ use pmw_live::mempool::Sighting;
 use pmw_sim::anvil::Anvil;
 use pmw_sim::rpc::Rpc;
 use pmw_sim::settlement::FEE_MODULES;
+use pmw_sim::types::B256;
 use pmw_sim::{Outcome, SimConfig};
 use pmw_testkit::eventually;
 use serde_json::{json, Value};
@@ -386,13 +387,7 @@ async fn count_at(rpc: &Rpc, sender: &str, at: Value) -> u64 {
 
 /// The hash of block `n` on `rpc`'s node, as bytes.
 async fn hash_at(rpc: &Rpc, n: u64) -> [u8; 32] {
-    let b: Value = rpc
-        .call("eth_getBlockByNumber", json!([format!("0x{n:x}"), false]))
-        .await
-        .unwrap();
-    let mut out = [0u8; 32];
-    hex::decode_to_slice(&b["hash"].as_str().unwrap()[2..], &mut out).unwrap();
-    out
+    rpc.block(n).await.unwrap().expect("the block").hash.0
 }
 
 /// Found by pmw-check under reorgs: a settlement that mined with status 1 was voided `replaced`,
@@ -463,12 +458,20 @@ async fn only_a_provider_holding_the_ledgers_block_judges_a_pending_settlement()
         let refused = off_branch.at_anchor(hash, from, w, anchor).await;
         assert!(refused.is_err(), "a node off the branch: {refused:?}");
         s.rpc("evm_mine", json!([])).await;
-        let receipt = s.rpc("eth_getTransactionReceipt", json!([pool[0]])).await;
-        let block = u64::from_str_radix(&receipt["blockNumber"].as_str().unwrap()[2..], 16);
-        let (block, anchor) = (block.unwrap(), hash_at(s.sim.rpc(), w + 1).await);
+        let receipt = s
+            .sim
+            .rpc()
+            .receipt(&B256(hash))
+            .await
+            .unwrap()
+            .expect("mined");
+        let anchor = hash_at(s.sim.rpc(), w + 1).await;
         let seen = both.at_anchor(hash, from, w + 1, anchor).await.unwrap();
-        let ok = receipt["status"] == "0x1";
-        assert_eq!(seen.mined, Some(Mined { block, ok }), "mined at {}", w + 1);
+        let mined = Mined {
+            block: receipt.block_number.0,
+            ok: receipt.status.is_some_and(|q| q.0 == 1),
+        };
+        assert_eq!(seen.mined, Some(mined), "mined at {}", w + 1);
     };
     let (sent, ()) = tokio::join!(s.sim.run_block(1), judge);
     sent.unwrap();
