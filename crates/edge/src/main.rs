@@ -1,5 +1,9 @@
 //! The pmw-edge binary: core's service entry point around [`pmw_edge::run`].
 
+/// mimalloc, not glibc malloc: the per-frame and per-attempt buffers are its hot path.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     pmw_core::service::main(pmw_edge::SERVICE, pmw_edge::run)
 }

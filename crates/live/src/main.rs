@@ -1,5 +1,9 @@
 //! The pmw-live binary: core's service entry point around [`pmw_live::run`].
 
+/// mimalloc, not glibc malloc: the per-frame and per-attempt buffers are its hot path.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     pmw_core::service::main(pmw_live::SERVICE, pmw_live::run)
 }

@@ -1,5 +1,9 @@
 //! The pmw-push binary: core's service entry point around [`pmw_push::run`].
 
+/// mimalloc, not glibc malloc: the per-frame and per-attempt buffers are its hot path.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     pmw_core::service::main(pmw_push::SERVICE, pmw_push::run)
 }
