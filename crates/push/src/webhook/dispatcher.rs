@@ -24,7 +24,7 @@ use super::context::Ctx;
 use super::error::WebhookError;
 use super::handoff::Handoff;
 use super::queue::{claim_limit, Ran};
-use super::running::Running;
+use super::running::{Origin, Running};
 use super::stats::{StatsSnapshot, WebhookStats};
 use super::store::{self, Claim, Claimed};
 use crate::fence::Fence;
@@ -316,7 +316,7 @@ impl Scans {
     /// The webhook lane's hand-off, to the running queues or new ones.
     fn handed(&mut self, rows: Vec<Claimed>) {
         let seen = self.ctx.wakes.load(Relaxed);
-        self.running.hand(&self.ctx, rows, seen);
+        self.running.hand(&self.ctx, rows, seen, Origin::Handoff);
         self.publish_active();
     }
 
@@ -365,7 +365,7 @@ impl Scans {
             Err(e @ WebhookError::Fenced { .. }) => return Err(e),
             Ok(c) => {
                 ctx.stats.last_scan_ms.store(now, Relaxed);
-                self.running.hand(&ctx, c.rows, seen);
+                self.running.hand(&ctx, c.rows, seen, Origin::Scan);
                 self.publish_active();
                 wait = next_wait(wait, c.next_due_ms, now);
             }

@@ -20,8 +20,15 @@ use super::context::Ctx;
 use super::error::WebhookError;
 use super::store::{self, Claim, Claimed};
 
-/// Run one endpoint's queue, starting from the deliveries claimed for it (`first`) and the wake
-/// count read before they were claimed (`seen`), taking what the dispatcher hands over while it runs, until
+/// What a queue starts with: the deliveries claimed for it, the wake count read before they
+/// were claimed, and whether more may be due (its scan's claim was full).
+pub(crate) struct First {
+    pub rows: Vec<Claimed>,
+    pub seen: u64,
+    pub more: bool,
+}
+
+/// Run one endpoint's queue, starting from [`First`], taking what the dispatcher hands over while it runs, until
 /// nothing of it is left to attempt (or `stop`). It claims more itself only when its last
 /// claim was full (more may be due) or new deliveries were queued since (the dispatcher's wake
 /// count moved); otherwise the dispatcher's next scan takes what becomes due. Returns whether
@@ -30,12 +37,11 @@ use super::store::{self, Claim, Claimed};
 pub(crate) async fn run_endpoint(
     ctx: Arc<Ctx>,
     endpoint_id: i64,
-    first: Vec<Claimed>,
-    seen: u64,
+    first: First,
     feed: Feed,
     stop: CancellationToken,
 ) -> Result<Ran, WebhookError> {
-    let mut q = Queue::new(ctx, endpoint_id, first, seen, feed);
+    let mut q = Queue::new(ctx, endpoint_id, first, feed);
     loop {
         q.take_handed();
         q.claim_if_due().await?;
@@ -82,17 +88,17 @@ struct Queue {
 }
 
 impl Queue {
-    fn new(ctx: Arc<Ctx>, endpoint_id: i64, first: Vec<Claimed>, seen: u64, feed: Feed) -> Queue {
+    fn new(ctx: Arc<Ctx>, endpoint_id: i64, first: First, feed: Feed) -> Queue {
         Queue {
             max: ctx.cfg.max_in_flight_per_endpoint.max(1),
-            more: first.len() >= claim_limit(&ctx.cfg),
+            more: first.more,
             ctx,
             endpoint_id,
             inflight: JoinSet::new(),
-            ahead: first.into(),
+            ahead: first.rows.into(),
             feed,
-            seen,
-            started: seen,
+            seen: first.seen,
+            started: first.seen,
             left: false,
             stopping: false,
             result: Ok(()),

@@ -15,10 +15,19 @@ use tokio_util::sync::CancellationToken;
 use super::context::Ctx;
 use super::error::WebhookError;
 use super::handoff::MAX_AHEAD;
-use super::queue::{release, run_endpoint, Feed, Ran};
+use super::queue::{claim_limit, release, run_endpoint, Feed, First, Ran};
 use super::store::Claimed;
 
 type Sender = mpsc::UnboundedSender<Vec<Claimed>>;
+
+/// Where a queue's first deliveries came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// A scan's claim (a full one may have left more due).
+    Scan,
+    /// The webhook lane's hand-off (or what arrived for a queue that was ending).
+    Handoff,
+}
 
 /// The queue tasks of one dispatcher.
 pub(crate) struct Running {
@@ -48,15 +57,26 @@ impl Running {
     }
 
     /// Start `endpoint`'s queue with `rows` (`seen`: the wake count read before they were
-    /// claimed). The caller checked it is not running.
-    fn start(&mut self, ctx: &Arc<Ctx>, endpoint: i64, rows: Vec<Claimed>, seen: u64) {
+    /// claimed; `from`: where they came from). The caller checked it is not running.
+    fn start(
+        &mut self,
+        ctx: &Arc<Ctx>,
+        endpoint: i64,
+        rows: Vec<Claimed>,
+        seen: u64,
+        from: Origin,
+    ) {
+        // Only a full claim says more may be due: a hand-off is exactly the new deliveries,
+        // and anything else queued moves the wake count.
+        let more = from == Origin::Scan && rows.len() >= claim_limit(&ctx.cfg);
         let (tx, rx) = mpsc::unbounded_channel();
         let held = Arc::new(AtomicUsize::new(rows.len()));
         self.feeds.insert(endpoint, (tx, held.clone()));
         let feed = Feed { rx, held };
         let (ctx, stop) = (ctx.clone(), self.stop.clone());
         self.tasks.spawn(async move {
-            let r = AssertUnwindSafe(run_endpoint(ctx, endpoint, rows, seen, feed, stop))
+            let first = First { rows, seen, more };
+            let r = AssertUnwindSafe(run_endpoint(ctx, endpoint, first, feed, stop))
                 .catch_unwind()
                 .await
                 .unwrap_or_else(|_| {
@@ -73,7 +93,7 @@ impl Running {
     /// wake count read before they were claimed). A queue that already holds [`MAX_AHEAD`] gets
     /// none: those claims are released (its next claim takes them, in order) and the wake
     /// count moves.
-    pub fn hand(&mut self, ctx: &Arc<Ctx>, rows: Vec<Claimed>, seen: u64) {
+    pub fn hand(&mut self, ctx: &Arc<Ctx>, rows: Vec<Claimed>, seen: u64, from: Origin) {
         let mut by_endpoint: HashMap<i64, Vec<Claimed>> = HashMap::new();
         for r in rows {
             by_endpoint
@@ -83,7 +103,7 @@ impl Running {
         }
         for (endpoint, rows) in by_endpoint {
             let Some((tx, held)) = self.feeds.get(&endpoint) else {
-                self.start(ctx, endpoint, rows, seen);
+                self.start(ctx, endpoint, rows, seen, from);
                 continue;
             };
             if held.load(Relaxed) >= MAX_AHEAD {
@@ -103,7 +123,7 @@ impl Running {
         self.feeds.remove(&endpoint);
         if let Some(rows) = self.stash.remove(&endpoint) {
             let seen = ctx.wakes.load(Relaxed);
-            self.start(ctx, endpoint, rows, seen);
+            self.start(ctx, endpoint, rows, seen, Origin::Handoff);
         }
     }
 

@@ -141,3 +141,67 @@ async fn webhook_claimed_deliveries_never_handed_over_are_sent_by_the_successor(
     assert_eq!(rx.count(), 2);
     d.stop().await.unwrap();
 }
+
+/// Claim statements this database has run so far, as Postgres counts them
+/// (`pg_stat_statements`, which the stack preloads), not as the dispatcher does.
+async fn claims_run(c: &tokio_postgres::Client) -> i64 {
+    c.query_one(
+        "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements
+         WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+           AND query LIKE '%Claim due deliveries in ledger order%'",
+        &[],
+    )
+    .await
+    .unwrap()
+    .get(0)
+}
+
+/// A hand-off larger than one claim takes is exactly the new deliveries: the queue that sends
+/// it runs no claim statement after it (under load that was one wasted claim per endpoint per
+/// block, each walking the endpoint's in-flight rows).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_a_large_hand_off_runs_no_claim_statement() {
+    let env = Env::new().await;
+    let c = env.db.connect().await;
+    c.batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        .await
+        .unwrap();
+    let rx = Receiver::start(vec![Step::status(204)]).await;
+    let ep = env.endpoint(&rx.url(), &Secret::generate().expose()).await;
+    let blocks: Vec<u64> = (100..140).collect();
+    let trades = items(ep, &blocks, DeliveryKind::Trade);
+    let q = queue_claimed(&env, 1, &trades).await;
+    assert_eq!(q.handed.len(), trades.len());
+
+    let mut cfg = config();
+    cfg.poll_interval = Duration::from_secs(3600);
+    let d = env.dispatcher(1, cfg);
+    // Its scan at start has run (and found nothing it may take).
+    assert!(
+        eventually(Duration::from_secs(15), || async {
+            d.snapshot().last_scan_ms > 0
+        })
+        .await,
+        "the dispatcher's first scan"
+    );
+    let before = claims_run(&c).await;
+    d.handoff().send(&trades, q.handed);
+    assert!(
+        eventually(Duration::from_secs(30), || async {
+            rx.count() == trades.len() && d.snapshot().active_endpoints == 0
+        })
+        .await,
+        "every handed delivery sent and the queue ended"
+    );
+    let mut delivered = 0;
+    for t in &trades {
+        delivered += usize::from(env.delivery(&t.id).await.state == "delivered");
+    }
+    assert_eq!(delivered, trades.len());
+    assert_eq!(
+        claims_run(&c).await - before,
+        0,
+        "claim statements run for a hand-off"
+    );
+    d.stop().await.unwrap();
+}
