@@ -1,6 +1,6 @@
 //! The tasks that run the lanes behind the WebSocket lane, one each, so neither waits on the
-//! other: the webhook lane ([`HookLane`]), woken by each block (beside the WebSocket round that
-//! reads it), after each WebSocket round that moved, and at least every fallback period; and the finality lane
+//! other: the webhook lane ([`HookLane`]), woken after each WebSocket round that moved (and by
+//! blocks while one is held up) and at least every fallback period; and the finality lane
 //! ([`FinalLane`]), woken after every WebSocket round and whenever the webhook lane moves,
 //! bounded by where the other two stand. In edge mode the finality lane stores its rounds on
 //! the broker first: a broker outage holds the `final`s, never the webhooks. Both wake the
@@ -92,12 +92,6 @@ impl HooksAndFinals {
     pub fn wake(&self) {
         self.hooks.notify_one();
         self.finals.notify_one();
-    }
-
-    /// A block came: the webhook lane reads it beside the WebSocket round (the finality lane,
-    /// bounded by both, waits for the round).
-    pub fn wake_hooks(&self) {
-        self.hooks.notify_one();
     }
 
     /// A WebSocket round completed (the finalized watermark may have moved): run the finality

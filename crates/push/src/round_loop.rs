@@ -338,15 +338,7 @@ impl RoundLoop<'_> {
                         block |= n.channel() != channels::SUBSCRIPTIONS;
                     }
                 }
-                if block {
-                    // The webhook lane reads the same block from its own cursor: start it now,
-                    // beside this round, instead of after it (its reads wait on Postgres, not
-                    // on this round's fan-out).
-                    self.behind.wake_hooks();
-                    Wake::Round
-                } else {
-                    Wake::Index
-                }
+                if block { Wake::Round } else { Wake::Index }
             }
             _ = async { match index_due { Some(t) => tokio::time::sleep_until(t).await, None => std::future::pending().await } } => Wake::Index,
             _ = tokio::time::sleep_until(fallback_at) => Wake::Round,
