@@ -1,6 +1,6 @@
 //! The pmw-api binary: core's service entry point around [`pmw_api::run`].
 
-/// mimalloc, not glibc malloc: the per-frame and per-attempt buffers are its hot path.
+/// mimalloc, not glibc malloc, as every service allocates (docs/PROFILE.md, session 28).
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

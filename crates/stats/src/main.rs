@@ -1,6 +1,6 @@
 //! The pmw-stats binary: `pmw_core::service::main` around [`pmw_stats::run`].
 
-/// mimalloc, not glibc malloc: the per-frame and per-attempt buffers are its hot path.
+/// mimalloc, not glibc malloc, as every service allocates (docs/PROFILE.md, session 28).
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
