@@ -153,10 +153,11 @@ pub async fn enqueue(
                 &c.kinds,
                 &c.blocks,
                 &c.logs,
-                &c.payloads,
+                &c.bodies,
                 &c.detects,
                 &requeue,
                 &claim,
+                &c.body_of,
             ],
         )
         .await?;
@@ -186,22 +187,44 @@ struct Columns<'a> {
     kinds: Vec<&'static str>,
     blocks: Vec<i64>,
     logs: Vec<i32>,
-    payloads: Vec<&'a str>,
+    /// The distinct bodies, each once (a round's deliveries of one message to many endpoints
+    /// are adjacent and share it).
+    bodies: Vec<&'a str>,
+    /// Each item's body: its 1-based place in `bodies`.
+    body_of: Vec<i32>,
     detects: Vec<i64>,
 }
 
 impl<'a> Columns<'a> {
     fn of(items: &'a [NewDelivery]) -> Columns<'a> {
+        let (bodies, body_of) = bodies(items);
         Columns {
             ids: items.iter().map(|d| d.id.as_str()).collect(),
             endpoints: items.iter().map(|d| d.endpoint_id).collect(),
             kinds: items.iter().map(|d| d.kind.as_str()).collect(),
             blocks: items.iter().map(|d| d.cursor.block as i64).collect(),
             logs: items.iter().map(|d| d.cursor.log_index as i32).collect(),
-            payloads: items.iter().map(|d| d.payload.as_str()).collect(),
+            bodies,
+            body_of,
             detects: items.iter().map(|d| d.t_detect_ms).collect(),
         }
     }
+}
+
+/// The items' bodies, each run of equal adjacent ones passed once: the distinct bodies in order
+/// of appearance and each item's 1-based place among them. Only neighbours are compared (a
+/// round builds a message's deliveries together), so a body that comes back later is passed
+/// again, which costs a copy, never a wrong body.
+fn bodies(items: &[NewDelivery]) -> (Vec<&str>, Vec<i32>) {
+    let mut bodies: Vec<&str> = Vec::new();
+    let mut body_of = Vec::with_capacity(items.len());
+    for d in items {
+        if bodies.last() != Some(&d.payload.as_str()) {
+            bodies.push(&d.payload);
+        }
+        body_of.push(bodies.len() as i32);
+    }
+    (bodies, body_of)
 }
 
 /// The trade deliveries the statement cancelled (columns 3 to 6: ids, endpoints, blocks, log
@@ -337,5 +360,20 @@ mod tests {
         assert!(out.iter().all(|h| h.endpoint.id == 1));
         assert!(Arc::ptr_eq(&out[0].endpoint, &out[1].endpoint));
         assert!(handed(&items, &HashMap::new(), &HashSet::new()).is_empty());
+    }
+
+    #[test]
+    fn deliveries_pass_each_run_of_equal_bodies_once() {
+        let mut items: Vec<NewDelivery> = (1..=6).map(|e| item("x", e, Kind::Trade)).collect();
+        for (d, body) in items.iter_mut().zip(["a", "a", "b", "b", "a", "c"]) {
+            d.payload = body.to_string();
+        }
+        let (bodies, body_of) = bodies(&items);
+        assert_eq!(bodies, ["a", "b", "a", "c"]);
+        assert_eq!(body_of, [1, 1, 2, 2, 3, 4]);
+        for (d, n) in items.iter().zip(&body_of) {
+            assert_eq!(bodies[*n as usize - 1], d.payload);
+        }
+        assert_eq!(super::bodies(&[]), (Vec::<&str>::new(), Vec::new()));
     }
 }

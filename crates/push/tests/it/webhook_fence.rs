@@ -144,3 +144,82 @@ async fn webhook_idle_dispatcher_stops_when_epoch_bumped() {
     );
     assert!(d.snapshot().stopped);
 }
+
+/// Bodies are passed to the enqueue once per run of equal neighbours: every stored delivery
+/// still carries exactly its own item's body, whatever the order of endpoints and messages
+/// (read back from Postgres, and each sent as queued).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_enqueue_stores_each_delivery_its_own_body() {
+    use pmw_push::webhook::{webhook_id, DeliveryKind, NewDelivery};
+    let env = Env::new().await;
+    let rx = Receiver::start(vec![Step::status(204)]).await;
+    let mut eps = Vec::new();
+    for _ in 0..3 {
+        eps.push(env.endpoint(&rx.url(), &Secret::generate().expose()).await);
+    }
+    // Runs of one body, a body coming back after another, and a body per single item.
+    let plan: [(u32, usize); 9] = [
+        (1, 0),
+        (1, 1),
+        (1, 2),
+        (2, 0),
+        (3, 0),
+        (2, 1),
+        (3, 1),
+        (2, 2),
+        (4, 2),
+    ];
+    let items: Vec<NewDelivery> = plan
+        .iter()
+        .map(|&(log, e)| {
+            let cursor = pmw_core::Cursor::new(50, log).unwrap();
+            NewDelivery {
+                id: webhook_id(cursor, "0xabcdef0123456789", eps[e], DeliveryKind::Trade),
+                endpoint_id: eps[e],
+                kind: DeliveryKind::Trade,
+                cursor,
+                payload: format!(
+                    r#"{{"log_index":{log},"pad":"{}"}}"#,
+                    "x".repeat(log as usize * 100)
+                ),
+                t_detect_ms: 0,
+            }
+        })
+        .collect();
+    let mut c = env.db.connect().await;
+    let tx = c.transaction().await.unwrap();
+    let n = pmw_push::webhook::enqueue(&tx, 1, &items).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(n, items.len() as u64);
+    for d in &items {
+        let stored: String = c
+            .query_one(
+                "SELECT payload FROM webhook_deliveries WHERE id = $1",
+                &[&d.id],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(stored, d.payload, "the body stored for {}", d.id);
+    }
+    let d = env.dispatcher(1, config());
+    d.wake();
+    assert!(
+        eventually(Duration::from_secs(30), || async {
+            rx.count() == items.len()
+        })
+        .await,
+        "every delivery sent"
+    );
+    let hits = rx.hits();
+    for d in &items {
+        let got = hits
+            .iter()
+            .find(|h| h.id == d.id)
+            .unwrap_or_else(|| panic!("{} not received", d.id))
+            .json();
+        let want: serde_json::Value = serde_json::from_str(&d.payload).unwrap();
+        assert_eq!(got["log_index"], want["log_index"]);
+        assert_eq!(got["pad"], want["pad"]);
+    }
+}

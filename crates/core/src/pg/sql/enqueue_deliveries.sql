@@ -17,6 +17,9 @@
 -- epoch claims them again, as any other claim). The statement's cost is in its rows: each
 -- endpoint is locked and described once (not once per delivery), and of the claimed trade
 -- deliveries only the exceptions come back (a batch's trades minus these are what was claimed).
+-- A body is passed once ($9) however many endpoints get it, each delivery naming its own ($13,
+-- 1-based): a round's bodies repeat per endpoint, and carrying each copy through the statement's
+-- materialized rows cost more than inserting it.
 -- Returns (fence holds, inserted or requeued, deliverable, cancelled trade ids, their endpoints,
 -- blocks and log indexes, the deliverable trade ids not inserted claimed, then the deliverable
 -- endpoints with their account, url, secret, previous secret and its expiry, and the start of
@@ -26,8 +29,10 @@ WITH fence AS MATERIALIZED (
         SELECT 1 FROM push_epoch WHERE slot = $1 AND epoch = $2 FOR SHARE
     ) AS ok
 ), x AS (
-    SELECT * FROM unnest($4::text[], $5::bigint[], $6::text[], $7::bigint[], $8::int[], $9::text[], $10::bigint[])
-        AS x(id, endpoint_id, kind, block_number, log_index, payload, t_detect_ms)
+    SELECT * FROM unnest($4::text[], $5::bigint[], $6::text[], $7::bigint[], $8::int[], $13::int[], $10::bigint[])
+        AS x(id, endpoint_id, kind, block_number, log_index, body, t_detect_ms)
+), bodies AS (
+    SELECT * FROM unnest($9::text[]) WITH ORDINALITY AS b(payload, n)
 ), eps AS MATERIALIZED (
     SELECT e.id, e.account_id, e.url, e.secret, e.previous_secret, e.previous_expires_ms
     FROM webhook_endpoints e
@@ -47,9 +52,9 @@ WITH fence AS MATERIALIZED (
 ), ins AS (
     INSERT INTO webhook_deliveries (id, endpoint_id, kind, block_number, log_index, payload,
         state, attempts, next_attempt_ms, t_detect_ms, created_ms, claimed_epoch, claimed_ms)
-    SELECT id, endpoint_id, kind, block_number, log_index, payload, 'pending', 0, $3, t_detect_ms, $3,
+    SELECT id, endpoint_id, kind, block_number, log_index, b.payload, 'pending', 0, $3, t_detect_ms, $3,
         CASE WHEN $12 AND kind = 'trade' THEN $2::bigint END, CASE WHEN $12 AND kind = 'trade' THEN $3::bigint END
-    FROM live
+    FROM live JOIN bodies b ON b.n = live.body
     WHERE live.kind IN ('trade', 'final')
        OR (NOT EXISTS (SELECT 1 FROM cancel c WHERE c.retract_id = live.id)
            AND EXISTS (SELECT 1 FROM webhook_deliveries t
