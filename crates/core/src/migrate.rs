@@ -101,6 +101,11 @@ pub const POSTGRES: &[Migration] = &[
         "deliveries_gone_with_endpoint",
         "postgres/0027_deliveries_gone_with_endpoint.sql"
     ),
+    migration!(
+        28,
+        "delivered_without_body",
+        "postgres/0028_delivered_without_body.sql"
+    ),
 ];
 
 /// ClickHouse migrations, in order. Every file in `migrations/clickhouse` must be listed (tested).

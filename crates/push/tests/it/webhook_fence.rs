@@ -222,4 +222,27 @@ async fn webhook_enqueue_stores_each_delivery_its_own_body() {
         assert_eq!(got["log_index"], want["log_index"]);
         assert_eq!(got["pad"], want["pad"]);
     }
+    // Recorded delivered (in batches), without their bodies.
+    assert!(
+        eventually(Duration::from_secs(15), || async {
+            let mut all = true;
+            for d in &items {
+                all &= env.delivery(&d.id).await.state == "delivered";
+            }
+            all
+        })
+        .await,
+        "every delivery recorded"
+    );
+    for d in &items {
+        let r = c
+            .query_one(
+                "SELECT state, payload IS NULL FROM webhook_deliveries WHERE id = $1",
+                &[&d.id],
+            )
+            .await
+            .unwrap();
+        let (state, dropped): (String, bool) = (r.get(0), r.get(1));
+        assert_eq!((state.as_str(), dropped), ("delivered", true), "{}", d.id);
+    }
 }

@@ -16,6 +16,22 @@ async fn webhook_500_then_200_same_id_twice_then_no_more() {
     let d = env.dispatcher(1, config());
     d.wake();
     assert!(
+        eventually(Duration::from_secs(20), || async { rx.count() >= 1 }).await,
+        "first attempt"
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            env.delivery(&ids[0]).await.attempts == 1
+        })
+        .await
+    );
+    let retrying = env.delivery(&ids[0]).await;
+    assert_eq!(
+        (retrying.state.as_str(), retrying.body_kept),
+        ("pending", true),
+        "a delivery to retry keeps its body"
+    );
+    assert!(
         eventually(Duration::from_secs(20), || async { rx.count() >= 2 }).await,
         "second attempt"
     );
@@ -42,6 +58,7 @@ async fn webhook_500_then_200_same_id_twice_then_no_more() {
     }
     let row = env.delivery(&ids[0]).await;
     assert_eq!((row.attempts, row.last_status), (2, Some(200)), "{row:?}");
+    assert!(!row.body_kept, "a delivered row keeps no body: {row:?}");
     let snap = d.snapshot();
     assert_eq!((snap.delivered, snap.failed_attempts), (1, 1), "{snap:?}");
     d.stop().await.unwrap();

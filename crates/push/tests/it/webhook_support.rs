@@ -132,8 +132,8 @@ impl Env {
             .connect()
             .await
             .query_one(
-                "SELECT state, attempts, next_attempt_ms, claimed_epoch, last_status, last_error, done_ms \
-                 FROM webhook_deliveries WHERE id = $1",
+                "SELECT state, attempts, next_attempt_ms, claimed_epoch, last_status, last_error, done_ms, \
+                 payload IS NOT NULL FROM webhook_deliveries WHERE id = $1",
                 &[&id],
             )
             .await
@@ -146,6 +146,7 @@ impl Env {
             last_status: r.get(4),
             last_error: r.get(5),
             done_ms: r.get(6),
+            body_kept: r.get(7),
         }
     }
 
@@ -170,6 +171,8 @@ pub struct Delivery {
     pub last_status: Option<i32>,
     pub last_error: Option<String>,
     pub done_ms: Option<i64>,
+    /// Its body is stored (a delivered row keeps none).
+    pub body_kept: bool,
 }
 
 /// Test settings: private destinations allowed (receivers are on loopback), quick polls.

@@ -1,7 +1,8 @@
 -- pmw:enqueue_deliveries: queue webhook deliveries, due now ($3). Push's rounds pass their slot
 -- ($1) and epoch ($2): the insert lands only while that epoch is current (row FOR SHARE, same
 -- statement). The API's replay passes NULL for both (it is not a leader) and $11 = true, which
--- puts deliveries already delivered or failed back to pending. Only endpoints that still exist
+-- puts deliveries already delivered or failed back to pending, with the body it rendered (a
+-- delivered row keeps none: migration 0028). Only endpoints that still exist
 -- and are enabled get rows; they are locked FOR KEY SHARE, so a concurrent delete is either
 -- already visible (the row is skipped) or waits for this transaction (and its trigger then
 -- deletes these rows: migration 0027).
@@ -62,6 +63,7 @@ WITH fence AS MATERIALIZED (
                                       regexp_replace(live.id, '_retract$', '_final'))
                          AND t.state IN ('pending', 'delivered')))
     ON CONFLICT (id) DO UPDATE SET state = 'pending', attempts = 0, next_attempt_ms = $3,
+        payload = EXCLUDED.payload,
         claimed_epoch = NULL, claimed_ms = NULL, last_status = NULL, last_error = NULL, done_ms = NULL
     WHERE $11 AND webhook_deliveries.state <> 'pending'
     RETURNING id, claimed_epoch IS NOT NULL AS claimed
