@@ -144,8 +144,9 @@ async fn webhook_claimed_deliveries_never_handed_over_are_sent_by_the_successor(
 
 /// Log every claim statement this database runs, as Postgres sees it: a statement trigger on
 /// the table the claim updates (it fires even when the claim takes no row) that records the
-/// statement's text when it is the claim. `pg_stat_statements` was the first oracle, but under
-/// the whole suite its entries are evicted (hundreds of test databases share its 5,000).
+/// statement's text when it is the claim. `pg_stat_statements` was the first oracle, but every
+/// test database shares it and it evicts its least-used entries (5,000 at most): under the whole
+/// suite it once counted a claim that local runs never saw.
 async fn log_claims(c: &tokio_postgres::Client) {
     c.batch_execute(
         "CREATE TABLE claim_log (n bigserial PRIMARY KEY);
