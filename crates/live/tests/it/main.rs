@@ -12,6 +12,7 @@ mod notifier;
 mod pair;
 mod pending;
 mod pending_fed;
+mod pool;
 mod projector;
 mod providers;
 mod quorum;

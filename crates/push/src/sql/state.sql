@@ -19,6 +19,8 @@
 -- `head_seq` is the last seq committed in this snapshot,
 -- `held_hash` the hash of the held cursor's block. The hot ledger holds blocks from `floor` on:
 -- a lane starting below it reads the rest through the one ledger (ClickHouse below the floor).
+-- Without a watermark (no finalized block yet, for the finality lane) `upto` is NULL and no row
+-- is read: least() would skip the NULL and read every row up to the bound, for nothing.
 WITH s AS MATERIALIZED (
     SELECT /* pmw:{round} */ (SELECT block_number FROM {watermark} WHERE id = 1) AS wm,
            (SELECT seq FROM subs_version WHERE id = 1) AS version,
@@ -30,7 +32,7 @@ WITH s AS MATERIALIZED (
     SELECT s.*,
            CASE WHEN s.ancestor < $2 THEN s.ancestor ELSE $2 END AS from_block,
            CASE WHEN s.ancestor < $2 THEN 999999 ELSE $3 END AS from_log,
-           least(s.wm, $7) AS upto
+           CASE WHEN s.wm IS NOT NULL THEN least(s.wm, $7) END AS upto
     FROM s
 )
 SELECT f.wm, f.version, f.reorg_id, f.ancestor,

@@ -115,6 +115,41 @@ async fn a_read_stops_at_its_bound_and_at_the_batch_limit() {
     assert!(b.more, "a full batch says more is waiting");
 }
 
+/// The finality lane before any block is final: its round's statement reads no row (it read and
+/// serialised every row up to the other lanes' bound each round, which the lane then dropped: a
+/// cost that grew with every block until the first finalized watermark).
+#[tokio::test]
+async fn a_lane_without_its_watermark_reads_no_row_whatever_its_bound() {
+    let db = ledger_of_three().await;
+    let l = Ledger::new(db.pg.clone(), db.ch.clone(), Source::Finals, 100, 1_000);
+    let client = db.pg.get().await.unwrap();
+    let bound = Cursor {
+        block: 13,
+        log_index: MAX_LOG_INDEX,
+    };
+    let state = l
+        .state(&client, &at(10, MAX_LOG_INDEX), Some(bound))
+        .await
+        .unwrap();
+    assert_eq!(state.watermark, None, "no finalized block yet");
+    assert_eq!(cursors(&state.trades), Vec::<(u64, u32)>::new());
+    // Once a block is final, the same statement reads up to it (and the bound).
+    db.connect()
+        .await
+        .execute(
+            "INSERT INTO finalized_cursor (id, block_number, block_hash, updated_ms) VALUES (1, 11, $1, 0)",
+            &[&hash(11, 1)],
+        )
+        .await
+        .unwrap();
+    let state = l
+        .state(&client, &at(10, MAX_LOG_INDEX), Some(bound))
+        .await
+        .unwrap();
+    assert_eq!(state.watermark, Some(11));
+    assert_eq!(cursors(&state.trades), vec![(11, 0), (11, 4)]);
+}
+
 #[tokio::test]
 async fn a_reorg_below_the_cursor_retracts_what_the_lane_delivered_and_rewinds_to_the_ancestor() {
     let db = ledger_of_three().await;
