@@ -137,13 +137,16 @@ pub async fn renew(pool: PgPool, key: i64, epoch: i64, deposed: CancellationToke
         }
         let now = UnixMs::now().0;
         let outcome = match pool.get().await {
-            Ok(c) => c
-                .query_opt(
-                    include_str!("sql/writer_epoch_renew.sql"),
-                    &[&key, &epoch, &now],
-                )
+            Ok(c) => match c
+                .prepare_cached(include_str!("sql/writer_epoch_renew.sql"))
                 .await
-                .map_err(PgError::from),
+            {
+                Ok(sql) => c
+                    .query_opt(&sql, &[&key, &epoch, &now])
+                    .await
+                    .map_err(PgError::from),
+                Err(e) => Err(PgError::from(e)),
+            },
             Err(e) => Err(PgError::from(e)),
         };
         match outcome {

@@ -70,12 +70,10 @@ impl Finality {
             return Ok(None);
         };
         let client = self.pg.get().await?;
-        let state = client
-            .query_one(
-                include_str!("sql/finality_state.sql"),
-                &[&(fin.number as i64)],
-            )
+        let sql = client
+            .prepare_cached(include_str!("sql/finality_state.sql"))
             .await?;
+        let state = client.query_one(&sql, &[&(fin.number as i64)]).await?;
         let Some(ingested) = state.get::<_, Option<i64>>(0).map(|n| n as u64) else {
             return Ok(None);
         };
@@ -93,9 +91,10 @@ impl Finality {
                 None => return Ok(None),
             }
         };
+        let advance = client.prepare_cached(&self.advance_sql).await?;
         let moved = client
             .execute(
-                self.advance_sql.as_str(),
+                &advance,
                 &[
                     &(target as i64),
                     &hex32(&hash),

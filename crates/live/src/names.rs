@@ -64,9 +64,10 @@ async fn record(
         let now = UnixMs::now().0;
         let result = async {
             let client = pool.get().await?;
-            client
-                .execute(include_str!("sql/record_names.sql"), &[&new, &now])
+            let sql = client
+                .prepare_cached(include_str!("sql/record_names.sql"))
                 .await?;
+            client.execute(&sql, &[&new, &now]).await?;
             Ok::<_, pmw_core::pg::PgError>(())
         }
         .await;
@@ -203,8 +204,11 @@ async fn resolve_due(
 ) -> Result<usize, ResolveError> {
     let client = pool.get().await?;
     let now = UnixMs::now().0;
+    let sql = client
+        .prepare_cached(include_str!("sql/due_names.sql"))
+        .await?;
     let due: Vec<(String, i32)> = client
-        .query(include_str!("sql/due_names.sql"), &[&now, &(BATCH as i64)])
+        .query(&sql, &[&now, &(BATCH as i64)])
         .await?
         .iter()
         .map(|r| (r.get(0), r.get(1)))

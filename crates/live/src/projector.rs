@@ -171,9 +171,10 @@ impl Projector {
     /// Where the projector stands (and the lag gauges).
     pub async fn standing(&self) -> Result<Standing, IngestError> {
         let c = self.pg.get().await?;
-        let r = c
-            .query_one(include_str!("sql/project_state.sql"), &[])
+        let sql = c
+            .prepare_cached(include_str!("sql/project_state.sql"))
             .await?;
+        let r = c.query_one(&sql, &[]).await?;
         let s = Standing {
             projected: r.get(0),
             floor: r.get::<_, i64>(1) as u64,
@@ -196,7 +197,8 @@ impl Projector {
         let batch = self.settings.batch.min(i64::MAX as u64) as i64;
         let (rows, last) = {
             let c = self.pg.get().await?;
-            let read = c.query(&self.rows_sql, &[&at.projected, &batch]).await?;
+            let sql = c.prepare_cached(&self.rows_sql).await?;
+            let read = c.query(&sql, &[&at.projected, &batch]).await?;
             let last: Option<i64> = read.last().map(|r| r.get("seq"));
             let rows: Vec<TradeRow> = read.iter().map(ledger::trade_row).collect();
             (rows, last)
@@ -206,11 +208,9 @@ impl Projector {
             .await
             .inspect_err(|_| crate::telemetry::ch_insert_failed("trades"))?;
         let c = self.pg.get().await?;
+        let sql = c.prepare_cached(&self.advance_sql).await?;
         let moved = c
-            .query_opt(
-                &self.advance_sql,
-                &[&last, &UnixMs::now().0, &self.lock_epoch],
-            )
+            .query_opt(&sql, &[&last, &UnixMs::now().0, &self.lock_epoch])
             .await?;
         if moved.is_none() {
             return Err(IngestError::Fenced);
