@@ -136,19 +136,14 @@ pub async fn renew(pool: PgPool, key: i64, epoch: i64, deposed: CancellationToke
             _ = deposed.cancelled() => return,
         }
         let now = UnixMs::now().0;
-        let outcome = match pool.get().await {
-            Ok(c) => match c
+        let outcome = async {
+            let c = pool.get().await?;
+            let sql = c
                 .prepare_cached(include_str!("sql/writer_epoch_renew.sql"))
-                .await
-            {
-                Ok(sql) => c
-                    .query_opt(&sql, &[&key, &epoch, &now])
-                    .await
-                    .map_err(PgError::from),
-                Err(e) => Err(PgError::from(e)),
-            },
-            Err(e) => Err(PgError::from(e)),
-        };
+                .await?;
+            Ok::<_, PgError>(c.query_opt(&sql, &[&key, &epoch, &now]).await?)
+        }
+        .await;
         match outcome {
             Ok(Some(_)) => {}
             Ok(None) => {
