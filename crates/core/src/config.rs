@@ -14,8 +14,8 @@
 //! | `PMW_POSTGRES_URL` | `postgres://pmw@127.0.0.1:55432/pmw` | Postgres (secret: never logged). Lock and LISTEN sessions connect directly, never through PgBouncer transaction pooling. Postgres HA: several hosts, tried in order (`postgres://pmw@h1:5432,h2:5432/pmw`); every session connects read-write only (`target_session_attrs=read-write` is implied; `read-only` is refused) and follows the primary ([`crate::pg::follow`]) |
 //! | `PMW_POSTGRES_PATRONI_URLS` | unset | Postgres HA on Patroni: the REST API of each host's Patroni, in the order of the hosts of `PMW_POSTGRES_URL`, comma-separated (`http://h1:8008,http://h2:8008`). Set, a session connects only to the host whose Patroni holds the leader key, and every session to a node Patroni stops naming is ended ([`crate::pg::patroni`]); a thawed or healed old primary, still read-write until Patroni demotes it, is never used. Needs as many URLs as hosts |
 //! | `PMW_POSTGRES_POOL_SIZE` | `16` | pooled connections per process (handed out last-returned first, so the hot statements run on backends that have them planned) |
-//! | `PMW_POSTGRES_STATEMENT_TIMEOUT_MS` | `30000` | `statement_timeout` of pooled sessions (a longer statement fails with SQLSTATE 57014); `0` = none |
-//! | `PMW_POSTGRES_LOCK_TIMEOUT_MS` | `10000` | `lock_timeout` of pooled sessions (a longer lock wait fails with SQLSTATE 55P03); `0` = none |
+//! | `PMW_POSTGRES_STATEMENT_TIMEOUT_MS` | `30000` | `statement_timeout` of pooled sessions and of a writer's lock session once it holds the lock (a longer statement fails with SQLSTATE 57014); `0` = none |
+//! | `PMW_POSTGRES_LOCK_TIMEOUT_MS` | `10000` | `lock_timeout` of pooled sessions and of a writer's lock session once it holds the lock (a longer lock wait fails with SQLSTATE 55P03); `0` = none |
 //! | `PMW_POSTGRES_IDLE_IN_TRANSACTION_TIMEOUT_MS` | `60000` | `idle_in_transaction_session_timeout` of pooled sessions (the server ends a session idle that long inside a transaction); `0` = none |
 //! | `PMW_CLICKHOUSE_URL` | `http://127.0.0.1:58123` | ClickHouse HTTP interface |
 //! | `PMW_CLICKHOUSE_DATABASE` | `pmw` | ClickHouse database |

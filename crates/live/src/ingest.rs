@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use pmw_core::ch::ChClient;
 use pmw_core::ch::{IngestLatencyRow, TradeRow};
-use pmw_core::lock::{fence_sql, keys};
+use pmw_core::lock::{fence_sql, keys, own_fence_sql, LockSession};
 use pmw_core::pg::emitters::Source;
 use pmw_core::pg::PgPool;
 use pmw_core::trade::exchange::WATCHED_TOPICS;
@@ -62,6 +62,9 @@ pub struct IngestParts {
     pub latency: LatencyRows,
     pub names: Names,
     pub lock_epoch: i64,
+    /// The live lock's own session: a block's commit runs there, fenced by an index probe
+    /// instead of a read of the server's lock table ([`own_fence_sql`]).
+    pub lock: LockSession,
     pub max_reorg_depth: u64,
     /// Where unlisted emitters' sightings go (after the commit).
     pub emitters: crate::emitters::Sink,
@@ -76,6 +79,8 @@ pub struct Ingester {
     book: BTreeMap<u64, SeenHead>,
     advance_sql: String,
     commit_sql: String,
+    /// `commit_sql` prepared on the lock session (once: the session is this leader term's).
+    commit: Option<tokio_postgres::Statement>,
     /// Versions written from now on are above this (retractions must never tie a re-insert).
     versions: VersionFloor,
     /// The hot ledger's partitions this writer made sure of.
@@ -139,7 +144,7 @@ impl Ingester {
         let advance_sql =
             include_str!("sql/advance_cursor.sql").replace("{fence}", &fence_sql(keys::LIVE, "$4"));
         let commit_sql = include_str!("sql/commit_block.sql")
-            .replace("{fence}", &fence_sql(keys::LIVE, "$4"))
+            .replace("{fence}", &own_fence_sql(keys::LIVE, "$4"))
             .replace(
                 "{ledger_insert}",
                 &pmw_core::pg::ledger::insert_sql_paired(
@@ -156,6 +161,7 @@ impl Ingester {
             book: BTreeMap::new(),
             advance_sql,
             commit_sql,
+            commit: None,
             versions: VersionFloor::default(),
             partitions: ledger::Partitions::default(),
         }
@@ -298,7 +304,9 @@ impl Ingester {
         backfilled: bool,
     ) -> Result<(), IngestError> {
         // No lone provider makes a block: its header and logs only on a quorum's word.
+        let started = std::time::Instant::now();
         let among = self.parts.chain.agreeing(head).await?;
+        let agreed_us = started.elapsed().as_micros() as u64;
         let logs = self
             .parts
             .chain
@@ -306,6 +314,11 @@ impl Ingester {
             .await?;
         let (logs, sightings) = crate::emitters::split(logs, &self.parts.allow);
         let t_logs = UnixMs::now();
+        tracing::debug!(
+            agree_us = agreed_us,
+            logs_us = started.elapsed().as_micros() as u64 - agreed_us,
+            "block logs fetched"
+        );
         let stamp = Stamp {
             block_time_ms: head.timestamp as i64 * 1000,
             t_detect_ms: t_detect.0,
@@ -331,9 +344,10 @@ impl Ingester {
     }
 
     /// One statement records the block, appends its trades to the hot ledger, moves the
-    /// watermark (fenced) and, for a block seen live, wakes push in the same commit. Backfilled blocks wake push through the coalescing
-    /// notifier instead: a catch-up of a thousand blocks is one wake-up, not a thousand.
-    /// `false` when fenced.
+    /// watermark (fenced) and, for a block seen live, wakes push in the same commit. Backfilled
+    /// blocks wake push through the coalescing notifier instead: a catch-up of a thousand blocks
+    /// is one wake-up, not a thousand. It runs on the live lock's own session ([`LockSession`]).
+    /// `false` when fenced (or the lock is gone).
     async fn commit_block(
         &mut self,
         head: &Head,
@@ -341,9 +355,19 @@ impl Ingester {
         rows: &[TradeRow],
         t_stored: UnixMs,
     ) -> Result<bool, IngestError> {
-        let client = self.parts.pg.get().await?;
-        self.partitions.ensure(&client, head.number).await?;
-        let commit = client.prepare_cached(&self.commit_sql).await?;
+        let Some(session) = self.parts.lock.get() else {
+            return Ok(false);
+        };
+        let client = &session.client;
+        self.partitions.ensure(client, head.number).await?;
+        let commit = match &self.commit {
+            Some(statement) => statement.clone(),
+            None => {
+                let statement = client.prepare(&self.commit_sql).await?;
+                self.commit.insert(statement).clone()
+            }
+        };
+        let started = std::time::Instant::now();
         let channel = if stamp.backfilled { "" } else { CHANNEL };
         let moved = client
             .query_opt(
@@ -352,7 +376,7 @@ impl Ingester {
                     &(head.number as i64),
                     &head.hash_hex(),
                     &t_stored.0,
-                    &self.parts.lock_epoch,
+                    &self.parts.lock.epoch(),
                     &head.parent_hex(),
                     &stamp.block_time_ms,
                     &stamp.t_detect_ms,
@@ -363,6 +387,11 @@ impl Ingester {
                 ],
             )
             .await?;
+        tracing::debug!(
+            block = head.number,
+            query_us = started.elapsed().as_micros() as u64,
+            "block committed"
+        );
         let Some(moved) = moved else { return Ok(false) };
         let (paired, mismatched): (i64, i64) = (moved.get("paired"), moved.get("mismatched"));
         if paired > 0 {

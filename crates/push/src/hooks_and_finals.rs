@@ -94,6 +94,12 @@ impl HooksAndFinals {
         self.finals.notify_one();
     }
 
+    /// A block came: the webhook lane looks now, beside the WebSocket round (the finality lane,
+    /// which stays behind both, is woken when that round completes).
+    pub fn wake_hooks(&self) {
+        self.hooks.notify_one();
+    }
+
     /// A WebSocket round completed (the finalized watermark may have moved): run the finality
     /// lane only.
     pub fn wake_finals(&self) {

@@ -338,7 +338,14 @@ impl RoundLoop<'_> {
                         block |= n.channel() != channels::SUBSCRIPTIONS;
                     }
                 }
-                if block { Wake::Round } else { Wake::Index }
+                if !block {
+                    Wake::Index
+                } else {
+                    // The webhook lane reads the block now, beside this round, instead of
+                    // after its fan-out (its own reads and statements; it never waited for it).
+                    self.behind.wake_hooks();
+                    Wake::Round
+                }
             }
             _ = async { match index_due { Some(t) => tokio::time::sleep_until(t).await, None => std::future::pending().await } } => Wake::Index,
             _ = tokio::time::sleep_until(fallback_at) => Wake::Round,

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-use pmw_core::lock::{fence_sql, keys};
+use pmw_core::lock::{fence_sql, keys, own_fence_sql};
 use pmw_core::trade::exchange::ORDER_FILLED_TOPICS;
 use pmw_sim::EXCHANGES;
 use pmw_testkit::{eventually_every, ChildService};
@@ -97,6 +97,13 @@ async fn standby(c: &tokio_postgres::Client, instance: &str) {
 /// Whether a write fenced by `epoch` would pass now.
 async fn fence_passes(c: &tokio_postgres::Client, epoch: i64) -> bool {
     let sql = format!("SELECT {}", fence_sql(keys::LIVE, "$1"));
+    c.query_one(&sql, &[&epoch]).await.unwrap().get(0)
+}
+
+/// Whether a write fenced by `epoch` on the session it is sent on ([`own_fence_sql`], live's
+/// block commit on its lock session) would pass now.
+async fn own_fence_passes(c: &tokio_postgres::Client, epoch: i64) -> bool {
+    let sql = format!("SELECT {}", own_fence_sql(keys::LIVE, "$1"));
     c.query_one(&sql, &[&epoch]).await.unwrap().get(0)
 }
 
@@ -227,4 +234,79 @@ async fn a_successor_with_the_old_writers_pid_still_fences_the_old_writer() {
         !fence_passes(&c, new).await,
         "no write passes once the lock is released"
     );
+}
+
+/// Live's block commit runs on its lock session, fenced by [`own_fence_sql`] instead of a read
+/// of the lock table: it passes only the session's current epoch, on that session alone, and
+/// once the lock is released the handle reaches no session (so nothing is written after it).
+/// With a statement in flight at release the lock lasts until that statement's session closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_commit_on_the_lock_session_passes_only_its_current_epoch_and_nothing_after_release() {
+    let db = pmw_testkit::TestDb::new().await;
+    let c = db.connect().await;
+    let none = tokio_util::sync::CancellationToken::new();
+    let acquire = || {
+        pmw_core::lock::WriterLock::acquire(
+            &db.cfg,
+            "pair-test",
+            keys::LIVE,
+            Duration::from_millis(200),
+            &none,
+        )
+    };
+    let mut lock = acquire().await.unwrap().unwrap();
+    let old = lock.take_epoch("live").await.unwrap();
+    let handle = lock.session();
+    let session = handle.get().expect("the lock is held");
+    assert!(
+        own_fence_passes(&session.client, old).await,
+        "the holder writes"
+    );
+    assert!(
+        !own_fence_passes(&c, old).await,
+        "another session passes nothing, even with the current epoch"
+    );
+    let new = lock.take_epoch("live-b").await.unwrap();
+    assert!(
+        !own_fence_passes(&session.client, old).await,
+        "a deposed epoch is refused on the lock session itself"
+    );
+    assert!(own_fence_passes(&session.client, new).await);
+    drop(session);
+    lock.release().await.unwrap();
+    assert!(
+        handle.get().is_none(),
+        "a released lock's session is out of reach"
+    );
+    let free = "SELECT pg_try_advisory_lock($1)";
+    assert!(c
+        .query_one(free, &[&keys::LIVE])
+        .await
+        .unwrap()
+        .get::<_, bool>(0));
+    c.execute("SELECT pg_advisory_unlock($1)", &[&keys::LIVE])
+        .await
+        .unwrap();
+
+    // Released with a statement in flight: the lock holds until that statement's session ends.
+    let lock = acquire().await.unwrap().unwrap();
+    let handle = lock.session();
+    let in_flight = handle.get().unwrap();
+    lock.release().await.unwrap();
+    assert!(
+        !c.query_one(free, &[&keys::LIVE])
+            .await
+            .unwrap()
+            .get::<_, bool>(0),
+        "still held while its session can write"
+    );
+    drop(in_flight);
+    assert!(handle.get().is_none());
+    eventually_every(WITHIN, Duration::from_millis(50), || async {
+        c.query_one(free, &[&keys::LIVE])
+            .await
+            .unwrap()
+            .get::<_, bool>(0)
+    })
+    .await;
 }

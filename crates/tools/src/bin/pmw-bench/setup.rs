@@ -80,7 +80,8 @@ pub struct Bench {
     pub live: Option<Service>,
     pub logs: PathBuf,
     pub pg: tokio_postgres::Client,
-    pushes: u32,
+    /// Services started so far: each one's log is named with its number, in start order.
+    started: u32,
     /// The simulator's Gamma-compatible market server (pmw-live resolves names from it).
     gamma: (SocketAddr, JoinHandle<()>),
 }
@@ -161,7 +162,7 @@ impl Bench {
             live: None,
             logs,
             pg,
-            pushes: 0,
+            started: 0,
             gamma,
         };
         b.ws_accounts = b.accounts(plan.ws_clients, 0, plan).await?;
@@ -248,7 +249,8 @@ impl Bench {
         env.push(("PMW_LIVE_START_BLOCK".into(), (head + 1).to_string()));
         env.push(("PMW_LIVE_LOCK_SEGMENT_MS".into(), "1000".into()));
         env.push(("PMW_GAMMA_URL".into(), format!("http://{}", self.gamma.0)));
-        let log = self.logs.join("pmw-live.log");
+        self.started += 1;
+        let log = self.logs.join(format!("pmw-live-{}.log", self.started));
         self.live = Some(Service::spawn(
             "pmw-live",
             &sibling("pmw-live")?,
@@ -280,9 +282,9 @@ impl Bench {
         legacy: Option<u64>,
         extra: Vec<(String, String)>,
     ) -> anyhow::Result<Push> {
-        self.pushes += 1;
+        self.started += 1;
         let port = pmw_testkit::free_port();
-        let name = format!("bench-push-{}", self.pushes);
+        let name = format!("bench-push-{}", self.started);
         let mut env = self.child_env(&name);
         env.push(("PMW_PUSH_LISTEN".into(), format!("127.0.0.1:{port}")));
         env.push(("PMW_PUSH_LOCK_SEGMENT_MS".into(), "1000".into()));
@@ -299,9 +301,9 @@ impl Bench {
 
     /// A pmw-edge on the stream of `bus` (its `PMW_EDGE_NATS_*` settings), ready.
     pub async fn start_edge(&mut self, bus: &[(String, String)]) -> anyhow::Result<Push> {
-        self.pushes += 1;
+        self.started += 1;
         let port = pmw_testkit::free_port();
-        let name = format!("bench-edge-{}", self.pushes);
+        let name = format!("bench-edge-{}", self.started);
         let mut env = self.child_env(&name);
         env.push(("PMW_EDGE_LISTEN".into(), format!("127.0.0.1:{port}")));
         env.push((
