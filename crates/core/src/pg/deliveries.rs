@@ -4,7 +4,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use tokio_postgres::{GenericClient, Row, Transaction};
+use tokio_postgres::{GenericClient, Row, ToStatement, Transaction};
 
 use crate::message::Kind;
 use crate::webhook::Signing;
@@ -124,11 +124,17 @@ pub enum EnqueueError {
     Db(#[from] tokio_postgres::Error),
 }
 
-/// Queue `items` as `pending`, due now, inside the caller's transaction. Endpoints that are gone
+/// The statement [`enqueue`] runs: pass it as text, or prepared once per connection (push's
+/// rounds, which run it at every block, `prepare_cached` it).
+pub const ENQUEUE_SQL: &str = include_str!("sql/enqueue_deliveries.sql");
+
+/// Queue `items` as `pending`, due now, inside the caller's transaction, with `statement`
+/// ([`ENQUEUE_SQL`], as text or prepared). Endpoints that are gone
 /// or disabled by now are skipped (their rows are locked `FOR KEY SHARE` in the same statement,
 /// so a concurrent delete is either seen or waits): one account's churn never fails a round.
-pub async fn enqueue(
+pub async fn enqueue<S: ToStatement + ?Sized>(
     tx: &Transaction<'_>,
+    statement: &S,
     writer: Writer,
     items: &[NewDelivery],
 ) -> Result<Enqueued, EnqueueError> {
@@ -143,7 +149,7 @@ pub async fn enqueue(
     let c = Columns::of(items);
     let row = tx
         .query_one(
-            include_str!("sql/enqueue_deliveries.sql"),
+            statement,
             &[
                 &slot,
                 &epoch,
