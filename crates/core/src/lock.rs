@@ -31,7 +31,8 @@ pub mod keys {
     pub const PLANS: i64 = 7_003;
 }
 
-/// A held writer lock. Dropping it closes the session, which releases the lock.
+/// A held writer lock. Dropping it closes the session, which releases the lock (once a
+/// [`LockSession`] statement in flight, if any, has ended).
 pub struct WriterLock {
     /// The only strong reference: [`LockSession`] handles are weak, so once this lock is
     /// released or dropped no statement can reach the session any more.

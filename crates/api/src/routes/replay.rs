@@ -182,7 +182,7 @@ async fn enqueue(c: &mut Client, id: i64, items: &[NewDelivery]) -> Result<u64, 
     if !still_enabled {
         return Err(disabled());
     }
-    let enqueued = deliveries::enqueue(&tx, deliveries::ENQUEUE_SQL, Writer::Replay, items)
+    let enqueued = deliveries::enqueue(&tx, Writer::Replay, items)
         .await
         .map_err(|e| ApiError::unavailable("postgres", e))?
         .inserted;

@@ -8,7 +8,6 @@ use std::collections::BTreeSet;
 use crate::common::{set_push_cursor, set_watermark, test_config, trade_row, wallet, Api};
 use pmw_core::ch::latency::insert_all;
 use pmw_core::ch::DeliveryLogRow;
-use pmw_core::pg::deliveries::ENQUEUE_SQL;
 use pmw_core::webhook::{webhook_id, DeliveryKind};
 use pmw_core::Cursor;
 use serde_json::json;
@@ -408,14 +407,10 @@ async fn a_deleted_endpoint_leaves_no_delivery_even_one_queued_while_it_was_dele
     let tx = c.transaction().await.unwrap();
     let mut items = owed(eps[0], 10..13);
     items.extend(owed(eps[1], 10..12));
-    let queued = pmw_core::pg::deliveries::enqueue(
-        &tx,
-        ENQUEUE_SQL,
-        pmw_core::pg::deliveries::Writer::Replay,
-        &items,
-    )
-    .await
-    .unwrap();
+    let queued =
+        pmw_core::pg::deliveries::enqueue(&tx, pmw_core::pg::deliveries::Writer::Replay, &items)
+            .await
+            .unwrap();
     assert_eq!(queued.inserted, 5);
     let delete = {
         let web = pmw_testkit::Http {
@@ -443,7 +438,6 @@ async fn a_deleted_endpoint_leaves_no_delivery_even_one_queued_while_it_was_dele
     let tx = c.transaction().await.unwrap();
     let late = pmw_core::pg::deliveries::enqueue(
         &tx,
-        ENQUEUE_SQL,
         pmw_core::pg::deliveries::Writer::Replay,
         &owed(eps[0], 20..22),
     )

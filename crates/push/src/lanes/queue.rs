@@ -26,14 +26,9 @@ pub(super) async fn move_and_queue(
     let through = batch.through.cursor;
     let now = UnixMs::now().0;
     let tx = client.transaction().await?;
-    // Both run at every block: prepared once per pooled connection, not planned each time.
-    let cursor = tx.prepare_cached(cursor_sql).await?;
-    let enqueue = tx
-        .prepare_cached(pmw_core::pg::deliveries::ENQUEUE_SQL)
-        .await?;
     let moved = tx
         .query_opt(
-            &cursor,
+            cursor_sql,
             &[
                 &fence.slot,
                 &fence.epoch,
@@ -47,7 +42,7 @@ pub(super) async fn move_and_queue(
     if moved.is_none() {
         return Err(RoundError::Fenced);
     }
-    let enqueued = match webhook::enqueue_in_slot(&tx, &enqueue, fence, claim, deliveries).await {
+    let enqueued = match webhook::enqueue_in_slot(&tx, fence, claim, deliveries).await {
         Ok(n) => n,
         Err(webhook::WebhookError::Fenced { .. }) => return Err(RoundError::Fenced),
         Err(e) => return Err(RoundError::Webhook(e.to_string())),

@@ -40,12 +40,9 @@ pub async fn enqueue(
     epoch: i64,
     items: &[NewDelivery],
 ) -> Result<u64, WebhookError> {
-    let statement = deliveries::ENQUEUE_SQL;
-    Ok(
-        enqueue_in_slot(tx, statement, Fence { slot: 0, epoch }, false, items)
-            .await?
-            .inserted,
-    )
+    Ok(enqueue_in_slot(tx, Fence { slot: 0, epoch }, false, items)
+        .await?
+        .inserted)
 }
 
 /// Insert a round's deliveries as `pending`, due now, inside the transaction that moves the
@@ -53,15 +50,14 @@ pub async fn enqueue(
 /// Ids already present are left alone; endpoints gone or disabled meanwhile are skipped
 /// ([`pmw_core::pg::deliveries::enqueue`]). With `claim`, new trade deliveries are inserted
 /// claimed by `epoch` and returned in [`Enqueued::handed`] (see [`super::Handoff`]).
-pub async fn enqueue_in_slot<S: tokio_postgres::ToStatement + ?Sized>(
+pub async fn enqueue_in_slot(
     tx: &Transaction<'_>,
-    statement: &S,
     fence: Fence,
     claim: bool,
     items: &[NewDelivery],
 ) -> Result<Enqueued, WebhookError> {
     let Fence { slot, epoch } = fence;
-    deliveries::enqueue(tx, statement, Writer::Round { slot, epoch, claim }, items)
+    deliveries::enqueue(tx, Writer::Round { slot, epoch, claim }, items)
         .await
         .map_err(|e| match e {
             EnqueueError::Fenced { slot, epoch } => WebhookError::Fenced { slot, epoch },

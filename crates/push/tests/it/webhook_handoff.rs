@@ -33,13 +33,7 @@ fn items(endpoint: i64, blocks: &[u64], kind: DeliveryKind) -> Vec<NewDelivery> 
 async fn queue_claimed(env: &Env, epoch: i64, items: &[NewDelivery]) -> webhook::Enqueued {
     let mut c = env.db.connect().await;
     let tx = c.transaction().await.unwrap();
-    // Prepared, as the webhook lane runs it.
-    let statement = tx
-        .prepare(pmw_core::pg::deliveries::ENQUEUE_SQL)
-        .await
-        .unwrap();
-    let fence = pmw_push::fence::Fence { slot: 0, epoch };
-    let q = webhook::enqueue_in_slot(&tx, &statement, fence, true, items)
+    let q = webhook::enqueue_in_slot(&tx, pmw_push::fence::Fence { slot: 0, epoch }, true, items)
         .await
         .unwrap();
     tx.commit().await.unwrap();
