@@ -1,12 +1,12 @@
-//! The tasks that run the lanes behind the WebSocket lane, one each, so neither waits on the
-//! other: the webhook lane ([`HookLane`]), woken after each WebSocket round that moved (and by
-//! blocks while one is held up) and at least every fallback period; and the finality lane
-//! ([`FinalLane`]), woken after every WebSocket round and whenever the webhook lane moves,
-//! bounded by where the other two stand. In edge mode the finality lane stores its rounds on
-//! the broker first: a broker outage holds the `final`s, never the webhooks. Both wake the
-//! dispatcher after rounds that queued deliveries. Failures back off; a task that completes no
-//! round within the stall limit ends, and the leader hands over (exit 75). A stop lets the
-//! rounds in flight finish within the round deadline.
+//! The tasks that run the lanes beside the WebSocket lane, one each, so neither waits on the
+//! other: the webhook lane ([`HookLane`]), woken by each block's NOTIFY as the WebSocket round
+//! starts, after each WebSocket round that moved, and at least every fallback period; and the
+//! finality lane ([`FinalLane`]), woken after every WebSocket round and whenever the webhook
+//! lane moves, bounded by where the other two stand. In edge mode the finality lane stores its
+//! rounds on the broker first: a broker outage holds the `final`s, never the webhooks. Both
+//! wake the dispatcher after rounds that queued deliveries. Failures back off; a task that
+//! completes no round within the stall limit ends, and the leader hands over (exit 75). A stop
+//! lets the rounds in flight finish within the round deadline.
 
 use std::future::Future;
 use std::sync::atomic::Ordering;

@@ -3,7 +3,7 @@
 //! it survives restarts and leader changes. At least once, with a `webhook-id` stable across
 //! retries.
 //!
-//! Flow: the webhook lane (push's `lanes`, behind the WebSocket lane) calls
+//! Flow: the webhook lane (push's `lanes`, beside the WebSocket lane) calls
 //! [`enqueue_in_slot`] inside the transaction that moves `webhook_cursor` (fenced by the push
 //! epoch in the same statement), with new trade deliveries claimed by the epoch, commits, then
 //! hands those to the dispatcher in memory ([`Handoff`]) and wakes it only for what it must
