@@ -165,7 +165,6 @@ impl WriterLock {
     pub fn session(&self) -> LockSession {
         LockSession {
             session: Arc::downgrade(&self.session),
-            key: self.key,
             epoch: self.epoch,
         }
     }
@@ -195,7 +194,6 @@ impl WriterLock {
 #[derive(Clone)]
 pub struct LockSession {
     session: Weak<Session>,
-    key: i64,
     epoch: i64,
 }
 
@@ -203,11 +201,6 @@ impl LockSession {
     /// The session while the lock is held; `None` once released (the lock is lost: stop).
     pub fn get(&self) -> Option<Arc<Session>> {
         self.session.upgrade().filter(|s| !s.is_lost())
-    }
-
-    /// The lock's key.
-    pub fn key(&self) -> i64 {
-        self.key
     }
 
     /// The epoch this holder's writes carry.

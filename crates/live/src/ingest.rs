@@ -61,7 +61,6 @@ pub struct IngestParts {
     pub notifier: BlockNotifier,
     pub latency: LatencyRows,
     pub names: Names,
-    pub lock_epoch: i64,
     /// The live lock's own session: a block's commit runs there, fenced by an index probe
     /// instead of a read of the server's lock table ([`own_fence_sql`]).
     pub lock: LockSession,

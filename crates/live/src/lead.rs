@@ -143,7 +143,6 @@ fn spawn_followers(
         notifier,
         latency: l.latency.clone(),
         names,
-        lock_epoch: l.lock.epoch(),
         lock: l.lock.session(),
         max_reorg_depth: live.live_reorg_max_depth,
         emitters: l.emitters.clone(),

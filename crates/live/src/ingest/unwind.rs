@@ -123,7 +123,7 @@ impl Ingester {
                     &(ancestor.number as i64),
                     &hex32(&ancestor.hash),
                     &UnixMs::now().0,
-                    &self.parts.lock_epoch,
+                    &self.parts.lock.epoch(),
                 ],
             )
             .await?;

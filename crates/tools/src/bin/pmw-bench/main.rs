@@ -71,6 +71,10 @@ struct Args {
     /// The fill rate: simulator matches per block.
     #[arg(long)]
     matches_per_block: Option<u32>,
+    /// When the simulator sends each block's batch: this fraction of the block time after it
+    /// has the previous batch's receipts (0: at once, right as the block is delivered).
+    #[arg(long, default_value_t = 0.3)]
+    send_at: f64,
     /// Seconds of each measured latency window.
     #[arg(long)]
     phase_secs: Option<u64>,
@@ -142,6 +146,8 @@ pub struct Plan {
     pub per_account: usize,
     pub block_time: f64,
     pub matches_per_block: u32,
+    /// The simulator's pause after a batch's receipts before it sends the next.
+    pub send_pause: Duration,
     pub warmup: Duration,
     pub phase: Duration,
     pub legacy_poll_ms: u64,
@@ -179,6 +185,9 @@ impl Plan {
             per_account: a.per_account.min(a.wallets),
             block_time: a.block_time.unwrap_or(1.0),
             matches_per_block: a.matches_per_block.unwrap_or(2),
+            send_pause: Duration::from_secs_f64(
+                a.block_time.unwrap_or(1.0) * a.send_at.clamp(0.0, 0.9),
+            ),
             warmup: Duration::from_secs(if s { 2 } else { 5 }),
             phase: pick(60, 10, a.phase_secs),
             legacy_poll_ms: a.legacy_poll_ms,

@@ -82,6 +82,8 @@ pub struct Bench {
     pub pg: tokio_postgres::Client,
     /// Services started so far: each one's log is named with its number, in start order.
     started: u32,
+    /// The simulator's pause after each batch's receipts ([`Plan::send_pause`]).
+    send_pause: Duration,
     /// The simulator's Gamma-compatible market server (pmw-live resolves names from it).
     gamma: (SocketAddr, JoinHandle<()>),
 }
@@ -163,6 +165,7 @@ impl Bench {
             logs,
             pg,
             started: 0,
+            send_pause: plan.send_pause,
             gamma,
         };
         b.ws_accounts = b.accounts(plan.ws_clients, 0, plan).await?;
@@ -377,13 +380,26 @@ impl Bench {
         Ok((f(0), f(1)))
     }
 
-    /// Start the simulator: `matches_per_block` matches in every block for `d`.
+    /// Start the simulator: `matches_per_block` matches in every block for `d`, each batch sent
+    /// right after the previous one's receipts (the throughput steps: at high rates sending a
+    /// batch takes much of the interval, and a pause could push it past the next block).
     pub async fn start_sim(&self, matches_per_block: u32, d: Duration) -> anyhow::Result<Running> {
+        self.start_sim_paced(matches_per_block, d, Duration::ZERO)
+            .await
+    }
+
+    /// [`Bench::start_sim`] with each batch sent `pause` after the previous one's receipts.
+    async fn start_sim_paced(
+        &self,
+        matches_per_block: u32,
+        d: Duration,
+        pause: Duration,
+    ) -> anyhow::Result<Running> {
         let after = self.head().await?;
         let from_emitted = self.sim.emitted().len();
         let run = RunConfig {
             matches_per_block,
-            interval: Duration::ZERO,
+            interval: pause,
             count: None,
             duration: Some(d),
         };
@@ -420,9 +436,12 @@ impl Bench {
         })
     }
 
-    /// Run the simulator for `d` and wait for it to end.
+    /// Run the simulator for `d` and wait for it to end; each batch is sent the plan's
+    /// `send_pause` after the previous one's receipts (the latency, fan-out and market windows).
     pub async fn run_sim(&self, matches_per_block: u32, d: Duration) -> anyhow::Result<Run> {
-        let r = self.start_sim(matches_per_block, d).await?;
+        let r = self
+            .start_sim_paced(matches_per_block, d, self.send_pause)
+            .await?;
         self.finish_sim(r).await
     }
 
