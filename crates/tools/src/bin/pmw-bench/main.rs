@@ -173,6 +173,7 @@ pub struct Plan {
 impl Plan {
     fn from(a: &Args) -> Plan {
         let s = a.smoke;
+        let block_time = a.block_time.unwrap_or(1.0);
         let pick = |full: u64, smoke: u64, v: Option<u64>| {
             Duration::from_secs(v.unwrap_or(if s { smoke } else { full }))
         };
@@ -183,11 +184,9 @@ impl Plan {
             webhooks: a.webhooks.unwrap_or(if s { 5 } else { 100 }),
             wallets: a.wallets,
             per_account: a.per_account.min(a.wallets),
-            block_time: a.block_time.unwrap_or(1.0),
+            block_time,
             matches_per_block: a.matches_per_block.unwrap_or(2),
-            send_pause: Duration::from_secs_f64(
-                a.block_time.unwrap_or(1.0) * a.send_at.clamp(0.0, 0.9),
-            ),
+            send_pause: Duration::from_secs_f64(block_time * a.send_at.clamp(0.0, 0.9)),
             warmup: Duration::from_secs(if s { 2 } else { 5 }),
             phase: pick(60, 10, a.phase_secs),
             legacy_poll_ms: a.legacy_poll_ms,
